@@ -1,0 +1,82 @@
+import { parseArgs } from "node:util";
+import { ConfigError, loadConfig } from "../config/load.ts";
+import { createProgressBar, resolveModelPath } from "../models/download.ts";
+import { parseModelArg } from "../models/source.ts";
+import { serve } from "./serve.ts";
+
+const USAGE = `usage: plinth <command> [options]
+
+commands:
+  serve            start the API server (default)
+  pull <model>     download an hf:owner/repo/file.gguf model into the cache
+
+serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment variables; flags win):
+  --model [name=]<path|hf:owner/repo/file.gguf>   model to serve (repeatable)
+  --host <addr>          listen address (default 127.0.0.1)
+  --port <n>             listen port (default 8080)
+  --ctx-size <n>         context tokens per sequence (default: the model's, at most 4096)
+  --parallel <n>         sequences decoding at once per model (default 4)
+  --max-queue <n>        requests allowed to wait for a sequence (default 64)
+  --threads <n>          CPU threads (default: the cores available)
+  --gpu auto|off|cuda|vulkan|metal
+  --body-limit <bytes>   largest accepted request body (default 16 MiB)
+  --cache-dir <dir>      where downloaded models are kept
+  --config <file>        YAML file with the same settings
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      model: { type: "string", short: "m", multiple: true },
+      host: { type: "string" },
+      port: { type: "string" },
+      "ctx-size": { type: "string" },
+      parallel: { type: "string" },
+      "max-queue": { type: "string" },
+      threads: { type: "string" },
+      gpu: { type: "string" },
+      "body-limit": { type: "string" },
+      "cache-dir": { type: "string" },
+      config: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const [command = "serve", ...rest] = positionals;
+  const config = loadConfig(values);
+
+  if (command === "pull") {
+    if (rest.length === 0) throw new ConfigError("pull needs a model, e.g. plinth pull hf:owner/repo/file.gguf");
+    for (const arg of rest) {
+      const source = parseModelArg(arg);
+      const path = await resolveModelPath(source, { cacheDir: config["cache-dir"], progress: createProgressBar(source.id) });
+      process.stdout.write(`${path}\n`);
+    }
+    return 0;
+  }
+  if (command !== "serve") throw new ConfigError(`unknown command '${command}'\n\n${USAGE}`);
+
+  const server = await serve(config);
+  const stop = async () => {
+    await server.close();
+    process.exit(0);
+  };
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+  return -1;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (err) => {
+    process.stderr.write(`plinth: ${(err as Error).message}\n`);
+    process.exit(1);
+  },
+);

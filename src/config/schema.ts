@@ -1,0 +1,21 @@
+import { availableParallelism } from "node:os";
+import { z } from "zod";
+
+/** Every server setting, with its default. The same keys work in plinth.yaml, PLINTH_* and flags. */
+export const configSchema = z.object({
+  model: z.array(z.string().min(1)).default([]),
+  host: z.string().min(1).default("127.0.0.1"),
+  port: z.int().min(0).max(65535).default(8080),
+  "ctx-size": z.int().min(16).optional(),
+  parallel: z.int().min(1).max(256).default(4),
+  "max-queue": z.int().min(0).default(64),
+  threads: z.int().min(1).default(() => availableParallelism()),
+  gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
+  "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
+  "cache-dir": z.string().optional(),
+});
+
+export type PlinthConfig = z.infer<typeof configSchema>;
+
+/** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
+export const NUMERIC_KEYS = ["port", "ctx-size", "parallel", "max-queue", "threads", "body-limit"] as const;

@@ -1,0 +1,64 @@
+import type { Engine } from "../engines/engine.ts";
+import { ApiError, modelNotFound } from "./errors.ts";
+import { Scheduler } from "./scheduler.ts";
+
+export type ModelStatus = "loading" | "ready" | "failed";
+
+export interface ServedModel {
+  id: string;
+  status: ModelStatus;
+  error?: string;
+  engine?: Engine;
+  scheduler?: Scheduler;
+}
+
+/**
+ * The models this server answers for. Models are registered before they finish loading so the
+ * server can listen (and report progress on /health) while weights are still being read.
+ */
+export class ModelRegistry {
+  private readonly models = new Map<string, ServedModel>();
+
+  constructor(private readonly maxQueue: number) {}
+
+  register(id: string): void {
+    if (this.models.has(id)) throw new Error(`two models are named '${id}'; give one a name with name=path`);
+    this.models.set(id, { id, status: "loading" });
+  }
+
+  ready(engine: Engine): void {
+    this.models.set(engine.id, {
+      id: engine.id,
+      status: "ready",
+      engine,
+      scheduler: new Scheduler(engine.slots, this.maxQueue),
+    });
+  }
+
+  failed(id: string, error: string): void {
+    this.models.set(id, { id, status: "failed", error });
+  }
+
+  list(): ServedModel[] {
+    return [...this.models.values()];
+  }
+
+  get allReady(): boolean {
+    return this.list().every((m) => m.status === "ready");
+  }
+
+  /** The model a request names, ready to run; 404 for unknown names, 503 while it loads. */
+  resolve(id: string): Required<Pick<ServedModel, "engine" | "scheduler">> & ServedModel {
+    const m = this.models.get(id);
+    if (!m) throw modelNotFound(id);
+    if (m.status === "loading")
+      throw new ApiError(503, `The model '${id}' is still loading.`, { code: "model_loading", headers: { "retry-after": "2" } });
+    if (m.status === "failed" || !m.engine || !m.scheduler)
+      throw new ApiError(503, `The model '${id}' failed to load: ${m.error ?? "unknown error"}`, { code: "model_unavailable" });
+    return m as Required<Pick<ServedModel, "engine" | "scheduler">> & ServedModel;
+  }
+
+  async dispose(): Promise<void> {
+    await Promise.all(this.list().map((m) => m.engine?.dispose()));
+  }
+}

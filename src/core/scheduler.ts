@@ -1,0 +1,84 @@
+import { ApiError } from "./errors.ts";
+
+/**
+ * Hands out a fixed number of slots (one per engine sequence) to jobs in arrival order.
+ *
+ * Admission is decided for a whole request up front (all of its `n` choices), so a request is either
+ * accepted entirely or refused with 429 before anything is sent to the client; an accepted job is
+ * never dropped later. Jobs that are waiting leave the queue as soon as their client goes away.
+ */
+export class Scheduler {
+  private readonly free: number[];
+  private readonly waiting: Array<{ grant: (slot: number) => void }> = [];
+  private reserved = 0;
+
+  constructor(
+    readonly slots: number,
+    readonly maxQueue: number,
+  ) {
+    this.free = Array.from({ length: slots }, (_, i) => i);
+  }
+
+  get busy(): number {
+    return this.slots - this.free.length;
+  }
+
+  get queued(): number {
+    return this.waiting.length;
+  }
+
+  /**
+   * Reserves room for `jobs` jobs that will call acquire() right away. Throws 429 when they would push
+   * the wait queue past its bound.
+   */
+  admit(jobs: number): void {
+    const wouldWait = Math.max(0, this.waiting.length + this.reserved + jobs - this.free.length);
+    if (wouldWait > this.maxQueue) {
+      throw new ApiError(429, "The server is at capacity and its queue is full; retry shortly.", {
+        code: "rate_limit_exceeded",
+        headers: { "retry-after": "1" },
+      });
+    }
+    this.reserved += jobs;
+  }
+
+  /** Waits for a slot. `release` gives it back; calling it twice is harmless. */
+  async acquire(signal: AbortSignal): Promise<{ slot: number; release: () => void }> {
+    if (this.reserved > 0) this.reserved--;
+    signal.throwIfAborted();
+    const slot = this.free.length > 0 && this.waiting.length === 0 ? this.free.shift()! : await this.enqueue(signal);
+    let released = false;
+    return {
+      slot,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.release(slot);
+      },
+    };
+  }
+
+  private enqueue(signal: AbortSignal): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const entry = {
+        grant: (slot: number) => {
+          signal.removeEventListener("abort", onAbort);
+          resolve(slot);
+        },
+      };
+      const onAbort = () => {
+        const i = this.waiting.indexOf(entry);
+        if (i !== -1) this.waiting.splice(i, 1);
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.waiting.push(entry);
+    });
+  }
+
+  private release(slot: number): void {
+    const next = this.waiting.shift();
+    if (next) next.grant(slot);
+    else this.free.push(slot);
+  }
+}

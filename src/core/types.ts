@@ -1,0 +1,82 @@
+/**
+ * Canonical, dialect-free shapes. Every dialect converts its wire request into a GenerationRequest and
+ * renders GenerationEvents back; engines see only these types.
+ */
+
+export type Role = "system" | "user" | "assistant" | "tool";
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** JSON text exactly as the model (or the client, in history) wrote it. */
+  arguments: string;
+}
+
+export interface Message {
+  role: Role;
+  content: string;
+  name?: string;
+  /** Assistant turns in history that called tools. */
+  toolCalls?: ToolCall[];
+  /** Tool results point back at the call they answer. */
+  toolCallId?: string;
+}
+
+export type PromptInput =
+  | { kind: "chat"; messages: Message[] }
+  | { kind: "text"; text: string }
+  | { kind: "tokens"; tokens: number[] };
+
+export interface SamplingParams {
+  temperature: number;
+  topP: number;
+  /** 0 means the whole vocabulary. */
+  topK: number;
+  minP: number;
+  /** Base seed; choice i samples with seed + i so n choices differ yet stay reproducible. */
+  seed: number;
+  frequencyPenalty: number;
+  presencePenalty: number;
+  /** Multiplicative penalty (1 = off), as vLLM and llama.cpp define it. */
+  repetitionPenalty: number;
+  /** Token id → additive logit bias. May include end-of-generation tokens. */
+  logitBias: Map<number, number>;
+}
+
+export interface GenerationRequest {
+  model: string;
+  prompt: PromptInput;
+  sampling: SamplingParams;
+  /** Undefined: as many tokens as the context leaves room for. */
+  maxTokens?: number;
+  /** Which request field set maxTokens, so an error can name it. */
+  maxTokensParam?: string;
+  stop: string[];
+  n: number;
+  /** Namespace for any state shared between requests (prompt cache); never crossed. */
+  isolationKey?: string;
+}
+
+export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+  cachedTokens: number;
+}
+
+export type GenerationEvent =
+  | { type: "text"; choice: number; text: string }
+  | { type: "finish"; choice: number; reason: FinishReason }
+  | { type: "usage"; usage: Usage };
+
+export interface ModelDescription {
+  id: string;
+  created: number;
+  ownedBy: string;
+  contextSize: number;
+  /** Size the model was trained with, from its metadata. */
+  trainedContextSize?: number;
+  parallel: number;
+}

@@ -1,0 +1,91 @@
+import { z } from "zod";
+
+/**
+ * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
+ * extras); fields OpenAI defines that Plinth cannot honour yet are declared so that the route can
+ * refuse them by name instead of silently losing them.
+ */
+
+const textPart = z.object({ type: z.literal("text"), text: z.string() });
+/** Non-text parts are recognised so they can be refused with a clear message. */
+const otherPart = z.object({ type: z.string() }).loose();
+const contentParts = z.array(z.union([textPart, otherPart])).min(1);
+const content = z.union([z.string(), contentParts]);
+
+const toolCall = z.object({
+  id: z.string().min(1),
+  type: z.literal("function"),
+  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+});
+
+const systemMessage = z.object({ role: z.enum(["system", "developer"]), content, name: z.string().optional() });
+const userMessage = z.object({ role: z.literal("user"), content, name: z.string().optional() });
+const assistantMessage = z.object({
+  role: z.literal("assistant"),
+  content: content.nullish(),
+  name: z.string().optional(),
+  refusal: z.string().nullish(),
+  tool_calls: z.array(toolCall).optional(),
+  function_call: z.unknown().optional(),
+  audio: z.unknown().optional(),
+  reasoning_content: z.string().nullish(),
+});
+const toolMessage = z.object({ role: z.literal("tool"), content, tool_call_id: z.string().min(1) });
+const functionMessage = z.object({ role: z.literal("function") }).loose();
+
+export const chatMessage = z.discriminatedUnion("role", [
+  systemMessage,
+  userMessage,
+  assistantMessage,
+  toolMessage,
+  functionMessage,
+]);
+export type ChatMessage = z.infer<typeof chatMessage>;
+
+const tokenIdKey = z.string().regex(/^\d+$/, "logit_bias keys must be token ids (integers as strings)");
+
+export const chatCompletionRequest = z.object({
+  model: z.string().min(1),
+  messages: z.array(chatMessage).min(1, "messages must contain at least one message"),
+  stream: z.boolean().nullish(),
+  stream_options: z
+    .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional() })
+    .nullish(),
+  max_tokens: z.int().min(1).nullish(),
+  max_completion_tokens: z.int().min(1).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  seed: z.int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  n: z.int().min(1).max(128).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  repetition_penalty: z.number().gt(0).max(10).nullish(),
+  logit_bias: z.record(tokenIdKey, z.number().min(-100).max(100)).nullish(),
+  user: z.string().nullish(),
+  safety_identifier: z.string().nullish(),
+  prompt_cache_key: z.string().nullish(),
+  service_tier: z.string().nullish(),
+  store: z.boolean().nullish(),
+  metadata: z.record(z.string(), z.string()).nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  // Owned by later capabilities: accepted by the schema only so they can be refused by name.
+  tools: z.unknown().optional(),
+  tool_choice: z.unknown().optional(),
+  functions: z.unknown().optional(),
+  function_call: z.unknown().optional(),
+  response_format: z.unknown().optional(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.int().nullish(),
+  reasoning_effort: z.unknown().optional(),
+  reasoning: z.unknown().optional(),
+  chat_template_kwargs: z.unknown().optional(),
+  modalities: z.array(z.string()).nullish(),
+  audio: z.unknown().optional(),
+  prediction: z.unknown().optional(),
+  web_search_options: z.unknown().optional(),
+  verbosity: z.unknown().optional(),
+});
+export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;

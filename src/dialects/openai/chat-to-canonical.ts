@@ -1,0 +1,92 @@
+import { badRequest, unsupportedField } from "../../core/errors.ts";
+import type { GenerationRequest, Message } from "../../core/types.ts";
+import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
+import { normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+
+/** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
+const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
+  ["tools", "tool calling is not supported by this server yet"],
+  ["tool_choice", "tool calling is not supported by this server yet"],
+  ["functions", "function calling is not supported by this server yet"],
+  ["function_call", "function calling is not supported by this server yet"],
+  ["reasoning_effort", "reasoning control is not supported by this server yet"],
+  ["reasoning", "reasoning control is not supported by this server yet"],
+  ["chat_template_kwargs", "chat template arguments are not supported by this server yet"],
+  ["audio", "audio output is not supported by this server"],
+  ["prediction", "predicted outputs are not supported by this server"],
+  ["web_search_options", "web search is not supported by this server"],
+  ["verbosity", "verbosity control is not supported by this server"],
+];
+
+export function chatToCanonical(body: ChatCompletionRequest): GenerationRequest {
+  refuseUnsupported(body);
+  const maxTokensParam = body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+  return {
+    model: body.model,
+    prompt: { kind: "chat", messages: body.messages.map(toMessage) },
+    sampling: toSamplingParams(body),
+    maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+    maxTokensParam,
+    stop: normaliseStop(body.stop),
+    n: body.n ?? 1,
+    isolationKey: body.safety_identifier ?? body.user ?? undefined,
+  };
+}
+
+function refuseUnsupported(body: ChatCompletionRequest): void {
+  for (const [field, why] of NOT_YET) {
+    if (body[field] != null) throw unsupportedField(field, why);
+  }
+  const rf = body.response_format as { type?: unknown } | null | undefined;
+  if (rf != null && rf.type !== "text") throw unsupportedField("response_format", "structured output is not supported by this server yet");
+  if (body.logprobs) throw unsupportedField("logprobs", "log probabilities are not supported by this server yet");
+  if (body.top_logprobs != null) throw unsupportedField("top_logprobs", "log probabilities are not supported by this server yet");
+  if (body.modalities && body.modalities.some((m) => m !== "text"))
+    throw unsupportedField("modalities", "only text output is supported");
+  if (body.store) throw unsupportedField("store", "stored completions are not supported by this server");
+  if (body.metadata != null) throw unsupportedField("metadata", "is only used with stored completions, which this server does not keep");
+  if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
+    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
+  if (body.stream_options != null && !body.stream)
+    throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
+  if (body.stream_options?.continuous_usage_stats)
+    throw unsupportedField("stream_options.continuous_usage_stats");
+}
+
+function toMessage(m: ChatMessage, i: number): Message {
+  switch (m.role) {
+    case "system":
+    case "developer":
+      return { role: "system", content: flatten(m.content, i), name: m.name };
+    case "user":
+      return { role: "user", content: flatten(m.content, i), name: m.name };
+    case "assistant":
+      if (m.function_call != null) throw unsupportedField(`messages[${i}].function_call`, "is deprecated; send tool_calls instead");
+      if (m.audio != null) throw unsupportedField(`messages[${i}].audio`, "is not supported by this server");
+      return {
+        role: "assistant",
+        content: m.content == null ? "" : flatten(m.content, i),
+        name: m.name,
+        toolCalls: m.tool_calls?.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
+      };
+    case "tool":
+      return { role: "tool", content: flatten(m.content, i), toolCallId: m.tool_call_id };
+    case "function":
+      throw badRequest(`messages[${i}] uses the deprecated 'function' role; use 'tool' messages.`, `messages[${i}].role`);
+  }
+}
+
+/** Text parts are joined by newlines (as vLLM does); anything else (images, audio, files) needs a capability this server lacks. */
+function flatten(content: string | Array<{ type: string; text?: unknown }>, i: number): string {
+  if (typeof content === "string") return content;
+  return content
+    .map((part, j) => {
+      if (part.type !== "text" || typeof part.text !== "string")
+        throw badRequest(
+          `messages[${i}].content[${j}] has type '${part.type}'; only text parts are supported by this server.`,
+          `messages[${i}].content[${j}].type`,
+        );
+      return part.text;
+    })
+    .join("\n");
+}

@@ -1,0 +1,86 @@
+import type { FinishReason, GenerationEvent, Usage } from "../../core/types.ts";
+import type { SseWriter } from "../../http/sse.ts";
+
+export interface CompletionMeta {
+  id: string;
+  created: number;
+  model: string;
+  systemFingerprint: string;
+  serviceTier?: string;
+  n: number;
+}
+
+export function usageToWire(u: Usage) {
+  return {
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.totalTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens },
+    completion_tokens_details: { reasoning_tokens: 0 },
+  };
+}
+
+/** Collects the whole event stream into one chat.completion object. */
+export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>) {
+  const text: string[] = Array.from({ length: meta.n }, () => "");
+  const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
+  let usage: Usage | undefined;
+  for await (const ev of events) {
+    if (ev.type === "text") text[ev.choice] += ev.text;
+    else if (ev.type === "finish") finish[ev.choice] = ev.reason;
+    else usage = ev.usage;
+  }
+  return {
+    id: meta.id,
+    object: "chat.completion" as const,
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: meta.systemFingerprint,
+    ...(meta.serviceTier ? { service_tier: meta.serviceTier } : {}),
+    choices: text.map((content, index) => ({
+      index,
+      message: { role: "assistant" as const, content, refusal: null },
+      logprobs: null,
+      finish_reason: finish[index],
+    })),
+    usage: usage ? usageToWire(usage) : undefined,
+  };
+}
+
+/**
+ * Streams chat.completion.chunk events the way OpenAI does: a role delta first, content deltas,
+ * a final delta carrying finish_reason, then (with include_usage) a usage chunk with no choices.
+ */
+export async function streamChatCompletion(
+  sse: SseWriter,
+  meta: CompletionMeta,
+  events: AsyncIterable<GenerationEvent>,
+  includeUsage: boolean,
+): Promise<void> {
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
+    id: meta.id,
+    object: "chat.completion.chunk",
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: meta.systemFingerprint,
+    ...(meta.serviceTier ? { service_tier: meta.serviceTier } : {}),
+    choices,
+    ...(includeUsage ? { usage: null } : {}),
+    ...extra,
+  });
+  const delta = (index: number, d: Record<string, unknown>, finish: FinishReason | null = null) => ({
+    index,
+    delta: d,
+    logprobs: null,
+    finish_reason: finish,
+  });
+
+  for (let i = 0; i < meta.n; i++) await sse.data(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
+  for await (const ev of events) {
+    if (sse.closed) return;
+    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text })]));
+    else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
+    else if (includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
+  }
+  await sse.data("[DONE]");
+}

@@ -1,0 +1,42 @@
+import { randomInt } from "node:crypto";
+import type { SamplingParams } from "../../core/types.ts";
+
+/** The sampling fields Chat Completions and Completions share, as they arrive on the wire. */
+export interface WireSampling {
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  seed?: number | null;
+  frequency_penalty?: number | null;
+  presence_penalty?: number | null;
+  repetition_penalty?: number | null;
+  logit_bias?: Record<string, number> | null;
+}
+
+/** OpenAI's defaults, filled in explicitly; a missing seed gets a fresh random one per request. */
+export function toSamplingParams(w: WireSampling): SamplingParams {
+  return {
+    temperature: w.temperature ?? 1,
+    topP: w.top_p ?? 1,
+    // -1 is vLLM's spelling of "no top-k"; llama.cpp spells it 0.
+    topK: w.top_k == null || w.top_k < 0 ? 0 : w.top_k,
+    minP: w.min_p ?? 0,
+    seed: w.seed == null ? randomInt(2 ** 32) : toUint32(w.seed),
+    frequencyPenalty: w.frequency_penalty ?? 0,
+    presencePenalty: w.presence_penalty ?? 0,
+    repetitionPenalty: w.repetition_penalty ?? 1,
+    logitBias: new Map(Object.entries(w.logit_bias ?? {}).map(([k, v]) => [Number(k), v])),
+  };
+}
+
+/** OpenAI accepts any integer seed; the sampler takes 32 bits. */
+function toUint32(seed: number): number {
+  const m = seed % 2 ** 32;
+  return m < 0 ? m + 2 ** 32 : m;
+}
+
+export function normaliseStop(stop: string | string[] | null | undefined): string[] {
+  if (stop == null) return [];
+  return (Array.isArray(stop) ? stop : [stop]).filter((s) => s.length > 0);
+}

@@ -1,0 +1,65 @@
+import type { ChatHistoryItem, ChatModelFunctionCall } from "node-llama-cpp";
+import { badRequest } from "../../core/errors.ts";
+import type { Message } from "../../core/types.ts";
+
+/**
+ * Canonical messages → node-llama-cpp chat history, so the model's own chat wrapper renders them.
+ *
+ * Tool results are folded into the assistant turn that made the call (that is how the wrappers
+ * render them); a trailing assistant message is left open so the model continues it (prefill).
+ */
+export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
+  const history: ChatHistoryItem[] = [];
+  const openCalls = new Map<string, ChatModelFunctionCall>();
+
+  messages.forEach((m, i) => {
+    switch (m.role) {
+      case "system":
+        history.push({ type: "system", text: m.content });
+        return;
+      case "user":
+        history.push({ type: "user", text: m.content });
+        return;
+      case "assistant": {
+        const response: Array<string | ChatModelFunctionCall> = [];
+        if (m.content) response.push(m.content);
+        (m.toolCalls ?? []).forEach((call, k) => {
+          const item: ChatModelFunctionCall = {
+            type: "functionCall",
+            name: call.name,
+            params: parseArguments(call.arguments, `messages[${i}].tool_calls[${k}].function.arguments`),
+            result: undefined,
+            startsNewChunk: k === 0,
+          };
+          openCalls.set(call.id, item);
+          response.push(item);
+        });
+        history.push({ type: "model", response });
+        return;
+      }
+      case "tool": {
+        const call = m.toolCallId ? openCalls.get(m.toolCallId) : undefined;
+        if (!call) {
+          throw badRequest(
+            `messages[${i}] is a tool result whose tool_call_id does not match any earlier assistant tool call.`,
+            `messages[${i}].tool_call_id`,
+          );
+        }
+        call.result = m.content;
+        return;
+      }
+    }
+  });
+
+  // A model turn left last is continued: either a client's prefill or a turn awaiting its tool results.
+  if (history.at(-1)?.type !== "model") history.push({ type: "model", response: [] });
+  return history;
+}
+
+function parseArguments(text: string, param: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw badRequest(`${param} is not valid JSON.`, param);
+  }
+}

@@ -1,0 +1,201 @@
+import {
+  type ChatWrapper,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaModel,
+  LlamaText,
+  resolveChatWrapper,
+  SpecialToken,
+  SpecialTokensText,
+  type Token,
+} from "node-llama-cpp";
+import { ApiError, badRequest } from "../../core/errors.ts";
+import type { GenerationRequest, ModelDescription, SamplingParams } from "../../core/types.ts";
+import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
+import { toChatHistory } from "./chat-history.ts";
+import { getRuntime, type GpuChoice } from "./runtime.ts";
+import { buildEvaluateOptions } from "./sampling.ts";
+import { TokenTextDecoder } from "./token-text.ts";
+
+export interface LlamaEngineOptions {
+  id: string;
+  modelPath: string;
+  /** Per-sequence context; undefined = the model's trained size, capped at 4096. */
+  contextSize?: number;
+  parallel: number;
+  threads: number;
+  gpu: GpuChoice;
+}
+
+export interface LlamaPrepared extends PreparedGeneration {
+  tokens: Token[];
+  /** Tokens that end a turn in this prompt format, besides the model's end-of-generation tokens. */
+  stopTokens: Set<Token>;
+}
+
+const DEFAULT_CONTEXT_CAP = 4096;
+
+/** Runs a GGUF model in-process: one context whose sequences decode together (continuous batching). */
+export class LlamaCppEngine implements Engine<LlamaPrepared> {
+  readonly id: string;
+  readonly slots: number;
+  private readonly created = Math.floor(Date.now() / 1000);
+  private readonly sequences: LlamaContextSequence[];
+  private readonly wrapper: ChatWrapper;
+  private readonly vocabSize: number;
+
+  private constructor(
+    opts: LlamaEngineOptions,
+    private readonly model: LlamaModel,
+    private readonly context: LlamaContext,
+  ) {
+    this.id = opts.id;
+    this.slots = opts.parallel;
+    this.sequences = Array.from({ length: opts.parallel }, () => context.getSequence());
+    this.wrapper = resolveChatWrapper(model);
+    this.vocabSize = vocabularySize(model);
+  }
+
+  static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
+    const llama = await getRuntime({ gpu: opts.gpu, threads: opts.threads });
+    const model = await llama.loadModel({ modelPath: opts.modelPath });
+    const trained = model.trainContextSize;
+    const contextSize = opts.contextSize ?? Math.min(trained || DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
+    const context = await model.createContext({
+      contextSize,
+      sequences: opts.parallel,
+      threads: opts.threads,
+      // Without a fixed size the library may shrink the context to fit memory; a silently smaller
+      // context would turn into surprising 400s, so creation fails loudly instead.
+      failedCreationRemedy: false,
+    });
+    return new LlamaCppEngine(opts, model, context);
+  }
+
+  get contextSize(): number {
+    return this.context.contextSize;
+  }
+
+  describe(): ModelDescription {
+    return {
+      id: this.id,
+      created: this.created,
+      ownedBy: "plinth",
+      contextSize: this.contextSize,
+      trainedContextSize: this.model.trainContextSize,
+      parallel: this.slots,
+    };
+  }
+
+  async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
+    const { tokens, stopTokens, formatStops } = this.renderPrompt(req);
+    if (tokens.length === 0) throw badRequest("The prompt is empty.", req.prompt.kind === "chat" ? "messages" : "prompt");
+    for (const id of req.sampling.logitBias.keys()) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
+        throw badRequest(`logit_bias names token ${id}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, "logit_bias");
+    }
+
+    // The engine never shifts the context: a prompt that does not fit is refused, and generation is
+    // capped so the sequence cannot overflow mid-answer.
+    const room = this.contextSize - tokens.length;
+    if (room < 1) {
+      throw new ApiError(
+        400,
+        `This model's context is ${this.contextSize} tokens, but the prompt is ${tokens.length} tokens.`,
+        { param: req.prompt.kind === "chat" ? "messages" : "prompt", code: "context_length_exceeded" },
+      );
+    }
+    if (req.maxTokens !== undefined && req.maxTokens > room) {
+      throw new ApiError(
+        400,
+        `${req.maxTokensParam ?? "max_tokens"} is ${req.maxTokens}, but the prompt uses ${tokens.length} of the model's ` +
+          `${this.contextSize}-token context, leaving room for at most ${room} tokens.`,
+        { param: req.maxTokensParam ?? "max_tokens", code: "context_length_exceeded" },
+      );
+    }
+    return { tokens, stopTokens, formatStops, promptTokens: tokens.length, maxTokens: req.maxTokens ?? room };
+  }
+
+  async *generate(
+    prepared: LlamaPrepared,
+    sampling: SamplingParams,
+    slot: number,
+    signal: AbortSignal,
+  ): AsyncGenerator<EngineChunk> {
+    const sequence = this.sequences[slot];
+    await sequence.clearHistory();
+    const generated: Token[] = [];
+    const decoder = new TokenTextDecoder(this.model, prepared.tokens);
+    const options = buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens);
+
+    for await (const token of sequence.evaluate(prepared.tokens, options)) {
+      if (signal.aborted) return;
+      generated.push(token);
+      if (this.model.isEogToken(token) || prepared.stopTokens.has(token)) {
+        yield { kind: "text", text: decoder.flush(), tokens: 1 };
+        yield { kind: "end", reason: "stop" };
+        return;
+      }
+      yield { kind: "text", text: decoder.push(token), tokens: 1 };
+      if (generated.length >= prepared.maxTokens) {
+        yield { kind: "text", text: decoder.flush(), tokens: 0 };
+        yield { kind: "end", reason: "length" };
+        return;
+      }
+    }
+    // The iterator only ends by itself when the sampler produced nothing more to say.
+    yield { kind: "text", text: decoder.flush(), tokens: 0 };
+    yield { kind: "end", reason: "stop" };
+  }
+
+  async dispose(): Promise<void> {
+    await this.context.dispose();
+    await this.model.dispose();
+  }
+
+  private renderPrompt(req: GenerationRequest): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
+    const prompt = req.prompt;
+    if (prompt.kind === "tokens") {
+      prompt.tokens.forEach((t, i) => {
+        if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
+          throw badRequest(`prompt token ${t} is outside the vocabulary (0..${this.vocabSize - 1}).`, `prompt[${i}]`);
+      });
+      return { tokens: prompt.tokens.slice() as Token[], stopTokens: new Set(), formatStops: [] };
+    }
+    if (prompt.kind === "text") {
+      const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
+      return { tokens: [...bos, ...this.model.tokenize(prompt.text, false)], stopTokens: new Set(), formatStops: [] };
+    }
+    const state = this.wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages) });
+    const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
+    return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
+  }
+
+  /** A template's stop triggers are either single special tokens or plain text; each needs its own check. */
+  private splitTriggers(triggers: readonly LlamaText[]): { stopTokens: Set<Token>; formatStops: string[] } {
+    const stopTokens = new Set<Token>();
+    const formatStops: string[] = [];
+    for (const trigger of triggers) {
+      const special = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
+      const tokens = trigger.tokenize(this.model.tokenizer);
+      if (special && tokens.length === 1) {
+        stopTokens.add(tokens[0]);
+        continue;
+      }
+      const text = trigger.values.map((v) => (typeof v === "string" ? v : v instanceof SpecialTokensText ? v.value : "")).join("");
+      if (text) formatStops.push(text);
+    }
+    return { stopTokens, formatStops };
+  }
+
+  tokenCount(text: string): number {
+    return this.model.tokenize(text, false).length;
+  }
+}
+
+function vocabularySize(model: LlamaModel): number {
+  const embd = model.fileInfo.tensorInfo?.find((t) => t.name === "token_embd.weight");
+  const fromTensor = embd ? Number(embd.dimensions[1]) : 0;
+  const tokens = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
+  return fromTensor || tokens?.length || 0;
+}

@@ -1,0 +1,53 @@
+import { type LlamaModel, type SequenceEvaluateOptions, type Token, TokenBias } from "node-llama-cpp";
+import type { SamplingParams } from "../../core/types.ts";
+
+/**
+ * Canonical sampling → node-llama-cpp evaluate options. Every value is passed explicitly: the
+ * library's defaults (greedy, top-k 40, top-p 0.95, a seed of the current second) are not OpenAI's.
+ */
+export function buildEvaluateOptions(
+  model: LlamaModel,
+  s: SamplingParams,
+  generated: readonly Token[],
+  maxTokens: number,
+): SequenceEvaluateOptions {
+  const penalised = s.frequencyPenalty !== 0 || s.presencePenalty !== 0 || s.repetitionPenalty !== 1;
+  return {
+    temperature: s.temperature,
+    topK: s.topK,
+    topP: s.topP,
+    minP: s.minP,
+    seed: s.seed,
+    // OpenAI penalises by counts over the whole completion, so the window is the whole completion.
+    repeatPenalty: penalised
+      ? {
+          punishTokens: () => generated as Token[],
+          maxPunishTokens: maxTokens,
+          penalty: s.repetitionPenalty,
+          frequencyPenalty: s.frequencyPenalty,
+          presencePenalty: s.presencePenalty,
+        }
+      : undefined,
+    tokenBias: s.logitBias.size > 0 ? logitBias(model, s.logitBias) : undefined,
+    // End-of-generation tokens come back to us so they can be counted, and so a template's own
+    // end-of-turn token is treated the same way.
+    yieldEogToken: true,
+    contextShift: {
+      strategy: () => {
+        throw new Error("context shift reached: the prompt and generation budget were not checked");
+      },
+    },
+  };
+}
+
+/**
+ * TokenBias.set() skips end-of-generation tokens, but OpenAI clients bias (or ban) EOS through
+ * logit_bias too. The bias map itself is what the sampler reads, so it is filled directly.
+ */
+function logitBias(model: LlamaModel, bias: Map<number, number>): TokenBias {
+  const tb = new TokenBias(model.tokenizer);
+  const map = (tb as unknown as { _biases: Map<Token, number> })._biases;
+  if (!(map instanceof Map)) throw new Error("node-llama-cpp TokenBias internals changed; logit_bias needs updating");
+  for (const [token, value] of bias) map.set(token as Token, value <= -100 ? -Infinity : value);
+  return tb;
+}

@@ -1,0 +1,49 @@
+import type { ServerResponse } from "node:http";
+
+/**
+ * A server-sent-events writer over a raw response. Writes wait for the socket to drain, so a slow
+ * reader slows its own stream instead of growing an unbounded buffer.
+ */
+export class SseWriter {
+  constructor(private readonly res: ServerResponse) {}
+
+  open(headers: Record<string, string> = {}): void {
+    this.res.writeHead(200, {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+      ...headers,
+    });
+  }
+
+  get closed(): boolean {
+    return this.res.destroyed || this.res.writableEnded;
+  }
+
+  async data(payload: unknown): Promise<void> {
+    await this.write(`data: ${typeof payload === "string" ? payload : JSON.stringify(payload)}\n\n`);
+  }
+
+  async event(name: string, payload: unknown): Promise<void> {
+    await this.write(`event: ${name}\ndata: ${JSON.stringify(payload)}\n\n`);
+  }
+
+  end(): void {
+    if (!this.closed) this.res.end();
+  }
+
+  private write(chunk: string): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.res.write(chunk)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        this.res.off("drain", done);
+        this.res.off("close", done);
+        resolve();
+      };
+      this.res.on("drain", done);
+      this.res.on("close", done);
+    });
+  }
+}
