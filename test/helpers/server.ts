@@ -1,0 +1,53 @@
+import OpenAI from "openai";
+import { serve, type RunningServer } from "../../src/cli/serve.ts";
+import { loadConfig } from "../../src/config/load.ts";
+import { ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
+
+export interface TestServer extends RunningServer {
+  client: OpenAI;
+  model: string;
+  modelPath: string;
+}
+
+/**
+ * The real server, in this process, on a random loopback port, serving the generated fixture model.
+ * Threads are kept to one so a test run behaves the same on a busy 2-core CI machine.
+ */
+export async function startTestServer(settings: Record<string, unknown> = {}): Promise<TestServer> {
+  const modelPath = await ensureFixtureModel();
+  const config = loadConfig({ model: [`tiny=${modelPath}`], port: "0", threads: "1", ...settings }, {});
+  const server = await serve(config, { log: () => {} });
+  await server.loaded;
+  const status = server.registry.list().find((m) => m.id === "tiny");
+  if (status?.status !== "ready") throw new Error(`fixture model failed to load: ${status?.error}`);
+  const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+  return { ...server, client, model: "tiny", modelPath };
+}
+
+/** POST JSON (or raw text) and return status, headers and the parsed body. */
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, json, text };
+}
+
+export async function waitFor(predicate: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const start = Date.now();
+  while (!predicate()) {
+    if (Date.now() - start > timeoutMs) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** logit_bias that bans both end-of-generation tokens of the fixture, so answers run to max_tokens. */
+export const NO_EOG: Record<string, number> = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };

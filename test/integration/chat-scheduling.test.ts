@@ -1,0 +1,95 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { NO_EOG, postJson, startTestServer, waitFor, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  // One sequence and a one-place queue make the limits easy to reach.
+  s = await startTestServer({ parallel: "1", "max-queue": "1" });
+});
+after(async () => {
+  await s.close();
+});
+
+const longRequest = () =>
+  JSON.stringify({
+    model: "tiny",
+    messages: [{ role: "user", content: "Go on forever" }],
+    max_tokens: 3000,
+    stream: true,
+    logit_bias: NO_EOG,
+  });
+const scheduler = () => s.registry.resolve("tiny").scheduler;
+
+/** Starts a streaming request and resolves once its first bytes arrived (it holds the sequence). */
+async function startStream(controller: AbortController) {
+  const res = await fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: longRequest(),
+    signal: controller.signal,
+  });
+  const reader = res.body!.getReader();
+  await reader.read();
+  return reader;
+}
+
+test("a client that disconnects stops its generation and frees its sequence", async () => {
+  const ctl = new AbortController();
+  await startStream(ctl);
+  await waitFor(() => scheduler().busy === 1);
+  ctl.abort();
+  await waitFor(() => scheduler().busy === 0, 5000);
+
+  // The freed sequence serves the next request right away.
+  const r = await s.client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+  assert.equal(r.choices.length, 1);
+});
+
+test("past --max-queue a request gets 429 with Retry-After; waiting requests still complete", async () => {
+  const running = new AbortController();
+  await startStream(running);
+  await waitFor(() => scheduler().busy === 1);
+  // This one waits in the queue (a non-streaming request that will be served once the first ends).
+  const queued = postJson(`${s.url}/v1/chat/completions`, {
+    model: "tiny",
+    messages: [{ role: "user", content: "queued" }],
+    max_tokens: 2,
+  });
+  await waitFor(() => scheduler().queued === 1);
+
+  const refused = await postJson(`${s.url}/v1/chat/completions`, {
+    model: "tiny",
+    messages: [{ role: "user", content: "too many" }],
+    max_tokens: 2,
+  });
+  assert.equal(refused.status, 429);
+  assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+  assert.equal(refused.json.error.type, "rate_limit_error");
+  assert.equal(refused.json.error.code, "rate_limit_exceeded");
+
+  running.abort();
+  const done = await queued;
+  assert.equal(done.status, 200, "an accepted request is never lost");
+  assert.equal(done.json.choices.length, 1);
+  await waitFor(() => scheduler().busy === 0 && scheduler().queued === 0);
+});
+
+test("a waiting client that gives up leaves the queue", async () => {
+  const running = new AbortController();
+  await startStream(running);
+  await waitFor(() => scheduler().busy === 1);
+  const waiting = new AbortController();
+  const pending = fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: longRequest(),
+    signal: waiting.signal,
+  }).catch(() => undefined);
+  await waitFor(() => scheduler().queued === 1);
+  waiting.abort();
+  await pending;
+  await waitFor(() => scheduler().queued === 0);
+  running.abort();
+  await waitFor(() => scheduler().busy === 0);
+});

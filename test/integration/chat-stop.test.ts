@@ -1,0 +1,71 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer();
+});
+after(async () => {
+  await s.close();
+});
+
+const base = (extra: Record<string, unknown> = {}) => ({
+  model: "tiny",
+  messages: [{ role: "user" as const, content: "Write something long" }],
+  max_tokens: 48,
+  temperature: 0,
+  ...extra,
+});
+
+async function streamText(params: Record<string, unknown>) {
+  const stream = await s.client.chat.completions.create({ ...(base(params) as any), stream: true });
+  const pieces: string[] = [];
+  let finish: string | null = null;
+  for await (const c of stream as any) {
+    const ch = c.choices[0];
+    if (ch?.delta?.content) pieces.push(ch.delta.content);
+    if (ch?.finish_reason) finish = ch.finish_reason;
+  }
+  return { pieces, text: pieces.join(""), finish };
+}
+
+test("stop strings end the answer and never appear in it, also when they span tokens and in streams", async () => {
+  const free = await s.client.chat.completions.create(base());
+  const text = free.choices[0].message.content ?? "";
+  assert.ok(text.length >= 20, `fixture produced too little text: ${JSON.stringify(text)}`);
+
+  // A stop string taken from the middle of the greedy answer that is longer than one token.
+  const start = Math.floor(text.length / 2);
+  const stop = text.slice(start, start + 5);
+  const expected = text.slice(0, text.indexOf(stop));
+
+  const stopped = await s.client.chat.completions.create(base({ stop }));
+  assert.equal(stopped.choices[0].message.content, expected);
+  assert.equal(stopped.choices[0].finish_reason, "stop");
+  assert.ok(!stopped.choices[0].message.content?.includes(stop));
+
+  const streamed = await streamText({ stop: [stop, "\u0000never"] });
+  assert.equal(streamed.text, expected);
+  assert.equal(streamed.finish, "stop");
+  // No streamed piece may carry any prefix of the stop string past the cut.
+  assert.ok(!streamed.text.includes(stop));
+});
+
+test("usage counts the tokens generated up to the stop, not the whole budget", async () => {
+  const free = await s.client.chat.completions.create(base());
+  const text = free.choices[0].message.content ?? "";
+  const stop = text.slice(3, 6);
+  const stopped = await s.client.chat.completions.create(base({ stop }));
+  assert.ok((stopped.usage?.completion_tokens ?? 0) < (free.usage?.completion_tokens ?? 0));
+});
+
+test("sixteen stop strings are accepted; seventeen are refused", async () => {
+  const sixteen = Array.from({ length: 16 }, (_, i) => `zz${i}zz`);
+  const ok = await s.client.chat.completions.create(base({ stop: sixteen, max_tokens: 4 }));
+  assert.equal(ok.choices.length, 1);
+  await assert.rejects(
+    s.client.chat.completions.create(base({ stop: [...sixteen, "x"], max_tokens: 4 })),
+    (e: any) => e.status === 400 && e.error?.param === "stop",
+  );
+});

@@ -1,0 +1,38 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { ConfigError, loadConfig } from "../../src/config/load.ts";
+
+test("defaults", () => {
+  const c = loadConfig({}, {});
+  assert.equal(c.host, "127.0.0.1");
+  assert.equal(c.port, 8080);
+  assert.equal(c.threads, availableParallelism());
+  assert.equal(c.gpu, "auto");
+  assert.deepEqual(c.model, []);
+});
+
+test("file < environment < flags", () => {
+  const dir = mkdtempSync(join(tmpdir(), "plinth-config-"));
+  const file = join(dir, "plinth.yaml");
+  writeFileSync(file, "port: 9000\nparallel: 3\nhost: 0.0.0.0\nmodel:\n  - a=/x/a.gguf\n");
+  const c = loadConfig({ config: file, port: "9100" }, { PLINTH_PARALLEL: "6", PLINTH_PORT: "9050" });
+  assert.equal(c.port, 9100);
+  assert.equal(c.parallel, 6);
+  assert.equal(c.host, "0.0.0.0");
+  assert.deepEqual(c.model, ["a=/x/a.gguf"]);
+});
+
+test("PLINTH_MODEL may list several models and PLINTH_CTX_SIZE maps to ctx-size", () => {
+  const c = loadConfig({}, { PLINTH_MODEL: "a.gguf, b=b.gguf", PLINTH_CTX_SIZE: "2048" });
+  assert.deepEqual(c.model, ["a.gguf", "b=b.gguf"]);
+  assert.equal(c["ctx-size"], 2048);
+});
+
+test("bad values name the setting", () => {
+  assert.throws(() => loadConfig({ port: "nope" }, {}), (e: unknown) => e instanceof ConfigError && /port/.test(e.message));
+  assert.throws(() => loadConfig({ gpu: "tpu" }, {}), (e: unknown) => e instanceof ConfigError && /gpu/.test(e.message));
+  assert.throws(() => loadConfig({ config: "/nonexistent/plinth.yaml" }, {}), ConfigError);
+});

@@ -1,0 +1,64 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { ApiError } from "../../src/core/errors.ts";
+import { Scheduler } from "../../src/core/scheduler.ts";
+
+test("grants free slots immediately and queues the rest in FIFO order", async () => {
+  const s = new Scheduler(2, 10);
+  const signal = new AbortController().signal;
+  s.admit(4);
+  const a = await s.acquire(signal);
+  const b = await s.acquire(signal);
+  assert.notEqual(a.slot, b.slot);
+  const order: string[] = [];
+  const c = s.acquire(signal).then((l) => (order.push("c"), l));
+  const d = s.acquire(signal).then((l) => (order.push("d"), l));
+  assert.equal(s.queued, 2);
+  a.release();
+  const lc = await c;
+  assert.equal(lc.slot, a.slot);
+  b.release();
+  await d;
+  assert.deepEqual(order, ["c", "d"]);
+});
+
+test("refuses with 429 and Retry-After once the queue bound would be passed", () => {
+  const s = new Scheduler(1, 1);
+  s.admit(2); // one runs, one waits
+  assert.throws(
+    () => s.admit(1),
+    (e: unknown) => e instanceof ApiError && e.status === 429 && e.headers["retry-after"] === "1",
+  );
+});
+
+test("a whole request is admitted or refused at once", () => {
+  const s = new Scheduler(2, 1);
+  assert.throws(() => s.admit(4), ApiError);
+  s.admit(3);
+});
+
+test("an aborted waiter leaves the queue and never takes a slot", async () => {
+  const s = new Scheduler(1, 5);
+  s.admit(2);
+  const first = await s.acquire(new AbortController().signal);
+  const ctl = new AbortController();
+  const waiting = s.acquire(ctl.signal);
+  assert.equal(s.queued, 1);
+  ctl.abort(new Error("gone"));
+  await assert.rejects(waiting, /gone/);
+  assert.equal(s.queued, 0);
+  first.release();
+  assert.equal(s.busy, 0);
+});
+
+test("releasing twice does not free a slot twice", async () => {
+  const s = new Scheduler(1, 0);
+  s.admit(1);
+  const l = await s.acquire(new AbortController().signal);
+  l.release();
+  l.release();
+  assert.equal(s.busy, 0);
+  s.admit(1);
+  await s.acquire(new AbortController().signal);
+  assert.equal(s.busy, 1);
+});
