@@ -62,6 +62,12 @@ async function main(argv: string[]): Promise<number> {
   if (command !== "serve") throw new ConfigError(`unknown command '${command}'\n\n${USAGE}`);
 
   const server = await serve(config);
+  await server.loaded;
+  // A server whose model could not be loaded serves nothing useful; serve() has said why, so exit.
+  if (server.registry.list().some((m) => m.status === "failed")) {
+    await server.close();
+    return 1;
+  }
   const stop = async () => {
     await server.close();
     process.exit(0);

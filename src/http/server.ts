@@ -37,7 +37,8 @@ export function buildServer(registry: ModelRegistry, opts: ServerOptions): Fasti
   app.get("/health", async (_request, reply) => {
     const models = Object.fromEntries(registry.list().map((m) => [m.id, m.error ? `${m.status}: ${m.error}` : m.status]));
     if (registry.allReady) return { status: "ok", models };
-    return reply.status(503).send({ status: "loading", models });
+    const failed = registry.list().some((m) => m.status === "failed");
+    return reply.status(503).send({ status: failed ? "error" : "loading", models });
   });
 
   registerModelRoutes(app, registry);

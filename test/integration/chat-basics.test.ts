@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import type OpenAI from "openai";
 import { byteTokenId, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
@@ -68,7 +69,7 @@ test("streamed text equals non-streamed text at temperature 0, with OpenAI's chu
   const params = { model: s.model, messages: user("Tell me a story"), max_tokens: 40, temperature: 0 };
   const whole = await s.client.chat.completions.create(params);
   const stream = await s.client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
-  const chunks = [];
+  const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
   for await (const c of stream) chunks.push(c);
 
   assert.equal(chunks[0].choices[0].delta.role, "assistant");

@@ -1,0 +1,34 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
+
+/**
+ * The server under test runs in its own process, as in production, so the benchmark client's own
+ * work does not share its event loop.
+ */
+export async function startServerProcess(args: string[]): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
+  const child = spawn(process.execPath, ["--import", "tsx", MAIN, "serve", "--port", "0", ...args], {
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let log = "";
+    child.stderr!.on("data", (d: Buffer) => {
+      log += d.toString();
+      const m = /listening on (\S+)/.exec(log);
+      if (m) resolve(m[1]);
+    });
+    child.once("exit", (code) => reject(new Error(`server exited (${code}): ${log}`)));
+  });
+  for (;;) {
+    const r = await fetch(`${url}/health`).catch(() => undefined);
+    if (r?.status === 200) break;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      child.once("exit", () => resolve());
+      child.kill("SIGTERM");
+    });
+  return { url, child, stop };
+}
