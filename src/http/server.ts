@@ -15,7 +15,9 @@ export interface ServerOptions {
 export function buildServer(registry: ModelRegistry, opts: ServerOptions): FastifyInstance {
   const app = Fastify({ bodyLimit: opts.bodyLimit, logger: opts.logger ?? false, return503OnClosing: true });
 
-  // Many clients (curl -d, some SDKs) post JSON without the JSON content type; parse it anyway.
+  // Many clients (curl -d, fetch with a string body) post JSON without the JSON content type; every
+  // API body here is JSON, so it is parsed as JSON whatever the declared type.
+  app.removeContentTypeParser("text/plain");
   app.addContentTypeParser("*", { parseAs: "string" }, (_req, body, done) => {
     try {
       done(null, body === "" ? undefined : JSON.parse(body as string));

@@ -86,8 +86,10 @@ test("unknown extra fields are ignored (clients send vendor extras)", async () =
 });
 
 test("JSON sent without a JSON content type is still understood", async () => {
-  const r = await postJson(`${s.url}/v1/chat/completions`, JSON.stringify(ok), { "content-type": "application/x-www-form-urlencoded" });
-  assert.equal(r.status, 200, r.text);
+  for (const type of ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8"]) {
+    const r = await postJson(`${s.url}/v1/chat/completions`, JSON.stringify(ok), { "content-type": type });
+    assert.equal(r.status, 200, r.text);
+  }
 });
 
 test("the openai client surfaces the error with status and param", async () => {
