@@ -1,10 +1,12 @@
+import type { PreparedGeneration } from "../engines/engine.ts";
 import { Channel } from "./channel.ts";
 import type { ModelRegistry } from "./registry.ts";
 import { StopMatcher } from "./stop-matcher.ts";
-import type { FinishReason, GenerationEvent, GenerationRequest } from "./types.ts";
+import type { FinishReason, GenerationEvent, GenerationRequest, TokenLogprob } from "./types.ts";
 
 export interface StartedGeneration {
-  promptTokens: number;
+  /** Prompt tokens per request of the batch. */
+  promptTokens: number[];
   events: AsyncIterable<GenerationEvent>;
 }
 
@@ -15,68 +17,108 @@ export interface StartedGeneration {
  * Everything that can refuse a request (validation, context length, a full queue) happens before
  * this returns, so a dialect can still answer with a plain error instead of a broken stream.
  */
-export async function startGeneration(
-  registry: ModelRegistry,
-  req: GenerationRequest,
-  signal: AbortSignal,
-): Promise<StartedGeneration> {
-  const { engine, scheduler } = registry.resolve(req.model);
-  const prepared = await engine.prepare(req);
-  scheduler.admit(req.n);
+export function startGeneration(registry: ModelRegistry, req: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
+  return startBatch(registry, [req], signal);
+}
+
+/**
+ * Several prompts for one model (a Completions batch), admitted all together. Choice indices run
+ * over the batch: request r's choice j is r * n + j.
+ */
+export async function startBatch(registry: ModelRegistry, reqs: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
+  const { engine, scheduler } = registry.resolve(reqs[0].model);
+  const prepared: PreparedGeneration[] = [];
+  for (const req of reqs) prepared.push(await engine.prepare(req));
+  const jobs = reqs.reduce((sum, r) => sum + r.n, 0);
+  scheduler.admit(jobs);
 
   const channel = new Channel<GenerationEvent>();
   let completionTokens = 0;
-  let running = req.n;
+  let running = jobs;
   let failed = false;
 
-  const runChoice = async (choice: number) => {
+  const runChoice = async (req: GenerationRequest, prep: PreparedGeneration, choice: number, seedOffset: number) => {
     const { slot, release } = await scheduler.acquire(signal);
     try {
-      const matcher = new StopMatcher([...req.stop, ...prepared.formatStops]);
-      const sampling = { ...req.sampling, seed: (req.sampling.seed + choice) >>> 0 };
+      const matcher = new StopMatcher([...req.stop, ...prep.formatStops]);
+      const logprobs = new LogprobAligner();
+      const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
       let reason: FinishReason = "stop";
-      for await (const chunk of engine.generate(prepared, sampling, slot, signal)) {
+      for await (const chunk of engine.generate(prep, sampling, slot, signal)) {
         if (chunk.kind === "end") {
           reason = chunk.reason;
           break;
         }
+        if (chunk.kind === "prompt") {
+          channel.push({ type: "prompt", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
+          continue;
+        }
         completionTokens += chunk.tokens;
+        logprobs.add(chunk.text.length, chunk.logprobs);
         const { emit, stopped } = matcher.push(chunk.text);
-        if (emit) channel.push({ type: "text", choice, text: emit });
+        const lp = logprobs.release(emit.length, stopped);
+        if (emit || lp) channel.push({ type: "text", choice, text: emit, ...(lp ? { logprobs: lp } : {}) });
         if (stopped) {
           reason = "stop";
           break;
         }
       }
       const rest = matcher.flush();
-      if (rest) channel.push({ type: "text", choice, text: rest });
+      const lp = logprobs.release(rest.length, true);
+      if (rest || lp) channel.push({ type: "text", choice, text: rest, ...(lp ? { logprobs: lp } : {}) });
       if (!signal.aborted) channel.push({ type: "finish", choice, reason });
     } finally {
       release();
     }
   };
 
-  for (let choice = 0; choice < req.n; choice++) {
-    runChoice(choice).then(
-      () => {
-        if (--running === 0 && !failed) {
-          channel.push({
-            type: "usage",
-            usage: {
-              promptTokens: prepared.promptTokens,
-              completionTokens,
-              totalTokens: prepared.promptTokens + completionTokens,
-              cachedTokens: 0,
-            },
-          });
-          channel.close();
-        }
-      },
-      (error) => {
+  const finishOne = () => {
+    if (--running > 0 || failed) return;
+    const promptTokens = prepared.reduce((sum, p) => sum + p.promptTokens, 0);
+    channel.push({
+      type: "usage",
+      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 },
+    });
+    channel.close();
+  };
+  reqs.forEach((req, r) => {
+    for (let j = 0; j < req.n; j++) {
+      runChoice(req, prepared[r], r * req.n + j, j).then(finishOne, (error) => {
         failed = true;
         channel.close(error);
-      },
-    );
+      });
+    }
+  });
+  return { promptTokens: prepared.map((p) => p.promptTokens), events: channel };
+}
+
+/**
+ * Keeps per-token log probabilities in step with the text the stop matcher lets through: a token is
+ * reported once its text has been emitted, and tokens after a stop string's start never are.
+ */
+class LogprobAligner {
+  private pending: Array<{ start: number; end: number; lp: TokenLogprob }> = [];
+  private received = 0;
+  private emitted = 0;
+
+  add(textLength: number, logprobs: TokenLogprob[] | undefined): void {
+    const start = this.received;
+    this.received += textLength;
+    for (const lp of logprobs ?? []) this.pending.push({ start, end: this.received, lp });
   }
-  return { promptTokens: prepared.promptTokens, events: channel };
+
+  /** `final`: nothing more will be emitted, so any token whose text started before the cut counts. */
+  release(emittedLength: number, final: boolean): TokenLogprob[] | undefined {
+    this.emitted += emittedLength;
+    const out: TokenLogprob[] = [];
+    while (this.pending.length > 0) {
+      const next = this.pending[0];
+      const ready = next.end <= this.emitted || (final && next.start < this.emitted);
+      if (!ready) break;
+      out.push(next.lp);
+      this.pending.shift();
+    }
+    if (final) this.pending = [];
+    return out.length > 0 ? out : undefined;
+  }
 }

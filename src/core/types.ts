@@ -25,7 +25,9 @@ export interface Message {
 export type PromptInput =
   | { kind: "chat"; messages: Message[] }
   | { kind: "text"; text: string }
-  | { kind: "tokens"; tokens: number[] };
+  | { kind: "tokens"; tokens: number[] }
+  /** Fill-in-the-middle: generate what goes between prefix and suffix. */
+  | { kind: "infill"; prefix: string; suffix: string };
 
 export interface SamplingParams {
   temperature: number;
@@ -55,6 +57,27 @@ export interface GenerationRequest {
   n: number;
   /** Namespace for any state shared between requests (prompt cache); never crossed. */
   isolationKey?: string;
+  /**
+   * Log probabilities of the sampled tokens, with this many alternatives each (0 = the sampled token
+   * only). Undefined: none.
+   */
+  logprobs?: number;
+  /**
+   * Report the prompt back before the generated text (Completions' echo); with `logprobs`, also the
+   * prompt tokens' log probabilities (the first token has none).
+   */
+  echo?: boolean;
+}
+
+/** One token's log probability, and the most likely alternatives at its position. */
+export interface TokenLogprob {
+  /** The token's text (may be part of a character for byte tokens). */
+  token: string;
+  /** The token's raw bytes, which are exact even where `token` is not. */
+  bytes: number[];
+  /** Natural log; null only for the first prompt token, which nothing predicts. */
+  logprob: number | null;
+  top: Array<{ token: string; bytes: number[]; logprob: number }>;
 }
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";
@@ -67,7 +90,9 @@ export interface Usage {
 }
 
 export type GenerationEvent =
-  | { type: "text"; choice: number; text: string }
+  | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  /** The prompt itself, for echo; sent before the choice's first text. */
+  | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[] }
   | { type: "finish"; choice: number; reason: FinishReason }
   | { type: "usage"; usage: Usage };
 

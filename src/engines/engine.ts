@@ -1,4 +1,4 @@
-import type { GenerationRequest, ModelDescription, SamplingParams } from "../core/types.ts";
+import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams, TokenLogprob } from "../core/types.ts";
 
 /**
  * What an engine hands back after checking a request: enough for the core to schedule it and to
@@ -14,7 +14,9 @@ export interface PreparedGeneration {
 
 /** One step of an engine's output for a single choice. */
 export type EngineChunk =
-  | { kind: "text"; text: string; tokens: number }
+  /** Text of newly generated tokens; `logprobs` has one entry per token when requested. */
+  | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[] }
+  | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   | { kind: "end"; reason: "stop" | "length" };
 
 export type EngineState = "loading" | "ready" | "failed";
@@ -32,5 +34,8 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   prepare(request: GenerationRequest): Promise<P>;
   /** Generates one choice in the given slot. Ending iteration early stops the generation. */
   generate(prepared: P, sampling: SamplingParams, slot: number, signal: AbortSignal): AsyncGenerator<EngineChunk>;
+  /** Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template). */
+  tokenize(prompt: PromptInput, addSpecial: boolean): number[];
+  detokenize(tokens: number[]): string;
   dispose(): Promise<void>;
 }

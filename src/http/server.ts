@@ -2,8 +2,10 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { ApiError } from "../core/errors.ts";
 import type { ModelRegistry } from "../core/registry.ts";
 import { registerChatRoutes } from "../dialects/openai/chat-routes.ts";
+import { registerCompletionRoutes } from "../dialects/openai/completions-routes.ts";
 import { openAIErrorBody } from "../dialects/openai/errors.ts";
 import { registerModelRoutes } from "../dialects/openai/models-routes.ts";
+import { registerTokenizeRoutes } from "../dialects/openai/tokenize-routes.ts";
 import { toApiError } from "./to-api-error.ts";
 
 export interface ServerOptions {
@@ -45,5 +47,7 @@ export function buildServer(registry: ModelRegistry, opts: ServerOptions): Fasti
 
   registerModelRoutes(app, registry);
   registerChatRoutes(app, registry);
+  registerCompletionRoutes(app, registry);
+  registerTokenizeRoutes(app, registry);
   return app;
 }

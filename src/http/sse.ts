@@ -47,3 +47,25 @@ export class SseWriter {
     });
   }
 }
+
+/**
+ * Takes over the response for a stream. Once headers are sent an error can no longer change the
+ * status, so it is reported as a final data event in the dialect's error shape.
+ */
+export async function respondWithSse(
+  reply: { hijack(): void; raw: ServerResponse },
+  signal: AbortSignal,
+  write: (sse: SseWriter) => Promise<void>,
+  errorEvent: (err: unknown) => unknown,
+): Promise<void> {
+  reply.hijack();
+  const sse = new SseWriter(reply.raw);
+  sse.open();
+  try {
+    await write(sse);
+  } catch (err) {
+    if (!signal.aborted) await sse.data(errorEvent(err));
+  } finally {
+    sse.end();
+  }
+}

@@ -3,7 +3,7 @@ import { startGeneration } from "../../core/generate.ts";
 import { newId, SYSTEM_FINGERPRINT } from "../../core/ids.ts";
 import type { ModelRegistry } from "../../core/registry.ts";
 import { abortOnDisconnect } from "../../http/client-abort.ts";
-import { SseWriter } from "../../http/sse.ts";
+import { respondWithSse } from "../../http/sse.ts";
 import { toApiError } from "../../http/to-api-error.ts";
 import { chatCompletionRequest } from "./chat-protocol.ts";
 import { chatToCanonical } from "./chat-to-canonical.ts";
@@ -26,16 +26,11 @@ export function registerChatRoutes(app: FastifyInstance, registry: ModelRegistry
     };
     if (!body.stream) return renderChatCompletion(meta, started.events);
 
-    reply.hijack();
-    const sse = new SseWriter(reply.raw);
-    sse.open();
-    try {
-      await streamChatCompletion(sse, meta, started.events, body.stream_options?.include_usage === true);
-    } catch (err) {
-      // Headers are gone; the only way left to tell the client is an error event in the stream.
-      if (!signal.aborted) await sse.data(openAIErrorBody(toApiError(err)));
-    } finally {
-      sse.end();
-    }
+    await respondWithSse(
+      reply,
+      signal,
+      (sse) => streamChatCompletion(sse, meta, started.events, body.stream_options?.include_usage === true),
+      (err) => openAIErrorBody(toApiError(err)),
+    );
   });
 }

@@ -53,7 +53,7 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
     throw unsupportedField("stream_options.continuous_usage_stats");
 }
 
-function toMessage(m: ChatMessage, i: number): Message {
+export function toMessage(m: ChatMessage, i: number): Message {
   switch (m.role) {
     case "system":
     case "developer":

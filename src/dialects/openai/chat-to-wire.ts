@@ -28,7 +28,7 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
   for await (const ev of events) {
     if (ev.type === "text") text[ev.choice] += ev.text;
     else if (ev.type === "finish") finish[ev.choice] = ev.reason;
-    else usage = ev.usage;
+    else if (ev.type === "usage") usage = ev.usage;
   }
   return {
     id: meta.id,
@@ -80,7 +80,7 @@ export async function streamChatCompletion(
     if (sse.closed) return;
     if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text })]));
     else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
-    else if (includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
+    else if (ev.type === "usage" && includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
   }
   await sse.data("[DONE]");
 }

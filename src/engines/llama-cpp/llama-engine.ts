@@ -10,11 +10,13 @@ import {
   type Token,
 } from "node-llama-cpp";
 import { ApiError, badRequest } from "../../core/errors.ts";
-import type { GenerationRequest, ModelDescription, SamplingParams } from "../../core/types.ts";
+import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams } from "../../core/types.ts";
 import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
+import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
+import { TokenPieces } from "./token-pieces.ts";
 import { TokenTextDecoder } from "./token-text.ts";
 
 export interface LlamaEngineOptions {
@@ -31,6 +33,9 @@ export interface LlamaPrepared extends PreparedGeneration {
   tokens: Token[];
   /** Tokens that end a turn in this prompt format, besides the model's end-of-generation tokens. */
   stopTokens: Set<Token>;
+  logprobs?: number;
+  /** The prompt text to report back (echo), when asked for. */
+  echo?: string;
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
@@ -43,6 +48,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly sequences: LlamaContextSequence[];
   private readonly wrapper: ChatWrapper;
   private readonly vocabSize: number;
+  private readonly pieces: TokenPieces;
 
   private constructor(
     opts: LlamaEngineOptions,
@@ -54,6 +60,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.sequences = Array.from({ length: opts.parallel }, () => context.getSequence());
     this.wrapper = resolveChatWrapper(model);
     this.vocabSize = vocabularySize(model);
+    this.pieces = new TokenPieces(model);
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
@@ -113,7 +120,15 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         { param: req.maxTokensParam ?? "max_tokens", code: "context_length_exceeded" },
       );
     }
-    return { tokens, stopTokens, formatStops, promptTokens: tokens.length, maxTokens: req.maxTokens ?? room };
+    return {
+      tokens,
+      stopTokens,
+      formatStops,
+      promptTokens: tokens.length,
+      maxTokens: req.maxTokens ?? room,
+      logprobs: req.logprobs,
+      echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
+    };
   }
 
   async *generate(
@@ -124,19 +139,38 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   ): AsyncGenerator<EngineChunk> {
     const sequence = this.sequences[slot];
     await sequence.clearHistory();
+    let input = prepared.tokens;
+    if (prepared.echo !== undefined) {
+      if (prepared.logprobs === undefined) yield { kind: "prompt", text: prepared.echo };
+      else {
+        const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces);
+        if (input.length > 1) input = input.slice(-1);
+        yield { kind: "prompt", text: prepared.echo, logprobs };
+      }
+    }
+    if (prepared.maxTokens === 0) {
+      yield { kind: "end", reason: "length" };
+      return;
+    }
+
     const generated: Token[] = [];
     const decoder = new TokenTextDecoder(this.model, prepared.tokens);
     const options = buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens);
+    const steps =
+      prepared.logprobs === undefined
+        ? plainSteps(sequence, input, options)
+        : logprobSteps(sequence, input, options, sampling, prepared.logprobs, this.pieces);
 
-    for await (const token of sequence.evaluate(prepared.tokens, options)) {
+    for await (const { token, logprob } of steps) {
       if (signal.aborted) return;
       generated.push(token);
       if (this.model.isEogToken(token) || prepared.stopTokens.has(token)) {
+        // The end-of-turn token is counted but is not content, so it has no logprob entry.
         yield { kind: "text", text: decoder.flush(), tokens: 1 };
         yield { kind: "end", reason: "stop" };
         return;
       }
-      yield { kind: "text", text: decoder.push(token), tokens: 1 };
+      yield { kind: "text", text: decoder.push(token), tokens: 1, ...(logprob ? { logprobs: [logprob] } : {}) };
       if (generated.length >= prepared.maxTokens) {
         yield { kind: "text", text: decoder.flush(), tokens: 0 };
         yield { kind: "end", reason: "length" };
@@ -148,6 +182,28 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     yield { kind: "end", reason: "stop" };
   }
 
+  tokenize(prompt: PromptInput, addSpecial: boolean): number[] {
+    if (prompt.kind === "chat") return this.renderPrompt({ prompt } as GenerationRequest).tokens;
+    if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
+    return this.renderPrompt({ prompt } as GenerationRequest).tokens;
+  }
+
+  private promptText(prompt: PromptInput, tokens: Token[]): string {
+    if (prompt.kind === "text") return prompt.text;
+    if (prompt.kind === "infill") return prompt.prefix;
+    return this.model.detokenize(tokens, false);
+  }
+
+  detokenize(tokens: number[]): string {
+    tokens.forEach((t, i) => this.checkToken(t, `tokens[${i}]`));
+    return this.model.detokenize(tokens as Token[], false);
+  }
+
+  private checkToken(t: number, param: string): void {
+    if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
+      throw badRequest(`token ${t} is outside the vocabulary (0..${this.vocabSize - 1}).`, param);
+  }
+
   async dispose(): Promise<void> {
     await this.context.dispose();
     await this.model.dispose();
@@ -156,15 +212,20 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private renderPrompt(req: GenerationRequest): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
     const prompt = req.prompt;
     if (prompt.kind === "tokens") {
-      prompt.tokens.forEach((t, i) => {
-        if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
-          throw badRequest(`prompt token ${t} is outside the vocabulary (0..${this.vocabSize - 1}).`, `prompt[${i}]`);
-      });
+      prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt[${i}]`));
       return { tokens: prompt.tokens.slice() as Token[], stopTokens: new Set(), formatStops: [] };
     }
+    const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
     if (prompt.kind === "text") {
-      const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
       return { tokens: [...bos, ...this.model.tokenize(prompt.text, false)], stopTokens: new Set(), formatStops: [] };
+    }
+    if (prompt.kind === "infill") {
+      // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
+      const { prefix, suffix, middle } = this.model.tokens.infill;
+      if (prefix == null || suffix == null || middle == null)
+        throw badRequest("This model has no fill-in-the-middle tokens, so 'suffix' cannot be used.", "suffix");
+      const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
+      return { tokens, stopTokens: new Set(), formatStops: [] };
     }
     const state = this.wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages) });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);

@@ -1,0 +1,38 @@
+import { badRequest } from "../../core/errors.ts";
+import type { GenerationRequest, PromptInput } from "../../core/types.ts";
+import type { CompletionRequest } from "./completions-protocol.ts";
+import { normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+
+/** One canonical request per prompt of the batch; they share everything but the prompt. */
+export function completionToCanonical(body: CompletionRequest): GenerationRequest[] {
+  const n = body.n ?? 1;
+  if (body.best_of != null && body.best_of !== n)
+    throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
+  if (body.stream_options != null && !body.stream)
+    throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
+
+  const prompts = toPrompts(body.prompt);
+  if (body.suffix != null) {
+    if (prompts.some((p) => p.kind !== "text"))
+      throw badRequest("'suffix' needs text prompts; token-id prompts cannot be split around it.", "suffix");
+  }
+  const sampling = toSamplingParams(body);
+  return prompts.map((prompt) => ({
+    model: body.model,
+    prompt: body.suffix != null && prompt.kind === "text" ? { kind: "infill", prefix: prompt.text, suffix: body.suffix } : prompt,
+    sampling,
+    maxTokens: body.max_tokens ?? 16,
+    maxTokensParam: "max_tokens",
+    stop: normaliseStop(body.stop),
+    n,
+    isolationKey: body.user ?? undefined,
+    logprobs: body.logprobs ?? undefined,
+    echo: body.echo === true,
+  }));
+}
+
+function toPrompts(prompt: CompletionRequest["prompt"]): PromptInput[] {
+  if (typeof prompt === "string") return [{ kind: "text", text: prompt }];
+  if (prompt.every((p) => typeof p === "number")) return [{ kind: "tokens", tokens: prompt as number[] }];
+  return (prompt as Array<string | number[]>).map((p) => (typeof p === "string" ? { kind: "text", text: p } : { kind: "tokens", tokens: p }));
+}

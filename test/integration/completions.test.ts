@@ -1,0 +1,192 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({ "ctx-size": "512" });
+});
+after(async () => {
+  await s.close();
+});
+
+const complete = (params: Record<string, unknown>) => s.client.completions.create({ model: "tiny", ...params } as any) as Promise<any>;
+
+test("a text prompt completes with OpenAI's shape; max_tokens defaults to 16", async () => {
+  const r = await complete({ prompt: "Once upon a time", logit_bias: NO_EOG });
+  assert.match(r.id, /^cmpl-/);
+  assert.equal(r.object, "text_completion");
+  assert.equal(r.choices.length, 1);
+  assert.equal(typeof r.choices[0].text, "string");
+  assert.equal(r.choices[0].logprobs, null);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 16);
+});
+
+test("batched prompts × n are ordered prompt_index * n + j and match single requests", async () => {
+  const r = await complete({ prompt: ["The king", "A river"], n: 2, max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
+  assert.deepEqual(r.choices.map((c: any) => c.index), [0, 1, 2, 3]);
+  const king = await complete({ prompt: "The king", max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
+  const river = await complete({ prompt: "A river", max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
+  assert.equal(r.choices[0].text, king.choices[0].text);
+  assert.equal(r.choices[1].text, king.choices[0].text);
+  assert.equal(r.choices[2].text, river.choices[0].text);
+  assert.equal(r.choices[3].text, river.choices[0].text);
+  assert.equal(r.usage.prompt_tokens, king.usage.prompt_tokens + river.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 24);
+});
+
+test("token-id prompts are used exactly as sent", async () => {
+  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "The quick brown fox" });
+  assert.equal(tok.status, 200);
+  const fromText = await complete({ prompt: "The quick brown fox", max_tokens: 8, temperature: 0, logit_bias: NO_EOG });
+  const fromIds = await complete({ prompt: tok.json.tokens, max_tokens: 8, temperature: 0, logit_bias: NO_EOG });
+  assert.equal(fromIds.usage.prompt_tokens, tok.json.tokens.length);
+  assert.equal(fromIds.choices[0].text, fromText.choices[0].text);
+  // Without the BOS token the prompt is one token shorter and counted as such.
+  const noBos = await complete({ prompt: tok.json.tokens.slice(1), max_tokens: 1 });
+  assert.equal(noBos.usage.prompt_tokens, tok.json.tokens.length - 1);
+  const batch = await complete({ prompt: [tok.json.tokens, tok.json.tokens.slice(1)], max_tokens: 1 });
+  assert.equal(batch.choices.length, 2);
+});
+
+test("echo returns the prompt before the completion", async () => {
+  const r = await complete({ prompt: "Hello world", echo: true, max_tokens: 4, logit_bias: NO_EOG });
+  assert.ok(r.choices[0].text.startsWith("Hello world"));
+  assert.ok(r.choices[0].text.length > "Hello world".length);
+});
+
+test("logprobs: legacy shape, one entry per token, top maps sorted, greedy picks the top token", async () => {
+  const k = 3;
+  const r = await complete({ prompt: "The sun", max_tokens: 10, temperature: 0, logprobs: k, logit_bias: NO_EOG });
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 10);
+  assert.equal(lp.tokens.join(""), r.choices[0].text);
+  for (let i = 0; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    // A JSON object cannot keep an order for number-like keys ("9"), so compare by value.
+    const top = Object.values(lp.top_logprobs[i]) as number[];
+    assert.equal(top.length, k);
+    assert.ok(top.every((v) => v <= 0));
+    // At temperature 0 the chosen token is the most likely one.
+    assert.ok(Math.abs(lp.token_logprobs[i] - Math.max(...top)) < 1e-9);
+    if (i > 0) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + lp.tokens[i - 1].length);
+  }
+});
+
+test("echo + logprobs covers the prompt too, in one pass; the first prompt token has none", async () => {
+  const prompt = "Once upon a time";
+  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt });
+  const r = await complete({ prompt, echo: true, logprobs: 2, max_tokens: 5, logit_bias: NO_EOG });
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, tok.json.count + 5);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (const v of lp.token_logprobs.slice(1)) assert.ok(typeof v === "number" && v <= 0);
+  assert.equal(lp.text_offset[0], 0);
+
+  // Scoring only: max_tokens 0 generates nothing.
+  const scored = await complete({ prompt, echo: true, logprobs: 0, max_tokens: 0 });
+  assert.equal(scored.choices[0].text, prompt);
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.deepEqual(scored.choices[0].logprobs.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
+});
+
+test("sampling with logprobs stays reproducible by seed and follows temperature", async () => {
+  const ask = (seed: number) => complete({ prompt: "Dice", max_tokens: 12, temperature: 1, seed, logprobs: 1, logit_bias: NO_EOG });
+  const [a, b, c] = await Promise.all([ask(5), ask(5), ask(6)]);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  assert.notEqual(a.choices[0].text, c.choices[0].text);
+  // Sampled tokens are not always the top one at temperature 1.
+  const lp = a.choices[0].logprobs;
+  const notTop = lp.tokens.filter((_: string, i: number) => lp.token_logprobs[i] < Math.max(...(Object.values(lp.top_logprobs[i]) as number[])));
+  assert.ok(notTop.length > 0);
+});
+
+test("streaming: text_completion chunks, [DONE], text equal to the non-streamed text", async () => {
+  const params = { prompt: "A long road", max_tokens: 20, temperature: 0, logit_bias: NO_EOG };
+  const whole = await complete(params);
+  const stream: any = await s.client.completions.create({ model: "tiny", ...params, stream: true, stream_options: { include_usage: true } } as any);
+  let text = "";
+  let finish = null;
+  let usage = null;
+  for await (const c of stream) {
+    assert.equal(c.object, "text_completion");
+    if (c.choices[0]) {
+      text += c.choices[0].text;
+      finish = c.choices[0].finish_reason ?? finish;
+    }
+    if (c.usage) usage = c.usage;
+  }
+  assert.equal(text, whole.choices[0].text);
+  assert.equal(finish, "length");
+  assert.deepEqual(usage, whole.usage);
+});
+
+test("stop strings apply to completions too", async () => {
+  const free = await complete({ prompt: "Write", max_tokens: 30, temperature: 0, logit_bias: NO_EOG });
+  const text = free.choices[0].text;
+  const stop = text.slice(8, 12);
+  const r = await complete({ prompt: "Write", max_tokens: 30, temperature: 0, stop, logit_bias: NO_EOG });
+  assert.equal(r.choices[0].text, text.slice(0, text.indexOf(stop)));
+  assert.equal(r.choices[0].finish_reason, "stop");
+});
+
+const invalid: Array<[string, Record<string, unknown>, string, string?]> = [
+  ["empty prompt array", { prompt: [] }, "prompt"],
+  ["prompt of the wrong type", { prompt: 42 }, "prompt"],
+  ["token id outside the vocabulary", { prompt: [1, 2, 999999] }, "prompt[2]"],
+  ["negative token id", { prompt: [1, -3] }, "prompt[1]"],
+  ["logprobs above 20", { prompt: "x", logprobs: 21 }, "logprobs"],
+  ["best_of different from n", { prompt: "x", best_of: 3 }, "best_of"],
+  ["suffix on a model without FIM tokens", { prompt: "x", suffix: "y" }, "suffix"],
+  ["negative max_tokens", { prompt: "x", max_tokens: -1 }, "max_tokens"],
+  ["prompt longer than the context", { prompt: "word ".repeat(700) }, "prompt", "context_length_exceeded"],
+  ["max_tokens that cannot fit", { prompt: "x", max_tokens: 600 }, "max_tokens", "context_length_exceeded"],
+  ["stream_options without stream", { prompt: "x", stream_options: { include_usage: true } }, "stream_options"],
+];
+for (const [name, body, param, code] of invalid) {
+  test(`completions: ${name} → 400 naming ${param}`, async () => {
+    const r = await postJson(`${s.url}/v1/completions`, { model: "tiny", ...body });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, param, r.text);
+    if (code) assert.equal(r.json.error.code, code);
+  });
+}
+
+test("best_of equal to n is accepted", async () => {
+  const r = await complete({ prompt: "x", best_of: 2, n: 2, max_tokens: 2 });
+  assert.equal(r.choices.length, 2);
+});
+
+test("/tokenize counts what generation counts; /detokenize inverts it", async () => {
+  const messages = [{ role: "user", content: "Count me" }];
+  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", messages });
+  assert.equal(tok.status, 200);
+  assert.equal(tok.json.count, tok.json.tokens.length);
+  assert.equal(tok.json.max_model_len, 512);
+  const chat = await s.client.chat.completions.create({ model: "tiny", messages: messages as any, max_tokens: 1 });
+  assert.equal(chat.usage?.prompt_tokens, tok.json.count);
+
+  const text = "hello world, héllo 世界 🎉";
+  const plain = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: text, add_special_tokens: false });
+  const withBos = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: text });
+  assert.equal(withBos.json.count, plain.json.count + 1);
+  const back = await postJson(`${s.url}/detokenize`, { model: "tiny", tokens: plain.json.tokens });
+  assert.equal(back.json.prompt, text);
+});
+
+test("/tokenize and /detokenize refuse bad input with 4xx", async () => {
+  const cases: Array<[string, unknown, number, string | null]> = [
+    ["/tokenize", { model: "tiny" }, 400, "prompt"],
+    ["/tokenize", { model: "tiny", prompt: "a", messages: [{ role: "user", content: "b" }] }, 400, "messages"],
+    ["/tokenize", { model: "nope", prompt: "a" }, 404, "model"],
+    ["/detokenize", { model: "tiny", tokens: [1, 99999] }, 400, "tokens[1]"],
+    ["/detokenize", { model: "tiny", tokens: "abc" }, 400, "tokens"],
+  ];
+  for (const [path, body, status, param] of cases) {
+    const r = await postJson(`${s.url}${path}`, body);
+    assert.equal(r.status, status, `${path} ${JSON.stringify(body)}: ${r.text}`);
+    assert.equal(r.json.error.param, param, r.text);
+  }
+});
