@@ -1,14 +1,15 @@
 /**
  * `npm run bench`: generates the benchmark model, starts the server in its own process and measures,
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
- * decode loop on the same model and settings. Absolute numbers depend on the machine; the ratios
- * are what to compare between runs.
+ * decode loop on the same model and settings, then embeddings throughput (bench/embeddings.ts).
+ * Absolute numbers depend on the machine; the ratios are what to compare between runs.
  */
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
+import { embeddingsBenchmark } from "./embeddings.ts";
 import { startServerProcess } from "./server-process.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
@@ -189,6 +190,8 @@ async function main() {
   } finally {
     await raw.dispose();
   }
+
+  await embeddingsBenchmark(modelPath, cores);
 }
 
 await main();

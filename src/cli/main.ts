@@ -17,9 +17,12 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --ctx-size <n>         context tokens per sequence (default: the model's, at most 4096)
   --parallel <n>         sequences decoding at once per model (default 4)
   --max-queue <n>        requests allowed to wait for a sequence (default 64)
+  --embedding-contexts <n>  embedding contexts per model, created on first use (default 2)
   --threads <n>          CPU threads (default: the cores available)
   --gpu auto|off|cuda|vulkan|metal
   --body-limit <bytes>   largest accepted request body (default 16 MiB)
+  --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
+  --cache-min-tokens <n> shortest prompt worth saving (default 64)
   --cache-dir <dir>      where downloaded models are kept
   --config <file>        YAML file with the same settings
 `;
@@ -35,9 +38,12 @@ async function main(argv: string[]): Promise<number> {
       "ctx-size": { type: "string" },
       parallel: { type: "string" },
       "max-queue": { type: "string" },
+      "embedding-contexts": { type: "string" },
       threads: { type: "string" },
       gpu: { type: "string" },
       "body-limit": { type: "string" },
+      "cache-ram": { type: "string" },
+      "cache-min-tokens": { type: "string" },
       "cache-dir": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },

@@ -53,9 +53,14 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
           parallel: config.parallel,
           threads,
           gpu: config.gpu,
+          embeddingContexts: config["embedding-contexts"],
+          cacheRam: config["cache-ram"],
+          cacheMinTokens: config["cache-min-tokens"],
         });
         registry.ready(engine);
-        log(`plinth: model '${source.id}' ready (context ${engine.contextSize} x ${config.parallel} sequences, ${threads} threads)`);
+        if (engine.slots === 0)
+          log(`plinth: model '${source.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${threads} threads)`);
+        else log(`plinth: model '${source.id}' ready (context ${engine.contextSize} x ${config.parallel} sequences, ${threads} threads)`);
       } catch (err) {
         registry.failed(source.id, (err as Error).message);
         log(`plinth: model '${source.id}' failed to load: ${(err as Error).message}`);

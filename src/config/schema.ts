@@ -9,13 +9,19 @@ export const configSchema = z.object({
   "ctx-size": z.int().min(16).optional(),
   parallel: z.int().min(1).max(256).default(4),
   "max-queue": z.int().min(0).default(64),
+  /** Embedding contexts per model (inputs embedded at once), created on the first embeddings request. */
+  "embedding-contexts": z.int().min(1).max(64).default(2),
   threads: z.int().min(1).default(() => availableParallelism()),
   gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
   "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
+  /** RAM for saved prompt states (prefix cache beyond what the sequences hold); 0 disables. */
+  "cache-ram": z.int().min(0).default(256 * 1024 * 1024),
+  /** Shortest prompt worth saving. */
+  "cache-min-tokens": z.int().min(1).default(64),
   "cache-dir": z.string().optional(),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["port", "ctx-size", "parallel", "max-queue", "threads", "body-limit"] as const;
+export const NUMERIC_KEYS = ["port", "ctx-size", "parallel", "max-queue", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens"] as const;

@@ -37,8 +37,10 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
   let running = jobs;
   let failed = false;
 
+  let cachedTokens = 0;
   const runChoice = async (req: GenerationRequest, prep: PreparedGeneration, choice: number, seedOffset: number) => {
-    const { slot, release } = await scheduler.acquire(signal);
+    const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
+    const { slot, release } = await scheduler.acquire(signal, choose);
     try {
       const matcher = new StopMatcher([...req.stop, ...prep.formatStops]);
       const logprobs = new LogprobAligner();
@@ -48,6 +50,11 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
         if (chunk.kind === "end") {
           reason = chunk.reason;
           break;
+        }
+        if (chunk.kind === "cached") {
+          // The prompt is counted once per request, so is its cached part: the first choice's.
+          if (seedOffset === 0) cachedTokens += chunk.tokens;
+          continue;
         }
         if (chunk.kind === "prompt") {
           channel.push({ type: "prompt", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
@@ -77,7 +84,7 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
     const promptTokens = prepared.reduce((sum, p) => sum + p.promptTokens, 0);
     channel.push({
       type: "usage",
-      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 },
+      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens },
     });
     channel.close();
   };

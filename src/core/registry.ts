@@ -10,6 +10,8 @@ export interface ServedModel {
   error?: string;
   engine?: Engine;
   scheduler?: Scheduler;
+  /** Slots of the model's embedding contexts, when it embeds; separate from generation's. */
+  embeddingScheduler?: Scheduler;
 }
 
 /**
@@ -32,6 +34,7 @@ export class ModelRegistry {
       status: "ready",
       engine,
       scheduler: new Scheduler(engine.slots, this.maxQueue),
+      embeddingScheduler: engine.embeddings ? new Scheduler(engine.embeddings.info.slots, this.maxQueue) : undefined,
     });
   }
 

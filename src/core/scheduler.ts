@@ -42,11 +42,25 @@ export class Scheduler {
     this.reserved += jobs;
   }
 
-  /** Waits for a slot. `release` gives it back; calling it twice is harmless. */
-  async acquire(signal: AbortSignal): Promise<{ slot: number; release: () => void }> {
+  /**
+   * Waits for a slot. `choose` may pick among several free slots (e.g. the one whose cached state
+   * suits the request best); a queued job takes the slot that frees up. `release` gives the slot
+   * back; calling it twice is harmless.
+   */
+  async acquire(
+    signal: AbortSignal,
+    choose?: (free: readonly number[]) => number,
+  ): Promise<{ slot: number; release: () => void }> {
     if (this.reserved > 0) this.reserved--;
     signal.throwIfAborted();
-    const slot = this.free.length > 0 && this.waiting.length === 0 ? this.free.shift()! : await this.enqueue(signal);
+    let slot: number;
+    if (this.free.length > 0 && this.waiting.length === 0) {
+      const picked = choose ? choose(this.free) : this.free[0];
+      const at = this.free.indexOf(picked);
+      slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
+    } else {
+      slot = await this.enqueue(signal);
+    }
     let released = false;
     return {
       slot,

@@ -57,6 +57,10 @@ export interface GenerationRequest {
   n: number;
   /** Namespace for any state shared between requests (prompt cache); never crossed. */
   isolationKey?: string;
+  /** Reuse cached prompt state (default true); false evaluates the whole prompt afresh. */
+  cachePrompt?: boolean;
+  /** A routing hint: prefer the sequence last used with the same key. Not an isolation boundary. */
+  cacheKey?: string;
   /**
    * Log probabilities of the sampled tokens, with this many alternatives each (0 = the sampled token
    * only). Undefined: none.

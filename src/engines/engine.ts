@@ -17,6 +17,8 @@ export type EngineChunk =
   /** Text of newly generated tokens; `logprobs` has one entry per token when requested. */
   | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[] }
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
+  /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
+  | { kind: "cached"; tokens: number }
   | { kind: "end"; reason: "stop" | "length" };
 
 export type EngineState = "loading" | "ready" | "failed";
@@ -32,10 +34,54 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   describe(): ModelDescription;
   /** Renders and tokenizes the prompt and checks it against the model's limits. Throws ApiError. */
   prepare(request: GenerationRequest): Promise<P>;
+  /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
+  pickSlot?(prepared: P, free: readonly number[]): number;
   /** Generates one choice in the given slot. Ending iteration early stops the generation. */
   generate(prepared: P, sampling: SamplingParams, slot: number, signal: AbortSignal): AsyncGenerator<EngineChunk>;
   /** Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template). */
   tokenize(prompt: PromptInput, addSpecial: boolean): number[];
   detokenize(tokens: number[]): string;
+  /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
+  readonly embeddings?: Embedder;
   dispose(): Promise<void>;
+}
+
+/** One input of an embeddings request: text to tokenize, or token ids taken as they are. */
+export type EmbedInput = { kind: "text"; text: string } | { kind: "tokens"; tokens: number[] };
+
+/**
+ * How a model reduces a sequence to one vector. "last" is also what a model that declares no
+ * pooling gets (the last token's hidden state); `poolingDeclared` tells the two apart.
+ */
+export type EmbeddingPooling = "mean" | "cls" | "last";
+
+export interface EmbeddingInfo {
+  /** Length of the vectors the model produces. */
+  dimensions: number;
+  pooling: EmbeddingPooling;
+  /** False when the model file declares no pooling and the last token stands in for the sequence. */
+  poolingDeclared: boolean;
+  /** Longest input in tokens, counting the tokens the model adds itself (BOS/CLS, SEP). */
+  maxInputTokens: number;
+  /** Token ids are valid below this. */
+  vocabularySize: number;
+  /** Inputs that can be embedded at once, one per slot index (the core schedules the slots). */
+  slots: number;
+  /** True for models that only embed (encoders); they refuse generation requests. */
+  embeddingOnly: boolean;
+}
+
+/**
+ * A model's embedding capability. Like generation, scheduling is the core's job: `embed` runs one
+ * input in the given slot, and the core spreads a request's inputs over the slots.
+ */
+export interface Embedder {
+  readonly info: EmbeddingInfo;
+  /**
+   * The tokens that will be embedded for an input, including the tokens the model adds (BOS/CLS,
+   * SEP). Token ids must already have been checked against `info.vocabularySize`.
+   */
+  tokenize(input: EmbedInput): number[];
+  /** The model's raw (unnormalised) vector for tokenized input, computed in the given slot. */
+  embed(tokens: number[], slot: number, signal: AbortSignal): Promise<Float32Array>;
 }

@@ -3,6 +3,7 @@ import { ApiError } from "../core/errors.ts";
 import type { ModelRegistry } from "../core/registry.ts";
 import { registerChatRoutes } from "../dialects/openai/chat-routes.ts";
 import { registerCompletionRoutes } from "../dialects/openai/completions-routes.ts";
+import { registerEmbeddingsRoutes } from "../dialects/openai/embeddings-routes.ts";
 import { openAIErrorBody } from "../dialects/openai/errors.ts";
 import { registerModelRoutes } from "../dialects/openai/models-routes.ts";
 import { registerTokenizeRoutes } from "../dialects/openai/tokenize-routes.ts";
@@ -48,6 +49,7 @@ export function buildServer(registry: ModelRegistry, opts: ServerOptions): Fasti
   registerModelRoutes(app, registry);
   registerChatRoutes(app, registry);
   registerCompletionRoutes(app, registry);
+  registerEmbeddingsRoutes(app, registry);
   registerTokenizeRoutes(app, registry);
   return app;
 }

@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
 
 export interface TestServer extends RunningServer {
   client: OpenAI;
@@ -9,17 +9,24 @@ export interface TestServer extends RunningServer {
   modelPath: string;
 }
 
+export interface TestServerOptions {
+  /** Also serve the BERT embedding fixture (an embedding-only model) as "bert". */
+  bert?: boolean;
+}
+
 /**
  * The real server, in this process, on a random loopback port, serving the generated fixture model.
  * Threads are kept to one so a test run behaves the same on a busy 2-core CI machine.
  */
-export async function startTestServer(settings: Record<string, unknown> = {}): Promise<TestServer> {
+export async function startTestServer(settings: Record<string, unknown> = {}, opts: TestServerOptions = {}): Promise<TestServer> {
   const modelPath = await ensureFixtureModel();
-  const config = loadConfig({ model: [`tiny=${modelPath}`], port: "0", threads: "1", ...settings }, {});
+  const models = [`tiny=${modelPath}`];
+  if (opts.bert) models.push(`bert=${await ensureBertFixtureModel()}`);
+  const config = loadConfig({ model: models, port: "0", threads: "1", ...settings }, {});
   const server = await serve(config, { log: () => {} });
   await server.loaded;
-  const status = server.registry.list().find((m) => m.id === "tiny");
-  if (status?.status !== "ready") throw new Error(`fixture model failed to load: ${status?.error}`);
+  for (const status of server.registry.list())
+    if (status.status !== "ready") throw new Error(`fixture model '${status.id}' failed to load: ${status.error}`);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
   return { ...server, client, model: "tiny", modelPath };
 }

@@ -80,7 +80,9 @@ test("streamed text equals non-streamed text at temperature 0, with OpenAI's chu
   assert.equal(finishes[0].choices[0].finish_reason, whole.choices[0].finish_reason);
   const last = chunks.at(-1)!;
   assert.deepEqual(last.choices, []);
-  assert.deepEqual(last.usage, whole.usage);
+  // Counts match; cached_tokens may differ, since the second request reuses the first one's prompt.
+  assert.equal(last.usage?.prompt_tokens, whole.usage?.prompt_tokens);
+  assert.equal(last.usage?.completion_tokens, whole.usage?.completion_tokens);
   for (const c of chunks.slice(0, -1)) assert.equal(c.usage, null);
   assert.ok(chunks.every((c) => c.id === chunks[0].id && c.object === "chat.completion.chunk"));
 });

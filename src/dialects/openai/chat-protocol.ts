@@ -67,6 +67,9 @@ export const chatCompletionRequest = z.object({
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),
+  // vLLM's and llama-server's prompt-cache extensions.
+  cache_salt: z.string().nullish(),
+  cache_prompt: z.boolean().nullish(),
   service_tier: z.string().nullish(),
   store: z.boolean().nullish(),
   metadata: z.record(z.string(), z.string()).nullish(),
@@ -78,7 +81,7 @@ export const chatCompletionRequest = z.object({
   function_call: z.unknown().optional(),
   response_format: z.unknown().optional(),
   logprobs: z.boolean().nullish(),
-  top_logprobs: z.int().nullish(),
+  top_logprobs: z.int().min(0).max(20).nullish(),
   reasoning_effort: z.unknown().optional(),
   reasoning: z.unknown().optional(),
   chat_template_kwargs: z.unknown().optional(),

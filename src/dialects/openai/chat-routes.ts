@@ -24,12 +24,13 @@ export function registerChatRoutes(app: FastifyInstance, registry: ModelRegistry
       serviceTier: body.service_tier ? "default" : undefined,
       n: canonical.n,
     };
-    if (!body.stream) return renderChatCompletion(meta, started.events);
+    const withLogprobs = canonical.logprobs !== undefined;
+    if (!body.stream) return renderChatCompletion(meta, started.events, withLogprobs);
 
     await respondWithSse(
       reply,
       signal,
-      (sse) => streamChatCompletion(sse, meta, started.events, body.stream_options?.include_usage === true),
+      (sse) => streamChatCompletion(sse, meta, started.events, body.stream_options?.include_usage === true, withLogprobs),
       (err) => openAIErrorBody(toApiError(err)),
     );
   });

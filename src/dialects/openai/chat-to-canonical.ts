@@ -1,7 +1,7 @@
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
-import { normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
 const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
@@ -29,7 +29,10 @@ export function chatToCanonical(body: ChatCompletionRequest): GenerationRequest 
     maxTokensParam,
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
-    isolationKey: body.safety_identifier ?? body.user ?? undefined,
+    isolationKey: isolationKey(body.safety_identifier ?? body.user, body.cache_salt),
+    cachePrompt: body.cache_prompt ?? true,
+    cacheKey: body.prompt_cache_key ?? undefined,
+    logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
   };
 }
 
@@ -39,8 +42,8 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
   }
   const rf = body.response_format as { type?: unknown } | null | undefined;
   if (rf != null && rf.type !== "text") throw unsupportedField("response_format", "structured output is not supported by this server yet");
-  if (body.logprobs) throw unsupportedField("logprobs", "log probabilities are not supported by this server yet");
-  if (body.top_logprobs != null) throw unsupportedField("top_logprobs", "log probabilities are not supported by this server yet");
+  if (body.top_logprobs != null && !body.logprobs)
+    throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.modalities && body.modalities.some((m) => m !== "text"))
     throw unsupportedField("modalities", "only text output is supported");
   if (body.store) throw unsupportedField("store", "stored completions are not supported by this server");

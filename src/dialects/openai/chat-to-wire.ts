@@ -1,4 +1,4 @@
-import type { FinishReason, GenerationEvent, Usage } from "../../core/types.ts";
+import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 
 export interface CompletionMeta {
@@ -20,14 +20,27 @@ export function usageToWire(u: Usage) {
   };
 }
 
+/** Chat Completions' logprobs entry: the token, its log probability, bytes and alternatives. */
+export function logprobToWire(e: TokenLogprob) {
+  return {
+    token: e.token,
+    logprob: e.logprob ?? 0,
+    bytes: e.bytes,
+    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })),
+  };
+}
+
 /** Collects the whole event stream into one chat.completion object. */
-export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>) {
+export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, withLogprobs = false) {
   const text: string[] = Array.from({ length: meta.n }, () => "");
+  const logprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
   const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
   let usage: Usage | undefined;
   for await (const ev of events) {
-    if (ev.type === "text") text[ev.choice] += ev.text;
-    else if (ev.type === "finish") finish[ev.choice] = ev.reason;
+    if (ev.type === "text") {
+      text[ev.choice] += ev.text;
+      if (ev.logprobs) logprobs[ev.choice].push(...ev.logprobs);
+    } else if (ev.type === "finish") finish[ev.choice] = ev.reason;
     else if (ev.type === "usage") usage = ev.usage;
   }
   return {
@@ -40,7 +53,7 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
     choices: text.map((content, index) => ({
       index,
       message: { role: "assistant" as const, content, refusal: null },
-      logprobs: null,
+      logprobs: withLogprobs ? { content: logprobs[index].map(logprobToWire), refusal: null } : null,
       finish_reason: finish[index],
     })),
     usage: usage ? usageToWire(usage) : undefined,
@@ -56,6 +69,7 @@ export async function streamChatCompletion(
   meta: CompletionMeta,
   events: AsyncIterable<GenerationEvent>,
   includeUsage: boolean,
+  withLogprobs = false,
 ): Promise<void> {
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
     id: meta.id,
@@ -68,17 +82,17 @@ export async function streamChatCompletion(
     ...(includeUsage ? { usage: null } : {}),
     ...extra,
   });
-  const delta = (index: number, d: Record<string, unknown>, finish: FinishReason | null = null) => ({
+  const delta = (index: number, d: Record<string, unknown>, finish: FinishReason | null = null, lp?: TokenLogprob[]) => ({
     index,
     delta: d,
-    logprobs: null,
+    logprobs: withLogprobs && lp ? { content: lp.map(logprobToWire), refusal: null } : null,
     finish_reason: finish,
   });
 
   for (let i = 0; i < meta.n; i++) await sse.data(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
   for await (const ev of events) {
     if (sse.closed) return;
-    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text })]));
+    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, ev.logprobs)]));
     else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
     else if (ev.type === "usage" && includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
   }

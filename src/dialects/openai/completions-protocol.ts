@@ -30,6 +30,8 @@ export const completionRequest = z.object({
   repetition_penalty: z.number().gt(0).max(10).nullish(),
   logit_bias: z.record(z.string().regex(/^\d+$/, "logit_bias keys must be token ids (integers as strings)"), z.number().min(-100).max(100)).nullish(),
   user: z.string().nullish(),
+  cache_salt: z.string().nullish(),
+  cache_prompt: z.boolean().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
 });

@@ -1,7 +1,7 @@
 import { badRequest } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
-import { normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** One canonical request per prompt of the batch; they share everything but the prompt. */
 export function completionToCanonical(body: CompletionRequest): GenerationRequest[] {
@@ -25,7 +25,8 @@ export function completionToCanonical(body: CompletionRequest): GenerationReques
     maxTokensParam: "max_tokens",
     stop: normaliseStop(body.stop),
     n,
-    isolationKey: body.user ?? undefined,
+    isolationKey: isolationKey(body.user, body.cache_salt),
+    cachePrompt: body.cache_prompt ?? true,
     logprobs: body.logprobs ?? undefined,
     echo: body.echo === true,
   }));

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { modelNotFound } from "../../core/errors.ts";
 import type { ModelRegistry, ServedModel } from "../../core/registry.ts";
+import type { EmbeddingInfo } from "../../engines/engine.ts";
 
 function toWire(m: ServedModel) {
   const d = m.engine?.describe();
@@ -12,6 +13,22 @@ function toWire(m: ServedModel) {
     // Extensions, as vLLM and llama-server report them: what a client needs to size its prompts.
     max_model_len: d?.contextSize ?? null,
     status: m.status,
+    ...(m.engine?.embeddings ? { embedding: embeddingToWire(m.engine.embeddings.info) } : {}),
+  };
+}
+
+/**
+ * What POST /v1/embeddings gives for this model. `pooling_declared: false` means the model file
+ * declares no pooling and the vector is the last token's hidden state; `embedding_only` models
+ * cannot generate.
+ */
+function embeddingToWire(info: EmbeddingInfo) {
+  return {
+    dimensions: info.dimensions,
+    pooling: info.pooling,
+    pooling_declared: info.poolingDeclared,
+    max_input_tokens: info.maxInputTokens,
+    embedding_only: info.embeddingOnly,
   };
 }
 

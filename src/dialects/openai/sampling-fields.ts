@@ -40,3 +40,12 @@ export function normaliseStop(stop: string | string[] | null | undefined): strin
   if (stop == null) return [];
   return (Array.isArray(stop) ? stop : [stop]).filter((s) => s.length > 0);
 }
+
+/**
+ * The prompt-cache namespace of a request: the end user it names (`user`, `safety_identifier`) and
+ * vLLM's `cache_salt`. Requests share cached prompt state only when both agree.
+ */
+export function isolationKey(user: string | null | undefined, salt: string | null | undefined): string | undefined {
+  if (user == null && salt == null) return undefined;
+  return JSON.stringify([user ?? null, salt ?? null]);
+}

@@ -13,9 +13,12 @@ import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams } from "../../core/types.ts";
 import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
 import { toChatHistory } from "./chat-history.ts";
+import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
+import { PrefixStore } from "./prefix-store.ts";
+import { SlotCache } from "./slot-cache.ts";
 import { TokenPieces } from "./token-pieces.ts";
 import { TokenTextDecoder } from "./token-text.ts";
 
@@ -27,6 +30,12 @@ export interface LlamaEngineOptions {
   parallel: number;
   threads: number;
   gpu: GpuChoice;
+  /** Bytes of RAM for saved prompt states; 0 keeps only what the sequences themselves hold. */
+  cacheRam?: number;
+  /** Prompts shorter than this are not worth saving. */
+  cacheMinTokens?: number;
+  /** Embedding contexts, created on the first embeddings request (default 2). */
+  embeddingContexts?: number;
 }
 
 export interface LlamaPrepared extends PreparedGeneration {
@@ -36,6 +45,9 @@ export interface LlamaPrepared extends PreparedGeneration {
   logprobs?: number;
   /** The prompt text to report back (echo), when asked for. */
   echo?: string;
+  namespace: string;
+  reuse: boolean;
+  cacheKey?: string;
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
@@ -49,18 +61,24 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly wrapper: ChatWrapper;
   private readonly vocabSize: number;
   private readonly pieces: TokenPieces;
+  private readonly slotCache: SlotCache;
+  readonly embeddings?: LlamaEmbedder;
 
   private constructor(
     opts: LlamaEngineOptions,
     private readonly model: LlamaModel,
-    private readonly context: LlamaContext,
+    /** null for an embedding-only model, which gets no generation context at all. */
+    private readonly context: LlamaContext | null,
+    embeddings: LlamaEmbedder | undefined,
   ) {
     this.id = opts.id;
-    this.slots = opts.parallel;
-    this.sequences = Array.from({ length: opts.parallel }, () => context.getSequence());
+    this.slots = context ? opts.parallel : 0;
+    this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
+    this.embeddings = embeddings;
     this.wrapper = resolveChatWrapper(model);
     this.vocabSize = vocabularySize(model);
     this.pieces = new TokenPieces(model);
+    this.slotCache = new SlotCache(this.sequences, new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id));
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
@@ -68,6 +86,18 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const model = await llama.loadModel({ modelPath: opts.modelPath });
     const trained = model.trainContextSize;
     const contextSize = opts.contextSize ?? Math.min(trained || DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
+    const traits = embeddingTraits(model);
+    const embedder = (size: number) =>
+      LlamaEmbedder.create(
+        model,
+        { contexts: opts.embeddingContexts ?? 2, contextSize: size, threads: opts.threads },
+        traits,
+        vocabularySize(model),
+      );
+    if (traits.embeddingOnly) {
+      // No generation context at all, and no stretching past the trained length (BERT's positions are learned).
+      return new LlamaCppEngine(opts, model, null, embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
+    }
     const context = await model.createContext({
       contextSize,
       sequences: opts.parallel,
@@ -76,11 +106,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // context would turn into surprising 400s, so creation fails loudly instead.
       failedCreationRemedy: false,
     });
-    return new LlamaCppEngine(opts, model, context);
+    // Embedding inputs get the same room as prompts.
+    return new LlamaCppEngine(opts, model, context, embedder(context.contextSize));
   }
 
   get contextSize(): number {
-    return this.context.contextSize;
+    return this.context?.contextSize ?? (this.embeddings ? this.embeddings.info.maxInputTokens + 1 : 0);
   }
 
   describe(): ModelDescription {
@@ -95,6 +126,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
+    if (!this.context) throw embeddingOnlyModel(this.id);
     const { tokens, stopTokens, formatStops } = this.renderPrompt(req);
     if (tokens.length === 0) throw badRequest("The prompt is empty.", req.prompt.kind === "chat" ? "messages" : "prompt");
     for (const id of req.sampling.logitBias.keys()) {
@@ -128,6 +160,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       maxTokens: req.maxTokens ?? room,
       logprobs: req.logprobs,
       echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
+      namespace: req.isolationKey ?? "",
+      // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
+      reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
+      cacheKey: req.cacheKey,
     };
   }
 
@@ -138,8 +174,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     signal: AbortSignal,
   ): AsyncGenerator<EngineChunk> {
     const sequence = this.sequences[slot];
-    await sequence.clearHistory();
-    let input = prepared.tokens;
+    const cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
+    yield { kind: "cached", tokens: cached };
+    let input = prepared.tokens.slice(cached);
     if (prepared.echo !== undefined) {
       if (prepared.logprobs === undefined) yield { kind: "prompt", text: prepared.echo };
       else {
@@ -163,6 +200,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
     for await (const { token, logprob } of steps) {
       if (signal.aborted) return;
+      if (generated.length === 0) await this.slotCache.promptEvaluated(slot);
       generated.push(token);
       if (this.model.isEogToken(token) || prepared.stopTokens.has(token)) {
         // The end-of-turn token is counted but is not content, so it has no logprob entry.
@@ -180,6 +218,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // The iterator only ends by itself when the sampler produced nothing more to say.
     yield { kind: "text", text: decoder.flush(), tokens: 0 };
     yield { kind: "end", reason: "stop" };
+  }
+
+  pickSlot(prepared: LlamaPrepared, free: readonly number[]): number {
+    if (!prepared.reuse) return free[0];
+    return this.slotCache.pick(free, prepared.namespace, prepared.tokens, prepared.cacheKey);
   }
 
   tokenize(prompt: PromptInput, addSpecial: boolean): number[] {
@@ -205,7 +248,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   async dispose(): Promise<void> {
-    await this.context.dispose();
+    this.slotCache.dispose();
+    await this.embeddings?.dispose();
+    await this.context?.dispose();
     await this.model.dispose();
   }
 

@@ -1,0 +1,122 @@
+/**
+ * Embeddings throughput: 256 short inputs through POST /v1/embeddings (requests of 16 inputs, at
+ * request concurrency 1 and 4) next to node-llama-cpp's own single-context loop over the same
+ * inputs. Run by `npm run bench` after the generation benchmark, or alone:
+ * `node --import tsx bench/embeddings.ts [--tiny]`.
+ */
+import { availableParallelism } from "node:os";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { BENCH_SPEC, ensureFixtureModel, TINY_SPEC } from "../test/fixtures/models.ts";
+import { startServerProcess } from "./server-process.ts";
+import { fmt } from "./stats.ts";
+
+const INPUTS = Number(process.env.BENCH_EMBED_INPUTS ?? 256);
+const PER_REQUEST = 16;
+const CONTEXTS = Number(process.env.BENCH_EMBED_CONTEXTS ?? 2);
+const CTX = 512;
+
+const SUBJECTS = ["the king", "a river", "the old city", "my friend", "a blue star", "the lazy dog", "a small house", "the quick fox"];
+const VERBS = ["found", "tells", "wants", "made", "will see", "could help", "came to", "looks at"];
+const OBJECTS = ["the moon", "a long story", "the sea", "some water", "a happy day", "the night sky", "a new world", "the answer"];
+
+/** Short, all different: "the king found the moon 0", … (about ten tokens each). */
+export function benchInputs(n = INPUTS): string[] {
+  return Array.from({ length: n }, (_, i) => `${SUBJECTS[i % 8]} ${VERBS[(i >> 3) % 8]} ${OBJECTS[(i >> 6) % 8]} ${i}`);
+}
+
+/**
+ * node-llama-cpp directly, `contexts` embedding contexts each taking the next input as it frees up
+ * (one context: the inputs one after another).
+ */
+async function rawLoop(modelPath: string, inputs: string[], threads: number, contexts: number): Promise<{ rate: number; tokens: number }> {
+  const llama = await getLlama({ gpu: "auto", build: "never", maxThreads: availableParallelism(), logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath });
+  try {
+    const pool = await Promise.all(Array.from({ length: contexts }, () => model.createEmbeddingContext({ contextSize: CTX, threads })));
+    await Promise.all(pool.map((c) => c.getEmbeddingFor("warm up")));
+    let tokens = 0;
+    let next = 0;
+    const t0 = performance.now();
+    await Promise.all(
+      pool.map(async (context) => {
+        while (next < inputs.length) {
+          const input = inputs[next++];
+          tokens += context.calculateInputLength(input);
+          await context.getEmbeddingFor(input);
+        }
+      }),
+    );
+    const rate = inputs.length / ((performance.now() - t0) / 1000);
+    await Promise.all(pool.map((c) => c.dispose()));
+    return { rate, tokens };
+  } finally {
+    await model.dispose();
+  }
+}
+
+async function postEmbeddings(url: string, input: string[]): Promise<number> {
+  const res = await fetch(`${url}/v1/embeddings`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    // base64 is what the openai SDK asks for by default.
+    body: JSON.stringify({ model: "bench", input, encoding_format: "base64" }),
+  });
+  const body = (await res.json()) as { data?: unknown[]; usage?: { prompt_tokens: number } };
+  if (!res.ok || body.data?.length !== input.length) throw new Error(`HTTP ${res.status}: ${JSON.stringify(body).slice(0, 300)}`);
+  return body.usage!.prompt_tokens;
+}
+
+/** All inputs in requests of PER_REQUEST, `concurrency` requests in flight at a time. */
+async function httpPass(url: string, inputs: string[], concurrency: number): Promise<{ rate: number; tokens: number }> {
+  const requests: string[][] = [];
+  for (let i = 0; i < inputs.length; i += PER_REQUEST) requests.push(inputs.slice(i, i + PER_REQUEST));
+  let next = 0;
+  let tokens = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < requests.length) {
+        const embedded = await postEmbeddings(url, requests[next++]);
+        tokens += embedded;
+      }
+    }),
+  );
+  return { rate: inputs.length / ((performance.now() - t0) / 1000), tokens };
+}
+
+export async function embeddingsBenchmark(modelPath: string, threads = availableParallelism()): Promise<void> {
+  const inputs = benchInputs();
+  console.log(
+    `\nEmbeddings: ${inputs.length} short inputs, requests of ${PER_REQUEST}, --threads ${threads}, ` +
+      `--embedding-contexts ${CONTEXTS}; node-llama-cpp directly with the same threads per context:\n`,
+  );
+  const raw = await rawLoop(modelPath, inputs, threads, 1);
+  const rawPool = await rawLoop(modelPath, inputs, threads, CONTEXTS);
+  const server = await startServerProcess([
+    "--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", String(CTX),
+    "--embedding-contexts", String(CONTEXTS), "--parallel", "1",
+  ]);
+  const rows: Array<[string, { rate: number; tokens: number }]> = [
+    ["node-llama-cpp, 1 context, sequential", raw],
+    [`node-llama-cpp, ${CONTEXTS} contexts in parallel`, rawPool],
+  ];
+  try {
+    // The first request creates the embedding contexts; it is not measured.
+    await postEmbeddings(server.url, inputs.slice(0, PER_REQUEST));
+    for (const c of [1, 4]) rows.push([`HTTP, ${c} request${c > 1 ? "s" : ""} in flight`, await httpPass(server.url, inputs, c)]);
+  } finally {
+    await server.stop();
+  }
+  console.log("| path | inputs/s | tokens embedded | ÷ node-llama-cpp single context |");
+  console.log("|---|---|---|---|");
+  for (const [name, r] of rows) console.log(`| ${name} | ${fmt(r.rate)} | ${r.tokens} | ${fmt(r.rate / raw.rate, 2)} |`);
+  console.log(`\ntarget: HTTP at 4 in flight ≥ 1.5× the single context (the pool of ${CONTEXTS} embeds inputs in parallel)`);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const spec = process.argv.includes("--tiny") ? TINY_SPEC : BENCH_SPEC;
+  const modelPath = await ensureFixtureModel(spec, fileURLToPath(new URL("./.models/", import.meta.url)));
+  console.log(`model: ${spec.name} (${modelPath}), ${availableParallelism()} cores`);
+  await embeddingsBenchmark(modelPath);
+}

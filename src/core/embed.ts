@@ -1,0 +1,118 @@
+import type { EmbedInput, Embedder } from "../engines/engine.ts";
+import { ApiError, badRequest } from "./errors.ts";
+import type { ModelRegistry } from "./registry.ts";
+
+/** A dialect-free embeddings request. */
+export interface EmbeddingRequest {
+  model: string;
+  inputs: EmbedInput[];
+  /** The request field that holds each input ("input", "input[3]"), so errors can name it. */
+  inputParams: string[];
+  /** Matryoshka truncation: keep this many leading components (then renormalise). */
+  dimensions?: number;
+  /** Accepted for parity with generation; embeddings share no state between requests. */
+  isolationKey?: string;
+}
+
+export interface EmbeddingResult {
+  /** Unit-length vectors, in input order. */
+  vectors: Float32Array[];
+  /** Tokens embedded, over all inputs, including the tokens the model adds (BOS/CLS, SEP). */
+  promptTokens: number;
+}
+
+/**
+ * The embeddings path shared by every dialect: check every input (vocabulary, length) before
+ * anything runs, admit the request to the model's embedding scheduler, then spread the inputs over
+ * the slots it grants. Vectors come back L2-normalised (after any truncation), as OpenAI's do.
+ *
+ * A request holds at most min(inputs, slots) slots, each for as long as inputs remain, and its
+ * workers queue in arrival order with everyone else's; a full queue is a 429 before any work.
+ */
+export async function embed(registry: ModelRegistry, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+  const served = registry.resolve(req.model);
+  const embedder = served.engine.embeddings;
+  const scheduler = served.embeddingScheduler;
+  if (!embedder || !scheduler) throw badRequest(`The model '${req.model}' does not produce embeddings.`, "model", "model_not_supported");
+
+  const { dimensions: size } = embedder.info;
+  const dimensions = req.dimensions ?? size;
+  if (!Number.isInteger(dimensions) || dimensions < 1 || dimensions > size)
+    throw badRequest(`dimensions must be between 1 and ${size}, this model's embedding size; got ${req.dimensions}.`, "dimensions");
+
+  const tokens = req.inputs.map((input, i) => tokenizeInput(embedder, input, req.inputParams[i] ?? `input[${i}]`));
+  const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);
+
+  const workers = Math.min(tokens.length, scheduler.slots);
+  scheduler.admit(workers);
+
+  const vectors = new Array<Float32Array>(tokens.length);
+  // One failed input stops the request's other workers before they take another input.
+  const stop = new AbortController();
+  const onAbort = () => stop.abort(signal.reason);
+  if (signal.aborted) onAbort();
+  else signal.addEventListener("abort", onAbort, { once: true });
+  let next = 0;
+  const work = async () => {
+    const { slot, release } = await scheduler.acquire(stop.signal);
+    try {
+      while (next < tokens.length) {
+        stop.signal.throwIfAborted();
+        const i = next++;
+        vectors[i] = normalise(await embedder.embed(tokens[i], slot, stop.signal), dimensions);
+      }
+    } finally {
+      release();
+    }
+  };
+  try {
+    const results = await Promise.allSettled(
+      Array.from({ length: workers }, () =>
+        work().catch((err) => {
+          stop.abort(err);
+          throw err;
+        }),
+      ),
+    );
+    const failure = results.find((r) => r.status === "rejected");
+    if (failure) throw (failure as PromiseRejectedResult).reason;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+  return { vectors, promptTokens };
+}
+
+function tokenizeInput(embedder: Embedder, input: EmbedInput, param: string): number[] {
+  const { vocabularySize, maxInputTokens } = embedder.info;
+  if (input.kind === "tokens") {
+    if (input.tokens.length === 0) throw badRequest(`${param} is empty; send at least one token.`, param);
+    input.tokens.forEach((t, j) => {
+      if (!Number.isInteger(t) || t < 0 || t >= vocabularySize)
+        throw badRequest(`${param}[${j}] is token ${t}, which is outside the vocabulary (0..${vocabularySize - 1}).`, `${param}[${j}]`);
+    });
+  } else if (input.text.length === 0) {
+    throw badRequest(`${param} is an empty string.`, param);
+  }
+  const tokens = embedder.tokenize(input);
+  if (tokens.length === 0) throw badRequest(`${param} has no tokens to embed.`, param);
+  if (tokens.length > maxInputTokens) {
+    throw new ApiError(
+      400,
+      `${param} is ${tokens.length} tokens, but this model embeds at most ${maxInputTokens} tokens per input. ` +
+        "Inputs are never truncated; shorten or split it.",
+      { param, code: "context_length_exceeded" },
+    );
+  }
+  return tokens;
+}
+
+/** The first `dimensions` components, scaled to unit length (a zero vector stays zero). */
+export function normalise(vector: Float32Array, dimensions: number): Float32Array {
+  const out = Float32Array.from(vector.subarray(0, dimensions));
+  let sum = 0;
+  for (const x of out) sum += x * x;
+  const norm = Math.sqrt(sum);
+  if (!Number.isFinite(norm)) throw new ApiError(500, "The model produced an embedding that is not finite.", { code: "internal_error" });
+  if (norm > 0) for (let i = 0; i < out.length; i++) out[i] /= norm;
+  return out;
+}

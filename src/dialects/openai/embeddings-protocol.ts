@@ -1,0 +1,25 @@
+import { z } from "zod";
+
+/** OpenAI's limit on inputs per embeddings request. */
+export const MAX_EMBEDDING_INPUTS = 2048;
+
+const tokenIds = z.array(z.int());
+
+/**
+ * Wire schema of POST /v1/embeddings. `input` is one of OpenAI's four shapes: a string, strings, token
+ * ids, or arrays of token ids. Emptiness is checked in embeddingsToCanonical, which can name the
+ * exact element at fault.
+ */
+export const embeddingsRequest = z.object({
+  model: z.string().min(1),
+  input: z.union([
+    z.string(),
+    z.array(z.string()).max(MAX_EMBEDDING_INPUTS),
+    tokenIds,
+    z.array(tokenIds).max(MAX_EMBEDDING_INPUTS),
+  ]),
+  encoding_format: z.enum(["float", "base64"]).nullish(),
+  dimensions: z.int().min(1).nullish(),
+  user: z.string().nullish(),
+});
+export type EmbeddingsRequest = z.infer<typeof embeddingsRequest>;

@@ -1,0 +1,308 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { BERT_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { postJson, startTestServer, waitFor, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  // A small context so an over-long input is cheap to provoke; the BERT fixture is served beside
+  // the tiny llama model as "bert".
+  s = await startTestServer({ "ctx-size": "128" }, { bert: true });
+});
+
+/**
+ * Longest embedding input of the tiny model: its context less one. llama.cpp rounds a requested
+ * context up (128 → 256), and embeddings get the room prompts get.
+ */
+const TINY_LIMIT = 255;
+/** The BERT model's embedding context is the requested 128, well within its 512 trained positions. */
+const BERT_LIMIT = 127;
+after(async () => {
+  await s.close();
+});
+
+const DIMS = 64;
+const url = () => `${s.url}/v1/embeddings`;
+
+const norm = (v: ArrayLike<number>) => Math.sqrt(Array.from(v).reduce((a, x) => a + x * x, 0));
+const assertUnit = (v: ArrayLike<number>) => assert.ok(Math.abs(norm(v) - 1) <= 1e-5, `norm ${norm(v)}`);
+const assertClose = (a: ArrayLike<number>, b: ArrayLike<number>, tol = 1e-6) => {
+  assert.equal(a.length, b.length);
+  for (let i = 0; i < a.length; i++) assert.ok(Math.abs(a[i] - b[i]) <= tol, `component ${i}: ${a[i]} vs ${b[i]}`);
+};
+const distance = (a: ArrayLike<number>, b: ArrayLike<number>) => norm(Array.from(a, (x, i) => x - b[i]));
+
+async function embedRaw(body: Record<string, unknown>): Promise<{ vectors: number[][]; json: any }> {
+  const r = await postJson(url(), body);
+  assert.equal(r.status, 200, r.text);
+  return { vectors: r.json.data.map((d: { embedding: number[] }) => d.embedding), json: r.json };
+}
+
+/** The tokens the model's tokenizer gives for a text, without any special tokens. */
+async function contentTokens(model: string, text: string): Promise<number[]> {
+  const r = await postJson(`${s.url}/tokenize`, { model, prompt: text, add_special_tokens: false });
+  assert.equal(r.status, 200, r.text);
+  return r.json.tokens;
+}
+
+const TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog", "once upon a time", "a red star in the night sky", "thanks"];
+
+test("a single string: one unit vector, OpenAI's response shape", async () => {
+  const r = await s.client.embeddings.create({ model: "tiny", input: "hello world", encoding_format: "float" });
+  assert.equal(r.object, "list");
+  assert.equal(r.model, "tiny");
+  assert.equal(r.data.length, 1);
+  assert.equal(r.data[0].object, "embedding");
+  assert.equal(r.data[0].index, 0);
+  assert.equal(r.data[0].embedding.length, DIMS);
+  assertUnit(r.data[0].embedding);
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens);
+});
+
+test("a batch comes back in input order, each vector equal to the input embedded alone", async () => {
+  const batch = await s.client.embeddings.create({ model: "tiny", input: TEXTS, encoding_format: "float" });
+  assert.deepEqual(
+    batch.data.map((d) => d.index),
+    TEXTS.map((_, i) => i),
+  );
+  for (const [i, text] of TEXTS.entries()) {
+    const alone = await s.client.embeddings.create({ model: "tiny", input: text, encoding_format: "float" });
+    assertUnit(batch.data[i].embedding);
+    assertClose(batch.data[i].embedding, alone.data[0].embedding);
+  }
+});
+
+test("identical inputs give identical vectors; different inputs differ", async () => {
+  for (const model of ["tiny", "bert"]) {
+    const { vectors } = await embedRaw({ model, input: ["hello world", "the quick brown fox", "hello world", "Hello world!"] });
+    assert.deepEqual(vectors[0], vectors[2]);
+    assert.ok(distance(vectors[0], vectors[1]) > 0.05, `${model}: different texts are too close`);
+    assert.ok(distance(vectors[0], vectors[3]) > 1e-4, `${model}: punctuation made no difference`);
+  }
+});
+
+test("token-id inputs embed the same as the text they spell", async () => {
+  for (const model of ["tiny", "bert"]) {
+    const tokens = await Promise.all(TEXTS.slice(0, 2).map((t) => contentTokens(model, t)));
+    const text = await embedRaw({ model, input: TEXTS.slice(0, 2) });
+    const single = await embedRaw({ model, input: tokens[0] });
+    const many = await embedRaw({ model, input: tokens });
+    assert.equal(single.vectors.length, 1);
+    assertClose(single.vectors[0], text.vectors[0]);
+    assertClose(many.vectors[0], text.vectors[0]);
+    assertClose(many.vectors[1], text.vectors[1]);
+    assert.equal(many.json.usage.prompt_tokens, text.json.usage.prompt_tokens);
+  }
+});
+
+test("usage counts the tokens embedded, including the ones the model adds", async () => {
+  // The tiny llama model adds BOS; the BERT model wraps every input in [CLS] … [SEP].
+  const added: Record<string, number> = { tiny: 1, bert: 2 };
+  for (const model of ["tiny", "bert"]) {
+    const lengths = await Promise.all(TEXTS.map((t) => contentTokens(model, t)));
+    const expected = lengths.reduce((sum, t) => sum + t.length + added[model], 0);
+    const r = await s.client.embeddings.create({ model, input: TEXTS });
+    assert.equal(r.usage.prompt_tokens, expected, model);
+    assert.equal(r.usage.total_tokens, expected);
+  }
+  // Token ids that already start with BOS get no second one.
+  const withBos = await embedRaw({ model: "tiny", input: [[FIXTURE_TOKENS.bos, 300, 301], [300, 301]] });
+  assert.equal(withBos.json.usage.prompt_tokens, 3 + 3);
+  assertClose(withBos.vectors[0], withBos.vectors[1]);
+  const bert = await embedRaw({ model: "bert", input: [[BERT_TOKENS.cls, 20, 21, BERT_TOKENS.sep], [20, 21]] });
+  assert.equal(bert.json.usage.prompt_tokens, 4 + 4);
+  assertClose(bert.vectors[0], bert.vectors[1]);
+});
+
+test("dimensions keeps a renormalised prefix of the full vector (Matryoshka)", async () => {
+  const [full] = (await embedRaw({ model: "tiny", input: "a red star in the night sky" })).vectors;
+  for (const k of [1, 8, 32, DIMS]) {
+    const [cut] = (await embedRaw({ model: "tiny", input: "a red star in the night sky", dimensions: k })).vectors;
+    assert.equal(cut.length, k);
+    assertUnit(cut);
+    const prefix = full.slice(0, k);
+    const n = norm(prefix);
+    assertClose(
+      cut,
+      prefix.map((x) => x / n),
+      1e-5,
+    );
+  }
+  const r = await s.client.embeddings.create({ model: "bert", input: ["hello", "world"], dimensions: 16 });
+  for (const d of r.data) {
+    assert.equal(d.embedding.length, 16);
+    assertUnit(d.embedding);
+  }
+});
+
+test("base64 is little-endian float32 and decodes to the float response", async () => {
+  const input = ["hello world", "once upon a time"];
+  const floats = await postJson(url(), { model: "tiny", input, encoding_format: "float" });
+  const b64 = await postJson(url(), { model: "tiny", input, encoding_format: "base64" });
+  assert.equal(b64.status, 200, b64.text);
+  assert.deepEqual(b64.json.usage, floats.json.usage);
+  for (const [i, d] of b64.json.data.entries()) {
+    assert.equal(typeof d.embedding, "string");
+    const bytes = Buffer.from(d.embedding, "base64");
+    assert.equal(bytes.length, DIMS * 4);
+    const decoded = Array.from({ length: DIMS }, (_, k) => bytes.readFloatLE(k * 4));
+    // JSON floats are the same float32 values printed as doubles, so the match is exact.
+    assert.deepEqual(decoded, floats.json.data[i].embedding);
+  }
+  // The openai SDK asks for base64 when no format is given and decodes it itself.
+  const sdk = await s.client.embeddings.create({ model: "tiny", input });
+  assert.deepEqual(
+    sdk.data.map((d) => d.embedding),
+    floats.json.data.map((d: { embedding: number[] }) => d.embedding),
+  );
+});
+
+test("the BERT encoder serves embeddings and refuses chat", async () => {
+  const r = await s.client.embeddings.create({ model: "bert", input: TEXTS, encoding_format: "float" });
+  assert.equal(r.data.length, TEXTS.length);
+  for (const d of r.data) {
+    assert.equal(d.embedding.length, DIMS);
+    assertUnit(d.embedding);
+  }
+  const chat = await postJson(`${s.url}/v1/chat/completions`, { model: "bert", messages: [{ role: "user", content: "hi" }] });
+  assert.equal(chat.status, 400, chat.text);
+  assert.equal(chat.json.error.param, "model");
+  assert.match(chat.json.error.message, /embedding/);
+  await assert.rejects(
+    s.client.chat.completions.create({ model: "bert", messages: [{ role: "user", content: "hi" }] }),
+    (e: any) => e.status === 400 && e.error?.param === "model",
+  );
+});
+
+test("/v1/models describes each model's embeddings", async () => {
+  const models = await s.client.models.list();
+  const byId = Object.fromEntries(models.data.map((m) => [m.id, m as any]));
+  for (const m of models.data) {
+    assert.equal(m.object, "model");
+    assert.equal(typeof m.created, "number");
+    assert.equal(typeof m.owned_by, "string");
+  }
+  // The llama fixture declares no pooling, so the last token's hidden state stands in.
+  assert.deepEqual(byId.tiny.embedding, {
+    dimensions: DIMS,
+    pooling: "last",
+    pooling_declared: false,
+    max_input_tokens: TINY_LIMIT,
+    embedding_only: false,
+  });
+  assert.equal(byId.tiny.max_model_len, TINY_LIMIT + 1);
+  assert.deepEqual(byId.bert.embedding, { dimensions: DIMS, pooling: "mean", pooling_declared: true, max_input_tokens: BERT_LIMIT, embedding_only: true });
+});
+
+test("one model serves chat and embeddings at the same time", async () => {
+  const chats = Array.from({ length: 3 }, (_, i) =>
+    s.client.chat.completions.create({
+      model: "tiny",
+      messages: [{ role: "user", content: `tell me a story ${i}` }],
+      max_tokens: 24,
+      stream: true,
+    }),
+  );
+  const embeddings = Array.from({ length: 4 }, () => s.client.embeddings.create({ model: "tiny", input: TEXTS, encoding_format: "float" }));
+  const [streams, vectors] = await Promise.all([Promise.all(chats), Promise.all(embeddings)]);
+  for (const stream of streams) {
+    let text = "";
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.ok(text.length > 0);
+    assert.ok(finish);
+  }
+  for (const r of vectors) {
+    assert.equal(r.data.length, TEXTS.length);
+    assertClose(r.data[0].embedding, vectors[0].data[0].embedding);
+  }
+});
+
+const ok = { model: "tiny", input: "hello" };
+
+/** [description, body, expected status, expected param, expected code (optional)] */
+const cases: Array<[string, unknown, number, string | null, string?]> = [
+  ["missing input", { model: "tiny" }, 400, "input"],
+  ["missing model", { input: "hello" }, 400, "model"],
+  ["unknown model", { ...ok, model: "no-such-model" }, 404, "model", "model_not_found"],
+  ["empty string", { ...ok, input: "" }, 400, "input"],
+  ["empty array", { ...ok, input: [] }, 400, "input"],
+  ["array containing an empty string", { ...ok, input: ["a", "b", ""] }, 400, "input[2]"],
+  ["empty token array among token arrays", { ...ok, input: [[300], []] }, 400, "input[1]"],
+  ["input is a number", { ...ok, input: 42 }, 400, "input"],
+  ["input is null", { ...ok, input: null }, 400, "input"],
+  ["strings mixed with token ids", { ...ok, input: ["a", 5] }, 400, "input"],
+  ["fractional token id", { ...ok, input: [300, 1.5] }, 400, "input"],
+  ["more than 2048 inputs", { ...ok, input: Array.from({ length: 2049 }, () => "a") }, 400, "input"],
+  ["model is a number", { ...ok, model: 7 }, 400, "model"],
+  ["dimensions 0", { ...ok, dimensions: 0 }, 400, "dimensions"],
+  ["dimensions above the model's size", { ...ok, dimensions: DIMS + 1 }, 400, "dimensions"],
+  ["dimensions as a string", { ...ok, dimensions: "8" }, 400, "dimensions"],
+  ["fractional dimensions", { ...ok, dimensions: 2.5 }, 400, "dimensions"],
+  ["unknown encoding_format", { ...ok, encoding_format: "int8" }, 400, "encoding_format"],
+  ["user of the wrong type", { ...ok, user: 5 }, 400, "user"],
+  ["token id beyond the vocabulary", { ...ok, input: [300, 999_999] }, 400, "input[1]"],
+  ["negative token id", { ...ok, input: [[300], [-1]] }, 400, "input[1][0]"],
+  ["BERT token id beyond its vocabulary", { model: "bert", input: [[5], [5, 100_000]] }, 400, "input[1][1]"],
+  ["one input longer than the context", { ...ok, input: ["a", "b", "c", "word ".repeat(TINY_LIMIT)] }, 400, "input[3]", "context_length_exceeded"],
+  ["a single input longer than the context", { ...ok, input: "word ".repeat(TINY_LIMIT) }, 400, "input", "context_length_exceeded"],
+  // BOS + TINY_LIMIT ids: one token too many.
+  ["token input longer than the context", { ...ok, input: [[300], Array.from({ length: TINY_LIMIT }, () => 300)] }, 400, "input[1]", "context_length_exceeded"],
+  // [CLS] + 126 words + [SEP] = 128 tokens.
+  ["BERT input longer than the context", { model: "bert", input: ["ok", "word ".repeat(BERT_LIMIT - 1)] }, 400, "input[1]", "context_length_exceeded"],
+];
+
+for (const [name, body, status, param, code] of cases) {
+  test(`${name} → ${status} naming ${param ?? "no param"}`, async () => {
+    const r = await postJson(url(), body);
+    assert.equal(r.status, status, r.text);
+    assert.equal(typeof r.json?.error?.message, "string", r.text);
+    assert.equal(typeof r.json.error.type, "string");
+    assert.equal(r.json.error.param, param, r.text);
+    if (code) assert.equal(r.json.error.code, code);
+  });
+}
+
+test("an input of exactly the limit is accepted", async () => {
+  const tiny = await postJson(url(), { model: "tiny", input: Array.from({ length: TINY_LIMIT - 1 }, () => 300) });
+  assert.equal(tiny.status, 200, tiny.text);
+  assert.equal(tiny.json.usage.prompt_tokens, TINY_LIMIT);
+  const bert = await postJson(url(), { model: "bert", input: "word ".repeat(BERT_LIMIT - 2) });
+  assert.equal(bert.status, 200, bert.text);
+  assert.equal(bert.json.usage.prompt_tokens, BERT_LIMIT);
+});
+
+test("user is accepted", async () => {
+  const r = await postJson(url(), { ...ok, user: "user-1234" });
+  assert.equal(r.status, 200, r.text);
+});
+
+test("a request's inputs spread over the pool; a full queue is a 429; a disconnect frees the contexts", async () => {
+  const q = await startTestServer({ "max-queue": "0", "embedding-contexts": "2" });
+  try {
+    const scheduler = q.registry.list()[0].embeddingScheduler!;
+    const big = Array.from({ length: 2048 }, (_, i) => `the quick brown fox ${i}`);
+    const controller = new AbortController();
+    const running = fetch(`${q.url}/v1/embeddings`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", input: big }),
+      signal: controller.signal,
+    }).catch((e) => e);
+    await waitFor(() => scheduler.busy === 2);
+    const refused = await postJson(`${q.url}/v1/embeddings`, { model: "tiny", input: "hello" });
+    assert.equal(refused.status, 429, refused.text);
+    assert.ok(refused.headers.get("retry-after"));
+    controller.abort();
+    await running;
+    await waitFor(() => scheduler.busy === 0);
+    const after = await postJson(`${q.url}/v1/embeddings`, { model: "tiny", input: "hello" });
+    assert.equal(after.status, 200, after.text);
+  } finally {
+    await q.close();
+  }
+});

@@ -1,0 +1,44 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { loadConfig } from "../../src/config/load.ts";
+import { normalise } from "../../src/core/embed.ts";
+import { embeddingsToCanonical } from "../../src/dialects/openai/embeddings-to-canonical.ts";
+import { toBase64 } from "../../src/dialects/openai/embeddings-to-wire.ts";
+
+test("normalise keeps a prefix and scales it to unit length", () => {
+  const v = Float32Array.from([3, 4, 12]);
+  assert.deepEqual(Array.from(normalise(v, 3)), [3 / 13, 4 / 13, 12 / 13].map((x) => Math.fround(x)));
+  assert.deepEqual(Array.from(normalise(v, 2)), [0.6, 0.8].map((x) => Math.fround(x)));
+  assert.deepEqual(Array.from(v), [3, 4, 12], "the input is not modified");
+  assert.deepEqual(Array.from(normalise(new Float32Array(4), 4)), [0, 0, 0, 0], "a zero vector stays zero");
+  assert.throws(() => normalise(Float32Array.from([1, NaN]), 2), /not finite/);
+});
+
+test("base64 is little-endian float32", () => {
+  const b = Buffer.from(toBase64(Float32Array.from([1, -2.5])), "base64");
+  assert.deepEqual([...b], [0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0]);
+});
+
+test("each input shape maps to inputs named the way OpenAI names the field", () => {
+  const one = embeddingsToCanonical({ model: "m", input: "hi" });
+  assert.deepEqual(one.inputs, [{ kind: "text", text: "hi" }]);
+  assert.deepEqual(one.inputParams, ["input"]);
+  const texts = embeddingsToCanonical({ model: "m", input: ["a", "b"], dimensions: 8, user: "u" });
+  assert.deepEqual(texts.inputParams, ["input[0]", "input[1]"]);
+  assert.equal(texts.dimensions, 8);
+  assert.equal(texts.isolationKey, "u");
+  assert.deepEqual(embeddingsToCanonical({ model: "m", input: [1, 2] }).inputs, [{ kind: "tokens", tokens: [1, 2] }]);
+  const arrays = embeddingsToCanonical({ model: "m", input: [[1], [2, 3]] });
+  assert.deepEqual(arrays.inputs, [
+    { kind: "tokens", tokens: [1] },
+    { kind: "tokens", tokens: [2, 3] },
+  ]);
+  assert.deepEqual(arrays.inputParams, ["input[0]", "input[1]"]);
+});
+
+test("embedding-contexts defaults to 2 and comes from flags and the environment", () => {
+  assert.equal(loadConfig({}, {})["embedding-contexts"], 2);
+  assert.equal(loadConfig({}, { PLINTH_EMBEDDING_CONTEXTS: "3" })["embedding-contexts"], 3);
+  assert.equal(loadConfig({ "embedding-contexts": "4" }, { PLINTH_EMBEDDING_CONTEXTS: "3" })["embedding-contexts"], 4);
+  assert.throws(() => loadConfig({ "embedding-contexts": "0" }, {}), /embedding-contexts/);
+});
