@@ -1,0 +1,47 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { ReasoningSplitter } from "../../src/core/reasoning-splitter.ts";
+
+function split(pieces: string[], startsInside = false) {
+  const s = new ReasoningSplitter("<think>", "</think>", startsInside);
+  let reasoning = "";
+  let content = "";
+  const seen: Array<{ reasoning: string; content: string }> = [];
+  for (const p of [...pieces.map((x) => s.push(x)), s.flush()]) {
+    reasoning += p.reasoning;
+    content += p.content;
+    seen.push(p);
+  }
+  return { reasoning, content, seen };
+}
+
+test("a leading thinking section goes to reasoning, the rest to content", () => {
+  const r = split(["<think>plan it</think>\n\nThe answer."]);
+  assert.equal(r.reasoning, "plan it");
+  assert.equal(r.content, "The answer.");
+});
+
+test("markers split across pieces never leak into either stream", () => {
+  const r = split(["<th", "ink>a", "b</th", "ink>", "\n", "ok"]);
+  assert.equal(r.reasoning, "ab");
+  assert.equal(r.content, "ok");
+  for (const p of r.seen) assert.ok(!p.content.includes("<") && !p.reasoning.includes("<"), JSON.stringify(p));
+});
+
+test("a prompt that opened the section: everything up to the close marker is reasoning", () => {
+  const r = split(["thinking...", "</think>", "answer"], true);
+  assert.equal(r.reasoning, "thinking...");
+  assert.equal(r.content, "answer");
+});
+
+test("no thinking section: all content, including a later literal <think>", () => {
+  const r = split(["Hello ", "<think> is a tag"]);
+  assert.equal(r.reasoning, "");
+  assert.equal(r.content, "Hello <think> is a tag");
+});
+
+test("an unclosed section at the end stays reasoning", () => {
+  const r = split(["<think>still going"]);
+  assert.equal(r.reasoning, "still going");
+  assert.equal(r.content, "");
+});
