@@ -10,6 +10,7 @@ import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
+import { promptCacheBench } from "./prompt-cache.ts";
 import { startServerProcess } from "./server-process.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
@@ -191,6 +192,7 @@ async function main() {
     await raw.dispose();
   }
 
+  await promptCacheBench(modelPath, ROUNDS);
   await embeddingsBenchmark(modelPath, cores);
 }
 
