@@ -38,6 +38,7 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
   let failed = false;
 
   let cachedTokens = 0;
+  let reasoningTokens = 0;
   const runChoice = async (req: GenerationRequest, prep: PreparedGeneration, choice: number, seedOffset: number) => {
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     const { slot, release } = await scheduler.acquire(signal, choose);
@@ -60,7 +61,17 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
           channel.push({ type: "prompt", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
           continue;
         }
+        if (chunk.kind === "usage-detail") {
+          reasoningTokens += chunk.reasoningTokens;
+          continue;
+        }
         completionTokens += chunk.tokens;
+        if (chunk.channel === "reasoning") {
+          // Thinking is reported as it comes: stop strings apply to the answer only.
+          if (chunk.text || chunk.logprobs)
+            channel.push({ type: "reasoning", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
+          continue;
+        }
         logprobs.add(chunk.text.length, chunk.logprobs);
         const { emit, stopped } = matcher.push(chunk.text);
         const lp = logprobs.release(emit.length, stopped);
@@ -84,7 +95,7 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
     const promptTokens = prepared.reduce((sum, p) => sum + p.promptTokens, 0);
     channel.push({
       type: "usage",
-      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens },
+      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens, reasoningTokens },
     });
     channel.close();
   };

@@ -67,6 +67,13 @@ export interface GenerationRequest {
    */
   logprobs?: number;
   /**
+   * Thinking control for models that think: `enabled` false closes the section before generation;
+   * `budgetTokens` closes it by force after that many tokens. Undefined: the model's default.
+   */
+  reasoning?: { enabled?: boolean; budgetTokens?: number };
+  /** Which request field asked for reasoning control, so an error can name it. */
+  reasoningParam?: string;
+  /**
    * Report the prompt back before the generated text (Completions' echo); with `logprobs`, also the
    * prompt tokens' log probabilities (the first token has none).
    */
@@ -91,10 +98,14 @@ export interface Usage {
   completionTokens: number;
   totalTokens: number;
   cachedTokens: number;
+  /** Completion tokens spent thinking (they are part of completionTokens). */
+  reasoningTokens: number;
 }
 
 export type GenerationEvent =
   | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  /** Thinking, kept apart from the answer. */
+  | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[] }
   /** The prompt itself, for echo; sent before the choice's first text. */
   | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[] }
   | { type: "finish"; choice: number; reason: FinishReason }

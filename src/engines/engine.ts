@@ -15,7 +15,9 @@ export interface PreparedGeneration {
 /** One step of an engine's output for a single choice. */
 export type EngineChunk =
   /** Text of newly generated tokens; `logprobs` has one entry per token when requested. */
-  | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[] }
+  | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[]; channel?: "reasoning" }
+  /** Counts the core cannot see in the text: how many generated tokens were thinking. */
+  | { kind: "usage-detail"; reasoningTokens: number }
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }

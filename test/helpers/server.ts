@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
 
 export interface TestServer extends RunningServer {
   client: OpenAI;
@@ -12,6 +12,8 @@ export interface TestServer extends RunningServer {
 export interface TestServerOptions {
   /** Also serve the BERT embedding fixture (an embedding-only model) as "bert". */
   bert?: boolean;
+  /** Also serve the thinking/tool-call fixture (THINKING_SPEC) as "think". */
+  think?: boolean;
 }
 
 /**
@@ -22,6 +24,7 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   const modelPath = await ensureFixtureModel();
   const models = [`tiny=${modelPath}`];
   if (opts.bert) models.push(`bert=${await ensureBertFixtureModel()}`);
+  if (opts.think) models.push(`think=${await ensureFixtureModel(THINKING_SPEC)}`);
   const config = loadConfig({ model: models, port: "0", threads: "1", ...settings }, {});
   const server = await serve(config, { log: () => {} });
   await server.loaded;

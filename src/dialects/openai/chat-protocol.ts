@@ -82,9 +82,18 @@ export const chatCompletionRequest = z.object({
   response_format: z.unknown().optional(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
-  reasoning_effort: z.unknown().optional(),
-  reasoning: z.unknown().optional(),
-  chat_template_kwargs: z.unknown().optional(),
+  reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high"]).nullish(),
+  // OpenRouter's and others' reasoning object.
+  reasoning: z
+    .object({
+      effort: z.enum(["none", "minimal", "low", "medium", "high"]).optional(),
+      budget_tokens: z.int().min(1).optional(),
+      max_tokens: z.int().min(1).optional(),
+      enabled: z.boolean().optional(),
+    })
+    .nullish(),
+  // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
   modalities: z.array(z.string()).nullish(),
   audio: z.unknown().optional(),
   prediction: z.unknown().optional(),

@@ -9,9 +9,6 @@ const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
   ["tool_choice", "tool calling is not supported by this server yet"],
   ["functions", "function calling is not supported by this server yet"],
   ["function_call", "function calling is not supported by this server yet"],
-  ["reasoning_effort", "reasoning control is not supported by this server yet"],
-  ["reasoning", "reasoning control is not supported by this server yet"],
-  ["chat_template_kwargs", "chat template arguments are not supported by this server yet"],
   ["audio", "audio output is not supported by this server"],
   ["prediction", "predicted outputs are not supported by this server"],
   ["web_search_options", "web search is not supported by this server"],
@@ -33,7 +30,38 @@ export function chatToCanonical(body: ChatCompletionRequest): GenerationRequest 
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
+    ...reasoningControl(body),
   };
+}
+
+/** Default thinking budgets for effort levels; `high` leaves the model unbounded (within max_tokens). */
+const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined } as const;
+
+/**
+ * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled} and
+ * chat_template_kwargs.enable_thinking all steer one thing: whether the model thinks, and for how long.
+ */
+function reasoningControl(body: ChatCompletionRequest): Pick<GenerationRequest, "reasoning" | "reasoningParam"> {
+  const kwargs = body.chat_template_kwargs ?? {};
+  for (const key of Object.keys(kwargs)) {
+    if (key !== "enable_thinking")
+      throw unsupportedField(`chat_template_kwargs.${key}`, "is not a template switch this server passes on (only enable_thinking is)");
+  }
+  if (kwargs.enable_thinking !== undefined && typeof kwargs.enable_thinking !== "boolean")
+    throw badRequest("chat_template_kwargs.enable_thinking must be a boolean.", "chat_template_kwargs.enable_thinking");
+  const effort = body.reasoning?.effort ?? body.reasoning_effort ?? undefined;
+  const params: string[] = [];
+  if (body.reasoning_effort != null) params.push("reasoning_effort");
+  if (body.reasoning != null) params.push("reasoning");
+  if (kwargs.enable_thinking !== undefined) params.push("chat_template_kwargs.enable_thinking");
+  if (params.length === 0) return {};
+
+  let enabled: boolean | undefined = body.reasoning?.enabled ?? (kwargs.enable_thinking as boolean | undefined);
+  if (effort === "none") enabled = false;
+  const budget = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
+  if (enabled === false && budget !== undefined)
+    throw badRequest("A thinking budget was given, but thinking is turned off.", params[0]);
+  return { reasoning: { enabled: enabled ?? (effort !== undefined ? true : undefined), budgetTokens: budget }, reasoningParam: params[0] };
 }
 
 function refuseUnsupported(body: ChatCompletionRequest): void {

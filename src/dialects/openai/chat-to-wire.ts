@@ -16,7 +16,7 @@ export function usageToWire(u: Usage) {
     completion_tokens: u.completionTokens,
     total_tokens: u.totalTokens,
     prompt_tokens_details: { cached_tokens: u.cachedTokens },
-    completion_tokens_details: { reasoning_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: u.reasoningTokens },
   };
 }
 
@@ -34,12 +34,17 @@ export function logprobToWire(e: TokenLogprob) {
 export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, withLogprobs = false) {
   const text: string[] = Array.from({ length: meta.n }, () => "");
   const logprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
+  const reasoning: Array<string | undefined> = Array.from({ length: meta.n }, () => undefined);
+  const reasoningLogprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
   const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
   let usage: Usage | undefined;
   for await (const ev of events) {
     if (ev.type === "text") {
       text[ev.choice] += ev.text;
       if (ev.logprobs) logprobs[ev.choice].push(...ev.logprobs);
+    } else if (ev.type === "reasoning") {
+      reasoning[ev.choice] = (reasoning[ev.choice] ?? "") + ev.text;
+      if (ev.logprobs) reasoningLogprobs[ev.choice].push(...ev.logprobs);
     } else if (ev.type === "finish") finish[ev.choice] = ev.reason;
     else if (ev.type === "usage") usage = ev.usage;
   }
@@ -52,8 +57,20 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
     ...(meta.serviceTier ? { service_tier: meta.serviceTier } : {}),
     choices: text.map((content, index) => ({
       index,
-      message: { role: "assistant" as const, content, refusal: null },
-      logprobs: withLogprobs ? { content: logprobs[index].map(logprobToWire), refusal: null } : null,
+      message: {
+        role: "assistant" as const,
+        content,
+        refusal: null,
+        // vLLM's and DeepSeek's field name, and the newer one vLLM and Ollama also send.
+        ...(reasoning[index] !== undefined ? { reasoning_content: reasoning[index], reasoning: reasoning[index] } : {}),
+      },
+      logprobs: withLogprobs
+        ? {
+            content: logprobs[index].map(logprobToWire),
+            ...(reasoning[index] !== undefined ? { reasoning_content: reasoningLogprobs[index].map(logprobToWire) } : {}),
+            refusal: null,
+          }
+        : null,
       finish_reason: finish[index],
     })),
     usage: usage ? usageToWire(usage) : undefined,
@@ -82,10 +99,16 @@ export async function streamChatCompletion(
     ...(includeUsage ? { usage: null } : {}),
     ...extra,
   });
-  const delta = (index: number, d: Record<string, unknown>, finish: FinishReason | null = null, lp?: TokenLogprob[]) => ({
+  const delta = (
+    index: number,
+    d: Record<string, unknown>,
+    finish: FinishReason | null = null,
+    lp?: TokenLogprob[],
+    lpField: "content" | "reasoning_content" = "content",
+  ) => ({
     index,
     delta: d,
-    logprobs: withLogprobs && lp ? { content: lp.map(logprobToWire), refusal: null } : null,
+    logprobs: withLogprobs && lp ? { content: lpField === "content" ? lp.map(logprobToWire) : [], ...(lpField === "reasoning_content" ? { reasoning_content: lp.map(logprobToWire) } : {}), refusal: null } : null,
     finish_reason: finish,
   });
 
@@ -93,6 +116,8 @@ export async function streamChatCompletion(
   for await (const ev of events) {
     if (sse.closed) return;
     if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, ev.logprobs)]));
+    else if (ev.type === "reasoning")
+      await sse.data(chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, ev.logprobs, "reasoning_content")]));
     else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
     else if (ev.type === "usage" && includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
   }

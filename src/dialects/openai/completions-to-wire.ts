@@ -56,7 +56,7 @@ export async function renderCompletion(
       text[ev.choice] += ev.text;
       if (ev.logprobs) lp[ev.choice] = merge(lp[ev.choice], builders[ev.choice].build(ev.logprobs));
     } else if (ev.type === "finish") finish[ev.choice] = ev.reason;
-    else usage = ev.usage;
+    else if (ev.type === "usage") usage = ev.usage;
   }
   return {
     id: meta.id,

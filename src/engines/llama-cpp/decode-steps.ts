@@ -12,13 +12,24 @@ export interface Step {
 const FLOOR = -9999;
 const logOf = (p: number | undefined) => (p && p > 0 ? Math.max(FLOOR, Math.log(p)) : FLOOR);
 
+/**
+ * A step source yields each sampled token; the consumer may answer `next(tokens)` to put other
+ * tokens into the sequence instead of the sampled one (e.g. to force a thinking section closed).
+ */
+export type Steps = AsyncGenerator<Step, void, Token[] | undefined>;
+
 /** Plain decoding: llama.cpp samples natively; nothing per token but the token itself. */
-export async function* plainSteps(
-  sequence: LlamaContextSequence,
-  input: Token[],
-  options: SequenceEvaluateOptions,
-): AsyncGenerator<Step> {
-  for await (const token of sequence.evaluate(input, options)) yield { token };
+export async function* plainSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
+  const it = sequence.evaluate(input, options);
+  try {
+    let step = await it.next();
+    while (!step.done) {
+      const replacement = yield { token: step.value };
+      step = await it.next(replacement);
+    }
+  } finally {
+    await it.return(undefined);
+  }
 }
 
 /**
@@ -33,7 +44,7 @@ export async function* logprobSteps(
   sampling: SamplingParams,
   top: number,
   pieces: TokenPieces,
-): AsyncGenerator<Step> {
+): Steps {
   const sampler = new JsSampler(sampling);
   const it = sequence.evaluateWithMetadata(input, { probabilities: true }, { ...options, temperature: 0 });
   try {
@@ -41,8 +52,8 @@ export async function* logprobSteps(
     while (!step.done) {
       const probs = step.value.probabilities;
       const token = sampler.pick(probs) as Token;
-      yield { token, logprob: describe(token, probs, top, pieces) };
-      step = await it.next(token);
+      const replacement = yield { token, logprob: describe(token, probs, top, pieces) };
+      step = await it.next(replacement ?? token);
     }
   } finally {
     await it.return(undefined);

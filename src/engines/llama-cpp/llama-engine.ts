@@ -15,6 +15,7 @@ import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
+import { decodeLoop, type ReasoningPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
@@ -45,6 +46,7 @@ export interface LlamaPrepared extends PreparedGeneration {
   logprobs?: number;
   /** The prompt text to report back (echo), when asked for. */
   echo?: string;
+  reasoning?: ReasoningPlan;
   namespace: string;
   reuse: boolean;
   cacheKey?: string;
@@ -127,7 +129,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
     if (!this.context) throw embeddingOnlyModel(this.id);
-    const { tokens, stopTokens, formatStops } = this.renderPrompt(req);
+    const rendered = this.renderPrompt(req);
+    const { stopTokens, formatStops } = rendered;
+    const reasoning = this.planReasoning(req);
+    // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does.
+    const tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
     if (tokens.length === 0) throw badRequest("The prompt is empty.", req.prompt.kind === "chat" ? "messages" : "prompt");
     for (const id of req.sampling.logitBias.keys()) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
@@ -160,6 +166,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       maxTokens: req.maxTokens ?? room,
       logprobs: req.logprobs,
       echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
+      reasoning: reasoning?.plan,
       namespace: req.isolationKey ?? "",
       // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
       reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
@@ -191,33 +198,53 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     }
 
     const generated: Token[] = [];
-    const decoder = new TokenTextDecoder(this.model, prepared.tokens);
     const options = buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens);
-    const steps =
-      prepared.logprobs === undefined
-        ? plainSteps(sequence, input, options)
-        : logprobSteps(sequence, input, options, sampling, prepared.logprobs, this.pieces);
+    yield* decodeLoop({
+      model: this.model,
+      steps:
+        prepared.logprobs === undefined
+          ? plainSteps(sequence, input, options)
+          : logprobSteps(sequence, input, options, sampling, prepared.logprobs, this.pieces),
+      decoder: new TokenTextDecoder(this.model, prepared.tokens),
+      generated,
+      maxTokens: prepared.maxTokens,
+      stopTokens: prepared.stopTokens,
+      reasoning: prepared.reasoning,
+      signal,
+      onPromptEvaluated: () => this.slotCache.promptEvaluated(slot),
+    });
+  }
 
-    for await (const { token, logprob } of steps) {
-      if (signal.aborted) return;
-      if (generated.length === 0) await this.slotCache.promptEvaluated(slot);
-      generated.push(token);
-      if (this.model.isEogToken(token) || prepared.stopTokens.has(token)) {
-        // The end-of-turn token is counted but is not content, so it has no logprob entry.
-        yield { kind: "text", text: decoder.flush(), tokens: 1 };
-        yield { kind: "end", reason: "stop" };
-        return;
-      }
-      yield { kind: "text", text: decoder.push(token), tokens: 1, ...(logprob ? { logprobs: [logprob] } : {}) };
-      if (generated.length >= prepared.maxTokens) {
-        yield { kind: "text", text: decoder.flush(), tokens: 0 };
-        yield { kind: "end", reason: "length" };
-        return;
-      }
+  /**
+   * For chat prompts on a model whose template has a thinking section: the tokens that open it
+   * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
+   */
+  private planReasoning(req: GenerationRequest): { plan: ReasoningPlan; promptSuffix: Token[] } | undefined {
+    const thought = this.wrapper.settings.segments?.thought;
+    if (req.prompt.kind !== "chat" || !thought) {
+      if (req.reasoning !== undefined)
+        throw badRequest(
+          `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
+          req.reasoningParam ?? "reasoning_effort",
+        );
+      return undefined;
     }
-    // The iterator only ends by itself when the sampler produced nothing more to say.
-    yield { kind: "text", text: decoder.flush(), tokens: 0 };
-    yield { kind: "end", reason: "stop" };
+    // Some templates open the section themselves ("openedOnStart"): there is no prefix to add.
+    const prefix = typeof thought.prefix === "object" && "type" in thought.prefix ? LlamaText([]) : LlamaText(thought.prefix);
+    const suffix = LlamaText(thought.suffix ?? "");
+    const enabled = req.reasoning?.enabled ?? true;
+    const layout = LlamaText(new SpecialTokensText("\n\n"));
+    const promptSuffix = (enabled ? prefix : LlamaText([prefix, suffix, layout])).tokenize(this.model.tokenizer);
+    return {
+      promptSuffix,
+      plan: {
+        open: prefix.toString().trim(),
+        close: suffix.toString().trim(),
+        startsInside: enabled,
+        budget: req.reasoning?.budgetTokens,
+        closeTokens: LlamaText([suffix, layout]).tokenize(this.model.tokenizer),
+      },
+    };
   }
 
   pickSlot(prepared: LlamaPrepared, free: readonly number[]): number {

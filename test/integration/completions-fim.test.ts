@@ -1,0 +1,42 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { ensureFixtureModel, EXTRA_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
+import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({}, { think: true });
+});
+after(async () => {
+  await s.close();
+});
+
+test("suffix on a model with FIM tokens fills the middle: prefix, suffix, middle order", async () => {
+  const body = { model: "think", prompt: "def add(a, b):", suffix: "    return c", max_tokens: 6, temperature: 0, logit_bias: NO_EOG };
+  const r = await postJson(`${s.url}/v1/completions`, body);
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].finish_reason, "length");
+
+  // The same generation from the token layout llama.cpp's infill uses, sent as token ids.
+  const llama = await getLlama({ gpu: false, maxThreads: 1, build: "never", logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel(THINKING_SPEC), vocabOnly: true });
+  const ids = [
+    model.tokens.bos!,
+    EXTRA_TOKENS.fimPrefix,
+    ...model.tokenize("def add(a, b):"),
+    EXTRA_TOKENS.fimSuffix,
+    ...model.tokenize("    return c"),
+    EXTRA_TOKENS.fimMiddle,
+  ];
+  await model.dispose();
+  const same = await postJson(`${s.url}/v1/completions`, { ...body, suffix: undefined, prompt: ids });
+  assert.equal(r.json.usage.prompt_tokens, ids.length);
+  assert.equal(r.json.choices[0].text, same.json.choices[0].text);
+});
+
+test("suffix with token-id prompts is refused", async () => {
+  const r = await postJson(`${s.url}/v1/completions`, { model: "think", prompt: [1, 2, 3], suffix: "x" });
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error.param, "suffix");
+});
