@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
+import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { startServerProcess } from "./server-process.ts";
@@ -193,6 +194,7 @@ async function main() {
   }
 
   await promptCacheBench(modelPath, ROUNDS);
+  await constraintsBench(modelPath, ROUNDS);
   await embeddingsBenchmark(modelPath, cores);
 }
 

@@ -1,5 +1,6 @@
 import type { PreparedGeneration } from "../engines/engine.ts";
 import { Channel } from "./channel.ts";
+import { newId } from "./ids.ts";
 import type { ModelRegistry } from "./registry.ts";
 import { StopMatcher } from "./stop-matcher.ts";
 import type { FinishReason, GenerationEvent, GenerationRequest, TokenLogprob } from "./types.ts";
@@ -59,6 +60,15 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
         }
         if (chunk.kind === "prompt") {
           channel.push({ type: "prompt", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
+          continue;
+        }
+        if (chunk.kind === "tool-call") {
+          channel.push({ type: "tool-call", choice, index: chunk.index, id: newId("call_"), name: chunk.name });
+          continue;
+        }
+        if (chunk.kind === "tool-call-arguments") {
+          completionTokens += chunk.tokens;
+          if (chunk.text) channel.push({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
           continue;
         }
         if (chunk.kind === "usage-detail") {

@@ -18,6 +18,11 @@ export class StopMatcher {
     return this.stopped;
   }
 
+  /** Characters held back because they might start a stop string. */
+  get heldLength(): number {
+    return this.pending.length;
+  }
+
   /** Feed new text; returns what is safe to emit and whether a stop string was hit. */
   push(text: string): { emit: string; stopped: boolean } {
     if (this.stopped) return { emit: "", stopped: true };

@@ -22,6 +22,18 @@ export interface Message {
   toolCallId?: string;
 }
 
+/** A function the model may call. */
+export interface ToolDefinition {
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments object. */
+  parameters: unknown;
+  /** Arguments must follow the schema exactly; a schema that cannot be enforced is refused. */
+  strict: boolean;
+}
+
+export type ToolChoice = "none" | "auto" | "required" | { name: string };
+
 export type PromptInput =
   | { kind: "chat"; messages: Message[] }
   | { kind: "text"; text: string }
@@ -71,6 +83,12 @@ export interface GenerationRequest {
    * `budgetTokens` closes it by force after that many tokens. Undefined: the model's default.
    */
   reasoning?: { enabled?: boolean; budgetTokens?: number };
+  /** Constrains the answer: any JSON object, or JSON valid against a schema. */
+  responseFormat?: { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
+  tools?: ToolDefinition[];
+  toolChoice?: ToolChoice;
+  /** False: at most one call per answer. */
+  parallelToolCalls?: boolean;
   /** Which request field asked for reasoning control, so an error can name it. */
   reasoningParam?: string;
   /**
@@ -104,6 +122,10 @@ export interface Usage {
 
 export type GenerationEvent =
   | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  /** A tool call begins: its position among this choice's calls, a fresh id and the function name. */
+  | { type: "tool-call"; choice: number; index: number; id: string; name: string }
+  /** More of a tool call's arguments (JSON text; the pieces concatenate to the whole object). */
+  | { type: "tool-call-arguments"; choice: number; index: number; text: string }
   /** Thinking, kept apart from the answer. */
   | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[] }
   /** The prompt itself, for echo; sent before the choice's first text. */

@@ -16,12 +16,14 @@ export interface PreparedGeneration {
 export type EngineChunk =
   /** Text of newly generated tokens; `logprobs` has one entry per token when requested. */
   | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[]; channel?: "reasoning" }
+  | { kind: "tool-call"; index: number; name: string }
+  | { kind: "tool-call-arguments"; index: number; text: string; tokens: number }
   /** Counts the core cannot see in the text: how many generated tokens were thinking. */
   | { kind: "usage-detail"; reasoningTokens: number }
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }
-  | { kind: "end"; reason: "stop" | "length" };
+  | { kind: "end"; reason: "stop" | "length" | "tool_calls" };
 
 export type EngineState = "loading" | "ready" | "failed";
 

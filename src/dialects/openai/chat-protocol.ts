@@ -75,11 +75,43 @@ export const chatCompletionRequest = z.object({
   metadata: z.record(z.string(), z.string()).nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   // Owned by later capabilities: accepted by the schema only so they can be refused by name.
-  tools: z.unknown().optional(),
-  tool_choice: z.unknown().optional(),
+  tools: z
+    .array(
+      z.object({
+        type: z.literal("function"),
+        function: z.object({
+          name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
+          description: z.string().optional(),
+          parameters: z.record(z.string(), z.unknown()).optional(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    )
+    .max(128)
+    .nullish(),
+  tool_choice: z
+    .union([
+      z.enum(["none", "auto", "required"]),
+      z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
+    ])
+    .nullish(),
   functions: z.unknown().optional(),
   function_call: z.unknown().optional(),
-  response_format: z.unknown().optional(),
+  response_format: z
+    .discriminatedUnion("type", [
+      z.object({ type: z.literal("text") }),
+      z.object({ type: z.literal("json_object") }),
+      z.object({
+        type: z.literal("json_schema"),
+        json_schema: z.object({
+          name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
+          description: z.string().optional(),
+          schema: z.record(z.string(), z.unknown()).optional(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    ])
+    .nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
   reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high"]).nullish(),

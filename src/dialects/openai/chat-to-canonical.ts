@@ -5,10 +5,8 @@ import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields
 
 /** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
 const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
-  ["tools", "tool calling is not supported by this server yet"],
-  ["tool_choice", "tool calling is not supported by this server yet"],
-  ["functions", "function calling is not supported by this server yet"],
-  ["function_call", "function calling is not supported by this server yet"],
+  ["functions", "is deprecated; send tools instead"],
+  ["function_call", "is deprecated; send tool_choice instead"],
   ["audio", "audio output is not supported by this server"],
   ["prediction", "predicted outputs are not supported by this server"],
   ["web_search_options", "web search is not supported by this server"],
@@ -30,7 +28,42 @@ export function chatToCanonical(body: ChatCompletionRequest): GenerationRequest 
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
+    ...toolsToCanonical(body),
+    responseFormat: responseFormat(body),
     ...reasoningControl(body),
+  };
+}
+
+function responseFormat(body: ChatCompletionRequest): GenerationRequest["responseFormat"] {
+  const rf = body.response_format;
+  if (rf == null || rf.type === "text") return undefined;
+  if (rf.type === "json_object") return { type: "json_object" };
+  // A schema-less json_schema is any JSON object, as with json_object.
+  return { type: "json_schema", schema: rf.json_schema.schema ?? { type: "object" }, strict: rf.json_schema.strict === true };
+}
+
+function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
+  const tools = body.tools ?? [];
+  const seen = new Set<string>();
+  tools.forEach((t, i) => {
+    if (seen.has(t.function.name)) throw badRequest(`Two tools are named '${t.function.name}'.`, `tools[${i}].function.name`);
+    seen.add(t.function.name);
+  });
+  const choice = body.tool_choice ?? undefined;
+  if (choice !== undefined && tools.length === 0)
+    throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+  if (typeof choice === "object" && !seen.has(choice.function.name))
+    throw badRequest(`tool_choice names '${choice.function.name}', which is not among the tools.`, "tool_choice");
+  if (tools.length === 0) return {};
+  return {
+    tools: tools.map((t) => ({
+      name: t.function.name,
+      description: t.function.description,
+      parameters: t.function.parameters ?? { type: "object", properties: {} },
+      strict: t.function.strict === true,
+    })),
+    toolChoice: typeof choice === "object" ? { name: choice.function.name } : (choice ?? "auto"),
+    parallelToolCalls: body.parallel_tool_calls ?? true,
   };
 }
 
@@ -68,8 +101,6 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
   for (const [field, why] of NOT_YET) {
     if (body[field] != null) throw unsupportedField(field, why);
   }
-  const rf = body.response_format as { type?: unknown } | null | undefined;
-  if (rf != null && rf.type !== "text") throw unsupportedField("response_format", "structured output is not supported by this server yet");
   if (body.top_logprobs != null && !body.logprobs)
     throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.modalities && body.modalities.some((m) => m !== "text"))

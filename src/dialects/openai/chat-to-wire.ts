@@ -36,12 +36,20 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
   const logprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
   const reasoning: Array<string | undefined> = Array.from({ length: meta.n }, () => undefined);
   const reasoningLogprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
+  const toolCalls: Array<Array<{ id: string; type: "function"; function: { name: string; arguments: string } }>> = Array.from(
+    { length: meta.n },
+    () => [],
+  );
   const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
   let usage: Usage | undefined;
   for await (const ev of events) {
     if (ev.type === "text") {
       text[ev.choice] += ev.text;
       if (ev.logprobs) logprobs[ev.choice].push(...ev.logprobs);
+    } else if (ev.type === "tool-call") {
+      toolCalls[ev.choice][ev.index] = { id: ev.id, type: "function", function: { name: ev.name, arguments: "" } };
+    } else if (ev.type === "tool-call-arguments") {
+      toolCalls[ev.choice][ev.index].function.arguments += ev.text;
     } else if (ev.type === "reasoning") {
       reasoning[ev.choice] = (reasoning[ev.choice] ?? "") + ev.text;
       if (ev.logprobs) reasoningLogprobs[ev.choice].push(...ev.logprobs);
@@ -59,8 +67,10 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
       index,
       message: {
         role: "assistant" as const,
-        content,
+        // OpenAI sends null rather than "" when the answer is only tool calls.
+        content: content === "" && toolCalls[index].length > 0 ? null : content,
         refusal: null,
+        ...(toolCalls[index].length > 0 ? { tool_calls: toolCalls[index] } : {}),
         // vLLM's and DeepSeek's field name, and the newer one vLLM and Ollama also send.
         ...(reasoning[index] !== undefined ? { reasoning_content: reasoning[index], reasoning: reasoning[index] } : {}),
       },
@@ -116,6 +126,12 @@ export async function streamChatCompletion(
   for await (const ev of events) {
     if (sse.closed) return;
     if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, ev.logprobs)]));
+    else if (ev.type === "tool-call")
+      await sse.data(
+        chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
+      );
+    else if (ev.type === "tool-call-arguments")
+      await sse.data(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
     else if (ev.type === "reasoning")
       await sse.data(chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, ev.logprobs, "reasoning_content")]));
     else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));

@@ -45,7 +45,9 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
             `messages[${i}].tool_call_id`,
           );
         }
-        call.result = m.content;
+        // The wrapper serialises results as JSON; a result that already is JSON goes in as its value,
+        // so it is not rendered as a quoted string.
+        call.result = parseOrKeep(m.content);
         return;
       }
     }
@@ -61,5 +63,13 @@ function parseArguments(text: string, param: string): unknown {
     return JSON.parse(text);
   } catch {
     throw badRequest(`${param} is not valid JSON.`, param);
+  }
+}
+
+function parseOrKeep(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
   }
 }

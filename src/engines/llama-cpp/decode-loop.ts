@@ -1,8 +1,10 @@
-import type { LlamaModel, Token } from "node-llama-cpp";
+import { type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type Token } from "node-llama-cpp";
 import { ReasoningSplitter } from "../../core/reasoning-splitter.ts";
+import { StopMatcher } from "../../core/stop-matcher.ts";
 import type { TokenLogprob } from "../../core/types.ts";
 import type { EngineChunk } from "../engine.ts";
 import type { Steps } from "./decode-steps.ts";
+import { type ToolCallFormat, ToolCallParser } from "./tool-call-parser.ts";
 import type { TokenTextDecoder } from "./token-text.ts";
 
 /** How a model's thinking section looks and how this request wants it handled. */
@@ -17,6 +19,24 @@ export interface ReasoningPlan {
   closeTokens: Token[];
 }
 
+/** How tool calls look in this model's output and how this request wants them. */
+export interface ToolPlan {
+  format: ToolCallFormat;
+  /** Text that starts a call in free-running output (the prefix's leading marker). */
+  trigger: string;
+  /** tool_choice required or named: the answer is a call, from its first token. */
+  forced: boolean;
+  /** Constrains everything after the call prefix: names, arguments, suffix, further calls. */
+  grammar: LlamaGrammar;
+  /** The call prefix as tokens (special markers included). */
+  prefixTokens: Token[];
+}
+
+/** The grammar state the sampler reads each step; swapped as the answer moves between parts. */
+export interface GrammarSlot {
+  state?: LlamaGrammarEvaluationState;
+}
+
 export interface LoopSetup {
   model: LlamaModel;
   steps: Steps;
@@ -26,24 +46,89 @@ export interface LoopSetup {
   maxTokens: number;
   stopTokens: Set<Token>;
   reasoning?: ReasoningPlan;
+  tools?: ToolPlan;
+  /** Constrains the answer (structured output); starts where the answer starts. */
+  contentGrammar?: LlamaGrammar;
+  grammar: GrammarSlot;
+  /** Tokenizes text with special markers recognised (for injected call prefixes). */
+  tokenize: (text: string) => Token[];
   signal: AbortSignal;
   /** Runs once the prompt is evaluated, before any generated token enters the sequence. */
   onPromptEvaluated: () => Promise<void>;
 }
 
 /**
- * The engine's single generation loop: tokens in, text chunks out, split into reasoning and answer
- * when the model thinks, ending on end-of-turn tokens or the token budget.
+ * The engine's single generation loop: tokens in, chunks out. It separates thinking from the answer,
+ * recognises tool calls (switching to their grammar once one starts), applies a structured-output
+ * grammar to the answer, and ends on end-of-turn tokens or the token budget.
  */
 export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk> {
-  const { model, steps, decoder, generated, reasoning, signal } = setup;
+  const { model, steps, decoder, generated, reasoning, tools, signal } = setup;
   const splitter = reasoning ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside) : null;
+  const trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
+  let parser: ToolCallParser | null = null;
   let reasoningTokens = 0;
+  /** Tokens to put into the sequence instead of the token just sampled. */
+  let inject: Token[] | undefined;
+
+  const activate = (grammar: LlamaGrammar | undefined) => {
+    setup.grammar.state = grammar ? new LlamaGrammarEvaluationState({ model, grammar }) : undefined;
+  };
+  /** Starts a call by injecting its prefix; `inSequence` characters of it are there already. */
+  const startCall = (before = "", inSequence = 0) => {
+    parser = new ToolCallParser(tools!.format);
+    const rest = before === "" && inSequence === 0 ? tools!.prefixTokens : setup.tokenize(before + tools!.format.prefix.slice(inSequence));
+    inject = [...(inject ?? []), ...rest];
+    activate(tools!.grammar);
+  };
+  /** The answer begins: forced calls start, and a structured-output grammar takes hold. */
+  const answerStarts = (viaInjection: boolean) => {
+    if (tools?.forced) {
+      if (viaInjection) startCall();
+      else {
+        // The prompt already ends with the call prefix.
+        parser = new ToolCallParser(tools.format);
+        activate(tools.grammar);
+      }
+    } else activate(setup.contentGrammar);
+  };
+
+  function* callText(text: string, tokens: number): Generator<EngineChunk> {
+    let counted = false;
+    for (const ev of parser!.push(text)) {
+      if (ev.type === "name") yield { kind: "tool-call", index: ev.index, name: ev.name };
+      else if (ev.type === "arguments") {
+        yield { kind: "tool-call-arguments", index: ev.index, text: ev.text, tokens: counted ? 0 : tokens };
+        counted = true;
+      }
+    }
+    if (!counted && tokens > 0) yield { kind: "tool-call-arguments", index: 0, text: "", tokens };
+  }
+
+  function* contentText(text: string, tokens: number, logprobs: { logprobs?: TokenLogprob[] }, heldBefore: number): Generator<EngineChunk> {
+    if (parser) {
+      yield* callText(text, tokens);
+      return;
+    }
+    if (!trigger) {
+      yield { kind: "text", text, tokens, ...logprobs };
+      return;
+    }
+    const { emit, stopped } = trigger.push(text);
+    yield { kind: "text", text: emit, tokens, ...logprobs };
+    if (stopped) {
+      // A call starts. Whatever of its opening marker is already in the sequence stays; the token
+      // just sampled is replaced by the rest of the prefix, after which the call grammar rules.
+      const fromThisToken = Math.max(0, emit.length - heldBefore);
+      startCall(text.slice(0, fromThisToken), Math.max(0, heldBefore - emit.length));
+    }
+  }
 
   function* emit(text: string, tokens: number, logprob?: TokenLogprob): Generator<EngineChunk> {
     const logprobs = logprob ? { logprobs: [logprob] } : {};
-    if (!splitter) {
-      yield { kind: "text", text, tokens, ...logprobs };
+    const heldBefore = trigger?.heldLength ?? 0;
+    if (!splitter || (!splitter.thinking && parser)) {
+      yield* contentText(text, tokens, logprobs, heldBefore);
       return;
     }
     const wasThinking = splitter.thinking;
@@ -51,9 +136,10 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     if (wasThinking || part.reasoning) {
       reasoningTokens += tokens;
       yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
-      if (part.content) yield { kind: "text", text: part.content, tokens: 0 };
+      if (wasThinking && !splitter.thinking) answerStarts(true);
+      if (part.content) yield* contentText(part.content, 0, {}, heldBefore);
     } else {
-      yield { kind: "text", text: part.content, tokens, ...logprobs };
+      yield* contentText(part.content, tokens, logprobs, heldBefore);
     }
   }
 
@@ -62,12 +148,18 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     if (splitter) {
       const rest = splitter.flush();
       if (rest.reasoning) yield { kind: "text", channel: "reasoning", text: rest.reasoning, tokens: 0 };
-      if (rest.content) yield { kind: "text", text: rest.content, tokens: 0 };
+      if (rest.content) yield* contentText(rest.content, 0, {}, 0);
+    }
+    if (trigger && !parser) {
+      const held = trigger.flush();
+      if (held) yield { kind: "text", text: held, tokens: 0 };
     }
     yield { kind: "usage-detail", reasoningTokens };
-    yield { kind: "end", reason };
+    const called = parser !== null && (parser as ToolCallParser).callCount > 0;
+    yield { kind: "end", reason: reason === "stop" && called ? "tool_calls" : reason };
   }
 
+  if (!splitter?.thinking) answerStarts(false);
   try {
     let step = await steps.next(undefined);
     let first = true;
@@ -78,17 +170,21 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
         await setup.onPromptEvaluated();
       }
       let { token, logprob } = step.value;
-      let replacement: Token[] | undefined;
       let tokens: Token[] = [token];
-      if (splitter?.thinking && reasoning?.budget !== undefined && reasoningTokens >= reasoning.budget) {
-        // Budget spent: the sampled token is dropped and the section is closed in its place.
-        replacement = reasoning.closeTokens;
-        tokens = replacement;
+      let forced = false;
+      const overBudget = reasoning?.budget !== undefined && reasoningTokens >= reasoning.budget;
+      // An answer that must be a tool call or match a schema cannot be skipped by ending the turn
+      // while still thinking.
+      const answerRequired = Boolean(tools?.forced || setup.contentGrammar) && (model.isEogToken(token) || setup.stopTokens.has(token));
+      if (splitter?.thinking && (overBudget || answerRequired)) {
+        // The sampled token is dropped and the section is closed in its place.
+        tokens = reasoning!.closeTokens;
+        forced = true;
         logprob = undefined;
       }
       for (const t of tokens) {
         generated.push(t);
-        if (replacement === undefined && (model.isEogToken(t) || setup.stopTokens.has(t))) {
+        if (!forced && (model.isEogToken(t) || setup.stopTokens.has(t))) {
           // The end-of-turn token is counted but is not content, so it has no logprob entry.
           yield* finish("stop", 1);
           return;
@@ -98,6 +194,12 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
           yield* finish("length", 0);
           return;
         }
+      }
+      let replacement = forced ? tokens : undefined;
+      if (inject) {
+        replacement = forced ? [...tokens, ...inject] : inject;
+        generated.push(...inject);
+        inject = undefined;
       }
       step = await steps.next(replacement);
     }

@@ -1,5 +1,7 @@
 import {
+  type ChatModelFunctions,
   type ChatWrapper,
+  type LlamaGrammar,
   type LlamaContext,
   type LlamaContextSequence,
   type LlamaModel,
@@ -15,7 +17,8 @@ import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
-import { decodeLoop, type ReasoningPlan } from "./decode-loop.ts";
+import { ConstraintPlanner } from "./constraints.ts";
+import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
@@ -47,6 +50,8 @@ export interface LlamaPrepared extends PreparedGeneration {
   /** The prompt text to report back (echo), when asked for. */
   echo?: string;
   reasoning?: ReasoningPlan;
+  tools?: ToolPlan;
+  contentGrammar?: LlamaGrammar;
   namespace: string;
   reuse: boolean;
   cacheKey?: string;
@@ -64,6 +69,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly vocabSize: number;
   private readonly pieces: TokenPieces;
   private readonly slotCache: SlotCache;
+  private readonly constraints: ConstraintPlanner;
   readonly embeddings?: LlamaEmbedder;
 
   private constructor(
@@ -80,6 +86,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.wrapper = resolveChatWrapper(model);
     this.vocabSize = vocabularySize(model);
     this.pieces = new TokenPieces(model);
+    this.constraints = new ConstraintPlanner(model, this.wrapper);
     this.slotCache = new SlotCache(this.sequences, new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id));
   }
 
@@ -129,11 +136,16 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
     if (!this.context) throw embeddingOnlyModel(this.id);
-    const rendered = this.renderPrompt(req);
+    if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
+      throw badRequest("Tools and response formats need a chat prompt.", req.tools ? "tools" : "response_format");
+    const constraints = await this.constraints.plan(req);
+    const rendered = this.renderPrompt(req, constraints.functions);
     const { stopTokens, formatStops } = rendered;
     const reasoning = this.planReasoning(req);
-    // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does.
-    const tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
+    // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
+    // a forced tool call opens right after, unless thinking comes first.
+    let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
+    if (constraints.tools?.forced && !reasoning?.plan.startsInside) tokens = [...tokens, ...constraints.tools.prefixTokens];
     if (tokens.length === 0) throw badRequest("The prompt is empty.", req.prompt.kind === "chat" ? "messages" : "prompt");
     for (const id of req.sampling.logitBias.keys()) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
@@ -167,6 +179,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       logprobs: req.logprobs,
       echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
       reasoning: reasoning?.plan,
+      tools: constraints.tools,
+      contentGrammar: constraints.contentGrammar,
       namespace: req.isolationKey ?? "",
       // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
       reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
@@ -198,7 +212,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     }
 
     const generated: Token[] = [];
-    const options = buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens);
+    const grammar: GrammarSlot = {};
+    const options = { ...buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens), grammarEvaluationState: () => grammar.state };
     yield* decodeLoop({
       model: this.model,
       steps:
@@ -210,6 +225,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       maxTokens: prepared.maxTokens,
       stopTokens: prepared.stopTokens,
       reasoning: prepared.reasoning,
+      tools: prepared.tools,
+      contentGrammar: prepared.contentGrammar,
+      grammar,
+      tokenize: (text) => this.constraints.tokenize(text),
       signal,
       onPromptEvaluated: () => this.slotCache.promptEvaluated(slot),
     });
@@ -281,7 +300,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     await this.model.dispose();
   }
 
-  private renderPrompt(req: GenerationRequest): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
+  private renderPrompt(
+    req: GenerationRequest,
+    functions?: ChatModelFunctions,
+  ): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
     const prompt = req.prompt;
     if (prompt.kind === "tokens") {
       prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt[${i}]`));
@@ -299,7 +321,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
-    const state = this.wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages) });
+    const state = this.wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
   }

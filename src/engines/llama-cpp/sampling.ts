@@ -40,6 +40,8 @@ export function buildEvaluateOptions(
   };
 }
 
+const BANNED = -1e4;
+
 /**
  * TokenBias.set() skips end-of-generation tokens, but OpenAI clients bias (or ban) EOS through
  * logit_bias too. The bias map itself is what the sampler reads, so it is filled directly.
@@ -48,6 +50,9 @@ function logitBias(model: LlamaModel, bias: Map<number, number>): TokenBias {
   const tb = new TokenBias(model.tokenizer);
   const map = (tb as unknown as { _biases: Map<Token, number> })._biases;
   if (!(map instanceof Map)) throw new Error("node-llama-cpp TokenBias internals changed; logit_bias needs updating");
-  for (const [token, value] of bias) map.set(token as Token, value <= -100 ? -Infinity : value);
+  // -100 bans a token, but as a very large finite penalty rather than -Infinity: when a grammar
+  // leaves only banned tokens (an end-of-turn token once the JSON is complete), llama.cpp must still
+  // have a candidate, or the sampler fails inside the engine.
+  for (const [token, value] of bias) map.set(token as Token, value <= -100 ? BANNED : value);
   return tb;
 }

@@ -1,0 +1,106 @@
+import { createHash } from "node:crypto";
+import { type ChatModelFunctions, type ChatWrapper, type LlamaGrammar, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
+import { badRequest } from "../../core/errors.ts";
+import type { GenerationRequest } from "../../core/types.ts";
+import { orToolTrigger, toolCallGrammar } from "../../grammar/compose.ts";
+import { JSON_OBJECT_GBNF, jsonSchemaToGbnf, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import type { ToolPlan } from "./decode-loop.ts";
+import type { ToolCallFormat } from "./tool-call-parser.ts";
+
+export interface Constraints {
+  /** Functions to document in the prompt, through the model's template. */
+  functions?: ChatModelFunctions;
+  tools?: ToolPlan;
+  contentGrammar?: LlamaGrammar;
+}
+
+/**
+ * Turns a request's tools, tool_choice and response_format into what the decode loop enforces:
+ * grammars (compiled once per distinct text and cached) and the model's tool-call layout, read from
+ * its chat wrapper.
+ */
+export class ConstraintPlanner {
+  private readonly grammars = new Map<string, Promise<LlamaGrammar>>();
+  readonly format: ToolCallFormat;
+  readonly trigger: string;
+
+  constructor(
+    private readonly model: LlamaModel,
+    wrapper: ChatWrapper,
+  ) {
+    const call = wrapper.settings.functions.call;
+    const parallel = wrapper.settings.functions.parallelism?.call;
+    const text = (v: unknown) => (v == null ? "" : LlamaText(v as never).toString());
+    this.format = {
+      prefix: text(call.prefix),
+      paramsPrefix: text(call.paramsPrefix),
+      suffix: text(call.suffix),
+      betweenCalls: parallel ? text(parallel.betweenCalls) : "",
+    };
+    // A call is recognised by the leading marker of its prefix (e.g. "<tool_call>").
+    this.trigger = this.format.prefix.split(/[\n{]/)[0] || this.format.prefix;
+  }
+
+  async plan(req: GenerationRequest): Promise<Constraints> {
+    const out: Constraints = {};
+    const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
+    if (useTools) {
+      const named = typeof req.toolChoice === "object" ? req.toolChoice.name : undefined;
+      const offered = req.tools!.filter((t) => named === undefined || t.name === named);
+      out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: t.description, params: t.parameters as never }]));
+      const args = offered.map((t) => ({ name: t.name, argsGbnf: this.argumentsGrammar(t, req.tools!.indexOf(t)) }));
+      const parallel = req.parallelToolCalls !== false && named === undefined;
+      out.tools = {
+        format: this.format,
+        trigger: this.trigger,
+        forced: req.toolChoice === "required" || named !== undefined,
+        grammar: await this.compile(toolCallGrammar(args, this.format, parallel)),
+        prefixTokens: LlamaText.fromJSON([{ type: "specialTokensText", value: this.format.prefix }]).tokenize(this.model.tokenizer),
+      };
+    }
+    if (req.responseFormat) {
+      let text = this.contentGrammar(req);
+      if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger);
+      out.contentGrammar = await this.compile(text);
+    }
+    return out;
+  }
+
+  tokenize(text: string): Token[] {
+    return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
+  }
+
+  private argumentsGrammar(tool: NonNullable<GenerationRequest["tools"]>[number], i: number): string {
+    try {
+      return jsonSchemaToGbnf(tool.parameters);
+    } catch (err) {
+      if (!(err instanceof UnsupportedSchemaError)) throw err;
+      if (tool.strict) throw badRequest(`tools[${i}] parameters cannot be enforced: ${err.message}`, `tools[${i}].function.parameters`);
+      // Not strict: the arguments are still guaranteed to be a JSON object.
+      return JSON_OBJECT_GBNF;
+    }
+  }
+
+  private contentGrammar(req: GenerationRequest): string {
+    const rf = req.responseFormat!;
+    if (rf.type === "json_object") return JSON_OBJECT_GBNF;
+    try {
+      return jsonSchemaToGbnf(rf.schema);
+    } catch (err) {
+      if (!(err instanceof UnsupportedSchemaError)) throw err;
+      if (rf.strict) throw badRequest(`response_format schema cannot be enforced: ${err.message}`, "response_format.json_schema.schema");
+      return JSON_OBJECT_GBNF;
+    }
+  }
+
+  private compile(text: string): Promise<LlamaGrammar> {
+    const key = createHash("sha256").update(text).digest("hex");
+    let grammar = this.grammars.get(key);
+    if (!grammar) {
+      grammar = this.model.llama.createGrammar({ grammar: text });
+      this.grammars.set(key, grammar);
+      grammar.catch(() => this.grammars.delete(key));
+    }
+    return grammar;
+  }
+}

@@ -1,0 +1,99 @@
+/** The text layout of a model's tool calls, as its chat template writes them. */
+export interface ToolCallFormat {
+  /** Opens a call and leads up to the function name, e.g. `<tool_call>\n{"name": "`. */
+  prefix: string;
+  /** Between the name and the arguments object, e.g. `", "arguments": `. */
+  paramsPrefix: string;
+  /** Closes a call, e.g. `}\n</tool_call>`. */
+  suffix: string;
+  /** Between two calls of one turn. */
+  betweenCalls: string;
+}
+
+export type ToolCallEvent =
+  | { type: "name"; index: number; name: string }
+  | { type: "arguments"; index: number; text: string }
+  | { type: "done"; index: number };
+
+/**
+ * Reads tool calls back out of generated text, incrementally, after the call prefix. The grammar
+ * has already forced the text into the format, so the parser only has to follow it: the name up
+ * to the parameters prefix, a JSON object (tracked by nesting and strings), the suffix, then
+ * possibly another call.
+ */
+export class ToolCallParser {
+  private state: "name" | "args" | "suffix" | "between" = "name";
+  private buffer = "";
+  private index = 0;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  private started = false;
+
+  constructor(private readonly format: ToolCallFormat) {}
+
+  get callCount(): number {
+    return this.state === "name" && this.buffer === "" ? this.index : this.index + 1;
+  }
+
+  push(text: string): ToolCallEvent[] {
+    const events: ToolCallEvent[] = [];
+    this.buffer += text;
+    for (;;) {
+      if (this.state === "name") {
+        const at = this.buffer.indexOf(this.format.paramsPrefix);
+        if (at === -1) break;
+        events.push({ type: "name", index: this.index, name: this.buffer.slice(0, at).trim() });
+        this.buffer = this.buffer.slice(at + this.format.paramsPrefix.length);
+        this.state = "args";
+        this.depth = 0;
+        this.started = false;
+        continue;
+      }
+      if (this.state === "args") {
+        let end = -1;
+        for (let i = 0; i < this.buffer.length; i++) {
+          const ch = this.buffer[i];
+          if (this.inString) {
+            if (this.escaped) this.escaped = false;
+            else if (ch === "\\") this.escaped = true;
+            else if (ch === '"') this.inString = false;
+            continue;
+          }
+          if (ch === '"') this.inString = true;
+          else if (ch === "{" || ch === "[") {
+            this.depth++;
+            this.started = true;
+          } else if (ch === "}" || ch === "]") this.depth--;
+          if (this.started && this.depth === 0) {
+            end = i + 1;
+            break;
+          }
+        }
+        const take = end === -1 ? this.buffer.length : end;
+        const args = this.buffer.slice(0, take);
+        // Whitespace before the object opens is layout, not arguments.
+        const visible = this.started || end !== -1 ? args : args.trimStart();
+        if (visible) events.push({ type: "arguments", index: this.index, text: this.started ? args : visible });
+        this.buffer = this.buffer.slice(take);
+        if (end === -1) break;
+        this.state = "suffix";
+        continue;
+      }
+      if (this.state === "suffix") {
+        if (this.buffer.length < this.format.suffix.length) break;
+        this.buffer = this.buffer.slice(this.format.suffix.length);
+        events.push({ type: "done", index: this.index });
+        this.index++;
+        this.state = "between";
+        continue;
+      }
+      // between: the separator and the next call's prefix, once they have fully arrived
+      const next = this.format.betweenCalls + this.format.prefix;
+      if (this.buffer.length < next.length) break;
+      this.buffer = this.buffer.slice(next.length);
+      this.state = "name";
+    }
+    return events;
+  }
+}

@@ -1,0 +1,65 @@
+import { literal } from "./gbnf.ts";
+
+/**
+ * Renames every rule of a GBNF grammar with a prefix, so several grammars (one per tool's
+ * arguments) can live in one. Names inside string literals and character classes are left alone.
+ */
+export function prefixRules(gbnf: string, prefix: string): string {
+  const defined = new Set<string>();
+  for (const m of gbnf.matchAll(/^([a-zA-Z0-9-]+)\s*::=/gm)) defined.add(m[1]);
+  let out = "";
+  let i = 0;
+  while (i < gbnf.length) {
+    const ch = gbnf[i];
+    if (ch === '"' || ch === "[") {
+      const close = ch === '"' ? '"' : "]";
+      let j = i + 1;
+      while (j < gbnf.length && gbnf[j] !== close) j += gbnf[j] === "\\" ? 2 : 1;
+      out += gbnf.slice(i, j + 1);
+      i = j + 1;
+      continue;
+    }
+    if (ch === "#") {
+      const end = gbnf.indexOf("\n", i);
+      i = end === -1 ? gbnf.length : end;
+      continue;
+    }
+    const ident = /^[a-zA-Z0-9-]+/.exec(gbnf.slice(i));
+    if (ident) {
+      out += defined.has(ident[0]) ? `${prefix}${ident[0]}` : ident[0];
+      i += ident[0].length;
+      continue;
+    }
+    out += ch;
+    i++;
+  }
+  return out;
+}
+
+export interface CallGrammarParts {
+  /** Text between a call's opening and its name's end, e.g. `", "arguments": ` after the name. */
+  paramsPrefix: string;
+  suffix: string;
+  betweenCalls: string;
+  prefix: string;
+}
+
+/**
+ * The grammar of tool calls as generated after the call prefix: one declared name, its
+ * arguments as its schema allows, the suffix; with `parallel`, more calls may follow.
+ */
+export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>, parts: CallGrammarParts, parallel: boolean): string {
+  const rules: string[] = [];
+  const alternatives = tools.map((t, i) => {
+    rules.push(prefixRules(t.argsGbnf, `t${i}-`));
+    return `${literal(t.name + parts.paramsPrefix)} t${i}-root ${literal(parts.suffix)}`;
+  });
+  const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
+  const root = parallel ? `root ::= call ( ${literal(parts.betweenCalls + parts.prefix)} call )*` : "root ::= call";
+  return [root, call, ...rules].join("\n");
+}
+
+/** A content grammar that also lets the model start a tool call (the engine then switches grammars). */
+export function orToolTrigger(contentGbnf: string, trigger: string): string {
+  return [`root ::= c-root | ${literal(trigger)}`, prefixRules(contentGbnf, "c-")].join("\n");
+}

@@ -1,0 +1,187 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { z } from "zod";
+import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({}, { think: true });
+});
+after(async () => {
+  await s.close();
+});
+
+const ajv = new Ajv2020({ strict: false });
+ajv.addFormat("date", /^\d{4}-\d{2}-\d{2}$/);
+ajv.addFormat("uuid", /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/);
+
+/** Bounded on purpose: every field has a finite shape, so answers finish well inside max_tokens. */
+const ORDER = {
+  type: "object",
+  properties: {
+    id: { type: "string", format: "uuid" },
+    status: { enum: ["new", "paid", "shipped"] },
+    quantity: { type: "integer", minimum: 1, maximum: 20 },
+    gift: { type: "boolean" },
+    note: { type: "string", maxLength: 10 },
+    shipped_on: { type: "string", format: "date" },
+    contact: { anyOf: [{ $ref: "#/$defs/email" }, { type: "null" }] },
+    items: { type: "array", items: { $ref: "#/$defs/item" }, minItems: 1, maxItems: 2 },
+  },
+  required: ["id", "status", "quantity", "items", "contact"],
+  additionalProperties: false,
+  $defs: {
+    email: { type: "string", maxLength: 8 },
+    item: {
+      type: "object",
+      properties: { sku: { type: "string", pattern: "^[A-Z]{2}[0-9]{3}$" }, price: { type: "integer", minimum: 0, maximum: 999 } },
+      required: ["sku", "price"],
+      additionalProperties: false,
+    },
+  },
+};
+const validateOrder = ajv.compile(ORDER);
+const chat = (extra: Record<string, unknown>) =>
+  postJson(`${s.url}/v1/chat/completions`, {
+    model: "tiny",
+    messages: [{ role: "user", content: "Give me the order as JSON." }],
+    max_tokens: 400,
+    temperature: 1,
+    ...extra,
+  });
+
+test("json_schema (strict): every answer parses and validates, over many seeds at temperature 1", async () => {
+  const optionalSeen = new Set<string>();
+  for (let seed = 1; seed <= 10; seed++) {
+    const r = await chat({ seed, response_format: { type: "json_schema", json_schema: { name: "order", schema: ORDER, strict: true } } });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.choices[0].finish_reason, "stop", r.json.choices[0].message.content);
+    const value = JSON.parse(r.json.choices[0].message.content);
+    assert.ok(validateOrder(value), `${r.json.choices[0].message.content}\n${JSON.stringify(validateOrder.errors)}`);
+    for (const k of ["gift", "note", "shipped_on"]) if (k in value) optionalSeen.add(k);
+  }
+  // Optional properties are really optional: across seeds some appear (they are never forced).
+  assert.ok(optionalSeen.size > 0);
+});
+
+test("json_object gives a JSON object", async () => {
+  // The random model writes long strings; a bias toward closing keeps answers short.
+  const closeBrace = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "}", add_special_tokens: false });
+  const quote = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: '"', add_special_tokens: false });
+  let complete = 0;
+  for (let seed = 1; seed <= 6; seed++) {
+    const r = await chat({ seed, max_tokens: 200, response_format: { type: "json_object" }, logit_bias: { [closeBrace.json.tokens[0]]: 6, [quote.json.tokens[0]]: 4 } });
+    const text: string = r.json.choices[0].message.content;
+    assert.ok(text.trimStart().startsWith("{"), text);
+    if (r.json.choices[0].finish_reason === "stop") {
+      complete++;
+      const value = JSON.parse(text);
+      assert.equal(typeof value, "object");
+      assert.ok(value !== null && !Array.isArray(value));
+    }
+  }
+  assert.ok(complete >= 3, `only ${complete} of 6 answers finished`);
+});
+
+test("client.chat.completions.parse with a zod schema", async () => {
+  const Answer = z.object({ verdict: z.enum(["yes", "no", "maybe"]), confidence: z.number().int().min(0).max(10), tags: z.array(z.enum(["a", "b"])).max(2) });
+  const r = await s.client.chat.completions.parse({
+    model: "tiny",
+    messages: [{ role: "user", content: "Decide." }],
+    response_format: zodResponseFormat(Answer, "answer"),
+    max_tokens: 200,
+    seed: 4,
+  });
+  const parsed = r.choices[0].message.parsed!;
+  assert.ok(["yes", "no", "maybe"].includes(parsed.verdict));
+  assert.ok(Number.isInteger(parsed.confidence) && parsed.confidence >= 0 && parsed.confidence <= 10);
+});
+
+test("whitespace is bounded: a schema of bounded fields cannot run on blanks", async () => {
+  const schema = { type: "object", properties: { ok: { type: "boolean" }, level: { enum: [1, 2, 3] } }, required: ["ok", "level"], additionalProperties: false };
+  const newline = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "\n", add_special_tokens: false });
+  for (let seed = 1; seed <= 4; seed++) {
+    // Push the model toward whitespace as hard as possible.
+    const r = await chat({ seed, logit_bias: { [newline.json.tokens[0]]: 20 }, response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } } });
+    const text: string = r.json.choices[0].message.content;
+    assert.equal(r.json.choices[0].finish_reason, "stop");
+    assert.ok(text.length < 80, JSON.stringify(text));
+    assert.deepEqual(Object.keys(JSON.parse(text)).sort(), ["level", "ok"]);
+  }
+});
+
+test("a strict schema the server cannot enforce is refused; a non-strict one still gets JSON", async () => {
+  const schema = { type: "object", properties: { n: { type: "number", multipleOf: 3 } } };
+  const strict = await chat({ response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } } });
+  assert.equal(strict.status, 400);
+  assert.equal(strict.json.error.param, "response_format.json_schema.schema");
+  const loose = await chat({ max_tokens: 60, response_format: { type: "json_schema", json_schema: { name: "s", schema } } });
+  assert.equal(loose.status, 200);
+  assert.ok(loose.json.choices[0].message.content.trimStart().startsWith("{"));
+});
+
+test("with thinking on, the constraint starts after the reasoning ends", async () => {
+  const schema = { type: "object", properties: { answer: { enum: ["left", "right"] } }, required: ["answer"], additionalProperties: false };
+  for (let seed = 1; seed <= 3; seed++) {
+    const r = await postJson(`${s.url}/v1/chat/completions`, {
+      model: "think",
+      messages: [{ role: "user", content: "Left or right?" }],
+      max_tokens: 120,
+      seed,
+      reasoning: { budget_tokens: 12 },
+      response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
+    });
+    assert.equal(r.status, 200, r.text);
+    const m = r.json.choices[0].message;
+    assert.ok(m.reasoning_content.length > 0);
+    assert.ok(["left", "right"].includes(JSON.parse(m.content).answer), m.content);
+  }
+});
+
+test("structured output with tools: the model may call a tool or answer in the schema", async () => {
+  const schema = { type: "object", properties: { answer: { enum: ["x", "y"] } }, required: ["answer"], additionalProperties: false };
+  const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { enum: ["a", "b"] } }, required: ["q"], additionalProperties: false }, strict: true } }];
+  const body = {
+    model: "think",
+    messages: [{ role: "user", content: "Answer or look it up." }],
+    reasoning_effort: "none",
+    max_tokens: 100,
+    tools,
+    parallel_tool_calls: false,
+    response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
+  };
+  const called = await postJson(`${s.url}/v1/chat/completions`, { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
+  assert.equal(called.json.choices[0].finish_reason, "tool_calls", called.text);
+  assert.deepEqual(Object.keys(JSON.parse(called.json.choices[0].message.tool_calls[0].function.arguments)), ["q"]);
+  const answered = await postJson(`${s.url}/v1/chat/completions`, { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } });
+  assert.equal(answered.json.choices[0].finish_reason, "stop", answered.text);
+  assert.ok(["x", "y"].includes(JSON.parse(answered.json.choices[0].message.content).answer));
+});
+
+test("streaming a constrained answer yields the same JSON as the non-streamed one", async () => {
+  const schema = { type: "object", properties: { k: { enum: ["p", "q", "r"] }, n: { type: "integer", minimum: 0, maximum: 99 } }, required: ["k", "n"], additionalProperties: false };
+  const params = { model: "tiny", messages: [{ role: "user" as const, content: "JSON please" }], max_tokens: 60, temperature: 0, response_format: { type: "json_schema" as const, json_schema: { name: "s", schema, strict: true } } };
+  const whole = await s.client.chat.completions.create(params);
+  const stream = await s.client.chat.completions.create({ ...params, stream: true });
+  let text = "";
+  for await (const c of stream) text += c.choices[0]?.delta?.content ?? "";
+  assert.equal(text, whole.choices[0].message.content);
+  JSON.parse(text);
+  void FIXTURE_TOKENS;
+});
+
+test("banning end-of-turn with logit_bias under a grammar cannot break the engine", async () => {
+  const schema = { type: "object", properties: { k: { enum: ["a", "b"] } }, required: ["k"], additionalProperties: false };
+  const r = await chat({
+    max_tokens: 40,
+    logit_bias: { [FIXTURE_TOKENS.imEnd]: -100, [FIXTURE_TOKENS.endOfSequence]: -100 },
+    response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
+  });
+  assert.equal(r.status, 200, r.text);
+  assert.ok(["a", "b"].includes(JSON.parse(r.json.choices[0].message.content).k));
+  const health = await fetch(`${s.url}/health`);
+  assert.equal(health.status, 200);
+});

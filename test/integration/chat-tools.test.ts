@@ -1,0 +1,203 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Ajv } from "ajv";
+import { EXTRA_TOKENS } from "../fixtures/models.ts";
+import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({}, { think: true });
+});
+after(async () => {
+  await s.close();
+});
+
+const weather = {
+  type: "object",
+  properties: {
+    city: { type: "string", maxLength: 12 },
+    unit: { enum: ["c", "f"] },
+    days: { type: "integer", minimum: 1, maximum: 7 },
+  },
+  required: ["city", "unit"],
+  additionalProperties: false,
+};
+const clock = {
+  type: "object",
+  properties: { zone: { type: "string", maxLength: 8 } },
+  required: ["zone"],
+  additionalProperties: false,
+};
+const TOOLS = [
+  { type: "function" as const, function: { name: "get_weather", description: "Weather for a city", parameters: weather, strict: true } },
+  { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: clock, strict: true } },
+];
+const ajv = new Ajv({ strict: false });
+const validators = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) } as Record<string, ReturnType<typeof ajv.compile>>;
+const base = { model: "think", messages: [{ role: "user" as const, content: "What is the weather in Paris?" }], tools: TOOLS, reasoning_effort: "none" as const, max_tokens: 120 };
+
+function checkCalls(calls: any[] | undefined) {
+  assert.ok(calls && calls.length > 0, "expected tool calls");
+  const ids = new Set<string>();
+  for (const call of calls) {
+    assert.match(call.id, /^call_/);
+    ids.add(call.id);
+    assert.equal(call.type, "function");
+    const args = JSON.parse(call.function.arguments);
+    const validate = validators[call.function.name];
+    assert.ok(validate, `unknown tool ${call.function.name}`);
+    assert.ok(validate(args), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
+  }
+  assert.equal(ids.size, calls.length, "call ids are unique");
+}
+
+test("tool_choice required: every answer is a valid call, over many seeds at temperature 1", async () => {
+  for (let seed = 1; seed <= 8; seed++) {
+    const r = await s.client.chat.completions.create({ ...base, tool_choice: "required", temperature: 1, seed } as any);
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, "tool_calls");
+    assert.equal(c.message.content, null);
+    checkCalls(c.message.tool_calls);
+  }
+});
+
+test("a named tool_choice calls exactly that tool, once", async () => {
+  for (let seed = 1; seed <= 4; seed++) {
+    const r = await s.client.chat.completions.create({
+      ...base,
+      tool_choice: { type: "function", function: { name: "get_time" } },
+      temperature: 1,
+      seed,
+    } as any);
+    const calls = r.choices[0].message.tool_calls!;
+    checkCalls(calls);
+    assert.equal(calls.length, 1);
+    assert.equal((calls[0] as any).function.name, "get_time");
+  }
+});
+
+test("parallel_tool_calls: false allows one call; true lets the model make several", async () => {
+  const eager = { [EXTRA_TOKENS.toolCallOpen]: 15 };
+  const single = await s.client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false, logit_bias: eager, max_tokens: 200 } as any);
+  assert.equal(single.choices[0].message.tool_calls!.length, 1);
+  const several = await s.client.chat.completions.create({ ...base, tool_choice: "required", logit_bias: eager, max_tokens: 200 } as any);
+  const calls = several.choices[0].message.tool_calls!;
+  assert.ok(calls.length >= 2, `only ${calls.length} call(s)`);
+  if (several.choices[0].finish_reason === "tool_calls") checkCalls(calls);
+  else checkCalls(calls.slice(0, -1)); // the budget may cut the last one short
+});
+
+test("auto: a call the model starts on its own is constrained and parsed; text before it stays content", async () => {
+  // The bias starts a call at once; one call per answer, or the bias would start call after call.
+  const r = await s.client.chat.completions.create({ ...base, parallel_tool_calls: false, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } } as any);
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, "tool_calls");
+  checkCalls(c.message.tool_calls);
+  assert.ok(!(c.message.content ?? "").includes("<tool_call>"));
+});
+
+test("auto without a call: plain content, no tool text leaks", async () => {
+  const r = await s.client.chat.completions.create({ ...base, max_tokens: 30, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } } as any);
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.equal(typeof r.choices[0].message.content, "string");
+});
+
+test("tool_choice none: no calls even when the model writes the marker", async () => {
+  const r = await s.client.chat.completions.create({ ...base, tool_choice: "none", max_tokens: 20, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } } as any);
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.notEqual(r.choices[0].finish_reason, "tool_calls");
+});
+
+test("streamed tool calls: first delta has index, id, type, name; arguments concatenate to the non-streamed ones", async () => {
+  const params = { ...base, tool_choice: "required", temperature: 0 };
+  const whole = await s.client.chat.completions.create(params as any);
+  const stream: any = s.client.chat.completions.stream({ ...params, stream: true } as any);
+  const firsts: any[] = [];
+  let contentText = "";
+  for await (const chunk of stream) {
+    for (const tc of chunk.choices[0]?.delta?.tool_calls ?? []) if (tc.id) firsts.push(tc);
+    contentText += chunk.choices[0]?.delta?.content ?? "";
+  }
+  const final = await stream.finalChatCompletion();
+  assert.ok(firsts.length > 0);
+  for (const f of firsts) {
+    assert.equal(typeof f.index, "number");
+    assert.equal(f.type, "function");
+    assert.ok(f.function.name);
+  }
+  assert.equal(contentText, "");
+  assert.deepEqual(
+    final.choices[0].message.tool_calls.map((c: any) => [c.function.name, c.function.arguments]),
+    whole.choices[0].message.tool_calls!.map((c: any) => [c.function.name, c.function.arguments]),
+  );
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+});
+
+test("tools + streaming + logprobs together", async () => {
+  const stream: any = await s.client.chat.completions.create({
+    ...base,
+    tool_choice: "required",
+    stream: true,
+    logprobs: true,
+    top_logprobs: 2,
+    temperature: 1,
+    seed: 3,
+  } as any);
+  let args = "";
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const tc of chunk.choices[0]?.delta?.tool_calls ?? []) args += tc.function?.arguments ?? "";
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, "tool_calls");
+  assert.ok(args.length > 2);
+});
+
+test("thinking first, then a forced call", async () => {
+  const r: any = await s.client.chat.completions.create({ ...base, reasoning_effort: undefined, reasoning: { budget_tokens: 6 }, tool_choice: "required" } as any);
+  assert.ok(r.choices[0].message.reasoning_content.length > 0);
+  checkCalls(r.choices[0].message.tool_calls);
+});
+
+test("tool results in history render through the template and the conversation continues", async () => {
+  const first = await s.client.chat.completions.create({ ...base, tool_choice: "required", temperature: 0 } as any);
+  const call = first.choices[0].message.tool_calls![0] as any;
+  const messages = [
+    ...base.messages,
+    { role: "assistant", content: null, tool_calls: [call] },
+    { role: "tool", tool_call_id: call.id, content: '{"temp": 21}' },
+  ];
+  const tok = await postJson(`${s.url}/tokenize`, { model: "think", messages });
+  assert.equal(tok.status, 200, tok.text);
+  const text = await postJson(`${s.url}/detokenize`, { model: "think", tokens: tok.json.tokens });
+  assert.ok(text.json.prompt.includes('{"temp": 21}'), text.json.prompt);
+  assert.ok(text.json.prompt.includes(call.function.name));
+  const next = await s.client.chat.completions.create({ model: "think", messages: messages as any, tools: TOOLS, reasoning_effort: "none", max_tokens: 8 } as any);
+  assert.equal(next.choices.length, 1);
+});
+
+test("invalid tool definitions and choices are refused by name", async () => {
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ tools: [{ type: "function", function: { name: "bad name!" } }] }, "tools[0].function.name"],
+    [{ tools: [TOOLS[0], TOOLS[0]] }, "tools[1].function.name"],
+    [{ tools: TOOLS, tool_choice: { type: "function", function: { name: "nope" } } }, "tool_choice"],
+    [{ tools: undefined, tool_choice: "required" }, "tool_choice"],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", not: {} }, strict: true } }] }, "tools[0].function.parameters"],
+    [{ tools: [{ type: "retrieval" }] }, "tools[0].type"],
+  ];
+  for (const [extra, param] of cases) {
+    const r = await postJson(`${s.url}/v1/chat/completions`, { ...base, ...extra });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, param, r.text);
+  }
+  // Not strict: an unenforceable schema still gets a JSON object.
+  const loose = await postJson(`${s.url}/v1/chat/completions`, {
+    ...base,
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", not: {} } } }],
+    tool_choice: "required",
+  });
+  assert.equal(loose.status, 200, loose.text);
+  const args: string = loose.json.choices[0].message.tool_calls[0].function.arguments;
+  assert.ok(args.trimStart().startsWith("{"), args);
+  if (loose.json.choices[0].finish_reason === "tool_calls") assert.equal(typeof JSON.parse(args), "object");
+});
