@@ -83,7 +83,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.slots = context ? opts.parallel : 0;
     this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
     this.embeddings = embeddings;
-    this.wrapper = resolveChatWrapper(model);
+    // Templates that stamp today's date would render a conversation differently after midnight and
+    // lose its cached prefix; the date is pinned to the day the model was loaded.
+    const today = new Date(new Date().toISOString().slice(0, 10));
+    this.wrapper = resolveChatWrapper(model, {
+      customWrapperSettings: { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today } },
+    });
     this.vocabSize = vocabularySize(model);
     this.pieces = new TokenPieces(model);
     this.constraints = new ConstraintPlanner(model, this.wrapper);
