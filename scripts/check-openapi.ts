@@ -45,18 +45,35 @@ ajv.addSchema({ ...spec, $id: "openapi" }, "openapi");
 const validator = (name: string) => ajv.compile({ $ref: `openapi#/components/schemas/${name}` });
 
 let failures = 0;
-function check(name: string, body: unknown, label: string) {
+
+/**
+ * Where real OpenAI responses (and Plinth's issues) knowingly differ from the published schema, the
+ * differing paths are listed with the reason; other errors in the same body still fail.
+ */
+interface Deviation {
+  paths: RegExp;
+  why: string;
+}
+
+function check(name: string, body: unknown, label: string, deviation?: Deviation) {
   const validate = validator(name);
   if (validate(body)) {
     console.log(`ok   ${label} (${name})`);
-  } else {
-    failures++;
-    console.log(`FAIL ${label} (${name})`);
-    console.log(JSON.stringify(validate.errors?.slice(0, 5), null, 2));
+    return;
   }
+  const errors = (validate.errors ?? []).filter(
+    (e) => !deviation || !(deviation.paths.test(e.instancePath) || e.keyword === "anyOf" || e.keyword === "oneOf"),
+  );
+  if (errors.length === 0) {
+    console.log(`ok   ${label} (${name}) — known deviation: ${deviation!.why}`);
+    return;
+  }
+  failures++;
+  console.log(`FAIL ${label} (${name})`);
+  console.log(JSON.stringify(errors.slice(0, 5), null, 2));
 }
 
-const s = await startTestServer();
+const s = await startTestServer({}, { think: true });
 try {
   const chat = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8 };
   check("CreateChatCompletionRequest", chat, "request body used here");
@@ -70,6 +87,58 @@ try {
   });
   const events = (await res.text()).split("\n\n").filter((e) => e.startsWith("data: {"));
   events.forEach((e, i) => check("CreateChatCompletionStreamResponse", JSON.parse(e.slice(6)), `stream chunk ${i}`));
+
+  check(
+    "CreateChatCompletionResponse",
+    (await postJson(`${s.url}/v1/chat/completions`, { ...chat, logprobs: true, top_logprobs: 2 })).json,
+    "chat completion with logprobs",
+  );
+  const weather = { type: "object", properties: { city: { type: "string", maxLength: 8 } }, required: ["city"], additionalProperties: false };
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: weather, strict: true } }];
+  const toolRequest = { ...chat, model: "think", tools, tool_choice: "required", reasoning_effort: "none", max_tokens: 60 };
+  check("CreateChatCompletionRequest", toolRequest, "tool request");
+  check("CreateChatCompletionResponse", (await postJson(`${s.url}/v1/chat/completions`, toolRequest)).json, "tool call response");
+  const toolStream = await fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...toolRequest, stream: true }),
+  });
+  (await toolStream.text())
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: {"))
+    .forEach((e, i) => check("CreateChatCompletionStreamResponse", JSON.parse(e.slice(6)), `tool stream chunk ${i}`));
+  const structured = { ...chat, max_tokens: 60, response_format: { type: "json_schema", json_schema: { name: "w", schema: weather, strict: true } } };
+  check("CreateChatCompletionRequest", structured, "structured request");
+  check("CreateChatCompletionResponse", (await postJson(`${s.url}/v1/chat/completions`, structured)).json, "structured response");
+
+  const completion = { model: "tiny", prompt: ["hello", "world"], max_tokens: 4, logprobs: 2, echo: true };
+  check("CreateCompletionRequest", { ...completion, logprobs: 2 }, "completion request");
+  check("CreateCompletionResponse", (await postJson(`${s.url}/v1/completions`, completion)).json, "completion with echo + logprobs", {
+    paths: /^\/choices\/\d+\/logprobs(\/(token_logprobs|top_logprobs)\/0)?$/,
+    why: "the first echoed prompt token has null logprob and top_logprobs, as OpenAI returns it",
+  });
+  const completionStream = await fetch(`${s.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3, stream: true }),
+  });
+  (await completionStream.text())
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: {"))
+    .forEach((e, i) =>
+      check("CreateCompletionResponse", JSON.parse(e.slice(6)), `completion stream chunk ${i}`, {
+        paths: /^\/choices\/\d+\/finish_reason$/,
+        why: "chunks before the last carry finish_reason null, as OpenAI streams them (the schema reuses the final shape)",
+      }),
+    );
+
+  const embedding = { model: "tiny", input: ["a", "b"], dimensions: 8 };
+  check("CreateEmbeddingRequest", embedding, "embedding request");
+  check("CreateEmbeddingResponse", (await postJson(`${s.url}/v1/embeddings`, embedding)).json, "embeddings");
+  check("CreateEmbeddingResponse", (await postJson(`${s.url}/v1/embeddings`, { ...embedding, encoding_format: "base64" })).json, "embeddings base64", {
+    paths: /^\/data\/\d+\/embedding$/,
+    why: "with encoding_format base64 the embedding is a base64 string, as OpenAI returns it",
+  });
 
   check("ListModelsResponse", await (await fetch(`${s.url}/v1/models`)).json(), "model list");
   check("Model", await (await fetch(`${s.url}/v1/models/tiny`)).json(), "model");
