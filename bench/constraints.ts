@@ -6,30 +6,15 @@
 import { availableParallelism } from "node:os";
 import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
+import { streamChat } from "./sse-client.ts";
 import { fmt, median } from "./stats.ts";
 
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
 
 /** Decode tokens/s of one streamed request: tokens after the first over the time they took. */
 async function decodeRate(url: string, body: Record<string, unknown>): Promise<{ rate: number; tokens: number }> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
-  });
-  if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const decoder = new TextDecoder();
-  let buffer = "";
-  let first = 0;
-  let last = 0;
-  for await (const bytes of res.body!) {
-    const now = performance.now();
-    buffer += decoder.decode(bytes, { stream: true });
-    if (buffer.includes('"content":"') && !first) first = now;
-    last = now;
-  }
-  const usageEvent = buffer.split("\n\n").find((e) => e.includes('"usage":{'))!;
-  const tokens = JSON.parse(usageEvent.slice(6)).usage.completion_tokens as number;
+  const { first, last, usage } = await streamChat(url, body);
+  const tokens = usage.completion_tokens;
   return { rate: (tokens - 1) / ((last - first) / 1000), tokens };
 }
 

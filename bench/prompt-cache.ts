@@ -4,28 +4,15 @@
  */
 import { availableParallelism } from "node:os";
 import { startServerProcess } from "./server-process.ts";
+import { streamChat } from "./sse-client.ts";
 import { fmt, median } from "./stats.ts";
 
 const SYSTEM_SENTENCE = "The river runs past the old city where the king keeps his records of every harvest and trade. ";
 
 async function ttft(url: string, body: Record<string, unknown>): Promise<{ ms: number; cached: number; prompt: number }> {
   const t0 = performance.now();
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
-  });
-  if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const decoder = new TextDecoder();
-  let first = 0;
-  let buffer = "";
-  for await (const bytes of res.body!) {
-    buffer += decoder.decode(bytes, { stream: true });
-    if (!first && buffer.includes('"delta":{"content":"')) first = performance.now();
-  }
-  const usageEvent = buffer.split("\n\n").find((e) => e.includes('"usage":{'));
-  const usage = JSON.parse(usageEvent!.slice("data: ".length)).usage;
-  return { ms: first - t0, cached: usage.prompt_tokens_details.cached_tokens, prompt: usage.prompt_tokens };
+  const { first, usage } = await streamChat(url, body);
+  return { ms: first - t0, cached: usage.prompt_tokens_details?.cached_tokens ?? 0, prompt: usage.prompt_tokens };
 }
 
 export async function promptCacheBench(modelPath: string, rounds: number): Promise<void> {

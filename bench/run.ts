@@ -13,6 +13,7 @@ import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { startServerProcess } from "./server-process.ts";
+import { streamChat } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
 const args = new Set(process.argv.slice(2));
@@ -34,42 +35,14 @@ interface StreamResult {
 }
 
 async function streamOnce(url: string, t0: number): Promise<StreamResult> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      model: "bench",
-      messages: [{ role: "user", content: PROMPT }],
-      max_tokens: MAX_TOKENS,
-      temperature: 0,
-      stream: true,
-      stream_options: { include_usage: true },
-      logit_bias: NO_EOG,
-    }),
+  const { first, last, usage } = await streamChat(url, {
+    model: "bench",
+    messages: [{ role: "user", content: PROMPT }],
+    max_tokens: MAX_TOKENS,
+    temperature: 0,
+    logit_bias: NO_EOG,
   });
-  if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const decoder = new TextDecoder();
-  let buffer = "";
-  let first = 0;
-  let last = 0;
-  let tokens = 0;
-  for await (const bytes of res.body) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let at: number;
-    while ((at = buffer.indexOf("\n\n")) !== -1) {
-      const event = buffer.slice(0, at);
-      buffer = buffer.slice(at + 2);
-      if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
-      // Kept cheap on purpose: on a small machine the client's own CPU use slows the server it measures.
-      if (event.includes('"delta":{"content":"')) {
-        const now = performance.now();
-        if (!first) first = now;
-        last = now;
-      } else if (event.includes('"usage":{')) {
-        tokens = JSON.parse(event.slice(6)).usage.completion_tokens;
-      }
-    }
-  }
+  const tokens = usage.completion_tokens;
   return { ttftMs: first - t0, tokens, decodeTokPerSec: (tokens - 1) / ((last - first) / 1000), endMs: last };
 }
 

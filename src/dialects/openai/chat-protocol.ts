@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { samplingFieldsSchema } from "./sampling-fields.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -42,8 +43,6 @@ export const chatMessage = z.discriminatedUnion("role", [
 ]);
 export type ChatMessage = z.infer<typeof chatMessage>;
 
-const tokenIdKey = z.string().regex(/^\d+$/, "logit_bias keys must be token ids (integers as strings)");
-
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
   messages: z.array(chatMessage).min(1, "messages must contain at least one message"),
@@ -53,17 +52,7 @@ export const chatCompletionRequest = z.object({
     .nullish(),
   max_tokens: z.int().min(1).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),
-  temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
-  top_k: z.int().min(-1).nullish(),
-  min_p: z.number().min(0).max(1).nullish(),
-  seed: z.int().nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
-  n: z.int().min(1).max(128).nullish(),
-  frequency_penalty: z.number().min(-2).max(2).nullish(),
-  presence_penalty: z.number().min(-2).max(2).nullish(),
-  repetition_penalty: z.number().gt(0).max(10).nullish(),
-  logit_bias: z.record(tokenIdKey, z.number().min(-100).max(100)).nullish(),
+  ...samplingFieldsSchema,
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),
@@ -74,7 +63,6 @@ export const chatCompletionRequest = z.object({
   store: z.boolean().nullish(),
   metadata: z.record(z.string(), z.string()).nullish(),
   parallel_tool_calls: z.boolean().nullish(),
-  // Owned by later capabilities: accepted by the schema only so they can be refused by name.
   tools: z
     .array(
       z.object({
@@ -95,8 +83,6 @@ export const chatCompletionRequest = z.object({
       z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
     ])
     .nullish(),
-  functions: z.unknown().optional(),
-  function_call: z.unknown().optional(),
   response_format: z
     .discriminatedUnion("type", [
       z.object({ type: z.literal("text") }),
@@ -127,6 +113,9 @@ export const chatCompletionRequest = z.object({
   // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
   modalities: z.array(z.string()).nullish(),
+  // Accepted by the schema only so that they can be refused by name.
+  functions: z.unknown().optional(),
+  function_call: z.unknown().optional(),
   audio: z.unknown().optional(),
   prediction: z.unknown().optional(),
   web_search_options: z.unknown().optional(),

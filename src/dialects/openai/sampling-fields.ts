@@ -1,5 +1,24 @@
 import { randomInt } from "node:crypto";
+import { z } from "zod";
 import type { SamplingParams } from "../../core/types.ts";
+
+/** Wire schema of the sampling fields Chat Completions and Completions share. */
+export const samplingFieldsSchema = {
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  // vLLM's and llama-server's extensions.
+  top_k: z.int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  repetition_penalty: z.number().gt(0).max(10).nullish(),
+  seed: z.int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  n: z.int().min(1).max(128).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  logit_bias: z
+    .record(z.string().regex(/^\d+$/, "logit_bias keys must be token ids (integers as strings)"), z.number().min(-100).max(100))
+    .nullish(),
+};
 
 /** The sampling fields Chat Completions and Completions share, as they arrive on the wire. */
 export interface WireSampling {

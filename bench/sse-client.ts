@@ -1,0 +1,39 @@
+/** A streaming request as the benchmarks read it: when content started and ended, and the usage. */
+export interface StreamTiming {
+  /** performance.now() at the first and last content delta. */
+  first: number;
+  last: number;
+  usage: { completion_tokens: number; prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } };
+}
+
+/**
+ * POSTs a streaming chat completion and times it. Kept cheap on purpose: on a small machine the
+ * client's own CPU use slows the server it measures, so chunks are scanned, not parsed.
+ */
+export async function streamChat(url: string, body: Record<string, unknown>): Promise<StreamTiming> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const decoder = new TextDecoder();
+  let pending = "";
+  let usageEvent = "";
+  let first = 0;
+  let last = 0;
+  for await (const bytes of res.body) {
+    pending += decoder.decode(bytes, { stream: true });
+    let at: number;
+    while ((at = pending.indexOf("\n\n")) !== -1) {
+      const event = pending.slice(0, at);
+      pending = pending.slice(at + 2);
+      if (event.includes('"delta":{"content":"') || event.includes('"delta":{"reasoning_content":"')) {
+        const now = performance.now();
+        if (!first) first = now;
+        last = now;
+      } else if (event.includes('"usage":{')) usageEvent = event;
+    }
+  }
+  return { first, last, usage: JSON.parse(usageEvent.slice("data: ".length)).usage };
+}
