@@ -67,6 +67,10 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command !== "serve") throw new ConfigError(`unknown command '${command}'\n\n${USAGE}`);
 
+  // One failed generation inside the engine must not take every other client down with it.
+  process.on("unhandledRejection", (reason) => {
+    process.stderr.write(`plinth: internal error (the server keeps running): ${(reason as Error)?.stack ?? String(reason)}\n`);
+  });
   const server = await serve(config);
   await server.loaded;
   // A server whose model could not be loaded serves nothing useful; serve() has said why, so exit.
