@@ -67,9 +67,17 @@ export class PrefixStore {
       existing.lastUsed = ++this.clock;
       return;
     }
-    mkdirSync(this.dir, { recursive: true });
     const path = join(this.dir, `${key}.state`);
-    const { fileSize } = await sequence.saveStateToFile(path);
+    let fileSize: number;
+    try {
+      mkdirSync(this.dir, { recursive: true });
+      ({ fileSize } = await sequence.saveStateToFile(path));
+    } catch {
+      // A full or missing RAM disk (containers often give /dev/shm 64 MiB) costs cache hits, never
+      // the request: the state is simply not kept.
+      rmSync(path, { force: true });
+      return;
+    }
     if (fileSize > this.budgetBytes) {
       unlinkSync(path);
       return;
