@@ -24,6 +24,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
   --cache-min-tokens <n> shortest prompt worth saving (default 64)
   --cache-dir <dir>      where downloaded models are kept
+  --chat-wrapper <name>  prompt format: auto (the model's template) or mistral, llama3.1, qwen, chatML, …
   --config <file>        YAML file with the same settings
 `;
 
@@ -43,6 +44,7 @@ async function main(argv: string[]): Promise<number> {
       gpu: { type: "string" },
       "body-limit": { type: "string" },
       "cache-ram": { type: "string" },
+      "chat-wrapper": { type: "string" },
       "cache-min-tokens": { type: "string" },
       "cache-dir": { type: "string" },
       config: { type: "string" },

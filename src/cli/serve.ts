@@ -55,6 +55,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
           gpu: config.gpu,
           embeddingContexts: config["embedding-contexts"],
           cacheRam: config["cache-ram"],
+          chatWrapper: config["chat-wrapper"],
           cacheMinTokens: config["cache-min-tokens"],
         });
         registry.ready(engine);

@@ -19,6 +19,13 @@ export const configSchema = z.object({
   /** Shortest prompt worth saving. */
   "cache-min-tokens": z.int().min(1).default(64),
   "cache-dir": z.string().optional(),
+  /**
+   * The prompt format: "auto" follows the model's own chat template; a node-llama-cpp wrapper name
+   * (mistral, llama3.1, qwen, chatML, …) overrides it for models whose template is missing or wrong.
+   */
+  "chat-wrapper": z
+    .enum(["auto", "general", "deepSeek", "qwen", "llama3.2-lightweight", "llama3.1", "llama3", "llama2Chat", "mistral", "alpacaChat", "functionary", "chatML", "falconChat", "gemma4", "gemma", "harmony", "muse", "seed"])
+    .default("auto"),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;

@@ -37,11 +37,13 @@ export function prefixRules(gbnf: string, prefix: string): string {
 }
 
 export interface CallGrammarParts {
-  /** Text between a call's opening and its name's end, e.g. `", "arguments": ` after the name. */
+  /** Between the function name and its arguments, e.g. `", "arguments": `. */
   paramsPrefix: string;
   suffix: string;
   betweenCalls: string;
   prefix: string;
+  /** Closes the group of calls (may be empty). */
+  sectionSuffix: string;
 }
 
 /**
@@ -55,7 +57,9 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
     return `${literal(t.name + parts.paramsPrefix)} t${i}-root ${literal(parts.suffix)}`;
   });
   const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
-  const root = parallel ? `root ::= call ( ${literal(parts.betweenCalls + parts.prefix)} call )*` : "root ::= call";
+  const more = parallel ? ` ( ${literal(parts.betweenCalls + parts.prefix)} call )*` : "";
+  const close = parts.sectionSuffix ? ` ${literal(parts.sectionSuffix)}` : "";
+  const root = `root ::= call${more}${close}`;
   return [root, call, ...rules].join("\n");
 }
 

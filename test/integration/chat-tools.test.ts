@@ -201,3 +201,45 @@ test("invalid tool definitions and choices are refused by name", async () => {
   assert.ok(args.trimStart().startsWith("{"), args);
   if (loose.json.choices[0].finish_reason === "tool_calls") assert.equal(typeof JSON.parse(args), "object");
 });
+
+test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --chat-wrapper mistral)", async () => {
+  const mistral = await startTestServer({ "chat-wrapper": "mistral" });
+  try {
+    const parallel = await mistral.client.chat.completions.create({
+      model: "tiny",
+      messages: [{ role: "user", content: "Weather and time?" }],
+      tools: TOOLS,
+      tool_choice: "required",
+      max_tokens: 200,
+      temperature: 1,
+      seed: 9,
+    } as any);
+    // The random model often continues the group; every call it completed is valid.
+    const calls = parallel.choices[0].message.tool_calls!;
+    checkCalls(parallel.choices[0].finish_reason === "tool_calls" ? calls : calls.slice(0, -1));
+    assert.ok(calls.length >= 2);
+    const single = await mistral.client.chat.completions.create({
+      model: "tiny",
+      messages: [{ role: "user", content: "Weather?" }],
+      tools: TOOLS,
+      tool_choice: "required",
+      parallel_tool_calls: false,
+      max_tokens: 120,
+      seed: 9,
+    } as any);
+    assert.equal(single.choices[0].finish_reason, "tool_calls");
+    assert.equal(single.choices[0].message.tool_calls!.length, 1);
+    checkCalls(single.choices[0].message.tool_calls);
+    const named = await mistral.client.chat.completions.create({
+      model: "tiny",
+      messages: [{ role: "user", content: "Time?" }],
+      tools: TOOLS,
+      tool_choice: { type: "function", function: { name: "get_time" } },
+      max_tokens: 80,
+    } as any);
+    assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
+    checkCalls(named.choices[0].message.tool_calls);
+  } finally {
+    await mistral.close();
+  }
+});

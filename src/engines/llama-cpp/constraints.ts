@@ -1,5 +1,14 @@
 import { createHash } from "node:crypto";
-import { type ChatModelFunctions, type ChatWrapper, type LlamaGrammar, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
+import {
+  type ChatModelFunctions,
+  type ChatWrapper,
+  type LlamaGrammar,
+  type LlamaModel,
+  LlamaText,
+  SpecialToken,
+  SpecialTokensText,
+  type Token,
+} from "node-llama-cpp";
 import { badRequest } from "../../core/errors.ts";
 import type { GenerationRequest } from "../../core/types.ts";
 import { orToolTrigger, toolCallGrammar } from "../../grammar/compose.ts";
@@ -30,15 +39,43 @@ export class ConstraintPlanner {
   ) {
     const call = wrapper.settings.functions.call;
     const parallel = wrapper.settings.functions.parallelism?.call;
-    const text = (v: unknown) => (v == null ? "" : LlamaText(v as never).toString());
     this.format = {
-      prefix: text(call.prefix),
-      paramsPrefix: text(call.paramsPrefix),
-      suffix: text(call.suffix),
-      betweenCalls: parallel ? text(parallel.betweenCalls) : "",
+      sectionPrefix: parallel ? this.literal(parallel.sectionPrefix) : "",
+      prefix: this.literal(call.prefix),
+      paramsPrefix: this.literal(call.paramsPrefix),
+      suffix: this.literal(call.suffix),
+      betweenCalls: parallel ? this.literal(parallel.betweenCalls) : "",
+      sectionSuffix: parallel ? this.literal(parallel.sectionSuffix) : "",
     };
-    // A call is recognised by the leading marker of its prefix (e.g. "<tool_call>").
-    this.trigger = this.format.prefix.split(/[\n{]/)[0] || this.format.prefix;
+    // A call is recognised by the leading marker of what opens it: the section marker when the
+    // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>").
+    const opening = this.format.sectionPrefix + this.format.prefix;
+    const cut = opening.slice(1).search(/[\n{]/);
+    this.trigger = cut === -1 ? opening : opening.slice(0, cut + 1);
+  }
+
+  /** Everything a call is opened with, as text: the section marker (if any) and the call prefix. */
+  get opening(): string {
+    return this.format.sectionPrefix + this.format.prefix;
+  }
+
+  /**
+   * The literal text of a template fragment, up to the first token that ends the turn (EOS,
+   * Llama's <|eom_id|>): generation stops there by itself, and a grammar cannot spell a control
+   * token anyway.
+   */
+  private literal(fragment: unknown): string {
+    if (fragment == null) return "";
+    let out = "";
+    for (const part of LlamaText(fragment as never).values) {
+      if (part instanceof SpecialToken) break;
+      if (part instanceof SpecialTokensText) {
+        const tokens = part.tokenize(this.model.tokenizer);
+        if (tokens.length === 1 && this.model.isSpecialToken(tokens[0])) break;
+        out += part.value;
+      } else out += part;
+    }
+    return out;
   }
 
   async plan(req: GenerationRequest): Promise<Constraints> {
@@ -55,7 +92,7 @@ export class ConstraintPlanner {
         trigger: this.trigger,
         forced: req.toolChoice === "required" || named !== undefined,
         grammar: await this.compile(toolCallGrammar(args, this.format, parallel)),
-        prefixTokens: LlamaText.fromJSON([{ type: "specialTokensText", value: this.format.prefix }]).tokenize(this.model.tokenizer),
+        prefixTokens: this.tokenize(this.opening),
       };
     }
     if (req.responseFormat) {

@@ -77,7 +77,8 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   /** Starts a call by injecting its prefix; `inSequence` characters of it are there already. */
   const startCall = (before = "", inSequence = 0) => {
     parser = new ToolCallParser(tools!.format);
-    const rest = before === "" && inSequence === 0 ? tools!.prefixTokens : setup.tokenize(before + tools!.format.prefix.slice(inSequence));
+    const opening = tools!.format.sectionPrefix + tools!.format.prefix;
+    const rest = before === "" && inSequence === 0 ? tools!.prefixTokens : setup.tokenize(before + opening.slice(inSequence));
     inject = [...(inject ?? []), ...rest];
     activate(tools!.grammar);
   };

@@ -6,6 +6,7 @@ import {
   type LlamaContextSequence,
   type LlamaModel,
   LlamaText,
+  type ResolvableChatWrapperTypeName,
   resolveChatWrapper,
   SpecialToken,
   SpecialTokensText,
@@ -38,6 +39,8 @@ export interface LlamaEngineOptions {
   cacheRam?: number;
   /** Prompts shorter than this are not worth saving. */
   cacheMinTokens?: number;
+  /** A node-llama-cpp chat wrapper to use instead of the one the model's template resolves to. */
+  chatWrapper?: string;
   /** Embedding contexts, created on the first embeddings request (default 2). */
   embeddingContexts?: number;
 }
@@ -87,6 +90,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // lose its cached prefix; the date is pinned to the day the model was loaded.
     const today = new Date(new Date().toISOString().slice(0, 10));
     this.wrapper = resolveChatWrapper(model, {
+      type: (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName,
       customWrapperSettings: { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today } },
     });
     this.vocabSize = vocabularySize(model);

@@ -1,5 +1,7 @@
 /** The text layout of a model's tool calls, as its chat template writes them. */
 export interface ToolCallFormat {
+  /** Opens a turn's group of calls, e.g. Mistral's `[TOOL_CALLS][`; often empty. */
+  sectionPrefix: string;
   /** Opens a call and leads up to the function name, e.g. `<tool_call>\n{"name": "`. */
   prefix: string;
   /** Between the name and the arguments object, e.g. `", "arguments": `. */
@@ -8,6 +10,8 @@ export interface ToolCallFormat {
   suffix: string;
   /** Between two calls of one turn. */
   betweenCalls: string;
+  /** Closes the group of calls, e.g. Mistral's `]`; often empty. */
+  sectionSuffix: string;
 }
 
 export type ToolCallEvent =
@@ -22,7 +26,7 @@ export type ToolCallEvent =
  * possibly another call.
  */
 export class ToolCallParser {
-  private state: "name" | "args" | "suffix" | "between" = "name";
+  private state: "name" | "args" | "suffix" | "between" | "closed" = "name";
   private buffer = "";
   private index = 0;
   private depth = 0;
@@ -32,18 +36,23 @@ export class ToolCallParser {
 
   constructor(private readonly format: ToolCallFormat) {}
 
+  private named = 0;
+
+  /** Calls whose name has been read. */
   get callCount(): number {
-    return this.state === "name" && this.buffer === "" ? this.index : this.index + 1;
+    return this.named;
   }
 
   push(text: string): ToolCallEvent[] {
     const events: ToolCallEvent[] = [];
     this.buffer += text;
     for (;;) {
+      if (this.state === "closed") break;
       if (this.state === "name") {
         const at = this.buffer.indexOf(this.format.paramsPrefix);
         if (at === -1) break;
         events.push({ type: "name", index: this.index, name: this.buffer.slice(0, at).trim() });
+        this.named++;
         this.buffer = this.buffer.slice(at + this.format.paramsPrefix.length);
         this.state = "args";
         this.depth = 0;
@@ -88,11 +97,19 @@ export class ToolCallParser {
         this.state = "between";
         continue;
       }
-      // between: the separator and the next call's prefix, once they have fully arrived
+      // between: either another call (separator and prefix) or the end of the group
       const next = this.format.betweenCalls + this.format.prefix;
-      if (this.buffer.length < next.length) break;
-      this.buffer = this.buffer.slice(next.length);
-      this.state = "name";
+      const end = this.format.sectionSuffix;
+      if (this.buffer.startsWith(next)) {
+        this.buffer = this.buffer.slice(next.length);
+        this.state = "name";
+        continue;
+      }
+      if (end !== "" && this.buffer.startsWith(end)) {
+        this.buffer = this.buffer.slice(end.length);
+        this.state = "closed";
+      }
+      break;
     }
     return events;
   }
