@@ -25,8 +25,6 @@ export type EngineChunk =
   | { kind: "cached"; tokens: number }
   | { kind: "end"; reason: "stop" | "length" | "tool_calls" };
 
-export type EngineState = "loading" | "ready" | "failed";
-
 /**
  * A model that can generate. An engine knows no dialect: it receives canonical requests and yields
  * text. Scheduling (which request runs, in which slot) is the core's job; an engine only promises

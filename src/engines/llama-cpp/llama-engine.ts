@@ -351,10 +351,6 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     }
     return { stopTokens, formatStops };
   }
-
-  tokenCount(text: string): number {
-    return this.model.tokenize(text, false).length;
-  }
 }
 
 function vocabularySize(model: LlamaModel): number {
