@@ -10,13 +10,17 @@ export class ReasoningSplitter {
   /** Newlines right after the closing marker are template layout, not answer. */
   private trimNewlines = false;
 
+  private readonly closers: string[];
+
   constructor(
     private readonly open: string,
-    private readonly close: string,
+    /** Closing markers; a template's own layout ("\n</think>") first, so its newline is not reasoning. */
+    close: string | string[],
     /** The prompt already opened the section (templates that prefill "<think>"). */
     startsInside = false,
   ) {
     this.inside = startsInside;
+    this.closers = (Array.isArray(close) ? close : [close]).filter((c) => c !== "");
   }
 
   get thinking(): boolean {
@@ -37,8 +41,8 @@ export class ReasoningSplitter {
         this.pending = "";
         break;
       }
-      const marker = this.inside ? this.close : this.open;
-      const at = this.pending.indexOf(marker);
+      const markers = this.inside ? this.closers : [this.open];
+      const { at, marker } = earliest(this.pending, markers);
       if (at !== -1) {
         const before = this.pending.slice(0, at);
         if (this.inside) reasoning += before;
@@ -61,7 +65,7 @@ export class ReasoningSplitter {
         }
         continue;
       }
-      const hold = partialSuffix(this.pending, marker);
+      const hold = Math.max(...markers.map((m) => partialSuffix(this.pending, m)));
       const ready = this.pending.slice(0, this.pending.length - hold);
       this.pending = this.pending.slice(this.pending.length - hold);
       if (this.inside) reasoning += ready;
@@ -84,4 +88,14 @@ function partialSuffix(text: string, marker: string): number {
     if (marker.startsWith(text.slice(text.length - len))) return len;
   }
   return 0;
+}
+
+/** The first place any of the markers occurs (the longer one when two start there). */
+function earliest(text: string, markers: string[]): { at: number; marker: string } {
+  let best = { at: -1, marker: "" };
+  for (const m of markers) {
+    const at = text.indexOf(m);
+    if (at !== -1 && (best.at === -1 || at < best.at || (at === best.at && m.length > best.marker.length))) best = { at, marker: m };
+  }
+  return best;
 }

@@ -45,3 +45,14 @@ test("an unclosed section at the end stays reasoning", () => {
   assert.equal(r.reasoning, "still going");
   assert.equal(r.content, "");
 });
+
+test("the template's newline before the closing marker is layout, not reasoning", () => {
+  const s = new ReasoningSplitter("<think>", ["\n</think>", "</think>"], true);
+  const parts = [s.push("plan\n"), s.push("</think>"), s.push("\n\nanswer"), s.flush()];
+  assert.equal(parts.map((p) => p.reasoning).join(""), "plan");
+  assert.equal(parts.map((p) => p.content).join(""), "answer");
+  // A newline that is not followed by the marker is released as reasoning.
+  const t = new ReasoningSplitter("<think>", ["\n</think>", "</think>"], true);
+  const q = [t.push("a\n"), t.push("b"), t.push("</think>"), t.flush()];
+  assert.equal(q.map((p) => p.reasoning).join(""), "a\nb");
+});

@@ -10,7 +10,8 @@ import type { TokenTextDecoder } from "./token-text.ts";
 /** How a model's thinking section looks and how this request wants it handled. */
 export interface ReasoningPlan {
   open: string;
-  close: string;
+  /** Closing markers, most specific first (e.g. "\n</think>", then "</think>"). */
+  close: string[];
   /** The prompt already opened the section, so generation starts inside it. */
   startsInside: boolean;
   /** Thinking tokens allowed before the section is closed by force. */

@@ -267,7 +267,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       promptSuffix,
       plan: {
         open: prefix.toString().trim(),
-        close: suffix.toString().trim(),
+        close: [...new Set([suffix.toString(), suffix.toString().trim()])],
         startsInside: enabled,
         budget: req.reasoning?.budgetTokens,
         closeTokens: LlamaText([suffix, layout]).tokenize(this.model.tokenizer),
