@@ -109,23 +109,23 @@ export async function streamChatCompletion(
     ...(includeUsage ? { usage: null } : {}),
     ...extra,
   });
-  const delta = (
-    index: number,
-    d: Record<string, unknown>,
-    finish: FinishReason | null = null,
-    lp?: TokenLogprob[],
-    lpField: "content" | "reasoning_content" = "content",
-  ) => ({
+  /** Logprobs of a chunk's tokens, under the field their text went to. */
+  const chunkLogprobs = (lp: TokenLogprob[] | undefined, field: "content" | "reasoning_content") => {
+    if (!withLogprobs || !lp) return null;
+    const entries = lp.map(logprobToWire);
+    return field === "content" ? { content: entries, refusal: null } : { content: [], reasoning_content: entries, refusal: null };
+  };
+  const delta = (index: number, d: Record<string, unknown>, finish: FinishReason | null = null, logprobs: unknown = null) => ({
     index,
     delta: d,
-    logprobs: withLogprobs && lp ? { content: lpField === "content" ? lp.map(logprobToWire) : [], ...(lpField === "reasoning_content" ? { reasoning_content: lp.map(logprobToWire) } : {}), refusal: null } : null,
+    logprobs,
     finish_reason: finish,
   });
 
   for (let i = 0; i < meta.n; i++) await sse.data(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
   for await (const ev of events) {
     if (sse.closed) return;
-    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, ev.logprobs)]));
+    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
     else if (ev.type === "tool-call")
       await sse.data(
         chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
@@ -133,7 +133,9 @@ export async function streamChatCompletion(
     else if (ev.type === "tool-call-arguments")
       await sse.data(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
     else if (ev.type === "reasoning")
-      await sse.data(chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, ev.logprobs, "reasoning_content")]));
+      await sse.data(
+        chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))]),
+      );
     else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
     else if (ev.type === "usage" && includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
   }
