@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { ConfigError, loadConfig } from "../config/load.ts";
+import { listCachedModels } from "../models/cache-list.ts";
 import { createProgressBar, resolveModelPath } from "../models/download.ts";
 import { parseModelArg } from "../models/source.ts";
 import { serve } from "./serve.ts";
@@ -9,6 +10,7 @@ const USAGE = `usage: plinth <command> [options]
 commands:
   serve            start the API server (default)
   pull <model>     download an hf:owner/repo/file.gguf model into the cache
+  models           list the models in the download cache
 
 serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment variables; flags win):
   --model [name=]<path|hf:owner/repo/file.gguf>   model to serve (repeatable)
@@ -65,6 +67,12 @@ async function main(argv: string[]): Promise<number> {
       const path = await resolveModelPath(source, { cacheDir: config["cache-dir"], progress: createProgressBar(source.id) });
       process.stdout.write(`${path}\n`);
     }
+    return 0;
+  }
+  if (command === "models") {
+    const models = listCachedModels(config["cache-dir"]);
+    if (models.length === 0) process.stdout.write("no downloaded models (plinth pull hf:owner/repo/file.gguf)\n");
+    for (const m of models) process.stdout.write(`${m.ref}\t${(m.bytes / 1e6).toFixed(1)} MB\t${m.path}\n`);
     return 0;
   }
   if (command !== "serve") throw new ConfigError(`unknown command '${command}'\n\n${USAGE}`);

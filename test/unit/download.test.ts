@@ -8,6 +8,7 @@ import os from "node:os";
 import path from "node:path";
 
 import { DEFAULT_MODEL, ModelSourceError, parseModelArg, type ModelSource } from "../../src/models/source.ts";
+import { listCachedModels } from "../../src/models/cache-list.ts";
 import { createProgressBar, ModelDownloadError, resolveModelPath } from "../../src/models/download.ts";
 
 // ---- fixture data ----------------------------------------------------------------------
@@ -210,6 +211,10 @@ test("fresh download writes identical bytes, reports the total, and the next cal
   const again = await resolveModelPath(SRC, { cacheDir, endpoint });
   assert.equal(again, got);
   assert.equal(seen.length, 1, "cached file must not trigger a request");
+
+  // `plinth models` lists it by the reference that serves it; unfinished downloads are not listed.
+  fs.writeFileSync(path.join(cacheDir, "owner", "repo", "main", "half.gguf.part"), "x");
+  assert.deepEqual(listCachedModels(cacheDir), [{ ref: "hf:owner/repo/model.gguf", path: got, bytes: SIZE }]);
 });
 
 test("interrupted download fails, then resumes with a Range request", async () => {
