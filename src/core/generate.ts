@@ -44,56 +44,45 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     const { slot, release } = await scheduler.acquire(signal, choose);
     try {
-      const matcher = new StopMatcher([...req.stop, ...prep.formatStops]);
-      const logprobs = new LogprobAligner();
+      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => channel.push(ev));
       const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
       let reason: FinishReason = "stop";
       for await (const chunk of engine.generate(prep, sampling, slot, signal)) {
-        if (chunk.kind === "end") {
-          reason = chunk.reason;
-          break;
+        switch (chunk.kind) {
+          case "end":
+            reason = chunk.reason;
+            break;
+          case "cached":
+            // The prompt is counted once per request, so is its cached part: the first choice's.
+            if (seedOffset === 0) cachedTokens += chunk.tokens;
+            continue;
+          case "usage-detail":
+            reasoningTokens += chunk.reasoningTokens;
+            continue;
+          case "prompt":
+            channel.push({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+            continue;
+          case "tool-call":
+            channel.push({ type: "tool-call", choice, index: chunk.index, id: newId("call_"), name: chunk.name });
+            continue;
+          case "tool-call-arguments":
+            completionTokens += chunk.tokens;
+            if (chunk.text) channel.push({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
+            continue;
+          case "text":
+            completionTokens += chunk.tokens;
+            if (chunk.channel === "reasoning") {
+              // Thinking is reported as it comes: stop strings apply to the answer only.
+              if (chunk.text || chunk.logprobs) channel.push({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+              continue;
+            }
+            if (!answer.push(chunk.text, chunk.logprobs)) continue;
+            reason = "stop"; // a stop string ended the answer
+            break;
         }
-        if (chunk.kind === "cached") {
-          // The prompt is counted once per request, so is its cached part: the first choice's.
-          if (seedOffset === 0) cachedTokens += chunk.tokens;
-          continue;
-        }
-        if (chunk.kind === "prompt") {
-          channel.push({ type: "prompt", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
-          continue;
-        }
-        if (chunk.kind === "tool-call") {
-          channel.push({ type: "tool-call", choice, index: chunk.index, id: newId("call_"), name: chunk.name });
-          continue;
-        }
-        if (chunk.kind === "tool-call-arguments") {
-          completionTokens += chunk.tokens;
-          if (chunk.text) channel.push({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
-          continue;
-        }
-        if (chunk.kind === "usage-detail") {
-          reasoningTokens += chunk.reasoningTokens;
-          continue;
-        }
-        completionTokens += chunk.tokens;
-        if (chunk.channel === "reasoning") {
-          // Thinking is reported as it comes: stop strings apply to the answer only.
-          if (chunk.text || chunk.logprobs)
-            channel.push({ type: "reasoning", choice, text: chunk.text, ...(chunk.logprobs ? { logprobs: chunk.logprobs } : {}) });
-          continue;
-        }
-        logprobs.add(chunk.text.length, chunk.logprobs);
-        const { emit, stopped } = matcher.push(chunk.text);
-        const lp = logprobs.release(emit.length, stopped);
-        if (emit || lp) channel.push({ type: "text", choice, text: emit, ...(lp ? { logprobs: lp } : {}) });
-        if (stopped) {
-          reason = "stop";
-          break;
-        }
+        break;
       }
-      const rest = matcher.flush();
-      const lp = logprobs.release(rest.length, true);
-      if (rest || lp) channel.push({ type: "text", choice, text: rest, ...(lp ? { logprobs: lp } : {}) });
+      answer.finish();
       if (!signal.aborted) channel.push({ type: "finish", choice, reason });
     } finally {
       release();
@@ -118,6 +107,40 @@ export async function startBatch(registry: ModelRegistry, reqs: GenerationReques
     }
   });
   return { promptTokens: prepared.map((p) => p.promptTokens), events: channel };
+}
+
+const withLogprobs = (logprobs: TokenLogprob[] | undefined) => (logprobs ? { logprobs } : {});
+
+/** The answer text of one choice on its way out: stop strings cut it, logprobs stay in step with it. */
+class AnswerFilter {
+  private readonly matcher: StopMatcher;
+  private readonly logprobs = new LogprobAligner();
+
+  constructor(
+    private readonly choice: number,
+    stops: string[],
+    private readonly emit: (ev: GenerationEvent) => void,
+  ) {
+    this.matcher = new StopMatcher(stops);
+  }
+
+  /** Returns true when a stop string was reached: the answer is over. */
+  push(text: string, logprobs: TokenLogprob[] | undefined): boolean {
+    this.logprobs.add(text.length, logprobs);
+    const { emit, stopped } = this.matcher.push(text);
+    this.send(emit, this.logprobs.release(emit.length, stopped));
+    return stopped;
+  }
+
+  /** Whatever was held back as a possible stop string start is real output after all. */
+  finish(): void {
+    const rest = this.matcher.flush();
+    this.send(rest, this.logprobs.release(rest.length, true));
+  }
+
+  private send(text: string, logprobs: TokenLogprob[] | undefined): void {
+    if (text || logprobs) this.emit({ type: "text", choice: this.choice, text, ...withLogprobs(logprobs) });
+  }
 }
 
 /**
