@@ -80,7 +80,7 @@ test("parallel_tool_calls: false allows one call; true lets the model make sever
   const eager = { [EXTRA_TOKENS.toolCallOpen]: 15 };
   const single = await s.client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false, logit_bias: eager, max_tokens: 200 } as any);
   assert.equal(single.choices[0].message.tool_calls!.length, 1);
-  const several = await s.client.chat.completions.create({ ...base, tool_choice: "required", logit_bias: eager, max_tokens: 200 } as any);
+  const several = await s.client.chat.completions.create({ ...base, tool_choice: "required", logit_bias: eager, max_tokens: 200, seed: 5 } as any);
   const calls = several.choices[0].message.tool_calls!;
   assert.ok(calls.length >= 2, `only ${calls.length} call(s)`);
   if (several.choices[0].finish_reason === "tool_calls") checkCalls(calls);
