@@ -82,7 +82,7 @@ export interface GenerationRequest {
    * Thinking control for models that think: `enabled` false closes the section before generation;
    * `budgetTokens` closes it by force after that many tokens. Undefined: the model's default.
    */
-  reasoning?: { enabled?: boolean; budgetTokens?: number };
+  reasoning?: { enabled?: boolean; budgetTokens?: number; effort?: "minimal" | "low" | "medium" | "high" };
   /** Constrains the answer: any JSON object, or JSON valid against a schema. */
   responseFormat?: { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
   tools?: ToolDefinition[];

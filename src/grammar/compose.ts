@@ -54,7 +54,7 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
   const rules: string[] = [];
   const alternatives = tools.map((t, i) => {
     rules.push(prefixRules(t.argsGbnf, `t${i}-`));
-    return `${literal(t.name + parts.paramsPrefix)} t${i}-root ${literal(parts.suffix)}`;
+    return `${literal(t.name + parts.paramsPrefix)} t${i}-root${parts.suffix ? ` ${literal(parts.suffix)}` : ""}`;
   });
   const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
   const more = parallel ? ` ( ${literal(parts.betweenCalls + parts.prefix)} call )*` : "";
@@ -66,4 +66,9 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
 /** A content grammar that also lets the model start a tool call (the engine then switches grammars). */
 export function orToolTrigger(contentGbnf: string, trigger: string): string {
   return [`root ::= c-root | ${literal(trigger)}`, prefixRules(contentGbnf, "c-")].join("\n");
+}
+
+/** A grammar for `header` followed by what `gbnf` allows. */
+export function withHeader(gbnf: string, header: string): string {
+  return [`root ::= ${literal(header)} h-root`, prefixRules(gbnf, "h-")].join("\n");
 }

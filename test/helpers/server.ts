@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
 
 export interface TestServer extends RunningServer {
   client: OpenAI;
@@ -14,6 +14,8 @@ export interface TestServerOptions {
   bert?: boolean;
   /** Also serve the thinking/tool-call fixture (THINKING_SPEC) as "think". */
   think?: boolean;
+  /** Also serve the gpt-oss-layout fixture (HARMONY_SPEC) as "oss". */
+  harmony?: boolean;
 }
 
 /**
@@ -25,6 +27,7 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   const models = [`tiny=${modelPath}`];
   if (opts.bert) models.push(`bert=${await ensureBertFixtureModel()}`);
   if (opts.think) models.push(`think=${await ensureFixtureModel(THINKING_SPEC)}`);
+  if (opts.harmony) models.push(`oss=${await ensureFixtureModel(HARMONY_SPEC)}`);
   const config = loadConfig({ model: models, port: "0", threads: "1", ...settings }, {});
   const server = await serve(config, { log: () => {} });
   await server.loaded;

@@ -64,6 +64,20 @@ test("sampled (temperature 1) tokens are reproducible by seed with logprobs on, 
   for (const c of a.choices) assert.equal(c.logprobs!.content!.map((e) => e.token).join(""), c.message.content);
 });
 
+test("asking for logprobs does not change what a seed samples, and each sampled token's logprob is its own", async () => {
+  const params = { ...base, max_tokens: 24, temperature: 1, seed: 3 };
+  const [plain, probed] = await Promise.all([
+    s.client.chat.completions.create(params),
+    s.client.chat.completions.create({ ...params, logprobs: true, top_logprobs: 2 }),
+  ]);
+  assert.equal(probed.choices[0].message.content, plain.choices[0].message.content);
+  const content = probed.choices[0].logprobs!.content!;
+  // At temperature 1 some sampled tokens are not among the top two; they still get a real value.
+  const outside = content.filter((e) => !e.top_logprobs.some((t) => t.token === e.token));
+  assert.ok(outside.length > 0, "every sampled token was in the top two");
+  for (const e of outside) assert.ok(e.logprob < e.top_logprobs[1].logprob + 1e-9 && e.logprob > -100, String(e.logprob));
+});
+
 test("logprobs stop at a stop string with the text", async () => {
   const free = await s.client.chat.completions.create({ ...base, temperature: 0 });
   const text = free.choices[0].message.content!;

@@ -46,6 +46,13 @@ test("a thinking budget closes the section and the answer continues", async () =
   assert.equal(r.usage.completion_tokens, 40);
 });
 
+test("reasoning tokens are counted even when a stop string ends the answer", async () => {
+  const r = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 8 }, stop: [" "] });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  assert.ok(!r.choices[0].message.content.includes(" "));
+  assert.ok(r.usage.completion_tokens_details.reasoning_tokens >= 8, JSON.stringify(r.usage));
+});
+
 test("the model's own </think> ends the section", async () => {
   const r = await ask({ logit_bias: { [FIXTURE_TOKENS.imEnd]: -100, [FIXTURE_TOKENS.endOfSequence]: -100, [EXTRA_TOKENS.thinkClose]: 4 } });
   const m = r.choices[0].message;

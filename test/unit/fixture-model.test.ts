@@ -15,6 +15,7 @@ import {
   type LlamaContext,
   type LlamaModel,
   type Token,
+  HarmonyChatWrapper,
 } from "node-llama-cpp";
 import { float16ToFloat32, float32ToFloat16 } from "../fixtures/gguf-writer.ts";
 import {
@@ -25,6 +26,8 @@ import {
   fixtureFileName,
   fixtureParameterCount,
   fixtureVocabulary,
+  HARMONY_SPEC,
+  HARMONY_TOKENS,
   TINY_SPEC,
   type FixtureSpec,
 } from "../fixtures/models.ts";
@@ -235,4 +238,31 @@ test("most sampled generations run past 30 tokens without hitting <|im_end|>", a
     if (out.length === 32 && !out.some((t) => model.isEogToken(t))) long++;
   }
   assert.ok(long >= trials - 3, `${long}/${trials} ran to the limit`);
+});
+
+test("a padded vocabulary tokenizes text exactly as the base one; fillers only come from sampling", async () => {
+  const padded = await model.llama.loadModel({ modelPath: await ensureFixtureModel({ ...TINY_SPEC, name: "plinth-tiny-pad", vocabSize: 2000 }, scratch) });
+  try {
+    assert.equal(padded.tokens.bos, model.tokens.bos);
+    const text = "Hello the quick brown fox jumps over zq the lazy dog, zq0001 and <|im_end|> 123";
+    assert.deepEqual(padded.tokenize(text), model.tokenize(text));
+    assert.equal(padded.detokenize([(FIXTURE_VOCAB_SIZE + 1) as Token]), "zq0001");
+    assert.equal(fixtureVocabulary({ vocabSize: 2000 }).tokens.length, 2000);
+  } finally {
+    await padded.dispose();
+  }
+});
+
+test("the harmony variant: gpt-oss's tokens, <|return|> as EOS, and node-llama-cpp's Harmony format by name", async () => {
+  const oss = await model.llama.loadModel({ modelPath: await ensureFixtureModel(HARMONY_SPEC, scratch) });
+  try {
+    assert.equal(oss.tokens.eos, HARMONY_TOKENS.return);
+    assert.ok(oss.isEogToken(HARMONY_TOKENS.call as Token));
+    // llama.cpp renders the structural tokens as text; <|end|> stays an (invisible) end token.
+    assert.equal(oss.detokenize([HARMONY_TOKENS.channel as Token]), "<|channel|>");
+    assert.ok(oss.isEogToken(HARMONY_TOKENS.end as Token));
+    assert.ok(resolveChatWrapper(oss) instanceof HarmonyChatWrapper);
+  } finally {
+    await oss.dispose();
+  }
 });

@@ -94,7 +94,10 @@ function reasoningControl(body: ChatCompletionRequest): Pick<GenerationRequest, 
   const budget = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
   if (enabled === false && budget !== undefined)
     throw badRequest("A thinking budget was given, but thinking is turned off.", params[0]);
-  return { reasoning: { enabled: enabled ?? (effort !== undefined ? true : undefined), budgetTokens: budget }, reasoningParam: params[0] };
+  return {
+    reasoning: { enabled: enabled ?? (effort !== undefined ? true : undefined), budgetTokens: budget, effort: effort === "none" ? undefined : effort },
+    reasoningParam: params[0],
+  };
 }
 
 function refuseUnsupported(body: ChatCompletionRequest): void {

@@ -11,7 +11,7 @@ import {
 } from "node-llama-cpp";
 import { badRequest } from "../../core/errors.ts";
 import type { GenerationRequest } from "../../core/types.ts";
-import { orToolTrigger, toolCallGrammar } from "../../grammar/compose.ts";
+import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { JSON_OBJECT_GBNF, jsonSchemaToGbnf, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
@@ -33,13 +33,18 @@ export class ConstraintPlanner {
   readonly format: ToolCallFormat;
   readonly trigger: string;
 
+  /** Whether one turn can hold several calls (gpt-oss ends the turn with each call). */
+  private readonly severalCalls: boolean;
+
+  /** `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as text). */
   constructor(
     private readonly model: LlamaModel,
     wrapper: ChatWrapper,
+    format?: ToolCallFormat,
   ) {
     const call = wrapper.settings.functions.call;
     const parallel = wrapper.settings.functions.parallelism?.call;
-    this.format = {
+    this.format = format ?? {
       sectionPrefix: parallel ? this.literal(parallel.sectionPrefix) : "",
       prefix: this.literal(call.prefix),
       paramsPrefix: this.literal(call.paramsPrefix),
@@ -47,6 +52,7 @@ export class ConstraintPlanner {
       betweenCalls: parallel ? this.literal(parallel.betweenCalls) : "",
       sectionSuffix: parallel ? this.literal(parallel.sectionSuffix) : "",
     };
+    this.severalCalls = format === undefined;
     // A call is recognised by the leading marker of what opens it: the section marker when the
     // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>").
     const opening = this.format.sectionPrefix + this.format.prefix;
@@ -78,7 +84,8 @@ export class ConstraintPlanner {
     return out;
   }
 
-  async plan(req: GenerationRequest): Promise<Constraints> {
+  /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
+  async plan(req: GenerationRequest, header?: string): Promise<Constraints> {
     const out: Constraints = {};
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
@@ -86,7 +93,7 @@ export class ConstraintPlanner {
       const offered = req.tools!.filter((t) => named === undefined || t.name === named);
       out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: t.description, params: t.parameters as never }]));
       const args = offered.map((t) => ({ name: t.name, argsGbnf: this.argumentsGrammar(t, req.tools!.indexOf(t)) }));
-      const parallel = req.parallelToolCalls !== false && named === undefined;
+      const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
       out.tools = {
         format: this.format,
         trigger: this.trigger,
@@ -97,6 +104,7 @@ export class ConstraintPlanner {
     }
     if (req.responseFormat) {
       let text = this.contentGrammar(req);
+      if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
       if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger);
       out.contentGrammar = await this.compile(text);
     }

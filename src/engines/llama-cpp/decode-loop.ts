@@ -53,6 +53,15 @@ export interface LoopSetup {
   grammar: GrammarSlot;
   /** Tokenizes text with special markers recognised (for injected call prefixes). */
   tokenize: (text: string) => Token[];
+  /**
+   * Tokens that structure the output rather than end it, with their text (gpt-oss's <|end|>, which
+   * llama.cpp counts as end-of-generation and renders as nothing).
+   */
+  markers?: ReadonlyMap<Token, string>;
+  /** Put into the sequence when a thinking section closes, before the answer (gpt-oss's next message header). */
+  answerOpening?: Token[];
+  /** A header the model may write at the start of its answer, which is not part of the answer. */
+  answerHeader?: string;
   signal: AbortSignal;
   /** Runs once the prompt is evaluated, before any generated token enters the sequence. */
   onPromptEvaluated: () => Promise<void>;
@@ -69,8 +78,17 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
   let parser: ToolCallParser | null = null;
   let reasoningTokens = 0;
-  /** Tokens to put into the sequence instead of the token just sampled. */
+  /** Reasoning tokens already reported (usage-detail chunks add up). */
+  let reported = 0;
+  /** Tokens to put into the sequence after the token just sampled, or (`replace`) instead of it. */
   let inject: Token[] | undefined;
+  let replace = false;
+  const header = setup.answerHeader ? new HeaderFilter(setup.answerHeader) : null;
+  const ends = (t: Token) => !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
+  const textOf = (t: Token) => {
+    const marker = setup.markers?.get(t);
+    return marker === undefined ? decoder.push(t) : decoder.flush() + marker;
+  };
 
   const activate = (grammar: LlamaGrammar | undefined) => {
     setup.grammar.state = grammar ? new LlamaGrammarEvaluationState({ model, grammar }) : undefined;
@@ -79,12 +97,17 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const startCall = (before = "", inSequence = 0) => {
     parser = new ToolCallParser(tools!.format);
     const opening = tools!.format.sectionPrefix + tools!.format.prefix;
-    const rest = before === "" && inSequence === 0 ? tools!.prefixTokens : setup.tokenize(before + opening.slice(inSequence));
-    inject = [...(inject ?? []), ...rest];
+    if (before === "" && inSequence === 0) inject = [...(inject ?? []), ...tools!.prefixTokens];
+    else {
+      // The sampled token's own text is re-tokenized together with the rest of the opening.
+      inject = [...(inject ?? []), ...setup.tokenize(before + opening.slice(inSequence))];
+      replace = true;
+    }
     activate(tools!.grammar);
   };
   /** The answer begins: forced calls start, and a structured-output grammar takes hold. */
   const answerStarts = (viaInjection: boolean) => {
+    if (viaInjection && setup.answerOpening?.length) inject = [...(inject ?? []), ...setup.answerOpening];
     if (tools?.forced) {
       if (viaInjection) startCall();
       else {
@@ -112,6 +135,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       yield* callText(text, tokens);
       return;
     }
+    if (header) text = header.push(text);
     if (!trigger) {
       yield { kind: "text", text, tokens, ...logprobs };
       return;
@@ -138,7 +162,12 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     if (wasThinking || part.reasoning) {
       reasoningTokens += tokens;
       yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
-      if (wasThinking && !splitter.thinking) answerStarts(true);
+      if (wasThinking && !splitter.thinking) {
+        // Reported now: a stop string in the answer can end the generation before `finish` runs.
+        yield { kind: "usage-detail", reasoningTokens: reasoningTokens - reported };
+        reported = reasoningTokens;
+        answerStarts(true);
+      }
       if (part.content) yield* contentText(part.content, 0, {}, heldBefore);
     } else {
       yield* contentText(part.content, tokens, logprobs, heldBefore);
@@ -152,11 +181,15 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       if (rest.reasoning) yield { kind: "text", channel: "reasoning", text: rest.reasoning, tokens: 0 };
       if (rest.content) yield* contentText(rest.content, 0, {}, 0);
     }
+    if (header && !parser) {
+      const held = header.flush();
+      if (held) yield* contentText(held, 0, {}, 0);
+    }
     if (trigger && !parser) {
       const held = trigger.flush();
       if (held) yield { kind: "text", text: held, tokens: 0 };
     }
-    yield { kind: "usage-detail", reasoningTokens };
+    yield { kind: "usage-detail", reasoningTokens: reasoningTokens - reported };
     const called = parser !== null && (parser as ToolCallParser).callCount > 0;
     yield { kind: "end", reason: reason === "stop" && called ? "tool_calls" : reason };
   }
@@ -177,7 +210,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       const overBudget = reasoning?.budget !== undefined && reasoningTokens >= reasoning.budget;
       // An answer that must be a tool call or match a schema cannot be skipped by ending the turn
       // while still thinking.
-      const answerRequired = Boolean(tools?.forced || setup.contentGrammar) && (model.isEogToken(token) || setup.stopTokens.has(token));
+      const answerRequired = Boolean(tools?.forced || setup.contentGrammar) && ends(token);
       if (splitter?.thinking && (overBudget || answerRequired)) {
         // The sampled token is dropped and the section is closed in its place.
         tokens = reasoning!.closeTokens;
@@ -186,12 +219,12 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       }
       for (const t of tokens) {
         generated.push(t);
-        if (!forced && (model.isEogToken(t) || setup.stopTokens.has(t))) {
+        if (!forced && ends(t)) {
           // The end-of-turn token is counted but is not content, so it has no logprob entry.
           yield* finish("stop", 1);
           return;
         }
-        yield* emit(decoder.push(t), 1, logprob);
+        yield* emit(textOf(t), 1, logprob);
         if (generated.length >= setup.maxTokens) {
           yield* finish("length", 0);
           return;
@@ -199,9 +232,13 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       }
       let replacement = forced ? tokens : undefined;
       if (inject) {
-        replacement = forced ? [...tokens, ...inject] : inject;
+        replacement = forced || !replace ? [...tokens, ...inject] : inject;
         generated.push(...inject);
+        // Written by the engine rather than sampled, but output all the same: counted in usage.
+        if (parser) yield { kind: "tool-call-arguments", index: 0, text: "", tokens: inject.length };
+        else yield { kind: "text", text: "", tokens: inject.length };
         inject = undefined;
+        replace = false;
       }
       step = await steps.next(replacement);
     }
@@ -209,5 +246,34 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     yield* finish("stop", 0);
   } finally {
     await steps.return(undefined);
+  }
+}
+
+/**
+ * Drops a fixed header from the start of the answer (e.g. gpt-oss's "<|channel|>final<|message|>")
+ * and passes everything else through; text that could still become the header is held.
+ */
+class HeaderFilter {
+  private held = "";
+  private done = false;
+
+  constructor(private readonly header: string) {}
+
+  push(text: string): string {
+    if (this.done) return text;
+    this.held += text;
+    if (this.held.startsWith(this.header)) return this.release(this.held.slice(this.header.length));
+    if (this.header.startsWith(this.held)) return "";
+    return this.release(this.held);
+  }
+
+  flush(): string {
+    return this.done ? "" : this.release(this.held);
+  }
+
+  private release(text: string): string {
+    this.done = true;
+    this.held = "";
+    return text;
   }
 }

@@ -1,16 +1,12 @@
 import type { LlamaContextSequence, SequenceEvaluateOptions, Token } from "node-llama-cpp";
-import type { SamplingParams, TokenLogprob } from "../../core/types.ts";
-import { JsSampler } from "./js-sampler.ts";
+import type { TokenLogprob } from "../../core/types.ts";
+import { LogprobReader, tapLogits } from "./logprob-reader.ts";
 import type { TokenPieces } from "./token-pieces.ts";
 
 export interface Step {
   token: Token;
   logprob?: TokenLogprob;
 }
-
-/** OpenAI reports impossible tokens with a large finite negative number, not -Infinity (not JSON). */
-const FLOOR = -9999;
-const logOf = (p: number | undefined) => (p && p > 0 ? Math.max(FLOOR, Math.log(p)) : FLOOR);
 
 /**
  * A step source yields each sampled token; the consumer may answer `next(tokens)` to put other
@@ -33,30 +29,36 @@ export async function* plainSteps(sequence: LlamaContextSequence, input: Token[]
 }
 
 /**
- * Decoding with log probabilities. llama.cpp only exposes the distribution after its sampler chain,
- * which truncates and rescales it; so the native chain runs greedy (bias and penalties only, no
- * truncation), the full distribution is reported, and a JS sampler picks the token that follows.
+ * Decoding with log probabilities: the request's own native sampler picks each token, and a
+ * LogprobReader reads the distribution off the same logits row (see logprob-reader.ts).
  */
 export async function* logprobSteps(
   sequence: LlamaContextSequence,
   input: Token[],
   options: SequenceEvaluateOptions,
-  sampling: SamplingParams,
   top: number,
   pieces: TokenPieces,
 ): Steps {
-  const sampler = new JsSampler(sampling);
-  const it = sequence.evaluateWithMetadata(input, { probabilities: true }, { ...options, temperature: 0 });
+  const reader = new LogprobReader(sequence, { tokenBias: options.tokenBias, repeatPenalty: options.repeatPenalty }, top, pieces);
+  let latest: TokenLogprob | undefined;
+  const untap = tapLogits(sequence, async (row, _position, sampled) => {
+    if (sampled !== undefined) latest = await reader.read(row, sampled);
+  });
   try {
-    let step = await it.next();
-    while (!step.done) {
-      const probs = step.value.probabilities;
-      const token = sampler.pick(probs) as Token;
-      const replacement = yield { token, logprob: describe(token, probs, top, pieces) };
-      step = await it.next(replacement ?? token);
+    const it = sequence.evaluate(input, options);
+    try {
+      let step = await it.next();
+      while (!step.done) {
+        const replacement = yield { token: step.value, logprob: latest };
+        latest = undefined;
+        step = await it.next(replacement);
+      }
+    } finally {
+      await it.return(undefined);
     }
   } finally {
-    await it.return(undefined);
+    untap();
+    reader.dispose();
   }
 }
 
@@ -74,28 +76,24 @@ export async function promptLogprobs(
   const first = pieces.get(prompt[0]);
   const entries: TokenLogprob[] = [{ token: first.text, bytes: first.bytes, logprob: null, top: [] }];
   if (prompt.length < 2) return entries;
-  const results = await sequence.controlledEvaluate(
-    prompt.slice(0, -1).map((t) => [t, { generateNext: { probabilities: true, options: { temperature: 0 } } }] as const),
-  );
-  for (let i = 1; i < prompt.length; i++) {
-    const probs = results[i - 1]?.next.probabilities;
-    entries.push(probs ? describe(prompt[i], probs, top, pieces) : { ...pieceOf(prompt[i], pieces), logprob: null, top: [] });
+  const reader = new LogprobReader(sequence, {}, top, pieces);
+  const untap = tapLogits(sequence, async (row, position) => {
+    if (position + 1 < prompt.length) entries[position + 1] = await reader.read(row, prompt[position + 1]);
+  });
+  try {
+    // Each position needs its logits row; asking for a greedy next token is the cheapest way to get one.
+    await sequence.controlledEvaluate(
+      prompt.slice(0, -1).map((t) => [t, { generateNext: { token: true, options: { temperature: 0 } } }] as const),
+    );
+  } finally {
+    untap();
+    reader.dispose();
   }
-  return entries;
-}
-
-function pieceOf(token: number, pieces: TokenPieces) {
-  const p = pieces.get(token);
-  return { token: p.text, bytes: p.bytes };
-}
-
-function describe(token: number, probs: ReadonlyMap<number, number>, top: number, pieces: TokenPieces): TokenLogprob {
-  const alternatives: TokenLogprob["top"] = [];
-  if (top > 0) {
-    for (const [t, p] of probs) {
-      alternatives.push({ ...pieceOf(t, pieces), logprob: logOf(p) });
-      if (alternatives.length >= top) break;
+  for (let i = 1; i < prompt.length; i++) {
+    if (entries[i] === undefined) {
+      const p = pieces.get(prompt[i]);
+      entries[i] = { token: p.text, bytes: p.bytes, logprob: null, top: [] };
     }
   }
-  return { ...pieceOf(token, pieces), logprob: logOf(probs.get(token)), top: alternatives };
+  return entries;
 }

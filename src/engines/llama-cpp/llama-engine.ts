@@ -21,6 +21,8 @@ import { getRuntime, type GpuChoice } from "./runtime.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
+import { logprobReaderSupported } from "./logprob-reader.ts";
+import { FINAL_HEADER, HARMONY_CALL_FORMAT, HarmonyLayout } from "./harmony.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
 import { SlotCache } from "./slot-cache.ts";
@@ -55,6 +57,10 @@ export interface LlamaPrepared extends PreparedGeneration {
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
+  /** Written by the engine when thinking ends, before the answer. */
+  answerOpening?: Token[];
+  /** Dropped from the start of the answer when the model writes it. */
+  answerHeader?: string;
   namespace: string;
   reuse: boolean;
   cacheKey?: string;
@@ -68,6 +74,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   readonly slots: number;
   private readonly created = Math.floor(Date.now() / 1000);
   private readonly sequences: LlamaContextSequence[];
+  /** Set for gpt-oss's message layout. */
+  private readonly harmony: HarmonyLayout | undefined;
   private readonly wrapper: ChatWrapper;
   private readonly vocabSize: number;
   private readonly pieces: TokenPieces;
@@ -91,11 +99,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const today = new Date(new Date().toISOString().slice(0, 10));
     this.wrapper = resolveChatWrapper(model, {
       type: (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName,
-      customWrapperSettings: { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today } },
+      customWrapperSettings: { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } },
     });
+    this.harmony = HarmonyLayout.of(this.wrapper, model, today);
     this.vocabSize = vocabularySize(model);
     this.pieces = new TokenPieces(model);
-    this.constraints = new ConstraintPlanner(model, this.wrapper);
+    this.constraints = new ConstraintPlanner(model, this.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined);
     this.slotCache = new SlotCache(this.sequences, new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id));
   }
 
@@ -145,12 +154,15 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
     if (!this.context) throw embeddingOnlyModel(this.id);
+    // The reader relies on node-llama-cpp internals; a library that lacks them refuses logprobs.
+    if (req.logprobs !== undefined && !logprobReaderSupported(this.sequences[0]))
+      throw badRequest("Log probabilities are not available with this build of the inference engine.", "logprobs");
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw badRequest("Tools and response formats need a chat prompt.", req.tools ? "tools" : "response_format");
-    const constraints = await this.constraints.plan(req);
+    const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
     const rendered = this.renderPrompt(req, constraints.functions);
     const { stopTokens, formatStops } = rendered;
-    const reasoning = this.planReasoning(req);
+    const reasoning = this.planReasoning(req, constraints.tools !== undefined);
     // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
     // a forced tool call opens right after, unless thinking comes first.
     let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
@@ -190,6 +202,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
+      answerOpening: reasoning?.answerOpening,
+      answerHeader: this.harmony && constraints.tools && !constraints.tools.forced ? FINAL_HEADER : undefined,
       namespace: req.isolationKey ?? "",
       // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
       reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
@@ -228,7 +242,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       steps:
         prepared.logprobs === undefined
           ? plainSteps(sequence, input, options)
-          : logprobSteps(sequence, input, options, sampling, prepared.logprobs, this.pieces),
+          : logprobSteps(sequence, input, options, prepared.logprobs, this.pieces),
       decoder: new TokenTextDecoder(this.model, prepared.tokens),
       generated,
       maxTokens: prepared.maxTokens,
@@ -236,6 +250,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       reasoning: prepared.reasoning,
       tools: prepared.tools,
       contentGrammar: prepared.contentGrammar,
+      markers: this.harmony?.markers,
+      answerOpening: prepared.answerOpening,
+      answerHeader: prepared.answerHeader,
       grammar,
       tokenize: (text) => this.constraints.tokenize(text),
       signal,
@@ -247,7 +264,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
    * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
    */
-  private planReasoning(req: GenerationRequest): { plan: ReasoningPlan; promptSuffix: Token[] } | undefined {
+  private planReasoning(
+    req: GenerationRequest,
+    modelMayCall: boolean,
+  ): { plan: ReasoningPlan; promptSuffix: Token[]; answerOpening?: Token[] } | undefined {
     const thought = this.wrapper.settings.segments?.thought;
     if (req.prompt.kind !== "chat" || !thought) {
       if (req.reasoning !== undefined)
@@ -261,10 +281,15 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const prefix = typeof thought.prefix === "object" && "type" in thought.prefix ? LlamaText([]) : LlamaText(thought.prefix);
     const suffix = LlamaText(thought.suffix ?? "");
     const enabled = req.reasoning?.enabled ?? true;
-    const layout = LlamaText(new SpecialTokensText("\n\n"));
-    const promptSuffix = (enabled ? prefix : LlamaText([prefix, suffix, layout])).tokenize(this.model.tokenizer);
+    // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
+    // message, which the engine writes itself (see harmony.ts).
+    const answerOpening = this.harmony?.answerOpening(modelMayCall);
+    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n"));
+    const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.model.tokenizer), ...(answerOpening ?? [])];
+    const promptSuffix = enabled ? prefix.tokenize(this.model.tokenizer) : closed;
     return {
       promptSuffix,
+      answerOpening,
       plan: {
         open: prefix.toString().trim(),
         close: [...new Set([suffix.toString(), suffix.toString().trim()])],
@@ -330,8 +355,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
-    const state = this.wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
+    const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
+    const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
+    if (this.harmony) formatStops.push(...this.harmony.answerStops);
     return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
   }
 

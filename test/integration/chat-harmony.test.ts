@@ -1,0 +1,177 @@
+// gpt-oss's "harmony" message layout, on a generated model with gpt-oss's structural tokens and
+// name (node-llama-cpp picks its Harmony chat format by the name, as for real gpt-oss files).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Ajv } from "ajv";
+import { HARMONY_TOKENS } from "../fixtures/models.ts";
+import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({}, { harmony: true });
+});
+after(async () => {
+  await s.close();
+});
+
+const MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+const noMarkers = (text: string | null | undefined) => {
+  for (const m of MARKERS) assert.ok(!(text ?? "").includes(m), `${m} leaked into ${JSON.stringify(text)}`);
+};
+
+const city = { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false };
+const TOOLS = [
+  { type: "function" as const, function: { name: "get_weather", description: "Weather for a city", parameters: city, strict: true } },
+  { type: "function" as const, function: { name: "get_time", description: "Time in a city", parameters: city, strict: true } },
+];
+const validCity = new Ajv({ strict: false }).compile(city);
+const base = { model: "oss", messages: [{ role: "user" as const, content: "What is the weather in Paris?" }], max_tokens: 160 };
+const chat = (body: Record<string, unknown>) => postJson(`${s.url}/v1/chat/completions`, { ...base, ...body });
+
+test("the analysis channel is the reasoning, the final channel the answer; no markers leak", async () => {
+  const r = await chat({ reasoning: { budget_tokens: 8 }, max_tokens: 60, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const m = r.json.choices[0].message;
+  assert.ok(m.reasoning_content.length > 0);
+  assert.ok(m.content.length > 0);
+  noMarkers(m.reasoning_content);
+  noMarkers(m.content);
+  // 8 thinking tokens and the <|end|> that closes the analysis message.
+  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 9);
+  // The engine's own message header after the thinking counts as output too.
+  assert.equal(r.json.usage.completion_tokens, 60);
+  assert.equal(r.json.choices[0].finish_reason, "length");
+
+  // Streamed: the same text, reasoning first.
+  const stream = await s.client.chat.completions.create({ ...base, reasoning: { budget_tokens: 8 }, max_tokens: 60, temperature: 0, stream: true } as any);
+  let reasoning = "";
+  let content = "";
+  for await (const chunk of stream as any) {
+    const d = chunk.choices[0]?.delta ?? {};
+    if (d.reasoning_content) {
+      assert.equal(content, "", "reasoning after content");
+      reasoning += d.reasoning_content;
+    }
+    if (d.content) content += d.content;
+  }
+  assert.equal(reasoning, m.reasoning_content);
+  assert.equal(content, m.content);
+});
+
+test("the model's own <|end|> closes the analysis message; after the final header it ends the answer", async () => {
+  // <|end|> is the only likely token: the first one closes the thinking, the next ends the answer.
+  const r = await chat({ logit_bias: { [HARMONY_TOKENS.end]: 60 }, max_tokens: 50, temperature: 1, seed: 3 });
+  assert.equal(r.status, 200, r.text);
+  const choice = r.json.choices[0];
+  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 1, r.text);
+  assert.equal(choice.message.content, "");
+  assert.equal(choice.finish_reason, "stop", r.text);
+  assert.ok(r.json.usage.completion_tokens < 50, r.text);
+});
+
+test("thinking off: the analysis message is closed empty and everything is the answer", async () => {
+  const r = await chat({ reasoning_effort: "none", max_tokens: 30, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const m = r.json.choices[0].message;
+  assert.equal(m.reasoning_content, undefined);
+  assert.ok(m.content.length > 0);
+  noMarkers(m.content);
+  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 0);
+});
+
+test("reasoning_effort reaches the template's system message", async () => {
+  const low = await chat({ reasoning_effort: "low", max_tokens: 1 });
+  const high = await chat({ reasoning_effort: "high", max_tokens: 1 });
+  const unset = await chat({ max_tokens: 1 });
+  assert.equal(low.status, 200, low.text);
+  // "Reasoning: low" and "Reasoning: high" tokenize to a different length than the default "medium".
+  assert.notEqual(low.json.usage.prompt_tokens, unset.json.usage.prompt_tokens);
+  assert.notEqual(high.json.usage.prompt_tokens, unset.json.usage.prompt_tokens);
+});
+
+test("tool_choice required after thinking: one call per turn, in gpt-oss's commentary layout, valid arguments", async () => {
+  for (let seed = 1; seed <= 6; seed++) {
+    const r = await chat({ tools: TOOLS, tool_choice: "required", reasoning: { budget_tokens: 6 }, temperature: 1, seed });
+    assert.equal(r.status, 200, r.text);
+    const choice = r.json.choices[0];
+    assert.equal(choice.finish_reason, "tool_calls", r.text);
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.ok(["get_weather", "get_time"].includes(call.function.name));
+    assert.ok(validCity(JSON.parse(call.function.arguments)), call.function.arguments);
+    assert.equal(choice.message.content, null);
+    noMarkers(choice.message.reasoning_content);
+  }
+});
+
+test("a named tool with thinking off is called straight away", async () => {
+  const r = await chat({ tools: TOOLS, tool_choice: { type: "function", function: { name: "get_time" } }, reasoning_effort: "none", temperature: 1, seed: 4 });
+  assert.equal(r.status, 200, r.text);
+  const choice = r.json.choices[0];
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.equal(choice.message.tool_calls[0].function.name, "get_time");
+  assert.ok(validCity(JSON.parse(choice.message.tool_calls[0].function.arguments)));
+});
+
+test("json_schema after thinking; with tools in auto mode the answer is either a valid call or valid JSON", async () => {
+  const response_format = { type: "json_schema", json_schema: { name: "place", schema: city, strict: true } };
+  const r = await chat({ response_format, reasoning: { budget_tokens: 6 }, temperature: 1, seed: 2 });
+  assert.equal(r.status, 200, r.text);
+  assert.ok(validCity(JSON.parse(r.json.choices[0].message.content)), r.json.choices[0].message.content);
+  let calls = 0;
+  let answers = 0;
+  for (let seed = 1; seed <= 6; seed++) {
+    const a = await chat({ response_format, tools: TOOLS, reasoning: { budget_tokens: 6 }, temperature: 1, seed });
+    assert.equal(a.status, 200, a.text);
+    const m = a.json.choices[0].message;
+    if (m.tool_calls) {
+      calls++;
+      assert.ok(validCity(JSON.parse(m.tool_calls[0].function.arguments)));
+      assert.equal(a.json.choices[0].finish_reason, "tool_calls");
+    } else {
+      answers++;
+      noMarkers(m.content);
+      assert.ok(validCity(JSON.parse(m.content)), m.content);
+    }
+  }
+  assert.equal(calls + answers, 6);
+});
+
+test("auto tools without a call: plain answer, no markers", async () => {
+  const r = await chat({ tools: TOOLS, reasoning: { budget_tokens: 4 }, max_tokens: 40, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const m = r.json.choices[0].message;
+  if (!m.tool_calls) {
+    assert.ok(m.content.length > 0);
+    noMarkers(m.content);
+  }
+});
+
+test("a tool result in the history renders in gpt-oss's layout and the conversation goes on", async () => {
+  const r = await postJson(`${s.url}/v1/chat/completions`, {
+    model: "oss",
+    messages: [
+      { role: "system", content: "Answer briefly." },
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+      { role: "tool", tool_call_id: "c1", content: '{"sky":"clear"}' },
+    ],
+    tools: TOOLS,
+    reasoning: { budget_tokens: 4 },
+    max_tokens: 20,
+  });
+  assert.equal(r.status, 200, r.text);
+  noMarkers(r.json.choices[0].message.content);
+  const tok = await postJson(`${s.url}/tokenize`, {
+    model: "oss",
+    messages: [
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+      { role: "tool", tool_call_id: "c1", content: '{"sky":"clear"}' },
+    ],
+  });
+  const text = await postJson(`${s.url}/detokenize`, { model: "oss", tokens: tok.json.tokens });
+  assert.ok(text.json.prompt.includes("to=functions.get_weather"), text.json.prompt);
+  assert.ok(text.json.prompt.includes("functions.get_weather to=assistant<|channel|>commentary<|message|>"), text.json.prompt);
+  assert.ok(text.json.prompt.includes('"sky"'), text.json.prompt);
+});
