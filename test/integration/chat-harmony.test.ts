@@ -175,3 +175,24 @@ test("a tool result in the history renders in gpt-oss's layout and the conversat
   assert.ok(text.json.prompt.includes("functions.get_weather to=assistant<|channel|>commentary<|message|>"), text.json.prompt);
   assert.ok(text.json.prompt.includes('"sky"'), text.json.prompt);
 });
+
+test("tools + streaming + logprobs together, in gpt-oss's layout", async () => {
+  const stream = s.client.chat.completions.stream({
+    ...base,
+    tools: TOOLS,
+    tool_choice: "required",
+    reasoning: { budget_tokens: 4 },
+    logprobs: true,
+    top_logprobs: 2,
+    temperature: 1,
+    seed: 5,
+  } as any);
+  let reasoningEntries = 0;
+  for await (const chunk of stream as any) reasoningEntries += chunk.choices[0]?.logprobs?.reasoning_content?.length ?? 0;
+  const done = await stream.finalChatCompletion();
+  const choice = done.choices[0];
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.equal(choice.message.tool_calls!.length, 1);
+  assert.ok(validCity(JSON.parse((choice.message.tool_calls![0] as any).function.arguments)));
+  assert.ok(reasoningEntries >= 4, `reasoning logprob entries: ${reasoningEntries}`);
+});

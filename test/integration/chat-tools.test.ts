@@ -248,3 +248,40 @@ test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --
     await mistral.close();
   }
 });
+
+for (const [wrapper, layout] of [
+  ["llama3.1", "Llama 3.1's <function=name>{…}</function>"],
+  ["llama3.2-lightweight", 'Llama 3.2\'s JSON {"name": …, "parameters": {…}}'],
+] as const) {
+  test(`other call layouts: ${layout} (forced with --chat-wrapper ${wrapper})`, async () => {
+    const server = await startTestServer({ "chat-wrapper": wrapper });
+    try {
+      for (let seed = 1; seed <= 4; seed++) {
+        const r = await server.client.chat.completions.create({
+          model: "tiny",
+          messages: [{ role: "user", content: "Weather?" }],
+          tools: TOOLS,
+          tool_choice: "required",
+          max_tokens: 200,
+          temperature: 1,
+          seed,
+        } as any);
+        const choice = r.choices[0];
+        assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
+        checkCalls(choice.message.tool_calls);
+        assert.equal(choice.message.content, null);
+      }
+      const named = await server.client.chat.completions.create({
+        model: "tiny",
+        messages: [{ role: "user", content: "Time?" }],
+        tools: TOOLS,
+        tool_choice: { type: "function", function: { name: "get_time" } },
+        max_tokens: 120,
+      } as any);
+      assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
+      checkCalls(named.choices[0].message.tool_calls);
+    } finally {
+      await server.close();
+    }
+  });
+}
