@@ -202,6 +202,32 @@ test("invalid tool definitions and choices are refused by name", async () => {
   if (loose.json.choices[0].finish_reason === "tool_calls") assert.equal(typeof JSON.parse(args), "object");
 });
 
+/** A forced call at temperature 1 on a server with another call layout. */
+function forcedCall(server: TestServer, seed: number, content = "Weather?") {
+  return server.client.chat.completions.create({
+    model: "tiny",
+    messages: [{ role: "user", content }],
+    tools: TOOLS,
+    tool_choice: "required",
+    max_tokens: 200,
+    temperature: 1,
+    seed,
+  } as any);
+}
+
+/** A named tool_choice on a server with another call layout: that tool, with valid arguments. */
+async function checkNamedCall(server: TestServer) {
+  const named = await server.client.chat.completions.create({
+    model: "tiny",
+    messages: [{ role: "user", content: "Time?" }],
+    tools: TOOLS,
+    tool_choice: { type: "function", function: { name: "get_time" } },
+    max_tokens: 120,
+  } as any);
+  assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
+  checkCalls(named.choices[0].message.tool_calls);
+}
+
 test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --chat-wrapper mistral)", async () => {
   const mistral = await startTestServer({ "chat-wrapper": "mistral" });
   try {
@@ -209,15 +235,7 @@ test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --
     // every call it completed must be valid, and some seed must produce a group of several.
     let most = 0;
     for (let seed = 1; seed <= 12 && most < 2; seed++) {
-      const parallel = await mistral.client.chat.completions.create({
-        model: "tiny",
-        messages: [{ role: "user", content: "Weather and time?" }],
-        tools: TOOLS,
-        tool_choice: "required",
-        max_tokens: 200,
-        temperature: 1,
-        seed,
-      } as any);
+      const parallel = await forcedCall(mistral, seed, "Weather and time?");
       const calls = parallel.choices[0].message.tool_calls!;
       checkCalls(parallel.choices[0].finish_reason === "tool_calls" ? calls : calls.slice(0, -1));
       most = Math.max(most, calls.length);
@@ -235,15 +253,7 @@ test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --
     assert.equal(single.choices[0].finish_reason, "tool_calls");
     assert.equal(single.choices[0].message.tool_calls!.length, 1);
     checkCalls(single.choices[0].message.tool_calls);
-    const named = await mistral.client.chat.completions.create({
-      model: "tiny",
-      messages: [{ role: "user", content: "Time?" }],
-      tools: TOOLS,
-      tool_choice: { type: "function", function: { name: "get_time" } },
-      max_tokens: 80,
-    } as any);
-    assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
-    checkCalls(named.choices[0].message.tool_calls);
+    await checkNamedCall(mistral);
   } finally {
     await mistral.close();
   }
@@ -257,29 +267,12 @@ for (const [wrapper, layout] of [
     const server = await startTestServer({ "chat-wrapper": wrapper });
     try {
       for (let seed = 1; seed <= 4; seed++) {
-        const r = await server.client.chat.completions.create({
-          model: "tiny",
-          messages: [{ role: "user", content: "Weather?" }],
-          tools: TOOLS,
-          tool_choice: "required",
-          max_tokens: 200,
-          temperature: 1,
-          seed,
-        } as any);
-        const choice = r.choices[0];
+        const choice = (await forcedCall(server, seed)).choices[0];
         assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
         checkCalls(choice.message.tool_calls);
         assert.equal(choice.message.content, null);
       }
-      const named = await server.client.chat.completions.create({
-        model: "tiny",
-        messages: [{ role: "user", content: "Time?" }],
-        tools: TOOLS,
-        tool_choice: { type: "function", function: { name: "get_time" } },
-        max_tokens: 120,
-      } as any);
-      assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
-      checkCalls(named.choices[0].message.tool_calls);
+      await checkNamedCall(server);
     } finally {
       await server.close();
     }
