@@ -185,3 +185,28 @@ test("banning end-of-turn with logit_bias under a grammar cannot break the engin
   const health = await fetch(`${s.url}/health`);
   assert.equal(health.status, 200);
 });
+
+test("logprobs under a schema are over what the grammar allows: greedy picks the top one, forced tokens are certain", async () => {
+  const schema = { type: "object", properties: { status: { enum: ["new", "paid", "shipped"] } }, required: ["status"], additionalProperties: false };
+  const r = await chat({
+    response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 3,
+    max_tokens: 60,
+  });
+  assert.equal(r.status, 200, r.text);
+  const content: string = r.json.choices[0].message.content;
+  assert.ok(["new", "paid", "shipped"].includes(JSON.parse(content).status), content);
+  const entries = r.json.choices[0].logprobs.content;
+  assert.equal(entries.map((e: any) => e.token).join(""), content);
+  for (const e of entries) {
+    assert.equal(e.token, e.top_logprobs[0].token, JSON.stringify(e));
+    for (const t of e.top_logprobs) assert.ok(t.logprob > -9999, "an impossible token listed as an alternative");
+  }
+  // The opening brace is all the grammar allows first (as a piece, or as the raw byte token, which
+  // the model all but never picks).
+  assert.equal(entries[0].token, "{");
+  assert.ok(entries[0].logprob > -1e-6, String(entries[0].logprob));
+  for (const t of entries[0].top_logprobs) assert.equal(t.token, "{", JSON.stringify(entries[0]));
+});

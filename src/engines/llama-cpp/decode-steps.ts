@@ -39,11 +39,16 @@ export async function* logprobSteps(
   top: number,
   pieces: TokenPieces,
 ): Steps {
-  const reader = new LogprobReader(sequence, { tokenBias: options.tokenBias, repeatPenalty: options.repeatPenalty }, top, pieces);
+  const { tokenBias, repeatPenalty, grammarEvaluationState } = options;
+  const reader = new LogprobReader(sequence, { tokenBias, repeatPenalty, grammarEvaluationState }, top, pieces);
   let latest: TokenLogprob | undefined;
-  const untap = tapLogits(sequence, async (row, _position, sampled) => {
-    if (sampled !== undefined) latest = await reader.read(row, sampled);
-  });
+  const untap = tapLogits(
+    sequence,
+    async (row, _position, sampled, grammar) => {
+      if (sampled !== undefined) latest = await reader.read(row, sampled, grammar);
+    },
+    () => reader.grammarBefore(),
+  );
   try {
     const it = sequence.evaluate(input, options);
     try {

@@ -1,4 +1,4 @@
-import type { LlamaContextSequence, SequenceEvaluateOptions, Token } from "node-llama-cpp";
+import type { LlamaContextSequence, LlamaGrammarEvaluationState, SequenceEvaluateOptions, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../core/types.ts";
 import type { TokenPieces } from "./token-pieces.ts";
 
@@ -15,10 +15,10 @@ import type { TokenPieces } from "./token-pieces.ts";
 //  - "pin":  when the sampled token is outside the top k, a known bias lifts it next to the best
 //            token; their ratio gives its logit relative to the best one, hence its log probability.
 //
-// The values are the model's distribution after logit_bias and penalties and before the grammar,
-// temperature and truncation (what vLLM and llama-server report as raw log probabilities, plus the
-// caller's own bias). The sampled token itself still comes from the request's native sampler, so a
-// seed gives the same text with logprobs on or off.
+// The values are the model's distribution after logit_bias, penalties and the grammar (when one
+// constrains the output, the distribution over what it allows, so at temperature 0 the chosen token
+// is the top one), and before temperature and truncation. The sampled token itself still comes from
+// the request's native sampler, so a seed gives the same text with logprobs on or off.
 //
 // It touches four internals of node-llama-cpp 3.21.1 (pinned exactly): a sequence's _decodeTokens
 // and _resolveSamplerConfig, the context's native sampleToken, and the AddonSampler binding.
@@ -68,9 +68,10 @@ export function logprobReaderSupported(sequence: LlamaContextSequence): boolean 
  * Calls `onLogits` for every logits row this sequence decodes, after the row's own sampler ran and
  * before the next batch can overwrite the logits. Returns the function that removes the tap.
  */
-export function tapLogits(
+export function tapLogits<T>(
   sequence: LlamaContextSequence,
-  onLogits: (batchLogitIndex: number, tokenIndex: number, sampled: number | undefined) => Promise<void>,
+  onLogits: (batchLogitIndex: number, tokenIndex: number, sampled: number | undefined, before: T | undefined) => Promise<void>,
+  beforeSampling?: () => T,
 ): () => void {
   const s = internals(sequence);
   const own = Object.hasOwn(s, "_decodeTokens");
@@ -78,9 +79,11 @@ export function tapLogits(
   s._decodeTokens = function (this: unknown, ...args: unknown[]) {
     const mapper = args[5] as LogitsMapper;
     args[5] = async (batchLogitIndex: number, tokenIndex: number) => {
+      // Taken before the row's own sampler runs, which advances the grammar by the token it picks.
+      const before = beforeSampling?.();
       const value = await mapper(batchLogitIndex, tokenIndex);
       const sampled = Array.isArray(value) ? value[0] : typeof value === "number" ? value : undefined;
-      await onLogits(batchLogitIndex, tokenIndex, typeof sampled === "number" && sampled >= 0 ? sampled : undefined);
+      await onLogits(batchLogitIndex, tokenIndex, typeof sampled === "number" && sampled >= 0 ? sampled : undefined, before);
       return value;
     };
     return original.apply(this, args);
@@ -99,12 +102,12 @@ export class LogprobReader {
   private readonly s: SequenceInternals;
 
   /**
-   * @param shaping the request's logit bias and penalties, which the reported distribution includes
+   * @param shaping the request's logit bias, penalties and grammar, which the reported distribution includes
    * @param count how many alternatives to report per token (top_logprobs)
    */
   constructor(
     sequence: LlamaContextSequence,
-    private readonly shaping: Pick<SequenceEvaluateOptions, "tokenBias" | "repeatPenalty">,
+    private readonly shaping: Pick<SequenceEvaluateOptions, "tokenBias" | "repeatPenalty" | "grammarEvaluationState">,
     private readonly count: number,
     private readonly pieces: TokenPieces,
   ) {
@@ -121,12 +124,18 @@ export class LogprobReader {
     this.pin.dispose();
   }
 
-  async read(batchLogitIndex: number, chosen: number): Promise<TokenLogprob> {
+  /** The grammar as the row's own sampler will see it; pass it to `read` (see tapLogits). */
+  grammarBefore(): LlamaGrammarEvaluationState | undefined {
+    const g = this.shaping.grammarEvaluationState;
+    return (typeof g === "function" ? g() : g)?.clone();
+  }
+
+  async read(batchLogitIndex: number, chosen: number, grammar?: LlamaGrammarEvaluationState): Promise<TokenLogprob> {
     // The normaliser needs a pass over the whole vocabulary; the relative values do not. The two run
     // side by side (node-llama-cpp itself samples several rows of one batch concurrently).
     const [best, relative] = await Promise.all([
-      this.sample(batchLogitIndex, this.norm, { temperature: 0 }, false).then(([, , confidence]) => confidence),
-      this.relative(batchLogitIndex, chosen),
+      this.sample(batchLogitIndex, this.norm, { temperature: 0 }, false, grammar).then(([, , confidence]) => confidence),
+      this.relative(batchLogitIndex, chosen, grammar),
     ]);
     if (best === undefined || relative === undefined) return { ...this.piece(chosen), logprob: LOGPROB_FLOOR, top: [] };
     // Relative values are log(p / p(best)); p(best) over the vocabulary makes them absolute.
@@ -140,25 +149,32 @@ export class LogprobReader {
   }
 
   /** The top tokens and the chosen one, as log(p / p(best)). */
-  private async relative(batchLogitIndex: number, chosen: number) {
+  private async relative(batchLogitIndex: number, chosen: number, grammar: LlamaGrammarEvaluationState | undefined) {
     // Always the same k, so a token's value does not depend on how many alternatives were asked
     // for (float rounding differs with k); 20 is also the most anyone may ask for.
     const k = Math.max(this.count, TOP_SAMPLED);
-    const [, flat = []] = await this.sample(batchLogitIndex, this.top, { temperature: 1, topK: k, topP: 1, minP: 0, seed: 0 }, true);
+    const [, flat = []] = await this.sample(batchLogitIndex, this.top, { temperature: 1, topK: k, topP: 1, minP: 0, seed: 0 }, true, grammar);
     if (flat.length < 2) return undefined;
     // (token, p') pairs, best first, p' softmaxed over these k tokens only.
     const ranked: Array<[number, number]> = [];
-    for (let i = 0; i + 1 < flat.length; i += 2) ranked.push([flat[i], Math.log(flat[i + 1]) - Math.log(flat[1])]);
+    // A token at probability 0 is one the grammar rules out: not an alternative at all.
+    for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i + 1] > 0) ranked.push([flat[i], Math.log(flat[i + 1]) - Math.log(flat[1])]);
     const found = ranked.find(([t]) => t === chosen);
-    return { ranked, chosen: found ? found[1] : await this.pinned(batchLogitIndex, chosen, ranked) };
+    return { ranked, chosen: found ? found[1] : await this.pinned(batchLogitIndex, chosen, ranked, grammar) };
   }
 
   /** log(p / p(best)) of a token outside the top k, measured against the best token. */
-  private async pinned(batchLogitIndex: number, token: number, ranked: Array<[number, number]>): Promise<number | undefined> {
+  private async pinned(
+    batchLogitIndex: number,
+    token: number,
+    ranked: Array<[number, number]>,
+    grammar: LlamaGrammarEvaluationState | undefined,
+  ): Promise<number | undefined> {
     const bestToken = ranked[0][0];
     let lift = -ranked[ranked.length - 1][1] + PIN_MARGIN;
     for (let attempt = 0; attempt < PIN_TRIES; attempt++, lift += PIN_STEP) {
-      const [, flat = []] = await this.sample(batchLogitIndex, this.pin, { temperature: 1, topK: 2, topP: 1, minP: 0, seed: 0 }, true, [token, lift]);
+      const chain = { temperature: 1, topK: 2, topP: 1, minP: 0, seed: 0 };
+      const [, flat = []] = await this.sample(batchLogitIndex, this.pin, chain, true, grammar, [token, lift]);
       const p = probabilityIn(flat, token);
       const pBest = probabilityIn(flat, bestToken);
       // Both come back only once the lift put the token among the best two; otherwise lift more.
@@ -172,9 +188,11 @@ export class LogprobReader {
     sampler: NativeSampler,
     chain: object,
     probabilities: boolean,
+    grammar: LlamaGrammarEvaluationState | undefined,
     lift?: [token: number, by: number],
   ): Promise<SampleResult> {
-    const config = this.s._resolveSamplerConfig({ ...chain, ...this.shaping });
+    // Each sampler gets its own copy: sampling advances the grammar by the token it picks.
+    const config = this.s._resolveSamplerConfig({ ...chain, ...this.shaping, grammarEvaluationState: grammar?.clone() });
     if (lift) Object.assign(config, withLift(config, lift[0], lift[1]));
     sampler.applyConfig(config);
     return await this.s.context._ctx.sampleToken(batchLogitIndex, sampler, probabilities, !probabilities);
