@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import type OpenAI from "openai";

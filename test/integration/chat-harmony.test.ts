@@ -1,6 +1,6 @@
 // gpt-oss's "harmony" message layout, on a generated model with gpt-oss's structural tokens and
 // name (node-llama-cpp picks its Harmony chat format by the name, as for real gpt-oss files).
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { Ajv } from "ajv";
 import { HARMONY_TOKENS } from "../fixtures/models.ts";

@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { Ajv } from "ajv";
 import { EXTRA_TOKENS } from "../fixtures/models.ts";

@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 

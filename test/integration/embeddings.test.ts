@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { BERT_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import { postJson, startTestServer, waitFor, type TestServer } from "../helpers/server.ts";

@@ -1,7 +1,7 @@
 // The log probability reader against node-llama-cpp's own full distribution, on the same logits:
 // a model with a 4,096-token vocabulary, so the top-20 probe, the normaliser and the pinned reading
 // of tokens far outside the top all matter.
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../src/core/types.ts";

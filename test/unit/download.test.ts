@@ -1,5 +1,5 @@
 import { test, after } from "node:test";
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";

@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { execFile } from "node:child_process";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";

@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import { buildServer } from "../../src/http/server.ts";

@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
 import { commonPrefix, PrefixStore } from "../../src/engines/llama-cpp/prefix-store.ts";

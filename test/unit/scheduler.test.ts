@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { ApiError } from "../../src/core/errors.ts";
 import { Scheduler } from "../../src/core/scheduler.ts";

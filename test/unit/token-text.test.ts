@@ -1,4 +1,4 @@
-import assert from "node:assert/strict";
+import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { getLlama, LlamaLogLevel, type LlamaModel, type Token } from "node-llama-cpp";
 import { TokenTextDecoder } from "../../src/engines/llama-cpp/token-text.ts";
