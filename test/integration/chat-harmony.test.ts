@@ -3,7 +3,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { Ajv } from "ajv";
-import { HARMONY_TOKENS } from "../fixtures/models.ts";
+import { ensureFixtureModel, HARMONY_SPEC, HARMONY_TOKENS } from "../fixtures/models.ts";
 import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 let s: TestServer;
@@ -195,4 +195,27 @@ test("tools + streaming + logprobs together, in gpt-oss's layout", async () => {
   assert.equal(choice.message.tool_calls!.length, 1);
   assert.ok(validCity(JSON.parse((choice.message.tool_calls![0] as any).function.arguments)));
   assert.ok(reasoningEntries >= 4, `reasoning logprob entries: ${reasoningEntries}`);
+});
+
+test("a model that node-llama-cpp does not know as gpt-oss, but whose template writes its channels, gets the same handling", async () => {
+  // Another name, and a template of its own that matches none of node-llama-cpp's known variants.
+  const template = [
+    "{%- for message in messages -%}",
+    "{%- if message['role'] == 'assistant' -%}{{- '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' -}}",
+    "{%- else -%}{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' -}}{%- endif -%}",
+    "{%- endfor -%}",
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}",
+  ].join("");
+  const path = await ensureFixtureModel({ ...HARMONY_SPEC, name: "plinth-channels", chatTemplate: template });
+  const other = await startTestServer({ model: [`chan=${path}`] });
+  try {
+    const r = await postJson(`${other.url}/v1/chat/completions`, { ...base, model: "chan", reasoning: { budget_tokens: 6 }, max_tokens: 30 });
+    assert.equal(r.status, 200, r.text);
+    const m = r.json.choices[0].message;
+    assert.ok(m.reasoning_content.length > 0, r.text);
+    noMarkers(m.reasoning_content);
+    noMarkers(m.content);
+  } finally {
+    await other.close();
+  }
 });

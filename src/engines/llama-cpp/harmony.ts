@@ -31,6 +31,18 @@ const NEXT_MESSAGE = "<|start|>assistant";
 
 type Effort = "minimal" | "low" | "medium" | "high";
 
+/**
+ * A model whose template writes gpt-oss's channel markers, with those markers as single tokens.
+ * node-llama-cpp recognises gpt-oss by name or by an exact template match; a renamed file with an
+ * edited template would otherwise fall back to plain template rendering, and its channels (markers
+ * and all) would land in the answer.
+ */
+export function usesHarmonyLayout(model: LlamaModel): boolean {
+  const template = model.fileInfo.metadata.tokenizer?.chat_template;
+  if (typeof template !== "string" || !template.includes("<|channel|>") || !template.includes("<|start|>")) return false;
+  return ["<|channel|>", "<|message|>", "<|end|>"].every((t) => LlamaText(new SpecialTokensText(t)).tokenize(model.tokenizer).length === 1);
+}
+
 export class HarmonyLayout {
   /** <|end|>: closes a message; not the end of the turn. */
   readonly markers: ReadonlyMap<Token, string>;

@@ -1,6 +1,7 @@
 import {
   type ChatModelFunctions,
   type ChatWrapper,
+  HarmonyChatWrapper,
   type LlamaGrammar,
   type LlamaContext,
   type LlamaContextSequence,
@@ -22,7 +23,7 @@ import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
-import { FINAL_HEADER, HARMONY_CALL_FORMAT, HarmonyLayout } from "./harmony.ts";
+import { FINAL_HEADER, HARMONY_CALL_FORMAT, HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
 import { SlotCache } from "./slot-cache.ts";
@@ -97,10 +98,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // Templates that stamp today's date would render a conversation differently after midnight and
     // lose its cached prefix; the date is pinned to the day the model was loaded.
     const today = new Date(new Date().toISOString().slice(0, 10));
-    this.wrapper = resolveChatWrapper(model, {
-      type: (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName,
-      customWrapperSettings: { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } },
-    });
+    const customWrapperSettings = { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } };
+    const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
+    this.wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
+    if (type === "auto" && !(this.wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
+      this.wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
     this.harmony = HarmonyLayout.of(this.wrapper, model, today);
     this.vocabSize = vocabularySize(model);
     this.pieces = new TokenPieces(model);
