@@ -7,7 +7,7 @@ import type { TokenPieces } from "./token-pieces.ts";
 // OpenAI-style logprobs need straight off a decoded batch's logits instead, with extra native
 // samplers that run on the same logits row as the request's own sampler:
 //
-//  - "top":  top-k(k) over the shaped logits (logit bias and penalties, no grammar, no temperature)
+//  - "top":  top-k(k) over the shaped logits (logit bias, penalties, grammar; no temperature)
 //            returns the k best tokens, softmaxed among themselves: exact *relative* log
 //            probabilities after one partial selection, k numbers across the boundary.
 //  - "norm": greedy with confidence returns p(best) over the whole vocabulary, which anchors the k
@@ -22,7 +22,8 @@ import type { TokenPieces } from "./token-pieces.ts";
 //
 // It touches four internals of node-llama-cpp 3.21.1 (pinned exactly): a sequence's _decodeTokens
 // and _resolveSamplerConfig, the context's native sampleToken, and the AddonSampler binding.
-// `logprobReaderSupported` checks they exist so a changed library falls back instead of failing.
+// `logprobReaderSupported` checks they exist, so a changed library refuses logprobs with a 400
+// instead of failing mid-generation.
 
 type SampleResult = [token: number, probabilities?: number[], confidence?: number];
 
