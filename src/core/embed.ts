@@ -1,17 +1,14 @@
-import type { EmbedInput, Embedder } from "../engines/engine.ts";
-import { ApiError, badRequest } from "./errors.ts";
+import type { EmbedInput, Embedder } from "./engine.ts";
+import { ApiError, invalidField } from "./errors.ts";
 import type { ModelRegistry } from "./registry.ts";
 
 /** A dialect-free embeddings request. */
 export interface EmbeddingRequest {
   model: string;
+  /** Errors about one input name it as the canonical field `inputs[i]`. */
   inputs: EmbedInput[];
-  /** The request field that holds each input ("input", "input[3]"), so errors can name it. */
-  inputParams: string[];
   /** Matryoshka truncation: keep this many leading components (then renormalise). */
   dimensions?: number;
-  /** Accepted for parity with generation; embeddings share no state between requests. */
-  isolationKey?: string;
 }
 
 export interface EmbeddingResult {
@@ -33,14 +30,15 @@ export async function embed(registry: ModelRegistry, req: EmbeddingRequest, sign
   const served = registry.resolve(req.model);
   const embedder = served.engine.embeddings;
   const scheduler = served.embeddingScheduler;
-  if (!embedder || !scheduler) throw badRequest(`The model '${req.model}' does not produce embeddings.`, "model", "model_not_supported");
+  if (!embedder || !scheduler) throw invalidField(`The model '${req.model}' does not produce embeddings.`, "model", "model_not_supported");
 
   const { dimensions: size } = embedder.info;
   const dimensions = req.dimensions ?? size;
   if (!Number.isInteger(dimensions) || dimensions < 1 || dimensions > size)
-    throw badRequest(`dimensions must be between 1 and ${size}, this model's embedding size; got ${req.dimensions}.`, "dimensions");
+    throw invalidField(`{field} must be between 1 and ${size}, this model's embedding size; got ${req.dimensions}.`, "dimensions");
 
-  const tokens = req.inputs.map((input, i) => tokenizeInput(embedder, input, req.inputParams[i] ?? `input[${i}]`));
+  const tokens: number[][] = [];
+  for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
   const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);
 
   const workers = Math.min(tokens.length, scheduler.slots);
@@ -82,25 +80,25 @@ export async function embed(registry: ModelRegistry, req: EmbeddingRequest, sign
   return { vectors, promptTokens };
 }
 
-function tokenizeInput(embedder: Embedder, input: EmbedInput, param: string): number[] {
+async function tokenizeInput(embedder: Embedder, input: EmbedInput, field: string): Promise<number[]> {
   const { vocabularySize, maxInputTokens } = embedder.info;
   if (input.kind === "tokens") {
-    if (input.tokens.length === 0) throw badRequest(`${param} is empty; send at least one token.`, param);
+    if (input.tokens.length === 0) throw invalidField("{field} is empty; send at least one token.", field);
     input.tokens.forEach((t, j) => {
       if (!Number.isInteger(t) || t < 0 || t >= vocabularySize)
-        throw badRequest(`${param}[${j}] is token ${t}, which is outside the vocabulary (0..${vocabularySize - 1}).`, `${param}[${j}]`);
+        throw invalidField(`{field} is token ${t}, which is outside the vocabulary (0..${vocabularySize - 1}).`, `${field}[${j}]`);
     });
   } else if (input.text.length === 0) {
-    throw badRequest(`${param} is an empty string.`, param);
+    throw invalidField("{field} is an empty string.", field);
   }
-  const tokens = embedder.tokenize(input);
-  if (tokens.length === 0) throw badRequest(`${param} has no tokens to embed.`, param);
+  const tokens = await embedder.tokenize(input);
+  if (tokens.length === 0) throw invalidField("{field} has no tokens to embed.", field);
   if (tokens.length > maxInputTokens) {
     throw new ApiError(
       400,
-      `${param} is ${tokens.length} tokens, but this model embeds at most ${maxInputTokens} tokens per input. ` +
+      `{field} is ${tokens.length} tokens, but this model embeds at most ${maxInputTokens} tokens per input. ` +
         "Inputs are never truncated; shorten or split it.",
-      { param, code: "context_length_exceeded" },
+      { field, code: "context_length_exceeded" },
     );
   }
   return tokens;

@@ -1,6 +1,12 @@
 /**
  * One error type for every failure a client can cause or observe. Dialects render it into their own
  * envelope; the HTTP layer never has to guess a status code from a message.
+ *
+ * Errors raised below the dialects (core, engines) cannot know how a dialect spells a field, so they
+ * name a canonical field (`field`): a path into the canonical request, such as `maxTokens`,
+ * `logitBias`, `tools[2].parameters`, `prompt.messages[0].toolCallId` or `inputs[3][5]`. The
+ * dialect that received the request turns it into its wire name (`param`) before rendering, with
+ * `withWireParam`. Errors a dialect raises itself carry `param` directly.
  */
 export type ErrorType =
   | "invalid_request_error"
@@ -9,26 +15,50 @@ export type ErrorType =
   | "service_unavailable_error"
   | "server_error";
 
+export interface ApiErrorOptions {
+  type?: ErrorType;
+  /** The request field at fault, as the dialect spells it on the wire. */
+  param?: string | null;
+  /** The canonical field at fault, for errors raised below the dialect. */
+  field?: string | null;
+  code?: string | null;
+  /** Extra response headers (Retry-After for 429/503). */
+  headers?: Record<string, string>;
+  /** Why the request could not run, in words a dialect with its own finish reasons can map (e.g. "overloaded", "shutdown"). */
+  reason?: string;
+}
+
 export class ApiError extends Error {
   readonly status: number;
   readonly type: ErrorType;
   readonly param: string | null;
+  readonly field: string | null;
   readonly code: string | null;
-  /** Extra response headers (Retry-After for 429/503). */
   readonly headers: Record<string, string>;
+  readonly reason: string | null;
 
-  constructor(
-    status: number,
-    message: string,
-    opts: { type?: ErrorType; param?: string | null; code?: string | null; headers?: Record<string, string> } = {},
-  ) {
+  constructor(status: number, message: string, opts: ApiErrorOptions = {}) {
     super(message);
     this.name = "ApiError";
     this.status = status;
     this.type = opts.type ?? defaultType(status);
     this.param = opts.param ?? null;
+    this.field = opts.field ?? null;
     this.code = opts.code ?? null;
     this.headers = opts.headers ?? {};
+    this.reason = opts.reason ?? null;
+  }
+
+  /** A copy whose wire parameter is set (the message stays as raised). */
+  withParam(param: string | null): ApiError {
+    return new ApiError(this.status, this.message, {
+      type: this.type,
+      param,
+      field: this.field,
+      code: this.code,
+      headers: this.headers,
+      reason: this.reason ?? undefined,
+    });
   }
 }
 
@@ -40,6 +70,36 @@ function defaultType(status: number): ErrorType {
   return "invalid_request_error";
 }
 
+/** A dialect's mapping from canonical field paths to its wire names; null when it has no such field. */
+export type FieldNamer = (field: string) => string | null;
+
+/**
+ * Resolves a canonical field into the dialect's wire name. Messages raised below the dialect refer
+ * to the field by its wire name too: they are written with `{field}` placeholders that this fills.
+ */
+export function withWireParam(err: unknown, name: FieldNamer): unknown {
+  if (!(err instanceof ApiError) || err.field === null || err.param !== null) return err;
+  const param = name(err.field);
+  const message = err.message.replaceAll(FIELD_MARK, param ?? err.field);
+  const out = new ApiError(err.status, message, {
+    type: err.type,
+    param,
+    field: err.field,
+    code: err.code,
+    headers: err.headers,
+    reason: err.reason ?? undefined,
+  });
+  return out;
+}
+
+/** Where a message mentions its own field: filled with the wire name by `withWireParam`. */
+export const FIELD_MARK = "{field}";
+
+/** A 400 about a canonical field; `message` may say `{field}` where the field's wire name belongs. */
+export const invalidField = (message: string, field: string, code: string | null = null) =>
+  new ApiError(400, message, { field, code });
+
+/** A 400 raised by a dialect, naming its own wire parameter. */
 export const badRequest = (message: string, param: string | null = null, code: string | null = null) =>
   new ApiError(400, message, { param, code });
 
@@ -49,6 +109,11 @@ export const unsupportedField = (param: string, why = "is not supported by this 
 
 export const modelNotFound = (model: string) =>
   new ApiError(404, `The model '${model}' does not exist or is not served here.`, {
-    param: "model",
+    field: "model",
     code: "model_not_found",
   });
+
+/** camelCase canonical path → snake_case wire path, the default spelling of OpenAI-style dialects. */
+export function snakeCasePath(field: string): string {
+  return field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}

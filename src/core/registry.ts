@@ -1,4 +1,4 @@
-import type { Engine } from "../engines/engine.ts";
+import type { Engine } from "./engine.ts";
 import { ApiError, modelNotFound } from "./errors.ts";
 import { Scheduler } from "./scheduler.ts";
 

@@ -63,11 +63,12 @@ export interface GenerationRequest {
   sampling: SamplingParams;
   /** Undefined: as many tokens as the context leaves room for. */
   maxTokens?: number;
-  /** Which request field set maxTokens, so an error can name it. */
-  maxTokensParam?: string;
   stop: string[];
   n: number;
-  /** Namespace for any state shared between requests (prompt cache); never crossed. */
+  /**
+   * Namespace for any state shared between requests (prompt cache); never crossed. Set by the
+   * generation service from the request context, not by dialects.
+   */
   isolationKey?: string;
   /** Reuse cached prompt state (default true); false evaluates the whole prompt afresh. */
   cachePrompt?: boolean;
@@ -89,8 +90,6 @@ export interface GenerationRequest {
   toolChoice?: ToolChoice;
   /** False: at most one call per answer. */
   parallelToolCalls?: boolean;
-  /** Which request field asked for reasoning control, so an error can name it. */
-  reasoningParam?: string;
   /**
    * Report the prompt back before the generated text (Completions' echo); with `logprobs`, also the
    * prompt tokens' log probabilities (the first token has none).
@@ -120,7 +119,18 @@ export interface Usage {
   reasoningTokens: number;
 }
 
+/** The kinds of part an answer is made of; each opens, receives deltas and closes. */
+export type PartKind = "reasoning" | "text" | "tool-call";
+
+/**
+ * What a generation produces, per choice, in order. Each part of an answer (its thinking, its text,
+ * each tool call) is bracketed: `part-start` before its first delta and `part-end` once nothing
+ * more will be added to it, so a renderer that announces items (the Responses stream) needs no
+ * look-ahead. A tool call's start is its `tool-call` event, which carries its id and name.
+ */
 export type GenerationEvent =
+  | { type: "part-start"; choice: number; part: "reasoning" | "text" }
+  | { type: "part-end"; choice: number; part: PartKind; /** The call's index, for tool calls. */ index?: number }
   | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
   /** A tool call begins: its position among this choice's calls, a fresh id and the function name. */
   | { type: "tool-call"; choice: number; index: number; id: string; name: string }

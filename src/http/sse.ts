@@ -56,15 +56,19 @@ export async function respondWithSse(
   reply: { hijack(): void; raw: ServerResponse },
   signal: AbortSignal,
   write: (sse: SseWriter) => Promise<void>,
-  errorEvent: (err: unknown) => unknown,
+  errorEvent: (err: unknown) => { event?: string; data: unknown },
+  headers: Record<string, string> = {},
 ): Promise<void> {
   reply.hijack();
   const sse = new SseWriter(reply.raw);
-  sse.open();
+  sse.open(headers);
   try {
     await write(sse);
   } catch (err) {
-    if (!signal.aborted) await sse.data(errorEvent(err));
+    if (!signal.aborted) {
+      const ev = errorEvent(err);
+      await (ev.event ? sse.event(ev.event, ev.data) : sse.data(ev.data));
+    }
   } finally {
     sse.end();
   }

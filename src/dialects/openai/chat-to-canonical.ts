@@ -1,7 +1,7 @@
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
-import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
 
 /** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
 const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
@@ -13,25 +13,32 @@ const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
   ["verbosity", "verbosity control is not supported by this server"],
 ];
 
-export function chatToCanonical(body: ChatCompletionRequest): GenerationRequest {
+export interface CanonicalChat {
+  request: GenerationRequest;
+  /** The isolation namespace the request's user fields and cache salt make. */
+  namespace?: string;
+  /** The field that asked for reasoning control, so an error about it names what the client sent. */
+  reasoningParam?: string;
+}
+
+export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): CanonicalChat {
   refuseUnsupported(body);
-  const maxTokensParam = body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
-  return {
+  const { reasoning, reasoningParam } = reasoningControl(body);
+  const request: GenerationRequest = {
     model: body.model,
     prompt: { kind: "chat", messages: body.messages.map(toMessage) },
-    sampling: toSamplingParams(body),
+    sampling: toSamplingParams(body, defaults),
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
-    maxTokensParam,
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
-    isolationKey: isolationKey(body.safety_identifier ?? body.user, body.cache_salt),
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
     ...toolsToCanonical(body),
     responseFormat: responseFormat(body),
-    ...reasoningControl(body),
+    ...(reasoning ? { reasoning } : {}),
   };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), reasoningParam };
 }
 
 function responseFormat(body: ChatCompletionRequest): GenerationRequest["responseFormat"] {
@@ -74,7 +81,7 @@ const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined } a
  * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled} and
  * chat_template_kwargs.enable_thinking all steer one thing: whether the model thinks, and for how long.
  */
-function reasoningControl(body: ChatCompletionRequest): Pick<GenerationRequest, "reasoning" | "reasoningParam"> {
+function reasoningControl(body: ChatCompletionRequest): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
   const kwargs = body.chat_template_kwargs ?? {};
   for (const key of Object.keys(kwargs)) {
     if (key !== "enable_thinking")

@@ -1,3 +1,4 @@
+import { collectGeneration } from "../../core/collect.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 
@@ -30,32 +31,9 @@ export function logprobToWire(e: TokenLogprob) {
   };
 }
 
-/** Collects the whole event stream into one chat.completion object. */
+/** The whole answer as one chat.completion object: the drained events, in OpenAI's field names. */
 export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, withLogprobs = false) {
-  const text: string[] = Array.from({ length: meta.n }, () => "");
-  const logprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
-  const reasoning: Array<string | undefined> = Array.from({ length: meta.n }, () => undefined);
-  const reasoningLogprobs: TokenLogprob[][] = Array.from({ length: meta.n }, () => []);
-  const toolCalls: Array<Array<{ id: string; type: "function"; function: { name: string; arguments: string } }>> = Array.from(
-    { length: meta.n },
-    () => [],
-  );
-  const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
-  let usage: Usage | undefined;
-  for await (const ev of events) {
-    if (ev.type === "text") {
-      text[ev.choice] += ev.text;
-      if (ev.logprobs) logprobs[ev.choice].push(...ev.logprobs);
-    } else if (ev.type === "tool-call") {
-      toolCalls[ev.choice][ev.index] = { id: ev.id, type: "function", function: { name: ev.name, arguments: "" } };
-    } else if (ev.type === "tool-call-arguments") {
-      toolCalls[ev.choice][ev.index].function.arguments += ev.text;
-    } else if (ev.type === "reasoning") {
-      reasoning[ev.choice] = (reasoning[ev.choice] ?? "") + ev.text;
-      if (ev.logprobs) reasoningLogprobs[ev.choice].push(...ev.logprobs);
-    } else if (ev.type === "finish") finish[ev.choice] = ev.reason;
-    else if (ev.type === "usage") usage = ev.usage;
-  }
+  const { choices, usage } = await collectGeneration(events, meta.n);
   return {
     id: meta.id,
     object: "chat.completion" as const,
@@ -63,25 +41,27 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
     model: meta.model,
     system_fingerprint: meta.systemFingerprint,
     ...(meta.serviceTier ? { service_tier: meta.serviceTier } : {}),
-    choices: text.map((content, index) => ({
+    choices: choices.map((c, index) => ({
       index,
       message: {
         role: "assistant" as const,
         // OpenAI sends null rather than "" when the answer is only tool calls.
-        content: content === "" && toolCalls[index].length > 0 ? null : content,
+        content: c.text === "" && c.toolCalls.length > 0 ? null : c.text,
         refusal: null,
-        ...(toolCalls[index].length > 0 ? { tool_calls: toolCalls[index] } : {}),
+        ...(c.toolCalls.length > 0
+          ? { tool_calls: c.toolCalls.map((t) => ({ id: t.id, type: "function" as const, function: { name: t.name, arguments: t.arguments } })) }
+          : {}),
         // vLLM's and DeepSeek's field name, and the newer one vLLM and Ollama also send.
-        ...(reasoning[index] !== undefined ? { reasoning_content: reasoning[index], reasoning: reasoning[index] } : {}),
+        ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning, reasoning: c.reasoning } : {}),
       },
       logprobs: withLogprobs
         ? {
-            content: logprobs[index].map(logprobToWire),
-            ...(reasoning[index] !== undefined ? { reasoning_content: reasoningLogprobs[index].map(logprobToWire) } : {}),
+            content: c.logprobs.map(logprobToWire),
+            ...(c.reasoning !== undefined ? { reasoning_content: c.reasoningLogprobs.map(logprobToWire) } : {}),
             refusal: null,
           }
         : null,
-      finish_reason: finish[index],
+      finish_reason: c.finishReason,
     })),
     usage: usage ? usageToWire(usage) : undefined,
   };

@@ -4,7 +4,7 @@ import type { CompletionRequest } from "./completions-protocol.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** One canonical request per prompt of the batch; they share everything but the prompt. */
-export function completionToCanonical(body: CompletionRequest): GenerationRequest[] {
+export function completionToCanonical(body: CompletionRequest): { batch: GenerationRequest[]; namespace?: string } {
   const n = body.n ?? 1;
   if (body.best_of != null && body.best_of !== n)
     throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
@@ -17,19 +17,18 @@ export function completionToCanonical(body: CompletionRequest): GenerationReques
       throw badRequest("'suffix' needs text prompts; token-id prompts cannot be split around it.", "suffix");
   }
   const sampling = toSamplingParams(body);
-  return prompts.map((prompt) => ({
+  const batch = prompts.map((prompt): GenerationRequest => ({
     model: body.model,
     prompt: body.suffix != null && prompt.kind === "text" ? { kind: "infill", prefix: prompt.text, suffix: body.suffix } : prompt,
     sampling,
     maxTokens: body.max_tokens ?? 16,
-    maxTokensParam: "max_tokens",
     stop: normaliseStop(body.stop),
     n,
-    isolationKey: isolationKey(body.user, body.cache_salt),
     cachePrompt: body.cache_prompt ?? true,
     logprobs: body.logprobs ?? undefined,
     echo: body.echo === true,
   }));
+  return { batch, namespace: isolationKey(body.user, body.cache_salt) };
 }
 
 function toPrompts(prompt: CompletionRequest["prompt"]): PromptInput[] {

@@ -1,4 +1,5 @@
-import type { FinishReason, GenerationEvent, TokenLogprob } from "../../core/types.ts";
+import { collectGeneration } from "../../core/collect.ts";
+import type { GenerationEvent, TokenLogprob } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { type CompletionMeta, usageToWire } from "./chat-to-wire.ts";
 
@@ -32,44 +33,26 @@ class LegacyLogprobBuilder {
   }
 }
 
-const merge = (a: LegacyLogprobs, b: LegacyLogprobs): LegacyLogprobs => ({
-  tokens: [...a.tokens, ...b.tokens],
-  token_logprobs: [...a.token_logprobs, ...b.token_logprobs],
-  top_logprobs: [...a.top_logprobs, ...b.top_logprobs],
-  text_offset: [...a.text_offset, ...b.text_offset],
-});
-
 const empty = (): LegacyLogprobs => ({ tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] });
 
-export async function renderCompletion(
-  meta: CompletionMeta,
-  events: AsyncIterable<GenerationEvent>,
-  logprobs: number | undefined,
-) {
-  const text = Array.from({ length: meta.n }, () => "");
-  const finish: FinishReason[] = Array.from({ length: meta.n }, () => "stop");
-  const lp = Array.from({ length: meta.n }, () => empty());
-  const builders = Array.from({ length: meta.n }, () => new LegacyLogprobBuilder((logprobs ?? 0) > 0));
-  let usage;
-  for await (const ev of events) {
-    if (ev.type === "prompt" || ev.type === "text") {
-      text[ev.choice] += ev.text;
-      if (ev.logprobs) lp[ev.choice] = merge(lp[ev.choice], builders[ev.choice].build(ev.logprobs));
-    } else if (ev.type === "finish") finish[ev.choice] = ev.reason;
-    else if (ev.type === "usage") usage = ev.usage;
-  }
+/** The whole answer as one text_completion object (echoed prompts lead their choice's text). */
+export async function renderCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, logprobs: number | undefined) {
+  const { choices, usage } = await collectGeneration(events, meta.n);
   return {
     id: meta.id,
     object: "text_completion" as const,
     created: meta.created,
     model: meta.model,
     system_fingerprint: meta.systemFingerprint,
-    choices: text.map((t, index) => ({
-      index,
-      text: t,
-      logprobs: logprobs === undefined ? null : lp[index],
-      finish_reason: finish[index],
-    })),
+    choices: choices.map((c, index) => {
+      const builder = new LegacyLogprobBuilder((logprobs ?? 0) > 0);
+      return {
+        index,
+        text: (c.prompt?.text ?? "") + c.text,
+        logprobs: logprobs === undefined ? null : builder.build([...(c.prompt?.logprobs ?? []), ...c.logprobs]),
+        finish_reason: c.finishReason,
+      };
+    }),
     usage: usage ? usageToWire(usage) : undefined,
   };
 }

@@ -1,6 +1,6 @@
 import type { EmbeddingRequest } from "../../core/embed.ts";
 import { badRequest } from "../../core/errors.ts";
-import type { EmbedInput } from "../../engines/engine.ts";
+import type { EmbedInput } from "../../core/engine.ts";
 import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
 
 /**
@@ -8,14 +8,8 @@ import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
  * error can point at `input` (a single input) or `input[3]` (one of several).
  */
 export function embeddingsToCanonical(body: EmbeddingsRequest): EmbeddingRequest {
-  const { inputs, inputParams } = splitInput(body.input);
-  return {
-    model: body.model,
-    inputs,
-    inputParams,
-    dimensions: body.dimensions ?? undefined,
-    isolationKey: body.user ?? undefined,
-  };
+  const { inputs } = splitInput(body.input);
+  return { model: body.model, inputs, dimensions: body.dimensions ?? undefined };
 }
 
 function splitInput(input: EmbeddingsRequest["input"]): { inputs: EmbedInput[]; inputParams: string[] } {

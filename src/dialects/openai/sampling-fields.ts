@@ -33,11 +33,19 @@ export interface WireSampling {
   logit_bias?: Record<string, number> | null;
 }
 
-/** OpenAI's defaults, filled in explicitly; a missing seed gets a fresh random one per request. */
-export function toSamplingParams(w: WireSampling): SamplingParams {
+/** What a request that leaves a sampling field out gets; a vendor configures its own. */
+export interface SamplingDefaults {
+  temperature: number;
+  topP: number;
+}
+
+export const OPENAI_SAMPLING_DEFAULTS: SamplingDefaults = { temperature: 1, topP: 1 };
+
+/** The defaults filled in explicitly; a missing seed gets a fresh random one per request. */
+export function toSamplingParams(w: WireSampling, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): SamplingParams {
   return {
-    temperature: w.temperature ?? 1,
-    topP: w.top_p ?? 1,
+    temperature: w.temperature ?? defaults.temperature,
+    topP: w.top_p ?? defaults.topP,
     // -1 is vLLM's spelling of "no top-k"; llama.cpp spells it 0.
     topK: w.top_k == null || w.top_k < 0 ? 0 : w.top_k,
     minP: w.min_p ?? 0,

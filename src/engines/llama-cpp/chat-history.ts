@@ -1,5 +1,5 @@
 import type { ChatHistoryItem, ChatModelFunctionCall } from "node-llama-cpp";
-import { badRequest } from "../../core/errors.ts";
+import { invalidField } from "../../core/errors.ts";
 import type { Message } from "../../core/types.ts";
 
 /**
@@ -27,7 +27,7 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
           const item: ChatModelFunctionCall = {
             type: "functionCall",
             name: call.name,
-            params: parseArguments(call.arguments, `messages[${i}].tool_calls[${k}].function.arguments`),
+            params: parseArguments(call.arguments, `prompt.messages[${i}].toolCalls[${k}].arguments`),
             result: undefined,
             startsNewChunk: k === 0,
           };
@@ -40,9 +40,9 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
       case "tool": {
         const call = m.toolCallId ? openCalls.get(m.toolCallId) : undefined;
         if (!call) {
-          throw badRequest(
-            `messages[${i}] is a tool result whose tool_call_id does not match any earlier assistant tool call.`,
-            `messages[${i}].tool_call_id`,
+          throw invalidField(
+            `Message ${i} is a tool result whose {field} does not match any earlier assistant tool call.`,
+            `prompt.messages[${i}].toolCallId`,
           );
         }
         // The wrapper serialises results as JSON; a result that already is JSON goes in as its value,
@@ -58,11 +58,11 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
   return history;
 }
 
-function parseArguments(text: string, param: string): unknown {
+function parseArguments(text: string, field: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
-    throw badRequest(`${param} is not valid JSON.`, param);
+    throw invalidField("{field} is not valid JSON.", field);
   }
 }
 

@@ -9,7 +9,7 @@ import {
   SpecialTokensText,
   type Token,
 } from "node-llama-cpp";
-import { badRequest } from "../../core/errors.ts";
+import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest } from "../../core/types.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { JSON_OBJECT_GBNF, jsonSchemaToGbnf, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
@@ -120,7 +120,7 @@ export class ConstraintPlanner {
       return jsonSchemaToGbnf(tool.parameters);
     } catch (err) {
       if (!(err instanceof UnsupportedSchemaError)) throw err;
-      if (tool.strict) throw badRequest(`tools[${i}] parameters cannot be enforced: ${err.message}`, `tools[${i}].function.parameters`);
+      if (tool.strict) throw invalidField(`{field} cannot be enforced: ${err.message}`, `tools[${i}].parameters`);
       // Not strict: the arguments are still guaranteed to be a JSON object.
       return JSON_OBJECT_GBNF;
     }
@@ -133,7 +133,7 @@ export class ConstraintPlanner {
       return jsonSchemaToGbnf(rf.schema);
     } catch (err) {
       if (!(err instanceof UnsupportedSchemaError)) throw err;
-      if (rf.strict) throw badRequest(`response_format schema cannot be enforced: ${err.message}`, "response_format.json_schema.schema");
+      if (rf.strict) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.schema");
       return JSON_OBJECT_GBNF;
     }
   }

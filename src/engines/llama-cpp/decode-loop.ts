@@ -2,7 +2,7 @@ import { type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type T
 import { ReasoningSplitter } from "../../core/reasoning-splitter.ts";
 import { StopMatcher } from "../../core/stop-matcher.ts";
 import type { TokenLogprob } from "../../core/types.ts";
-import type { EngineChunk } from "../engine.ts";
+import type { EngineChunk } from "../../core/engine.ts";
 import type { Steps } from "./decode-steps.ts";
 import { type ToolCallFormat, ToolCallParser } from "./tool-call-parser.ts";
 import type { TokenTextDecoder } from "./token-text.ts";
@@ -78,8 +78,6 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
   let parser: ToolCallParser | null = null;
   let reasoningTokens = 0;
-  /** Reasoning tokens already reported (usage-detail chunks add up). */
-  let reported = 0;
   /** Tokens to put into the sequence after the token just sampled, or (`replace`) instead of it. */
   let inject: Token[] | undefined;
   let replace = false;
@@ -164,8 +162,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
       if (wasThinking && !splitter.thinking) {
         // Reported now: a stop string in the answer can end the generation before `finish` runs.
-        yield { kind: "usage-detail", reasoningTokens: reasoningTokens - reported };
-        reported = reasoningTokens;
+        yield { kind: "usage", reasoningTokens };
         answerStarts(true);
       }
       if (part.content) yield* contentText(part.content, 0, {}, heldBefore);
@@ -189,7 +186,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       const held = trigger.flush();
       if (held) yield { kind: "text", text: held, tokens: 0 };
     }
-    yield { kind: "usage-detail", reasoningTokens: reasoningTokens - reported };
+    yield { kind: "usage", reasoningTokens };
     const called = parser !== null && (parser as ToolCallParser).callCount > 0;
     yield { kind: "end", reason: reason === "stop" && called ? "tool_calls" : reason };
   }

@@ -1,6 +1,6 @@
 import { type LlamaEmbeddingContext, type LlamaModel, LlamaVocabularyType, type Token } from "node-llama-cpp";
 import { ApiError } from "../../core/errors.ts";
-import type { EmbedInput, Embedder, EmbeddingInfo, EmbeddingPooling } from "../engine.ts";
+import type { EmbedInput, Embedder, EmbeddingInfo, EmbeddingPooling } from "../../core/engine.ts";
 
 export interface LlamaEmbedderOptions {
   /** Embedding contexts in the pool: inputs embedded at once. */
@@ -46,8 +46,8 @@ export function embeddingTraits(model: LlamaModel): EmbeddingTraits {
 export function embeddingOnlyModel(id: string): ApiError {
   return new ApiError(
     400,
-    `The model '${id}' is an embedding model; it serves POST /v1/embeddings only and cannot generate text.`,
-    { param: "model", code: "model_not_supported" },
+    `The model '${id}' is an embedding model; it serves embeddings only and cannot generate text.`,
+    { field: "model", code: "model_not_supported" },
   );
 }
 
@@ -82,7 +82,7 @@ export class LlamaEmbedder implements Embedder {
     readonly info: EmbeddingInfo,
   ) {}
 
-  tokenize(input: EmbedInput): number[] {
+  async tokenize(input: EmbedInput): Promise<number[]> {
     const tokens = (input.kind === "text" ? this.model.tokenize(input.text, false) : input.tokens.slice()) as Token[];
     if (tokens.length === 0) return [];
     // The begin/end tokens LlamaEmbeddingContext adds when they are missing, added here already so

@@ -13,9 +13,9 @@ import {
   SpecialTokensText,
   type Token,
 } from "node-llama-cpp";
-import { ApiError, badRequest } from "../../core/errors.ts";
-import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams } from "../../core/types.ts";
-import type { Engine, EngineChunk, PreparedGeneration } from "../engine.ts";
+import { invalidField } from "../../core/errors.ts";
+import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
+import type { ChoiceRun, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
@@ -158,9 +158,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     if (!this.context) throw embeddingOnlyModel(this.id);
     // The reader relies on node-llama-cpp internals; a library that lacks them refuses logprobs.
     if (req.logprobs !== undefined && !logprobReaderSupported(this.sequences[0]))
-      throw badRequest("Log probabilities are not available with this build of the inference engine.", "logprobs");
+      throw invalidField("Log probabilities are not available with this build of the inference engine.", "logprobs");
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
-      throw badRequest("Tools and response formats need a chat prompt.", req.tools ? "tools" : "response_format");
+      throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
     const rendered = this.renderPrompt(req, constraints.functions);
     const { stopTokens, formatStops } = rendered;
@@ -169,36 +169,19 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // a forced tool call opens right after, unless thinking comes first.
     let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
     if (constraints.tools?.forced && !reasoning?.plan.startsInside) tokens = [...tokens, ...constraints.tools.prefixTokens];
-    if (tokens.length === 0) throw badRequest("The prompt is empty.", req.prompt.kind === "chat" ? "messages" : "prompt");
+    if (tokens.length === 0) throw invalidField("The prompt is empty.", "prompt");
     for (const id of req.sampling.logitBias.keys()) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
-        throw badRequest(`logit_bias names token ${id}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, "logit_bias");
+        throw invalidField(`{field} names token ${id}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, "logitBias");
     }
-
-    // The engine never shifts the context: a prompt that does not fit is refused, and generation is
-    // capped so the sequence cannot overflow mid-answer.
-    const room = this.contextSize - tokens.length;
-    if (room < 1) {
-      throw new ApiError(
-        400,
-        `This model's context is ${this.contextSize} tokens, but the prompt is ${tokens.length} tokens.`,
-        { param: req.prompt.kind === "chat" ? "messages" : "prompt", code: "context_length_exceeded" },
-      );
-    }
-    if (req.maxTokens !== undefined && req.maxTokens > room) {
-      throw new ApiError(
-        400,
-        `${req.maxTokensParam ?? "max_tokens"} is ${req.maxTokens}, but the prompt uses ${tokens.length} of the model's ` +
-          `${this.contextSize}-token context, leaving room for at most ${room} tokens.`,
-        { param: req.maxTokensParam ?? "max_tokens", code: "context_length_exceeded" },
-      );
-    }
+    // The core checks the prompt and the token budget against the context; the engine never
+    // shifts it, so a sequence cannot overflow mid-answer.
     return {
       tokens,
       stopTokens,
       formatStops,
       promptTokens: tokens.length,
-      maxTokens: req.maxTokens ?? room,
+      contextSize: this.contextSize,
       logprobs: req.logprobs,
       echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
       reasoning: reasoning?.plan,
@@ -213,12 +196,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     };
   }
 
-  async *generate(
-    prepared: LlamaPrepared,
-    sampling: SamplingParams,
-    slot: number,
-    signal: AbortSignal,
-  ): AsyncGenerator<EngineChunk> {
+  async *generate(prepared: LlamaPrepared, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk> {
+    const { sampling, slot, maxTokens } = run;
     const sequence = this.sequences[slot];
     const cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
     yield { kind: "cached", tokens: cached };
@@ -231,14 +210,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         yield { kind: "prompt", text: prepared.echo, logprobs };
       }
     }
-    if (prepared.maxTokens === 0) {
+    if (maxTokens === 0) {
       yield { kind: "end", reason: "length" };
       return;
     }
 
     const generated: Token[] = [];
     const grammar: GrammarSlot = {};
-    const options = { ...buildEvaluateOptions(this.model, sampling, generated, prepared.maxTokens), grammarEvaluationState: () => grammar.state };
+    const options = { ...buildEvaluateOptions(this.model, sampling, generated, maxTokens), grammarEvaluationState: () => grammar.state };
     yield* decodeLoop({
       model: this.model,
       steps:
@@ -247,7 +226,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
           : logprobSteps(sequence, input, options, prepared.logprobs, this.pieces),
       decoder: new TokenTextDecoder(this.model, prepared.tokens),
       generated,
-      maxTokens: prepared.maxTokens,
+      maxTokens,
       stopTokens: prepared.stopTokens,
       reasoning: prepared.reasoning,
       tools: prepared.tools,
@@ -273,9 +252,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const thought = this.wrapper.settings.segments?.thought;
     if (req.prompt.kind !== "chat" || !thought) {
       if (req.reasoning !== undefined)
-        throw badRequest(
+        throw invalidField(
           `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
-          req.reasoningParam ?? "reasoning_effort",
+          "reasoning",
         );
       return undefined;
     }
@@ -307,7 +286,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     return this.slotCache.pick(free, prepared.namespace, prepared.tokens, prepared.cacheKey);
   }
 
-  tokenize(prompt: PromptInput, addSpecial: boolean): number[] {
+  async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
     if (prompt.kind === "chat") return this.renderPrompt({ prompt } as GenerationRequest).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
     return this.renderPrompt({ prompt } as GenerationRequest).tokens;
@@ -319,14 +298,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     return this.model.detokenize(tokens, false);
   }
 
-  detokenize(tokens: number[]): string {
+  async detokenize(tokens: number[]): Promise<string> {
     tokens.forEach((t, i) => this.checkToken(t, `tokens[${i}]`));
     return this.model.detokenize(tokens as Token[], false);
   }
 
-  private checkToken(t: number, param: string): void {
+  private checkToken(t: number, field: string): void {
     if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
-      throw badRequest(`token ${t} is outside the vocabulary (0..${this.vocabSize - 1}).`, param);
+      throw invalidField(`{field} is token ${t}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, field);
   }
 
   async dispose(): Promise<void> {
@@ -342,7 +321,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   ): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
     const prompt = req.prompt;
     if (prompt.kind === "tokens") {
-      prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt[${i}]`));
+      prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt.tokens[${i}]`));
       return { tokens: prompt.tokens.slice() as Token[], stopTokens: new Set(), formatStops: [] };
     }
     const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
@@ -353,7 +332,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
       const { prefix, suffix, middle } = this.model.tokens.infill;
       if (prefix == null || suffix == null || middle == null)
-        throw badRequest("This model has no fill-in-the-middle tokens, so 'suffix' cannot be used.", "suffix");
+        throw invalidField("This model has no fill-in-the-middle tokens, so '{field}' cannot be used.", "prompt.suffix");
       const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }

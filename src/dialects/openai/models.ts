@@ -1,9 +1,8 @@
-import type { FastifyInstance } from "fastify";
 import { modelNotFound } from "../../core/errors.ts";
 import type { ModelRegistry, ServedModel } from "../../core/registry.ts";
-import type { EmbeddingInfo } from "../../engines/engine.ts";
+import type { EmbeddingInfo } from "../../core/engine.ts";
 
-function toWire(m: ServedModel) {
+export function modelToWire(m: ServedModel) {
   const d = m.engine?.describe();
   return {
     id: m.id,
@@ -32,11 +31,14 @@ function embeddingToWire(info: EmbeddingInfo) {
   };
 }
 
-export function registerModelRoutes(app: FastifyInstance, registry: ModelRegistry): void {
-  app.get("/v1/models", async () => ({ object: "list", data: registry.list().map(toWire) }));
-  app.get<{ Params: { id: string } }>("/v1/models/:id", async (request) => {
-    const m = registry.list().find((x) => x.id === request.params.id);
-    if (!m) throw modelNotFound(request.params.id);
-    return toWire(m);
-  });
+/** GET …/models: every registered model, loading or not, with its state. */
+export function listModels(registry: ModelRegistry) {
+  return { object: "list" as const, data: registry.list().map(modelToWire) };
+}
+
+/** GET …/models/{id}. */
+export function getModel(registry: ModelRegistry, id: string) {
+  const m = registry.list().find((x) => x.id === id);
+  if (!m) throw modelNotFound(id).withParam("model");
+  return modelToWire(m);
 }

@@ -1,4 +1,10 @@
-import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams, TokenLogprob } from "../core/types.ts";
+import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams, TokenLogprob } from "./types.ts";
+
+/**
+ * The contract between the core and every engine (in-process llama.cpp, remote upstreams). It lives
+ * in core so that dependencies point one way: engines implement it, the core drives it, and no
+ * dialect sees it. Errors an engine raises name canonical fields (see errors.ts), never wire ones.
+ */
 
 /**
  * What an engine hands back after checking a request: enough for the core to schedule it and to
@@ -6,20 +12,39 @@ import type { GenerationRequest, ModelDescription, PromptInput, SamplingParams, 
  */
 export interface PreparedGeneration {
   promptTokens: number;
-  /** The resolved generation budget per choice. */
-  maxTokens: number;
+  /**
+   * The model's context in tokens, prompt and generation together; undefined when the engine cannot
+   * tell (an upstream that checks for itself). The core refuses what cannot fit.
+   */
+  contextSize?: number;
   /** Stop strings the prompt format itself needs (e.g. a template's next-turn marker). */
   formatStops: string[];
 }
 
+/** How one choice runs: its sampling (seed already offset per choice), budget and slot. */
+export interface ChoiceRun {
+  sampling: SamplingParams;
+  /** Most tokens to generate, already checked against the context. */
+  maxTokens: number;
+  /** The scheduler's slot; at most one choice runs in a slot at a time. */
+  slot: number;
+}
+
 /** One step of an engine's output for a single choice. */
 export type EngineChunk =
-  /** Text of newly generated tokens; `logprobs` has one entry per token when requested. */
+  /**
+   * Text of newly generated tokens; `tokens` counts them (0 when unknown, e.g. a remote engine that
+   * reports usage at the end); `logprobs` has one entry per token when requested.
+   */
   | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[]; channel?: "reasoning" }
   | { kind: "tool-call"; index: number; name: string }
   | { kind: "tool-call-arguments"; index: number; text: string; tokens: number }
-  /** Counts the core cannot see in the text: how many generated tokens were thinking. */
-  | { kind: "usage-detail"; reasoningTokens: number }
+  /**
+   * Authoritative counts for this choice so far, replacing what the core summed from chunks: an
+   * in-process engine reports thinking tokens (invisible in the text); a remote engine, whose stream
+   * carries usage only at its end, reports everything here.
+   */
+  | { kind: "usage"; completionTokens?: number; reasoningTokens?: number }
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }
@@ -38,11 +63,12 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   prepare(request: GenerationRequest): Promise<P>;
   /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
   pickSlot?(prepared: P, free: readonly number[]): number;
-  /** Generates one choice in the given slot. Ending iteration early stops the generation. */
-  generate(prepared: P, sampling: SamplingParams, slot: number, signal: AbortSignal): AsyncGenerator<EngineChunk>;
+  /** Generates one choice. Ending iteration early stops the generation. */
+  generate(prepared: P, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk>;
   /** Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template). */
-  tokenize(prompt: PromptInput, addSpecial: boolean): number[];
-  detokenize(tokens: number[]): string;
+  tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]>;
+  /** Text of token ids; an id outside the vocabulary is an ApiError naming `tokens[i]`. */
+  detokenize(tokens: number[]): Promise<string>;
   /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
   readonly embeddings?: Embedder;
   dispose(): Promise<void>;
@@ -83,7 +109,7 @@ export interface Embedder {
    * The tokens that will be embedded for an input, including the tokens the model adds (BOS/CLS,
    * SEP). Token ids must already have been checked against `info.vocabularySize`.
    */
-  tokenize(input: EmbedInput): number[];
+  tokenize(input: EmbedInput): Promise<number[]>;
   /** The model's raw (unnormalised) vector for tokenized input, computed in the given slot. */
   embed(tokens: number[], slot: number, signal: AbortSignal): Promise<Float32Array>;
 }

@@ -1,0 +1,29 @@
+import type { FastifyInstance } from "fastify";
+import type { GenerationService } from "./core/generation-service.ts";
+import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
+import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
+import { installErrorEnvelope } from "./http/error-envelope.ts";
+import { registerHealthRoute } from "./http/health.ts";
+import { createHttpServer } from "./http/server.ts";
+
+export interface AppOptions {
+  bodyLimit: number;
+  logger?: boolean;
+}
+
+/**
+ * The whole HTTP surface, assembled in one place: the bare server, /health, and each dialect as a
+ * plugin under its prefix with its own error envelope. Adding a dialect is a folder under
+ * src/dialects and one `register` line here.
+ */
+export function buildApp(service: GenerationService, opts: AppOptions): FastifyInstance {
+  const app = createHttpServer(opts);
+  // Routes no dialect owns (unknown paths at the root) answer in OpenAI's envelope, the one most
+  // clients of a local server speak.
+  installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
+  registerHealthRoute(app, service.registry);
+
+  void app.register(openAIPlugin, { prefix: "/v1", service });
+  void app.register(tokenizerPlugin, { service });
+  return app;
+}

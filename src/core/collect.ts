@@ -1,0 +1,72 @@
+import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "./types.ts";
+
+export interface CollectedToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** One choice's whole answer, as the events built it. */
+export interface CollectedChoice {
+  /** The echoed prompt (Completions' echo), when asked for. */
+  prompt?: { text: string; logprobs: TokenLogprob[] };
+  text: string;
+  logprobs: TokenLogprob[];
+  /** Undefined when the model did not think (or cannot). */
+  reasoning?: string;
+  reasoningLogprobs: TokenLogprob[];
+  toolCalls: CollectedToolCall[];
+  finishReason: FinishReason;
+}
+
+export interface CollectedGeneration {
+  choices: CollectedChoice[];
+  usage?: Usage;
+}
+
+/**
+ * Drains a generation's events into complete answers. Every non-streaming renderer is this plus a
+ * change of field names, so JSON and SSE answers cannot drift apart.
+ */
+export async function collectGeneration(events: AsyncIterable<GenerationEvent>, choices: number): Promise<CollectedGeneration> {
+  const out: CollectedChoice[] = Array.from({ length: choices }, () => ({
+    text: "",
+    logprobs: [],
+    reasoningLogprobs: [],
+    toolCalls: [],
+    finishReason: "stop",
+  }));
+  let usage: Usage | undefined;
+  for await (const ev of events) {
+    if (ev.type === "usage") {
+      usage = ev.usage;
+      continue;
+    }
+    const c = out[ev.choice];
+    switch (ev.type) {
+      case "prompt":
+        c.prompt ??= { text: "", logprobs: [] };
+        c.prompt.text += ev.text;
+        if (ev.logprobs) c.prompt.logprobs.push(...ev.logprobs);
+        break;
+      case "text":
+        c.text += ev.text;
+        if (ev.logprobs) c.logprobs.push(...ev.logprobs);
+        break;
+      case "reasoning":
+        c.reasoning = (c.reasoning ?? "") + ev.text;
+        if (ev.logprobs) c.reasoningLogprobs.push(...ev.logprobs);
+        break;
+      case "tool-call":
+        c.toolCalls[ev.index] = { id: ev.id, name: ev.name, arguments: "" };
+        break;
+      case "tool-call-arguments":
+        c.toolCalls[ev.index].arguments += ev.text;
+        break;
+      case "finish":
+        c.finishReason = ev.reason;
+        break;
+    }
+  }
+  return { choices: out, usage };
+}

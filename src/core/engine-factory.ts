@@ -1,0 +1,46 @@
+import type { Engine } from "./engine.ts";
+
+/**
+ * What the server knows about one model before an engine exists for it: where it comes from (its
+ * `kind` picks the engine: a local file, a hub download, later a remote upstream) and how it should
+ * run. Per-model values fall back to the server-wide settings.
+ */
+export interface ModelSpec {
+  id: string;
+  kind: string;
+  /** The source as its kind describes it (a path, a hub reference, an upstream URL); read by its factory. */
+  source: unknown;
+  settings: ModelSettings;
+}
+
+export interface ModelSettings {
+  /** Context tokens per sequence; undefined: the engine's own choice. */
+  contextSize?: number;
+  /** Generations that run at once (sequences, or an upstream's concurrency). */
+  parallel: number;
+  /** Prompt format override, by name; undefined: the model's own template. */
+  chatWrapper?: string;
+  threads: number;
+  gpu: string;
+  embeddingContexts: number;
+  cacheRam: number;
+  cacheMinTokens: number;
+}
+
+export type EngineFactory = (spec: ModelSpec, log: (line: string) => void) => Promise<Engine>;
+
+/** Engines by source kind, so the assembly (not the core) decides which engines exist. */
+export class EngineFactories {
+  private readonly byKind = new Map<string, EngineFactory>();
+
+  register(kinds: string[], factory: EngineFactory): this {
+    for (const kind of kinds) this.byKind.set(kind, factory);
+    return this;
+  }
+
+  create(spec: ModelSpec, log: (line: string) => void): Promise<Engine> {
+    const factory = this.byKind.get(spec.kind);
+    if (!factory) return Promise.reject(new Error(`no engine serves models of kind '${spec.kind}'`));
+    return factory(spec, log);
+  }
+}

@@ -1,0 +1,263 @@
+import { Channel } from "./channel.ts";
+import type { AdmittedInfo, GenerationHooks, Outcome, RequestContext } from "./context.ts";
+import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
+import type { Engine, PreparedGeneration } from "./engine.ts";
+import { ApiError, invalidField } from "./errors.ts";
+import { newId } from "./ids.ts";
+import { PartTracker } from "./part-tracker.ts";
+import type { ModelRegistry } from "./registry.ts";
+import { AnswerFilter } from "./answer-filter.ts";
+import type { FinishReason, GenerationEvent, GenerationRequest, PromptInput, TokenLogprob, Usage } from "./types.ts";
+
+export interface StartedGeneration {
+  /** Prompt tokens per request of the batch. */
+  promptTokens: number[];
+  /** The canonical events of every choice, merged in arrival order; throws if the generation fails. */
+  events: AsyncIterable<GenerationEvent>;
+}
+
+/**
+ * The one request path shared by every dialect: check the request with the engine, check it against
+ * the model's context, admit it to the model's scheduler, then run its choices concurrently and merge
+ * their events. Lifecycle hooks (ledger, limits, metrics, store) observe every request here.
+ *
+ * Everything that can refuse a request (validation, context length, a full queue) happens before
+ * `start` returns, so a dialect can still answer with a plain error instead of a broken stream.
+ */
+export class GenerationService {
+  private readonly hooks: GenerationHooks[] = [];
+
+  constructor(readonly registry: ModelRegistry) {}
+
+  addHooks(hooks: GenerationHooks): void {
+    this.hooks.push(hooks);
+  }
+
+  /** One request (with its n choices). */
+  start(ctx: RequestContext, req: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
+    return this.startBatch(ctx, [req], signal);
+  }
+
+  /**
+   * Several prompts for one model (a Completions batch), admitted all together. Choice indices run
+   * over the batch: request r's choice j is r * n + j. Errors about request r of a batch of several
+   * name their field under `batch[r].`.
+   */
+  async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
+    const { engine, scheduler } = this.registry.resolve(batch[0].model);
+    const reqs = batch.map((r) => ({ ...r, isolationKey: ctx.namespace }));
+    const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
+    for (const [r, req] of reqs.entries()) {
+      try {
+        const prep = await engine.prepare(req);
+        prepared.push({ prep, maxTokens: checkContext(req, prep) });
+      } catch (err) {
+        throw reqs.length > 1 ? inBatch(err, r) : err;
+      }
+    }
+    const jobs = reqs.reduce((sum, r) => sum + r.n, 0);
+    scheduler.admit(jobs);
+    const promptTokens = prepared.map((p) => p.prep.promptTokens);
+    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
+
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev));
+    reqs.forEach((req, r) => {
+      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
+    });
+    run.whenDone().then(
+      (counts) => {
+        const usage: Usage = {
+          promptTokens: promptTokens.reduce((a, b) => a + b, 0),
+          completionTokens: counts.completionTokens,
+          totalTokens: promptTokens.reduce((a, b) => a + b, 0) + counts.completionTokens,
+          cachedTokens: counts.cachedTokens,
+          reasoningTokens: counts.reasoningTokens,
+        };
+        run.emit({ type: "usage", usage });
+        run.channel.close();
+        this.notify("finished", ctx, { usage } satisfies Outcome);
+      },
+      (error) => {
+        run.channel.close(error);
+        this.notify("finished", ctx, { error } satisfies Outcome);
+      },
+    );
+    return { promptTokens, events: run.channel };
+  }
+
+  /** Embeddings share the registry and the request context, not the generation schedulers. */
+  embed(_ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+    return embed(this.registry, req, signal);
+  }
+
+  /** A prompt's tokens exactly as a generation request would see them. */
+  async tokenize(model: string, prompt: PromptInput, addSpecial: boolean): Promise<{ tokens: number[]; contextSize: number }> {
+    const { engine } = this.registry.resolve(model);
+    return { tokens: await engine.tokenize(prompt, addSpecial), contextSize: engine.describe().contextSize };
+  }
+
+  async detokenize(model: string, tokens: number[]): Promise<string> {
+    return this.registry.resolve(model).engine.detokenize(tokens);
+  }
+
+  private onEvent(ctx: RequestContext, run: BatchRun, ev: GenerationEvent): void {
+    if (!run.sawOutput && (ev.type === "text" || ev.type === "reasoning" || ev.type === "tool-call")) {
+      run.sawOutput = true;
+      this.notify("firstToken", ctx);
+    }
+    this.notify("event", ctx, ev);
+  }
+
+  private notify<K extends keyof GenerationHooks>(name: K, ...args: Parameters<NonNullable<GenerationHooks[K]>>): void {
+    for (const h of this.hooks) {
+      try {
+        (h[name] as ((...a: unknown[]) => void) | undefined)?.(...args);
+      } catch (err) {
+        process.emitWarning(`generation hook '${name}' failed: ${(err as Error).message}`);
+      }
+    }
+  }
+}
+
+/**
+ * The context checks every engine needs, owned by the core: a prompt that does not fit is refused,
+ * and so is a token budget the context cannot hold. Returns the resolved budget per choice.
+ */
+function checkContext(req: GenerationRequest, prep: PreparedGeneration): number {
+  const size = prep.contextSize;
+  if (size === undefined) return req.maxTokens ?? Number.MAX_SAFE_INTEGER;
+  const room = size - prep.promptTokens;
+  if (room < 1) {
+    throw new ApiError(400, `This model's context is ${size} tokens, but the prompt is ${prep.promptTokens} tokens.`, {
+      field: "prompt",
+      code: "context_length_exceeded",
+    });
+  }
+  if (req.maxTokens !== undefined && req.maxTokens > room) {
+    throw new ApiError(
+      400,
+      `{field} is ${req.maxTokens}, but the prompt uses ${prep.promptTokens} of the model's ${size}-token context, ` +
+        `leaving room for at most ${room} tokens.`,
+      { field: "maxTokens", code: "context_length_exceeded" },
+    );
+  }
+  return req.maxTokens ?? room;
+}
+
+function inBatch(err: unknown, r: number): unknown {
+  if (!(err instanceof ApiError) || err.field === null) return err;
+  return new ApiError(err.status, err.message, { ...err, field: `batch[${r}].${err.field}`, reason: err.reason ?? undefined });
+}
+
+/**
+ * The choices of one request running together. They share one abort: the client going away, or any
+ * choice failing, stops every sibling at its next token (a failed request has no partial answer).
+ */
+class BatchRun {
+  readonly channel = new Channel<GenerationEvent>();
+  sawOutput = false;
+  private readonly abort = new AbortController();
+  private readonly parts = new PartTracker();
+  private readonly running: Array<Promise<ChoiceCounts>> = [];
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly scheduler: NonNullable<ReturnType<ModelRegistry["resolve"]>["scheduler"]>,
+    clientSignal: AbortSignal,
+    private readonly observe: (ev: GenerationEvent) => void,
+  ) {
+    if (clientSignal.aborted) this.abort.abort(clientSignal.reason);
+    else clientSignal.addEventListener("abort", () => this.abort.abort(clientSignal.reason), { once: true });
+  }
+
+  emit(ev: GenerationEvent): void {
+    for (const out of this.parts.track(ev)) {
+      this.observe(out);
+      this.channel.push(out);
+    }
+  }
+
+  choice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number): void {
+    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset);
+    done.catch((err) => this.abort.abort(err));
+    this.running.push(done);
+  }
+
+  /** Sums of every choice once all have finished; rejects with the first failure. */
+  async whenDone(): Promise<ChoiceCounts> {
+    const results = await Promise.allSettled(this.running);
+    const failure = results.find((r) => r.status === "rejected");
+    if (failure) throw (failure as PromiseRejectedResult).reason;
+    const total: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
+    for (const r of results as Array<PromiseFulfilledResult<ChoiceCounts>>) {
+      total.completionTokens += r.value.completionTokens;
+      total.cachedTokens += r.value.cachedTokens;
+      total.reasoningTokens += r.value.reasoningTokens;
+    }
+    if (this.abort.signal.aborted) throw this.abort.signal.reason;
+    return total;
+  }
+
+  private async runChoice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number) {
+    const signal = this.abort.signal;
+    const engine = this.engine;
+    const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
+    const { slot, release } = await this.scheduler.acquire(signal, choose);
+    const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
+    try {
+      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));
+      const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
+      let reason: FinishReason = "stop";
+      for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot }, signal)) {
+        switch (chunk.kind) {
+          case "end":
+            reason = chunk.reason;
+            break;
+          case "cached":
+            // The prompt is counted once per request, so is its cached part: the first choice's.
+            if (seedOffset === 0) counts.cachedTokens += chunk.tokens;
+            continue;
+          case "usage":
+            if (chunk.reasoningTokens !== undefined) counts.reasoningTokens = chunk.reasoningTokens;
+            if (chunk.completionTokens !== undefined) counts.completionTokens = chunk.completionTokens;
+            continue;
+          case "prompt":
+            this.emit({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+            continue;
+          case "tool-call":
+            this.emit({ type: "tool-call", choice, index: chunk.index, id: newId("call_"), name: chunk.name });
+            continue;
+          case "tool-call-arguments":
+            counts.completionTokens += chunk.tokens;
+            if (chunk.text) this.emit({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
+            continue;
+          case "text":
+            counts.completionTokens += chunk.tokens;
+            if (chunk.channel === "reasoning") {
+              // Thinking is reported as it comes: stop strings apply to the answer only.
+              if (chunk.text || chunk.logprobs) this.emit({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+              continue;
+            }
+            if (!answer.push(chunk.text, chunk.logprobs)) continue;
+            reason = "stop"; // a stop string ended the answer
+            break;
+        }
+        break;
+      }
+      answer.finish();
+      signal.throwIfAborted();
+      this.emit({ type: "finish", choice, reason });
+      return counts;
+    } finally {
+      release();
+    }
+  }
+}
+
+interface ChoiceCounts {
+  completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
+}
+
+const withLogprobs = (logprobs: TokenLogprob[] | undefined) => (logprobs ? { logprobs } : {});

@@ -1,0 +1,63 @@
+import { type FieldNamer, snakeCasePath } from "../../core/errors.ts";
+import type { ChatCompletionRequest } from "./chat-protocol.ts";
+import type { CompletionRequest } from "./completions-protocol.ts";
+import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
+
+/**
+ * How the OpenAI dialect spells the canonical fields errors below it name (see core/errors.ts).
+ * Each request kind has its own: a prompt is `messages` in chat and `prompt` in completions, and the
+ * budget is whichever of `max_tokens` / `max_completion_tokens` the client sent.
+ */
+
+export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion_tokens">, reasoningParam?: string): FieldNamer {
+  return (field) => {
+    if (field === "prompt") return "messages";
+    if (field === "maxTokens") return body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+    if (field === "reasoning") return reasoningParam ?? "reasoning_effort";
+    if (field === "responseFormat.schema") return "response_format.json_schema.schema";
+    const tool = /^tools\[(\d+)\]\.parameters$/.exec(field);
+    if (tool) return `tools[${tool[1]}].function.parameters`;
+    const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);
+    if (message) return `messages[${message[1]}].${messageField(message[2])}`;
+    return snakeCasePath(field);
+  };
+}
+
+function messageField(field: string): string {
+  const args = /^toolCalls\[(\d+)\]\.arguments$/.exec(field);
+  if (args) return `tool_calls[${args[1]}].function.arguments`;
+  return snakeCasePath(field);
+}
+
+/** Completions batches: `batch[r].prompt.tokens[i]` is `prompt[r][i]`; a single prompt drops the `[r]`. */
+export function completionFieldNames(_body: Pick<CompletionRequest, "prompt">): FieldNamer {
+  return (field) => {
+    const m = /^(?:batch\[(\d+)\]\.)?(.*)$/.exec(field)!;
+    const at = m[1] === undefined ? "" : `[${m[1]}]`;
+    const rest = m[2];
+    if (rest === "prompt") return `prompt${at}`;
+    if (rest === "prompt.suffix") return "suffix";
+    const token = /^prompt\.tokens\[(\d+)\]$/.exec(rest);
+    if (token) return `prompt${at}[${token[1]}]`;
+    return snakeCasePath(rest);
+  };
+}
+
+/** One input is `input`; several are `input[i]`; a token of one is `input[j]` or `input[i][j]`. */
+export function embeddingFieldNames(body: Pick<EmbeddingsRequest, "input">): FieldNamer {
+  const single = typeof body.input === "string" || (Array.isArray(body.input) && typeof body.input[0] === "number");
+  return (field) => {
+    const m = /^inputs\[(\d+)\](.*)$/.exec(field);
+    if (m) return single ? `input${m[2]}` : `input[${m[1]}]${m[2]}`;
+    return snakeCasePath(field);
+  };
+}
+
+export function tokenizeFieldNames(body: { messages?: unknown }): FieldNamer {
+  return (field) => {
+    if (field === "prompt") return body.messages !== undefined ? "messages" : "prompt";
+    const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);
+    if (message) return `messages[${message[1]}].${messageField(message[2])}`;
+    return snakeCasePath(field);
+  };
+}

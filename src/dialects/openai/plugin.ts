@@ -1,0 +1,39 @@
+import type { FastifyInstance } from "fastify";
+import type { GenerationService } from "../../core/generation-service.ts";
+import { installErrorEnvelope } from "../../http/error-envelope.ts";
+import { postRoute } from "../../http/respond.ts";
+import { chatCompletion } from "./chat.ts";
+import { chatCompletionRequest } from "./chat-protocol.ts";
+import { textCompletion } from "./completions.ts";
+import { completionRequest } from "./completions-protocol.ts";
+import { createEmbeddings } from "./embeddings.ts";
+import { embeddingsRequest } from "./embeddings-protocol.ts";
+import { OPENAI_ENVELOPE } from "./errors.ts";
+import { getModel, listModels } from "./models.ts";
+import { detokenize, detokenizeRequest, tokenize, tokenizeRequest } from "./tokenize.ts";
+
+export interface OpenAIPluginOptions {
+  service: GenerationService;
+}
+
+/**
+ * The OpenAI dialect, mounted under /v1: Chat Completions, Completions, Embeddings and Models, each
+ * error (unknown routes under the prefix included) in OpenAI's envelope.
+ */
+export async function openAIPlugin(scope: FastifyInstance, { service }: OpenAIPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: true });
+  const opts = { service, dialect: "openai" };
+  postRoute(scope, "/chat/completions", (b) => chatCompletionRequest.parse(b), chatCompletion, opts);
+  postRoute(scope, "/completions", (b) => completionRequest.parse(b), textCompletion, opts);
+  postRoute(scope, "/embeddings", (b) => embeddingsRequest.parse(b), createEmbeddings, opts);
+  scope.get("/models", async () => listModels(service.registry));
+  scope.get<{ Params: { id: string } }>("/models/:id", async (request) => getModel(service.registry, request.params.id));
+}
+
+/** vLLM's tokenizer endpoints, at the root as vLLM serves them, in OpenAI's error envelope. */
+export async function tokenizerPlugin(scope: FastifyInstance, { service }: OpenAIPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: false });
+  const opts = { service, dialect: "openai" };
+  postRoute(scope, "/tokenize", (b) => tokenizeRequest.parse(b), tokenize, opts);
+  postRoute(scope, "/detokenize", (b) => detokenizeRequest.parse(b), detokenize, opts);
+}

@@ -1,0 +1,34 @@
+import type { FastifyInstance } from "fastify";
+import { ApiError, type FieldNamer, withWireParam } from "../core/errors.ts";
+import { toApiError } from "./to-api-error.ts";
+
+export interface ErrorEnvelope {
+  /** The dialect's error body for an error. */
+  render(err: ApiError): unknown;
+  /** How the dialect spells canonical fields that reach the handler unnamed. */
+  fieldNames: FieldNamer;
+}
+
+/**
+ * Makes every error inside `scope` (a dialect plugin's encapsulated context) answer in that
+ * dialect's envelope: thrown ApiErrors, validation failures, Fastify's own body errors, and, with
+ * `notFound`, unknown routes under the plugin's prefix.
+ */
+export function installErrorEnvelope(scope: FastifyInstance, envelope: ErrorEnvelope, opts: { notFound: boolean }): void {
+  scope.setErrorHandler((err, request, reply) => {
+    const apiError = asWireError(err, envelope.fieldNames);
+    if (apiError.status >= 500) request.log.error(err);
+    void reply.status(apiError.status).headers(apiError.headers).send(envelope.render(apiError));
+  });
+  if (opts.notFound) {
+    scope.setNotFoundHandler((request, reply) => {
+      const e = new ApiError(404, `No route for ${request.method} ${request.url}.`, { code: "not_found" });
+      void reply.status(404).send(envelope.render(e));
+    });
+  }
+}
+
+/** Any thrown value as an ApiError whose canonical field, if any, has its wire name. */
+export function asWireError(err: unknown, names: FieldNamer): ApiError {
+  return withWireParam(toApiError(err), names) as ApiError;
+}

@@ -1,0 +1,64 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { RequestContext } from "../core/context.ts";
+import type { GenerationService } from "../core/generation-service.ts";
+import { abortOnDisconnect } from "./client-abort.ts";
+import { respondWithSse, type SseWriter } from "./sse.ts";
+
+/** What a route body needs besides the parsed request: the service, who is asking, and when to stop. */
+export interface RouteEnv {
+  service: GenerationService;
+  ctx: RequestContext;
+  /** Fires when the client goes away. */
+  signal: AbortSignal;
+}
+
+/** A route body's answer: a JSON body, or a stream the HTTP layer opens and closes. */
+export type RouteResult =
+  | { kind: "json"; body: unknown; status?: number; headers?: Record<string, string> }
+  | {
+      kind: "sse";
+      headers?: Record<string, string>;
+      write: (sse: SseWriter) => Promise<void>;
+      /** The final event for an error after the stream began, in the dialect's shape. */
+      errorEvent: (err: unknown) => { event?: string; data: unknown };
+    };
+
+/** The route environment of an HTTP request. */
+export function routeEnv(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  service: GenerationService,
+  dialect: string,
+  namespace?: string,
+): RouteEnv {
+  return { service, ctx: { requestId: String(request.id), dialect, namespace }, signal: abortOnDisconnect(reply) };
+}
+
+/** Sends a route body's answer. */
+export async function sendResult(reply: FastifyReply, signal: AbortSignal, result: RouteResult): Promise<unknown> {
+  if (result.kind === "json") {
+    if (result.headers) void reply.headers(result.headers);
+    if (result.status) void reply.status(result.status);
+    return result.body;
+  }
+  await respondWithSse(reply, signal, result.write, result.errorEvent, result.headers);
+  return reply;
+}
+
+/**
+ * A POST route whose body is parsed (a zod schema's `parse`, say) and handed to a route body; the
+ * environment's namespace is left for the route body to set from the request's own fields.
+ */
+export function postRoute<T>(
+  scope: FastifyInstance,
+  path: string,
+  parse: (raw: unknown) => T,
+  handler: (body: T, env: RouteEnv) => Promise<RouteResult>,
+  opts: { service: GenerationService; dialect: string },
+): void {
+  scope.post(path, async (request, reply) => {
+    const body = parse(request.body);
+    const env = routeEnv(request, reply, opts.service, opts.dialect);
+    return sendResult(reply, env.signal, await handler(body, env));
+  });
+}
