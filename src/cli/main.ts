@@ -1,8 +1,9 @@
 import { parseArgs } from "node:util";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { listCachedModels } from "../models/cache-list.ts";
-import { createProgressBar, resolveModelPath } from "../models/download.ts";
+import { resolveModelPath } from "../models/download.ts";
 import { parseModelArg } from "../models/source.ts";
+import { createProgressBar } from "./progress-bar.ts";
 import { serve } from "./serve.ts";
 
 const USAGE = `usage: plinth <command> [options]

@@ -1,6 +1,6 @@
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
-import { defaultCacheDir } from "./download.ts";
+import { cachedModelRef, defaultCacheDir, isCompleteSync } from "./cache-layout.ts";
 
 export interface CachedModel {
   /** The reference that serves it: hf:owner/repo[@rev]/file.gguf */
@@ -10,23 +10,29 @@ export interface CachedModel {
 }
 
 /**
- * Completed downloads in the cache (<owner>/<repo>/<revision>/<file>, with the checksum sidecar that
- * marks a finished, verified download). Partial downloads are not listed.
+ * Finished, verified downloads in the cache (see cache-layout.ts), each with the reference
+ * that serves it. Partial downloads are not listed.
  */
 export function listCachedModels(cacheDir = defaultCacheDir()): CachedModel[] {
   const root = path.resolve(cacheDir);
-  if (!existsSync(root)) return [];
   const out: CachedModel[] = [];
   const walk = (dir: string) => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (err) {
+      // A missing cache is an empty one.
+      if (dir === root && (err as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw err;
+    }
+    for (const entry of entries) {
       const full = path.join(dir, entry.name);
-      if (entry.isDirectory()) walk(full);
-      else if (entry.name.toLowerCase().endsWith(".gguf") && existsSync(`${full}.sha256`)) {
-        const [owner, repo, revision, ...file] = path.relative(root, full).split(path.sep);
-        if (!owner || !repo || !revision || file.length === 0) continue;
-        const rev = revision === "main" ? "" : `@${revision}`;
-        out.push({ ref: `hf:${owner}/${repo}${rev}/${file.join("/")}`, path: full, bytes: statSync(full).size });
+      if (entry.isDirectory()) {
+        walk(full);
+        continue;
       }
+      const ref = cachedModelRef(full, root);
+      if (ref !== undefined && isCompleteSync(full)) out.push({ ref, path: full, bytes: statSync(full).size });
     }
   };
   walk(root);

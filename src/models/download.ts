@@ -1,9 +1,9 @@
 import { createHash, type Hash } from "node:crypto";
 import { constants as fsConstants, createReadStream } from "node:fs";
 import fsp from "node:fs/promises";
-import os from "node:os";
 import path from "node:path";
 
+import { cachedModelPath, defaultCacheDir, isComplete, partPath, sidecarPath, sidecarText } from "./cache-layout.ts";
 import { formatHfRef, ModelSourceError, type ModelSource } from "./source.ts";
 
 export type DownloadProgress = { received: number; total?: number };
@@ -32,25 +32,8 @@ const MAX_REDIRECTS = 10;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const LOCAL_FILE_HINT = "Pass a local file instead: --model /path/to/model.gguf";
 
-export function defaultCacheDir(): string {
-  return process.env.PLINTH_CACHE_DIR || path.join(os.homedir(), ".cache", "plinth", "models");
-}
-
 export function defaultEndpoint(): string {
   return process.env.PLINTH_HF_ENDPOINT || DEFAULT_HF_ENDPOINT;
-}
-
-/** Where a hub source is (or will be) stored, without touching the disk or network. */
-export function cachedModelPath(src: Extract<ModelSource, { kind: "hf" }>, cacheDir = defaultCacheDir()): string {
-  const root = path.resolve(cacheDir);
-  const target = path.join(root, src.owner, src.repo, src.revision, ...src.file.split("/"));
-  // Sources can be built by hand rather than by parseModelArg, so re-check that no
-  // component climbs out of the cache before anything is written there.
-  const rel = path.relative(root, target);
-  if (rel === "" || rel.startsWith("..") || path.isAbsolute(rel)) {
-    throw new ModelSourceError(`model reference ${formatHfRef(src)} does not map to a path inside ${root}`);
-  }
-  return target;
 }
 
 /**
@@ -88,22 +71,8 @@ async function resolveLocalFile(p: string): Promise<string> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Cache layout: <target> is only ever created by renaming a verified .part file, and the
-// <target>.sha256 sidecar (sha256sum format) is written just before that rename. A target
-// without its sidecar is therefore treated as unfinished.
-
-function sidecarPath(target: string): string {
-  return `${target}.sha256`;
-}
-
-async function isComplete(target: string): Promise<boolean> {
-  try {
-    const [st, side] = await Promise.all([fsp.stat(target), fsp.readFile(sidecarPath(target), "utf8")]);
-    return st.isFile() && SHA256_HEX.test(side.slice(0, 64));
-  } catch {
-    return false;
-  }
-}
+// The cache layout (paths, the .sha256 sidecar that marks a verified download) is in
+// cache-layout.ts.
 
 const targetLocks = new Map<string, Promise<unknown>>();
 
@@ -146,7 +115,7 @@ async function download(src: Extract<ModelSource, { kind: "hf" }>, target: strin
     signal: opts.signal,
     progress: opts.progress,
   };
-  const part = `${target}.part`;
+  const part = partPath(target);
   try {
     await fsp.mkdir(path.dirname(target), { recursive: true });
   } catch (err) {
@@ -320,7 +289,7 @@ async function finish(ctx: Ctx, part: string, target: string, hash: Hash, expect
     await fsp.rm(target, { force: true });
     const side = sidecarPath(target);
     const tmp = `${side}.tmp`;
-    await fsp.writeFile(tmp, `${actual}  ${path.basename(target)}\n`);
+    await fsp.writeFile(tmp, sidecarText(target, actual));
     await fsp.rename(tmp, side);
     await fsp.rename(part, target);
   } catch (err) {
@@ -453,77 +422,4 @@ function oneLine(s: string): string {
 
 function formatMB(bytes: number): string {
   return `${(bytes / 1e6).toFixed(1)} MB`;
-}
-
-// ---------------------------------------------------------------------------------------
-
-type ProgressStream = { write(chunk: string): unknown; isTTY?: boolean; columns?: number };
-
-/**
- * A `progress` callback that redraws a single status line on a terminal, and on anything
- * else (logs, pipes) prints a plain line roughly every 10% so logs stay readable.
- */
-export function createProgressBar(
-  label: string,
-  stream: ProgressStream = process.stderr,
-): (p: DownloadProgress) => void {
-  const tty = stream.isTTY === true;
-  let startedAt: number | undefined;
-  let startBytes = 0;
-  let lastDrawAt = 0;
-  let lastStep = -1;
-  let done = false;
-
-  return (p) => {
-    if (done) return;
-    const now = Date.now();
-    if (startedAt === undefined) {
-      startedAt = now;
-      startBytes = p.received;
-    }
-    const total = p.total && p.total > 0 ? p.total : undefined;
-    const finished = total !== undefined && p.received >= total;
-    // Bytes already on disk from an earlier run were not transferred now, so leave them
-    // out of the speed.
-    const seconds = (now - startedAt) / 1000;
-    const speed = seconds > 0.2 ? (p.received - startBytes) / seconds : undefined;
-    const pct = total ? Math.min(100, Math.floor((p.received / total) * 100)) : undefined;
-    const amount = total ? `${(p.received / 1e6).toFixed(1)}/${(total / 1e6).toFixed(1)} MB` : formatMB(p.received);
-    const rate = speed === undefined ? "" : ` ${(speed / 1e6).toFixed(1)} MB/s`;
-
-    if (tty) {
-      if (!finished && now - lastDrawAt < 100) return;
-      lastDrawAt = now;
-      const eta =
-        !finished && total && speed && speed > 0 ? ` ETA ${formatDuration((total - p.received) / speed)}` : "";
-      const tail = `${pct === undefined ? "" : ` ${String(pct).padStart(3)}%`} ${amount}${rate}${eta}`;
-      const columns = stream.columns && stream.columns > 20 ? stream.columns : 80;
-      // Size the bar against the widest expected tail rather than the current one, so it
-      // does not change width from one redraw to the next.
-      const barWidth = Math.min(30, columns - 1 - label.length - Math.max(tail.length, 44) - 3);
-      let bar = "";
-      if (pct !== undefined && barWidth >= 5) {
-        const filled = Math.round((barWidth * pct) / 100);
-        bar = ` [${"=".repeat(filled)}${" ".repeat(barWidth - filled)}]`;
-      }
-      // Stay under the terminal width: a wrapped line cannot be redrawn with "\r".
-      const line = `${label}${bar}${tail}`.slice(0, columns - 1);
-      stream.write(`\r\x1b[K${line}${finished ? "\n" : ""}`);
-    } else {
-      // Without a total, report every 100 MB instead of every 10%.
-      const step = pct === undefined ? Math.floor(p.received / 100e6) : Math.floor(pct / 10);
-      if (step > lastStep || finished) {
-        lastStep = step;
-        stream.write(`${label}: ${pct === undefined ? "" : `${pct}% `}${amount}${rate}\n`);
-      }
-    }
-    if (finished) done = true;
-  };
-}
-
-function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }

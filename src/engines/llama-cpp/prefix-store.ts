@@ -1,5 +1,15 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, rmSync, unlinkSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  fchmodSync,
+  lstatSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  rmSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
@@ -12,15 +22,28 @@ interface SavedPrefix {
   lastUsed: number;
 }
 
+export interface PrefixStoreOptions {
+  /** Where the per-store folders go; /dev/shm where it exists, else the temp directory. */
+  baseDir?: string;
+}
+
 /**
  * Evaluated prompt states saved outside the sequences, so a prefix survives its sequence being
  * reused for another prompt. node-llama-cpp can only copy sequence state through files, so they live
  * on a RAM-backed directory (/dev/shm where it exists), bounded by a byte budget with least-recently
  * used eviction. Entries belong to one namespace and are only ever offered to that namespace.
+ *
+ * The files hold other clients' prompts and are loaded back into the model, so each store keeps
+ * them in a folder of its own that only this user can enter (0700, files 0600), created under a
+ * fresh unpredictable name so nobody can plant one in advance. The folder goes when the store is
+ * disposed or the process exits; folders left by processes that died without exiting (a crash, a
+ * SIGKILL) are swept when the next store starts.
  */
 export class PrefixStore {
   private readonly entries = new Map<string, SavedPrefix>();
-  private readonly dir: string;
+  private readonly dirPrefix: string;
+  private dir: string | undefined;
+  private disposed = false;
   private used = 0;
   private clock = 0;
 
@@ -28,9 +51,16 @@ export class PrefixStore {
     private readonly budgetBytes: number,
     private readonly minTokens: number,
     label: string,
+    options: PrefixStoreOptions = {},
   ) {
-    const base = existsSync("/dev/shm") ? "/dev/shm" : tmpdir();
-    this.dir = join(base, `plinth-${process.pid}-${label.replace(/[^A-Za-z0-9._-]/g, "_")}`);
+    const base = options.baseDir ?? (existsSync("/dev/shm") ? "/dev/shm" : tmpdir());
+    this.dirPrefix = join(base, `plinth-${process.pid}-${safeFileLabel(label)}-`);
+    sweepStaleStoreDirs(base);
+  }
+
+  /** The folder holding this store's files, once the first save has created it. */
+  get directory(): string | undefined {
+    return this.dir;
   }
 
   get enabled(): boolean {
@@ -60,26 +90,30 @@ export class PrefixStore {
   /** Saves the sequence's current state (an evaluated prompt) unless it is too short or already kept. */
   async save(namespace: string, sequence: LlamaContextSequence): Promise<void> {
     const tokens = sequence.contextTokens;
-    if (!this.enabled || tokens.length < this.minTokens) return;
+    if (!this.enabled || this.disposed || tokens.length < this.minTokens) return;
     const key = createHash("sha256").update(namespace).update("\0").update(Uint32Array.from(tokens)).digest("hex").slice(0, 32);
     const existing = this.entries.get(key);
     if (existing) {
       existing.lastUsed = ++this.clock;
       return;
     }
-    const path = join(this.dir, `${key}.state`);
+    let path: string | undefined;
     let fileSize: number;
     try {
-      mkdirSync(this.dir, { recursive: true });
+      path = join(this.ensureDir(), `${key}.state`);
+      // The native writer opens the file with fopen, which keeps the mode of a file that is
+      // already there, so create it private first, then make sure of the mode once written.
+      createPrivateFile(path);
       ({ fileSize } = await sequence.saveStateToFile(path));
+      chmodSync(path, 0o600);
     } catch {
       // A full or missing RAM disk (containers often give /dev/shm 64 MiB) costs cache hits, never
       // the request: the state is simply not kept.
-      rmSync(path, { force: true });
+      if (path) rmSync(path, { force: true });
       return;
     }
-    if (fileSize > this.budgetBytes) {
-      unlinkSync(path);
+    if (this.disposed || fileSize > this.budgetBytes) {
+      rmSync(path, { force: true });
       return;
     }
     this.entries.set(key, { namespace, tokens: tokens.slice(), path, bytes: fileSize, lastUsed: ++this.clock });
@@ -88,9 +122,27 @@ export class PrefixStore {
   }
 
   dispose(): void {
+    this.disposed = true;
     this.entries.clear();
     this.used = 0;
-    rmSync(this.dir, { recursive: true, force: true });
+    if (this.dir) {
+      removeOnExit.delete(this.dir);
+      rmSync(this.dir, { recursive: true, force: true });
+      this.dir = undefined;
+    }
+    syncExitHandler();
+  }
+
+  private ensureDir(): string {
+    if (this.dir) return this.dir;
+    // mkdtemp makes a new folder (never reuses one that is there) with mode 0700; the chmod
+    // states it rather than trusting the platform and umask.
+    const dir = mkdtempSync(this.dirPrefix);
+    this.dir = dir;
+    removeOnExit.add(dir);
+    syncExitHandler();
+    chmodSync(dir, 0o700);
+    return dir;
   }
 
   private evictToBudget(): void {
@@ -116,4 +168,95 @@ export function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
   let i = 0;
   while (i < n && a[i] === b[i]) i++;
   return i;
+}
+
+// ---------------------------------------------------------------------------------------
+// Folder names and clean-up
+
+const MAX_LABEL_CHARS = 64;
+
+/**
+ * A file-name-safe rendering of a model id: only [A-Za-z0-9._-], at most 64 characters, never
+ * "." or "..". Lossy, so a short hash of the exact id keeps two ids that render alike apart.
+ */
+export function safeFileLabel(label: string): string {
+  const readable = label.replace(/[^A-Za-z0-9._-]+/g, "_").replace(/^[.-]+/, "").slice(0, MAX_LABEL_CHARS);
+  const tag = createHash("sha256").update(label).digest("hex").slice(0, 8);
+  return readable ? `${readable}-${tag}` : tag;
+}
+
+function createPrivateFile(path: string): void {
+  const fd = openSync(path, "w", 0o600);
+  try {
+    fchmodSync(fd, 0o600);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const STORE_DIR = /^plinth-(\d+)-/;
+
+/**
+ * Removes the store folders (plinth-<pid>-*) under `base` whose process is gone. Only folders
+ * this user owns are touched; this process's own are left alone.
+ */
+export function sweepStaleStoreDirs(base: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(base);
+  } catch {
+    return;
+  }
+  const uid = process.getuid?.();
+  for (const name of names) {
+    const m = STORE_DIR.exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid || processAlive(pid)) continue;
+    const dir = join(base, name);
+    try {
+      const st = lstatSync(dir);
+      if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // Gone already, or not ours to remove.
+    }
+  }
+}
+
+/** Whether a process with this id exists; a signal we may not send (EPERM) still means it does. */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // Only "no such process" counts as dead; anything unexpected keeps the folder.
+    return (err as NodeJS.ErrnoException).code !== "ESRCH";
+  }
+}
+
+// One 'exit' listener for all stores, present only while some store has a folder, so creating
+// and disposing stores never accumulates listeners.
+const removeOnExit = new Set<string>();
+let exitHandlerInstalled = false;
+
+function removeFoldersOnExit(): void {
+  for (const dir of removeOnExit) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // Exiting anyway; nothing better to do.
+    }
+  }
+  removeOnExit.clear();
+}
+
+function syncExitHandler(): void {
+  if (removeOnExit.size > 0 && !exitHandlerInstalled) {
+    process.on("exit", removeFoldersOnExit);
+    exitHandlerInstalled = true;
+  } else if (removeOnExit.size === 0 && exitHandlerInstalled) {
+    process.off("exit", removeFoldersOnExit);
+    exitHandlerInstalled = false;
+  }
 }
