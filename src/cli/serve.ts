@@ -1,15 +1,18 @@
 import { availableParallelism } from "node:os";
+import { buildApp } from "../app.ts";
+import { modelSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
+import { EngineFactories } from "../core/engine-factory.ts";
+import { GenerationService } from "../core/generation-service.ts";
 import { ModelRegistry } from "../core/registry.ts";
-import { LlamaCppEngine } from "../engines/llama-cpp/llama-engine.ts";
-import { buildServer } from "../http/server.ts";
-import { createProgressBar, resolveModelPath } from "../models/download.ts";
-import { DEFAULT_MODEL, parseModelArg, type ModelSource } from "../models/source.ts";
+import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
+import { createProgressBar } from "./progress-bar.ts";
 
 export interface RunningServer {
   url: string;
   port: number;
   registry: ModelRegistry;
+  service: GenerationService;
   /** Resolves once every model is loaded (or has failed). */
   loaded: Promise<void>;
   close(): Promise<void>;
@@ -17,6 +20,19 @@ export interface RunningServer {
 
 export interface ServeHooks {
   log?: (line: string) => void;
+  /** Engines to use instead of the default ones (tests pass a scripted engine here). */
+  engines?: EngineFactories;
+}
+
+/** The engines a plain server has: GGUF files and hub downloads, both through llama.cpp. */
+export function defaultEngines(config: PlinthConfig): EngineFactories {
+  return new EngineFactories().register(
+    ["file", "hf"],
+    llamaCppFactory((source) => ({
+      cacheDir: config["cache-dir"],
+      progress: source.kind === "hf" ? createProgressBar(`downloading ${source.id}`) : undefined,
+    })),
+  );
 }
 
 /**
@@ -25,14 +41,16 @@ export interface ServeHooks {
  */
 export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promise<RunningServer> {
   const log = hooks.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const sources: ModelSource[] = (config.model.length > 0 ? config.model : [DEFAULT_MODEL]).map(parseModelArg);
-  const threads = Math.min(config.threads, availableParallelism());
-  if (threads < config.threads) log(`plinth: using ${threads} threads; only ${threads} cores are available`);
+  const specs = modelSpecs(config);
+  if (config.threads > availableParallelism())
+    log(`plinth: using ${availableParallelism()} threads; only ${availableParallelism()} cores are available`);
+  const engines = hooks.engines ?? defaultEngines(config);
 
   const registry = new ModelRegistry(config["max-queue"]);
-  for (const s of sources) registry.register(s.id);
+  for (const s of specs) registry.register(s.id);
+  const service = new GenerationService(registry);
 
-  const app = buildServer(registry, { bodyLimit: config["body-limit"] });
+  const app = buildApp(service, { bodyLimit: config["body-limit"] });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
@@ -40,31 +58,12 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   log(`plinth: listening on ${url}`);
 
   const loaded = (async () => {
-    for (const source of sources) {
+    for (const spec of specs) {
       try {
-        const modelPath = await resolveModelPath(source, {
-          cacheDir: config["cache-dir"],
-          progress: source.kind === "hf" ? createProgressBar(`downloading ${source.id}`) : undefined,
-        });
-        const engine = await LlamaCppEngine.load({
-          id: source.id,
-          modelPath,
-          contextSize: config["ctx-size"],
-          parallel: config.parallel,
-          threads,
-          gpu: config.gpu,
-          embeddingContexts: config["embedding-contexts"],
-          cacheRam: config["cache-ram"],
-          chatWrapper: config["chat-wrapper"],
-          cacheMinTokens: config["cache-min-tokens"],
-        });
-        registry.ready(engine);
-        if (engine.slots === 0)
-          log(`plinth: model '${source.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${threads} threads)`);
-        else log(`plinth: model '${source.id}' ready (context ${engine.contextSize} x ${config.parallel} sequences, ${threads} threads)`);
+        registry.ready(await engines.create(spec, log));
       } catch (err) {
-        registry.failed(source.id, (err as Error).message);
-        log(`plinth: model '${source.id}' failed to load: ${(err as Error).message}`);
+        registry.failed(spec.id, (err as Error).message);
+        log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
       }
     }
   })();
@@ -73,6 +72,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     url,
     port,
     registry,
+    service,
     loaded,
     close: async () => {
       await app.close();

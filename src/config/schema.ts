@@ -2,8 +2,27 @@ import { availableParallelism } from "node:os";
 import { z } from "zod";
 
 /** Every server setting, with its default. The same keys work in plinth.yaml, PLINTH_* and flags. */
+/** node-llama-cpp's prompt formats by name; "auto" follows the model's own chat template. */
+export const chatWrapperName = z.enum(["auto", "general", "deepSeek", "qwen", "llama3.2-lightweight", "llama3.1", "llama3", "llama2Chat", "mistral", "alpacaChat", "functionary", "chatML", "falconChat", "gemma4", "gemma", "harmony", "muse", "seed"]);
+
+/**
+ * A model entry: `[name=]source` as on the command line, or (in a config file) an object that also
+ * sets that model's own context size, parallel sequences and prompt format.
+ */
+export const modelEntry = z.union([
+  z.string().min(1),
+  z.strictObject({
+    source: z.string().min(1),
+    name: z.string().min(1).optional(),
+    "ctx-size": z.int().min(16).optional(),
+    parallel: z.int().min(1).max(256).optional(),
+    "chat-wrapper": chatWrapperName.optional(),
+  }),
+]);
+export type ModelEntry = z.infer<typeof modelEntry>;
+
 export const configSchema = z.object({
-  model: z.array(z.string().min(1)).default([]),
+  model: z.array(modelEntry).default([]),
   host: z.string().min(1).default("127.0.0.1"),
   port: z.int().min(0).max(65535).default(8080),
   "ctx-size": z.int().min(16).optional(),
@@ -23,9 +42,7 @@ export const configSchema = z.object({
    * The prompt format: "auto" follows the model's own chat template; a node-llama-cpp wrapper name
    * (mistral, llama3.1, qwen, chatML, …) overrides it for models whose template is missing or wrong.
    */
-  "chat-wrapper": z
-    .enum(["auto", "general", "deepSeek", "qwen", "llama3.2-lightweight", "llama3.1", "llama3", "llama2Chat", "mistral", "alpacaChat", "functionary", "chatML", "falconChat", "gemma4", "gemma", "harmony", "muse", "seed"])
-    .default("auto"),
+  "chat-wrapper": chatWrapperName.default("auto"),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;

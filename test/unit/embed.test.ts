@@ -4,6 +4,7 @@ import { loadConfig } from "../../src/config/load.ts";
 import { normalise } from "../../src/core/embed.ts";
 import { embeddingsToCanonical } from "../../src/dialects/openai/embeddings-to-canonical.ts";
 import { toBase64 } from "../../src/dialects/openai/embeddings-to-wire.ts";
+import { embeddingFieldNames } from "../../src/dialects/openai/field-names.ts";
 
 test("normalise keeps a prefix and scales it to unit length", () => {
   const v = Float32Array.from([3, 4, 12]);
@@ -22,18 +23,18 @@ test("base64 is little-endian float32", () => {
 test("each input shape maps to inputs named the way OpenAI names the field", () => {
   const one = embeddingsToCanonical({ model: "m", input: "hi" });
   assert.deepEqual(one.inputs, [{ kind: "text", text: "hi" }]);
-  assert.deepEqual(one.inputParams, ["input"]);
+  assert.equal(embeddingFieldNames({ input: "hi" })("inputs[0]"), "input");
   const texts = embeddingsToCanonical({ model: "m", input: ["a", "b"], dimensions: 8, user: "u" });
-  assert.deepEqual(texts.inputParams, ["input[0]", "input[1]"]);
+  assert.equal(embeddingFieldNames({ input: ["a", "b"] })("inputs[1]"), "input[1]");
   assert.equal(texts.dimensions, 8);
-  assert.equal(texts.isolationKey, "u");
+  assert.equal(embeddingFieldNames({ input: [1, 2] })("inputs[0][1]"), "input[1]", "a token of the single input");
   assert.deepEqual(embeddingsToCanonical({ model: "m", input: [1, 2] }).inputs, [{ kind: "tokens", tokens: [1, 2] }]);
   const arrays = embeddingsToCanonical({ model: "m", input: [[1], [2, 3]] });
   assert.deepEqual(arrays.inputs, [
     { kind: "tokens", tokens: [1] },
     { kind: "tokens", tokens: [2, 3] },
   ]);
-  assert.deepEqual(arrays.inputParams, ["input[0]", "input[1]"]);
+  assert.equal(embeddingFieldNames({ input: [[1], [2, 3]] })("inputs[1][0]"), "input[1][0]");
 });
 
 test("embedding-contexts defaults to 2 and comes from flags and the environment", () => {

@@ -1,13 +1,14 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
+import { buildApp } from "../../src/app.ts";
+import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
-import { buildServer } from "../../src/http/server.ts";
 
 /** The HTTP layer before any model has loaded, driven in-process with Fastify's inject. */
 function loadingServer() {
   const registry = new ModelRegistry(4);
   registry.register("slow");
-  return { registry, app: buildServer(registry, { bodyLimit: 1024 * 1024 }) };
+  return { registry, app: buildApp(new GenerationService(registry), { bodyLimit: 1024 * 1024 }) };
 }
 
 test("/health answers 503 with a JSON body while a model loads, and says which failed", async () => {

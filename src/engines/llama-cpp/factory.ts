@@ -1,0 +1,33 @@
+import type { EngineFactory } from "../../core/engine-factory.ts";
+import { resolveModelPath, type ResolveOptions } from "../../models/download.ts";
+import type { ModelSource } from "../../models/source.ts";
+import type { GpuChoice } from "./runtime.ts";
+import { LlamaCppEngine } from "./llama-engine.ts";
+
+/**
+ * Serves GGUF files in-process: a local path as it is, an `hf:` reference after downloading it into
+ * the cache (with whatever progress display the caller gives).
+ */
+export function llamaCppFactory(download: (source: ModelSource) => ResolveOptions): EngineFactory {
+  return async (spec, log) => {
+    const source = spec.source as ModelSource;
+    const modelPath = await resolveModelPath(source, download(source));
+    const s = spec.settings;
+    const engine = await LlamaCppEngine.load({
+      id: spec.id,
+      modelPath,
+      contextSize: s.contextSize,
+      parallel: s.parallel,
+      threads: s.threads,
+      gpu: s.gpu as GpuChoice,
+      embeddingContexts: s.embeddingContexts,
+      cacheRam: s.cacheRam,
+      chatWrapper: s.chatWrapper,
+      cacheMinTokens: s.cacheMinTokens,
+    });
+    if (engine.slots === 0)
+      log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${s.threads} threads)`);
+    else log(`plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads)`);
+    return engine;
+  };
+}
