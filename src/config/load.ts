@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
-import { formatPath } from "../http/to-api-error.ts";
+import { formatPath } from "../core/field-path.ts";
 import { configSchema, NUMERIC_KEYS, type PlinthConfig } from "./schema.ts";
 
 export class ConfigError extends Error {}

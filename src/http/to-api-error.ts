@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ApiError } from "../core/errors.ts";
+import { formatPath } from "../core/field-path.ts";
 
 /**
  * Maps anything thrown while handling a request to an ApiError. Client mistakes caught by Fastify
@@ -40,12 +41,4 @@ function describeIssue(issue: z.core.$ZodIssue): string {
   }
   if (issue.code === "invalid_type" && issue.input === undefined) return "this field is required.";
   return issue.message.endsWith(".") ? issue.message : `${issue.message}.`;
-}
-
-/** ["messages", 0, "content"] → "messages[0].content", the way OpenAI names params. */
-export function formatPath(path: readonly PropertyKey[]): string {
-  return path.reduce<string>((acc, key) => {
-    if (typeof key === "number") return `${acc}[${key}]`;
-    return acc ? `${acc}.${String(key)}` : String(key);
-  }, "");
 }

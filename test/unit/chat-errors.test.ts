@@ -1,0 +1,147 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import { scriptedApp, type ScriptedApp } from "../helpers/scripted-app.ts";
+
+// Request validation and the error envelope, through the real app over the SCRIPTED engine (no
+// model): every refusal happens before an engine would generate, so a model adds nothing here.
+// test/integration/chat-errors.test.ts keeps the cases whose answer depends on a real model.
+
+let s: ScriptedApp;
+before(async () => {
+  s = await scriptedApp({ id: "tiny", contextSize: 256, bodyLimit: 65536 });
+});
+after(async () => {
+  await s.app.close();
+});
+
+const ok = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 };
+
+const post = (payload: unknown, headers: Record<string, string> = {}) =>
+  s.app.inject({
+    method: "POST",
+    url: "/v1/chat/completions",
+    headers: { "content-type": "application/json", ...headers },
+    payload: typeof payload === "string" ? payload : JSON.stringify(payload),
+  });
+
+/** [description, body, expected status, expected param, expected code (optional)] */
+const cases: Array<[string, unknown, number, string | null, string?]> = [
+  ["malformed JSON", "{\"model\": \"tiny\", ", 400, null, "invalid_json"],
+  ["body is not an object", "[1,2]", 400, null],
+  ["missing model", { messages: ok.messages }, 400, "model"],
+  ["unknown model", { ...ok, model: "no-such-model" }, 404, "model", "model_not_found"],
+  ["missing messages", { model: "tiny" }, 400, "messages"],
+  ["empty messages", { ...ok, messages: [] }, 400, "messages"],
+  ["messages is a string", { ...ok, messages: "hello" }, 400, "messages"],
+  ["unknown role", { ...ok, messages: [{ role: "wizard", content: "x" }] }, 400, "messages[0].role"],
+  ["content of the wrong type", { ...ok, messages: [{ role: "user", content: 42 }] }, 400, "messages[0].content"],
+  [
+    "image content part",
+    { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png" } }] }] },
+    400,
+    "messages[0].content[0].type",
+  ],
+  ["temperature above 2", { ...ok, temperature: 2.5 }, 400, "temperature"],
+  ["temperature as a string", { ...ok, temperature: "hot" }, 400, "temperature"],
+  ["top_p of 0", { ...ok, top_p: 0 }, 400, "top_p"],
+  ["n of 0", { ...ok, n: 0 }, 400, "n"],
+  ["fractional n", { ...ok, n: 1.5 }, 400, "n"],
+  ["max_tokens of 0", { ...ok, max_tokens: 0 }, 400, "max_tokens"],
+  ["frequency_penalty out of range", { ...ok, frequency_penalty: -3 }, 400, "frequency_penalty"],
+  ["presence_penalty out of range", { ...ok, presence_penalty: 2.5 }, 400, "presence_penalty"],
+  ["repetition_penalty of 0", { ...ok, repetition_penalty: 0 }, 400, "repetition_penalty"],
+  ["logit_bias key not a token id", { ...ok, logit_bias: { hello: 1 } }, 400, "logit_bias.hello"],
+  ["logit_bias value out of range", { ...ok, logit_bias: { "5": 150 } }, 400, "logit_bias.5"],
+  ["logit_bias token outside the vocabulary (raised by the engine)", { ...ok, logit_bias: { "999999": 5 } }, 400, "logit_bias"],
+  ["too many stop strings", { ...ok, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, 400, "stop"],
+  ["stream_options without stream", { ...ok, stream_options: { include_usage: true } }, 400, "stream_options"],
+  ["tools that are not a list", { ...ok, tools: { type: "function" } }, 400, "tools"],
+  ["response_format json_schema without its schema object", { ...ok, response_format: { type: "json_schema" } }, 400, "response_format.json_schema"],
+  ["response_format of an unknown type", { ...ok, response_format: { type: "yaml" } }, 400, "response_format.type"],
+  ["tool_choice without tools", { ...ok, tool_choice: "auto" }, 400, "tool_choice"],
+  ["top_logprobs above 20", { ...ok, logprobs: true, top_logprobs: 21 }, 400, "top_logprobs"],
+  ["top_logprobs without logprobs", { ...ok, top_logprobs: 2 }, 400, "top_logprobs"],
+  ["store: true", { ...ok, store: true }, 400, "store"],
+  ["functions (deprecated)", { ...ok, functions: [{ name: "f" }] }, 400, "functions"],
+  ["chat_template_kwargs other than enable_thinking", { ...ok, chat_template_kwargs: { foo: 1 } }, 400, "chat_template_kwargs.foo"],
+  ["duplicate tool names", { ...ok, tools: [1, 2].map(() => ({ type: "function", function: { name: "f" } })) }, 400, "tools[1].function.name"],
+  // Context checks are the core's: the scripted engine counts one token per character.
+  ["prompt longer than the context", { ...ok, messages: [{ role: "user", content: "w".repeat(400) }] }, 400, "messages", "context_length_exceeded"],
+  ["max_tokens that cannot fit", { ...ok, max_tokens: 250 }, 400, "max_tokens", "context_length_exceeded"],
+  ["max_completion_tokens that cannot fit", { ...ok, max_tokens: undefined, max_completion_tokens: 5000 }, 400, "max_completion_tokens", "context_length_exceeded"],
+];
+
+for (const [name, body, status, param, code] of cases) {
+  test(`${name} → ${status} naming ${param ?? "no param"}`, async () => {
+    const r = await post(body);
+    assert.equal(r.statusCode, status, r.body);
+    const e = r.json().error;
+    assert.equal(typeof e?.message, "string", r.body);
+    assert.ok(e.message.length > 10, r.body);
+    assert.ok(!e.message.includes("{field}"), `the message names the wire field: ${e.message}`);
+    assert.equal(typeof e.type, "string");
+    assert.equal(e.param, param, r.body);
+    if (code) assert.equal(e.code, code);
+    assert.ok("code" in e);
+  });
+}
+
+test("a canonical field in an engine error is worded with the field the client sent", async () => {
+  const r = await post({ ...ok, max_tokens: undefined, max_completion_tokens: 5000 });
+  assert.match(r.json().error.message, /^max_completion_tokens is 5000/);
+});
+
+test("a body over the size limit → 413 in the error envelope", async () => {
+  const r = await post({ ...ok, messages: [{ role: "user", content: "x".repeat(100_000) }] });
+  assert.equal(r.statusCode, 413);
+  assert.equal(r.json().error.code, "request_too_large");
+});
+
+test("unknown routes → 404 in the error envelope, under /v1 and at the root", async () => {
+  for (const url of ["/v1/nothing-here", "/nothing-here"]) {
+    const r = await s.app.inject({ method: "POST", url, payload: {} });
+    assert.equal(r.statusCode, 404, url);
+    assert.equal(r.json().error.code, "not_found", url);
+  }
+});
+
+test("unknown extra fields are ignored (clients send vendor extras)", async () => {
+  const r = await post({ ...ok, some_vendor_extra: { a: 1 } });
+  assert.equal(r.statusCode, 200, r.body);
+});
+
+test("JSON sent without a JSON content type is still understood", async () => {
+  for (const type of ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8"]) {
+    const r = await post(JSON.stringify(ok), { "content-type": type });
+    assert.equal(r.statusCode, 200, r.body);
+  }
+});
+
+test("a full queue → 429 with Retry-After; nothing was started for the refused request", async () => {
+  const busy = await scriptedApp({ id: "tiny", slots: 1, maxQueue: 0, delayMs: 50 });
+  try {
+    const first = busy.app.inject({ method: "POST", url: "/v1/chat/completions", payload: ok });
+    await new Promise((r) => setTimeout(r, 10));
+    const second = await busy.app.inject({ method: "POST", url: "/v1/chat/completions", payload: ok });
+    assert.equal(second.statusCode, 429, second.body);
+    assert.equal(second.headers["retry-after"], "1");
+    assert.equal(second.json().error.type, "rate_limit_error");
+    assert.equal((await first).statusCode, 200);
+  } finally {
+    await busy.app.close();
+  }
+});
+
+test("tokenizer and completions routes name their own fields", async () => {
+  const tok = await s.app.inject({ method: "POST", url: "/detokenize", payload: { model: "tiny", tokens: [1, 5000] } });
+  assert.equal(tok.statusCode, 400, tok.body);
+  assert.equal(tok.json().error.param, "tokens[1]");
+  const batch = await s.app.inject({
+    method: "POST",
+    url: "/v1/completions",
+    payload: { model: "tiny", prompt: ["short", "x".repeat(300)], max_tokens: 1 },
+  });
+  assert.equal(batch.statusCode, 400, batch.body);
+  assert.equal(batch.json().error.param, "prompt[1]", "the batch entry that does not fit");
+  assert.equal(batch.json().error.code, "context_length_exceeded");
+});

@@ -1,0 +1,176 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import type { EngineChunk } from "../../src/core/engine.ts";
+import type { GenerationHooks, RequestContext } from "../../src/core/context.ts";
+import type { GenerationEvent, GenerationRequest } from "../../src/core/types.ts";
+import { scriptedApp, sseData } from "../helpers/scripted-app.ts";
+
+// The generation service and the OpenAI renderers over the SCRIPTED engine (no model): event order,
+// part brackets, hooks, usage, failures. Real inference is covered by test/integration/.
+
+const ctx: RequestContext = { requestId: "req_test", dialect: "test" };
+
+function request(over: Partial<GenerationRequest> = {}): GenerationRequest {
+  return {
+    model: "scripted",
+    prompt: { kind: "chat", messages: [{ role: "user", content: "hi" }] },
+    sampling: { temperature: 0, topP: 1, topK: 0, minP: 0, seed: 7, frequencyPenalty: 0, presencePenalty: 0, repetitionPenalty: 1, logitBias: new Map() },
+    stop: [],
+    n: 1,
+    ...over,
+  };
+}
+
+async function drain(events: AsyncIterable<GenerationEvent>): Promise<GenerationEvent[]> {
+  const out: GenerationEvent[] = [];
+  for await (const ev of events) out.push(ev);
+  return out;
+}
+
+const answerWithEverything: EngineChunk[] = [
+  { kind: "cached", tokens: 3 },
+  { kind: "text", channel: "reasoning", text: "let me see", tokens: 2 },
+  { kind: "usage", reasoningTokens: 2 },
+  { kind: "text", text: "Calling.", tokens: 1 },
+  { kind: "tool-call", index: 0, name: "a" },
+  { kind: "tool-call-arguments", index: 0, text: "{}", tokens: 1 },
+  { kind: "tool-call", index: 1, name: "b" },
+  { kind: "tool-call-arguments", index: 1, text: "{\"x\":1}", tokens: 3 },
+  { kind: "end", reason: "tool_calls" },
+];
+
+test("each part is bracketed by part-start and part-end, in order, before the finish", async () => {
+  const { service, app } = await scriptedApp({ script: () => answerWithEverything });
+  const started = await service.start(ctx, request(), new AbortController().signal);
+  const events = await drain(started.events);
+  const shape = events.map((e) =>
+    e.type === "part-start" || e.type === "part-end" ? `${e.type}:${e.part}${"index" in e && e.index !== undefined ? e.index : ""}` : e.type,
+  );
+  assert.deepEqual(shape, [
+    "part-start:reasoning", "reasoning", "part-end:reasoning",
+    "part-start:text", "text", "part-end:text",
+    "tool-call", "tool-call-arguments", "part-end:tool-call0",
+    "tool-call", "tool-call-arguments", "part-end:tool-call1",
+    "finish", "usage",
+  ]);
+  const usage = events.at(-1) as Extract<GenerationEvent, { type: "usage" }>;
+  assert.deepEqual(usage.usage, { promptTokens: started.promptTokens[0], completionTokens: 7, totalTokens: started.promptTokens[0] + 7, cachedTokens: 3, reasoningTokens: 2 });
+  await app.close();
+});
+
+test("an engine's own usage report replaces what the core summed (a remote stream reports at its end)", async () => {
+  const { service, app } = await scriptedApp({
+    script: () => [
+      { kind: "text", text: "abc", tokens: 0 },
+      { kind: "usage", completionTokens: 11, reasoningTokens: 4 },
+      { kind: "end", reason: "length" },
+    ],
+  });
+  const events = await drain((await service.start(ctx, request(), new AbortController().signal)).events);
+  const usage = events.find((e) => e.type === "usage") as Extract<GenerationEvent, { type: "usage" }>;
+  assert.equal(usage.usage.completionTokens, 11);
+  assert.equal(usage.usage.reasoningTokens, 4);
+  await app.close();
+});
+
+test("hooks see admission, the first token once, every event and the usage at the end", async () => {
+  const { service, app } = await scriptedApp({ script: () => answerWithEverything });
+  const seen: string[] = [];
+  let events = 0;
+  const hooks: GenerationHooks = {
+    admitted: (c, info) => seen.push(`admitted ${c.requestId} ${info.model} ${info.choices} ${info.promptTokens.length}`),
+    firstToken: () => seen.push("first"),
+    event: () => events++,
+    finished: (_c, outcome) => seen.push(outcome.usage ? `finished ${outcome.usage.completionTokens}` : "failed"),
+  };
+  service.addHooks(hooks);
+  service.addHooks({ event: () => { throw new Error("a broken hook is reported, not fatal"); } });
+  const delivered = await drain((await service.start(ctx, request({ n: 2 }), new AbortController().signal)).events);
+  assert.deepEqual(seen, ["admitted req_test scripted 2 1", "first", "finished 14"]);
+  assert.equal(events, delivered.length);
+  await app.close();
+});
+
+test("one failed choice stops its siblings and fails the request; the hook hears of it", async () => {
+  const { service, app } = await scriptedApp({
+    delayMs: 5,
+    script: (_req, run) =>
+      run.sampling.seed === 8
+        ? [{ kind: "text", text: "x", tokens: 1 }, new Error("engine broke")]
+        : Array.from({ length: 50 }, () => ({ kind: "text", text: "y", tokens: 1 }) as EngineChunk),
+  });
+  let outcome: unknown;
+  let siblingDeltas = 0;
+  service.addHooks({
+    finished: (_c, o) => (outcome = o.error),
+    event: (_c, ev) => void (ev.type === "text" && ev.text === "y" && siblingDeltas++),
+  });
+  const started = await service.start(ctx, request({ n: 2 }), new AbortController().signal);
+  const t0 = Date.now();
+  await assert.rejects(drain(started.events), /engine broke/);
+  assert.ok(Date.now() - t0 < 200, "the sibling did not run its 50 chunks to the end");
+  assert.match(String(outcome), /engine broke/);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.ok(siblingDeltas < 10, `the sibling stopped at its next chunk (it sent ${siblingDeltas} of 50)`);
+  await app.close();
+});
+
+test("chat JSON: tool calls with null content, reasoning in both fields, usage details", async () => {
+  const { app } = await scriptedApp({ script: () => answerWithEverything });
+  const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { model: "scripted", messages: [{ role: "user", content: "hi" }] } });
+  assert.equal(r.statusCode, 200, r.body);
+  const body = r.json();
+  const msg = body.choices[0].message;
+  assert.equal(msg.content, "Calling.");
+  assert.equal(msg.reasoning_content, "let me see");
+  assert.equal(msg.reasoning, "let me see");
+  assert.deepEqual(msg.tool_calls.map((c: any) => [c.type, c.function.name, c.function.arguments]), [["function", "a", "{}"], ["function", "b", "{\"x\":1}"]]);
+  assert.match(msg.tool_calls[0].id, /^call_/);
+  assert.equal(body.choices[0].finish_reason, "tool_calls");
+  assert.equal(body.usage.prompt_tokens_details.cached_tokens, 3);
+  assert.equal(body.usage.completion_tokens_details.reasoning_tokens, 2);
+  await app.close();
+});
+
+test("chat SSE: role first, deltas, finish, usage on request, [DONE]; streamed equals collected", async () => {
+  const { app } = await scriptedApp({ script: () => answerWithEverything });
+  const payload = { model: "scripted", messages: [{ role: "user", content: "hi" }], stream: true, stream_options: { include_usage: true } };
+  const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload });
+  assert.equal(r.statusCode, 200);
+  assert.match(String(r.headers["content-type"]), /text\/event-stream/);
+  const chunks = sseData(r.body);
+  assert.equal(chunks.at(-1), "[DONE]");
+  const data = chunks.slice(0, -1) as any[];
+  assert.equal(data[0].choices[0].delta.role, "assistant");
+  const content = data.map((c) => c.choices[0]?.delta?.content ?? "").join("");
+  assert.equal(content, "Calling.");
+  const args = data.flatMap((c) => c.choices[0]?.delta?.tool_calls ?? []).filter((t: any) => t.index === 1).map((t: any) => t.function.arguments).join("");
+  assert.equal(args, "{\"x\":1}");
+  assert.equal(data.at(-2).choices[0].finish_reason, "tool_calls");
+  assert.deepEqual(data.at(-1).choices, []);
+  assert.equal(data.at(-1).usage.completion_tokens, 7);
+  await app.close();
+});
+
+test("an engine failure after the stream began is a final event in the error envelope, then the stream ends", async () => {
+  const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "par", tokens: 1 }, new Error("engine broke")] });
+  const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { model: "scripted", messages: [{ role: "user", content: "hi" }], stream: true } });
+  const chunks = sseData(r.body) as any[];
+  assert.equal(chunks.at(-1).error.type, "server_error");
+  assert.equal(chunks.at(-1).error.code, "internal_error");
+  await app.close();
+});
+
+test("completions: a batch renders prompt_index * n + j, echo leads the text", async () => {
+  const { app } = await scriptedApp({
+    script: (req, run) => [
+      ...(req.echo ? [{ kind: "prompt", text: (req.prompt as { text: string }).text } as EngineChunk] : []),
+      { kind: "text", text: `-${run.sampling.seed % 2}`, tokens: 1 },
+      { kind: "end", reason: "length" },
+    ],
+  });
+  const r = await app.inject({ method: "POST", url: "/v1/completions", payload: { model: "scripted", prompt: ["a", "b"], n: 2, echo: true, seed: 0 } });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.deepEqual(r.json().choices.map((c: any) => c.text), ["a-0", "a-1", "b-0", "b-1"]);
+  await app.close();
+});
