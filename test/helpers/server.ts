@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
+import { BPE_SPEC, ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, SPM_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
 
 export interface TestServer extends RunningServer {
   client: OpenAI;
@@ -16,6 +16,11 @@ export interface TestServerOptions {
   think?: boolean;
   /** Also serve the gpt-oss-layout fixture (HARMONY_SPEC) as "oss". */
   harmony?: boolean;
+  /**
+   * Also serve the fixtures with real-style tokenizers: SPM_SPEC (Llama 2 style SentencePiece) as
+   * "spm" and BPE_SPEC (GPT-2 style byte-level BPE) as "bpe".
+   */
+  tokenizers?: boolean;
 }
 
 /**
@@ -28,6 +33,7 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   if (opts.bert) models.push(`bert=${await ensureBertFixtureModel()}`);
   if (opts.think) models.push(`think=${await ensureFixtureModel(THINKING_SPEC)}`);
   if (opts.harmony) models.push(`oss=${await ensureFixtureModel(HARMONY_SPEC)}`);
+  if (opts.tokenizers) models.push(`spm=${await ensureFixtureModel(SPM_SPEC)}`, `bpe=${await ensureFixtureModel(BPE_SPEC)}`);
   const config = loadConfig({ model: models, port: "0", threads: "1", ...settings }, {});
   const server = await serve(config, { log: () => {} });
   await server.loaded;

@@ -1,6 +1,6 @@
 import type { LlamaContextSequence, LlamaGrammarEvaluationState, SequenceEvaluateOptions, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../core/types.ts";
-import type { TokenPieces } from "./token-pieces.ts";
+import type { Piece, SpellState, TokenPieces } from "./token-pieces.ts";
 
 // node-llama-cpp returns next-token probabilities only as a sorted, vocabulary-sized array that it
 // turns into a Map (≈ 8 ms a token at a 32k vocabulary). This module reads the few numbers
@@ -33,6 +33,7 @@ interface NativeSampler {
 }
 
 interface SequenceInternals {
+  readonly contextTokens: Token[];
   _decodeTokens: (...args: unknown[]) => Promise<unknown>;
   _resolveSamplerConfig(options: object): Record<string, unknown>;
   context: { _ctx: { sampleToken(index: number, sampler: NativeSampler, probabilities: boolean, confidence: boolean): Promise<SampleResult> } };
@@ -40,6 +41,19 @@ interface SequenceInternals {
 }
 
 type LogitsMapper = (batchLogitIndex: number, tokenIndex: number) => unknown;
+
+/**
+ * The tokens before the row a `tapLogits` callback is handling (the sequence's tokens, then the
+ * batch's up to and including the row's own), so that a LogprobReader spells the chosen token and
+ * its alternatives where they land in the text. Set right before the callback runs; `read` takes it
+ * synchronously on entry.
+ */
+interface RowContext {
+  before: readonly Token[];
+  batch: readonly Token[];
+  end: number;
+}
+const rowContexts = new WeakMap<object, RowContext>();
 
 /** OpenAI reports impossible tokens with a large finite negative number, not -Infinity (not JSON). */
 export const LOGPROB_FLOOR = -9999;
@@ -78,13 +92,16 @@ export function tapLogits<T>(
   const own = Object.hasOwn(s, "_decodeTokens");
   const original = s._decodeTokens;
   s._decodeTokens = function (this: unknown, ...args: unknown[]) {
+    const batch = (Array.isArray(args[0]) ? args[0] : []) as Token[];
+    const before = s.contextTokens;
     const mapper = args[5] as LogitsMapper;
     args[5] = async (batchLogitIndex: number, tokenIndex: number) => {
       // Taken before the row's own sampler runs, which advances the grammar by the token it picks.
-      const before = beforeSampling?.();
+      const grammar = beforeSampling?.();
       const value = await mapper(batchLogitIndex, tokenIndex);
       const sampled = Array.isArray(value) ? value[0] : typeof value === "number" ? value : undefined;
-      await onLogits(batchLogitIndex, tokenIndex, typeof sampled === "number" && sampled >= 0 ? sampled : undefined, before);
+      rowContexts.set(s, { before, batch, end: tokenIndex + 1 });
+      await onLogits(batchLogitIndex, tokenIndex, typeof sampled === "number" && sampled >= 0 ? sampled : undefined, grammar);
       return value;
     };
     return original.apply(this, args);
@@ -132,20 +149,25 @@ export class LogprobReader {
   }
 
   async read(batchLogitIndex: number, chosen: number, grammar?: LlamaGrammarEvaluationState): Promise<TokenLogprob> {
+    const at = this.spellingState();
+    const piece = (token: number) => {
+      const p: Piece = at ? this.pieces.after(at, token) : this.pieces.get(token);
+      return { token: p.text, bytes: p.bytes };
+    };
     // The normaliser needs a pass over the whole vocabulary; the relative values do not. The two run
     // side by side (node-llama-cpp itself samples several rows of one batch concurrently).
     const [best, relative] = await Promise.all([
       this.sample(batchLogitIndex, this.norm, { temperature: 0 }, false, grammar).then(([, , confidence]) => confidence),
       this.relative(batchLogitIndex, chosen, grammar),
     ]);
-    if (best === undefined || relative === undefined) return { ...this.piece(chosen), logprob: LOGPROB_FLOOR, top: [] };
+    if (best === undefined || relative === undefined) return { ...piece(chosen), logprob: LOGPROB_FLOOR, top: [] };
     // Relative values are log(p / p(best)); p(best) over the vocabulary makes them absolute.
     const offset = Math.log(best);
     const clamp = (v: number) => Math.max(LOGPROB_FLOOR, v + offset);
     return {
-      ...this.piece(chosen),
+      ...piece(chosen),
       logprob: relative.chosen === undefined ? LOGPROB_FLOOR : clamp(relative.chosen),
-      top: relative.ranked.slice(0, this.count).map(([t, v]) => ({ ...this.piece(t), logprob: clamp(v) })),
+      top: relative.ranked.slice(0, this.count).map(([t, v]) => ({ ...piece(t), logprob: clamp(v) })),
     };
   }
 
@@ -199,9 +221,12 @@ export class LogprobReader {
     return await this.s.context._ctx.sampleToken(batchLogitIndex, sampler, probabilities, !probabilities);
   }
 
-  private piece(token: number) {
-    const p = this.pieces.get(token);
-    return { token: p.text, bytes: p.bytes };
+  /** Where the row being read continues the text (see RowContext); undefined outside a tap. */
+  private spellingState(): SpellState | undefined {
+    const row = rowContexts.get(this.s);
+    if (!row) return undefined;
+    const { before, batch, end } = row;
+    return this.pieces.stateAfter(before.length + end, (i) => (i < before.length ? before[i] : batch[i - before.length]));
   }
 }
 

@@ -1,0 +1,198 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import { byteTokenId } from "../fixtures/models.ts";
+import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+// Token texts on the three fixture tokenizers: the default one (SentencePiece pieces, no space
+// prefix), "spm" (Llama 2 style: "▁word" pieces and a space prefix llama.cpp drops from a text's
+// first piece) and "bpe" (GPT-2 style byte-level BPE, "Ġword"). Whatever the tokenizer, the reported
+// tokens spell the text exactly: their texts concatenate to it (a character split over tokens
+// belongs to the token that completes it; the ones before it are ""), their bytes decode to it, and
+// text_offset indexes it.
+
+const MODELS = ["tiny", "spm", "bpe"] as const;
+
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({}, { tokenizers: true });
+});
+after(async () => {
+  await s?.close();
+});
+
+/**
+ * Bans the end tokens and lifts some raw bytes (é's, —'s and 🎉's) to about the level of ordinary
+ * tokens, so answers run to max_tokens and mix words with characters split over byte tokens (and
+ * byte sequences that are no character at all). Byte pieces sit at the same ids in all three.
+ */
+const BIAS: Record<string, number> = { ...NO_EOG };
+// Unequal lifts: the byte tokens' logits are otherwise identical, and ties make "greedy picks the
+// top token" ambiguous.
+[0xc3, 0xa9, 0xe2, 0x80, 0x94, 0xf0, 0x9f].forEach((b, i) => (BIAS[byteTokenId(b)] = 32 - 0.25 * i));
+
+const messages = [{ role: "user" as const, content: "Tell me about Flor and the café" }];
+const chat = (model: string, extra: Record<string, unknown> = {}) => ({ model, messages, max_tokens: 24, logit_bias: BIAS, ...extra });
+
+interface Entry {
+  token: string;
+  bytes: number[] | null;
+  logprob: number;
+  top_logprobs: Array<{ token: string; bytes: number[] | null; logprob: number }>;
+}
+
+/** What a streaming UTF-8 decoder makes of the bytes: invalid ones are U+FFFD, an unfinished last character is not text yet. */
+const decodeStreaming = (bytes: number[]) => new TextDecoder("utf-8").decode(Uint8Array.from(bytes), { stream: true });
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Texts concatenate to the content, and bytes decode to it; a greedy token is its own top alternative. */
+function assertSpells(entries: Entry[], content: string, what: string, greedy = false) {
+  assert.equal(entries.map((e) => e.token).join(""), content, `${what}: token texts spell the content`);
+  const bytes = entries.flatMap((e) => e.bytes ?? []);
+  assert.equal(decodeStreaming(bytes), content, `${what}: token bytes decode to the content`);
+  if (!content.includes("\uFFFD")) assert.deepEqual(Buffer.from(content), Buffer.from(bytes), `${what}: bytes are the content's UTF-8`);
+  for (const e of entries) {
+    // A token's bytes always cover its text (only the character it completes may start earlier).
+    const own = Buffer.from(e.bytes ?? []).toString("utf8");
+    if (!e.token.includes("\uFFFD") && !own.includes("\uFFFD")) assert.equal(e.token, own, `${what}: ${JSON.stringify(e)}`);
+    if (greedy && e.top_logprobs.length > 0) {
+      // Greedy picks the top token (or one tied with it: the lifted byte tokens can tie), and the
+      // alternative is spelled the same as the chosen token.
+      const same = e.top_logprobs.find((t) => t.token === e.token && JSON.stringify(t.bytes) === JSON.stringify(e.bytes));
+      assert.ok(same !== undefined, `${what}: the greedy token is among its alternatives: ${JSON.stringify(e)}`);
+      assert.ok(Math.abs(same.logprob - e.top_logprobs[0].logprob) < 1e-4, `${what}: greedy picks the top token: ${JSON.stringify(e)}`);
+    }
+  }
+}
+
+/** Legacy logprobs: tokens concatenate to the text and each offset points at its token in it. */
+function assertLegacy(lp: { tokens: string[]; text_offset: number[] }, text: string, what: string, from = 0) {
+  assert.equal(lp.tokens.join(""), text.slice(from), `${what}: tokens spell the text`);
+  let at = from;
+  lp.tokens.forEach((t, i) => {
+    assert.equal(lp.text_offset[i], at, `${what}: text_offset[${i}]`);
+    assert.equal(text.slice(at, at + t.length), t);
+    at += t.length;
+  });
+}
+
+async function streamChat(body: Record<string, unknown>) {
+  const stream = await s.client.chat.completions.create({ ...(body as any), stream: true });
+  const chunks: string[] = [];
+  const entries: Entry[] = [];
+  for await (const c of stream as unknown as AsyncIterable<any>) {
+    const choice = c.choices[0];
+    if (!choice) continue;
+    if (choice.delta?.content) chunks.push(choice.delta.content);
+    entries.push(...(choice.logprobs?.content ?? []));
+  }
+  return { chunks, content: chunks.join(""), entries };
+}
+
+for (const model of MODELS) {
+  test(`${model}: chat logprob tokens spell the content, streamed and not, at temperature 0 and 1`, async () => {
+    const greedy = await s.client.chat.completions.create({ ...chat(model), temperature: 0, logprobs: true, top_logprobs: 3 });
+    const content = greedy.choices[0].message.content!;
+    const entries = greedy.choices[0].logprobs!.content! as Entry[];
+    assert.equal(entries.length, 24);
+    assertSpells(entries, content, `${model} greedy`, true);
+
+    const streamed = await streamChat({ ...chat(model), temperature: 0, logprobs: true, top_logprobs: 3 });
+    assert.equal(streamed.content, content, "streamed text equals the non-streamed text");
+    assert.deepEqual(streamed.entries.map((e) => [e.token, e.bytes]), entries.map((e) => [e.token, e.bytes]));
+    for (const c of streamed.chunks) assert.ok(!LONE_SURROGATE.test(c), `a chunk splits a character: ${JSON.stringify(c)}`);
+
+    let split = 0;
+    let words = 0;
+    for (const seed of [1, 2, 3]) {
+      const r = await s.client.chat.completions.create({ ...chat(model), temperature: 1, seed, logprobs: true, top_logprobs: 2 });
+      const e = r.choices[0].logprobs!.content! as Entry[];
+      assertSpells(e, r.choices[0].message.content!, `${model} seed ${seed}`);
+      split += e.filter((x) => x.token === "" && (x.bytes ?? []).length > 0).length;
+      words += e.filter((x) => /^ \S/.test(x.token) && x.bytes?.[0] === 0x20).length;
+      const again = await streamChat({ ...chat(model), temperature: 1, seed, logprobs: true });
+      assert.equal(again.content, r.choices[0].message.content);
+      for (const c of again.chunks) assert.ok(!LONE_SURROGATE.test(c), `a chunk splits a character: ${JSON.stringify(c)}`);
+    }
+    assert.ok(split > 0, "some token ended inside a character");
+    assert.ok(words > 0, 'some word piece ("▁word", "Ġword") kept its space');
+  });
+
+  test(`${model}: completions' legacy tokens spell the text and text_offset indexes it, streamed and not`, async () => {
+    const body = { model, prompt: "Flor went to the café", max_tokens: 20, logit_bias: BIAS, temperature: 0, logprobs: 2 };
+    const r = await postJson(`${s.url}/v1/completions`, body);
+    assert.equal(r.status, 200, r.text);
+    const text: string = r.json.choices[0].text;
+    assertLegacy(r.json.choices[0].logprobs, text, model);
+    assert.equal(r.json.choices[0].logprobs.tokens.length, 20);
+
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...body, stream: true }),
+    });
+    const tokens: string[] = [];
+    const offsets: number[] = [];
+    let streamedText = "";
+    for (const line of (await res.text()).split("\n")) {
+      if (!line.startsWith("data: {")) continue;
+      const c = JSON.parse(line.slice(6)).choices[0];
+      if (!c) continue;
+      assert.ok(!LONE_SURROGATE.test(c.text), `a chunk splits a character: ${JSON.stringify(c.text)}`);
+      streamedText += c.text;
+      tokens.push(...(c.logprobs?.tokens ?? []));
+      offsets.push(...(c.logprobs?.text_offset ?? []));
+    }
+    assert.equal(streamedText, text);
+    assertLegacy({ tokens, text_offset: offsets }, streamedText, `${model} streamed`);
+  });
+
+  test(`${model}: echo with logprobs spells the prompt exactly, split characters included`, async () => {
+    const prompt = "Hello Flor, the café — 🎉 naïve";
+    const r = await postJson(`${s.url}/v1/completions`, { model, prompt, echo: true, logprobs: 1, max_tokens: 6, logit_bias: BIAS, temperature: 0 });
+    assert.equal(r.status, 200, r.text);
+    const { text, logprobs } = r.json.choices[0];
+    assert.ok(text.startsWith(prompt), JSON.stringify(text));
+    assertLegacy(logprobs, text, `${model} echo`);
+    assert.equal(logprobs.token_logprobs[0], null);
+    // The prompt's tokens end exactly where the prompt does; the 4-byte emoji is split over byte tokens.
+    let k = 0;
+    for (let at = 0; at < prompt.length; k++) at += logprobs.tokens[k].length;
+    assert.equal(logprobs.tokens.slice(0, k).join(""), prompt);
+    const emoji = logprobs.tokens.indexOf("🎉");
+    assert.ok(emoji >= 3 && logprobs.tokens.slice(emoji - 3, emoji).every((t: string) => t === ""), JSON.stringify(logprobs.tokens));
+    // The word pieces keep their spaces ("▁Flor", "ĠFlor"); the default vocabulary has no such piece.
+    if (model !== "tiny") assert.ok(logprobs.tokens.includes(" Flor"), JSON.stringify(logprobs.tokens));
+  });
+
+  test(`${model}: a stop string cuts the content, and the tokens still spell it up to there`, async () => {
+    const free = await s.client.chat.completions.create({ ...chat(model), temperature: 0 });
+    const chars = Array.from(free.choices[0].message.content!);
+    const stop = chars.slice(10, 13).join("");
+    const expected = free.choices[0].message.content!.slice(0, free.choices[0].message.content!.indexOf(stop));
+    const r = await s.client.chat.completions.create({ ...chat(model), temperature: 0, stop, logprobs: true });
+    assert.equal(r.choices[0].message.content, expected);
+    const entries = r.choices[0].logprobs!.content! as Entry[];
+    // The token in which the stop string begins is reported, nothing after it.
+    const spelled = entries.map((e) => e.token).join("");
+    assert.ok(spelled.startsWith(expected), `${JSON.stringify(spelled)} vs ${JSON.stringify(expected)}`);
+    assert.ok(entries.slice(0, -1).map((e) => e.token).join("").length <= expected.length);
+    const streamed = await streamChat({ ...chat(model), temperature: 0, stop, logprobs: true });
+    assert.equal(streamed.content, expected);
+    assert.deepEqual(streamed.entries.map((e) => e.token), entries.map((e) => e.token));
+  });
+}
+
+test("spm: a text's first piece loses the space prefix; a piece after the prompt keeps its space", async () => {
+  // The prompt "Flor" is "▁Flor" after <s>: echoed as "Flor", as the prompt reads.
+  const r = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt: "Flor", echo: true, logprobs: 0, max_tokens: 3, logit_bias: NO_EOG, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const lp = r.json.choices[0].logprobs;
+  assert.deepEqual(lp.tokens.slice(0, 2), ["", "Flor"]);
+  assertLegacy(lp, r.json.choices[0].text, "spm echo");
+  // In a chat answer, a word piece right after "assistant\n" keeps its space in text and bytes.
+  const c = await s.client.chat.completions.create({ ...chat("spm"), logit_bias: NO_EOG, temperature: 0, logprobs: true });
+  const first = c.choices[0].logprobs!.content![0];
+  assert.ok(c.choices[0].message.content!.startsWith(first.token));
+  if (first.token.startsWith(" ")) assert.equal(first.bytes![0], 0x20);
+});
