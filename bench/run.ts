@@ -12,6 +12,7 @@ import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../te
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
+import { responsesBench } from "./responses.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
@@ -168,6 +169,7 @@ async function main() {
 
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
+  await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
   await embeddingsBenchmark(modelPath, cores);
 }
 

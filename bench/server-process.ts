@@ -1,4 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
@@ -8,7 +11,9 @@ const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
  * work does not share its event loop.
  */
 export async function startServerProcess(args: string[]): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", MAIN, "serve", "--port", "0", ...args], {
+  // Each server stores what it stores (responses) in a directory of its own, removed at stop.
+  const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-bench-"));
+  const child = spawn(process.execPath, ["--import", "tsx", MAIN, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
     stdio: ["ignore", "inherit", "pipe"],
   });
   const url = await new Promise<string>((resolve, reject) => {
@@ -27,7 +32,10 @@ export async function startServerProcess(args: string[]): Promise<{ url: string;
   }
   const stop = () =>
     new Promise<void>((resolve) => {
-      child.once("exit", () => resolve());
+      child.once("exit", () => {
+        rmSync(dataDir, { recursive: true, force: true });
+        resolve();
+      });
       child.kill("SIGTERM");
     });
   return { url, child, stop };

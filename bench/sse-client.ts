@@ -37,3 +37,37 @@ export async function streamChat(url: string, body: Record<string, unknown>): Pr
   }
   return { first, last, usage: JSON.parse(usageEvent.slice("data: ".length)).usage };
 }
+
+/**
+ * POSTs a streaming Responses API request and times it the same way: the first and last
+ * `output_text` delta, and the usage of the closing event.
+ */
+export async function streamResponse(url: string, body: Record<string, unknown>): Promise<StreamTiming> {
+  const res = await fetch(`${url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const decoder = new TextDecoder();
+  let pending = "";
+  let closing = "";
+  let first = 0;
+  let last = 0;
+  for await (const bytes of res.body) {
+    pending += decoder.decode(bytes, { stream: true });
+    let at: number;
+    while ((at = pending.indexOf("\n\n")) !== -1) {
+      const event = pending.slice(0, at);
+      pending = pending.slice(at + 2);
+      if (event.startsWith("event: response.output_text.delta")) {
+        const now = performance.now();
+        if (!first) first = now;
+        last = now;
+      } else if (event.startsWith("event: response.completed") || event.startsWith("event: response.incomplete")) closing = event;
+    }
+  }
+  const data = JSON.parse(closing.slice(closing.indexOf("data: ") + "data: ".length));
+  const u = data.response.usage;
+  return { first, last, usage: { completion_tokens: u.output_tokens, prompt_tokens: u.input_tokens } };
+}

@@ -27,6 +27,8 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
   --cache-min-tokens <n> shortest prompt worth saving (default 64)
   --cache-dir <dir>      where downloaded models are kept
+  --data-dir <dir>       where stored responses and conversations live (default ~/.local/share/plinth)
+  --store-ttl <days>     days stored objects are kept (default 30; 0 keeps them)
   --chat-wrapper <name>  prompt format: auto (the model's template) or mistral, llama3.1, qwen, chatML, …
   --config <file>        YAML file with the same settings
 `;
@@ -50,6 +52,8 @@ async function main(argv: string[]): Promise<number> {
       "chat-wrapper": { type: "string" },
       "cache-min-tokens": { type: "string" },
       "cache-dir": { type: "string" },
+      "data-dir": { type: "string" },
+      "store-ttl": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },

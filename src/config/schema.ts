@@ -1,5 +1,12 @@
 import { availableParallelism } from "node:os";
+import os from "node:os";
+import path from "node:path";
 import { z } from "zod";
+
+/** The user's data directory: $XDG_DATA_HOME/plinth, else ~/.local/share/plinth. */
+export function defaultDataDir(): string {
+  return path.join(process.env.XDG_DATA_HOME || path.join(os.homedir(), ".local", "share"), "plinth");
+}
 
 /** Every server setting, with its default. The same keys work in plinth.yaml, PLINTH_* and flags. */
 /** node-llama-cpp's prompt formats by name; "auto" follows the model's own chat template. */
@@ -38,6 +45,10 @@ export const configSchema = z.object({
   /** Shortest prompt worth saving. */
   "cache-min-tokens": z.int().min(1).default(64),
   "cache-dir": z.string().optional(),
+  /** Where stored responses, conversations and the server's secret key live (SQLite). */
+  "data-dir": z.string().min(1).default(() => defaultDataDir()),
+  /** Days a stored object is kept (responses, conversations, stored chat completions); 0 keeps them. */
+  "store-ttl": z.number().min(0).default(30),
   /**
    * The prompt format: "auto" follows the model's own chat template; a node-llama-cpp wrapper name
    * (mistral, llama3.1, qwen, chatML, …) overrides it for models whose template is missing or wrong.
@@ -48,4 +59,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["port", "ctx-size", "parallel", "max-queue", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens"] as const;

@@ -85,6 +85,17 @@ export class GenerationService {
     return { promptTokens, events: run.channel };
   }
 
+  /**
+   * The prompt tokens a request would use, checked as `start` checks it but not run (the Responses
+   * API's input_tokens). Throws the same refusals `start` would.
+   */
+  async measure(ctx: RequestContext, req: GenerationRequest): Promise<number> {
+    const { engine } = this.registry.resolve(req.model);
+    const prep = await engine.prepare({ ...req, isolationKey: ctx.namespace });
+    checkContext(req, prep);
+    return prep.promptTokens;
+  }
+
   /** Embeddings share the registry and the request context, not the generation schedulers. */
   embed(_ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
     return embed(this.registry, req, signal);

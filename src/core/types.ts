@@ -30,9 +30,22 @@ export interface ToolDefinition {
   parameters: unknown;
   /** Arguments must follow the schema exactly; a schema that cannot be enforced is refused. */
   strict: boolean;
+  /**
+   * A tool whose input is free text rather than JSON arguments (the Responses API's custom tools),
+   * optionally held to a grammar. The model writes it as the single string argument `input`, so
+   * the call's arguments are `{"input": "…"}`; `parameters` is ignored.
+   */
+  input?: FreeTextInput;
 }
 
-export type ToolChoice = "none" | "auto" | "required" | { name: string };
+/** The grammar a free-text tool input follows: any text, a Lark grammar, or a regular expression. */
+export type FreeTextInput = { syntax: "text" } | { syntax: "lark" | "regex"; definition: string };
+
+/**
+ * Which tools the model may call: none, its choice, at least one, exactly the named one, or its
+ * choice (or, `required`, at least one) among a subset.
+ */
+export type ToolChoice = "none" | "auto" | "required" | { name: string } | { allowed: string[]; required: boolean };
 
 export type PromptInput =
   | { kind: "chat"; messages: Message[] }

@@ -10,7 +10,8 @@ import {
   type Token,
 } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
-import type { GenerationRequest } from "../../core/types.ts";
+import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
+import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { JSON_OBJECT_GBNF, jsonSchemaToGbnf, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import type { ToolPlan } from "./decode-loop.ts";
@@ -89,15 +90,17 @@ export class ConstraintPlanner {
     const out: Constraints = {};
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
-      const named = typeof req.toolChoice === "object" ? req.toolChoice.name : undefined;
-      const offered = req.tools!.filter((t) => named === undefined || t.name === named);
-      out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: t.description, params: t.parameters as never }]));
+      const choice = req.toolChoice;
+      const named = typeof choice === "object" && "name" in choice ? choice.name : undefined;
+      const allowed = typeof choice === "object" && "allowed" in choice ? new Set(choice.allowed) : undefined;
+      const offered = req.tools!.filter((t) => (named === undefined || t.name === named) && (!allowed || allowed.has(t.name)));
+      out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: describeTool(t), params: toolParams(t) as never }]));
       const args = offered.map((t) => ({ name: t.name, argsGbnf: this.argumentsGrammar(t, req.tools!.indexOf(t)) }));
       const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
       out.tools = {
         format: this.format,
         trigger: this.trigger,
-        forced: req.toolChoice === "required" || named !== undefined,
+        forced: choice === "required" || named !== undefined || (typeof choice === "object" && "required" in choice && choice.required),
         grammar: await this.compile(toolCallGrammar(args, this.format, parallel)),
         prefixTokens: this.tokenize(this.opening),
       };
@@ -115,7 +118,8 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private argumentsGrammar(tool: NonNullable<GenerationRequest["tools"]>[number], i: number): string {
+  private argumentsGrammar(tool: ToolDefinition, i: number): string {
+    if (tool.input) return freeTextArguments(tool.input, i);
     try {
       return jsonSchemaToGbnf(tool.parameters);
     } catch (err) {

@@ -1,0 +1,86 @@
+import { z } from "zod";
+import { ApiError } from "../../core/errors.ts";
+import { newId } from "../../core/ids.ts";
+import type { RouteResult } from "../../http/respond.ts";
+import { inputItem } from "./protocol.ts";
+import type { ResponsesDeps } from "./responses.ts";
+
+/** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
+
+const metadata = z
+  .record(z.string().max(64), z.string().max(512))
+  .refine((m) => Object.keys(m).length <= 16, "metadata holds at most 16 pairs");
+
+export const createConversationRequest = z.object({
+  items: z.array(inputItem).max(20, "a conversation is created with at most 20 items").nullish(),
+  metadata: metadata.nullish(),
+});
+
+export const updateConversationRequest = z.object({ metadata });
+
+export const addItemsRequest = z.object({ items: z.array(inputItem).min(1).max(20) });
+
+const notFound = (what: string, id: string) => new ApiError(404, `No ${what} with id '${id}' exists here.`, { code: "not_found" });
+
+type Item = Record<string, unknown>;
+
+/** Items as stored: with ids, and messages with their type spelled out. */
+function normalise(items: Item[]): Item[] {
+  return items.map((item) => {
+    const type = (item.type as string | undefined) ?? "message";
+    const id = typeof item.id === "string" && item.id ? item.id : newId(type === "message" ? "msg_" : `${type.split("_").map((w) => w[0]).join("")}_`);
+    const out: Item = { ...item, type, id };
+    if (type === "message" && typeof out.content === "string") out.content = [{ type: out.role === "assistant" ? "output_text" : "input_text", text: out.content }];
+    return out;
+  });
+}
+
+export function createConversation(body: z.infer<typeof createConversationRequest>, ns: string, deps: ResponsesDeps): RouteResult {
+  const id = newId("conv_");
+  return { kind: "json", body: deps.storage.createConversation(ns, id, body.metadata ?? {}, normalise((body.items ?? []) as Item[])) };
+}
+
+export function getConversation(id: string, ns: string, deps: ResponsesDeps): RouteResult {
+  const c = deps.storage.getConversation(ns, id);
+  if (!c) throw notFound("conversation", id);
+  return { kind: "json", body: c };
+}
+
+export function updateConversation(id: string, body: z.infer<typeof updateConversationRequest>, ns: string, deps: ResponsesDeps): RouteResult {
+  const c = deps.storage.updateConversation(ns, id, body.metadata);
+  if (!c) throw notFound("conversation", id);
+  return { kind: "json", body: c };
+}
+
+export function deleteConversation(id: string, ns: string, deps: ResponsesDeps): RouteResult {
+  if (!deps.storage.deleteConversation(ns, id)) throw notFound("conversation", id);
+  return { kind: "json", body: { id, object: "conversation.deleted", deleted: true } };
+}
+
+export function addItems(id: string, body: z.infer<typeof addItemsRequest>, ns: string, deps: ResponsesDeps): RouteResult {
+  const added = deps.storage.addConversationItems(ns, id, normalise(body.items as Item[]));
+  if (!added) throw notFound("conversation", id);
+  return {
+    kind: "json",
+    body: { object: "list", data: added, first_id: (added[0]?.id as string) ?? null, last_id: (added.at(-1)?.id as string) ?? null, has_more: false },
+  };
+}
+
+export function listItems(id: string, q: { after?: string; limit?: number; order?: "asc" | "desc" }, ns: string, deps: ResponsesDeps): RouteResult {
+  const page = deps.storage.listConversationItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
+  if (!page) throw notFound("conversation", id);
+  return { kind: "json", body: { object: "list", ...page } };
+}
+
+export function getItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): RouteResult {
+  if (!deps.storage.getConversation(ns, id)) throw notFound("conversation", id);
+  const item = deps.storage.getConversationItem(ns, id, itemId);
+  if (!item) throw notFound("item", itemId);
+  return { kind: "json", body: item };
+}
+
+export function deleteItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): RouteResult {
+  if (!deps.storage.getConversation(ns, id)) throw notFound("conversation", id);
+  if (!deps.storage.deleteConversationItem(ns, id, itemId)) throw notFound("item", itemId);
+  return { kind: "json", body: deps.storage.getConversation(ns, id)! };
+}

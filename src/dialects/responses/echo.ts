@@ -1,0 +1,33 @@
+import type { CreateResponseRequest } from "./protocol.ts";
+
+/**
+ * The request settings a response object repeats, with OpenAI's defaults filled in, so a client
+ * reading a stored response sees what it ran with.
+ */
+export function echoSettings(body: CreateResponseRequest, conversationId: string | undefined): Record<string, unknown> {
+  return {
+    instructions: body.instructions ?? null,
+    tools: (body.tools ?? []).map((t) =>
+      t.type === "function" ? { description: null, parameters: null, ...t, strict: (t as { strict?: boolean | null }).strict !== false } : t,
+    ),
+    tool_choice: body.tool_choice ?? "auto",
+    parallel_tool_calls: body.parallel_tool_calls ?? true,
+    max_tool_calls: body.max_tool_calls ?? null,
+    temperature: body.temperature ?? 1,
+    top_p: body.top_p ?? 1,
+    top_logprobs: body.top_logprobs ?? 0,
+    max_output_tokens: body.max_output_tokens ?? null,
+    previous_response_id: body.previous_response_id ?? null,
+    conversation: conversationId ? { id: conversationId } : null,
+    reasoning: { effort: body.reasoning?.effort ?? null, summary: body.reasoning?.summary ?? body.reasoning?.generate_summary ?? null },
+    text: { format: body.text?.format ?? { type: "text" }, verbosity: body.text?.verbosity ?? "medium" },
+    truncation: body.truncation ?? "disabled",
+    metadata: body.metadata ?? {},
+    store: body.store ?? true,
+    background: body.background ?? false,
+    service_tier: body.service_tier ? "default" : "auto",
+    user: body.user ?? null,
+    safety_identifier: body.safety_identifier ?? null,
+    prompt_cache_key: body.prompt_cache_key ?? null,
+  };
+}

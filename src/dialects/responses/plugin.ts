@@ -1,0 +1,95 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { GenerationService } from "../../core/generation-service.ts";
+import { installErrorEnvelope } from "../../http/error-envelope.ts";
+import { postRoute, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
+import { openAIErrorBody } from "../openai/errors.ts";
+import { isolationKey } from "../openai/sampling-fields.ts";
+import {
+  addItems,
+  addItemsRequest,
+  createConversation,
+  createConversationRequest,
+  deleteConversation,
+  deleteItem,
+  getConversation,
+  getItem,
+  listItems,
+  updateConversation,
+  updateConversationRequest,
+} from "./conversations.ts";
+import { createResponseRequest, inputTokensRequest, listQuery } from "./protocol.ts";
+import {
+  cancelResponse,
+  countInputTokens,
+  createResponse,
+  deleteResponse,
+  listInputItems,
+  type ResponsesDeps,
+  retrieveResponse,
+} from "./responses.ts";
+import { responsesFieldName } from "./to-canonical.ts";
+
+export interface ResponsesPluginOptions {
+  service: GenerationService;
+  deps: ResponsesDeps;
+}
+
+/**
+ * The namespace of a request that carries no body (retrieve, delete, cancel, lists): the end user
+ * named in the query (`?user=` or `?safety_identifier=`, a Plinth extension), as a body's fields
+ * name it on create. Stored objects are visible only in the namespace that created them.
+ */
+function queryNamespace(request: FastifyRequest): string {
+  const q = request.query as Record<string, string | undefined>;
+  return isolationKey(q.safety_identifier ?? q.user, null) ?? "";
+}
+
+/**
+ * OpenAI's Responses and Conversations APIs, mounted under /v1 beside the OpenAI plugin (which owns
+ * the prefix's not-found answer), in OpenAI's error envelope with this API's field names.
+ */
+export async function responsesPlugin(scope: FastifyInstance, { service, deps }: ResponsesPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, { render: openAIErrorBody, fieldNames: responsesFieldName }, { notFound: false });
+  const opts = { service, dialect: "responses" };
+  const send = (reply: FastifyReply, request: FastifyRequest, result: RouteResult) =>
+    sendResult(reply, routeEnv(request, reply, service, "responses").signal, result);
+  type Id = { Params: { id: string } };
+  type Item = { Params: { id: string; item_id: string } };
+
+  postRoute(scope, "/responses", (b) => createResponseRequest.parse(b), (body, env) => createResponse(body, env, deps), opts);
+  postRoute(scope, "/responses/input_tokens", (b) => inputTokensRequest.parse(b), (body, env) => countInputTokens(body, env, deps), opts);
+  scope.get<Id>("/responses/:id", async (request, reply) => {
+    const q = request.query as { stream?: string; starting_after?: string };
+    return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));
+  });
+  scope.delete<Id>("/responses/:id", async (request, reply) => send(reply, request, await deleteResponse(request.params.id, queryNamespace(request), deps)));
+  scope.post<Id>("/responses/:id/cancel", async (request, reply) =>
+    send(reply, request, await cancelResponse(request.params.id, queryNamespace(request), deps)),
+  );
+  scope.get<Id>("/responses/:id/input_items", async (request, reply) =>
+    send(reply, request, await listInputItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
+  );
+
+  scope.post("/conversations", async (request, reply) =>
+    send(reply, request, createConversation(createConversationRequest.parse(request.body ?? {}), queryNamespace(request), deps)),
+  );
+  scope.get<Id>("/conversations/:id", async (request, reply) => send(reply, request, getConversation(request.params.id, queryNamespace(request), deps)));
+  scope.post<Id>("/conversations/:id", async (request, reply) =>
+    send(reply, request, updateConversation(request.params.id, updateConversationRequest.parse(request.body), queryNamespace(request), deps)),
+  );
+  scope.delete<Id>("/conversations/:id", async (request, reply) =>
+    send(reply, request, deleteConversation(request.params.id, queryNamespace(request), deps)),
+  );
+  scope.get<Id>("/conversations/:id/items", async (request, reply) =>
+    send(reply, request, listItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
+  );
+  scope.post<Id>("/conversations/:id/items", async (request, reply) =>
+    send(reply, request, addItems(request.params.id, addItemsRequest.parse(request.body), queryNamespace(request), deps)),
+  );
+  scope.get<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
+    send(reply, request, getItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
+  );
+  scope.delete<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
+    send(reply, request, deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
+  );
+}

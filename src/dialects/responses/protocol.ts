@@ -1,0 +1,194 @@
+import { z } from "zod";
+import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
+
+/**
+ * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
+ * (clients send vendor extras); fields OpenAI defines that Plinth cannot honour are declared so they
+ * can be refused by name.
+ */
+
+/** Content parts of input messages; non-text parts are recognised so they can be refused by name. */
+const textLike = z.object({ type: z.enum(["input_text", "output_text"]), text: z.string() }).loose();
+const refusalPart = z.object({ type: z.literal("refusal"), refusal: z.string() }).loose();
+const otherPart = z.object({ type: z.string() }).loose();
+const messageContent = z.union([z.string(), z.array(z.union([textLike, refusalPart, otherPart]))]);
+
+const message = z
+  .object({
+    type: z.literal("message").optional(),
+    id: z.string().optional(),
+    role: z.enum(["user", "assistant", "system", "developer"]),
+    content: messageContent,
+    status: z.string().optional(),
+  })
+  .loose();
+
+const functionCall = z
+  .object({
+    type: z.literal("function_call"),
+    id: z.string().optional(),
+    call_id: z.string().min(1),
+    name: z.string().min(1),
+    arguments: z.string(),
+    status: z.string().optional(),
+  })
+  .loose();
+
+const functionCallOutput = z
+  .object({
+    type: z.literal("function_call_output"),
+    id: z.string().optional(),
+    call_id: z.string().min(1),
+    output: z.union([z.string(), z.array(z.union([textLike, otherPart]))]),
+    status: z.string().optional(),
+  })
+  .loose();
+
+const customToolCall = z
+  .object({
+    type: z.literal("custom_tool_call"),
+    id: z.string().optional(),
+    call_id: z.string().min(1),
+    name: z.string().min(1),
+    input: z.string(),
+  })
+  .loose();
+
+const customToolCallOutput = z
+  .object({
+    type: z.literal("custom_tool_call_output"),
+    id: z.string().optional(),
+    call_id: z.string().min(1),
+    output: z.union([z.string(), z.array(z.union([textLike, otherPart]))]),
+  })
+  .loose();
+
+const reasoning = z
+  .object({
+    type: z.literal("reasoning"),
+    id: z.string().optional(),
+    summary: z.array(z.object({ type: z.string(), text: z.string() }).loose()).optional(),
+    content: z.array(z.object({ type: z.string(), text: z.string() }).loose()).nullish(),
+    encrypted_content: z.string().nullish(),
+  })
+  .loose();
+
+const itemReference = z.object({ type: z.literal("item_reference"), id: z.string().min(1) }).loose();
+
+export const inputItem = z.union([
+  functionCall,
+  functionCallOutput,
+  customToolCall,
+  customToolCallOutput,
+  reasoning,
+  itemReference,
+  message,
+]);
+export type InputItem = z.infer<typeof inputItem>;
+
+const functionTool = z.object({
+  type: z.literal("function"),
+  name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+
+const customTool = z.object({
+  type: z.literal("custom"),
+  name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "tool names are 1 to 64 letters, digits, '_' or '-'"),
+  description: z.string().nullish(),
+  format: z
+    .discriminatedUnion("type", [
+      z.object({ type: z.literal("text") }),
+      z.object({ type: z.literal("grammar"), syntax: z.enum(["lark", "regex"]), definition: z.string().min(1) }),
+    ])
+    .nullish(),
+});
+
+/** Built-in tools are recognised so the refusal can name the type. */
+const otherTool = z.object({ type: z.string() }).loose();
+
+export const tool = z.union([functionTool, customTool, otherTool]);
+
+const toolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.object({ type: z.literal("function"), name: z.string().min(1) }),
+  z.object({ type: z.literal("custom"), name: z.string().min(1) }),
+  z.object({
+    type: z.literal("allowed_tools"),
+    mode: z.enum(["auto", "required"]),
+    tools: z.array(z.object({ type: z.string(), name: z.string().optional() }).loose()).min(1),
+  }),
+  z.object({ type: z.string() }).loose(),
+]);
+
+const textFormat = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text") }),
+  z.object({ type: z.literal("json_object") }),
+  z.object({
+    type: z.literal("json_schema"),
+    name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
+    description: z.string().nullish(),
+    schema: z.record(z.string(), z.unknown()),
+    strict: z.boolean().nullish(),
+  }),
+]);
+
+export const EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
+
+const metadata = z
+  .record(z.string().max(64, "metadata keys are at most 64 characters"), z.string().max(512, "metadata values are at most 512 characters"))
+  .refine((m) => Object.keys(m).length <= 16, "metadata holds at most 16 pairs");
+
+export const createResponseRequest = z.object({
+  model: z.string().min(1),
+  input: z.union([z.string(), z.array(inputItem)]).optional(),
+  instructions: z.string().nullish(),
+  max_output_tokens: z.int().min(1).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_logprobs: z.int().min(0).max(20).nullish(),
+  include: z.array(z.string()).nullish(),
+  metadata: metadata.nullish(),
+  user: z.string().nullish(),
+  safety_identifier: z.string().nullish(),
+  prompt_cache_key: z.string().nullish(),
+  service_tier: z.string().nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  max_tool_calls: z.int().min(0).nullish(),
+  truncation: z.enum(["auto", "disabled"]).nullish(),
+  tools: z.array(tool).max(128).nullish(),
+  tool_choice: toolChoice.nullish(),
+  text: z.object({ format: textFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
+  reasoning: z
+    .object({
+      effort: z.enum(EFFORTS).nullish(),
+      summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+      generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+    })
+    .nullish(),
+  store: z.boolean().nullish(),
+  previous_response_id: z.string().min(1).nullish(),
+  conversation: z.union([z.string().min(1), z.object({ id: z.string().min(1) })]).nullish(),
+  background: z.boolean().nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_obfuscation: z.boolean().optional() }).nullish(),
+  // Plinth extensions shared with the chat path (see the README).
+  seed: z.int().nullish(),
+  logit_bias: samplingFieldsSchema.logit_bias,
+  top_k: z.int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  // Declared only so they can be refused by name.
+  prompt: z.unknown().optional(),
+});
+export type CreateResponseRequest = z.infer<typeof createResponseRequest>;
+
+export const inputTokensRequest = createResponseRequest.partial({ model: true }).extend({ model: z.string().min(1) });
+
+export const listQuery = z.object({
+  after: z.string().optional(),
+  limit: z.coerce.number().int().min(1).max(100).optional(),
+  order: z.enum(["asc", "desc"]).optional(),
+  include: z.union([z.string(), z.array(z.string())]).optional(),
+});

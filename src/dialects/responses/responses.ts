@@ -1,0 +1,311 @@
+import { ApiError, badRequest } from "../../core/errors.ts";
+import { newId } from "../../core/ids.ts";
+import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import type { SseWriter } from "../../http/sse.ts";
+import { isolationKey } from "../openai/sampling-fields.ts";
+import type { BackgroundRuns } from "./background.ts";
+import { echoSettings } from "./echo.ts";
+import type { CreateResponseRequest, InputItem } from "./protocol.ts";
+import { drive, startWithTruncation } from "./run.ts";
+import type { ResponsesStorage, Sealer } from "./storage.ts";
+import { responseToCanonical } from "./to-canonical.ts";
+import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
+
+export interface ResponsesDeps {
+  storage: ResponsesStorage;
+  sealer: Sealer;
+  runs: BackgroundRuns;
+}
+
+type Item = Record<string, unknown>;
+
+const notFound = (what: string, id: string, param: string | null = null) =>
+  new ApiError(404, `No ${what} with id '${id}' exists here.`, { param, code: "not_found" });
+
+/** The namespace a Responses request runs and stores in: its end-user fields. */
+export const responsesNamespace = (body: { user?: string | null; safety_identifier?: string | null }) =>
+  isolationKey(body.safety_identifier ?? body.user, null) ?? "";
+
+/** An id for an input item that came without one, in the prefix style of its type. */
+function withId(item: Item): Item {
+  if (typeof item.id === "string" && item.id) return item;
+  const prefix: Record<string, string> = { function_call: "fc_", function_call_output: "fco_", custom_tool_call: "ctc_", custom_tool_call_output: "ctco_", reasoning: "rs_" };
+  const type = (item.type as string | undefined) ?? "message";
+  return { ...item, type, id: newId(prefix[type] ?? "msg_") };
+}
+
+interface ResolvedInput {
+  /** Everything the model sees, oldest first. */
+  all: Item[];
+  /** This request's own input items, with ids. */
+  added: Item[];
+  conversationId?: string;
+}
+
+/**
+ * Expands a request's input: the stored input and output of `previous_response_id`, or the items of
+ * `conversation`, then the new input, with item references looked up and sealed reasoning checked.
+ */
+function resolveInput(body: CreateResponseRequest, ns: string, deps: ResponsesDeps): ResolvedInput {
+  let earlier: Item[] = [];
+  let conversationId: string | undefined;
+  if (body.previous_response_id) {
+    const prev = deps.storage.getResponse(ns, body.previous_response_id);
+    if (!prev) throw notFound("response", body.previous_response_id, "previous_response_id");
+    earlier = [...prev.inputItems, ...((prev.body.output as Item[] | undefined) ?? [])];
+  } else if (body.conversation) {
+    conversationId = typeof body.conversation === "string" ? body.conversation : body.conversation.id;
+    const items = deps.storage.allConversationItems(ns, conversationId);
+    if (!items) throw notFound("conversation", conversationId, "conversation");
+    earlier = items;
+  }
+  const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
+  const added = raw.map((item, i) => {
+    if (item.type === "item_reference") {
+      const id = item.id as string;
+      const found = earlier.find((e) => e.id === id) ?? deps.storage.findItem(ns, id);
+      if (!found) throw notFound("item", id, `input[${i}].id`);
+      return found;
+    }
+    if (item.type === "reasoning" && typeof item.encrypted_content === "string") {
+      try {
+        deps.sealer.open(item.encrypted_content);
+      } catch {
+        throw badRequest(`input[${i}].encrypted_content was not produced by this server, or was altered.`, `input[${i}].encrypted_content`);
+      }
+    }
+    return withId(item);
+  });
+  return { all: [...earlier, ...added], added, conversationId };
+}
+
+/** POST /v1/responses. */
+export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+  const ns = responsesNamespace(body);
+  const input = resolveInput(body, ns, deps);
+  const { request } = responseToCanonical(body, input.all as InputItem[]);
+  const ctx = { ...env.ctx, namespace: ns || undefined };
+  const store = body.store !== false;
+  const include = new Set(body.include ?? []);
+  const builderFor = (emit?: (e: ResponseEvent) => void) =>
+    new ResponseBuilder(
+      { id: newId("resp_"), createdAt: Math.floor(Date.now() / 1000), model: body.model, echo: echoSettings(body, input.conversationId) },
+      {
+        logprobs: include.has("message.output_text.logprobs"),
+        encrypt: include.has("reasoning.encrypted_content") ? (text) => deps.sealer.seal(text) : undefined,
+        summary: Boolean(body.reasoning?.summary ?? body.reasoning?.generate_summary),
+        customTools: new Set((body.tools ?? []).filter((t) => t.type === "custom").map((t) => (t as { name: string }).name)),
+        maxToolCalls: body.max_tool_calls ?? undefined,
+      },
+      emit,
+    );
+  /** Stores the finished response and, for a conversation, appends this turn's items to it. */
+  const persist = (builder: ResponseBuilder, created: boolean) => {
+    if (!store) return;
+    const snapshot = builder.snapshot();
+    if (created) deps.storage.updateResponse(ns, snapshot.id as string, builder.status, snapshot);
+    else
+      deps.storage.createResponse(ns, {
+        id: snapshot.id as string,
+        status: builder.status,
+        model: body.model,
+        body: snapshot,
+        inputItems: input.all,
+        background: body.background === true,
+        previousResponseId: body.previous_response_id ?? undefined,
+        conversationId: input.conversationId,
+      });
+    if (input.conversationId && (builder.status === "completed" || builder.status === "incomplete"))
+      deps.storage.addConversationItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
+  };
+
+  if (body.background) return startBackground(body, env, deps, { ns, ctx, request, builderFor, persist, input });
+
+  const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto");
+  if (!body.stream) {
+    const builder = builderFor();
+    builder.start("in_progress");
+    await drive(started, builder, env.signal);
+    persist(builder, false);
+    const snapshot = builder.snapshot();
+    if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+    return { kind: "json", body: snapshot };
+  }
+  return {
+    kind: "sse",
+    write: async (sse) => {
+      const pending: ResponseEvent[] = [];
+      const builder = builderFor((e) => pending.push(e));
+      const flush = async () => {
+        for (const e of pending.splice(0)) await sse.event(e.type, e);
+      };
+      builder.start("in_progress");
+      await flush();
+      try {
+        for await (const ev of started.events) {
+          builder.push(ev);
+          await flush();
+        }
+        builder.finish();
+      } catch (err) {
+        if (env.signal.aborted) builder.cancel();
+        else {
+          const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.", { code: "server_error" });
+          builder.error(e.code ?? "server_error", e.message, e.param);
+          builder.fail(e.code ?? "server_error", e.message);
+        }
+      } finally {
+        persist(builder, false);
+      }
+      await flush();
+    },
+    errorEvent: (err) => {
+      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
+      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
+    },
+  };
+}
+
+interface BackgroundSetup {
+  ns: string;
+  ctx: RouteEnv["ctx"];
+  request: ReturnType<typeof responseToCanonical>["request"];
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
+  persist: (builder: ResponseBuilder, created: boolean) => void;
+  input: ResolvedInput;
+}
+
+/**
+ * A background response: admitted now (refusals still come first), answered at once as `queued`,
+ * and run without the client. Its events are stored as they happen, so a stream can be resumed
+ * from any sequence number; `cancel` aborts it.
+ */
+async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps, s: BackgroundSetup): Promise<RouteResult> {
+  const events: Array<{ sequence: number; event: ResponseEvent }> = [];
+  let run: ReturnType<BackgroundRuns["add"]> | undefined;
+  const builder = s.builderFor((e) => {
+    events.push({ sequence: e.sequence_number, event: e });
+    run?.publish(e);
+  });
+  const id = builder.snapshot().id as string;
+  run = deps.runs.add(id);
+  const started = await startWithTruncation(env.service, s.ctx, s.request, run.abort.signal, body.truncation === "auto").catch((err) => {
+    run!.end();
+    throw err;
+  });
+  builder.start("queued");
+  s.persist(builder, false);
+  const flushEvents = () => {
+    if (events.length > 0) deps.storage.appendEvents(id, events.splice(0));
+  };
+  flushEvents();
+  const queued = builder.snapshot();
+  const timer = setInterval(flushEvents, 100);
+  timer.unref();
+  void (async () => {
+    try {
+      builder.running();
+      deps.storage.updateResponse(s.ns, id, builder.status, builder.snapshot());
+      await drive(started, builder, run.abort.signal);
+    } finally {
+      clearInterval(timer);
+      flushEvents();
+      s.persist(builder, true);
+      run.end();
+    }
+  })();
+
+  if (!body.stream) return { kind: "json", body: queued };
+  return { kind: "sse", write: (sse) => replay(sse, deps, id, -1), errorEvent: () => ({ data: null }) };
+}
+
+/** Streams a background response's events after `after`: the stored ones, then live ones until it ends. */
+async function replay(sse: SseWriter, deps: ResponsesDeps, id: string, after: number): Promise<void> {
+  const run = deps.runs.get(id);
+  const live: Array<ResponseEvent | null> = [];
+  let wake: (() => void) | undefined;
+  const unsubscribe = run?.subscribe((ev) => {
+    live.push(ev);
+    wake?.();
+  });
+  try {
+    let last = after;
+    for (const e of deps.storage.events(id, after)) {
+      await sse.event(e.type as string, e);
+      last = e.sequence_number as number;
+    }
+    if (!run) return;
+    for (;;) {
+      while (live.length === 0) await new Promise<void>((r) => (wake = r));
+      const ev = live.shift()!;
+      if (ev === null) return;
+      if (ev.sequence_number <= last) continue;
+      await sse.event(ev.type, ev);
+      last = ev.sequence_number;
+      if (sse.closed) return;
+    }
+  } finally {
+    unsubscribe?.();
+  }
+}
+
+/** GET /v1/responses/{id}, with `?stream=true&starting_after=N` to resume a background stream. */
+export async function retrieveResponse(
+  id: string,
+  query: { stream?: string; starting_after?: string },
+  ns: string,
+  deps: ResponsesDeps,
+): Promise<RouteResult> {
+  const stored = deps.storage.getResponse(ns, id);
+  if (!stored) throw notFound("response", id);
+  if (query.stream !== "true") return { kind: "json", body: stored.body };
+  if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
+  const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
+  if (!Number.isInteger(after) || after < -1) throw badRequest("starting_after must be a sequence number.", "starting_after");
+  return { kind: "sse", write: (sse) => replay(sse, deps, id, after), errorEvent: () => ({ data: null }) };
+}
+
+/** DELETE /v1/responses/{id}; a running background response is cancelled first. */
+export async function deleteResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const run = deps.runs.get(id);
+  if (run && deps.storage.getResponse(ns, id)) {
+    run.abort.abort(new Error("deleted"));
+    await run.done;
+  }
+  if (!deps.storage.deleteResponse(ns, id)) throw notFound("response", id);
+  return { kind: "json", body: { id, object: "response", deleted: true } };
+}
+
+/** POST /v1/responses/{id}/cancel: stops a background run; a finished one comes back as it is. */
+export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const stored = deps.storage.getResponse(ns, id);
+  if (!stored) throw notFound("response", id);
+  if (!stored.background) throw badRequest("Only background responses can be cancelled.", null);
+  const run = deps.runs.get(id);
+  if (run) {
+    run.abort.abort(new Error("cancelled"));
+    await run.done;
+  }
+  return { kind: "json", body: deps.storage.getResponse(ns, id)!.body };
+}
+
+/** GET /v1/responses/{id}/input_items. */
+export async function listInputItems(
+  id: string,
+  q: { after?: string; limit?: number; order?: "asc" | "desc" },
+  ns: string,
+  deps: ResponsesDeps,
+): Promise<RouteResult> {
+  const page = deps.storage.listInputItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
+  if (!page) throw notFound("response", id);
+  return { kind: "json", body: { object: "list", ...page } };
+}
+
+/** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */
+export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+  const ns = responsesNamespace(body);
+  const input = resolveInput(body, ns, deps);
+  const { request } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[]);
+  const tokens = await env.service.measure({ ...env.ctx, namespace: ns || undefined }, request);
+  return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
+}

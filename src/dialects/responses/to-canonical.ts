@@ -1,0 +1,207 @@
+import { randomInt } from "node:crypto";
+import { badRequest, unsupportedField } from "../../core/errors.ts";
+import type { GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
+import { isolationKey } from "../openai/sampling-fields.ts";
+import type { CreateResponseRequest, InputItem } from "./protocol.ts";
+
+/** Built-in tools Plinth cannot run; refused by name rather than silently dropped. */
+const BUILT_IN_TOOLS = new Set([
+  "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11", "file_search",
+  "code_interpreter", "computer_use_preview", "computer_use", "image_generation", "mcp", "shell", "local_shell",
+  "apply_patch",
+]);
+
+/** Thinking budgets per effort, the chat path's levels; `high` and `xhigh` leave it unbounded. */
+const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined, xhigh: undefined } as const;
+
+export interface CanonicalResponse {
+  request: GenerationRequest;
+  namespace?: string;
+}
+
+/**
+ * A Responses request, with its whole input already resolved (earlier responses, conversation
+ * items and item references expanded into `items`), as a canonical chat request.
+ */
+export function responseToCanonical(body: CreateResponseRequest, items: InputItem[]): CanonicalResponse {
+  refuseUnsupported(body);
+  const messages = itemsToMessages(items);
+  // Instructions lead the prompt and are never carried over from an earlier response.
+  if (body.instructions) messages.unshift({ role: "system", content: body.instructions });
+  if (messages.length === 0) throw badRequest("The request has no input; send 'input' or 'previous_response_id'.", "input");
+  const logprobs = body.include?.includes("message.output_text.logprobs") ? (body.top_logprobs ?? 0) : undefined;
+  const request: GenerationRequest = {
+    model: body.model,
+    prompt: { kind: "chat", messages },
+    sampling: {
+      temperature: body.temperature ?? 1,
+      topP: body.top_p ?? 1,
+      topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
+      minP: body.min_p ?? 0,
+      seed: body.seed == null ? randomInt(2 ** 32) : ((body.seed % 2 ** 32) + 2 ** 32) % 2 ** 32,
+      frequencyPenalty: 0,
+      presencePenalty: 0,
+      repetitionPenalty: 1,
+      logitBias: new Map(Object.entries(body.logit_bias ?? {}).map(([k, v]) => [Number(k), v])),
+    },
+    maxTokens: body.max_output_tokens ?? undefined,
+    stop: [],
+    n: 1,
+    cacheKey: body.prompt_cache_key ?? undefined,
+    logprobs,
+    ...toolsToCanonical(body),
+    responseFormat: responseFormat(body),
+    ...reasoning(body),
+  };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, null) };
+}
+
+function refuseUnsupported(body: CreateResponseRequest): void {
+  if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
+  if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
+  if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
+  if (body.top_logprobs != null && !body.include?.includes("message.output_text.logprobs"))
+    throw badRequest("top_logprobs needs include: [\"message.output_text.logprobs\"].", "top_logprobs");
+  if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
+    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
+  for (const inc of body.include ?? []) {
+    if (!["message.output_text.logprobs", "reasoning.encrypted_content"].includes(inc))
+      throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers message.output_text.logprobs and reasoning.encrypted_content)`);
+  }
+}
+
+function responseFormat(body: CreateResponseRequest): GenerationRequest["responseFormat"] {
+  const f = body.text?.format;
+  if (f == null || f.type === "text") return undefined;
+  if (f.type === "json_object") return { type: "json_object" };
+  return { type: "json_schema", schema: f.schema, strict: f.strict !== false };
+}
+
+function reasoning(body: CreateResponseRequest): Pick<GenerationRequest, "reasoning"> {
+  const effort = body.reasoning?.effort;
+  if (effort == null) return {};
+  if (effort === "none") return { reasoning: { enabled: false } };
+  return { reasoning: { enabled: true, budgetTokens: EFFORT_BUDGET[effort], effort: effort === "xhigh" ? "high" : effort } };
+}
+
+function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
+  const tools: ToolDefinition[] = [];
+  const seen = new Set<string>();
+  (body.tools ?? []).forEach((t, i) => {
+    if (t.type !== "function" && t.type !== "custom") {
+      throw unsupportedField(`tools[${i}].type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
+    }
+    const def = t as { type: "function" | "custom"; name: string; description?: string | null };
+    if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `tools[${i}].name`);
+    seen.add(def.name);
+    if (t.type === "function") {
+      const f = t as { parameters?: Record<string, unknown> | null; strict?: boolean | null };
+      // In this API, strict defaults to true: arguments are held to the schema.
+      tools.push({ name: def.name, description: def.description ?? undefined, parameters: f.parameters ?? { type: "object", properties: {} }, strict: f.strict !== false });
+    } else {
+      const format = (t as { format?: { type: string; syntax?: "lark" | "regex"; definition?: string } | null }).format;
+      const input = format?.type === "grammar" ? { syntax: format.syntax!, definition: format.definition! } : { syntax: "text" as const };
+      tools.push({ name: def.name, description: def.description ?? undefined, parameters: undefined, strict: true, input });
+    }
+  });
+  const choice = toolChoice(body, seen);
+  if (tools.length === 0) return {};
+  let parallel = body.parallel_tool_calls ?? true;
+  if (body.max_tool_calls === 1) parallel = false;
+  return { tools, toolChoice: body.max_tool_calls === 0 ? "none" : choice, parallelToolCalls: parallel };
+}
+
+function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice {
+  const c = body.tool_choice;
+  if (c == null) return "auto";
+  if (typeof c === "string") {
+    if (c !== "none" && names.size === 0) throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+    return c;
+  }
+  if (c.type === "function" || c.type === "custom") {
+    const name = (c as { name: string }).name;
+    if (!names.has(name)) throw badRequest(`tool_choice names '${name}', which is not among the tools.`, "tool_choice");
+    return { name };
+  }
+  if (c.type === "allowed_tools") {
+    const a = c as { mode: "auto" | "required"; tools: Array<{ type: string; name?: string }> };
+    const allowed = a.tools.map((t, i) => {
+      if (!t.name || !names.has(t.name)) throw badRequest(`tool_choice.tools[${i}] is not among the tools.`, `tool_choice.tools[${i}]`);
+      return t.name;
+    });
+    return { allowed, required: a.mode === "required" };
+  }
+  throw unsupportedField("tool_choice", `'${c.type}' cannot be chosen: this server runs function and custom tools only`);
+}
+
+/**
+ * Input items as chat messages. Consecutive calls join the assistant turn before them; outputs
+ * become tool messages; reasoning items are not re-rendered (the chat path does not render earlier
+ * turns' reasoning either, so the prompt keeps the previous turn's prefix).
+ */
+export function itemsToMessages(items: InputItem[]): Message[] {
+  const out: Message[] = [];
+  const lastAssistant = (): Message => {
+    const last = out.at(-1);
+    if (last?.role === "assistant") return last;
+    const m: Message = { role: "assistant", content: "" };
+    out.push(m);
+    return m;
+  };
+  items.forEach((item, i) => {
+    const type = "type" in item && item.type ? item.type : "message";
+    switch (type) {
+      case "message": {
+        const m = item as Extract<InputItem, { role: string }>;
+        const role = m.role === "developer" ? "system" : m.role;
+        out.push({ role, content: flattenContent(m.content, `input[${i}].content`) });
+        return;
+      }
+      case "function_call":
+      case "custom_tool_call": {
+        const c = item as { call_id: string; name: string; arguments?: string; input?: string };
+        const call: ToolCall = { id: c.call_id, name: c.name, arguments: type === "function_call" ? c.arguments! : JSON.stringify({ input: c.input }) };
+        const a = lastAssistant();
+        a.toolCalls = [...(a.toolCalls ?? []), call];
+        return;
+      }
+      case "function_call_output":
+      case "custom_tool_call_output": {
+        const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }> };
+        out.push({ role: "tool", content: typeof o.output === "string" ? o.output : flattenContent(o.output, `input[${i}].output`), toolCallId: o.call_id });
+        return;
+      }
+      case "reasoning":
+        return;
+      case "item_reference":
+        throw badRequest(`input[${i}] references item '${(item as { id: string }).id}', which is not stored here.`, `input[${i}].id`);
+    }
+  });
+  return out;
+}
+
+function flattenContent(content: string | Array<{ type: string; text?: unknown; refusal?: unknown }>, param: string): string {
+  if (typeof content === "string") return content;
+  return content
+    .map((part, j) => {
+      if ((part.type === "input_text" || part.type === "output_text") && typeof part.text === "string") return part.text;
+      if (part.type === "refusal" && typeof part.refusal === "string") return part.refusal;
+      throw badRequest(`${param}[${j}] has type '${part.type}'; this server's models take text only.`, `${param}[${j}].type`);
+    })
+    .join("\n");
+}
+
+/** Field names of this dialect for canonical fields (see core/errors.ts). */
+export function responsesFieldName(field: string): string | null {
+  if (field === "prompt") return "input";
+  if (field === "maxTokens") return "max_output_tokens";
+  if (field === "reasoning") return "reasoning.effort";
+  if (field === "responseFormat.schema") return "text.format.schema";
+  if (field === "responseFormat") return "text.format";
+  if (field === "logprobs") return "top_logprobs";
+  const tool = /^tools\[(\d+)\]\.(parameters|input)$/.exec(field);
+  if (tool) return tool[2] === "parameters" ? `tools[${tool[1]}].parameters` : `tools[${tool[1]}].format.definition`;
+  // Message positions differ from item positions once calls are merged; name the input as a whole.
+  if (field.startsWith("prompt.messages")) return "input";
+  return field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}

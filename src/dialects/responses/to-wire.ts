@@ -1,0 +1,277 @@
+import { newId } from "../../core/ids.ts";
+import type { GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
+import { JsonStringStream } from "./json-string-stream.ts";
+
+/** Everything the response object echoes that does not come from generation. */
+export interface ResponseSeed {
+  id: string;
+  createdAt: number;
+  model: string;
+  /** Request settings echoed as OpenAI echoes them (instructions, tools, tool_choice, text, …). */
+  echo: Record<string, unknown>;
+}
+
+export interface BuilderOptions {
+  /** Attach logprobs to output text (include: message.output_text.logprobs). */
+  logprobs: boolean;
+  /** Seals reasoning text for reasoning.encrypted_content, when the request includes it. */
+  encrypt?: (reasoning: string) => string;
+  /** Put the reasoning text into the item's summary too (reasoning.summary was asked for). */
+  summary: boolean;
+  /** Names of tools whose input is free text (custom tools). */
+  customTools: ReadonlySet<string>;
+  /** Calls past this many are ignored, as OpenAI documents for max_tool_calls. */
+  maxToolCalls?: number;
+}
+
+export type ResponseStatus = "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
+
+/** One Responses stream event: its type and payload (sequence numbers are assigned on emission). */
+export interface ResponseEvent {
+  type: string;
+  sequence_number: number;
+  [key: string]: unknown;
+}
+
+type Item = Record<string, unknown> & { id: string; type: string };
+
+interface OpenItem {
+  index: number;
+  item: Item;
+  text: string;
+  logprobs: TokenLogprob[];
+  /** Custom tool inputs arrive as JSON; this decodes them as they come. */
+  input?: JsonStringStream;
+}
+
+/**
+ * Builds a Responses API response from canonical events, emitting OpenAI's stream events on the way.
+ * The non-streamed body is this same builder drained, so it equals the last event's response.
+ */
+export class ResponseBuilder {
+  status: ResponseStatus = "in_progress";
+  private readonly output: Item[] = [];
+  private readonly open = new Map<string, OpenItem>();
+  private usage: Usage | undefined;
+  private failure: { code: string; message: string } | null = null;
+  private incomplete: { reason: string } | null = null;
+  private completedAt: number | null = null;
+  private sequence = 0;
+  private calls = 0;
+  /** Tool-call indices being ignored (past max_tool_calls). */
+  private readonly ignored = new Set<number>();
+
+  constructor(
+    private readonly seed: ResponseSeed,
+    private readonly opts: BuilderOptions,
+    private readonly emit: (event: ResponseEvent) => void = () => {},
+    /** Sequence numbers already used by events before this builder (a resumed stream). */
+    startSequence = 0,
+  ) {
+    this.sequence = startSequence;
+  }
+
+  private send(type: string, payload: Record<string, unknown>): void {
+    this.emit({ type, sequence_number: this.sequence++, ...payload });
+  }
+
+  /** The opening events: created (queued or in progress), then in_progress for a run that starts. */
+  start(status: "queued" | "in_progress"): void {
+    this.status = status;
+    this.send("response.created", { response: this.snapshot() });
+    if (status === "in_progress") this.send("response.in_progress", { response: this.snapshot() });
+  }
+
+  /** A queued response starts running. */
+  running(): void {
+    this.status = "in_progress";
+    this.send("response.in_progress", { response: this.snapshot() });
+  }
+
+  push(ev: GenerationEvent): void {
+    switch (ev.type) {
+      case "part-start":
+        return this.openPart(ev.part === "text" ? "message" : "reasoning");
+      case "text":
+      case "reasoning":
+        return this.delta(ev.type === "text" ? "message" : "reasoning", ev.text, ev.logprobs);
+      case "tool-call":
+        return this.openCall(ev.index, ev.id, ev.name);
+      case "tool-call-arguments":
+        return this.callDelta(ev.index, ev.text);
+      case "part-end":
+        return this.closePart(ev.part === "text" ? "message" : ev.part === "reasoning" ? "reasoning" : `call:${ev.index}`, "completed");
+      case "finish":
+        if (ev.reason === "length") this.incomplete = { reason: "max_output_tokens" };
+        return;
+      case "usage":
+        this.usage = ev.usage;
+        return;
+    }
+  }
+
+  /** The run ended normally: completed, or incomplete when the token budget cut it. */
+  finish(): void {
+    for (const key of [...this.open.keys()]) this.closePart(key, this.incomplete ? "incomplete" : "completed");
+    this.status = this.incomplete ? "incomplete" : "completed";
+    this.completedAt = Math.floor(Date.now() / 1000);
+    this.send(this.incomplete ? "response.incomplete" : "response.completed", { response: this.snapshot() });
+  }
+
+  /** An `error` event: what went wrong after the stream began (sent before `response.failed`). */
+  error(code: string, message: string, param: string | null): void {
+    this.send("error", { code, message, param });
+  }
+
+  /** The run failed after it started. */
+  fail(code: string, message: string): void {
+    for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
+    this.status = "failed";
+    this.failure = { code, message };
+    this.send("response.failed", { response: this.snapshot() });
+  }
+
+  /**
+   * The run was cancelled (background responses). OpenAI's stream has no event for it: the stream
+   * simply ends, and the stored response says `cancelled`.
+   */
+  cancel(): void {
+    for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
+    this.status = "cancelled";
+  }
+
+  /** The response object as it stands. */
+  snapshot(): Record<string, unknown> {
+    const u = this.usage;
+    return {
+      id: this.seed.id,
+      object: "response",
+      created_at: this.seed.createdAt,
+      status: this.status,
+      completed_at: this.completedAt,
+      error: this.failure,
+      incomplete_details: this.incomplete,
+      model: this.seed.model,
+      output: this.output.map((item) => structuredClone(item)),
+      usage: u
+        ? {
+            input_tokens: u.promptTokens,
+            input_tokens_details: { cached_tokens: u.cachedTokens },
+            output_tokens: u.completionTokens,
+            output_tokens_details: { reasoning_tokens: u.reasoningTokens },
+            total_tokens: u.totalTokens,
+          }
+        : null,
+      ...this.seed.echo,
+    };
+  }
+
+  private openPart(kind: "message" | "reasoning"): void {
+    const id = newId(kind === "message" ? "msg_" : "rs_");
+    const item: Item =
+      kind === "message"
+        ? { id, type: "message", status: "in_progress", role: "assistant", content: [] }
+        : { id, type: "reasoning", summary: [], content: [] };
+    const open: OpenItem = { index: this.output.length, item, text: "", logprobs: [] };
+    this.output.push(item);
+    this.open.set(kind, open);
+    this.send("response.output_item.added", { output_index: open.index, item: structuredClone(item) });
+    const part = kind === "message" ? { type: "output_text", text: "", annotations: [], logprobs: [] } : { type: "reasoning_text", text: "" };
+    (item.content as unknown[]).push(part);
+    this.send("response.content_part.added", { item_id: id, output_index: open.index, content_index: 0, part: structuredClone(part) });
+  }
+
+  private delta(kind: "message" | "reasoning", text: string, logprobs: TokenLogprob[] | undefined): void {
+    const open = this.open.get(kind);
+    if (!open) return;
+    open.text += text;
+    if (logprobs) open.logprobs.push(...logprobs);
+    const part = (open.item.content as Array<Record<string, unknown>>)[0];
+    part.text = open.text;
+    if (kind === "message") {
+      const lp = this.opts.logprobs && logprobs ? logprobs.map(logprobToWire) : [];
+      if (this.opts.logprobs) part.logprobs = open.logprobs.map(logprobToWire);
+      if (text || lp.length) this.send("response.output_text.delta", { item_id: open.item.id, output_index: open.index, content_index: 0, delta: text, logprobs: lp });
+    } else if (text) {
+      this.send("response.reasoning_text.delta", { item_id: open.item.id, output_index: open.index, content_index: 0, delta: text });
+    }
+  }
+
+  private openCall(index: number, callId: string, name: string): void {
+    if (this.opts.maxToolCalls !== undefined && this.calls >= this.opts.maxToolCalls) {
+      this.ignored.add(index);
+      return;
+    }
+    this.calls++;
+    const custom = this.opts.customTools.has(name);
+    const item: Item = custom
+      ? { id: newId("ctc_"), type: "custom_tool_call", status: "in_progress", call_id: callId, name, input: "" }
+      : { id: newId("fc_"), type: "function_call", status: "in_progress", call_id: callId, name, arguments: "" };
+    const open: OpenItem = { index: this.output.length, item, text: "", logprobs: [], input: custom ? new JsonStringStream() : undefined };
+    this.output.push(item);
+    this.open.set(`call:${index}`, open);
+    this.send("response.output_item.added", { output_index: open.index, item: structuredClone(item) });
+  }
+
+  private callDelta(index: number, text: string): void {
+    if (this.ignored.has(index)) return;
+    const open = this.open.get(`call:${index}`);
+    if (!open) return;
+    open.text += text;
+    if (open.input) {
+      const delta = open.input.push(text);
+      open.item.input = (open.item.input as string) + delta;
+      if (delta) this.send("response.custom_tool_call_input.delta", { item_id: open.item.id, output_index: open.index, delta });
+    } else {
+      open.item.arguments = open.text;
+      this.send("response.function_call_arguments.delta", { item_id: open.item.id, output_index: open.index, delta: text });
+    }
+  }
+
+  private closePart(key: string, status: "completed" | "incomplete"): void {
+    const open = this.open.get(key);
+    if (!open) return;
+    this.open.delete(key);
+    const { item, index } = open;
+    const ids = { item_id: item.id, output_index: index };
+    if (item.type === "message") {
+      const part = (item.content as Array<Record<string, unknown>>)[0];
+      this.send("response.output_text.done", { ...ids, content_index: 0, text: open.text, logprobs: this.opts.logprobs ? part.logprobs : [] });
+      this.send("response.content_part.done", { ...ids, content_index: 0, part: structuredClone(part) });
+      item.status = status;
+    } else if (item.type === "reasoning") {
+      const part = (item.content as Array<Record<string, unknown>>)[0];
+      this.send("response.reasoning_text.done", { ...ids, content_index: 0, text: open.text });
+      this.send("response.content_part.done", { ...ids, content_index: 0, part: structuredClone(part) });
+      if (this.opts.summary && open.text) this.summarise(open);
+      if (this.opts.encrypt) item.encrypted_content = this.opts.encrypt(open.text);
+    } else if (item.type === "custom_tool_call") {
+      item.input = JsonStringStream.decode(open.text);
+      this.send("response.custom_tool_call_input.done", { ...ids, input: item.input });
+      item.status = status;
+    } else {
+      this.send("response.function_call_arguments.done", { ...ids, name: item.name, arguments: open.text });
+      item.status = status;
+    }
+    this.send("response.output_item.done", { output_index: index, item: structuredClone(item) });
+  }
+
+  /** Plinth has no separate summariser: a requested summary is the reasoning text itself. */
+  private summarise(open: OpenItem): void {
+    const ids = { item_id: open.item.id, output_index: open.index, summary_index: 0 };
+    this.send("response.reasoning_summary_part.added", { ...ids, part: { type: "summary_text", text: "" } });
+    this.send("response.reasoning_summary_text.delta", { ...ids, delta: open.text });
+    this.send("response.reasoning_summary_text.done", { ...ids, text: open.text });
+    this.send("response.reasoning_summary_part.done", { ...ids, part: { type: "summary_text", text: open.text } });
+    open.item.summary = [{ type: "summary_text", text: open.text }];
+  }
+}
+
+function logprobToWire(e: TokenLogprob) {
+  return {
+    token: e.token,
+    logprob: e.logprob ?? 0,
+    bytes: e.bytes,
+    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })),
+  };
+}

@@ -1,0 +1,262 @@
+import assert from "../helpers/assert.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { Ajv } from "ajv";
+import { zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
+import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+
+// The Responses API end to end: the real server, real inference on the fixture models, the official
+// `openai` client, and the SQLite store in a data directory of its own.
+
+const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-responses-"));
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({ "data-dir": dataDir }, { think: true });
+});
+after(async () => {
+  await s.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** Keeps the random model from ending its turn, so answers run to max_output_tokens. */
+const NO_END = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
+const weather = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["c", "f"] } },
+  required: ["city", "unit"],
+  additionalProperties: false,
+};
+const validWeather = new Ajv({ strict: false }).compile(weather);
+const WEATHER_TOOL = { type: "function" as const, name: "get_weather", description: "Weather for a city", parameters: weather, strict: true };
+
+/** A create call with Plinth's sampling extensions, which the client's types do not know. */
+const create = (body: Record<string, unknown>) => s.client.responses.create({ model: "tiny", ...body } as never) as Promise<any>;
+
+test("a plain response: the object, its message item and usage", async () => {
+  const r = await create({ input: "Hello there", max_output_tokens: 8, temperature: 0, logit_bias: NO_END });
+  assert.match(r.id, /^resp_/);
+  assert.equal(r.object, "response");
+  assert.equal(r.status, "incomplete");
+  assert.deepEqual(r.incomplete_details, { reason: "max_output_tokens" });
+  assert.equal(r.output.length, 1);
+  const msg = r.output[0];
+  assert.equal(msg.type, "message");
+  assert.equal(msg.role, "assistant");
+  assert.match(msg.id, /^msg_/);
+  assert.equal(msg.content[0].type, "output_text");
+  assert.deepEqual(msg.content[0].annotations, []);
+  assert.ok(msg.content[0].text.length > 0);
+  assert.equal(r.output_text, msg.content[0].text, "the client's output_text helper reads it");
+  assert.equal(r.usage.output_tokens, 8);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + 8);
+  assert.equal(typeof r.usage.input_tokens_details.cached_tokens, "number");
+  assert.equal(r.usage.output_tokens_details.reasoning_tokens, 0);
+  for (const key of ["created_at", "error", "instructions", "model", "tools", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p"])
+    assert.ok(key in r, `the response has ${key}`);
+});
+
+test("responses.parse with a zod schema: the answer parses and validates", async () => {
+  const City = z.object({ name: z.string().max(10), population: z.int().min(0).max(1000) });
+  const r = await s.client.responses.parse({
+    model: "tiny",
+    input: "A city as JSON",
+    text: { format: zodTextFormat(City, "city") },
+    max_output_tokens: 80,
+    temperature: 0,
+  });
+  assert.equal(r.status, "completed", JSON.stringify(r.output));
+  assert.ok(City.safeParse(r.output_parsed).success, JSON.stringify(r.output_parsed));
+});
+
+test("a forced function tool: a function_call item whose arguments hold to the schema", async () => {
+  for (const tool_choice of [{ type: "function", name: "get_weather" }, "required"]) {
+    const r = await create({ input: "Weather in Paris?", tools: [WEATHER_TOOL], tool_choice, max_output_tokens: 80, temperature: 1, seed: 3 });
+    const call = r.output.find((o: any) => o.type === "function_call");
+    assert.ok(call, JSON.stringify(r.output));
+    assert.match(call.call_id, /^call_/);
+    assert.equal(call.name, "get_weather");
+    assert.equal(call.status, "completed");
+    assert.ok(validWeather(JSON.parse(call.arguments)), call.arguments);
+    assert.equal(r.tools[0].strict, true);
+  }
+});
+
+test("auto tool choice: the model may call or answer; either way the output is well formed", async () => {
+  const r = await create({
+    input: "Weather?",
+    tools: [WEATHER_TOOL],
+    max_output_tokens: 60,
+    temperature: 0,
+    logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 },
+  });
+  const call = r.output.find((o: any) => o.type === "function_call");
+  assert.ok(call, "the boosted call marker starts a call");
+  assert.ok(validWeather(JSON.parse(call.arguments)), call.arguments);
+});
+
+test("the stream: OpenAI's event order, sequence numbers, and the same response as without streaming", async () => {
+  const body = { model: "tiny", input: "Tell me", max_output_tokens: 12, temperature: 0, logit_bias: NO_END };
+  const whole = await create(body);
+  const stream = s.client.responses.stream(body as never);
+  const types: string[] = [];
+  const seqs: number[] = [];
+  for await (const ev of stream) {
+    types.push(ev.type);
+    seqs.push(ev.sequence_number);
+  }
+  const final = await stream.finalResponse();
+  assert.deepEqual(seqs, seqs.map((_, i) => i), "sequence numbers count up from 0");
+  assert.deepEqual(types.slice(0, 4), ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]);
+  assert.ok(types.includes("response.output_text.delta"));
+  assert.deepEqual(types.slice(-4), ["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.incomplete"]);
+  assert.equal(final.output_text, whole.output_text, "streamed text equals the non-streamed text at temperature 0");
+  assert.equal(final.usage?.output_tokens, whole.usage.output_tokens);
+});
+
+test("a three-turn chain through previous_response_id, with a function call and its output; turns 2 and 3 hit the cache", async () => {
+  const first = await create({ input: "Weather in Paris?", tools: [WEATHER_TOOL], tool_choice: "required", max_output_tokens: 80, temperature: 0 });
+  const call = first.output.find((o: any) => o.type === "function_call");
+  assert.ok(call);
+  const second = await create({
+    previous_response_id: first.id,
+    input: [{ type: "function_call_output", call_id: call.call_id, output: JSON.stringify({ temp: 21 }) }],
+    tools: [WEATHER_TOOL],
+    max_output_tokens: 6,
+    temperature: 0,
+    logit_bias: NO_END,
+  });
+  assert.equal(second.previous_response_id, first.id);
+  assert.ok(second.usage.input_tokens_details.cached_tokens > 0, `turn 2 cached ${second.usage.input_tokens_details.cached_tokens}`);
+  const third = await create({ previous_response_id: second.id, input: "And tomorrow?", tools: [WEATHER_TOOL], max_output_tokens: 4, temperature: 0, logit_bias: NO_END });
+  assert.ok(third.usage.input_tokens_details.cached_tokens >= second.usage.input_tokens, "turn 3 reuses all of turn 2's prompt");
+  const items = await s.client.responses.inputItems.list(third.id, { limit: 100 });
+  const types = items.data.map((i: any) => i.type).reverse();
+  assert.deepEqual(types.slice(0, 3), ["message", "function_call", "function_call_output"], types.join());
+});
+
+test("retrieve, input items, delete", async () => {
+  const r = await create({ input: [{ role: "user", content: "Hi" }], max_output_tokens: 3, metadata: { topic: "greeting" }, logit_bias: NO_END });
+  const back = await s.client.responses.retrieve(r.id);
+  assert.deepEqual(back.output, r.output);
+  assert.deepEqual(back.metadata, { topic: "greeting" });
+  const items = await s.client.responses.inputItems.list(r.id);
+  assert.equal(items.data.length, 1);
+  assert.equal((items.data[0] as any).role, "user");
+  const deleted = await s.client.responses.delete(r.id);
+  assert.equal(deleted, undefined);
+  await assert.rejects(s.client.responses.retrieve(r.id), (e: any) => e.status === 404);
+});
+
+test("store: false keeps nothing", async () => {
+  const r = await create({ input: "Hi", store: false, max_output_tokens: 2 });
+  await assert.rejects(s.client.responses.retrieve(r.id), (e: any) => e.status === 404);
+});
+
+test("a conversation collects each turn's input and output", async () => {
+  const conv = await s.client.conversations.create({ metadata: { who: "test" }, items: [{ type: "message", role: "user", content: "Remember me" }] });
+  assert.match(conv.id, /^conv_/);
+  const r = await create({ conversation: conv.id, input: "And now?", max_output_tokens: 3, logit_bias: NO_END });
+  assert.deepEqual(r.conversation, { id: conv.id });
+  const items = await s.client.conversations.items.list(conv.id, { order: "asc" });
+  const kinds = items.data.map((i: any) => `${i.type}:${i.role ?? ""}`);
+  assert.deepEqual(kinds, ["message:user", "message:user", "message:assistant"]);
+  const again = await create({ conversation: conv.id, input: "Third", max_output_tokens: 2, logit_bias: NO_END });
+  assert.ok(again.usage.input_tokens > r.usage.input_tokens, "the conversation's items are part of the prompt");
+  const got = await s.client.conversations.retrieve(conv.id);
+  assert.deepEqual(got.metadata, { who: "test" });
+  await s.client.conversations.delete(conv.id);
+  await assert.rejects(s.client.conversations.retrieve(conv.id), (e: any) => e.status === 404);
+});
+
+test("reasoning on a thinking model: a reasoning item, counted tokens, and sealed reasoning that comes back", async () => {
+  const r = await create({
+    model: "think",
+    input: "Think first",
+    reasoning: { effort: "low", summary: "auto" },
+    include: ["reasoning.encrypted_content"],
+    max_output_tokens: 30,
+    temperature: 0,
+    logit_bias: { ...NO_END, [EXTRA_TOKENS.thinkClose]: -100 },
+  });
+  const reasoning = r.output.find((o: any) => o.type === "reasoning");
+  assert.ok(reasoning, JSON.stringify(r.output));
+  assert.equal(reasoning.content[0].type, "reasoning_text");
+  assert.ok(reasoning.content[0].text.length > 0);
+  assert.equal(reasoning.summary[0].text, reasoning.content[0].text, "the summary is the reasoning text (no separate summariser)");
+  assert.equal(typeof reasoning.encrypted_content, "string");
+  assert.ok(r.usage.output_tokens_details.reasoning_tokens > 0);
+  const next = await create({ model: "think", store: false, input: [reasoning, { role: "user", content: "Go on" }], max_output_tokens: 2, reasoning: { effort: "none" } });
+  assert.equal(next.status === "completed" || next.status === "incomplete", true);
+  const tampered = { ...reasoning, encrypted_content: reasoning.encrypted_content.slice(0, -4) + "AAAA" };
+  await assert.rejects(create({ model: "think", input: [tampered, { role: "user", content: "x" }], max_output_tokens: 2 }), (e: any) => e.status === 400 && /encrypted_content/.test(e.error?.param));
+});
+
+test("background: queued at once, polled to completion; another cancelled while it runs", async () => {
+  const bg = await create({ input: "Work", background: true, max_output_tokens: 10, logit_bias: NO_END });
+  assert.equal(bg.status, "queued");
+  let polled = bg;
+  for (let i = 0; i < 200 && ["queued", "in_progress"].includes(polled.status); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    polled = await s.client.responses.retrieve(bg.id);
+  }
+  assert.equal(polled.status, "incomplete");
+  assert.equal(polled.usage?.output_tokens, 10);
+
+  const long = await create({ input: "Long", background: true, max_output_tokens: 3000, logit_bias: NO_END });
+  await new Promise((r) => setTimeout(r, 200));
+  const cancelled = await s.client.responses.cancel(long.id);
+  assert.equal(cancelled.status, "cancelled");
+  assert.equal((await s.client.responses.retrieve(long.id)).status, "cancelled");
+});
+
+test("a background stream can be resumed from a sequence number", async () => {
+  const first = s.client.responses.stream({ model: "tiny", input: "Go", background: true, max_output_tokens: 6, logit_bias: NO_END } as never);
+  const seen: number[] = [];
+  let id = "";
+  for await (const ev of first) {
+    seen.push(ev.sequence_number);
+    if (ev.type === "response.created") id = ev.response.id;
+  }
+  const resumed = s.client.responses.stream({ response_id: id, starting_after: 3 } as never);
+  const again: number[] = [];
+  for await (const ev of resumed) again.push(ev.sequence_number);
+  assert.deepEqual(again, seen.filter((n) => n > 3));
+});
+
+test("namespaces: a response stored for one user is not found for another", async () => {
+  const r = await create({ input: "Secret", user: "alice", max_output_tokens: 2 });
+  const asAlice = await fetch(`${s.url}/v1/responses/${r.id}?user=alice`);
+  assert.equal(asAlice.status, 200);
+  for (const q of ["?user=bob", ""]) {
+    const other = await fetch(`${s.url}/v1/responses/${r.id}${q}`);
+    assert.equal(other.status, 404, q);
+    assert.equal((await other.json()).error.code, "not_found");
+  }
+  const chained = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", previous_response_id: r.id, user: "bob", input: "x" }),
+  });
+  assert.equal(chained.status, 404);
+});
+
+test("input_tokens counts the prompt without generating", async () => {
+  const counted = await s.client.responses.inputTokens.count({ model: "tiny", input: "Count me" } as never);
+  const r = await create({ input: "Count me", max_output_tokens: 1, store: false });
+  assert.equal((counted as any).input_tokens, r.usage.input_tokens);
+});
+
+test("a stored response survives a restart on the same data directory", async () => {
+  const r = await create({ input: "Keep me", max_output_tokens: 3 });
+  const other = await startTestServer({ "data-dir": dataDir });
+  try {
+    const back = await other.client.responses.retrieve(r.id);
+    assert.deepEqual(back.output, r.output);
+  } finally {
+    await other.close();
+  }
+});
