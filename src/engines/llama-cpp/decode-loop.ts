@@ -85,7 +85,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     const marker = setup.markers?.get(t);
     return marker === undefined ? decoder.push(t) : decoder.flush() + marker;
   };
-  async function* finish(reason: "stop" | "length", lastTokens: number): AsyncGenerator<EngineChunk> {
+  function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {
     // No token follows, so what the router asks for now has nothing left to act on.
     yield* router.push(decoder.flush(), lastTokens);
     yield* router.finish(reason);
