@@ -1,11 +1,15 @@
 import { type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type Token } from "node-llama-cpp";
-import { ReasoningSplitter } from "../../core/reasoning-splitter.ts";
-import { StopMatcher } from "../../core/stop-matcher.ts";
-import type { TokenLogprob } from "../../core/types.ts";
 import type { EngineChunk } from "../../core/engine.ts";
 import type { Steps } from "./decode-steps.ts";
-import { type ToolCallFormat, ToolCallParser } from "./tool-call-parser.ts";
+import { type RouterAction, TextRouter } from "./text-router.ts";
+import type { ToolCallFormat } from "./tool-call-parser.ts";
 import type { TokenTextDecoder } from "./token-text.ts";
+
+// The token half of the decode loop: it samples (through decode-steps.ts), keeps `generated`, ends
+// the generation on end-of-turn tokens or the token budget, and forces a thinking section closed.
+// What the text of each token means is the TextRouter's business (text-router.ts); the loop only
+// carries out what the router asks for in return: tokens written into the sequence and grammar
+// switches, which need the model and its tokenizer.
 
 /** How a model's thinking section looks and how this request wants it handled. */
 export interface ReasoningPlan {
@@ -68,130 +72,26 @@ export interface LoopSetup {
 }
 
 /**
- * The engine's single generation loop: tokens in, chunks out. It separates thinking from the answer,
- * recognises tool calls (switching to their grammar once one starts), applies a structured-output
- * grammar to the answer, and ends on end-of-turn tokens or the token budget.
+ * The engine's single generation loop: tokens in, chunks out. Each token's text goes to the router,
+ * which yields the chunks (thinking, answer, tool calls); the loop applies the router's actions and
+ * ends on end-of-turn tokens or the token budget.
  */
 export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk> {
   const { model, steps, decoder, generated, reasoning, tools, signal } = setup;
-  const splitter = reasoning ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside) : null;
-  const trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
-  let parser: ToolCallParser | null = null;
-  let reasoningTokens = 0;
-  /** Tokens to put into the sequence after the token just sampled, or (`replace`) instead of it. */
-  let inject: Token[] | undefined;
-  let replace = false;
-  const header = setup.answerHeader ? new HeaderFilter(setup.answerHeader) : null;
+  const router = new TextRouter({ reasoning, tools, answerHeader: setup.answerHeader });
+  const edits = new SequenceEdits(setup);
   const ends = (t: Token) => !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
     return marker === undefined ? decoder.push(t) : decoder.flush() + marker;
   };
-
-  const activate = (grammar: LlamaGrammar | undefined) => {
-    setup.grammar.state = grammar ? new LlamaGrammarEvaluationState({ model, grammar }) : undefined;
-  };
-  /** Starts a call by injecting its prefix; `inSequence` characters of it are there already. */
-  const startCall = (before = "", inSequence = 0) => {
-    parser = new ToolCallParser(tools!.format);
-    const opening = tools!.format.sectionPrefix + tools!.format.prefix;
-    if (before === "" && inSequence === 0) inject = [...(inject ?? []), ...tools!.prefixTokens];
-    else {
-      // The sampled token's own text is re-tokenized together with the rest of the opening.
-      inject = [...(inject ?? []), ...setup.tokenize(before + opening.slice(inSequence))];
-      replace = true;
-    }
-    activate(tools!.grammar);
-  };
-  /** The answer begins: forced calls start, and a structured-output grammar takes hold. */
-  const answerStarts = (viaInjection: boolean) => {
-    if (viaInjection && setup.answerOpening?.length) inject = [...(inject ?? []), ...setup.answerOpening];
-    if (tools?.forced) {
-      if (viaInjection) startCall();
-      else {
-        // The prompt already ends with the call prefix.
-        parser = new ToolCallParser(tools.format);
-        activate(tools.grammar);
-      }
-    } else activate(setup.contentGrammar);
-  };
-
-  function* callText(text: string, tokens: number): Generator<EngineChunk> {
-    let counted = false;
-    for (const ev of parser!.push(text)) {
-      if (ev.type === "name") yield { kind: "tool-call", index: ev.index, name: ev.name };
-      else if (ev.type === "arguments") {
-        yield { kind: "tool-call-arguments", index: ev.index, text: ev.text, tokens: counted ? 0 : tokens };
-        counted = true;
-      }
-    }
-    if (!counted && tokens > 0) yield { kind: "tool-call-arguments", index: 0, text: "", tokens };
-  }
-
-  function* contentText(text: string, tokens: number, logprobs: { logprobs?: TokenLogprob[] }, heldBefore: number): Generator<EngineChunk> {
-    if (parser) {
-      yield* callText(text, tokens);
-      return;
-    }
-    if (header) text = header.push(text);
-    if (!trigger) {
-      yield { kind: "text", text, tokens, ...logprobs };
-      return;
-    }
-    const { emit, stopped } = trigger.push(text);
-    yield { kind: "text", text: emit, tokens, ...logprobs };
-    if (stopped) {
-      // A call starts. Whatever of its opening marker is already in the sequence stays; the token
-      // just sampled is replaced by the rest of the prefix, after which the call grammar rules.
-      const fromThisToken = Math.max(0, emit.length - heldBefore);
-      startCall(text.slice(0, fromThisToken), Math.max(0, heldBefore - emit.length));
-    }
-  }
-
-  function* emit(text: string, tokens: number, logprob?: TokenLogprob): Generator<EngineChunk> {
-    const logprobs = logprob ? { logprobs: [logprob] } : {};
-    const heldBefore = trigger?.heldLength ?? 0;
-    if (!splitter || (!splitter.thinking && parser)) {
-      yield* contentText(text, tokens, logprobs, heldBefore);
-      return;
-    }
-    const wasThinking = splitter.thinking;
-    const part = splitter.push(text);
-    if (wasThinking || part.reasoning) {
-      reasoningTokens += tokens;
-      yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
-      if (wasThinking && !splitter.thinking) {
-        // Reported now: a stop string in the answer can end the generation before `finish` runs.
-        yield { kind: "usage", reasoningTokens };
-        answerStarts(true);
-      }
-      if (part.content) yield* contentText(part.content, 0, {}, heldBefore);
-    } else {
-      yield* contentText(part.content, tokens, logprobs, heldBefore);
-    }
-  }
-
   function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {
-    yield* emit(decoder.flush(), lastTokens);
-    if (splitter) {
-      const rest = splitter.flush();
-      if (rest.reasoning) yield { kind: "text", channel: "reasoning", text: rest.reasoning, tokens: 0 };
-      if (rest.content) yield* contentText(rest.content, 0, {}, 0);
-    }
-    if (header && !parser) {
-      const held = header.flush();
-      if (held) yield* contentText(held, 0, {}, 0);
-    }
-    if (trigger && !parser) {
-      const held = trigger.flush();
-      if (held) yield { kind: "text", text: held, tokens: 0 };
-    }
-    yield { kind: "usage", reasoningTokens };
-    const called = parser !== null && (parser as ToolCallParser).callCount > 0;
-    yield { kind: "end", reason: reason === "stop" && called ? "tool_calls" : reason };
+    // No token follows, so what the router asks for now has nothing left to act on.
+    yield* router.push(decoder.flush(), lastTokens);
+    yield* router.finish(reason);
   }
 
-  if (!splitter?.thinking) answerStarts(false);
+  edits.apply(router.start());
   try {
     let step = await steps.next(undefined);
     let first = true;
@@ -204,11 +104,11 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       let { token, logprob } = step.value;
       let tokens: Token[] = [token];
       let forced = false;
-      const overBudget = reasoning?.budget !== undefined && reasoningTokens >= reasoning.budget;
+      const overBudget = router.overBudget;
       // An answer that must be a tool call or match a schema cannot be skipped by ending the turn
       // while still thinking.
       const answerRequired = Boolean(tools?.forced || setup.contentGrammar) && ends(token);
-      if (splitter?.thinking && (overBudget || answerRequired)) {
+      if (router.thinking && (overBudget || answerRequired)) {
         // The sampled token is dropped and the section is closed in its place.
         tokens = reasoning!.closeTokens;
         forced = true;
@@ -221,21 +121,18 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
           yield* finish("stop", 1);
           return;
         }
-        yield* emit(textOf(t), 1, logprob);
+        edits.apply(yield* router.push(textOf(t), 1, logprob));
         if (generated.length >= setup.maxTokens) {
           yield* finish("length", 0);
           return;
         }
       }
       let replacement = forced ? tokens : undefined;
-      if (inject) {
-        replacement = forced || !replace ? [...tokens, ...inject] : inject;
-        generated.push(...inject);
-        // Written by the engine rather than sampled, but output all the same: counted in usage.
-        if (parser) yield { kind: "tool-call-arguments", index: 0, text: "", tokens: inject.length };
-        else yield { kind: "text", text: "", tokens: inject.length };
-        inject = undefined;
-        replace = false;
+      const edit = edits.take();
+      if (edit) {
+        replacement = forced || !edit.replace ? [...tokens, ...edit.tokens] : edit.tokens;
+        generated.push(...edit.tokens);
+        yield router.written(edit.tokens.length);
       }
       step = await steps.next(replacement);
     }
@@ -247,30 +144,48 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
 }
 
 /**
- * Drops a fixed header from the start of the answer (e.g. gpt-oss's "<|channel|>final<|message|>")
- * and passes everything else through; text that could still become the header is held.
+ * Carries out the router's actions on the token side: collects the tokens to put into the sequence
+ * after the token just sampled (or, `replace`, instead of it), and swaps the sampler's grammar.
  */
-class HeaderFilter {
-  private held = "";
-  private done = false;
+class SequenceEdits {
+  private inject: Token[] | undefined;
+  private replace = false;
 
-  constructor(private readonly header: string) {}
+  constructor(private readonly setup: LoopSetup) {}
 
-  push(text: string): string {
-    if (this.done) return text;
-    this.held += text;
-    if (this.held.startsWith(this.header)) return this.release(this.held.slice(this.header.length));
-    if (this.header.startsWith(this.held)) return "";
-    return this.release(this.held);
+  apply(actions: readonly RouterAction[]): void {
+    const { setup } = this;
+    for (const action of actions) {
+      if (action.kind === "answer-starts") {
+        if (action.viaInjection && setup.answerOpening?.length) this.write(setup.answerOpening);
+        if (!action.call) this.activate(setup.contentGrammar);
+        continue;
+      }
+      const tools = setup.tools!;
+      const opening = action.opening;
+      if (opening.kind === "append") this.write(tools.prefixTokens);
+      else if (opening.kind === "replace") {
+        this.write(setup.tokenize(opening.text));
+        this.replace = true;
+      }
+      this.activate(tools.grammar);
+    }
   }
 
-  flush(): string {
-    return this.done ? "" : this.release(this.held);
+  /** The tokens collected since the last call, if any. */
+  take(): { tokens: Token[]; replace: boolean } | undefined {
+    if (!this.inject) return undefined;
+    const edit = { tokens: this.inject, replace: this.replace };
+    this.inject = undefined;
+    this.replace = false;
+    return edit;
   }
 
-  private release(text: string): string {
-    this.done = true;
-    this.held = "";
-    return text;
+  private write(tokens: Token[]): void {
+    this.inject = [...(this.inject ?? []), ...tokens];
+  }
+
+  private activate(grammar: LlamaGrammar | undefined): void {
+    this.setup.grammar.state = grammar ? new LlamaGrammarEvaluationState({ model: this.setup.model, grammar }) : undefined;
   }
 }

@@ -1,34 +1,26 @@
-import {
-  type ChatModelFunctions,
-  type ChatWrapper,
-  HarmonyChatWrapper,
-  type LlamaGrammar,
-  type LlamaContext,
-  type LlamaContextSequence,
-  type LlamaModel,
-  LlamaText,
-  type ResolvableChatWrapperTypeName,
-  resolveChatWrapper,
-  SpecialToken,
-  SpecialTokensText,
-  type Token,
-} from "node-llama-cpp";
+import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import type { ChoiceRun, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
-import { toChatHistory } from "./chat-history.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { getRuntime, type GpuChoice } from "./runtime.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
-import { FINAL_HEADER, HARMONY_CALL_FORMAT, HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
+import { FINAL_HEADER, HARMONY_CALL_FORMAT, type HarmonyLayout } from "./harmony.ts";
+import { PromptRenderer } from "./prompt-renderer.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
 import { SlotCache } from "./slot-cache.ts";
 import { TokenPieces } from "./token-pieces.ts";
 import { TokenTextDecoder } from "./token-text.ts";
+
+// The engine's wiring: loads a model and its context, and connects the pieces that do the work.
+// Prompts become tokens in prompt-renderer.ts, tools and response formats become grammars in
+// constraints.ts, saved prompt states are reused through slot-cache.ts, and tokens become chunks in
+// decode-loop.ts (with the text side in text-router.ts). What stays here is the order in which a
+// request passes through them and the checks that need the loaded model.
 
 export interface LlamaEngineOptions {
   id: string;
@@ -77,7 +69,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly sequences: LlamaContextSequence[];
   /** Set for gpt-oss's message layout. */
   private readonly harmony: HarmonyLayout | undefined;
-  private readonly wrapper: ChatWrapper;
+  private readonly renderer: PromptRenderer;
   private readonly vocabSize: number;
   private readonly pieces: TokenPieces;
   private readonly slotCache: SlotCache;
@@ -95,18 +87,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.slots = context ? opts.parallel : 0;
     this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
     this.embeddings = embeddings;
-    // Templates that stamp today's date would render a conversation differently after midnight and
-    // lose its cached prefix; the date is pinned to the day the model was loaded.
-    const today = new Date(new Date().toISOString().slice(0, 10));
-    const customWrapperSettings = { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } };
-    const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
-    this.wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
-    if (type === "auto" && !(this.wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
-      this.wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
-    this.harmony = HarmonyLayout.of(this.wrapper, model, today);
     this.vocabSize = vocabularySize(model);
+    this.renderer = new PromptRenderer(model, { id: opts.id, chatWrapper: opts.chatWrapper, vocabSize: this.vocabSize });
+    this.harmony = this.renderer.harmony;
     this.pieces = new TokenPieces(model);
-    this.constraints = new ConstraintPlanner(model, this.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined);
+    this.constraints = new ConstraintPlanner(model, this.renderer.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined);
     this.slotCache = new SlotCache(this.sequences, new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id));
   }
 
@@ -162,9 +147,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
-    const rendered = this.renderPrompt(req, constraints.functions);
+    const rendered = this.renderer.render(req, constraints.functions);
     const { stopTokens, formatStops } = rendered;
-    const reasoning = this.planReasoning(req, constraints.tools !== undefined);
+    const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined);
     // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
     // a forced tool call opens right after, unless thinking comes first.
     let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
@@ -183,7 +168,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       promptTokens: tokens.length,
       contextSize: this.contextSize,
       logprobs: req.logprobs,
-      echo: req.echo ? this.promptText(req.prompt, tokens) : undefined,
+      echo: req.echo ? this.renderer.promptText(req.prompt, tokens) : undefined,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -241,71 +226,20 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     });
   }
 
-  /**
-   * For chat prompts on a model whose template has a thinking section: the tokens that open it
-   * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
-   */
-  private planReasoning(
-    req: GenerationRequest,
-    modelMayCall: boolean,
-  ): { plan: ReasoningPlan; promptSuffix: Token[]; answerOpening?: Token[] } | undefined {
-    const thought = this.wrapper.settings.segments?.thought;
-    if (req.prompt.kind !== "chat" || !thought) {
-      if (req.reasoning !== undefined)
-        throw invalidField(
-          `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
-          "reasoning",
-        );
-      return undefined;
-    }
-    // Some templates open the section themselves ("openedOnStart"): there is no prefix to add.
-    const prefix = typeof thought.prefix === "object" && "type" in thought.prefix ? LlamaText([]) : LlamaText(thought.prefix);
-    const suffix = LlamaText(thought.suffix ?? "");
-    const enabled = req.reasoning?.enabled ?? true;
-    // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
-    // message, which the engine writes itself (see harmony.ts).
-    const answerOpening = this.harmony?.answerOpening(modelMayCall);
-    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n"));
-    const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.model.tokenizer), ...(answerOpening ?? [])];
-    const promptSuffix = enabled ? prefix.tokenize(this.model.tokenizer) : closed;
-    return {
-      promptSuffix,
-      answerOpening,
-      plan: {
-        open: prefix.toString().trim(),
-        close: [...new Set([suffix.toString(), suffix.toString().trim()])],
-        startsInside: enabled,
-        budget: req.reasoning?.budgetTokens,
-        closeTokens: LlamaText([suffix, layout]).tokenize(this.model.tokenizer),
-      },
-    };
-  }
-
   pickSlot(prepared: LlamaPrepared, free: readonly number[]): number {
     if (!prepared.reuse) return free[0];
     return this.slotCache.pick(free, prepared.namespace, prepared.tokens, prepared.cacheKey);
   }
 
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
-    if (prompt.kind === "chat") return this.renderPrompt({ prompt } as GenerationRequest).tokens;
+    if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
-    return this.renderPrompt({ prompt } as GenerationRequest).tokens;
-  }
-
-  private promptText(prompt: PromptInput, tokens: Token[]): string {
-    if (prompt.kind === "text") return prompt.text;
-    if (prompt.kind === "infill") return prompt.prefix;
-    return this.model.detokenize(tokens, false);
+    return this.renderer.render({ prompt } as GenerationRequest).tokens;
   }
 
   async detokenize(tokens: number[]): Promise<string> {
-    tokens.forEach((t, i) => this.checkToken(t, `tokens[${i}]`));
+    tokens.forEach((t, i) => this.renderer.checkToken(t, `tokens[${i}]`));
     return this.model.detokenize(tokens as Token[], false);
-  }
-
-  private checkToken(t: number, field: string): void {
-    if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
-      throw invalidField(`{field} is token ${t}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, field);
   }
 
   async dispose(): Promise<void> {
@@ -313,51 +247,6 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     await this.embeddings?.dispose();
     await this.context?.dispose();
     await this.model.dispose();
-  }
-
-  private renderPrompt(
-    req: GenerationRequest,
-    functions?: ChatModelFunctions,
-  ): { tokens: Token[]; stopTokens: Set<Token>; formatStops: string[] } {
-    const prompt = req.prompt;
-    if (prompt.kind === "tokens") {
-      prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt.tokens[${i}]`));
-      return { tokens: prompt.tokens.slice() as Token[], stopTokens: new Set(), formatStops: [] };
-    }
-    const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
-    if (prompt.kind === "text") {
-      return { tokens: [...bos, ...this.model.tokenize(prompt.text, false)], stopTokens: new Set(), formatStops: [] };
-    }
-    if (prompt.kind === "infill") {
-      // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
-      const { prefix, suffix, middle } = this.model.tokens.infill;
-      if (prefix == null || suffix == null || middle == null)
-        throw invalidField("This model has no fill-in-the-middle tokens, so '{field}' cannot be used.", "prompt.suffix");
-      const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
-      return { tokens, stopTokens: new Set(), formatStops: [] };
-    }
-    const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
-    const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
-    const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
-    if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
-  }
-
-  /** A template's stop triggers are either single special tokens or plain text; each needs its own check. */
-  private splitTriggers(triggers: readonly LlamaText[]): { stopTokens: Set<Token>; formatStops: string[] } {
-    const stopTokens = new Set<Token>();
-    const formatStops: string[] = [];
-    for (const trigger of triggers) {
-      const special = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
-      const tokens = trigger.tokenize(this.model.tokenizer);
-      if (special && tokens.length === 1) {
-        stopTokens.add(tokens[0]);
-        continue;
-      }
-      const text = trigger.values.map((v) => (typeof v === "string" ? v : v instanceof SpecialTokensText ? v.value : "")).join("");
-      if (text) formatStops.push(text);
-    }
-    return { stopTokens, formatStops };
   }
 }
 

@@ -1,0 +1,169 @@
+import {
+  type ChatModelFunctions,
+  type ChatWrapper,
+  HarmonyChatWrapper,
+  type LlamaModel,
+  LlamaText,
+  type ResolvableChatWrapperTypeName,
+  resolveChatWrapper,
+  SpecialToken,
+  SpecialTokensText,
+  type Token,
+} from "node-llama-cpp";
+import { invalidField } from "../../core/errors.ts";
+import type { GenerationRequest, PromptInput } from "../../core/types.ts";
+import { toChatHistory } from "./chat-history.ts";
+import type { ReasoningPlan } from "./decode-loop.ts";
+import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
+
+// Everything about turning a canonical prompt into the tokens a model sees: which chat template
+// (node-llama-cpp chat wrapper) a model gets, how chat, text, infill and token prompts become tokens,
+// which of the template's stop triggers are tokens and which are text, and how a thinking section is
+// opened or closed at the end of the prompt. The engine (llama-engine.ts) only wires these together
+// with the constraints and the decode loop.
+
+/** A prompt as tokens, with the stops its format needs. */
+export interface RenderedPrompt {
+  tokens: Token[];
+  /** Single special tokens that end a turn in this format. */
+  stopTokens: Set<Token>;
+  /** Text stops the format needs (checked by the core like a request's stop strings). */
+  formatStops: string[];
+}
+
+/** How a chat prompt's thinking section is set up, and how the decode loop handles it. */
+export interface ReasoningPrompt {
+  plan: ReasoningPlan;
+  /** Appended to the rendered prompt: opens the section, or (thinking off) opens and closes it empty. */
+  promptSuffix: Token[];
+  /** Written by the engine when thinking ends, before the answer. */
+  answerOpening?: Token[];
+}
+
+export interface RendererOptions {
+  /** The model's id, for error messages. */
+  id: string;
+  /** A node-llama-cpp chat wrapper to use instead of the one the model's template resolves to. */
+  chatWrapper?: string;
+  /** Token ids are valid below this. */
+  vocabSize: number;
+}
+
+export class PromptRenderer {
+  readonly wrapper: ChatWrapper;
+  /** Set for gpt-oss's message layout. */
+  readonly harmony: HarmonyLayout | undefined;
+  private readonly id: string;
+  private readonly vocabSize: number;
+
+  constructor(
+    private readonly model: LlamaModel,
+    opts: RendererOptions,
+  ) {
+    this.id = opts.id;
+    this.vocabSize = opts.vocabSize;
+    // Templates that stamp today's date would render a conversation differently after midnight and
+    // lose its cached prefix; the date is pinned to the day the model was loaded.
+    const today = new Date(new Date().toISOString().slice(0, 10));
+    const customWrapperSettings = { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } };
+    const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
+    let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
+    if (type === "auto" && !(wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
+      wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
+    this.wrapper = wrapper;
+    this.harmony = HarmonyLayout.of(wrapper, model, today);
+  }
+
+  /** The prompt's tokens; chat prompts through the template, with the functions it should document. */
+  render(req: GenerationRequest, functions?: ChatModelFunctions): RenderedPrompt {
+    const prompt = req.prompt;
+    if (prompt.kind === "tokens") {
+      prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt.tokens[${i}]`));
+      return { tokens: prompt.tokens.slice() as Token[], stopTokens: new Set(), formatStops: [] };
+    }
+    const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
+    if (prompt.kind === "text") {
+      return { tokens: [...bos, ...this.model.tokenize(prompt.text, false)], stopTokens: new Set(), formatStops: [] };
+    }
+    if (prompt.kind === "infill") {
+      // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
+      const { prefix, suffix, middle } = this.model.tokens.infill;
+      if (prefix == null || suffix == null || middle == null)
+        throw invalidField("This model has no fill-in-the-middle tokens, so '{field}' cannot be used.", "prompt.suffix");
+      const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
+      return { tokens, stopTokens: new Set(), formatStops: [] };
+    }
+    const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
+    const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
+    const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
+    if (this.harmony) formatStops.push(...this.harmony.answerStops);
+    return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
+  }
+
+  /**
+   * For chat prompts on a model whose template has a thinking section: the tokens that open it
+   * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
+   */
+  planReasoning(req: GenerationRequest, modelMayCall: boolean): ReasoningPrompt | undefined {
+    const thought = this.wrapper.settings.segments?.thought;
+    if (req.prompt.kind !== "chat" || !thought) {
+      if (req.reasoning !== undefined)
+        throw invalidField(
+          `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
+          "reasoning",
+        );
+      return undefined;
+    }
+    // Some templates open the section themselves ("openedOnStart"): there is no prefix to add.
+    const prefix = typeof thought.prefix === "object" && "type" in thought.prefix ? LlamaText([]) : LlamaText(thought.prefix);
+    const suffix = LlamaText(thought.suffix ?? "");
+    const enabled = req.reasoning?.enabled ?? true;
+    // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
+    // message, which the engine writes itself (see harmony.ts).
+    const answerOpening = this.harmony?.answerOpening(modelMayCall);
+    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n"));
+    const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.model.tokenizer), ...(answerOpening ?? [])];
+    const promptSuffix = enabled ? prefix.tokenize(this.model.tokenizer) : closed;
+    return {
+      promptSuffix,
+      answerOpening,
+      plan: {
+        open: prefix.toString().trim(),
+        close: [...new Set([suffix.toString(), suffix.toString().trim()])],
+        startsInside: enabled,
+        budget: req.reasoning?.budgetTokens,
+        closeTokens: LlamaText([suffix, layout]).tokenize(this.model.tokenizer),
+      },
+    };
+  }
+
+  /** The prompt text to report back (echo). */
+  promptText(prompt: PromptInput, tokens: Token[]): string {
+    if (prompt.kind === "text") return prompt.text;
+    if (prompt.kind === "infill") return prompt.prefix;
+    return this.model.detokenize(tokens, false);
+  }
+
+  /** Refuses a token id outside the vocabulary, naming the field it came from. */
+  checkToken(t: number, field: string): void {
+    if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize)
+      throw invalidField(`{field} is token ${t}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, field);
+  }
+
+  /** A template's stop triggers are either single special tokens or plain text; each needs its own check. */
+  private splitTriggers(triggers: readonly LlamaText[]): { stopTokens: Set<Token>; formatStops: string[] } {
+    const stopTokens = new Set<Token>();
+    const formatStops: string[] = [];
+    for (const trigger of triggers) {
+      const special = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
+      const tokens = trigger.tokenize(this.model.tokenizer);
+      if (special && tokens.length === 1) {
+        stopTokens.add(tokens[0]);
+        continue;
+      }
+      const text = trigger.values.map((v) => (typeof v === "string" ? v : v instanceof SpecialTokensText ? v.value : "")).join("");
+      if (text) formatStops.push(text);
+    }
+    return { stopTokens, formatStops };
+  }
+}
