@@ -123,10 +123,12 @@ test("a trigger inside one token: the token is rewritten as its text before the 
   assert.deepEqual(r.actions, [
     { kind: "call-starts", opening: { kind: "replace", before: "Sure ", inSequence: 0, text: 'Sure <tool_call>\n{"name": "' } },
   ]);
-  // A token that is exactly the marker, with nothing held before it, keeps its place: the prefix follows it.
+  // A token that is exactly the marker is replaced by the whole opening, so the marker is not written twice.
   const other = new TextRouter({ tools: { format: HERMES, trigger: "<tool_call>", forced: false } });
   other.start();
-  assert.deepEqual(drain(other.push("<tool_call>", 1)).actions, [{ kind: "call-starts", opening: { kind: "append" } }]);
+  assert.deepEqual(drain(other.push("<tool_call>", 1)).actions, [
+    { kind: "call-starts", opening: { kind: "replace", before: "", inSequence: 0, text: '<tool_call>\n{"name": "' } },
+  ]);
 });
 
 test("a length cut inside a call still ends as length", () => {

@@ -1,6 +1,5 @@
 import { invalidField } from "../../core/errors.ts";
 import type { FreeTextInput, ToolDefinition } from "../../core/types.ts";
-import { customToolGrammar, GrammarConversionError } from "../../grammar/custom-tool-grammar.ts";
 import { prefixRules } from "../../grammar/compose.ts";
 import { ANY_JSON_STRING_CONTENT, GbnfEscapeError, jsonStringGrammar } from "../../grammar/json-string-escape.ts";
 
@@ -32,13 +31,10 @@ export function freeTextArguments(input: FreeTextInput, i: number): string {
   let content: string;
   if (input.syntax === "text") content = `content ::= ${ANY_JSON_STRING_CONTENT}`;
   else {
-    try {
-      content = prefixRules(jsonStringGrammar(customToolGrammar(input)), "s-").replace(/^s-root ::=/m, "content ::=");
-    } catch (err) {
-      if (err instanceof GrammarConversionError || err instanceof GbnfEscapeError)
-        throw invalidField(`{field} cannot be used: ${err.message}`, `tools[${i}].input`);
-      throw err;
-    }
+    throw invalidField(`{field}: ${input.syntax} grammars are not supported yet`, `tools[${i}].input`);
+    void prefixRules;
+    void jsonStringGrammar;
+    void GbnfEscapeError;
   }
   return [`root ::= ${JSON.stringify(OPENING)} content ${JSON.stringify(CLOSING)}`, content].join("\n");
 }

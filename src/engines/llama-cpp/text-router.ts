@@ -177,18 +177,10 @@ export class TextRouter {
     actions.push({ kind: "answer-starts", viaInjection, call: forced });
     if (!forced) return;
     // Without an injection the prompt already ends with the call prefix.
-    if (viaInjection) this.startCall("", 0, actions);
+    if (viaInjection) this.openCall({ kind: "append" }, actions);
     else this.openCall({ kind: "in-prompt" }, actions);
   }
 
-  /** Starts a call whose opening is completed by the engine; `inSequence` characters of it are there already. */
-  private startCall(before: string, inSequence: number, actions: RouterAction[]): void {
-    const format = this.setup.tools!.format;
-    const opening = format.sectionPrefix + format.prefix;
-    if (before === "" && inSequence === 0) this.openCall({ kind: "append" }, actions);
-    // The sampled token's own text is re-tokenized together with the rest of the opening.
-    else this.openCall({ kind: "replace", before, inSequence, text: before + opening.slice(inSequence) }, actions);
-  }
 
   private openCall(opening: CallOpening, actions: RouterAction[]): void {
     this.parser = new ToolCallParser(this.setup.tools!.format);
@@ -217,8 +209,14 @@ export class TextRouter {
     if (stopped) {
       // A call starts. Whatever of its opening marker is already in the sequence stays; the token
       // just sampled is replaced by the rest of the prefix, after which the call grammar rules.
+      // Always a replacement, even when the token's text is exactly the trigger: the sampled token is
+      // part of the opening, so appending the whole prefix after it would write the marker twice.
       const fromThisToken = Math.max(0, emit.length - heldBefore);
-      this.startCall(text.slice(0, fromThisToken), Math.max(0, heldBefore - emit.length), actions);
+      const before = text.slice(0, fromThisToken);
+      const inSequence = Math.max(0, heldBefore - emit.length);
+      const format = this.setup.tools!.format;
+      const opening = format.sectionPrefix + format.prefix;
+      this.openCall({ kind: "replace", before, inSequence, text: before + opening.slice(inSequence) }, actions);
     }
   }
 
