@@ -121,9 +121,92 @@ export function langOfRegex(n: RegexNode): Lang {
   return { kind: "and", parts };
 }
 
+/** The subset construction of one NFA, built lazily: states are ids, transitions are disjoint. */
+class SubsetDfa {
+  private readonly ids = new Map<string, number>();
+  private readonly sets: number[][] = [];
+  private readonly trans: Array<Array<{ lo: number; hi: number; to: number }> | undefined> = [];
+  readonly accept: boolean[] = [];
+
+  constructor(
+    private readonly nfa: Nfa,
+    private readonly maxStates: number,
+  ) {}
+
+  private closure(states: Iterable<number>): number[] {
+    const seen = new Set<number>();
+    const stack = [...states];
+    while (stack.length > 0) {
+      const s = stack.pop()!;
+      if (seen.has(s)) continue;
+      seen.add(s);
+      for (const t of this.nfa.eps[s]) if (!seen.has(t)) stack.push(t);
+    }
+    return [...seen].sort((a, b) => a - b);
+  }
+
+  private idOf(set: number[]): number {
+    const key = set.join(",");
+    let id = this.ids.get(key);
+    if (id === undefined) {
+      if (this.sets.length >= this.maxStates) throw new AutomatonLimitError(`the pattern needs more than ${this.maxStates} automaton states`);
+      id = this.sets.length;
+      this.ids.set(key, id);
+      this.sets.push(set);
+      this.trans.push(undefined);
+      this.accept.push(set.includes(this.nfa.accept));
+    }
+    return id;
+  }
+
+  start(): number {
+    return this.idOf(this.closure([this.nfa.start]));
+  }
+
+  /** Sorted disjoint ranges [lo, hi] with their target state. */
+  transitions(id: number): Array<{ lo: number; hi: number; to: number }> {
+    const cached = this.trans[id];
+    if (cached) return cached;
+    const edges: Array<{ set: CodePointSet; to: number }> = [];
+    for (const s of this.sets[id]) for (const e of this.nfa.edges[s]) edges.push(e);
+    const points = new Set<number>();
+    for (const e of edges) for (const [a, b] of e.set) {
+      points.add(a);
+      points.add(b + 1);
+    }
+    const sorted = [...points].sort((a, b) => a - b);
+    const out: Array<{ lo: number; hi: number; to: number }> = [];
+    const byTargets = new Map<string, number>();
+    for (let k = 0; k + 1 < sorted.length; k++) {
+      const lo = sorted[k];
+      const hi = sorted[k + 1] - 1;
+      const targets: number[] = [];
+      for (const e of edges) if (e.set.some(([a, b]) => a <= lo && hi <= b)) targets.push(e.to);
+      if (targets.length === 0) continue;
+      const tkey = targets.sort((a, b) => a - b).join(",");
+      let to = byTargets.get(tkey);
+      if (to === undefined) {
+        to = this.idOf(this.closure(targets));
+        byTargets.set(tkey, to);
+      }
+      const last = out[out.length - 1];
+      if (last && last.to === to && last.hi + 1 === lo) last.hi = hi;
+      else out.push({ lo, hi, to });
+    }
+    this.trans[id] = out;
+    return out;
+  }
+
+  /** The target of `cp` from `id`, or -1. */
+  next(id: number, cp: number): number {
+    for (const t of this.transitions(id)) if (t.lo <= cp && cp <= t.hi) return t.to;
+    return -1;
+  }
+}
+
 /** A product of subset constructions, one component per regex leaf of a Lang. */
 class Product {
-  private readonly nfas: Nfa[] = [];
+  private readonly comps: SubsetDfa[] = [];
   private readonly formula: (acc: boolean[]) => boolean;
 
   constructor(lang: Lang, private readonly limits: AutomatonLimits) {
@@ -134,8 +217,8 @@ class Product {
       const start = nb.state();
       const accept = nb.build(node, start);
       budget -= nb.eps.length;
-      this.nfas.push({ eps: nb.eps, edges: nb.edges, start, accept });
-      return this.nfas.length - 1;
+      this.comps.push(new SubsetDfa({ eps: nb.eps, edges: nb.edges, start, accept }, limits.maxDfaStates));
+      return this.comps.length - 1;
     };
     const compileLang = (l: Lang): ((acc: boolean[]) => boolean) => {
       switch (l.kind) {
@@ -160,55 +243,41 @@ class Product {
     this.formula = compileLang(lang);
   }
 
-  private closure(nfa: Nfa, states: Iterable<number>): number[] {
-    const seen = new Set<number>();
-    const stack = [...states];
-    while (stack.length > 0) {
-      const s = stack.pop()!;
-      if (seen.has(s)) continue;
-      seen.add(s);
-      for (const t of nfa.eps[s]) if (!seen.has(t)) stack.push(t);
-    }
-    return [...seen].sort((a, b) => a - b);
+  start(): number[] {
+    return this.comps.map((c) => c.start());
   }
 
-  start(): number[][] {
-    return this.nfas.map((nfa) => this.closure(nfa, [nfa.start]));
+  accepting(tuple: number[]): boolean {
+    return this.formula(tuple.map((id, i) => id >= 0 && this.comps[i].accept[id]));
   }
 
-  accepting(tuple: number[][]): boolean {
-    return this.formula(tuple.map((set, i) => set.includes(this.nfas[i].accept)));
-  }
-
-  /** Transitions from `tuple`: disjoint code point sets, each with the next tuple. */
-  step(tuple: number[][]): Array<{ set: CodePointSet; next: number[][] }> {
-    type E = { comp: number; set: CodePointSet; to: number };
-    const edges: E[] = [];
-    tuple.forEach((states, comp) => {
-      for (const s of states) for (const e of this.nfas[comp].edges[s]) edges.push({ comp, set: e.set, to: e.to });
-    });
-    if (edges.length === 0) return [];
+  /** Transitions from `tuple` (component ids, -1 for dead): disjoint code point sets, each with the next tuple. */
+  step(tuple: number[]): Array<{ set: CodePointSet; next: number[] }> {
+    const lists = tuple.map((id, i) => (id < 0 ? [] : this.comps[i].transitions(id)));
     const points = new Set<number>();
-    for (const e of edges) for (const [a, b] of e.set) {
-      points.add(a);
-      points.add(b + 1);
+    for (const l of lists) for (const t of l) {
+      points.add(t.lo);
+      points.add(t.hi + 1);
     }
+    if (points.size === 0) return [];
     const sorted = [...points].sort((a, b) => a - b);
-    const byKey = new Map<string, { ranges: Array<[number, number]>; next: number[][] }>();
+    const cursor = lists.map(() => 0);
+    const byKey = new Map<string, { ranges: Array<[number, number]>; next: number[] }>();
     for (let k = 0; k + 1 < sorted.length; k++) {
       const lo = sorted[k];
       const hi = sorted[k + 1] - 1;
-      const targets: number[][] = this.nfas.map(() => []);
       let any = false;
-      for (const e of edges) {
-        if (e.set.some(([a, b]) => a <= lo && hi <= b)) {
-          targets[e.comp].push(e.to);
+      const next = lists.map((l, i) => {
+        while (cursor[i] < l.length && l[cursor[i]].hi < lo) cursor[i]++;
+        const t = l[cursor[i]];
+        if (t && t.lo <= lo && hi <= t.hi) {
           any = true;
+          return t.to;
         }
-      }
+        return -1;
+      });
       if (!any) continue;
-      const next = targets.map((t, i) => (t.length === 0 ? [] : this.closure(this.nfas[i], t)));
-      const key = keyOf(next);
+      const key = next.join(",");
       const entry = byKey.get(key);
       if (entry) {
         const last = entry.ranges[entry.ranges.length - 1];
@@ -224,13 +293,7 @@ class Product {
     let tuple = this.start();
     for (const ch of text) {
       const cp = ch.codePointAt(0)!;
-      const next = this.nfas.map((): number[] => []);
-      tuple.forEach((states, comp) => {
-        for (const s of states) for (const e of this.nfas[comp].edges[s]) {
-          if (e.set.some(([a, b]) => a <= cp && cp <= b)) next[comp].push(e.to);
-        }
-      });
-      tuple = next.map((t, i) => (t.length === 0 ? [] : this.closure(this.nfas[i], t)));
+      tuple = tuple.map((id, i) => (id < 0 ? -1 : this.comps[i].next(id, cp)));
     }
     return this.accepting(tuple);
   }
@@ -238,9 +301,9 @@ class Product {
   /** The reachable DFA, trimmed to states that can still reach acceptance. */
   dfa(): Dfa {
     const ids = new Map<string, number>();
-    const tuples: number[][][] = [];
-    const add = (t: number[][]): number => {
-      const key = keyOf(t);
+    const tuples: number[][] = [];
+    const add = (t: number[]): number => {
+      const key = t.join(",");
       let id = ids.get(key);
       if (id === undefined) {
         if (tuples.length >= this.limits.maxDfaStates) throw new AutomatonLimitError(`the pattern needs more than ${this.limits.maxDfaStates} automaton states`);
@@ -281,14 +344,29 @@ class Product {
   }
 }
 
-function keyOf(tuple: number[][]): string {
-  return tuple.map((s) => s.join(",")).join("|");
-}
-
 export type Dfa = { states: Array<{ accept: boolean; live: boolean; edges: Array<{ set: CodePointSet; to: number }> }> };
 
 export function buildDfa(lang: Lang, limits: AutomatonLimits = DEFAULT_AUTOMATON_LIMITS): Dfa {
   return new Product(lang, limits).dfa();
+}
+
+/** Recently built DFAs by a caller's key (e.g. format + pattern + lengths), most recent last. */
+const dfaCache = new Map<string, Dfa>();
+const DFA_CACHE_SIZE = 64;
+
+/** buildDfa, memoised under `key` in a small bounded cache (a DFA is immutable once built). */
+export function cachedDfa(key: string, lang: () => Lang, limits: AutomatonLimits = DEFAULT_AUTOMATON_LIMITS): Dfa {
+  const fullKey = `${limits.maxNfaStates}/${limits.maxDfaStates}/${key}`;
+  const hit = dfaCache.get(fullKey);
+  if (hit) {
+    dfaCache.delete(fullKey);
+    dfaCache.set(fullKey, hit);
+    return hit;
+  }
+  const dfa = buildDfa(lang(), limits);
+  dfaCache.set(fullKey, dfa);
+  if (dfaCache.size > DFA_CACHE_SIZE) dfaCache.delete(dfaCache.keys().next().value!);
+  return dfa;
 }
 
 /** A matcher for `lang` that runs in time linear in the text (times the automaton size). */

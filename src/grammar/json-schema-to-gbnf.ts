@@ -81,7 +81,7 @@
 import { createHash } from "node:crypto";
 import {
   AutomatonLimitError,
-  buildDfa,
+  cachedDfa,
   DEFAULT_AUTOMATON_LIMITS,
   dfaLengthRange,
   dfaToGbnf,
@@ -207,6 +207,16 @@ const STRUCTURAL = ["type", "enum", "const", "$ref", "$defs", "definitions", "al
 const KNOWN = new Set([...STRING_KEYS, ...NUMBER_KEYS, ...OBJECT_KEYS, ...ARRAY_KEYS, ...STRUCTURAL]);
 const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
 type TypeName = (typeof TYPES)[number];
+
+/**
+ * Patterns that libraries emit next to a format and that every string of our grammar for that
+ * format matches (checked by sampling in test/unit/schema-fixtures.test.ts): with one of these, the
+ * format grammar alone is enforced.
+ */
+export const LIBRARY_FORMAT_PATTERNS: Readonly<Record<string, readonly string[]>> = {
+  // zod 4: z.iso.duration()
+  duration: ["^P(?:(\\d+W)|(?!.*W)(?=\\d|T\\d)(\\d+Y)?(\\d+M)?(\\d+D)?(T(?=\\d)(\\d+H)?(\\d+M)?(\\d+([.,]\\d+)?S)?)?)$"],
+};
 
 /** Keywords that may sit next to enum/const and say nothing more about the values. */
 const ANNOTATION_LIKE_NEXT_TO_ENUM = new Set(["propertyNames"]);
@@ -710,7 +720,9 @@ class Converter {
     if (s.pattern !== undefined) {
       const where = join(path, "pattern");
       if (typeof s.pattern !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
-      pattern = this.parsePatternAt(s.pattern, where);
+      // A library's own pattern for the format, which the format grammar implies (tested): the
+      // format alone is enforced (zod's iso.duration pattern has lookaheads inside).
+      if (!(typeof s.format === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(s.pattern))) pattern = this.parsePatternAt(s.pattern, where);
     }
     // The format, when it constrains anything beyond the pattern.
     let format: string | null = null;
@@ -766,9 +778,20 @@ class Converter {
     if (minLength > 0 || maxLength !== undefined) {
       parts.push({ lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: minLength, max: maxLength } }, key: maxLength !== undefined ? "maxLength" : "minLength" });
     }
+    // A length bound far above what the other parts need multiplies the automaton by itself:
+    // refuse it before building (the product would pass maxAutomatonStates anyway).
+    if (parts.length > 1 && maxLength !== undefined && maxLength > this.limits.maxAutomatonStates / 4) {
+      const others = parts.slice(0, -1).map((p) => (p.lang.kind === "re" ? regexLengthRange(p.lang.node)[1] : Infinity));
+      if (others.some((m) => m > maxLength!)) {
+        const dropped = parts.pop()!;
+        this.relax(join(path, dropped.key), `${dropped.key} ${maxLength} together with ${parts.map((p) => p.key).join(" and ")} needs too large an automaton`);
+        maxLength = undefined;
+      } else if (minLength === 0) parts.pop(); // implied by the other parts
+    }
     for (;;) {
       try {
-        const dfa = buildDfa(parts.length === 1 ? parts[0].lang : { kind: "and", parts: parts.map((p) => p.lang) }, this.automatonLimits());
+        const key = JSON.stringify([format, s.pattern, minLength, maxLength, parts.map((p) => p.key)]);
+        const dfa = cachedDfa(key, () => (parts.length === 1 ? parts[0].lang : { kind: "and", parts: parts.map((p) => p.lang) }), this.automatonLimits());
         if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
         return quoted(dfaToGbnf(this.b, dfa, hint)!);
       } catch (e) {

@@ -9,7 +9,9 @@
 // - email:      a practical subset of RFC 5322 addr-spec: dot-atom local part "@" a domain of at least
 //               two labels (letters, digits, inner hyphens, at most 63 characters each).
 // - uri:        RFC 3986 URI (scheme ":" hier-part ["?" query] ["#" fragment]) with percent-encoding;
-//               hosts are reg-names or IPv4 (no bracketed IP literals).
+//               hosts are reg-names or IPv4 (no bracketed IP literals); the path is never empty
+//               right after the scheme ("a:" is RFC 3986 but common validators, ajv-formats among
+//               them, refuse it).
 //
 // - ipv4:       dotted quad, each part 0-255 without leading zeros.
 // - ipv6:       RFC 4291 text forms with "::" compression (no embedded IPv4, no zone), hex digits
@@ -57,7 +59,7 @@ const U_PCT = "%[0-9A-Fa-f]{2}";
 const U_SUB = "[!$&'()*+,;=]";
 const U_PCHAR = `(?:${U_UNRES}|${U_PCT}|${U_SUB}|[:@])`;
 const U_AUTH = `(?:(?:${U_UNRES}|${U_PCT}|${U_SUB}|:)*@)?(?:${U_UNRES}|${U_PCT}|${U_SUB})*(?::\\d*)?`;
-const U_HIER = `(?://${U_AUTH}(?:/${U_PCHAR}*)*|/(?:${U_PCHAR}+(?:/${U_PCHAR}*)*)?|${U_PCHAR}+(?:/${U_PCHAR}*)*|)`;
+const U_HIER = `(?://${U_AUTH}(?:/${U_PCHAR}*)*|/(?:${U_PCHAR}+(?:/${U_PCHAR}*)*)?|${U_PCHAR}+(?:/${U_PCHAR}*)*)`;
 const OCTET_RE = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]\\d|\\d)";
 const IPV4_RE = `(?:${OCTET_RE}\\.){3}${OCTET_RE}`;
 const H16 = "[0-9a-fA-F]{1,4}";
@@ -177,7 +179,7 @@ export function formatGrammar(b: GrammarBuilder, format: SupportedFormat, maxLen
       const authority = b.rule("uri-authority", `(${userChar}* "@")? ${regChar}* (":" [0-9]*)?`);
       const hier = b.rule(
         "uri-hier",
-        `"//" ${authority} ("/" ${segment})* | "/" (${pchar}+ ("/" ${segment})*)? | ${pchar}+ ("/" ${segment})* | ""`,
+        `"//" ${authority} ("/" ${segment})* | "/" (${pchar}+ ("/" ${segment})*)? | ${pchar}+ ("/" ${segment})*`,
       );
       const tail = b.rule("uri-query-char", `${pchar} | [/?]`);
       return {
