@@ -184,28 +184,60 @@ function hasTopLevelAlternation(expr: string): boolean {
 /** Rule names the builder hands out only through `shared`. */
 const SHARED_NAMES = new Set(["root", "ws", "value", "object", "array", "string", "char", "number", "integer", "boolean", "null", "member", "hex"]);
 
+/** The grammar would exceed GrammarBuilder's bounds (rule count or text size). */
+export class GrammarLimitError extends Error {}
+
+export type GrammarLimits = {
+  /** Most rules in one grammar. */
+  maxRules: number;
+  /** Most characters of rule bodies in one grammar. */
+  maxGrammarChars: number;
+};
+
+export const DEFAULT_GRAMMAR_LIMITS: GrammarLimits = { maxRules: 50_000, maxGrammarChars: 4 * 1024 * 1024 };
+
 /**
  * The rule table of one grammar. `rule` reuses an existing rule whose body is identical, so shared
- * shapes (a bounded string, an enum) are written once.
+ * shapes (a bounded string, an enum) are written once. Every operation is amortised constant time
+ * in the number of rules (names are numbered per base, not searched), and the table refuses to grow
+ * beyond its limits (GrammarLimitError).
  */
 export class GrammarBuilder {
   private readonly bodies = new Map<string, string>();
   private readonly byBody = new Map<string, string>();
   private readonly taken = new Set<string>(SHARED_NAMES);
+  /** Next suffix to try for each base name. */
+  private readonly nextSuffix = new Map<string, number>();
+  private chars = 0;
+
+  constructor(private readonly limits: GrammarLimits = DEFAULT_GRAMMAR_LIMITS) {}
+
+  /** Rules defined so far. */
+  get size(): number {
+    return this.bodies.size;
+  }
 
   /** Reserve a fresh name from a hint, to be defined later with `define` (recursive rules). */
   reserve(hint: string): string {
+    if (this.taken.size - SHARED_NAMES.size >= this.limits.maxRules) throw new GrammarLimitError(`the grammar needs more than ${this.limits.maxRules} rules`);
     let base = hint.replace(/[^a-zA-Z0-9-]+/g, "-").replace(/-+/g, "-").replace(/^-+|-+$/g, "").slice(0, 40).replace(/-+$/, "");
     // Names start with a letter, so they can never be confused with repetition counts ({0,15}).
     if (!/^[a-zA-Z]/.test(base)) base = `r-${base}`.replace(/-$/, "");
     let name = base;
-    for (let i = 2; this.taken.has(name); i++) name = `${base}-${i}`;
+    if (this.taken.has(name)) {
+      let i = this.nextSuffix.get(base) ?? 2;
+      while (this.taken.has(`${base}-${i}`)) i++;
+      name = `${base}-${i}`;
+      this.nextSuffix.set(base, i + 1);
+    }
     this.taken.add(name);
     return name;
   }
 
   define(name: string, body: string): void {
     if (this.bodies.has(name)) throw new Error(`rule ${name} defined twice`);
+    this.chars += name.length + body.length + 5;
+    if (this.chars > this.limits.maxGrammarChars) throw new GrammarLimitError(`the grammar would be longer than ${this.limits.maxGrammarChars} characters`);
     this.bodies.set(name, body);
     if (!this.byBody.has(body)) this.byBody.set(body, name);
   }

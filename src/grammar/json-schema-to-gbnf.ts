@@ -4,12 +4,42 @@
 // A feature that cannot be enforced exactly throws UnsupportedSchemaError naming where it is; the
 // grammar may be stricter than the schema (documented below) but never looser.
 //
+// Entry points:
+// - compileJsonSchema(schema, opts) → { gbnf, relaxed }: the grammar, and (with `strict: false`)
+//   the keywords that were relaxed.
+// - jsonSchemaToGbnf(schema, opts) → gbnf (the same, text only).
+// - compileSchemaInWorker(schema, opts, { timeoutMs }) in schema-worker.ts: the same off the event
+//   loop, with a deadline.
+// - checkSchemaLimits(schema, limits): the size checks alone (they also run first in the above).
+//
+// Strict (the default, `strict: true`): anything that cannot be enforced exactly throws
+// UnsupportedSchemaError. With `strict: false` an unenforceable keyword is relaxed alone — dropped,
+// with the rest of the schema still enforced (a string with an unknown `format` stays a string with
+// its length bounds; an unsupported `pattern` leaves the string's other keywords; `not`, `if`,
+// `uniqueItems`, `multipleOf`, … are ignored) — and listed in `relaxed`, so the output is still
+// JSON of the schema's shape rather than "any JSON object". Structural impossibilities (no value
+// satisfies the schema, left recursion, allOf that cannot be merged) throw in both modes.
+//
+// Limits (SchemaLimits; SchemaLimitError, a subclass of UnsupportedSchemaError with code "limit",
+// never relaxed, meant as a 400 naming the path): schema size, nesting depth, node count, enum size
+// and bytes are checked on the raw value without recursion before any other work; repetition
+// counts (minLength, maxLength, minItems, maxItems, minProperties, maxProperties, `{n,m}` in
+// patterns), pattern length and group nesting, reference chains, grammar rules and grammar size,
+// and automaton states are checked where they arise, before the work that grows with them. Every
+// step is linear in what it produces (rule names are numbered per base; optional properties are a
+// chain of rules), so a schema within the limits compiles in bounded time. A `pattern` next to an
+// `enum` is checked with an automaton, never with a backtracking RegExp.
+//
 // Stricter than JSON Schema, by design:
 // - Whitespace: at most `maxWhitespace` (default 2) blanks between tokens, none before or after the
 //   document, so generation always ends right after the closing token.
-// - Objects: declared properties come first, in declared order; additional properties (allowed
-//   unless `additionalProperties: false`) follow them, with keys that are never a declared name
-//   and are written without escape sequences.
+// - Objects: declared properties come first, in declared order. Additional properties follow them
+//   only where the schema asks for them explicitly (`additionalProperties: true` or a schema) or
+//   declares no `properties` at all (a free-form object); with `properties` and no
+//   `additionalProperties`, none are generated — as llama.cpp's own converter and xgrammar do —
+//   since a model otherwise invents keys until max_tokens. (Required names that are not declared
+//   are still allowed, with any value, and so are additional keys when minProperties needs them.)
+//   Additional keys are never a declared name and are written without escape sequences.
 // - A schema without `type` is narrowed to the types its keywords constrain (e.g. `properties` →
 //   object); with no such keywords it allows any JSON value.
 // - `pattern` must match the whole string (as if anchored), a subset of JSON Schema's search.
@@ -20,33 +50,52 @@
 // - Strings: a `\u` escape never encodes a surrogate, so each grammar character is one code point
 //   and minLength/maxLength are exact; pattern/format strings use one canonical spelling per
 //   character.
+// - `format` together with `pattern` (what zod emits for z.iso.datetime(), z.email(), z.uuid(), …):
+//   the intersection of the two, built as an automaton (automaton.ts); zod's own format names that
+//   its pattern defines (starts_with, cuid, nanoid, …) enforce the pattern. Length bounds that a
+//   pattern or format does not already imply are intersected the same way.
 // - `oneOf` is treated as `anyOf`: when two branches can match the same value the output may match
 //   more than one of them. Give branches distinct types or distinct `const`s where that matters.
 // - Enum values and consts are written in one spelling each (JSON.stringify).
 // - `minProperties` with additional properties allowed: at most one additional property counts
 //   towards the minimum (two generated keys could be equal, and JSON.parse keeps one).
 //
-// Refused (UnsupportedSchemaError): not, if/then/else, dependentRequired, dependentSchemas,
-// dependencies, patternProperties, propertyNames, unevaluatedProperties, unevaluatedItems,
-// contains, minContains, maxContains, $dynamicRef, $recursiveRef, multipleOf (except 1, which
-// means integer), uniqueItems: true (unless maxItems ≤ 1), formats other than date, time,
-// date-time, uuid, email and uri, pattern features outside the supported subset (see
-// regex-to-gbnf.ts), pattern together with format, pattern or a fixed-shape format with length
-// bounds it does not already imply (email and uri with maxLength use a bounded subset, see
-// string-formats.ts), enum/const next to keywords other than type and simple string/number
-// bounds, non-local or unresolvable $ref, left-recursive references, allOf that cannot be merged,
-// the `false` schema where a value is required, unknown keywords (except annotations and `x-`
-// extensions), and OpenAPI's `nullable: true`.
+// Accepted because always true: `propertyNames` that every JSON key satisfies (`true`, `{}`,
+// `{type: "string"}` as z.record(z.string(), X) emits), formats that do not constrain syntax
+// (binary, password).
+//
+// Refused in strict mode (UnsupportedSchemaError): not, if/then/else, dependentRequired,
+// dependentSchemas, dependencies, patternProperties, other propertyNames, unevaluatedProperties,
+// unevaluatedItems, contains, minContains, maxContains, $dynamicRef, $recursiveRef, multipleOf
+// (except 1, which means integer), uniqueItems: true (unless maxItems ≤ 1), formats other than
+// those in string-formats.ts, pattern features outside the supported subset (see
+// regex-to-gbnf.ts), intersections whose automaton exceeds its bounds, email/uri with length
+// bounds their bounded subsets cannot meet (see string-formats.ts), enum/const next to keywords
+// other than type and simple string/number bounds, non-local or unresolvable $ref, left-recursive
+// references, allOf that cannot be merged, the `false` schema where a value is required, unknown
+// keywords (except annotations and `x-` extensions), and OpenAPI's `nullable: true`.
 //
 // `$ref` siblings are enforced too (2019-09+ semantics; valid under draft-07 as well), and keywords
 // next to anyOf/oneOf apply to every branch (merged as allOf).
 
 import { createHash } from "node:crypto";
 import {
+  AutomatonLimitError,
+  cachedDfa,
+  DEFAULT_AUTOMATON_LIMITS,
+  dfaLengthRange,
+  dfaToGbnf,
+  langMatcher,
+  langOfRegex,
+  type Lang,
+} from "./automaton.ts";
+import {
   alt,
+  ALL_CHARS,
   charClass,
   group,
   GrammarBuilder,
+  GrammarLimitError,
   JSON_RAW_CHARS,
   literal,
   seq,
@@ -55,12 +104,14 @@ import {
   cpSet,
 } from "./gbnf.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
-import { compilePattern, PatternError } from "./regex-to-gbnf.ts";
-import { formatGrammar, isSupportedFormat } from "./string-formats.ts";
+import { emitRegex, hasLookahead, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
+import { ANY_STRING_FORMATS, FORMAT_REGEX, formatGrammar, isSupportedFormat, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
 
 export class UnsupportedSchemaError extends Error {
   /** Where in the schema, as dot-separated keys (e.g. `properties.address.pattern`); "" is the root. */
   readonly path: string;
+  /** "unsupported": cannot be enforced (relaxed with `strict: false`); "limit": beyond SchemaLimits. */
+  readonly code: "unsupported" | "limit" = "unsupported";
   constructor(path: string, message: string) {
     super(`${path === "" ? "schema" : path}: ${message}`);
     this.name = "UnsupportedSchemaError";
@@ -68,10 +119,73 @@ export class UnsupportedSchemaError extends Error {
   }
 }
 
+/** The schema is beyond a SchemaLimits bound: refuse the request (400), never relax or fall back. */
+export class SchemaLimitError extends UnsupportedSchemaError {
+  override readonly code = "limit" as const;
+  constructor(path: string, message: string) {
+    super(path, message);
+    this.name = "SchemaLimitError";
+  }
+}
+
+export type SchemaLimits = {
+  /** Most bytes of the schema written as JSON (estimated on the value, without serialising it). */
+  maxSchemaBytes: number;
+  /** Deepest nesting of JSON objects/arrays in the schema. */
+  maxDepth: number;
+  /** Most JSON values (objects, arrays, scalars) in the schema. */
+  maxNodes: number;
+  /** Most values in one enum. */
+  maxEnumValues: number;
+  /** Most bytes of all enum and const values together. */
+  maxEnumBytes: number;
+  /** Largest repetition count: min/maxLength, min/maxItems, min/maxProperties, `{n,m}` in patterns. */
+  maxRepeat: number;
+  /** Longest `pattern`, in UTF-16 units. */
+  maxPatternLength: number;
+  /** Deepest group nesting in a `pattern`. */
+  maxPatternDepth: number;
+  /** Deepest chain of nested schemas being converted (references followed included). */
+  maxVisitDepth: number;
+  /** Most grammar rules. */
+  maxRules: number;
+  /** Most characters of grammar text. */
+  maxGrammarChars: number;
+  /** Most DFA states of one string's automaton (format ∩ pattern ∩ lengths). */
+  maxAutomatonStates: number;
+};
+
+export const DEFAULT_SCHEMA_LIMITS: Readonly<SchemaLimits> = {
+  maxSchemaBytes: 1024 * 1024,
+  maxDepth: 256,
+  maxNodes: 100_000,
+  maxEnumValues: 10_000,
+  maxEnumBytes: 512 * 1024,
+  maxRepeat: 100_000,
+  maxPatternLength: 10_000,
+  maxPatternDepth: 64,
+  maxVisitDepth: 512,
+  maxRules: 50_000,
+  maxGrammarChars: 8 * 1024 * 1024,
+  maxAutomatonStates: DEFAULT_AUTOMATON_LIMITS.maxDfaStates,
+};
+
 export type JsonSchemaToGbnfOptions = {
   /** Most whitespace characters between two tokens (default 2). */
   maxWhitespace?: number;
+  /**
+   * true (default): throw UnsupportedSchemaError for anything that cannot be enforced exactly.
+   * false: relax only the keyword that cannot be enforced (see the file header).
+   */
+  strict?: boolean;
+  /** Overrides of DEFAULT_SCHEMA_LIMITS. */
+  limits?: Partial<SchemaLimits>;
 };
+
+/** A keyword that `strict: false` relaxed, and why. */
+export type Relaxation = { path: string; message: string };
+
+export type CompiledSchema = { gbnf: string; relaxed: Relaxation[] };
 
 type Schema = Record<string, unknown>;
 
@@ -82,17 +196,30 @@ const ANNOTATIONS = new Set([
 ]);
 const REFUSED = new Set([
   "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
-  "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
+  "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
   "$dynamicRef", "$recursiveRef",
 ]);
 const STRING_KEYS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
-const OBJECT_KEYS = ["properties", "required", "additionalProperties", "minProperties", "maxProperties"];
+const OBJECT_KEYS = ["properties", "required", "additionalProperties", "minProperties", "maxProperties", "propertyNames"];
 const ARRAY_KEYS = ["items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"];
 const STRUCTURAL = ["type", "enum", "const", "$ref", "$defs", "definitions", "allOf", "anyOf", "oneOf", "nullable"];
 const KNOWN = new Set([...STRING_KEYS, ...NUMBER_KEYS, ...OBJECT_KEYS, ...ARRAY_KEYS, ...STRUCTURAL]);
 const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
 type TypeName = (typeof TYPES)[number];
+
+/**
+ * Patterns that libraries emit next to a format and that every string of our grammar for that
+ * format matches (checked by sampling in test/unit/schema-fixtures.test.ts): with one of these, the
+ * format grammar alone is enforced.
+ */
+export const LIBRARY_FORMAT_PATTERNS: Readonly<Record<string, readonly string[]>> = {
+  // zod 4: z.iso.duration()
+  duration: ["^P(?:(\\d+W)|(?!.*W)(?=\\d|T\\d)(\\d+Y)?(\\d+M)?(\\d+D)?(T(?=\\d)(\\d+H)?(\\d+M)?(\\d+([.,]\\d+)?S)?)?)$"],
+};
+
+/** Keywords that may sit next to enum/const and say nothing more about the values. */
+const ANNOTATION_LIKE_NEXT_TO_ENUM = new Set(["propertyNames"]);
 
 const join = (path: string, key: string | number) => (path === "" ? String(key) : `${path}.${key}`);
 const has = (obj: object, key: string) => Object.prototype.hasOwnProperty.call(obj, key);
@@ -119,25 +246,53 @@ function hintOf(path: string, suffix = ""): string {
 
 const opt = (expr: string) => `${group(expr)}?`;
 
+/** A JSON value's type, for the trivially-true checks. */
+const isTrivialPropertyNames = (v: unknown): boolean => {
+  if (v === true) return true;
+  if (!isObject(v)) return false;
+  return constraining(v).every((k) => k === "type" && (v.type === "string" || (Array.isArray(v.type) && v.type.includes("string"))));
+};
+
 class Converter {
-  private readonly b = new GrammarBuilder();
+  private readonly b: GrammarBuilder;
   private readonly refNames = new Map<string, string>();
   private readonly ws: string;
+  readonly relaxed: Relaxation[] = [];
+  private readonly relaxedKeys = new Set<string>();
+  private depth = 0;
 
   constructor(
     private readonly rootSchema: unknown,
     private readonly maxWhitespace: number,
+    private readonly strict: boolean,
+    private readonly limits: SchemaLimits,
   ) {
     this.ws = maxWhitespace === 0 ? "" : "ws";
+    this.b = new GrammarBuilder({ maxRules: limits.maxRules, maxGrammarChars: limits.maxGrammarChars });
   }
 
   convert(): string {
-    if (this.maxWhitespace > 0) {
-      this.b.shared("ws", () => (this.maxWhitespace === 1 ? "[ \\t\\n]?" : `[ \\t\\n]{0,${this.maxWhitespace}}`));
+    try {
+      if (this.maxWhitespace > 0) {
+        this.b.shared("ws", () => (this.maxWhitespace === 1 ? "[ \\t\\n]?" : `[ \\t\\n]{0,${this.maxWhitespace}}`));
+      }
+      const expr = this.visit(this.rootSchema, "", new Set());
+      this.b.shared("root", () => expr);
+      return this.b.render();
+    } catch (e) {
+      if (e instanceof GrammarLimitError) throw new SchemaLimitError("", e.message);
+      if (e instanceof RangeError && /call stack/i.test(e.message)) throw new SchemaLimitError("", "the schema is nested too deeply");
+      throw e;
     }
-    const expr = this.visit(this.rootSchema, "", new Set());
-    this.b.shared("root", () => expr);
-    return this.b.render();
+  }
+
+  /** Strict: refuse. Otherwise: note that the keyword at `path` is not enforced, and go on. */
+  private relax(path: string, message: string): void {
+    if (this.strict) throw new UnsupportedSchemaError(path, message);
+    const key = `${path}\u0000${message}`;
+    if (this.relaxedKeys.has(key)) return;
+    this.relaxedKeys.add(key);
+    this.relaxed.push({ path, message });
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -147,6 +302,15 @@ class Converter {
   /** An atomic GBNF item matching exactly the values of `schema`. `left`: references entered
    *  since the last consumed character (to refuse left recursion). */
   private visit(schema: unknown, path: string, left: ReadonlySet<string>): string {
+    if (++this.depth > this.limits.maxVisitDepth) throw new SchemaLimitError(path, `schemas nest (through references too) more than ${this.limits.maxVisitDepth} deep`);
+    try {
+      return this.visitInner(schema, path, left);
+    } finally {
+      this.depth--;
+    }
+  }
+
+  private visitInner(schema: unknown, path: string, left: ReadonlySet<string>): string {
     if (schema === true) return this.anyValue();
     if (schema === false) throw new UnsupportedSchemaError(path, "the schema `false` matches no value");
     if (!isObject(schema)) throw new UnsupportedSchemaError(path, "a schema must be an object or a boolean");
@@ -191,11 +355,11 @@ class Converter {
   private checkKeywords(s: Schema, path: string): void {
     for (const key of Object.keys(s)) {
       if (isAnnotation(key)) continue;
-      if (REFUSED.has(key)) throw new UnsupportedSchemaError(join(path, key), `"${key}" is not supported`);
-      if (key === "nullable" && s.nullable === true) {
-        throw new UnsupportedSchemaError(join(path, key), `OpenAPI "nullable" is not JSON Schema; use type: [..., "null"]`);
-      }
-      if (!KNOWN.has(key)) throw new UnsupportedSchemaError(join(path, key), `unknown keyword "${key}"`);
+      if (REFUSED.has(key)) this.relax(join(path, key), `"${key}" is not supported`);
+      else if (key === "propertyNames" && !isTrivialPropertyNames(s.propertyNames)) this.relax(join(path, key), `"propertyNames" is supported only when every string satisfies it`);
+      else if (key === "nullable" && s.nullable === true) {
+        this.relax(join(path, key), `OpenAPI "nullable" is not JSON Schema; use type: [..., "null"]`);
+      } else if (!KNOWN.has(key)) this.relax(join(path, key), `unknown keyword "${key}"`);
     }
   }
 
@@ -246,7 +410,12 @@ class Converter {
   private resolve(ref: unknown, path: string): { target: unknown; targetPath: string; pointer: string } {
     if (typeof ref !== "string") throw new UnsupportedSchemaError(path, "$ref must be a string");
     if (!ref.startsWith("#")) throw new UnsupportedSchemaError(path, `only local references ("#/...") are supported, got ${JSON.stringify(ref)}`);
-    const pointer = decodeURIComponent(ref.slice(1));
+    let pointer: string;
+    try {
+      pointer = decodeURIComponent(ref.slice(1));
+    } catch {
+      throw new UnsupportedSchemaError(path, `malformed percent-encoding in reference ${JSON.stringify(ref.slice(0, 200))}`);
+    }
     if (pointer !== "" && !pointer.startsWith("/")) throw new UnsupportedSchemaError(path, `anchor references are not supported: ${ref}`);
     const tokens = pointer === "" ? [] : pointer.slice(1).split("/").map((t) => t.replace(/~1/g, "/").replace(/~0/g, "~"));
     let node: unknown = this.rootSchema;
@@ -260,7 +429,15 @@ class Converter {
 
   /** One rule per referenced definition, so recursive definitions work. */
   private ref(ref: unknown, path: string, left: ReadonlySet<string>): string {
-    const { target, targetPath, pointer } = this.resolve(ref, path);
+    let resolved;
+    try {
+      resolved = this.resolve(ref, path);
+    } catch (e) {
+      if (!(e instanceof UnsupportedSchemaError) || this.strict) throw e;
+      this.relax(path, e.message.slice(e.message.indexOf(": ") + 2));
+      return this.anyValue();
+    }
+    const { target, targetPath, pointer } = resolved;
     if (left.has(pointer)) throw new UnsupportedSchemaError(path, `left-recursive reference ${pointer} (it can reach itself without consuming input)`);
     const known = this.refNames.get(pointer);
     if (known !== undefined) return known;
@@ -461,16 +638,22 @@ class Converter {
         switch (key) {
           case "minLength": return typeof v !== "string" || [...v].length >= Number(limit);
           case "maxLength": return typeof v !== "string" || [...v].length <= Number(limit);
-          case "pattern": return typeof v !== "string" || new RegExp(String(limit), "u").test(v);
+          case "pattern": return typeof v !== "string" || this.patternMatcher(limit, join(path, key))(v);
           case "minimum": return typeof v !== "number" || v >= Number(limit);
           case "maximum": return typeof v !== "number" || v <= Number(limit);
           case "exclusiveMinimum": return typeof v !== "number" || typeof limit !== "number" || v > limit;
           case "exclusiveMaximum": return typeof v !== "number" || typeof limit !== "number" || v < limit;
-          default: throw new UnsupportedSchemaError(join(path, key), `"${key}" next to enum/const is not supported`);
+          default: throw new Error("unreachable");
         }
       };
+      if (ANNOTATION_LIKE_NEXT_TO_ENUM.has(key) || (key === "format" && typeof limit === "string" && ANY_STRING_FORMATS.has(limit))) continue;
+      if (!["minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].includes(key)) {
+        this.relax(join(path, key), `"${key}" next to enum/const is not supported`);
+        continue;
+      }
       if ((key === "exclusiveMinimum" || key === "exclusiveMaximum") && typeof limit === "boolean") {
-        throw new UnsupportedSchemaError(join(path, key), `boolean "${key}" next to enum/const is not supported`);
+        this.relax(join(path, key), `boolean "${key}" next to enum/const is not supported`);
+        continue;
       }
       values = values.filter(check);
     }
@@ -482,47 +665,144 @@ class Converter {
     const v = s[key];
     if (v === undefined) return undefined;
     if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new UnsupportedSchemaError(join(path, key), `${key} must be a non-negative integer`);
+    if (v > this.limits.maxRepeat) throw new SchemaLimitError(join(path, key), `${key} ${v} is above the limit of ${this.limits.maxRepeat}`);
     return v;
+  }
+
+  private readonly matchers = new Map<string, (text: string) => boolean>();
+
+  /** A linear-time matcher for a pattern (full match, as the grammar enforces it). */
+  private patternMatcher(pattern: unknown, where: string): (text: string) => boolean {
+    if (typeof pattern !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
+    let m = this.matchers.get(pattern);
+    if (m === undefined) {
+      const node = this.parsePatternAt(pattern, where);
+      if (node === null) return () => true; // relaxed
+      try {
+        m = langMatcher(langOfRegex(node), this.automatonLimits());
+      } catch (e) {
+        if (!(e instanceof AutomatonLimitError)) throw e;
+        this.relax(where, e.message);
+        return () => true;
+      }
+      this.matchers.set(pattern, m);
+    }
+    return m;
+  }
+
+  private automatonLimits() {
+    return { maxNfaStates: DEFAULT_AUTOMATON_LIMITS.maxNfaStates, maxDfaStates: this.limits.maxAutomatonStates };
+  }
+
+  /** The parsed pattern; null when it is unsupported and relaxed. */
+  private parsePatternAt(pattern: string, where: string): RegexNode | null {
+    try {
+      return parsePattern(pattern, { maxPatternLength: this.limits.maxPatternLength, maxGroupDepth: this.limits.maxPatternDepth, maxRepeat: this.limits.maxRepeat });
+    } catch (e) {
+      if (e instanceof PatternLimitError) throw new SchemaLimitError(where, e.message);
+      if (e instanceof PatternError) {
+        this.relax(where, e.message);
+        return null;
+      }
+      throw e;
+    }
   }
 
   private stringExpr(s: Schema, path: string): string {
     const minLength = this.nonNegativeInt(s, "minLength", path) ?? 0;
-    const maxLength = this.nonNegativeInt(s, "maxLength", path);
+    let maxLength = this.nonNegativeInt(s, "maxLength", path);
     if (maxLength !== undefined && maxLength < minLength) throw new UnsupportedSchemaError(join(path, "maxLength"), "maxLength is below minLength");
     const quoted = (expr: string) => this.b.rule(hintOf(path, "string"), seq('"\\""', expr, '"\\""'));
-    // A pattern or format fixes its own lengths; length bounds are fine only when they add nothing.
-    const checkLengths = (what: string, min: number, max: number) => {
-      if (minLength > min) throw new UnsupportedSchemaError(join(path, "minLength"), `minLength together with ${what} is not supported (it allows shorter strings)`);
-      if (maxLength !== undefined && maxLength < max) throw new UnsupportedSchemaError(join(path, "maxLength"), `maxLength together with ${what} is not supported (it allows longer strings)`);
-    };
-    if (s.format !== undefined) {
-      const where = join(path, "format");
-      if (typeof s.format !== "string" || !isSupportedFormat(s.format)) {
-        throw new UnsupportedSchemaError(where, `format ${JSON.stringify(s.format)} is not supported (supported: date, time, date-time, uuid, email, uri)`);
-      }
-      if (s.pattern !== undefined) throw new UnsupportedSchemaError(join(path, "pattern"), "pattern together with format is not supported");
-      // email and uri have bounded variants; the other formats have fixed length ranges.
-      const bounded = (s.format === "email" || s.format === "uri") && maxLength !== undefined;
-      const f = formatGrammar(this.b, s.format, bounded ? maxLength : undefined);
-      if (f === null) throw new UnsupportedSchemaError(join(path, "maxLength"), `maxLength ${maxLength} is too short for format ${s.format}`);
-      checkLengths(`format ${s.format}`, f.minLength, f.maxLength);
-      return quoted(f.expr);
-    }
+    const hint = hintOf(path, "pattern");
+
+    // The pattern, parsed (null: none, or relaxed).
+    let pattern: RegexNode | null = null;
     if (s.pattern !== undefined) {
       const where = join(path, "pattern");
       if (typeof s.pattern !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
-      let compiled;
-      try {
-        compiled = compilePattern(this.b, s.pattern, hintOf(path, "pattern"));
-      } catch (e) {
-        if (e instanceof PatternError) throw new UnsupportedSchemaError(where, e.message);
-        throw e;
-      }
-      checkLengths("pattern", compiled.minLength, compiled.maxLength);
-      return quoted(compiled.expr);
+      // A library's own pattern for the format, which the format grammar implies (tested): the
+      // format alone is enforced (zod's iso.duration pattern has lookaheads inside).
+      if (!(typeof s.format === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(s.pattern))) pattern = this.parsePatternAt(s.pattern, where);
     }
-    if (minLength === 0 && maxLength === undefined) return this.string();
-    return quoted(this.b.repeat(hintOf(path, "chars"), this.char(), minLength, maxLength));
+    // The format, when it constrains anything beyond the pattern.
+    let format: string | null = null;
+    if (s.format !== undefined) {
+      const where = join(path, "format");
+      if (typeof s.format !== "string") this.relax(where, "format must be a string");
+      else if (ANY_STRING_FORMATS.has(s.format)) format = null;
+      else if (PATTERN_DEFINED_FORMATS.has(s.format) && s.pattern !== undefined) format = null; // the pattern is its definition
+      else if (!Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format)) {
+        this.relax(where, `format ${JSON.stringify(s.format)} is not supported (supported: ${Object.keys(FORMAT_REGEX).join(", ")}, ${[...ANY_STRING_FORMATS].join(", ")})`);
+      } else format = s.format;
+    }
+
+    if (pattern === null && format === null) {
+      if (minLength === 0 && maxLength === undefined) return this.string();
+      return quoted(this.b.repeat(hintOf(path, "chars"), this.char(), minLength, maxLength));
+    }
+    const lengthsAddNothing = (min: number, max: number) => minLength <= min && (maxLength === undefined || maxLength >= max);
+
+    // Cheap paths first: one format with its hand-written grammar, or one plain pattern.
+    if (pattern === null && format !== null && isSupportedFormat(format)) {
+      const bounded = (format === "email" || format === "uri") && maxLength !== undefined;
+      const f = formatGrammar(this.b, format, bounded ? maxLength : undefined);
+      if (f === null) {
+        this.relax(join(path, "maxLength"), `maxLength ${maxLength} is too short for format ${format}`);
+        return this.stringExpr({ ...s, maxLength: undefined }, path);
+      }
+      if (lengthsAddNothing(f.minLength, f.maxLength)) return quoted(f.expr);
+      if (bounded) {
+        this.relax(join(path, f.minLength < minLength ? "minLength" : "maxLength"), `length bounds together with format ${format} are not supported beyond its bounded subset`);
+        return quoted(f.expr);
+      }
+    }
+    if (pattern !== null && format === null && !hasLookahead(pattern)) {
+      const [lo, hi] = regexLengthRange(pattern);
+      if (lengthsAddNothing(lo, hi)) return quoted(emitRegex(this.b, pattern, hint));
+      // A single repeated class (^[a-z]+$, ^\d{3,}$): fold the bounds into the count.
+      const body = pattern.kind === "seq" && pattern.items.length === 1 ? pattern.items[0] : pattern;
+      if (body.kind === "rep" && body.node.kind === "set") {
+        const min = Math.max(body.min, minLength);
+        const max = body.max === undefined ? maxLength : maxLength === undefined ? body.max : Math.min(body.max, maxLength);
+        if (max !== undefined && max < min) {
+          throw new UnsupportedSchemaError(join(path, minLength > body.min ? "minLength" : "maxLength"), "no string satisfies the pattern and the length bounds");
+        }
+        return quoted(emitRegex(this.b, { kind: "rep", node: body.node, min, max }, hint));
+      }
+    }
+
+    // Everything else: the intersection, as an automaton.
+    const parts: Array<{ lang: Lang; key: string }> = [];
+    if (format !== null) parts.push({ lang: { kind: "re", node: parsePattern(FORMAT_REGEX[format]) }, key: "format" });
+    if (pattern !== null) parts.push({ lang: langOfRegex(pattern), key: "pattern" });
+    if (minLength > 0 || maxLength !== undefined) {
+      parts.push({ lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: minLength, max: maxLength } }, key: maxLength !== undefined ? "maxLength" : "minLength" });
+    }
+    // A length bound far above what the other parts need multiplies the automaton by itself:
+    // refuse it before building (the product would pass maxAutomatonStates anyway).
+    if (parts.length > 1 && maxLength !== undefined && maxLength > this.limits.maxAutomatonStates / 4) {
+      const others = parts.slice(0, -1).map((p) => (p.lang.kind === "re" ? regexLengthRange(p.lang.node)[1] : Infinity));
+      if (others.some((m) => m > maxLength!)) {
+        const dropped = parts.pop()!;
+        this.relax(join(path, dropped.key), `${dropped.key} ${maxLength} together with ${parts.map((p) => p.key).join(" and ")} needs too large an automaton`);
+        maxLength = undefined;
+      } else if (minLength === 0) parts.pop(); // implied by the other parts
+    }
+    for (;;) {
+      try {
+        const key = JSON.stringify([format, s.pattern, minLength, maxLength, parts.map((p) => p.key)]);
+        const dfa = cachedDfa(key, () => (parts.length === 1 ? parts[0].lang : { kind: "and", parts: parts.map((p) => p.lang) }), this.automatonLimits());
+        if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
+        return quoted(dfaToGbnf(this.b, dfa, hint)!);
+      } catch (e) {
+        if (!(e instanceof AutomatonLimitError)) throw e;
+        // Too large to intersect exactly: relax the last constraint (lengths, then the format).
+        const dropped = parts.pop()!;
+        this.relax(join(path, dropped.key), `${dropped.key} together with ${parts.map((p) => p.key).join(" and ")}: ${e.message}`);
+        if (parts.length === 0) return this.string();
+        if (dropped.key.endsWith("Length")) maxLength = undefined;
+      }
+    }
   }
 
   private numberExpr(s: Schema, path: string, integer: boolean): string {
@@ -533,7 +813,7 @@ class Converter {
       return v;
     };
     if (s.multipleOf === 1) integer = true; // a number that is a multiple of 1 is an integer
-    else if (s.multipleOf !== undefined) throw new UnsupportedSchemaError(join(path, "multipleOf"), "multipleOf is not supported (except 1)");
+    else if (s.multipleOf !== undefined) this.relax(join(path, "multipleOf"), "multipleOf is not supported (except 1)");
     for (const key of ["exclusiveMinimum", "exclusiveMaximum"]) {
       const v = s[key];
       if (typeof v === "boolean" && v && num(key === "exclusiveMinimum" ? "minimum" : "maximum") === undefined) {
@@ -565,7 +845,7 @@ class Converter {
   /** A JSON string key that is none of `names` (written without escapes). */
   private keyExcluding(names: string[]): string {
     if (names.length === 0) return this.string();
-    type Trie = { terminal: boolean; children: Map<number, Trie> };
+    type Trie = { terminal: boolean; children: Map<number, Trie>; expr?: string };
     const root: Trie = { terminal: false, children: new Map() };
     for (const name of names) {
       let node = root;
@@ -582,15 +862,25 @@ class Converter {
       if (producible) node.terminal = true;
     }
     const keyChar = this.b.rule("key-char", charClass(JSON_RAW_CHARS));
-    const build = (node: Trie): string => {
+    // Post-order without recursion (a name may be very long).
+    const order: Trie[] = [];
+    const stack: Trie[] = [root];
+    while (stack.length > 0) {
+      const node = stack.pop()!;
+      order.push(node);
+      for (const child of node.children.values()) stack.push(child);
+    }
+    for (let i = order.length - 1; i >= 0; i--) {
+      const node = order[i];
       const parts: string[] = [];
       if (!node.terminal) parts.push('""');
       const others = setMinus(JSON_RAW_CHARS, cpSet(...node.children.keys()));
       parts.push(seq(charClass(others), `${keyChar}*`));
-      for (const [cp, child] of node.children) parts.push(seq(literal(String.fromCodePoint(cp)), build(child)));
-      return this.b.rule("key-other", alt(...parts));
-    };
-    return this.b.rule("key-other", seq('"\\""', build(root), '"\\""'));
+      for (const [cp, child] of node.children) parts.push(seq(literal(String.fromCodePoint(cp)), child.expr!));
+      node.expr = this.b.rule("key-other", alt(...parts));
+      for (const child of node.children.values()) child.expr = undefined;
+    }
+    return this.b.rule("key-other", seq('"\\""', root.expr!, '"\\""'));
   }
 
   private objectExpr(s: Schema, path: string): string {
@@ -598,15 +888,16 @@ class Converter {
     const sep = this.sep();
     const props = s.properties ?? {};
     if (!isObject(props)) throw new UnsupportedSchemaError(join(path, "properties"), "properties must be an object");
-    const required = s.required ?? [];
-    if (!Array.isArray(required) || required.some((r) => typeof r !== "string")) {
+    const requiredList = s.required ?? [];
+    if (!Array.isArray(requiredList) || requiredList.some((r) => typeof r !== "string")) {
       throw new UnsupportedSchemaError(join(path, "required"), "required must be an array of strings");
     }
+    const required = new Set(requiredList as string[]);
     const entries: Array<{ name: string; req: boolean; value: string }> = [];
     const excluded: string[] = [];
     for (const [name, sub] of Object.entries(props)) {
       excluded.push(name);
-      const req = required.includes(name);
+      const req = required.has(name);
       const p = join(join(path, "properties"), name);
       if (sub === false) {
         if (req) throw new UnsupportedSchemaError(p, "a required property cannot have the schema `false`");
@@ -614,80 +905,86 @@ class Converter {
       }
       entries.push({ name, req, value: this.visit(sub, p, new Set()) });
     }
+    const minP = this.nonNegativeInt(s, "minProperties", path) ?? 0;
+    const maxP = this.nonNegativeInt(s, "maxProperties", path);
     const addl = s.additionalProperties;
+    // The value of a property the schema does not declare (null: none is allowed).
     let addlValue: string | null;
     if (addl === false) addlValue = null;
     else if (addl === undefined || addl === true) addlValue = this.anyValue();
     else addlValue = this.visit(addl, join(path, "additionalProperties"), new Set());
-    for (const name of new Set(required as string[])) {
+    for (const name of required) {
       if (has(props, name)) continue;
       if (addlValue === null) throw new UnsupportedSchemaError(join(path, "required"), `"${name}" is required but not declared, and additionalProperties is false`);
       excluded.push(name);
       entries.push({ name, req: true, value: addlValue });
     }
+    // Absent additionalProperties next to `properties`: generate no other keys (see the header),
+    // unless minProperties needs more members than there are names.
+    const generateAdditional = addlValue !== null && (addl !== undefined || !has(s, "properties") || minP > entries.length);
     const kvs = entries.map((e) => ({ req: e.req, kv: this.b.rule(hintOf(join(path, e.name), "kv"), seq(literal(JSON.stringify(e.name)), ws, '":"', ws, e.value)) }));
-    const addlKv = addlValue === null ? null : this.b.rule(hintOf(path, "additional-kv"), seq(this.keyExcluding(excluded), ws, '":"', ws, addlValue));
+    const addlKv = !generateAdditional ? null : this.b.rule(hintOf(path, "additional-kv"), seq(this.keyExcluding(excluded), ws, '":"', ws, addlValue!));
     const n = kvs.length;
     const requiredCount = kvs.filter((k) => k.req).length;
 
-    const minP = this.nonNegativeInt(s, "minProperties", path) ?? 0;
-    const maxP = this.nonNegativeInt(s, "maxProperties", path);
     const counting = minP > requiredCount || (maxP !== undefined && (addlKv !== null || maxP < n));
     const hint = hintOf(path, "members");
+    const named = (body: string): string => (body === "" || body === '""' ? "" : this.b.atom(hint, body));
 
-    // body: the members of a non-empty object (null: no non-empty object is allowed).
+    // body: the members of a non-empty object (null: no non-empty object is allowed). Built from
+    // the last property backwards as a chain of rules, so its size is linear in the properties.
     let body: string | null;
     let emptyAllowed: boolean;
     if (!counting) {
-      const after = (i: number): string =>
-        seq(...kvs.slice(i).map((k) => (k.req ? seq(sep, k.kv) : opt(seq(sep, k.kv)))), addlKv ? `(${seq(sep, addlKv)})*` : "");
-      const first = (i: number): string | null => {
-        if (i === n) return addlKv ? seq(addlKv, `(${seq(sep, addlKv)})*`) : null;
-        const withIt = seq(kvs[i].kv, after(i + 1));
-        if (kvs[i].req) return withIt;
-        const rest = first(i + 1);
-        return rest === null ? withIt : this.b.rule(hint, alt(withIt, rest));
-      };
-      body = first(0);
+      // tail: what may follow once a member is written, from property i on.
+      let tail = addlKv ? `(${seq(sep, addlKv)})*` : "";
+      // first: the members when none is written before property i.
+      let first: string | null = addlKv ? seq(addlKv, tail) : null;
+      for (let i = n - 1; i >= 0; i--) {
+        const withIt = named(seq(kvs[i].kv, tail));
+        first = kvs[i].req || first === null ? withIt : this.b.rule(hint, alt(withIt, first));
+        tail = named(seq(kvs[i].req ? seq(sep, kvs[i].kv) : opt(seq(sep, kvs[i].kv)), tail));
+      }
+      body = first;
       emptyAllowed = requiredCount === 0;
     } else {
-      // Same shape, tracking c = members emitted so far (clamped at minP when there is no max).
-      const memo = new Map<string, string | null>();
-      const after = (i: number, c: number): string | null => {
-        if (maxP === undefined) c = Math.min(c, minP);
-        const key = `${i}:${c}`;
-        if (memo.has(key)) return memo.get(key)!;
-        let result: string | null;
-        if (i === n) {
-          const kmin = Math.max(0, minP - c);
-          const kmax = maxP === undefined ? undefined : maxP - c;
-          if (kmax !== undefined && kmax < kmin) result = null;
-          else if (addlKv === null) result = kmin === 0 ? "" : null;
-          else if (kmin >= 2) result = null; // two additional keys could collide
-          else result = kmax === 0 ? "" : this.b.repeat(`${hint}-more`, seq(sep, addlKv), kmin, kmax);
-        } else {
-          const rest = maxP === undefined || c + 1 <= maxP ? after(i + 1, c + 1) : null;
+      // Same shape, tracking c = members written so far (clamped at minP when there is no max).
+      const cMax = maxP ?? minP;
+      if ((n + 1) * (cMax + 1) > this.limits.maxRules) {
+        throw new SchemaLimitError(join(path, maxP !== undefined ? "maxProperties" : "minProperties"), `${n} properties with ${maxP !== undefined ? `maxProperties ${maxP}` : `minProperties ${minP}`} need more than ${this.limits.maxRules} rules`);
+      }
+      const clamp = (c: number) => (maxP === undefined ? Math.min(c, minP) : c);
+      // after[c]: what may follow from property i on, once c members are written.
+      const atEnd = (c: number): string | null => {
+        const kmin = Math.max(0, minP - c);
+        const kmax = maxP === undefined ? undefined : maxP - c;
+        if (kmax !== undefined && kmax < kmin) return null;
+        if (addlKv === null) return kmin === 0 ? "" : null;
+        if (kmin >= 2) return null; // two additional keys could collide
+        return kmax === 0 ? "" : this.b.repeat(`${hint}-more`, seq(sep, addlKv), kmin, kmax);
+      };
+      let after: Array<string | null> = [];
+      for (let c = 0; c <= cMax; c++) after.push(atEnd(c));
+      let first: string | null;
+      if (addlKv === null || minP >= 2 || (maxP !== undefined && maxP < 1)) first = null;
+      else first = seq(addlKv, this.b.repeat(`${hint}-more`, seq(sep, addlKv), 0, maxP === undefined ? undefined : maxP - 1));
+      for (let i = n - 1; i >= 0; i--) {
+        // first(i) uses after(i + 1, 1), the table before this step.
+        const rest1 = maxP === undefined || maxP >= 1 ? after[clamp(1)] : null;
+        const withFirst = rest1 === null ? null : seq(kvs[i].kv, rest1);
+        if (kvs[i].req) first = withFirst;
+        else if (withFirst !== null) first = first === null ? withFirst : this.b.rule(hint, alt(withFirst, first));
+        const next: Array<string | null> = [];
+        for (let c = 0; c <= cMax; c++) {
+          const rest = maxP === undefined || c + 1 <= maxP ? after[clamp(c + 1)] : null;
           const withIt = rest === null ? null : seq(sep, kvs[i].kv, rest);
-          const without = kvs[i].req ? null : after(i + 1, c);
+          const without = kvs[i].req ? null : after[c];
           const alts = [withIt, without].filter((x): x is string => x !== null);
-          result = alts.length === 0 ? null : alts.length === 1 ? alts[0] : this.b.rule(hint, alt(...alts.map((a) => (a === "" ? '""' : a))));
+          next.push(alts.length === 0 ? null : alts.length === 1 ? named(alts[0]) : this.b.rule(hint, alt(...alts.map((a) => (a === "" ? '""' : a)))));
         }
-        memo.set(key, result);
-        return result;
-      };
-      const first = (i: number): string | null => {
-        if (i === n) {
-          if (addlKv === null || minP >= 2 || (maxP !== undefined && maxP < 1)) return null;
-          return seq(addlKv, this.b.repeat(`${hint}-more`, seq(sep, addlKv), 0, maxP === undefined ? undefined : maxP - 1));
-        }
-        const rest = maxP === undefined || maxP >= 1 ? after(i + 1, 1) : null;
-        const withIt = rest === null ? null : seq(kvs[i].kv, rest);
-        if (kvs[i].req) return withIt;
-        const other = first(i + 1);
-        if (withIt === null) return other;
-        return other === null ? withIt : this.b.rule(hint, alt(withIt, other));
-      };
-      body = first(0);
+        after = next;
+      }
+      body = first;
       emptyAllowed = requiredCount === 0 && minP === 0;
       if (body === null && !emptyAllowed) {
         const key = s.minProperties !== undefined ? "minProperties" : "maxProperties";
@@ -721,7 +1018,7 @@ class Converter {
     const minItems = this.nonNegativeInt(s, "minItems", path) ?? 0;
     let maxItems = this.nonNegativeInt(s, "maxItems", path);
     if (s.uniqueItems === true && (maxItems === undefined || maxItems > 1)) {
-      throw new UnsupportedSchemaError(join(path, "uniqueItems"), "uniqueItems is not supported (unless maxItems ≤ 1)");
+      this.relax(join(path, "uniqueItems"), "uniqueItems is not supported (unless maxItems ≤ 1)");
     }
     // A `false` prefix item or rest schema caps the length.
     const falseAt = prefix.indexOf(false);
@@ -754,14 +1051,89 @@ class Converter {
   }
 }
 
+function resolveLimits(opts: JsonSchemaToGbnfOptions): SchemaLimits {
+  const limits = { ...DEFAULT_SCHEMA_LIMITS, ...(opts.limits ?? {}) };
+  for (const [k, v] of Object.entries(limits)) {
+    if (typeof v !== "number" || !(v >= 0)) throw new RangeError(`limits.${k} must be a non-negative number`);
+  }
+  return limits;
+}
+
 /**
- * GBNF for the JSON Schema `schema`, with root rule `root`. Throws UnsupportedSchemaError for any
- * feature it cannot enforce exactly.
+ * Checks the size bounds of a schema value (bytes, depth, node count, enum size) without
+ * recursion and without serialising it, so that it is safe on any parsed JSON. Throws
+ * SchemaLimitError naming the path of the first excess.
  */
-export function jsonSchemaToGbnf(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): string {
+export function checkSchemaLimits(schema: unknown, limitsOverride: Partial<SchemaLimits> = {}): void {
+  const limits = { ...DEFAULT_SCHEMA_LIMITS, ...limitsOverride };
+  let bytes = 0;
+  let nodes = 0;
+  let enumBytes = 0;
+  // Each entry: a value, its path (built lazily from the parent), its depth, and whether it lies
+  // inside an enum/const (whose bytes count towards maxEnumBytes).
+  type Item = { value: unknown; parent: Item | null; key: string | number | null; depth: number; inEnum: boolean };
+  const pathOf = (item: Item): string => {
+    const keys: Array<string | number> = [];
+    for (let it: Item | null = item; it !== null && it.key !== null; it = it.parent) keys.push(it.key);
+    return keys.reverse().map(String).join(".");
+  };
+  const onPath = new Set<object>();
+  const stack: Item[] = [{ value: schema, parent: null, key: null, depth: 0, inEnum: false }];
+  while (stack.length > 0) {
+    const item = stack.pop()!;
+    const v = item.value;
+    if (++nodes > limits.maxNodes) throw new SchemaLimitError(pathOf(item), `the schema has more than ${limits.maxNodes} values`);
+    let size: number;
+    if (typeof v === "string") size = v.length + 2;
+    else if (typeof v === "number" || typeof v === "boolean") size = String(v).length;
+    else if (v === null || v === undefined) size = 4;
+    else size = 2;
+    bytes += size;
+    if (item.inEnum) enumBytes += size;
+    if (bytes > limits.maxSchemaBytes) throw new SchemaLimitError(pathOf(item), `the schema is larger than ${limits.maxSchemaBytes} bytes`);
+    if (enumBytes > limits.maxEnumBytes) throw new SchemaLimitError(pathOf(item), `enum and const values are larger than ${limits.maxEnumBytes} bytes`);
+    if (typeof v !== "object" || v === null) continue;
+    if (item.depth >= limits.maxDepth) throw new SchemaLimitError(pathOf(item), `the schema nests more than ${limits.maxDepth} levels deep`);
+    if (onPath.has(v)) throw new SchemaLimitError(pathOf(item), "the schema contains a cycle");
+    // (A shared sub-object is walked once per occurrence, which the node bound keeps finite.)
+    if (Array.isArray(v)) {
+      if (item.key === "enum" && !item.inEnum && v.length > limits.maxEnumValues) {
+        throw new SchemaLimitError(pathOf(item), `enum has ${v.length} values (limit ${limits.maxEnumValues})`);
+      }
+      for (let i = v.length - 1; i >= 0; i--) stack.push({ value: v[i], parent: item, key: i, depth: item.depth + 1, inEnum: item.inEnum || item.key === "enum" });
+    } else {
+      const entries = Object.keys(v);
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const k = entries[i];
+        bytes += k.length + 3;
+        if (item.inEnum) enumBytes += k.length + 3;
+        stack.push({ value: (v as Record<string, unknown>)[k], parent: item, key: k, depth: item.depth + 1, inEnum: item.inEnum || k === "const" });
+      }
+    }
+  }
+}
+
+/**
+ * The GBNF for the JSON Schema `schema` (root rule `root`) and, with `strict: false`, the keywords
+ * that were relaxed. Throws UnsupportedSchemaError for what cannot be enforced (strict) or cannot
+ * be generated at all, and SchemaLimitError (code "limit") beyond the limits.
+ */
+export function compileJsonSchema(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): CompiledSchema {
   const maxWhitespace = opts.maxWhitespace ?? 2;
   if (!Number.isInteger(maxWhitespace) || maxWhitespace < 0 || maxWhitespace > 100) throw new RangeError("maxWhitespace must be an integer in [0, 100]");
-  return new Converter(schema, maxWhitespace).convert();
+  const limits = resolveLimits(opts);
+  checkSchemaLimits(schema, limits);
+  const converter = new Converter(schema, maxWhitespace, opts.strict ?? true, limits);
+  const gbnf = converter.convert();
+  return { gbnf, relaxed: converter.relaxed };
+}
+
+/**
+ * GBNF for the JSON Schema `schema`, with root rule `root`. Strict by default: throws
+ * UnsupportedSchemaError for any feature it cannot enforce exactly (see compileJsonSchema).
+ */
+export function jsonSchemaToGbnf(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): string {
+  return compileJsonSchema(schema, opts).gbnf;
 }
 
 /** Any JSON object (OpenAI's `response_format: {type: "json_object"}`), with bounded whitespace. */
@@ -787,6 +1159,9 @@ function stableStringify(value: unknown, seen: Set<object>): string {
  * of the options, when given, since they change the grammar).
  */
 export function schemaCacheKey(schema: unknown, opts?: JsonSchemaToGbnfOptions): string {
-  const text = stableStringify(schema, new Set()) + (opts ? `|ws=${opts.maxWhitespace ?? 2}` : "");
+  checkSchemaLimits(schema, opts?.limits); // stableStringify recurses: bound the depth first
+  const text =
+    stableStringify(schema, new Set()) +
+    (opts ? `|ws=${opts.maxWhitespace ?? 2}|strict=${opts.strict ?? true}|limits=${stableStringify(opts.limits ?? {}, new Set())}` : "");
   return createHash("sha256").update(text).digest("hex");
 }

@@ -6,7 +6,14 @@
 // punctuation), ".", classes with ranges and negation (and \d \w \s inside), groups ( ), (?: ),
 // (?<name> ), alternation, quantifiers ? * + {n} {n,} {n,m} (lazy forms too), "^" at the start and
 // "$" at the end of a top-level alternative.
-// Refused: lookarounds, backreferences, \b \B, \p{…}, anchors elsewhere, and anything else.
+// Lookaheads (?=…) and (?!…) are supported at the start of a top-level alternative (right after
+// "^", e.g. Pydantic's Decimal pattern `^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$`): there a lookahead is an
+// intersection with (or a difference from) a regular language, which automaton.ts builds exactly.
+// Refused: other lookarounds, backreferences, \b \B, \p{…}, anchors elsewhere, and anything else.
+//
+// Bounds (PatternLimits), checked before any work that grows with them: pattern length, group
+// nesting depth (checked without recursion, so a pattern of 5,000 nested groups is refused, not a
+// stack overflow), and every repetition count.
 //
 // The match is treated as anchored at both ends. JSON Schema patterns are unanchored searches, so
 // a full match is a subset of what the pattern allows: every generated string is valid.
@@ -31,11 +38,32 @@ import {
 
 export class PatternError extends Error {}
 
+/** A pattern beyond PatternLimits (a hostile or absurd input rather than an unsupported one). */
+export class PatternLimitError extends PatternError {}
+
+export type PatternLimits = {
+  /** Longest pattern, in UTF-16 units. */
+  maxPatternLength: number;
+  /** Deepest nesting of groups. */
+  maxGroupDepth: number;
+  /** Largest repetition count ({n,m}). */
+  maxRepeat: number;
+};
+
+export const DEFAULT_PATTERN_LIMITS: PatternLimits = { maxPatternLength: 10_000, maxGroupDepth: 64, maxRepeat: 100_000 };
+
 type Node =
   | { kind: "set"; set: CodePointSet }
   | { kind: "seq"; items: Node[] }
   | { kind: "alt"; alts: Node[] }
-  | { kind: "rep"; node: Node; min: number; max: number | undefined };
+  | { kind: "rep"; node: Node; min: number; max: number | undefined }
+  /** Only as a top-level alternative: `main` that is also in every `musts` and in no `mustNots`. */
+  | { kind: "look"; main: Node; musts: Node[]; mustNots: Node[] };
+
+export type RegexNode = Node;
+
+/** Σ*: any string of code points. */
+const ANY: Node = { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: 0, max: undefined };
 
 const DIGIT = cpSet(["0".codePointAt(0)!, "9".codePointAt(0)!]);
 const WORD = cpSet([0x30, 0x39], [0x41, 0x5a], [0x61, 0x7a], "_");
@@ -47,21 +75,48 @@ const not = (set: CodePointSet) => setMinus(ALL_CHARS, set);
 
 class Parser {
   private pos = 0;
-  constructor(private readonly src: string) {}
+  constructor(
+    private readonly src: string,
+    private readonly limits: PatternLimits,
+  ) {}
 
   parse(): Node {
+    const node = this.alternatives(false);
+    if (this.pos < this.src.length) throw new PatternError(`unexpected "${this.peek()}" at ${this.pos}`);
+    return node;
+  }
+
+  /**
+   * Top-level alternatives, each `^`? lookahead* sequence `$`?. Inside a lookahead (`inLook`), an
+   * alternative without `$` may be followed by anything (Σ* is appended); at the top level the
+   * match is anchored anyway.
+   */
+  private alternatives(inLook: boolean): Node {
     const alts: Node[] = [];
     for (;;) {
       if (this.peek() === "^") this.pos++;
+      const musts: Node[] = [];
+      const mustNots: Node[] = [];
+      while (!inLook && (this.src.startsWith("(?=", this.pos) || this.src.startsWith("(?!", this.pos))) {
+        const negative = this.src[this.pos + 2] === "!";
+        this.pos += 3;
+        const inner = this.alternatives(true);
+        if (this.peek() !== ")") throw new PatternError("unbalanced parenthesis");
+        this.pos++;
+        (negative ? mustNots : musts).push(inner);
+      }
       const items = this.sequence(true);
+      let anchored = !inLook;
       if (this.peek() === "$") {
         this.pos++;
-        if (this.pos < this.src.length && this.peek() !== "|") throw new PatternError(`"$" is supported only at the end`);
+        anchored = true;
+        if (this.pos < this.src.length && this.peek() !== "|" && !(inLook && this.peek() === ")")) throw new PatternError(`"$" is supported only at the end`);
       }
-      alts.push({ kind: "seq", items });
-      if (this.pos >= this.src.length) break;
+      if (!anchored) items.push(ANY);
+      const main: Node = { kind: "seq", items };
+      alts.push(musts.length + mustNots.length > 0 ? { kind: "look", main, musts, mustNots } : main);
       if (this.peek() === "|") this.pos++;
-      else throw new PatternError(`unexpected "${this.peek()}" at ${this.pos}`);
+      else break;
     }
     return alts.length === 1 ? alts[0] : { kind: "alt", alts };
   }
@@ -103,6 +158,9 @@ class Parser {
       if (!m) throw new PatternError(`bad quantifier at ${this.pos}`);
       min = Number(m[1]);
       max = m[2] === undefined ? min : m[3] === "" ? undefined : Number(m[3]);
+      if (min > this.limits.maxRepeat || (max ?? 0) > this.limits.maxRepeat) {
+        throw new PatternLimitError(`repetition count ${m[0]} is above the limit of ${this.limits.maxRepeat}`);
+      }
       if (max !== undefined && max < min) throw new PatternError(`bad quantifier ${m[0]}`);
       this.pos += m[0].length - 1;
     } else return node;
@@ -122,7 +180,7 @@ class Parser {
         const end = this.src.indexOf(">", this.pos);
         if (end < 0) throw new PatternError("bad group name");
         this.pos = end + 1;
-      } else if (this.peek() === "?") throw new PatternError(`lookaround or group flag "(${this.src.slice(this.pos, this.pos + 3)}" is not supported`);
+      } else if (this.peek() === "?") throw new PatternError(`lookaround or group flag "(${this.src.slice(this.pos, this.pos + 3)}" is not supported here (lookaheads only at the start of the pattern)`);
       const inner = this.alternation();
       if (this.peek() !== ")") throw new PatternError("unbalanced parenthesis");
       this.pos++;
@@ -286,6 +344,8 @@ function lengthRange(n: Node): [number, number] {
       const [a, b] = lengthRange(n.node);
       return [a * n.min, n.max === undefined ? (b === 0 ? 0 : Infinity) : b * n.max];
     }
+    case "look":
+      return lengthRange(n.main); // a superset of the lengths: the lookaheads only remove strings
   }
 }
 
@@ -293,6 +353,7 @@ function lengthRange(n: Node): [number, number] {
 function withoutEmpty(n: Node): Node | null {
   switch (n.kind) {
     case "set":
+    case "look":
       return n;
     case "alt": {
       const alts = n.alts.map(withoutEmpty).filter((a): a is Node => a !== null);
@@ -327,6 +388,7 @@ function singleChar(n: Node): number | undefined {
 
 function emit(b: GrammarBuilder, n: Node, hint: string): string {
   switch (n.kind) {
+    case "look": throw new Error("lookaheads are compiled through automaton.ts");
     case "set": return jsonEncodedChar(b, n.set);
     case "alt": return alt(...n.alts.map((a) => emit(b, a, hint)));
     case "rep": {
@@ -369,14 +431,61 @@ export type CompiledPattern = {
   maxLength: number;
 };
 
-/** Compile `pattern`; throws PatternError for anything outside the supported subset. */
-export function compilePattern(b: GrammarBuilder, pattern: string, hint: string): CompiledPattern {
+/** Group nesting depth of a pattern, found without recursion (classes and escapes skipped). */
+function groupDepth(src: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < src.length; i++) {
+    const c = src[i];
+    if (c === "\\") i++;
+    else if (c === "[") {
+      for (i++; i < src.length && src[i] !== "]"; i++) if (src[i] === "\\") i++;
+    } else if (c === "(") max = Math.max(max, ++depth);
+    else if (c === ")") depth--;
+  }
+  return max;
+}
+
+/**
+ * Parse `pattern` into a regex tree (full-match semantics); throws PatternError for anything
+ * outside the supported subset and PatternLimitError beyond `limits`. Never runs the pattern.
+ */
+export function parsePattern(pattern: string, limits: PatternLimits = DEFAULT_PATTERN_LIMITS): RegexNode {
+  if (pattern.length > limits.maxPatternLength) throw new PatternLimitError(`pattern is longer than ${limits.maxPatternLength} characters`);
+  const depth = groupDepth(pattern);
+  if (depth > limits.maxGroupDepth) throw new PatternLimitError(`pattern nests groups ${depth} deep (limit ${limits.maxGroupDepth})`);
   try {
+    // Syntax check only (compiling a RegExp does not run it).
     new RegExp(pattern, "u");
   } catch (e) {
     throw new PatternError(`invalid regular expression: ${(e as Error).message}`);
   }
-  const ast = new Parser(pattern).parse();
+  return new Parser(pattern, limits).parse();
+}
+
+/** Whether the tree needs automaton.ts (it has lookaheads). */
+export function hasLookahead(n: RegexNode): boolean {
+  return n.kind === "look" || (n.kind === "alt" && n.alts.some(hasLookahead));
+}
+
+/** Length range of the strings a regex tree matches (a superset where lookaheads are involved). */
+export function regexLengthRange(n: RegexNode): [number, number] {
+  return lengthRange(n);
+}
+
+/** GBNF for the JSON-encoded content of strings a lookahead-free tree matches. */
+export function emitRegex(b: GrammarBuilder, n: RegexNode, hint: string): string {
+  if (hasLookahead(n)) throw new Error("emitRegex: lookaheads need automaton.ts");
+  return emit(b, n, hint);
+}
+
+/**
+ * Compile a lookahead-free `pattern`; throws PatternError for anything outside the supported
+ * subset (patterns with lookaheads go through automaton.ts, see json-schema-to-gbnf.ts).
+ */
+export function compilePattern(b: GrammarBuilder, pattern: string, hint: string, limits: PatternLimits = DEFAULT_PATTERN_LIMITS): CompiledPattern {
+  const ast = parsePattern(pattern, limits);
+  if (hasLookahead(ast)) throw new PatternError("lookaheads need the automaton path");
   const [minLength, maxLength] = lengthRange(ast);
   return { expr: emit(b, ast, hint), minLength, maxLength };
 }

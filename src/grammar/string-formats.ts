@@ -9,7 +9,26 @@
 // - email:      a practical subset of RFC 5322 addr-spec: dot-atom local part "@" a domain of at least
 //               two labels (letters, digits, inner hyphens, at most 63 characters each).
 // - uri:        RFC 3986 URI (scheme ":" hier-part ["?" query] ["#" fragment]) with percent-encoding;
-//               hosts are reg-names or IPv4 (no bracketed IP literals).
+//               hosts are reg-names or IPv4 (no bracketed IP literals); the path is never empty
+//               right after the scheme ("a:" is RFC 3986 but common validators, ajv-formats among
+//               them, refuse it).
+//
+// - ipv4:       dotted quad, each part 0-255 without leading zeros.
+// - ipv6:       RFC 4291 text forms with "::" compression (no embedded IPv4, no zone), hex digits
+//               either case; the same language as zod's ipv6 pattern.
+// - ipvanyaddress (Pydantic's IPvAnyAddress): ipv4 or ipv6.
+// - duration:   ISO 8601 / RFC 3339 duration with integer components: "P" then weeks ("P3W"), or a
+//               non-empty date part Y?M?D? and/or "T" with a non-empty time part H?M?S? ("P1DT2H",
+//               "PT0S"). Pydantic's timedelta; every such string also matches zod's iso.duration
+//               pattern.
+// - base64 / byte: padded standard base64 (OpenAPI "byte"); base64url: unpadded URL-safe base64
+//               (zod's pattern).
+// - cuid, cuid2, nanoid, ulid: zod's own definitions.
+// - binary (Pydantic's bytes), password: any string (they describe content, not syntax).
+//
+// Every format also has a regular-expression form (FORMAT_REGEX) so that a `pattern`, lookaheads
+// or length bounds can be intersected with it exactly (automaton.ts). Formats without a GBNF form
+// below are emitted from the regex.
 //
 // With a maxLength, email and uri use a stricter subset whose parts have fixed length budgets that
 // add up to at most maxLength (GBNF cannot count across parts):
@@ -20,12 +39,71 @@ import { seq, type GrammarBuilder } from "./gbnf.ts";
 
 export type FormatGrammar = { expr: string; minLength: number; maxLength: number };
 
-const SUPPORTED = ["date", "time", "date-time", "uuid", "email", "uri"] as const;
-export type SupportedFormat = (typeof SUPPORTED)[number];
+const GBNF_FORMATS = ["date", "time", "date-time", "uuid", "email", "uri"] as const;
+export type SupportedFormat = (typeof GBNF_FORMATS)[number];
 
+/** Formats with a hand-written GBNF form (formatGrammar). */
 export function isSupportedFormat(f: string): f is SupportedFormat {
-  return (SUPPORTED as readonly string[]).includes(f);
+  return (GBNF_FORMATS as readonly string[]).includes(f);
 }
+
+const DATE_RE =
+  "(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:0[048]|[2468][048]|[13579][26])00)-02-29" +
+  "|\\d{4}-(?:02-(?:0[1-9]|1\\d|2[0-8])|(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30))";
+const HOUR_RE = "(?:[01]\\d|2[0-3])";
+const TIME_RE = `${HOUR_RE}:[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:Z|[+-]${HOUR_RE}:[0-5]\\d)`;
+const ATEXT_RE = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+const LABEL_RE = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+const U_UNRES = "[A-Za-z0-9._~-]";
+const U_PCT = "%[0-9A-Fa-f]{2}";
+const U_SUB = "[!$&'()*+,;=]";
+const U_PCHAR = `(?:${U_UNRES}|${U_PCT}|${U_SUB}|[:@])`;
+const U_AUTH = `(?:(?:${U_UNRES}|${U_PCT}|${U_SUB}|:)*@)?(?:${U_UNRES}|${U_PCT}|${U_SUB})*(?::\\d*)?`;
+const U_HIER = `(?://${U_AUTH}(?:/${U_PCHAR}*)*|/(?:${U_PCHAR}+(?:/${U_PCHAR}*)*)?|${U_PCHAR}+(?:/${U_PCHAR}*)*)`;
+const OCTET_RE = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]\\d|\\d)";
+const IPV4_RE = `(?:${OCTET_RE}\\.){3}${OCTET_RE}`;
+const H16 = "[0-9a-fA-F]{1,4}";
+const IPV6_RE =
+  `(?:(?:${H16}:){7}${H16}|(?:${H16}:){1,7}:|(?:${H16}:){1,6}:${H16}|(?:${H16}:){1,5}(?::${H16}){1,2}` +
+  `|(?:${H16}:){1,4}(?::${H16}){1,3}|(?:${H16}:){1,3}(?::${H16}){1,4}|(?:${H16}:){1,2}(?::${H16}){1,5}` +
+  `|${H16}:(?::${H16}){1,6}|:(?:(?::${H16}){1,7}|:))`;
+const DUR_DATE = "(?:\\d+Y(?:\\d+M)?(?:\\d+D)?|\\d+M(?:\\d+D)?|\\d+D)";
+const DUR_TIME = "T(?:\\d+H(?:\\d+M)?(?:\\d+S)?|\\d+M(?:\\d+S)?|\\d+S)";
+const B64 = "[A-Za-z0-9+/]";
+
+/** Every format the grammar enforces, as a regular expression (full match, `u` flag). */
+export const FORMAT_REGEX: Readonly<Record<string, string>> = {
+  date: DATE_RE,
+  time: TIME_RE,
+  "date-time": `(?:${DATE_RE})T${TIME_RE}`,
+  uuid: "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+  email: `${ATEXT_RE}+(?:\\.${ATEXT_RE}+)*@${LABEL_RE}(?:\\.${LABEL_RE})+`,
+  uri: `[A-Za-z][A-Za-z0-9+.-]*:${U_HIER}(?:\\?(?:${U_PCHAR}|[/?])*)?(?:#(?:${U_PCHAR}|[/?])*)?`,
+  ipv4: IPV4_RE,
+  ipv6: IPV6_RE,
+  ipvanyaddress: `${IPV4_RE}|${IPV6_RE}`,
+  duration: `P(?:\\d+W|${DUR_DATE}(?:${DUR_TIME})?|${DUR_TIME})`,
+  base64: `(?:${B64}{4})*(?:${B64}{2}==|${B64}{3}=)?`,
+  byte: `(?:${B64}{4})*(?:${B64}{2}==|${B64}{3}=)?`,
+  base64url: "(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?",
+  cuid: "[cC][0-9a-z]{6,}",
+  cuid2: "[0-9a-z]+",
+  nanoid: "[a-zA-Z0-9_-]{21}",
+  ulid: "[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}",
+};
+
+/** Formats that say nothing about a string's syntax: any string is one. */
+export const ANY_STRING_FORMATS: ReadonlySet<string> = new Set(["binary", "password", "textarea"]);
+
+/**
+ * zod's own format names that it always emits together with the `pattern` that defines them
+ * (z.string().startsWith() → format "starts_with" + pattern "^prefix.*", z.cuid() → "cuid" +
+ * pattern, …): with that pattern present the format adds nothing, so the pattern alone is enforced.
+ */
+export const PATTERN_DEFINED_FORMATS: ReadonlySet<string> = new Set([
+  "starts_with", "ends_with", "includes", "lowercase", "uppercase", "regex", "cuid", "cuid2", "nanoid", "ulid",
+  "xid", "ksuid", "e164", "cidrv4", "cidrv6", "base64url", "emoji", "hex", "mac", "guid", "hostname", "jwt",
+]);
 
 /** Shortest string of the bounded email/uri subsets ("a@b.c", "a://b"). */
 export const BOUNDED_FORMAT_MIN_LENGTH = 5;
@@ -101,7 +179,7 @@ export function formatGrammar(b: GrammarBuilder, format: SupportedFormat, maxLen
       const authority = b.rule("uri-authority", `(${userChar}* "@")? ${regChar}* (":" [0-9]*)?`);
       const hier = b.rule(
         "uri-hier",
-        `"//" ${authority} ("/" ${segment})* | "/" (${pchar}+ ("/" ${segment})*)? | ${pchar}+ ("/" ${segment})* | ""`,
+        `"//" ${authority} ("/" ${segment})* | "/" (${pchar}+ ("/" ${segment})*)? | ${pchar}+ ("/" ${segment})*`,
       );
       const tail = b.rule("uri-query-char", `${pchar} | [/?]`);
       return {

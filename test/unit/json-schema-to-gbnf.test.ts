@@ -165,21 +165,29 @@ describe("grammar text", () => {
     assert.ok(!allOptional('{"a":1,"a":1}'));
   });
 
-  test("additionalProperties: absent (any value), true, schema, false", async () => {
+  test("additionalProperties: absent (none generated), true, schema, false", async () => {
     const base = { type: "object", properties: { a: { type: "integer" } }, required: ["a"] };
-    await assertAccepts(base, ['{"a":1,"x":true}', '{"a":1, "x":[1,{"y":null}], "z":"s"}', '{"a":-5}'], [
+    // Absent next to properties: no additional keys are generated (as llama.cpp and xgrammar do).
+    await assertAccepts(base, ['{"a":1}', '{"a":-5}'], ['{"a":1,"x":true}', '{"a":1,"a":2}']);
+    // Without properties, an object is free-form; required names that are not declared are allowed.
+    await assertAccepts({ type: "object" }, ["{}", '{"x":1,"y":[true]}'], []);
+    await assertAccepts({ type: "object", properties: {}, required: ["k"] }, ['{"k":[1]}'], ["{}", '{"k":1,"m":2}']);
+    // minProperties beyond the declared names needs additional keys, so they are generated.
+    await assertAccepts({ type: "object", properties: { a: { const: 1 } }, minProperties: 2 }, ['{"a":1,"x":2}'], ['{"a":1}']);
+    await assertAccepts({ ...base, additionalProperties: true }, ['{"a":1,"x":true}', '{"a":1, "x":[1,{"y":null}], "z":"s"}', '{"a":-5}'], [
       '{"a":1,"a":2}', // an additional key is never a declared name
       '{"x":1,"a":1}', // additional properties come after the declared ones
       '{"a":"s"}',
       '{"a":1,"x\\u0041":1}', // additional keys are written without escapes
     ]);
     await assertAccepts({ ...base, additionalProperties: true }, ['{"a":1,"x":{}}'], ['{"x":1}']);
+    await assertAccepts(base, [], ['{"a":1,"x":{}}']);
     await assertAccepts({ ...base, additionalProperties: { type: "boolean" } }, ['{"a":1,"x":true,"y":false}'], ['{"a":1,"x":1}']);
     await assertAccepts({ ...base, additionalProperties: false }, ['{"a":1}'], ['{"a":1,"x":true}']);
     // A key that shares a prefix with a declared name, or extends it, is a fine additional key.
-    await assertAccepts({ type: "object", properties: { ab: { type: "null" } } }, ['{"a":1}', '{"abc":1}', '{"ab":null,"b":2}', '{"":0}'], ['{"ab":1}']);
+    await assertAccepts({ type: "object", properties: { ab: { type: "null" } }, additionalProperties: true }, ['{"a":1}', '{"abc":1}', '{"ab":null,"b":2}', '{"":0}'], ['{"ab":1}']);
     // Names that exist on Object.prototype are ordinary names.
-    await assertAccepts({ type: "object", properties: { constructor: { type: "null" } }, required: ["toString"] }, ['{"constructor":null,"toString":1}', '{"toString":1}'], ['{"constructor":null}', "{}"]);
+    await assertAccepts({ type: "object", properties: { constructor: { type: "null" } }, required: ["toString"], additionalProperties: true }, ['{"constructor":null,"toString":1}', '{"toString":1}'], ['{"constructor":null}', "{}"]);
     // Required but undeclared: present, with the additionalProperties schema.
     await assertAccepts({ type: "object", required: ["k"], additionalProperties: { type: "integer" } }, ['{"k":1}', '{"k":1,"m":2}'], ['{}', '{"k":"s"}']);
   });
@@ -187,7 +195,7 @@ describe("grammar text", () => {
   test("minProperties / maxProperties", async () => {
     const s = { type: "object", properties: { a: { const: 1 }, b: { const: 1 }, c: { const: 1 } }, additionalProperties: false, minProperties: 1, maxProperties: 2 };
     await assertAccepts(s, ['{"a":1}', '{"c":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'], ["{}", '{"a":1,"b":1,"c":1}']);
-    await assertAccepts({ type: "object", properties: { a: { const: 1 } }, required: ["a"], maxProperties: 2 }, ['{"a":1}', '{"a":1,"x":2}'], ['{"a":1,"x":2,"y":3}']);
+    await assertAccepts({ type: "object", properties: { a: { const: 1 } }, required: ["a"], maxProperties: 2, additionalProperties: true }, ['{"a":1}', '{"a":1,"x":2}'], ['{"a":1,"x":2,"y":3}']);
     await assertAccepts({ type: "object", minProperties: 1, maxProperties: 1 }, ['{"x":2}'], ["{}", '{"x":2,"y":3}']);
   });
 
@@ -262,7 +270,7 @@ describe("grammar text", () => {
       "date-time": [["2024-02-29T12:00:00Z", "1999-12-31T23:59:59.999999999+01:00"], ["2024-02-29 12:00:00Z", "2024-02-30T12:00:00Z"]],
       uuid: [["123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-426614174000"], ["123e4567-e89b-12d3-a456-42661417400", "123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000"]],
       email: [["a@b.co", "first.last+tag@sub.example.org", "x_y@a-b.c"], ["a@b", "a..b@x.y", ".a@x.y", "a@-x.y", "a@x-.y", "@x.y", "a b@x.y"]],
-      uri: [["https://example.com/a?b=c#d", "mailto:a@b.c", "urn:isbn:123", "a:", "http://u:p@h:80/p%20q", "file:///etc/hosts"], ["1a:b", "a b:c", "http://x y", "a:%zz", "://x", "http://[::1]/"]],
+      uri: [["https://example.com/a?b=c#d", "mailto:a@b.c", "urn:isbn:123", "a:/", "http://u:p@h:80/p%20q", "file:///etc/hosts"], ["a:", "a:?q", "1a:b", "a b:c", "http://x y", "a:%zz", "://x", "http://[::1]/"]],
     };
     for (const [format, [yes, no]] of Object.entries(cases)) {
       const checker = { date: isDate, time: isTime, "date-time": isDateTime, uuid: (s: string) => UUID.test(s), email: (s: string) => EMAIL.test(s), uri: (s: string) => URI.test(s) }[format]!;
@@ -351,8 +359,8 @@ describe("grammar text", () => {
     await assertAccepts({ $defs: { s: { type: "string" } }, $ref: "#/$defs/s", maxLength: 2 }, ['"ab"'], ['"abc"']);
     await assertAccepts(
       { allOf: [{ type: "object", properties: { a: { type: "string", maxLength: 2 } }, required: ["a"] }, { properties: { b: { type: "boolean" } }, required: ["b"] }] },
-      ['{"a":"x","b":true}', '{"a":"x","b":true,"c":0}'],
-      ['{"a":"x"}', '{"a":"xyz","b":true}'],
+      ['{"a":"x","b":true}'],
+      ['{"a":"x"}', '{"a":"xyz","b":true}', '{"a":"x","b":true,"c":0}'],
     );
     await assertAccepts({ allOf: [{ $ref: "#/$defs/n" }], $defs: { n: { type: "integer", minimum: 1 } }, maximum: 3 }, ["1", "3"], ["0", "4"]);
   });
@@ -375,11 +383,10 @@ describe("grammar text", () => {
       [{ type: "string", pattern: "a^b" }, "pattern"],
       [{ type: "string", pattern: "\\p{L}" }, "pattern"],
       [{ type: "string", format: "hostname" }, "format"],
-      [{ type: "object", properties: { when: { type: "string", format: "ipv4" } } }, "properties.when.format"],
+      [{ type: "object", properties: { when: { type: "string", format: "idn-hostname" } } }, "properties.when.format"],
       [{ type: "string", format: "email", maxLength: 4 }, "maxLength"],
       [{ type: "string", format: "uri", minLength: 6, maxLength: 50 }, "minLength"],
       [{ type: "string", format: "date", maxLength: 9 }, "maxLength"],
-      [{ type: "string", pattern: "^a+$", maxLength: 5 }, "maxLength"],
       [{ type: "string", pattern: "^a{2}$", minLength: 3 }, "minLength"],
       [{ type: "string", format: "date", pattern: "^2" }, "pattern"],
       [{ not: { type: "string" } }, "not"],
@@ -421,6 +428,7 @@ describe("grammar text", () => {
       { type: "array", uniqueItems: false },
       { type: "array", uniqueItems: true, maxItems: 1 },
       { type: "integer", multipleOf: 1 },
+      { type: "string", pattern: "^a+$", maxLength: 5 },
       { type: "number", multipleOf: 1, maximum: 3 },
       { type: "object", nullable: false, "x-vendor": 1, title: "t", description: "d", default: {}, examples: [], $comment: "c", deprecated: true, readOnly: true, writeOnly: false },
       { $schema: "https://json-schema.org/draft/2020-12/schema", $id: "urn:x", type: "string", format: "date", minLength: 10, maxLength: 10 },

@@ -1,0 +1,15 @@
+// Worker side of compileSchemaInWorker (schema-worker.ts): compiles one schema and posts the result.
+import { parentPort, workerData } from "node:worker_threads";
+import { compileJsonSchema, UnsupportedSchemaError, type JsonSchemaToGbnfOptions } from "./json-schema-to-gbnf.ts";
+
+const { schema, opts } = workerData as { schema: unknown; opts: JsonSchemaToGbnfOptions };
+try {
+  const { gbnf, relaxed } = compileJsonSchema(schema, opts);
+  parentPort!.postMessage({ ok: true, gbnf, relaxed });
+} catch (e) {
+  if (e instanceof UnsupportedSchemaError) {
+    const prefix = `${e.path === "" ? "schema" : e.path}: `;
+    const message = e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message;
+    parentPort!.postMessage({ ok: false, code: e.code, path: e.path, message });
+  } else parentPort!.postMessage({ ok: false, code: "internal", path: "", message: e instanceof Error ? e.message : String(e) });
+}
