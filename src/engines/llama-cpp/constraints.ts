@@ -13,7 +13,7 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
-import { JSON_OBJECT_GBNF, jsonSchemaToGbnf, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { compileJsonSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 
@@ -120,36 +120,46 @@ export class ConstraintPlanner {
 
   private argumentsGrammar(tool: ToolDefinition, i: number): string {
     if (tool.input) return freeTextArguments(tool.input, i);
-    try {
-      return jsonSchemaToGbnf(tool.parameters);
-    } catch (err) {
-      if (!(err instanceof UnsupportedSchemaError)) throw err;
-      if (tool.strict) throw invalidField(`{field} cannot be enforced: ${err.message}`, `tools[${i}].parameters`);
-      // Not strict: the arguments are still guaranteed to be a JSON object.
-      return JSON_OBJECT_GBNF;
-    }
+    return schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
   }
 
   private contentGrammar(req: GenerationRequest): string {
     const rf = req.responseFormat!;
     if (rf.type === "json_object") return JSON_OBJECT_GBNF;
-    try {
-      return jsonSchemaToGbnf(rf.schema);
-    } catch (err) {
-      if (!(err instanceof UnsupportedSchemaError)) throw err;
-      if (rf.strict) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.schema");
-      return JSON_OBJECT_GBNF;
-    }
+    return schemaGrammar(rf.schema, rf.strict, "responseFormat.schema");
   }
 
+  /** Compiled grammars, most recently used last; bounded so distinct schemas cannot grow memory. */
   private compile(text: string): Promise<LlamaGrammar> {
     const key = createHash("sha256").update(text).digest("hex");
     let grammar = this.grammars.get(key);
-    if (!grammar) {
-      grammar = this.model.llama.createGrammar({ grammar: text });
+    if (grammar) {
+      this.grammars.delete(key);
       this.grammars.set(key, grammar);
-      grammar.catch(() => this.grammars.delete(key));
+      return grammar;
     }
+    grammar = this.model.llama.createGrammar({ grammar: text });
+    this.grammars.set(key, grammar);
+    grammar.catch(() => this.grammars.delete(key));
+    while (this.grammars.size > GRAMMAR_CACHE_ENTRIES) this.grammars.delete(this.grammars.keys().next().value!);
     return grammar;
+  }
+}
+
+/** Grammars kept compiled per model (a request whose grammar was evicted compiles it again). */
+const GRAMMAR_CACHE_ENTRIES = 128;
+
+/**
+ * The grammar of a JSON Schema. A schema past the converter's size limits is refused whatever
+ * `strict` says; otherwise, strict refuses what cannot be enforced exactly, and non-strict relaxes
+ * only the keywords that cannot be (the rest of the schema still holds).
+ */
+function schemaGrammar(schema: unknown, strict: boolean, field: string): string {
+  try {
+    return compileJsonSchema(schema, { strict }).gbnf;
+  } catch (err) {
+    if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
+    if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+    throw err;
   }
 }
