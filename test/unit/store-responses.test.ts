@@ -1,0 +1,293 @@
+import assert from "../helpers/assert.ts";
+import { after, test } from "node:test";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { DB_FILE, MIGRATIONS, migrate, openSqliteStore, type SqliteStore } from "../../src/store/sqlite-store.ts";
+import { StoreError, type JsonObject } from "../../src/store/store.ts";
+
+const root = mkdtempSync(join(tmpdir(), "plinth-store-responses-"));
+after(() => rmSync(root, { recursive: true, force: true }));
+let dirs = 0;
+const freshDir = () => join(root, `d${dirs++}`);
+
+function withStore(ttlSeconds = 0): SqliteStore {
+  const store = openSqliteStore({ dataDir: freshDir(), ttlSeconds });
+  after(() => store.close());
+  return store;
+}
+
+const body = (id: string, status = "completed"): JsonObject => ({ id, object: "response", status, output: [] });
+const userMessage = (text: string, id?: string): JsonObject => ({ ...(id ? { id } : {}), type: "message", role: "user", content: text });
+
+test("a response is created, read back whole, updated and deleted", async () => {
+  const store = withStore();
+  const created = await store.responses.create("alice", {
+    id: "resp_1",
+    createdAt: 1_700_000_000,
+    status: "queued",
+    model: "m",
+    body: body("resp_1", "queued"),
+    inputItems: [userMessage("hi", "msg_given"), userMessage("there")],
+    previousResponseId: "resp_0",
+    conversationId: "conv_1",
+    background: true,
+  });
+  assert.equal(created.expiresAt, null);
+  const got = await store.responses.get("alice", "resp_1");
+  assert.ok(got, "stored response");
+  assert.deepEqual(got, created);
+  assert.equal(got.createdAt, 1_700_000_000);
+  assert.equal(got.background, true);
+  assert.equal(got.previousResponseId, "resp_0");
+  assert.equal(got.conversationId, "conv_1");
+  assert.deepEqual(got.body, body("resp_1", "queued"));
+  assert.equal(got.inputItems[0].id, "msg_given");
+  assert.match(got.inputItems[1].id, /^msg_[0-9a-f]{32}$/);
+  assert.equal(got.inputItems[1].content, "there");
+
+  assert.equal(await store.responses.update("alice", "resp_1", { status: "completed", body: body("resp_1") }), true);
+  const updated = await store.responses.get("alice", "resp_1");
+  assert.equal(updated?.status, "completed");
+  assert.deepEqual(updated?.body, body("resp_1"));
+
+  assert.equal(await store.responses.delete("alice", "resp_1"), true);
+  assert.equal(await store.responses.get("alice", "resp_1"), undefined);
+  assert.equal(await store.responses.delete("alice", "resp_1"), false);
+  assert.equal(await store.responses.update("alice", "resp_1", { status: "x", body: {} }), false);
+});
+
+test("defaults: created now, not background, no links; ids by item type", async () => {
+  const store = withStore();
+  const before = Math.floor(Date.now() / 1000);
+  const r = await store.responses.create("", {
+    id: "resp_d",
+    status: "completed",
+    model: "m",
+    body: body("resp_d"),
+    inputItems: [{ type: "function_call_output", call_id: "c", output: "4" }, { type: "reasoning", summary: [] }, { type: "message", id: "", role: "user", content: "x" }],
+  });
+  assert.ok(r.createdAt >= before && r.createdAt <= before + 2, `createdAt ${r.createdAt}`);
+  assert.equal(r.background, false);
+  assert.equal(r.previousResponseId, null);
+  assert.equal(r.conversationId, null);
+  assert.match(r.inputItems[0].id, /^fco_/);
+  assert.match(r.inputItems[1].id, /^rs_/);
+  assert.match(r.inputItems[2].id, /^msg_/, "an empty id is replaced");
+  assert.deepEqual(Object.keys(r.inputItems[0])[0], "id");
+});
+
+test("a repeated id in one namespace is a conflict; the same id in another namespace is another object", async () => {
+  const store = withStore();
+  const make = (ns: string, model: string) =>
+    store.responses.create(ns, { id: "resp_same", status: "completed", model, body: body("resp_same"), inputItems: [] });
+  await make("a", "m1");
+  await assert.rejects(make("a", "m2"), (e: unknown) => e instanceof StoreError && e.code === "conflict");
+  await make("b", "m2");
+  assert.equal((await store.responses.get("a", "resp_same"))?.model, "m1");
+  assert.equal((await store.responses.get("b", "resp_same"))?.model, "m2");
+});
+
+test("another namespace cannot see, list, update or delete a response, or its events", async () => {
+  const store = withStore();
+  await store.responses.create("alice", { id: "resp_a", status: "completed", model: "m", body: body("resp_a"), inputItems: [userMessage("secret")] });
+  await store.responseEvents.append("alice", "resp_a", 0, { type: "response.created" });
+  for (const other of ["bob", ""]) {
+    assert.equal(await store.responses.get(other, "resp_a"), undefined);
+    assert.equal(await store.responses.listInputItems(other, "resp_a"), undefined);
+    assert.equal(await store.responses.update(other, "resp_a", { status: "failed", body: {} }), false);
+    assert.equal(await store.responses.delete(other, "resp_a"), false);
+    assert.equal(await store.responseEvents.list(other, "resp_a"), undefined);
+    assert.equal(await store.responseEvents.append(other, "resp_a", 1, { type: "x" }), false);
+    assert.equal(await store.responseEvents.appendMany(other, "resp_a", [{ sequenceNumber: 2, event: {} }]), false);
+  }
+  const own = await store.responses.get("alice", "resp_a");
+  assert.equal(own?.status, "completed");
+  assert.equal((await store.responseEvents.list("alice", "resp_a"))?.length, 1);
+});
+
+test("input items paginate like OpenAI: desc by default, after/limit/order, first/last/has_more", async () => {
+  const store = withStore();
+  const items = Array.from({ length: 5 }, (_, i) => userMessage(`m${i}`, `item_${i}`));
+  await store.responses.create("", { id: "resp_p", status: "completed", model: "m", body: body("resp_p"), inputItems: items });
+  const ids = (page: { data: { id: string }[] } | undefined) => page?.data.map((d) => d.id);
+
+  const all = await store.responses.listInputItems("", "resp_p");
+  assert.deepEqual(ids(all), ["item_4", "item_3", "item_2", "item_1", "item_0"]);
+  assert.equal(all?.first_id, "item_4");
+  assert.equal(all?.last_id, "item_0");
+  assert.equal(all?.has_more, false);
+
+  const asc2 = await store.responses.listInputItems("", "resp_p", { order: "asc", limit: 2 });
+  assert.deepEqual(asc2, { data: items.slice(0, 2), first_id: "item_0", last_id: "item_1", has_more: true });
+  const next = await store.responses.listInputItems("", "resp_p", { order: "asc", limit: 2, after: "item_1" });
+  assert.deepEqual(ids(next), ["item_2", "item_3"]);
+  assert.equal(next?.has_more, true);
+  const last = await store.responses.listInputItems("", "resp_p", { order: "asc", limit: 2, after: "item_3" });
+  assert.deepEqual(ids(last), ["item_4"]);
+  assert.equal(last?.has_more, false);
+  const exact = await store.responses.listInputItems("", "resp_p", { order: "asc", limit: 5 });
+  assert.equal(exact?.has_more, false, "a page that ends exactly at the end has no more");
+
+  const descAfter = await store.responses.listInputItems("", "resp_p", { after: "item_2", limit: 100 });
+  assert.deepEqual(ids(descAfter), ["item_1", "item_0"]);
+  const empty = await store.responses.listInputItems("", "resp_p", { after: "item_0" });
+  assert.deepEqual(empty, { data: [], first_id: null, last_id: null, has_more: false });
+
+  await assert.rejects(store.responses.listInputItems("", "resp_p", { after: "nope" }), (e: unknown) => e instanceof StoreError && e.code === "invalid_cursor" && e.param === "after");
+  for (const limit of [0, 101, 1.5, Number.NaN]) {
+    await assert.rejects(store.responses.listInputItems("", "resp_p", { limit }), (e: unknown) => e instanceof StoreError && e.param === "limit", `limit ${limit}`);
+  }
+  await assert.rejects(store.responses.listInputItems("", "resp_p", { order: "up" as "asc" }), (e: unknown) => e instanceof StoreError && e.param === "order");
+
+  await store.responses.create("", { id: "resp_none", status: "completed", model: "m", body: body("resp_none"), inputItems: [] });
+  assert.deepEqual(await store.responses.listInputItems("", "resp_none"), { data: [], first_id: null, last_id: null, has_more: false });
+});
+
+test("stream events append and list in order after a sequence number, and go with their response", async () => {
+  const store = withStore();
+  await store.responses.create("ns", { id: "resp_e", status: "in_progress", model: "m", body: body("resp_e", "in_progress"), inputItems: [], background: true });
+  assert.equal(await store.responseEvents.append("ns", "resp_e", 0, { type: "response.created", sequence_number: 0 }), true);
+  assert.equal(await store.responseEvents.appendMany("ns", "resp_e", [
+    { sequenceNumber: 2, event: { type: "response.output_text.delta", delta: "b" } },
+    { sequenceNumber: 1, event: { type: "response.in_progress" } },
+  ]), true);
+  const all = await store.responseEvents.list("ns", "resp_e");
+  assert.deepEqual(all?.map((e) => e.sequenceNumber), [0, 1, 2]);
+  assert.deepEqual(all?.[2].event, { type: "response.output_text.delta", delta: "b" });
+  assert.deepEqual((await store.responseEvents.list("ns", "resp_e", 0))?.map((e) => e.sequenceNumber), [1, 2]);
+  assert.deepEqual(await store.responseEvents.list("ns", "resp_e", 2), []);
+
+  await assert.rejects(store.responseEvents.append("ns", "resp_e", 1, {}), (e: unknown) => e instanceof StoreError && e.code === "conflict");
+  // A batch with a repeat is all or nothing.
+  await assert.rejects(store.responseEvents.appendMany("ns", "resp_e", [{ sequenceNumber: 3, event: {} }, { sequenceNumber: 2, event: {} }]));
+  assert.deepEqual((await store.responseEvents.list("ns", "resp_e"))?.map((e) => e.sequenceNumber), [0, 1, 2]);
+
+  assert.equal(await store.responseEvents.append("ns", "resp_missing", 0, {}), false);
+  assert.equal(await store.responseEvents.list("ns", "resp_missing"), undefined);
+
+  assert.equal(await store.responses.delete("ns", "resp_e"), true);
+  await store.responses.create("ns", { id: "resp_e", status: "queued", model: "m", body: body("resp_e"), inputItems: [] });
+  assert.deepEqual(await store.responseEvents.list("ns", "resp_e"), [], "the old events went with the deleted response");
+});
+
+test("the data directory is made private, the database file too, in WAL mode", async () => {
+  const dir = join(freshDir(), "nested", "data");
+  const store = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  try {
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+    assert.equal(statSync(join(dir, DB_FILE)).mode & 0o777, 0o600);
+    await store.responses.create("", { id: "resp_w", status: "completed", model: "m", body: {}, inputItems: [] });
+    assert.equal(statSync(join(dir, `${DB_FILE}-wal`)).mode & 0o777, 0o600);
+  } finally {
+    await store.close();
+  }
+  const db = new Database(join(dir, DB_FILE), { readonly: true });
+  try {
+    assert.equal(db.pragma("journal_mode", { simple: true }), "wal");
+  } finally {
+    db.close();
+  }
+});
+
+test("synchronous=full is available for power-loss durability", async () => {
+  const store = openSqliteStore({ dataDir: freshDir(), ttlSeconds: 0, synchronous: "full" });
+  try {
+    await store.responses.create("", { id: "resp_f", status: "completed", model: "m", body: { ok: true }, inputItems: [] });
+    assert.deepEqual((await store.responses.get("", "resp_f"))?.body, { ok: true });
+  } finally {
+    await store.close();
+  }
+});
+
+test("migrations run once: a reopened store applies none and keeps its data", async () => {
+  const dir = freshDir();
+  const first = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  assert.equal(first.migrationsApplied, MIGRATIONS.length);
+  await first.responses.create("", { id: "resp_m", status: "completed", model: "m", body: { a: 1 }, inputItems: [] });
+  await first.close();
+  await first.close(); // idempotent
+
+  const second = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  try {
+    assert.equal(second.migrationsApplied, 0);
+    assert.deepEqual((await second.responses.get("", "resp_m"))?.body, { a: 1 });
+  } finally {
+    await second.close();
+  }
+  const db = new Database(join(dir, DB_FILE));
+  try {
+    assert.equal(db.pragma("user_version", { simple: true }), MIGRATIONS[MIGRATIONS.length - 1].version);
+  } finally {
+    db.close();
+  }
+});
+
+test("migrations apply in order, each in a transaction; a failing step leaves the earlier ones", () => {
+  const db = new Database(":memory:");
+  try {
+    const order: number[] = [];
+    const steps = [
+      { version: 1, description: "one", up: (d: Database.Database) => { order.push(1); d.exec("CREATE TABLE one (x)"); } },
+      { version: 2, description: "two", up: (d: Database.Database) => { order.push(2); d.exec("CREATE TABLE two (x)"); throw new Error("step two fails"); } },
+    ];
+    assert.throws(() => migrate(db, steps), /step two fails/);
+    assert.deepEqual(order, [1, 2]);
+    assert.equal(db.pragma("user_version", { simple: true }), 1);
+    const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").pluck().all();
+    assert.deepEqual(tables, ["one"], "the failed step's table was rolled back");
+
+    steps[1].up = (d) => { order.push(22); d.exec("CREATE TABLE two (x)"); };
+    assert.equal(migrate(db, steps), 1);
+    assert.equal(migrate(db, steps), 0);
+    assert.deepEqual(order, [1, 2, 22]);
+    assert.equal(db.pragma("user_version", { simple: true }), 2);
+    assert.throws(() => migrate(db, steps.slice(0, 1)), /newer than this Plinth knows/);
+  } finally {
+    db.close();
+  }
+});
+
+test("retention: expires_at is created_at + ttl, and the sweep deletes what expired with its events", async () => {
+  const store = withStore(100);
+  const make = (id: string, createdAt: number) =>
+    store.responses.create("ns", { id, createdAt, status: "completed", model: "m", body: body(id), inputItems: [] });
+  const old = await make("resp_old", 1000);
+  await make("resp_new", 1050);
+  assert.equal(old.expiresAt, 1100);
+  await store.responseEvents.append("ns", "resp_old", 0, { type: "response.created" });
+
+  assert.deepEqual(await store.sweepExpired(1099), { responses: 0, conversations: 0, chatCompletions: 0 });
+  assert.ok(await store.responses.get("ns", "resp_old"), "not yet expired");
+  assert.deepEqual(await store.sweepExpired(1100), { responses: 1, conversations: 0, chatCompletions: 0 });
+  assert.equal(await store.responses.get("ns", "resp_old"), undefined);
+  assert.ok(await store.responses.get("ns", "resp_new"), "the newer one stays");
+  assert.equal(await store.responseEvents.list("ns", "resp_old"), undefined);
+});
+
+test("ttl 0 keeps responses forever; a negative ttl is refused", async () => {
+  const store = withStore(0);
+  await store.responses.create("", { id: "resp_k", createdAt: 1, status: "completed", model: "m", body: {}, inputItems: [] });
+  assert.deepEqual(await store.sweepExpired(Number.MAX_SAFE_INTEGER), { responses: 0, conversations: 0, chatCompletions: 0 });
+  assert.ok(await store.responses.get("", "resp_k"), "kept");
+  assert.throws(() => openSqliteStore({ dataDir: freshDir(), ttlSeconds: -1 }), /ttlSeconds/);
+});
+
+test("the sweeper runs on its own timer, does not hold the process open, and stops on close", async () => {
+  const store = openSqliteStore({ dataDir: freshDir(), ttlSeconds: 1 });
+  await store.responses.create("", { id: "resp_s", createdAt: 10, status: "completed", model: "m", body: {}, inputItems: [] });
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+  const before = timers();
+  store.startSweeper(20);
+  assert.equal(timers(), before, "the sweeper's timer is unref'd");
+  const deadline = Date.now() + 5000;
+  while ((await store.responses.get("", "resp_s")) !== undefined) {
+    assert.ok(Date.now() < deadline, "the sweeper deleted the expired response");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await store.close();
+  // Past close, a tick of the (stopped) timer would throw on the closed database; give it time to.
+  await new Promise((resolve) => setTimeout(resolve, 60));
+  assert.throws(() => store.startSweeper(20), /closed/);
+});
