@@ -3,6 +3,7 @@ import { ApiError } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteResult } from "../../http/respond.ts";
 import { inputItem } from "./protocol.ts";
+import type { ConversationRecord } from "../../store/store.ts";
 import type { ResponsesDeps } from "./responses.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
@@ -35,52 +36,58 @@ function normalise(items: Item[]): Item[] {
   });
 }
 
-export function createConversation(body: z.infer<typeof createConversationRequest>, ns: string, deps: ResponsesDeps): RouteResult {
-  const id = newId("conv_");
-  return { kind: "json", body: deps.storage.createConversation(ns, id, body.metadata ?? {}, normalise((body.items ?? []) as Item[])) };
+/** The conversation object as OpenAI shapes it. */
+function toWire(c: ConversationRecord) {
+  return { id: c.id, object: "conversation", created_at: c.createdAt, metadata: c.metadata };
 }
 
-export function getConversation(id: string, ns: string, deps: ResponsesDeps): RouteResult {
-  const c = deps.storage.getConversation(ns, id);
+export async function createConversation(body: z.infer<typeof createConversationRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const { conversation } = await deps.store.conversations.create(ns, { id: newId("conv_"), metadata: body.metadata ?? {}, items: normalise((body.items ?? []) as Item[]) });
+  return { kind: "json", body: toWire(conversation) };
+}
+
+export async function getConversation(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const c = await deps.store.conversations.get(ns, id);
   if (!c) throw notFound("conversation", id);
-  return { kind: "json", body: c };
+  return { kind: "json", body: toWire(c) };
 }
 
-export function updateConversation(id: string, body: z.infer<typeof updateConversationRequest>, ns: string, deps: ResponsesDeps): RouteResult {
-  const c = deps.storage.updateConversation(ns, id, body.metadata);
+export async function updateConversation(id: string, body: z.infer<typeof updateConversationRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const c = await deps.store.conversations.updateMetadata(ns, id, body.metadata);
   if (!c) throw notFound("conversation", id);
-  return { kind: "json", body: c };
+  return { kind: "json", body: toWire(c) };
 }
 
-export function deleteConversation(id: string, ns: string, deps: ResponsesDeps): RouteResult {
-  if (!deps.storage.deleteConversation(ns, id)) throw notFound("conversation", id);
+export async function deleteConversation(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  if (!(await deps.store.conversations.delete(ns, id))) throw notFound("conversation", id);
   return { kind: "json", body: { id, object: "conversation.deleted", deleted: true } };
 }
 
-export function addItems(id: string, body: z.infer<typeof addItemsRequest>, ns: string, deps: ResponsesDeps): RouteResult {
-  const added = deps.storage.addConversationItems(ns, id, normalise(body.items as Item[]));
+export async function addItems(id: string, body: z.infer<typeof addItemsRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const added = await deps.store.conversations.addItems(ns, id, normalise(body.items as Item[]));
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",
-    body: { object: "list", data: added, first_id: (added[0]?.id as string) ?? null, last_id: (added.at(-1)?.id as string) ?? null, has_more: false },
+    body: { object: "list", data: added, first_id: added[0]?.id ?? null, last_id: added.at(-1)?.id ?? null, has_more: false },
   };
 }
 
-export function listItems(id: string, q: { after?: string; limit?: number; order?: "asc" | "desc" }, ns: string, deps: ResponsesDeps): RouteResult {
-  const page = deps.storage.listConversationItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
+export async function listItems(id: string, q: { after?: string; limit?: number; order?: "asc" | "desc" }, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const page = await deps.store.conversations.listItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("conversation", id);
   return { kind: "json", body: { object: "list", ...page } };
 }
 
-export function getItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): RouteResult {
-  if (!deps.storage.getConversation(ns, id)) throw notFound("conversation", id);
-  const item = deps.storage.getConversationItem(ns, id, itemId);
+export async function getItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
+  const item = await deps.store.conversations.getItem(ns, id, itemId);
   if (!item) throw notFound("item", itemId);
   return { kind: "json", body: item };
 }
 
-export function deleteItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): RouteResult {
-  if (!deps.storage.getConversation(ns, id)) throw notFound("conversation", id);
-  if (!deps.storage.deleteConversationItem(ns, id, itemId)) throw notFound("item", itemId);
-  return { kind: "json", body: deps.storage.getConversation(ns, id)! };
+export async function deleteItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const c = await deps.store.conversations.get(ns, id);
+  if (!c) throw notFound("conversation", id);
+  if (!(await deps.store.conversations.deleteItem(ns, id, itemId))) throw notFound("item", itemId);
+  return { kind: "json", body: toWire(c) };
 }

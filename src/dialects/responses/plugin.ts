@@ -71,25 +71,25 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   );
 
   scope.post("/conversations", async (request, reply) =>
-    send(reply, request, createConversation(createConversationRequest.parse(request.body ?? {}), queryNamespace(request), deps)),
+    send(reply, request, await createConversation(createConversationRequest.parse(request.body ?? {}), queryNamespace(request), deps)),
   );
-  scope.get<Id>("/conversations/:id", async (request, reply) => send(reply, request, getConversation(request.params.id, queryNamespace(request), deps)));
+  scope.get<Id>("/conversations/:id", async (request, reply) => send(reply, request, await getConversation(request.params.id, queryNamespace(request), deps)));
   scope.post<Id>("/conversations/:id", async (request, reply) =>
-    send(reply, request, updateConversation(request.params.id, updateConversationRequest.parse(request.body), queryNamespace(request), deps)),
+    send(reply, request, await updateConversation(request.params.id, updateConversationRequest.parse(request.body), queryNamespace(request), deps)),
   );
   scope.delete<Id>("/conversations/:id", async (request, reply) =>
-    send(reply, request, deleteConversation(request.params.id, queryNamespace(request), deps)),
+    send(reply, request, await deleteConversation(request.params.id, queryNamespace(request), deps)),
   );
   scope.get<Id>("/conversations/:id/items", async (request, reply) =>
-    send(reply, request, listItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
+    send(reply, request, await listItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
   );
   scope.post<Id>("/conversations/:id/items", async (request, reply) =>
-    send(reply, request, addItems(request.params.id, addItemsRequest.parse(request.body), queryNamespace(request), deps)),
+    send(reply, request, await addItems(request.params.id, addItemsRequest.parse(request.body), queryNamespace(request), deps)),
   );
   scope.get<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
-    send(reply, request, getItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
+    send(reply, request, await getItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
   );
   scope.delete<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
-    send(reply, request, deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
+    send(reply, request, await deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
   );
 }

@@ -7,12 +7,13 @@ import type { BackgroundRuns } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
 import { drive, startWithTruncation } from "./run.ts";
-import type { ResponsesStorage, Sealer } from "./storage.ts";
+import type { JsonObject, Store } from "../../store/store.ts";
+import type { Sealer } from "./sealer.ts";
 import { responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
 
 export interface ResponsesDeps {
-  storage: ResponsesStorage;
+  store: Store;
   sealer: Sealer;
   runs: BackgroundRuns;
 }
@@ -46,24 +47,23 @@ interface ResolvedInput {
  * Expands a request's input: the stored input and output of `previous_response_id`, or the items of
  * `conversation`, then the new input, with item references looked up and sealed reasoning checked.
  */
-function resolveInput(body: CreateResponseRequest, ns: string, deps: ResponsesDeps): ResolvedInput {
+async function resolveInput(body: CreateResponseRequest, ns: string, deps: ResponsesDeps): Promise<ResolvedInput> {
   let earlier: Item[] = [];
   let conversationId: string | undefined;
   if (body.previous_response_id) {
-    const prev = deps.storage.getResponse(ns, body.previous_response_id);
+    const prev = await deps.store.responses.get(ns, body.previous_response_id);
     if (!prev) throw notFound("response", body.previous_response_id, "previous_response_id");
     earlier = [...prev.inputItems, ...((prev.body.output as Item[] | undefined) ?? [])];
   } else if (body.conversation) {
     conversationId = typeof body.conversation === "string" ? body.conversation : body.conversation.id;
-    const items = deps.storage.allConversationItems(ns, conversationId);
-    if (!items) throw notFound("conversation", conversationId, "conversation");
-    earlier = items;
+    if (!(await deps.store.conversations.get(ns, conversationId))) throw notFound("conversation", conversationId, "conversation");
+    earlier = await allConversationItems(deps.store, ns, conversationId);
   }
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
   const added = raw.map((item, i) => {
     if (item.type === "item_reference") {
       const id = item.id as string;
-      const found = earlier.find((e) => e.id === id) ?? deps.storage.findItem(ns, id);
+      const found = earlier.find((e) => e.id === id);
       if (!found) throw notFound("item", id, `input[${i}].id`);
       return found;
     }
@@ -82,7 +82,7 @@ function resolveInput(body: CreateResponseRequest, ns: string, deps: ResponsesDe
 /** POST /v1/responses. */
 export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   const ns = responsesNamespace(body);
-  const input = resolveInput(body, ns, deps);
+  const input = await resolveInput(body, ns, deps);
   const { request } = responseToCanonical(body, input.all as InputItem[]);
   const ctx = { ...env.ctx, namespace: ns || undefined };
   const store = body.store !== false;
@@ -100,12 +100,12 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
       emit,
     );
   /** Stores the finished response and, for a conversation, appends this turn's items to it. */
-  const persist = (builder: ResponseBuilder, created: boolean) => {
+  const persist = async (builder: ResponseBuilder, created: boolean) => {
     if (!store) return;
     const snapshot = builder.snapshot();
-    if (created) deps.storage.updateResponse(ns, snapshot.id as string, builder.status, snapshot);
+    if (created) await deps.store.responses.update(ns, snapshot.id as string, { status: builder.status, body: snapshot });
     else
-      deps.storage.createResponse(ns, {
+      await deps.store.responses.create(ns, {
         id: snapshot.id as string,
         status: builder.status,
         model: body.model,
@@ -116,7 +116,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
         conversationId: input.conversationId,
       });
     if (input.conversationId && (builder.status === "completed" || builder.status === "incomplete"))
-      deps.storage.addConversationItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
+      await deps.store.conversations.addItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
   };
 
   if (body.background) return startBackground(body, env, deps, { ns, ctx, request, builderFor, persist, input });
@@ -126,7 +126,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
     const builder = builderFor();
     builder.start("in_progress");
     await drive(started, builder, env.signal);
-    persist(builder, false);
+    await persist(builder, false);
     const snapshot = builder.snapshot();
     if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
     return { kind: "json", body: snapshot };
@@ -155,7 +155,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
           builder.fail(e.code ?? "server_error", e.message);
         }
       } finally {
-        persist(builder, false);
+        await persist(builder, false);
       }
       await flush();
     },
@@ -171,7 +171,7 @@ interface BackgroundSetup {
   ctx: RouteEnv["ctx"];
   request: ReturnType<typeof responseToCanonical>["request"];
   builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
-  persist: (builder: ResponseBuilder, created: boolean) => void;
+  persist: (builder: ResponseBuilder, created: boolean) => Promise<void>;
   input: ResolvedInput;
 }
 
@@ -194,33 +194,38 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
     throw err;
   });
   builder.start("queued");
-  s.persist(builder, false);
+  await s.persist(builder, false);
+  // Events are written in batches (one transaction each), not one write per token.
+  let writing = Promise.resolve();
   const flushEvents = () => {
-    if (events.length > 0) deps.storage.appendEvents(id, events.splice(0));
+    if (events.length === 0) return writing;
+    const batch = events.splice(0).map((e) => ({ sequenceNumber: e.sequence, event: e.event as unknown as JsonObject }));
+    writing = writing.then(() => deps.store.responseEvents.appendMany(s.ns, id, batch).then(() => {}));
+    return writing;
   };
-  flushEvents();
+  await flushEvents();
   const queued = builder.snapshot();
   const timer = setInterval(flushEvents, 100);
   timer.unref();
   void (async () => {
     try {
       builder.running();
-      deps.storage.updateResponse(s.ns, id, builder.status, builder.snapshot());
+      await deps.store.responses.update(s.ns, id, { status: builder.status, body: builder.snapshot() });
       await drive(started, builder, run.abort.signal);
     } finally {
       clearInterval(timer);
-      flushEvents();
-      s.persist(builder, true);
+      await flushEvents().catch(() => {});
+      await s.persist(builder, true).catch((err) => process.emitWarning(`storing response ${id} failed: ${(err as Error).message}`));
       run.end();
     }
   })();
 
   if (!body.stream) return { kind: "json", body: queued };
-  return { kind: "sse", write: (sse) => replay(sse, deps, id, -1), errorEvent: () => ({ data: null }) };
+  return { kind: "sse", write: (sse) => replay(sse, deps, s.ns, id, -1), errorEvent: () => ({ data: null }) };
 }
 
 /** Streams a background response's events after `after`: the stored ones, then live ones until it ends. */
-async function replay(sse: SseWriter, deps: ResponsesDeps, id: string, after: number): Promise<void> {
+async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: string, after: number): Promise<void> {
   const run = deps.runs.get(id);
   const live: Array<ResponseEvent | null> = [];
   let wake: (() => void) | undefined;
@@ -230,9 +235,9 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, id: string, after: nu
   });
   try {
     let last = after;
-    for (const e of deps.storage.events(id, after)) {
-      await sse.event(e.type as string, e);
-      last = e.sequence_number as number;
+    for (const { event, sequenceNumber } of (await deps.store.responseEvents.list(ns, id, after)) ?? []) {
+      await sse.event(event.type as string, event);
+      last = sequenceNumber;
     }
     if (!run) return;
     for (;;) {
@@ -256,29 +261,29 @@ export async function retrieveResponse(
   ns: string,
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
-  const stored = deps.storage.getResponse(ns, id);
+  const stored = await deps.store.responses.get(ns, id);
   if (!stored) throw notFound("response", id);
   if (query.stream !== "true") return { kind: "json", body: stored.body };
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
   const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
   if (!Number.isInteger(after) || after < -1) throw badRequest("starting_after must be a sequence number.", "starting_after");
-  return { kind: "sse", write: (sse) => replay(sse, deps, id, after), errorEvent: () => ({ data: null }) };
+  return { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after), errorEvent: () => ({ data: null }) };
 }
 
 /** DELETE /v1/responses/{id}; a running background response is cancelled first. */
 export async function deleteResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   const run = deps.runs.get(id);
-  if (run && deps.storage.getResponse(ns, id)) {
+  if (run && (await deps.store.responses.get(ns, id))) {
     run.abort.abort(new Error("deleted"));
     await run.done;
   }
-  if (!deps.storage.deleteResponse(ns, id)) throw notFound("response", id);
+  if (!(await deps.store.responses.delete(ns, id))) throw notFound("response", id);
   return { kind: "json", body: { id, object: "response", deleted: true } };
 }
 
 /** POST /v1/responses/{id}/cancel: stops a background run; a finished one comes back as it is. */
 export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
-  const stored = deps.storage.getResponse(ns, id);
+  const stored = await deps.store.responses.get(ns, id);
   if (!stored) throw notFound("response", id);
   if (!stored.background) throw badRequest("Only background responses can be cancelled.", null);
   const run = deps.runs.get(id);
@@ -286,7 +291,7 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
     run.abort.abort(new Error("cancelled"));
     await run.done;
   }
-  return { kind: "json", body: deps.storage.getResponse(ns, id)!.body };
+  return { kind: "json", body: (await deps.store.responses.get(ns, id))!.body };
 }
 
 /** GET /v1/responses/{id}/input_items. */
@@ -296,7 +301,7 @@ export async function listInputItems(
   ns: string,
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
-  const page = deps.storage.listInputItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
+  const page = await deps.store.responses.listInputItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("response", id);
   return { kind: "json", body: { object: "list", ...page } };
 }
@@ -304,8 +309,21 @@ export async function listInputItems(
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */
 export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   const ns = responsesNamespace(body);
-  const input = resolveInput(body, ns, deps);
+  const input = await resolveInput(body, ns, deps);
   const { request } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[]);
   const tokens = await env.service.measure({ ...env.ctx, namespace: ns || undefined }, request);
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
+}
+
+/** Every item of a conversation, oldest first: the prompt of a response that continues it. */
+async function allConversationItems(store: Store, ns: string, id: string): Promise<Item[]> {
+  const out: Item[] = [];
+  let after: string | undefined;
+  for (;;) {
+    const page = await store.conversations.listItems(ns, id, { after, limit: 100, order: "asc" });
+    if (!page) return out;
+    out.push(...page.data);
+    if (!page.has_more || !page.last_id) return out;
+    after = page.last_id;
+  }
 }
