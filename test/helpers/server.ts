@@ -1,10 +1,18 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before } from "node:test";
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { BPE_SPEC, ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, SPM_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
+import { type PlinthHttp, plinthHttp } from "./requests.ts";
 
 export interface TestServer extends RunningServer {
+  /** The official openai client, for checks that the client itself copes with Plinth's answers. */
   client: OpenAI;
+  /** Typed requests over plain HTTP (see requests.ts): bodies are the server's own schema inputs. */
+  http: PlinthHttp;
   model: string;
   modelPath: string;
 }
@@ -34,16 +42,46 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   if (opts.think) models.push(`think=${await ensureFixtureModel(THINKING_SPEC)}`);
   if (opts.harmony) models.push(`oss=${await ensureFixtureModel(HARMONY_SPEC)}`);
   if (opts.tokenizers) models.push(`spm=${await ensureFixtureModel(SPM_SPEC)}`, `bpe=${await ensureFixtureModel(BPE_SPEC)}`);
-  const config = loadConfig({ model: models, port: "0", threads: "1", ...settings }, {});
+  // Stored objects go to a directory of the test's own unless it names one (and then keeps it).
+  const ownDataDir = settings["data-dir"] === undefined ? mkdtempSync(path.join(tmpdir(), "plinth-test-")) : undefined;
+  const config = loadConfig({ model: models, port: "0", threads: "1", "data-dir": ownDataDir, ...settings }, {});
   const server = await serve(config, { log: () => {} });
+  const close = server.close;
+  server.close = async () => {
+    await close();
+    if (ownDataDir) rmSync(ownDataDir, { recursive: true, force: true });
+  };
   await server.loaded;
   for (const status of server.registry.list())
     if (status.status !== "ready") throw new Error(`fixture model '${status.id}' failed to load: ${status.error}`);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
-  return { ...server, client, model: "tiny", modelPath };
+  return { ...server, client, http: plinthHttp(server.url), model: "tiny", modelPath };
 }
 
-/** POST JSON (or raw text) and return status, headers and the parsed body. */
+/**
+ * Starts a test server in a node:test `before` hook and closes it in the `after` hook of the suite
+ * (or file) it is called in. The returned object stands for the running server: read it inside tests
+ * and hooks only (outside the hooks' span it throws).
+ */
+export function useTestServer(settings: Record<string, unknown> = {}, opts: TestServerOptions = {}): TestServer {
+  let running: TestServer | undefined;
+  before(async () => {
+    running = await startTestServer(settings, opts);
+  });
+  after(async () => {
+    const server = running;
+    running = undefined;
+    await server?.close();
+  });
+  return new Proxy({} as TestServer, {
+    get(_target, key) {
+      if (running === undefined) throw new Error(`useTestServer: read '${String(key)}' while no server runs (only inside tests and hooks)`);
+      return Reflect.get(running, key);
+    },
+  });
+}
+
+/** POST JSON (or raw text) and return status, headers and the parsed body, untyped. Prefer `server.http` (requests.ts). */
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(url, {
     method: "POST",

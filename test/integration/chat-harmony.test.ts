@@ -1,18 +1,13 @@
 // gpt-oss's "harmony" message layout, on a generated model with gpt-oss's structural tokens and
 // name (node-llama-cpp picks its Harmony chat format by the name, as for real gpt-oss files).
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Ajv } from "ajv";
 import { ensureFixtureModel, HARMONY_SPEC, HARMONY_TOKENS } from "../fixtures/models.ts";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { type ChatBody, type ClientChatStreamParams, functionOf, plinthChunk } from "../helpers/requests.ts";
+import { startTestServer, useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({}, { harmony: true });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({}, { harmony: true });
 
 const MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
 const noMarkers = (text: string | null | undefined) => {
@@ -26,27 +21,27 @@ const TOOLS = [
 ];
 const validCity = new Ajv({ strict: false }).compile(city);
 const base = { model: "oss", messages: [{ role: "user" as const, content: "What is the weather in Paris?" }], max_tokens: 160 };
-const chat = (body: Record<string, unknown>) => postJson(`${s.url}/v1/chat/completions`, { ...base, ...body });
+const chat = (body: Partial<ChatBody>) => s.http.post("/v1/chat/completions", { ...base, ...body });
 
 test("the analysis channel is the reasoning, the final channel the answer; no markers leak", async () => {
   const r = await chat({ reasoning: { budget_tokens: 8 }, max_tokens: 60, temperature: 0 });
   assert.equal(r.status, 200, r.text);
   const m = r.json.choices[0].message;
-  assert.ok(m.reasoning_content.length > 0);
-  assert.ok(m.content.length > 0);
+  assert.ok(m.reasoning_content!.length > 0);
+  assert.ok(m.content!.length > 0);
   noMarkers(m.reasoning_content);
   noMarkers(m.content);
   // 8 thinking tokens and the <|end|> that closes the analysis message.
-  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 9);
+  assert.equal(r.json.usage!.completion_tokens_details.reasoning_tokens, 9);
   // The engine's own message header after the thinking counts as output too.
-  assert.equal(r.json.usage.completion_tokens, 60);
+  assert.equal(r.json.usage!.completion_tokens, 60);
   assert.equal(r.json.choices[0].finish_reason, "length");
 
   // Streamed: the same text, reasoning first.
-  const stream = await s.client.chat.completions.create({ ...base, reasoning: { budget_tokens: 8 }, max_tokens: 60, temperature: 0, stream: true } as any);
+  const stream = await s.http.chatStream({ ...base, reasoning: { budget_tokens: 8 }, max_tokens: 60, temperature: 0 });
   let reasoning = "";
   let content = "";
-  for await (const chunk of stream as any) {
+  for (const chunk of stream.chunks) {
     const d = chunk.choices[0]?.delta ?? {};
     if (d.reasoning_content) {
       assert.equal(content, "", "reasoning after content");
@@ -63,10 +58,10 @@ test("the model's own <|end|> closes the analysis message; after the final heade
   const r = await chat({ logit_bias: { [HARMONY_TOKENS.end]: 60 }, max_tokens: 50, temperature: 1, seed: 3 });
   assert.equal(r.status, 200, r.text);
   const choice = r.json.choices[0];
-  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 1, r.text);
+  assert.equal(r.json.usage!.completion_tokens_details.reasoning_tokens, 1, r.text);
   assert.equal(choice.message.content, "");
   assert.equal(choice.finish_reason, "stop", r.text);
-  assert.ok(r.json.usage.completion_tokens < 50, r.text);
+  assert.ok(r.json.usage!.completion_tokens < 50, r.text);
 });
 
 test("thinking off: the analysis message is closed empty and everything is the answer", async () => {
@@ -74,9 +69,9 @@ test("thinking off: the analysis message is closed empty and everything is the a
   assert.equal(r.status, 200, r.text);
   const m = r.json.choices[0].message;
   assert.equal(m.reasoning_content, undefined);
-  assert.ok(m.content.length > 0);
+  assert.ok(m.content!.length > 0);
   noMarkers(m.content);
-  assert.equal(r.json.usage.completion_tokens_details.reasoning_tokens, 0);
+  assert.equal(r.json.usage!.completion_tokens_details.reasoning_tokens, 0);
 });
 
 test("reasoning_effort reaches the template's system message", async () => {
@@ -85,8 +80,8 @@ test("reasoning_effort reaches the template's system message", async () => {
   const unset = await chat({ max_tokens: 1 });
   assert.equal(low.status, 200, low.text);
   // "Reasoning: low" and "Reasoning: high" tokenize to a different length than the default "medium".
-  assert.notEqual(low.json.usage.prompt_tokens, unset.json.usage.prompt_tokens);
-  assert.notEqual(high.json.usage.prompt_tokens, unset.json.usage.prompt_tokens);
+  assert.notEqual(low.json.usage!.prompt_tokens, unset.json.usage!.prompt_tokens);
+  assert.notEqual(high.json.usage!.prompt_tokens, unset.json.usage!.prompt_tokens);
 });
 
 test("tool_choice required after thinking: one call per turn, in gpt-oss's commentary layout, valid arguments", async () => {
@@ -95,8 +90,8 @@ test("tool_choice required after thinking: one call per turn, in gpt-oss's comme
     assert.equal(r.status, 200, r.text);
     const choice = r.json.choices[0];
     assert.equal(choice.finish_reason, "tool_calls", r.text);
-    assert.equal(choice.message.tool_calls.length, 1);
-    const call = choice.message.tool_calls[0];
+    assert.equal(choice.message.tool_calls!.length, 1);
+    const call = choice.message.tool_calls![0];
     assert.ok(["get_weather", "get_time"].includes(call.function.name));
     assert.ok(validCity(JSON.parse(call.function.arguments)), call.function.arguments);
     assert.equal(choice.message.content, null);
@@ -109,15 +104,15 @@ test("a named tool with thinking off is called straight away", async () => {
   assert.equal(r.status, 200, r.text);
   const choice = r.json.choices[0];
   assert.equal(choice.finish_reason, "tool_calls");
-  assert.equal(choice.message.tool_calls[0].function.name, "get_time");
-  assert.ok(validCity(JSON.parse(choice.message.tool_calls[0].function.arguments)));
+  assert.equal(choice.message.tool_calls![0].function.name, "get_time");
+  assert.ok(validCity(JSON.parse(choice.message.tool_calls![0].function.arguments)));
 });
 
 test("json_schema after thinking; with tools in auto mode the answer is either a valid call or valid JSON", async () => {
-  const response_format = { type: "json_schema", json_schema: { name: "place", schema: city, strict: true } };
+  const response_format = { type: "json_schema" as const, json_schema: { name: "place", schema: city, strict: true } };
   const r = await chat({ response_format, reasoning: { budget_tokens: 6 }, temperature: 1, seed: 2 });
   assert.equal(r.status, 200, r.text);
-  assert.ok(validCity(JSON.parse(r.json.choices[0].message.content)), r.json.choices[0].message.content);
+  assert.ok(validCity(JSON.parse(r.json.choices[0].message.content!)), r.json.choices[0].message.content!);
   let calls = 0;
   let answers = 0;
   for (let seed = 1; seed <= 6; seed++) {
@@ -131,7 +126,7 @@ test("json_schema after thinking; with tools in auto mode the answer is either a
     } else {
       answers++;
       noMarkers(m.content);
-      assert.ok(validCity(JSON.parse(m.content)), m.content);
+      assert.ok(validCity(JSON.parse(m.content!)), m.content!);
     }
   }
   assert.equal(calls + answers, 6);
@@ -142,13 +137,13 @@ test("auto tools without a call: plain answer, no markers", async () => {
   assert.equal(r.status, 200, r.text);
   const m = r.json.choices[0].message;
   if (!m.tool_calls) {
-    assert.ok(m.content.length > 0);
+    assert.ok(m.content!.length > 0);
     noMarkers(m.content);
   }
 });
 
 test("a tool result in the history renders in gpt-oss's layout and the conversation goes on", async () => {
-  const r = await postJson(`${s.url}/v1/chat/completions`, {
+  const r = await s.http.post("/v1/chat/completions", {
     model: "oss",
     messages: [
       { role: "system", content: "Answer briefly." },
@@ -162,7 +157,7 @@ test("a tool result in the history renders in gpt-oss's layout and the conversat
   });
   assert.equal(r.status, 200, r.text);
   noMarkers(r.json.choices[0].message.content);
-  const tok = await postJson(`${s.url}/tokenize`, {
+  const tok = await s.http.post("/tokenize", {
     model: "oss",
     messages: [
       { role: "user", content: "Weather in Paris?" },
@@ -170,14 +165,15 @@ test("a tool result in the history renders in gpt-oss's layout and the conversat
       { role: "tool", tool_call_id: "c1", content: '{"sky":"clear"}' },
     ],
   });
-  const text = await postJson(`${s.url}/detokenize`, { model: "oss", tokens: tok.json.tokens });
+  const text = await s.http.post("/detokenize", { model: "oss", tokens: tok.json.tokens });
   assert.ok(text.json.prompt.includes("to=functions.get_weather"), text.json.prompt);
   assert.ok(text.json.prompt.includes("functions.get_weather to=assistant<|channel|>commentary<|message|>"), text.json.prompt);
   assert.ok(text.json.prompt.includes('"sky"'), text.json.prompt);
 });
 
 test("tools + streaming + logprobs together, in gpt-oss's layout", async () => {
-  const stream = s.client.chat.completions.stream({
+  // Through the openai client: its stream accumulator must rebuild the call from Plinth's deltas.
+  const params: ClientChatStreamParams = {
     ...base,
     tools: TOOLS,
     tool_choice: "required",
@@ -186,14 +182,16 @@ test("tools + streaming + logprobs together, in gpt-oss's layout", async () => {
     top_logprobs: 2,
     temperature: 1,
     seed: 5,
-  } as any);
+    stream: true,
+  };
+  const stream = s.client.chat.completions.stream(params);
   let reasoningEntries = 0;
-  for await (const chunk of stream as any) reasoningEntries += chunk.choices[0]?.logprobs?.reasoning_content?.length ?? 0;
+  for await (const chunk of stream) reasoningEntries += plinthChunk(chunk).choices[0]?.logprobs?.reasoning_content?.length ?? 0;
   const done = await stream.finalChatCompletion();
   const choice = done.choices[0];
   assert.equal(choice.finish_reason, "tool_calls");
   assert.equal(choice.message.tool_calls!.length, 1);
-  assert.ok(validCity(JSON.parse((choice.message.tool_calls![0] as any).function.arguments)));
+  assert.ok(validCity(JSON.parse(functionOf(choice.message.tool_calls![0]).arguments)));
   assert.ok(reasoningEntries >= 4, `reasoning logprob entries: ${reasoningEntries}`);
 });
 
@@ -209,10 +207,10 @@ test("a model that node-llama-cpp does not know as gpt-oss, but whose template w
   const path = await ensureFixtureModel({ ...HARMONY_SPEC, name: "plinth-channels", chatTemplate: template });
   const other = await startTestServer({ model: [`chan=${path}`] });
   try {
-    const r = await postJson(`${other.url}/v1/chat/completions`, { ...base, model: "chan", reasoning: { budget_tokens: 6 }, max_tokens: 30 });
+    const r = await other.http.post("/v1/chat/completions", { ...base, model: "chan", reasoning: { budget_tokens: 6 }, max_tokens: 30 });
     assert.equal(r.status, 200, r.text);
     const m = r.json.choices[0].message;
-    assert.ok(m.reasoning_content.length > 0, r.text);
+    assert.ok(m.reasoning_content!.length > 0, r.text);
     noMarkers(m.reasoning_content);
     noMarkers(m.content);
   } finally {

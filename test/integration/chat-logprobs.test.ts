@@ -1,15 +1,9 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import type OpenAI from "openai";
-import { NO_EOG, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer();
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer();
 
 const base = { model: "tiny", messages: [{ role: "user" as const, content: "Log my probabilities" }], max_tokens: 16, logit_bias: NO_EOG };
 

@@ -1,98 +1,92 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
-import type OpenAI from "openai";
+import { test } from "node:test";
 import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import type { ChatBody, ChatMessageBody } from "../helpers/requests.ts";
+import { useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({}, { think: true });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({}, { think: true });
 
 /** Keeps the random model from ending the turn or closing the thinking section by itself. */
 const LONG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100, [EXTRA_TOKENS.thinkClose]: -100 };
-const ask = (extra: Record<string, unknown>) =>
-  s.client.chat.completions.create({
+const ask = (extra: Partial<ChatBody>) =>
+  s.http.chat({
     model: "think",
     messages: [{ role: "user", content: "Think about the river." }],
     max_tokens: 40,
     temperature: 0,
     ...extra,
-  } as any) as Promise<any>;
+  });
 
 test("thinking goes to reasoning_content (and reasoning), never into content", async () => {
   const r = await ask({ logit_bias: LONG });
   const m = r.choices[0].message;
-  assert.ok(m.reasoning_content.length > 0);
+  assert.ok(m.reasoning_content!.length > 0);
   assert.equal(m.reasoning, m.reasoning_content);
   assert.equal(m.content, "");
-  assert.ok(!m.reasoning_content.includes("<think>"));
-  assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 40);
+  assert.ok(!m.reasoning_content!.includes("<think>"));
+  assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, 40);
   assert.equal(r.choices[0].finish_reason, "length");
 });
 
 test("a thinking budget closes the section and the answer continues", async () => {
   const r = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 8 } });
   const m = r.choices[0].message;
-  assert.ok(m.reasoning_content.length > 0);
-  assert.ok(m.content.length > 0, "the answer continues after the forced close");
-  assert.ok(!m.content.includes("</think>") && !m.reasoning_content.includes("</think>"));
-  const reasoningTokens = r.usage.completion_tokens_details.reasoning_tokens;
+  assert.ok(m.reasoning_content!.length > 0);
+  assert.ok(m.content!.length > 0, "the answer continues after the forced close");
+  assert.ok(!m.content!.includes("</think>") && !m.reasoning_content!.includes("</think>"));
+  const reasoningTokens = r.usage!.completion_tokens_details.reasoning_tokens;
   // 8 thinking tokens plus the closing marker's own tokens.
   assert.ok(reasoningTokens >= 8 && reasoningTokens <= 14, `reasoning tokens ${reasoningTokens}`);
-  assert.equal(r.usage.completion_tokens, 40);
+  assert.equal(r.usage!.completion_tokens, 40);
 });
 
 test("reasoning tokens are counted even when a stop string ends the answer", async () => {
   const r = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 8 }, stop: [" "] });
   assert.equal(r.choices[0].finish_reason, "stop");
-  assert.ok(!r.choices[0].message.content.includes(" "));
-  assert.ok(r.usage.completion_tokens_details.reasoning_tokens >= 8, JSON.stringify(r.usage));
+  assert.ok(!r.choices[0].message.content!.includes(" "));
+  assert.ok(r.usage!.completion_tokens_details.reasoning_tokens >= 8, JSON.stringify(r.usage));
 });
 
 test("the model's own </think> ends the section", async () => {
   const r = await ask({ logit_bias: { [FIXTURE_TOKENS.imEnd]: -100, [FIXTURE_TOKENS.endOfSequence]: -100, [EXTRA_TOKENS.thinkClose]: 4 } });
   const m = r.choices[0].message;
-  assert.ok(m.content.length > 0);
-  assert.ok(!m.content.includes("</think>"));
-  assert.ok(r.usage.completion_tokens_details.reasoning_tokens < 40);
+  assert.ok(m.content!.length > 0);
+  assert.ok(!m.content!.includes("</think>"));
+  assert.ok(r.usage!.completion_tokens_details.reasoning_tokens < 40);
 });
 
 test("thinking can be turned off three ways; content only, no reasoning tokens", async () => {
-  for (const off of [{ reasoning_effort: "none" }, { chat_template_kwargs: { enable_thinking: false } }, { reasoning: { enabled: false } }]) {
+  const offs: Partial<ChatBody>[] = [{ reasoning_effort: "none" }, { chat_template_kwargs: { enable_thinking: false } }, { reasoning: { enabled: false } }];
+  for (const off of offs) {
     const r = await ask({ logit_bias: LONG, ...off });
     assert.ok(!r.choices[0].message.reasoning_content, JSON.stringify(off));
-    assert.ok(r.choices[0].message.content.length > 0);
-    assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 0);
+    assert.ok(r.choices[0].message.content!.length > 0);
+    assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, 0);
   }
 });
 
 test("reasoning_effort levels set budgets: minimal stops thinking after 64 tokens", async () => {
   const r = await ask({ logit_bias: LONG, reasoning_effort: "minimal", max_tokens: 90 });
-  const rt = r.usage.completion_tokens_details.reasoning_tokens;
+  const rt = r.usage!.completion_tokens_details.reasoning_tokens;
   assert.ok(rt >= 64 && rt <= 70, `reasoning tokens ${rt}`);
-  assert.ok(r.choices[0].message.content.length > 0);
+  assert.ok(r.choices[0].message.content!.length > 0);
 });
 
 test("streaming sends delta.reasoning_content first, then content; equal to the non-streamed result", async () => {
   const params = { logit_bias: LONG, reasoning: { budget_tokens: 10 } };
   const whole = await ask(params);
-  const stream: any = await s.client.chat.completions.create({
+  const stream = await s.http.chatStream({
     model: "think",
     messages: [{ role: "user", content: "Think about the river." }],
     max_tokens: 40,
     temperature: 0,
-    stream: true,
     ...params,
-  } as any);
+  });
   let reasoning = "";
   let content = "";
   let sawContentBeforeReasoningEnded = false;
-  for await (const c of stream as AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>) {
-    const d: any = c.choices[0]?.delta ?? {};
+  for (const c of stream.chunks) {
+    const d = c.choices[0]?.delta ?? {};
     if (d.reasoning_content) {
       if (content) sawContentBeforeReasoningEnded = true;
       reasoning += d.reasoning_content;
@@ -107,38 +101,38 @@ test("streaming sends delta.reasoning_content first, then content; equal to the 
 
 test("logprobs split into reasoning_content and content entries", async () => {
   const r = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 6 }, logprobs: true, top_logprobs: 2, max_tokens: 20 });
-  const lp = r.choices[0].logprobs;
-  assert.ok(lp.reasoning_content.length >= 6);
+  const lp = r.choices[0].logprobs!;
+  assert.ok(lp.reasoning_content!.length >= 6);
   assert.ok(lp.content.length > 0);
-  assert.equal(lp.content.map((e: any) => e.token).join("").trim(), r.choices[0].message.content.trim());
+  assert.equal(lp.content.map((e) => e.token).join("").trim(), r.choices[0].message.content!.trim());
 });
 
 test("reasoning control on a model without a thinking section is refused by name", async () => {
-  const r = await postJson(`${s.url}/v1/chat/completions`, {
+  const r = await s.http.post("/v1/chat/completions", {
     model: "tiny",
     messages: [{ role: "user", content: "x" }],
     reasoning_effort: "high",
   });
   assert.equal(r.status, 400);
-  assert.equal(r.json.error.param, "reasoning_effort");
-  const kw = await postJson(`${s.url}/v1/chat/completions`, {
+  assert.equal(r.error?.param, "reasoning_effort");
+  const kw = await s.http.post("/v1/chat/completions", {
     model: "think",
     messages: [{ role: "user", content: "x" }],
     chat_template_kwargs: { some_flag: 1 },
   });
   assert.equal(kw.status, 400);
-  assert.equal(kw.json.error.param, "chat_template_kwargs.some_flag");
+  assert.equal(kw.error?.param, "chat_template_kwargs.some_flag");
 });
 
 test("earlier turns' reasoning is not re-rendered, so the next turn shares the prefix", async () => {
   const first = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 6 }, user: "multi" });
-  const history = [
+  const history: ChatMessageBody[] = [
     { role: "user", content: "Think about the river." },
     { role: "assistant", content: first.choices[0].message.content, reasoning_content: first.choices[0].message.reasoning_content },
     { role: "user", content: "And the city?" },
   ];
-  const tok = await postJson(`${s.url}/tokenize`, { model: "think", messages: history });
+  const tok = await s.http.post("/tokenize", { model: "think", messages: history });
   assert.equal(tok.status, 200);
-  const again = await s.client.chat.completions.create({ model: "think", messages: history as any, max_tokens: 4, user: "multi" } as any);
-  assert.ok((again as any).usage.prompt_tokens_details.cached_tokens > 5);
+  const again = await s.http.chat({ model: "think", messages: history, max_tokens: 4, user: "multi" });
+  assert.ok(again.usage!.prompt_tokens_details.cached_tokens > 5);
 });

@@ -1,34 +1,23 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
-import { NO_EOG, postJson, startTestServer, waitFor, type TestServer } from "../helpers/server.ts";
+import { test } from "node:test";
+import type { ChatBody } from "../helpers/requests.ts";
+import { NO_EOG, useTestServer, waitFor } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  // One sequence and a one-place queue make the limits easy to reach.
-  s = await startTestServer({ parallel: "1", "max-queue": "1" });
-});
-after(async () => {
-  await s.close();
-});
+// One sequence and a one-place queue make the limits easy to reach.
+const s = useTestServer({ parallel: "1", "max-queue": "1" });
 
-const longRequest = () =>
-  JSON.stringify({
-    model: "tiny",
-    messages: [{ role: "user", content: "Go on forever" }],
-    max_tokens: 3000,
-    stream: true,
-    logit_bias: NO_EOG,
-  });
+const longRequest: ChatBody = {
+  model: "tiny",
+  messages: [{ role: "user", content: "Go on forever" }],
+  max_tokens: 3000,
+  stream: true,
+  logit_bias: NO_EOG,
+};
 const scheduler = () => s.registry.resolve("tiny").scheduler;
 
 /** Starts a streaming request and resolves once its first bytes arrived (it holds the sequence). */
 async function startStream(controller: AbortController) {
-  const res = await fetch(`${s.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: longRequest(),
-    signal: controller.signal,
-  });
+  const res = await s.http.send("/v1/chat/completions", longRequest, controller.signal);
   const reader = res.body!.getReader();
   await reader.read();
   return reader;
@@ -51,22 +40,22 @@ test("past --max-queue a request gets 429 with Retry-After; waiting requests sti
   await startStream(running);
   await waitFor(() => scheduler().busy === 1);
   // This one waits in the queue (a non-streaming request that will be served once the first ends).
-  const queued = postJson(`${s.url}/v1/chat/completions`, {
+  const queued = s.http.post("/v1/chat/completions", {
     model: "tiny",
     messages: [{ role: "user", content: "queued" }],
     max_tokens: 2,
   });
   await waitFor(() => scheduler().queued === 1);
 
-  const refused = await postJson(`${s.url}/v1/chat/completions`, {
+  const refused = await s.http.post("/v1/chat/completions", {
     model: "tiny",
     messages: [{ role: "user", content: "too many" }],
     max_tokens: 2,
   });
   assert.equal(refused.status, 429);
   assert.ok(Number(refused.headers.get("retry-after")) >= 1);
-  assert.equal(refused.json.error.type, "rate_limit_error");
-  assert.equal(refused.json.error.code, "rate_limit_exceeded");
+  assert.equal(refused.error?.type, "rate_limit_error");
+  assert.equal(refused.error?.code, "rate_limit_exceeded");
 
   running.abort();
   const done = await queued;
@@ -80,12 +69,7 @@ test("a waiting client that gives up leaves the queue", async () => {
   await startStream(running);
   await waitFor(() => scheduler().busy === 1);
   const waiting = new AbortController();
-  const pending = fetch(`${s.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: longRequest(),
-    signal: waiting.signal,
-  }).catch(() => undefined);
+  const pending = s.http.send("/v1/chat/completions", longRequest, waiting.signal).catch(() => undefined);
   await waitFor(() => scheduler().queued === 1);
   waiting.abort();
   await pending;

@@ -1,34 +1,18 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { test } from "node:test";
+import { clientError } from "../helpers/requests.ts";
+import { useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer();
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer();
 
-const base = (extra: Record<string, unknown> = {}) => ({
+/** Fields both the openai client and the typed HTTP helper accept. */
+const base = (extra: { stop?: string | string[]; max_tokens?: number } = {}) => ({
   model: "tiny",
   messages: [{ role: "user" as const, content: "Write something long" }],
   max_tokens: 48,
   temperature: 0,
   ...extra,
 });
-
-async function streamText(params: Record<string, unknown>) {
-  const stream = await s.client.chat.completions.create({ ...(base(params) as any), stream: true });
-  const pieces: string[] = [];
-  let finish: string | null = null;
-  for await (const c of stream as any) {
-    const ch = c.choices[0];
-    if (ch?.delta?.content) pieces.push(ch.delta.content);
-    if (ch?.finish_reason) finish = ch.finish_reason;
-  }
-  return { pieces, text: pieces.join(""), finish };
-}
 
 test("stop strings end the answer and never appear in it, also when they span tokens and in streams", async () => {
   const free = await s.client.chat.completions.create(base());
@@ -45,11 +29,11 @@ test("stop strings end the answer and never appear in it, also when they span to
   assert.equal(stopped.choices[0].finish_reason, "stop");
   assert.ok(!stopped.choices[0].message.content?.includes(stop));
 
-  const streamed = await streamText({ stop: [stop, "\u0000never"] });
-  assert.equal(streamed.text, expected);
-  assert.equal(streamed.finish, "stop");
+  const streamed = await s.http.chatStream(base({ stop: [stop, "\u0000never"] }));
+  assert.equal(streamed.content, expected);
+  assert.equal(streamed.finishReason, "stop");
   // No streamed piece may carry any prefix of the stop string past the cut.
-  assert.ok(!streamed.text.includes(stop));
+  assert.ok(!streamed.content.includes(stop));
 });
 
 test("usage counts the tokens generated up to the stop, not the whole budget", async () => {
@@ -66,6 +50,6 @@ test("sixteen stop strings are accepted; seventeen are refused", async () => {
   assert.equal(ok.choices.length, 1);
   await assert.rejects(
     s.client.chat.completions.create(base({ stop: [...sixteen, "x"], max_tokens: 4 })),
-    (e: any) => e.status === 400 && e.error?.param === "stop",
+    clientError(400, "stop"),
   );
 });

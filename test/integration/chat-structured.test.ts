@@ -1,18 +1,13 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import type { ChatBody } from "../helpers/requests.ts";
+import { useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({}, { think: true });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({}, { think: true });
 
 const ajv = new Ajv2020({ strict: false });
 ajv.addFormat("date", /^\d{4}-\d{2}-\d{2}$/);
@@ -44,8 +39,8 @@ const ORDER = {
   },
 };
 const validateOrder = ajv.compile(ORDER);
-const chat = (extra: Record<string, unknown>) =>
-  postJson(`${s.url}/v1/chat/completions`, {
+const chat = (extra: Partial<ChatBody>) =>
+  s.http.post("/v1/chat/completions", {
     model: "tiny",
     messages: [{ role: "user", content: "Give me the order as JSON." }],
     max_tokens: 400,
@@ -58,8 +53,8 @@ test("json_schema (strict): every answer parses and validates, over many seeds a
   for (let seed = 1; seed <= 10; seed++) {
     const r = await chat({ seed, response_format: { type: "json_schema", json_schema: { name: "order", schema: ORDER, strict: true } } });
     assert.equal(r.status, 200, r.text);
-    assert.equal(r.json.choices[0].finish_reason, "stop", r.json.choices[0].message.content);
-    const value = JSON.parse(r.json.choices[0].message.content);
+    assert.equal(r.json.choices[0].finish_reason, "stop", r.json.choices[0].message.content!);
+    const value = JSON.parse(r.json.choices[0].message.content!);
     assert.ok(validateOrder(value), `${r.json.choices[0].message.content}\n${JSON.stringify(validateOrder.errors)}`);
     for (const k of ["gift", "note", "shipped_on"]) if (k in value) optionalSeen.add(k);
   }
@@ -69,12 +64,12 @@ test("json_schema (strict): every answer parses and validates, over many seeds a
 
 test("json_object gives a JSON object", async () => {
   // The random model writes long strings; a bias toward closing keeps answers short.
-  const closeBrace = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "}", add_special_tokens: false });
-  const quote = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: '"', add_special_tokens: false });
+  const closeBrace = await s.http.post("/tokenize", { model: "tiny", prompt: "}", add_special_tokens: false });
+  const quote = await s.http.post("/tokenize", { model: "tiny", prompt: '"', add_special_tokens: false });
   let complete = 0;
   for (let seed = 1; seed <= 6; seed++) {
     const r = await chat({ seed, max_tokens: 200, response_format: { type: "json_object" }, logit_bias: { [closeBrace.json.tokens[0]]: 6, [quote.json.tokens[0]]: 4 } });
-    const text: string = r.json.choices[0].message.content;
+    const text = r.json.choices[0].message.content!;
     assert.ok(text.trimStart().startsWith("{"), text);
     if (r.json.choices[0].finish_reason === "stop") {
       complete++;
@@ -102,11 +97,11 @@ test("client.chat.completions.parse with a zod schema", async () => {
 
 test("whitespace is bounded: a schema of bounded fields cannot run on blanks", async () => {
   const schema = { type: "object", properties: { ok: { type: "boolean" }, level: { enum: [1, 2, 3] } }, required: ["ok", "level"], additionalProperties: false };
-  const newline = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "\n", add_special_tokens: false });
+  const newline = await s.http.post("/tokenize", { model: "tiny", prompt: "\n", add_special_tokens: false });
   for (let seed = 1; seed <= 4; seed++) {
     // Push the model toward whitespace as hard as possible.
     const r = await chat({ seed, logit_bias: { [newline.json.tokens[0]]: 20 }, response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } } });
-    const text: string = r.json.choices[0].message.content;
+    const text = r.json.choices[0].message.content!;
     assert.equal(r.json.choices[0].finish_reason, "stop");
     assert.ok(text.length < 80, JSON.stringify(text));
     assert.deepEqual(Object.keys(JSON.parse(text)).sort(), ["level", "ok"]);
@@ -117,16 +112,16 @@ test("a strict schema the server cannot enforce is refused; a non-strict one sti
   const schema = { type: "object", properties: { n: { type: "number", multipleOf: 3 } } };
   const strict = await chat({ response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } } });
   assert.equal(strict.status, 400);
-  assert.equal(strict.json.error.param, "response_format.json_schema.schema");
+  assert.equal(strict.error?.param, "response_format.json_schema.schema");
   const loose = await chat({ max_tokens: 60, response_format: { type: "json_schema", json_schema: { name: "s", schema } } });
   assert.equal(loose.status, 200);
-  assert.ok(loose.json.choices[0].message.content.trimStart().startsWith("{"));
+  assert.ok(loose.json.choices[0].message.content!.trimStart().startsWith("{"));
 });
 
 test("with thinking on, the constraint starts after the reasoning ends", async () => {
   const schema = { type: "object", properties: { answer: { enum: ["left", "right"] } }, required: ["answer"], additionalProperties: false };
   for (let seed = 1; seed <= 3; seed++) {
-    const r = await postJson(`${s.url}/v1/chat/completions`, {
+    const r = await s.http.post("/v1/chat/completions", {
       model: "think",
       messages: [{ role: "user", content: "Left or right?" }],
       max_tokens: 120,
@@ -136,15 +131,15 @@ test("with thinking on, the constraint starts after the reasoning ends", async (
     });
     assert.equal(r.status, 200, r.text);
     const m = r.json.choices[0].message;
-    assert.ok(m.reasoning_content.length > 0);
-    assert.ok(["left", "right"].includes(JSON.parse(m.content).answer), m.content);
+    assert.ok(m.reasoning_content!.length > 0);
+    assert.ok(["left", "right"].includes(JSON.parse(m.content!).answer), m.content!);
   }
 });
 
 test("structured output with tools: the model may call a tool or answer in the schema", async () => {
   const schema = { type: "object", properties: { answer: { enum: ["x", "y"] } }, required: ["answer"], additionalProperties: false };
-  const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { enum: ["a", "b"] } }, required: ["q"], additionalProperties: false }, strict: true } }];
-  const body = {
+  const tools = [{ type: "function" as const, function: { name: "lookup", parameters: { type: "object", properties: { q: { enum: ["a", "b"] } }, required: ["q"], additionalProperties: false }, strict: true } }];
+  const body: ChatBody = {
     model: "think",
     messages: [{ role: "user", content: "Answer or look it up." }],
     reasoning_effort: "none",
@@ -153,12 +148,12 @@ test("structured output with tools: the model may call a tool or answer in the s
     parallel_tool_calls: false,
     response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
   };
-  const called = await postJson(`${s.url}/v1/chat/completions`, { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
+  const called = await s.http.post("/v1/chat/completions", { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
   assert.equal(called.json.choices[0].finish_reason, "tool_calls", called.text);
-  assert.deepEqual(Object.keys(JSON.parse(called.json.choices[0].message.tool_calls[0].function.arguments)), ["q"]);
-  const answered = await postJson(`${s.url}/v1/chat/completions`, { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } });
+  assert.deepEqual(Object.keys(JSON.parse(called.json.choices[0].message.tool_calls![0].function.arguments)), ["q"]);
+  const answered = await s.http.post("/v1/chat/completions", { ...body, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } });
   assert.equal(answered.json.choices[0].finish_reason, "stop", answered.text);
-  assert.ok(["x", "y"].includes(JSON.parse(answered.json.choices[0].message.content).answer));
+  assert.ok(["x", "y"].includes(JSON.parse(answered.json.choices[0].message.content!).answer));
 });
 
 test("streaming a constrained answer yields the same JSON as the non-streamed one", async () => {
@@ -181,7 +176,7 @@ test("banning end-of-turn with logit_bias under a grammar cannot break the engin
     response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } },
   });
   assert.equal(r.status, 200, r.text);
-  assert.ok(["a", "b"].includes(JSON.parse(r.json.choices[0].message.content).k));
+  assert.ok(["a", "b"].includes(JSON.parse(r.json.choices[0].message.content!).k));
   const health = await fetch(`${s.url}/health`);
   assert.equal(health.status, 200);
 });
@@ -196,10 +191,10 @@ test("logprobs under a schema are over what the grammar allows: greedy picks the
     max_tokens: 60,
   });
   assert.equal(r.status, 200, r.text);
-  const content: string = r.json.choices[0].message.content;
+  const content = r.json.choices[0].message.content!;
   assert.ok(["new", "paid", "shipped"].includes(JSON.parse(content).status), content);
-  const entries = r.json.choices[0].logprobs.content;
-  assert.equal(entries.map((e: any) => e.token).join(""), content);
+  const entries = r.json.choices[0].logprobs!.content;
+  assert.equal(entries.map((e) => e.token).join(""), content);
   for (const e of entries) {
     assert.equal(e.token, e.top_logprobs[0].token, JSON.stringify(e));
     for (const t of e.top_logprobs) assert.ok(t.logprob > -9999, "an impossible token listed as an alternative");

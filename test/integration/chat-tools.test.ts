@@ -1,16 +1,12 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Ajv } from "ajv";
+import type OpenAI from "openai";
 import { EXTRA_TOKENS } from "../fixtures/models.ts";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { type ChatCompletion, type ChatMessageBody, type ClientChatParams, type ClientChatStreamParams, functionOf } from "../helpers/requests.ts";
+import { startTestServer, type TestServer, useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({}, { think: true });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({}, { think: true });
 
 const weather = {
   type: "object",
@@ -36,7 +32,9 @@ const ajv = new Ajv({ strict: false });
 const validators = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) } as Record<string, ReturnType<typeof ajv.compile>>;
 const base = { model: "think", messages: [{ role: "user" as const, content: "What is the weather in Paris?" }], tools: TOOLS, reasoning_effort: "none" as const, max_tokens: 120 };
 
-function checkCalls(calls: any[] | undefined) {
+type ToolCall = NonNullable<ChatCompletion["choices"][number]["message"]["tool_calls"]>[number];
+
+function checkCalls(calls: ToolCall[] | undefined) {
   assert.ok(calls && calls.length > 0, "expected tool calls");
   const ids = new Set<string>();
   for (const call of calls) {
@@ -53,7 +51,7 @@ function checkCalls(calls: any[] | undefined) {
 
 test("tool_choice required: every answer is a valid call, over many seeds at temperature 1", async () => {
   for (let seed = 1; seed <= 8; seed++) {
-    const r = await s.client.chat.completions.create({ ...base, tool_choice: "required", temperature: 1, seed } as any);
+    const r = await s.http.chat({ ...base, tool_choice: "required", temperature: 1, seed });
     const c = r.choices[0];
     assert.equal(c.finish_reason, "tool_calls");
     assert.equal(c.message.content, null);
@@ -63,24 +61,24 @@ test("tool_choice required: every answer is a valid call, over many seeds at tem
 
 test("a named tool_choice calls exactly that tool, once", async () => {
   for (let seed = 1; seed <= 4; seed++) {
-    const r = await s.client.chat.completions.create({
+    const r = await s.http.chat({
       ...base,
       tool_choice: { type: "function", function: { name: "get_time" } },
       temperature: 1,
       seed,
-    } as any);
+    });
     const calls = r.choices[0].message.tool_calls!;
     checkCalls(calls);
     assert.equal(calls.length, 1);
-    assert.equal((calls[0] as any).function.name, "get_time");
+    assert.equal(calls[0].function.name, "get_time");
   }
 });
 
 test("parallel_tool_calls: false allows one call; true lets the model make several", async () => {
   const eager = { [EXTRA_TOKENS.toolCallOpen]: 15 };
-  const single = await s.client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false, logit_bias: eager, max_tokens: 200 } as any);
+  const single = await s.http.chat({ ...base, tool_choice: "required", parallel_tool_calls: false, logit_bias: eager, max_tokens: 200 });
   assert.equal(single.choices[0].message.tool_calls!.length, 1);
-  const several = await s.client.chat.completions.create({ ...base, tool_choice: "required", logit_bias: eager, max_tokens: 200, seed: 5 } as any);
+  const several = await s.http.chat({ ...base, tool_choice: "required", logit_bias: eager, max_tokens: 200, seed: 5 });
   const calls = several.choices[0].message.tool_calls!;
   assert.ok(calls.length >= 2, `only ${calls.length} call(s)`);
   if (several.choices[0].finish_reason === "tool_calls") checkCalls(calls);
@@ -89,7 +87,7 @@ test("parallel_tool_calls: false allows one call; true lets the model make sever
 
 test("auto: a call the model starts on its own is constrained and parsed; text before it stays content", async () => {
   // The bias starts a call at once; one call per answer, or the bias would start call after call.
-  const r = await s.client.chat.completions.create({ ...base, parallel_tool_calls: false, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } } as any);
+  const r = await s.http.chat({ ...base, parallel_tool_calls: false, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
   const c = r.choices[0];
   assert.equal(c.finish_reason, "tool_calls");
   checkCalls(c.message.tool_calls);
@@ -97,22 +95,24 @@ test("auto: a call the model starts on its own is constrained and parsed; text b
 });
 
 test("auto without a call: plain content, no tool text leaks", async () => {
-  const r = await s.client.chat.completions.create({ ...base, max_tokens: 30, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } } as any);
+  const r = await s.http.chat({ ...base, max_tokens: 30, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: -100 } });
   assert.equal(r.choices[0].message.tool_calls, undefined);
   assert.equal(typeof r.choices[0].message.content, "string");
 });
 
 test("tool_choice none: no calls even when the model writes the marker", async () => {
-  const r = await s.client.chat.completions.create({ ...base, tool_choice: "none", max_tokens: 20, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } } as any);
+  const r = await s.http.chat({ ...base, tool_choice: "none", max_tokens: 20, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
   assert.equal(r.choices[0].message.tool_calls, undefined);
   assert.notEqual(r.choices[0].finish_reason, "tool_calls");
 });
 
 test("streamed tool calls: first delta has index, id, type, name; arguments concatenate to the non-streamed ones", async () => {
-  const params = { ...base, tool_choice: "required", temperature: 0 };
-  const whole = await s.client.chat.completions.create(params as any);
-  const stream: any = s.client.chat.completions.stream({ ...params, stream: true } as any);
-  const firsts: any[] = [];
+  // Through the openai client: its stream accumulator must rebuild the calls from Plinth's deltas.
+  const params: ClientChatParams = { ...base, tool_choice: "required", temperature: 0 };
+  const whole = await s.client.chat.completions.create(params);
+  const streamParams: ClientChatStreamParams = { ...params, stream: true };
+  const stream = s.client.chat.completions.stream(streamParams);
+  const firsts: OpenAI.Chat.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
   let contentText = "";
   for await (const chunk of stream) {
     for (const tc of chunk.choices[0]?.delta?.tool_calls ?? []) if (tc.id) firsts.push(tc);
@@ -123,18 +123,18 @@ test("streamed tool calls: first delta has index, id, type, name; arguments conc
   for (const f of firsts) {
     assert.equal(typeof f.index, "number");
     assert.equal(f.type, "function");
-    assert.ok(f.function.name);
+    assert.ok(f.function!.name);
   }
   assert.equal(contentText, "");
   assert.deepEqual(
-    final.choices[0].message.tool_calls.map((c: any) => [c.function.name, c.function.arguments]),
-    whole.choices[0].message.tool_calls!.map((c: any) => [c.function.name, c.function.arguments]),
+    final.choices[0].message.tool_calls!.map((c) => [functionOf(c).name, functionOf(c).arguments]),
+    whole.choices[0].message.tool_calls!.map((c) => [functionOf(c).name, functionOf(c).arguments]),
   );
   assert.equal(final.choices[0].finish_reason, "tool_calls");
 });
 
 test("tools + streaming + logprobs together", async () => {
-  const stream: any = await s.client.chat.completions.create({
+  const stream = await s.client.chat.completions.create({
     ...base,
     tool_choice: "required",
     stream: true,
@@ -142,9 +142,9 @@ test("tools + streaming + logprobs together", async () => {
     top_logprobs: 2,
     temperature: 1,
     seed: 3,
-  } as any);
+  });
   let args = "";
-  let finish = null;
+  let finish: string | null = null;
   for await (const chunk of stream) {
     for (const tc of chunk.choices[0]?.delta?.tool_calls ?? []) args += tc.function?.arguments ?? "";
     finish = chunk.choices[0]?.finish_reason ?? finish;
@@ -154,25 +154,25 @@ test("tools + streaming + logprobs together", async () => {
 });
 
 test("thinking first, then a forced call", async () => {
-  const r: any = await s.client.chat.completions.create({ ...base, reasoning_effort: undefined, reasoning: { budget_tokens: 6 }, tool_choice: "required" } as any);
-  assert.ok(r.choices[0].message.reasoning_content.length > 0);
+  const r = await s.http.chat({ ...base, reasoning_effort: undefined, reasoning: { budget_tokens: 6 }, tool_choice: "required" });
+  assert.ok(r.choices[0].message.reasoning_content!.length > 0);
   checkCalls(r.choices[0].message.tool_calls);
 });
 
 test("tool results in history render through the template and the conversation continues", async () => {
-  const first = await s.client.chat.completions.create({ ...base, tool_choice: "required", temperature: 0 } as any);
-  const call = first.choices[0].message.tool_calls![0] as any;
-  const messages = [
+  const first = await s.http.chat({ ...base, tool_choice: "required", temperature: 0 });
+  const call = first.choices[0].message.tool_calls![0];
+  const messages: ChatMessageBody[] = [
     ...base.messages,
     { role: "assistant", content: null, tool_calls: [call] },
     { role: "tool", tool_call_id: call.id, content: '{"temp": 21}' },
   ];
-  const tok = await postJson(`${s.url}/tokenize`, { model: "think", messages });
+  const tok = await s.http.post("/tokenize", { model: "think", messages });
   assert.equal(tok.status, 200, tok.text);
-  const text = await postJson(`${s.url}/detokenize`, { model: "think", tokens: tok.json.tokens });
+  const text = await s.http.post("/detokenize", { model: "think", tokens: tok.json.tokens });
   assert.ok(text.json.prompt.includes('{"temp": 21}'), text.json.prompt);
   assert.ok(text.json.prompt.includes(call.function.name));
-  const next = await s.client.chat.completions.create({ model: "think", messages: messages as any, tools: TOOLS, reasoning_effort: "none", max_tokens: 8 } as any);
+  const next = await s.http.chat({ model: "think", messages, tools: TOOLS, reasoning_effort: "none", max_tokens: 8 });
   assert.equal(next.choices.length, 1);
 });
 
@@ -186,25 +186,26 @@ test("invalid tool definitions and choices are refused by name", async () => {
     [{ tools: [{ type: "retrieval" }] }, "tools[0].type"],
   ];
   for (const [extra, param] of cases) {
-    const r = await postJson(`${s.url}/v1/chat/completions`, { ...base, ...extra });
+    // Deliberately outside the schema's input type, so sent untyped.
+    const r = await s.http.postRaw("/v1/chat/completions", { ...base, ...extra });
     assert.equal(r.status, 400, r.text);
-    assert.equal(r.json.error.param, param, r.text);
+    assert.equal(r.error?.param, param, r.text);
   }
   // Not strict: an unenforceable schema still gets a JSON object.
-  const loose = await postJson(`${s.url}/v1/chat/completions`, {
+  const loose = await s.http.post("/v1/chat/completions", {
     ...base,
     tools: [{ type: "function", function: { name: "f", parameters: { type: "object", not: {} } } }],
     tool_choice: "required",
   });
   assert.equal(loose.status, 200, loose.text);
-  const args: string = loose.json.choices[0].message.tool_calls[0].function.arguments;
+  const args = loose.json.choices[0].message.tool_calls![0].function.arguments;
   assert.ok(args.trimStart().startsWith("{"), args);
   if (loose.json.choices[0].finish_reason === "tool_calls") assert.equal(typeof JSON.parse(args), "object");
 });
 
 /** A forced call at temperature 1 on a server with another call layout. */
 function forcedCall(server: TestServer, seed: number, content = "Weather?") {
-  return server.client.chat.completions.create({
+  return server.http.chat({
     model: "tiny",
     messages: [{ role: "user", content }],
     tools: TOOLS,
@@ -212,19 +213,19 @@ function forcedCall(server: TestServer, seed: number, content = "Weather?") {
     max_tokens: 200,
     temperature: 1,
     seed,
-  } as any);
+  });
 }
 
 /** A named tool_choice on a server with another call layout: that tool, with valid arguments. */
 async function checkNamedCall(server: TestServer) {
-  const named = await server.client.chat.completions.create({
+  const named = await server.http.chat({
     model: "tiny",
     messages: [{ role: "user", content: "Time?" }],
     tools: TOOLS,
     tool_choice: { type: "function", function: { name: "get_time" } },
     max_tokens: 120,
-  } as any);
-  assert.equal((named.choices[0].message.tool_calls![0] as any).function.name, "get_time");
+  });
+  assert.equal(named.choices[0].message.tool_calls![0].function.name, "get_time");
   checkCalls(named.choices[0].message.tool_calls);
 }
 
@@ -241,7 +242,7 @@ test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --
       most = Math.max(most, calls.length);
     }
     assert.ok(most >= 2, `no seed produced more than ${most} call`);
-    const single = await mistral.client.chat.completions.create({
+    const single = await mistral.http.chat({
       model: "tiny",
       messages: [{ role: "user", content: "Weather?" }],
       tools: TOOLS,
@@ -249,7 +250,7 @@ test("other call layouts: Mistral's bracketed [TOOL_CALLS] group (forced with --
       parallel_tool_calls: false,
       max_tokens: 120,
       seed: 9,
-    } as any);
+    });
     assert.equal(single.choices[0].finish_reason, "tool_calls");
     assert.equal(single.choices[0].message.tool_calls!.length, 1);
     checkCalls(single.choices[0].message.tool_calls);

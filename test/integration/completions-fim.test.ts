@@ -1,20 +1,14 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { ensureFixtureModel, EXTRA_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
-import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({}, { think: true });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({}, { think: true });
 
 test("suffix on a model with FIM tokens fills the middle: prefix, suffix, middle order", async () => {
   const body = { model: "think", prompt: "def add(a, b):", suffix: "    return c", max_tokens: 6, temperature: 0, logit_bias: NO_EOG };
-  const r = await postJson(`${s.url}/v1/completions`, body);
+  const r = await s.http.post("/v1/completions", body);
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.choices[0].finish_reason, "length");
 
@@ -30,13 +24,13 @@ test("suffix on a model with FIM tokens fills the middle: prefix, suffix, middle
     EXTRA_TOKENS.fimMiddle,
   ];
   await model.dispose();
-  const same = await postJson(`${s.url}/v1/completions`, { ...body, suffix: undefined, prompt: ids });
-  assert.equal(r.json.usage.prompt_tokens, ids.length);
+  const same = await s.http.post("/v1/completions", { ...body, suffix: undefined, prompt: ids });
+  assert.equal(r.json.usage!.prompt_tokens, ids.length);
   assert.equal(r.json.choices[0].text, same.json.choices[0].text);
 });
 
 test("suffix with token-id prompts is refused", async () => {
-  const r = await postJson(`${s.url}/v1/completions`, { model: "think", prompt: [1, 2, 3], suffix: "x" });
+  const r = await s.http.post("/v1/completions", { model: "think", prompt: [1, 2, 3], suffix: "x" });
   assert.equal(r.status, 400);
-  assert.equal(r.json.error.param, "suffix");
+  assert.equal(r.error?.param, "suffix");
 });

@@ -1,16 +1,12 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
-import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { test } from "node:test";
+import type OpenAI from "openai";
+import type { CompletionBody } from "../helpers/requests.ts";
+import { NO_EOG, useTestServer } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  s = await startTestServer({ "ctx-size": "512" });
-});
-after(async () => {
-  await s.close();
-});
+const s = useTestServer({ "ctx-size": "512" });
 
-const complete = (params: Record<string, unknown>) => s.client.completions.create({ model: "tiny", ...params } as any) as Promise<any>;
+const complete = (params: Omit<CompletionBody, "model">) => s.http.complete({ model: "tiny", ...params });
 
 test("a text prompt completes with OpenAI's shape; max_tokens defaults to 16", async () => {
   const r = await complete({ prompt: "Once upon a time", logit_bias: NO_EOG });
@@ -20,32 +16,32 @@ test("a text prompt completes with OpenAI's shape; max_tokens defaults to 16", a
   assert.equal(typeof r.choices[0].text, "string");
   assert.equal(r.choices[0].logprobs, null);
   assert.equal(r.choices[0].finish_reason, "length");
-  assert.equal(r.usage.completion_tokens, 16);
+  assert.equal(r.usage!.completion_tokens, 16);
 });
 
 test("batched prompts × n are ordered prompt_index * n + j and match single requests", async () => {
   const r = await complete({ prompt: ["The king", "A river"], n: 2, max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
-  assert.deepEqual(r.choices.map((c: any) => c.index), [0, 1, 2, 3]);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
   const king = await complete({ prompt: "The king", max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
   const river = await complete({ prompt: "A river", max_tokens: 6, temperature: 0, logit_bias: NO_EOG });
   assert.equal(r.choices[0].text, king.choices[0].text);
   assert.equal(r.choices[1].text, king.choices[0].text);
   assert.equal(r.choices[2].text, river.choices[0].text);
   assert.equal(r.choices[3].text, river.choices[0].text);
-  assert.equal(r.usage.prompt_tokens, king.usage.prompt_tokens + river.usage.prompt_tokens);
-  assert.equal(r.usage.completion_tokens, 24);
+  assert.equal(r.usage!.prompt_tokens, king.usage!.prompt_tokens + river.usage!.prompt_tokens);
+  assert.equal(r.usage!.completion_tokens, 24);
 });
 
 test("token-id prompts are used exactly as sent", async () => {
-  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: "The quick brown fox" });
+  const tok = await s.http.post("/tokenize", { model: "tiny", prompt: "The quick brown fox" });
   assert.equal(tok.status, 200);
   const fromText = await complete({ prompt: "The quick brown fox", max_tokens: 8, temperature: 0, logit_bias: NO_EOG });
   const fromIds = await complete({ prompt: tok.json.tokens, max_tokens: 8, temperature: 0, logit_bias: NO_EOG });
-  assert.equal(fromIds.usage.prompt_tokens, tok.json.tokens.length);
+  assert.equal(fromIds.usage!.prompt_tokens, tok.json.tokens.length);
   assert.equal(fromIds.choices[0].text, fromText.choices[0].text);
   // Without the BOS token the prompt is one token shorter and counted as such.
   const noBos = await complete({ prompt: tok.json.tokens.slice(1), max_tokens: 1 });
-  assert.equal(noBos.usage.prompt_tokens, tok.json.tokens.length - 1);
+  assert.equal(noBos.usage!.prompt_tokens, tok.json.tokens.length - 1);
   const batch = await complete({ prompt: [tok.json.tokens, tok.json.tokens.slice(1)], max_tokens: 1 });
   assert.equal(batch.choices.length, 2);
 });
@@ -59,26 +55,26 @@ test("echo returns the prompt before the completion", async () => {
 test("logprobs: legacy shape, one entry per token, top maps sorted, greedy picks the top token", async () => {
   const k = 3;
   const r = await complete({ prompt: "The sun", max_tokens: 10, temperature: 0, logprobs: k, logit_bias: NO_EOG });
-  const lp = r.choices[0].logprobs;
+  const lp = r.choices[0].logprobs!;
   assert.equal(lp.tokens.length, 10);
   assert.equal(lp.tokens.join(""), r.choices[0].text);
   for (let i = 0; i < lp.tokens.length; i++) {
-    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.ok(lp.token_logprobs[i]! <= 0);
     // A JSON object cannot keep an order for number-like keys ("9"), so compare by value.
-    const top = Object.values(lp.top_logprobs[i]) as number[];
+    const top = Object.values(lp.top_logprobs[i]!);
     assert.equal(top.length, k);
     assert.ok(top.every((v) => v <= 0));
     // At temperature 0 the chosen token is the most likely one.
-    assert.ok(Math.abs(lp.token_logprobs[i] - Math.max(...top)) < 1e-9);
+    assert.ok(Math.abs(lp.token_logprobs[i]! - Math.max(...top)) < 1e-9);
     if (i > 0) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + lp.tokens[i - 1].length);
   }
 });
 
 test("echo + logprobs covers the prompt too, in one pass; the first prompt token has none", async () => {
   const prompt = "Once upon a time";
-  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt });
+  const tok = await s.http.post("/tokenize", { model: "tiny", prompt });
   const r = await complete({ prompt, echo: true, logprobs: 2, max_tokens: 5, logit_bias: NO_EOG });
-  const lp = r.choices[0].logprobs;
+  const lp = r.choices[0].logprobs!;
   assert.equal(lp.tokens.length, tok.json.count + 5);
   assert.equal(lp.token_logprobs[0], null);
   assert.equal(lp.top_logprobs[0], null);
@@ -88,8 +84,8 @@ test("echo + logprobs covers the prompt too, in one pass; the first prompt token
   // Scoring only: max_tokens 0 generates nothing.
   const scored = await complete({ prompt, echo: true, logprobs: 0, max_tokens: 0 });
   assert.equal(scored.choices[0].text, prompt);
-  assert.equal(scored.usage.completion_tokens, 0);
-  assert.deepEqual(scored.choices[0].logprobs.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
+  assert.equal(scored.usage!.completion_tokens, 0);
+  assert.deepEqual(scored.choices[0].logprobs!.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
 });
 
 test("sampling with logprobs stays reproducible by seed and follows temperature", async () => {
@@ -98,18 +94,19 @@ test("sampling with logprobs stays reproducible by seed and follows temperature"
   assert.equal(a.choices[0].text, b.choices[0].text);
   assert.notEqual(a.choices[0].text, c.choices[0].text);
   // Sampled tokens are not always the top one at temperature 1.
-  const lp = a.choices[0].logprobs;
-  const notTop = lp.tokens.filter((_: string, i: number) => lp.token_logprobs[i] < Math.max(...(Object.values(lp.top_logprobs[i]) as number[])));
+  const lp = a.choices[0].logprobs!;
+  const notTop = lp.tokens.filter((_, i) => lp.token_logprobs[i]! < Math.max(...Object.values(lp.top_logprobs[i]!)));
   assert.ok(notTop.length > 0);
 });
 
 test("streaming: text_completion chunks, [DONE], text equal to the non-streamed text", async () => {
   const params = { prompt: "A long road", max_tokens: 20, temperature: 0, logit_bias: NO_EOG };
   const whole = await complete(params);
-  const stream: any = await s.client.completions.create({ model: "tiny", ...params, stream: true, stream_options: { include_usage: true } } as any);
+  // Through the openai client: its stream reader must take Plinth's text_completion chunks.
+  const stream = await s.client.completions.create({ model: "tiny", ...params, stream: true, stream_options: { include_usage: true } });
   let text = "";
-  let finish = null;
-  let usage = null;
+  let finish: string | null = null;
+  let usage: OpenAI.CompletionUsage | null = null;
   for await (const c of stream) {
     assert.equal(c.object, "text_completion");
     if (c.choices[0]) {
@@ -120,8 +117,8 @@ test("streaming: text_completion chunks, [DONE], text equal to the non-streamed 
   }
   assert.equal(text, whole.choices[0].text);
   assert.equal(finish, "length");
-  assert.equal((usage as any).prompt_tokens, whole.usage.prompt_tokens);
-  assert.equal((usage as any).completion_tokens, whole.usage.completion_tokens);
+  assert.equal(usage!.prompt_tokens, whole.usage!.prompt_tokens);
+  assert.equal(usage!.completion_tokens, whole.usage!.completion_tokens);
 });
 
 test("stop strings apply to completions too", async () => {
@@ -148,10 +145,11 @@ const invalid: Array<[string, Record<string, unknown>, string, string?]> = [
 ];
 for (const [name, body, param, code] of invalid) {
   test(`completions: ${name} → 400 naming ${param}`, async () => {
-    const r = await postJson(`${s.url}/v1/completions`, { model: "tiny", ...body });
+    // Deliberately outside the schema's input type (or over the limits it cannot see), so sent untyped.
+    const r = await s.http.postRaw("/v1/completions", { model: "tiny", ...body });
     assert.equal(r.status, 400, r.text);
-    assert.equal(r.json.error.param, param, r.text);
-    if (code) assert.equal(r.json.error.code, code);
+    assert.equal(r.error?.param, param, r.text);
+    if (code) assert.equal(r.error?.code, code);
   });
 }
 
@@ -161,19 +159,19 @@ test("best_of equal to n is accepted", async () => {
 });
 
 test("/tokenize counts what generation counts; /detokenize inverts it", async () => {
-  const messages = [{ role: "user", content: "Count me" }];
-  const tok = await postJson(`${s.url}/tokenize`, { model: "tiny", messages });
+  const messages = [{ role: "user" as const, content: "Count me" }];
+  const tok = await s.http.post("/tokenize", { model: "tiny", messages });
   assert.equal(tok.status, 200);
   assert.equal(tok.json.count, tok.json.tokens.length);
   assert.equal(tok.json.max_model_len, 512);
-  const chat = await s.client.chat.completions.create({ model: "tiny", messages: messages as any, max_tokens: 1 });
+  const chat = await s.client.chat.completions.create({ model: "tiny", messages, max_tokens: 1 });
   assert.equal(chat.usage?.prompt_tokens, tok.json.count);
 
   const text = "hello world, héllo 世界 🎉";
-  const plain = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: text, add_special_tokens: false });
-  const withBos = await postJson(`${s.url}/tokenize`, { model: "tiny", prompt: text });
+  const plain = await s.http.post("/tokenize", { model: "tiny", prompt: text, add_special_tokens: false });
+  const withBos = await s.http.post("/tokenize", { model: "tiny", prompt: text });
   assert.equal(withBos.json.count, plain.json.count + 1);
-  const back = await postJson(`${s.url}/detokenize`, { model: "tiny", tokens: plain.json.tokens });
+  const back = await s.http.post("/detokenize", { model: "tiny", tokens: plain.json.tokens });
   assert.equal(back.json.prompt, text);
 });
 
@@ -186,8 +184,8 @@ test("/tokenize and /detokenize refuse bad input with 4xx", async () => {
     ["/detokenize", { model: "tiny", tokens: "abc" }, 400, "tokens"],
   ];
   for (const [path, body, status, param] of cases) {
-    const r = await postJson(`${s.url}${path}`, body);
+    const r = await s.http.postRaw(path, body);
     assert.equal(r.status, status, `${path} ${JSON.stringify(body)}: ${r.text}`);
-    assert.equal(r.json.error.param, param, r.text);
+    assert.equal(r.error?.param, param, r.text);
   }
 });

@@ -1,14 +1,12 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { BERT_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { postJson, startTestServer, waitFor, type TestServer } from "../helpers/server.ts";
+import { clientError, floatVectors, plinthModel } from "../helpers/requests.ts";
+import { startTestServer, useTestServer, waitFor } from "../helpers/server.ts";
 
-let s: TestServer;
-before(async () => {
-  // A small context so an over-long input is cheap to provoke; the BERT fixture is served beside
-  // the tiny llama model as "bert".
-  s = await startTestServer({ "ctx-size": "128" }, { bert: true });
-});
+// A small context so an over-long input is cheap to provoke; the BERT fixture is served beside
+// the tiny llama model as "bert".
+const s = useTestServer({ "ctx-size": "128" }, { bert: true });
 
 /**
  * Longest embedding input of the tiny model: its context less one. llama.cpp rounds a requested
@@ -17,12 +15,8 @@ before(async () => {
 const TINY_LIMIT = 255;
 /** The BERT model's embedding context is the requested 128, well within its 512 trained positions. */
 const BERT_LIMIT = 127;
-after(async () => {
-  await s.close();
-});
 
 const DIMS = 64;
-const url = () => `${s.url}/v1/embeddings`;
 
 const norm = (v: ArrayLike<number>) => Math.sqrt(Array.from(v).reduce((a, x) => a + x * x, 0));
 const assertUnit = (v: ArrayLike<number>) => assert.ok(Math.abs(norm(v) - 1) <= 1e-5, `norm ${norm(v)}`);
@@ -32,15 +26,9 @@ const assertClose = (a: ArrayLike<number>, b: ArrayLike<number>, tol = 1e-6) => 
 };
 const distance = (a: ArrayLike<number>, b: ArrayLike<number>) => norm(Array.from(a, (x, i) => x - b[i]));
 
-async function embedRaw(body: Record<string, unknown>): Promise<{ vectors: number[][]; json: any }> {
-  const r = await postJson(url(), body);
-  assert.equal(r.status, 200, r.text);
-  return { vectors: r.json.data.map((d: { embedding: number[] }) => d.embedding), json: r.json };
-}
-
 /** The tokens the model's tokenizer gives for a text, without any special tokens. */
 async function contentTokens(model: string, text: string): Promise<number[]> {
-  const r = await postJson(`${s.url}/tokenize`, { model, prompt: text, add_special_tokens: false });
+  const r = await s.http.post("/tokenize", { model, prompt: text, add_special_tokens: false });
   assert.equal(r.status, 200, r.text);
   return r.json.tokens;
 }
@@ -75,7 +63,7 @@ test("a batch comes back in input order, each vector equal to the input embedded
 
 test("identical inputs give identical vectors; different inputs differ", async () => {
   for (const model of ["tiny", "bert"]) {
-    const { vectors } = await embedRaw({ model, input: ["hello world", "the quick brown fox", "hello world", "Hello world!"] });
+    const vectors = floatVectors(await s.http.embed({ model, input: ["hello world", "the quick brown fox", "hello world", "Hello world!"] }));
     assert.deepEqual(vectors[0], vectors[2]);
     assert.ok(distance(vectors[0], vectors[1]) > 0.05, `${model}: different texts are too close`);
     assert.ok(distance(vectors[0], vectors[3]) > 1e-4, `${model}: punctuation made no difference`);
@@ -85,14 +73,14 @@ test("identical inputs give identical vectors; different inputs differ", async (
 test("token-id inputs embed the same as the text they spell", async () => {
   for (const model of ["tiny", "bert"]) {
     const tokens = await Promise.all(TEXTS.slice(0, 2).map((t) => contentTokens(model, t)));
-    const text = await embedRaw({ model, input: TEXTS.slice(0, 2) });
-    const single = await embedRaw({ model, input: tokens[0] });
-    const many = await embedRaw({ model, input: tokens });
-    assert.equal(single.vectors.length, 1);
-    assertClose(single.vectors[0], text.vectors[0]);
-    assertClose(many.vectors[0], text.vectors[0]);
-    assertClose(many.vectors[1], text.vectors[1]);
-    assert.equal(many.json.usage.prompt_tokens, text.json.usage.prompt_tokens);
+    const text = await s.http.embed({ model, input: TEXTS.slice(0, 2) });
+    const single = await s.http.embed({ model, input: tokens[0] });
+    const many = await s.http.embed({ model, input: tokens });
+    assert.equal(floatVectors(single).length, 1);
+    assertClose(floatVectors(single)[0], floatVectors(text)[0]);
+    assertClose(floatVectors(many)[0], floatVectors(text)[0]);
+    assertClose(floatVectors(many)[1], floatVectors(text)[1]);
+    assert.equal(many.usage.prompt_tokens, text.usage.prompt_tokens);
   }
 });
 
@@ -107,18 +95,18 @@ test("usage counts the tokens embedded, including the ones the model adds", asyn
     assert.equal(r.usage.total_tokens, expected);
   }
   // Token ids that already start with BOS get no second one.
-  const withBos = await embedRaw({ model: "tiny", input: [[FIXTURE_TOKENS.bos, 300, 301], [300, 301]] });
-  assert.equal(withBos.json.usage.prompt_tokens, 3 + 3);
-  assertClose(withBos.vectors[0], withBos.vectors[1]);
-  const bert = await embedRaw({ model: "bert", input: [[BERT_TOKENS.cls, 20, 21, BERT_TOKENS.sep], [20, 21]] });
-  assert.equal(bert.json.usage.prompt_tokens, 4 + 4);
-  assertClose(bert.vectors[0], bert.vectors[1]);
+  const withBos = await s.http.embed({ model: "tiny", input: [[FIXTURE_TOKENS.bos, 300, 301], [300, 301]] });
+  assert.equal(withBos.usage.prompt_tokens, 3 + 3);
+  assertClose(floatVectors(withBos)[0], floatVectors(withBos)[1]);
+  const bert = await s.http.embed({ model: "bert", input: [[BERT_TOKENS.cls, 20, 21, BERT_TOKENS.sep], [20, 21]] });
+  assert.equal(bert.usage.prompt_tokens, 4 + 4);
+  assertClose(floatVectors(bert)[0], floatVectors(bert)[1]);
 });
 
 test("dimensions keeps a renormalised prefix of the full vector (Matryoshka)", async () => {
-  const [full] = (await embedRaw({ model: "tiny", input: "a red star in the night sky" })).vectors;
+  const [full] = floatVectors(await s.http.embed({ model: "tiny", input: "a red star in the night sky" }));
   for (const k of [1, 8, 32, DIMS]) {
-    const [cut] = (await embedRaw({ model: "tiny", input: "a red star in the night sky", dimensions: k })).vectors;
+    const [cut] = floatVectors(await s.http.embed({ model: "tiny", input: "a red star in the night sky", dimensions: k }));
     assert.equal(cut.length, k);
     assertUnit(cut);
     const prefix = full.slice(0, k);
@@ -138,13 +126,13 @@ test("dimensions keeps a renormalised prefix of the full vector (Matryoshka)", a
 
 test("base64 is little-endian float32 and decodes to the float response", async () => {
   const input = ["hello world", "once upon a time"];
-  const floats = await postJson(url(), { model: "tiny", input, encoding_format: "float" });
-  const b64 = await postJson(url(), { model: "tiny", input, encoding_format: "base64" });
+  const floats = await s.http.post("/v1/embeddings", { model: "tiny", input, encoding_format: "float" });
+  const b64 = await s.http.post("/v1/embeddings", { model: "tiny", input, encoding_format: "base64" });
   assert.equal(b64.status, 200, b64.text);
   assert.deepEqual(b64.json.usage, floats.json.usage);
   for (const [i, d] of b64.json.data.entries()) {
     assert.equal(typeof d.embedding, "string");
-    const bytes = Buffer.from(d.embedding, "base64");
+    const bytes = Buffer.from(d.embedding as string, "base64"); // a string, as asserted just above
     assert.equal(bytes.length, DIMS * 4);
     const decoded = Array.from({ length: DIMS }, (_, k) => bytes.readFloatLE(k * 4));
     // JSON floats are the same float32 values printed as doubles, so the match is exact.
@@ -154,7 +142,7 @@ test("base64 is little-endian float32 and decodes to the float response", async 
   const sdk = await s.client.embeddings.create({ model: "tiny", input });
   assert.deepEqual(
     sdk.data.map((d) => d.embedding),
-    floats.json.data.map((d: { embedding: number[] }) => d.embedding),
+    floats.json.data.map((d) => d.embedding),
   );
 });
 
@@ -165,19 +153,19 @@ test("the BERT encoder serves embeddings and refuses chat", async () => {
     assert.equal(d.embedding.length, DIMS);
     assertUnit(d.embedding);
   }
-  const chat = await postJson(`${s.url}/v1/chat/completions`, { model: "bert", messages: [{ role: "user", content: "hi" }] });
+  const chat = await s.http.post("/v1/chat/completions", { model: "bert", messages: [{ role: "user", content: "hi" }] });
   assert.equal(chat.status, 400, chat.text);
-  assert.equal(chat.json.error.param, "model");
-  assert.match(chat.json.error.message, /embedding/);
+  assert.equal(chat.error?.param, "model");
+  assert.match(chat.error!.message, /embedding/);
   await assert.rejects(
     s.client.chat.completions.create({ model: "bert", messages: [{ role: "user", content: "hi" }] }),
-    (e: any) => e.status === 400 && e.error?.param === "model",
+    clientError(400, "model"),
   );
 });
 
 test("/v1/models describes each model's embeddings", async () => {
   const models = await s.client.models.list();
-  const byId = Object.fromEntries(models.data.map((m) => [m.id, m as any]));
+  const byId = Object.fromEntries(models.data.map((m) => [m.id, plinthModel(m)]));
   for (const m of models.data) {
     assert.equal(m.object, "model");
     assert.equal(typeof m.created, "number");
@@ -258,26 +246,27 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
 
 for (const [name, body, status, param, code] of cases) {
   test(`${name} → ${status} naming ${param ?? "no param"}`, async () => {
-    const r = await postJson(url(), body);
+    // Deliberately outside the schema's input type (or over limits it cannot see), so sent untyped.
+    const r = await s.http.postRaw("/v1/embeddings", body);
     assert.equal(r.status, status, r.text);
-    assert.equal(typeof r.json?.error?.message, "string", r.text);
-    assert.equal(typeof r.json.error.type, "string");
-    assert.equal(r.json.error.param, param, r.text);
-    if (code) assert.equal(r.json.error.code, code);
+    assert.equal(typeof r.error?.message, "string", r.text);
+    assert.equal(typeof r.error!.type, "string");
+    assert.equal(r.error!.param, param, r.text);
+    if (code) assert.equal(r.error!.code, code);
   });
 }
 
 test("an input of exactly the limit is accepted", async () => {
-  const tiny = await postJson(url(), { model: "tiny", input: Array.from({ length: TINY_LIMIT - 1 }, () => 300) });
+  const tiny = await s.http.post("/v1/embeddings", { model: "tiny", input: Array.from({ length: TINY_LIMIT - 1 }, () => 300) });
   assert.equal(tiny.status, 200, tiny.text);
   assert.equal(tiny.json.usage.prompt_tokens, TINY_LIMIT);
-  const bert = await postJson(url(), { model: "bert", input: "word ".repeat(BERT_LIMIT - 2) });
+  const bert = await s.http.post("/v1/embeddings", { model: "bert", input: "word ".repeat(BERT_LIMIT - 2) });
   assert.equal(bert.status, 200, bert.text);
   assert.equal(bert.json.usage.prompt_tokens, BERT_LIMIT);
 });
 
 test("user is accepted", async () => {
-  const r = await postJson(url(), { ...ok, user: "user-1234" });
+  const r = await s.http.post("/v1/embeddings", { ...ok, user: "user-1234" });
   assert.equal(r.status, 200, r.text);
 });
 
@@ -287,20 +276,15 @@ test("a request's inputs spread over the pool; a full queue is a 429; a disconne
     const scheduler = q.registry.list()[0].embeddingScheduler!;
     const big = Array.from({ length: 2048 }, (_, i) => `the quick brown fox ${i}`);
     const controller = new AbortController();
-    const running = fetch(`${q.url}/v1/embeddings`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "tiny", input: big }),
-      signal: controller.signal,
-    }).catch((e) => e);
+    const running = q.http.send("/v1/embeddings", { model: "tiny", input: big }, controller.signal).catch((e) => e);
     await waitFor(() => scheduler.busy === 2);
-    const refused = await postJson(`${q.url}/v1/embeddings`, { model: "tiny", input: "hello" });
+    const refused = await q.http.post("/v1/embeddings", { model: "tiny", input: "hello" });
     assert.equal(refused.status, 429, refused.text);
     assert.ok(refused.headers.get("retry-after"));
     controller.abort();
     await running;
     await waitFor(() => scheduler.busy === 0);
-    const after = await postJson(`${q.url}/v1/embeddings`, { model: "tiny", input: "hello" });
+    const after = await q.http.post("/v1/embeddings", { model: "tiny", input: "hello" });
     assert.equal(after.status, 200, after.text);
   } finally {
     await q.close();
