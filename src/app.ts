@@ -2,13 +2,20 @@ import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "./core/generation-service.ts";
 import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
 import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
+import { BackgroundRuns } from "./dialects/responses/background.ts";
+import { responsesPlugin } from "./dialects/responses/plugin.ts";
+import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
+import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
 import { createHttpServer } from "./http/server.ts";
 
 export interface AppOptions {
   bodyLimit: number;
   logger?: boolean;
+  /** Durable state: stored responses, conversations (and the key that seals reasoning). */
+  store: Store;
+  sealer: Sealer;
 }
 
 /**
@@ -23,7 +30,11 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry);
 
+  const runs = new BackgroundRuns();
+  app.addHook("onClose", () => runs.stopAll());
+
   void app.register(openAIPlugin, { prefix: "/v1", service });
+  void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
   void app.register(tokenizerPlugin, { service });
   return app;
 }

@@ -6,7 +6,14 @@ import { EngineFactories } from "../core/engine-factory.ts";
 import { GenerationService } from "../core/generation-service.ts";
 import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
+import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
+import { openSqliteStore } from "../store/sqlite-store.ts";
 import { createProgressBar } from "./progress-bar.ts";
+
+/** How often expired stored objects are swept. */
+const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
+/** What sealed reasoning is bound to: it opens only as reasoning content of this server. */
+const REASONING_AAD = "plinth:responses:reasoning";
 
 export interface RunningServer {
   url: string;
@@ -49,8 +56,15 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const registry = new ModelRegistry(config["max-queue"]);
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
+  const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
+  store.startSweeper(SWEEP_INTERVAL_MS);
+  const key = loadOrCreateSecretKey(config["data-dir"]);
+  const sealer = {
+    seal: (text: string) => sealText(key, text, REASONING_AAD),
+    open: (sealed: string) => openText(key, sealed, REASONING_AAD),
+  };
 
-  const app = buildApp(service, { bodyLimit: config["body-limit"] });
+  const app = buildApp(service, { bodyLimit: config["body-limit"], store, sealer });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
@@ -78,6 +92,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await app.close();
       await loaded;
       await registry.dispose();
+      await store.close();
     },
   };
 }

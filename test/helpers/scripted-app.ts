@@ -3,6 +3,7 @@ import { buildApp } from "../../src/app.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import { ScriptedEngine, type ScriptedEngineOptions } from "./scripted-engine.ts";
+import { testStore } from "./test-store.ts";
 
 export interface ScriptedApp {
   app: FastifyInstance;
@@ -21,7 +22,9 @@ export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: num
   registry.register(engine.id);
   registry.ready(engine);
   const service = new GenerationService(registry);
-  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024 });
+  const { store, sealer, dispose } = testStore();
+  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer });
+  app.addHook("onClose", dispose);
   await app.ready();
   return { app, engine, service, registry };
 }

@@ -3,12 +3,16 @@ import { test } from "node:test";
 import { buildApp } from "../../src/app.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
+import { testStore } from "../helpers/test-store.ts";
 
 /** The HTTP layer before any model has loaded, driven in-process with Fastify's inject. */
 function loadingServer() {
   const registry = new ModelRegistry(4);
   registry.register("slow");
-  return { registry, app: buildApp(new GenerationService(registry), { bodyLimit: 1024 * 1024 }) };
+  const { store, sealer, dispose } = testStore();
+  const app = buildApp(new GenerationService(registry), { bodyLimit: 1024 * 1024, store, sealer });
+  app.addHook("onClose", dispose);
+  return { registry, app };
 }
 
 test("/health answers 503 with a JSON body while a model loads, and says which failed", async () => {
