@@ -9,7 +9,7 @@ import type { CreateResponseRequest, InputItem } from "./protocol.ts";
 import { drive, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
-import { responseToCanonical } from "./to-canonical.ts";
+import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
 
 export interface ResponsesDeps {
@@ -81,6 +81,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
 
 /** POST /v1/responses. */
 export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+  refuseUnsupported(body);
   const ns = responsesNamespace(body);
   const input = await resolveInput(body, ns, deps);
   const { request } = responseToCanonical(body, input.all as InputItem[]);
@@ -151,8 +152,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
         if (env.signal.aborted) builder.cancel();
         else {
           const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.", { code: "server_error" });
-          builder.error(e.code ?? "server_error", e.message, e.param);
-          builder.fail(e.code ?? "server_error", e.message);
+          builder.fail(e.code ?? "server_error", e.message, e.param);
         }
       } finally {
         await persist(builder, false);

@@ -56,7 +56,8 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
   return { request, namespace: isolationKey(body.safety_identifier ?? body.user, null) };
 }
 
-function refuseUnsupported(body: CreateResponseRequest): void {
+/** Refusals that need nothing but the body; checked before any stored state is read. */
+export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");

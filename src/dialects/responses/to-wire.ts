@@ -118,14 +118,13 @@ export class ResponseBuilder {
     this.send(this.incomplete ? "response.incomplete" : "response.completed", { response: this.snapshot() });
   }
 
-  /** An `error` event: what went wrong after the stream began (sent before `response.failed`). */
-  error(code: string, message: string, param: string | null): void {
-    this.send("error", { code, message, param });
-  }
-
-  /** The run failed after it started. */
-  fail(code: string, message: string): void {
+  /**
+   * The run failed after it started: open items close as incomplete, an `error` event says what went
+   * wrong, and `response.failed` ends the stream.
+   */
+  fail(code: string, message: string, param: string | null = null): void {
     for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
+    this.send("error", { code, message, param });
     this.status = "failed";
     this.failure = { code, message };
     this.send("response.failed", { response: this.snapshot() });

@@ -1,0 +1,166 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import type { EngineChunk } from "../../src/core/engine.ts";
+import { scriptedApp, sseEvents, type ScriptedApp } from "../helpers/scripted-app.ts";
+
+// The Responses dialect over the SCRIPTED engine (no model) and a real SQLite store: refusals, the
+// event stream's shape for every kind of output item, and the non-streamed body as the drained
+// stream. Real inference through the official client is in test/integration/responses.test.ts.
+
+let script: EngineChunk[] = [];
+let s: ScriptedApp;
+before(async () => {
+  s = await scriptedApp({ id: "m", contextSize: 300, script: () => script });
+});
+after(async () => {
+  await s.app.close();
+});
+
+const post = (payload: unknown, url = "/v1/responses") => s.app.inject({ method: "POST", url, payload: payload as object });
+
+const EVERYTHING: EngineChunk[] = [
+  { kind: "text", channel: "reasoning", text: "hmm", tokens: 1 },
+  { kind: "usage", reasoningTokens: 1 },
+  { kind: "text", text: "Let me check.", tokens: 3 },
+  { kind: "tool-call", index: 0, name: "lookup" },
+  { kind: "tool-call-arguments", index: 0, text: '{"q":', tokens: 2 },
+  { kind: "tool-call-arguments", index: 0, text: '"x"}', tokens: 2 },
+  { kind: "tool-call", index: 1, name: "sql" },
+  { kind: "tool-call-arguments", index: 1, text: '{"input": "SELECT \\"a', tokens: 3 },
+  { kind: "tool-call-arguments", index: 1, text: '\\u00e9\\n\\""}', tokens: 3 },
+  { kind: "end", reason: "tool_calls" },
+];
+const TOOLS = [
+  { type: "function", name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } },
+  { type: "custom", name: "sql", description: "Runs SQL" },
+];
+
+/** [description, body, status, param] */
+const refusals: Array<[string, Record<string, unknown>, number, string | null]> = [
+  ["a built-in tool", { tools: [{ type: "web_search" }] }, 400, "tools[0].type"],
+  ["an unknown tool type", { tools: [{ type: "teleport" }] }, 400, "tools[0].type"],
+  ["a stored prompt template", { prompt: { id: "pmpt_1" } }, 400, "prompt"],
+  ["an image part", { input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0].type"],
+  ["background without store", { background: true, store: false }, 400, "background"],
+  ["top_logprobs without include", { top_logprobs: 3 }, 400, "top_logprobs"],
+  ["an include Plinth cannot fill", { include: ["file_search_call.results"] }, 400, "include"],
+  ["previous_response_id with conversation", { previous_response_id: "resp_x", conversation: "conv_x" }, 400, "conversation"],
+  ["an unknown previous response", { previous_response_id: "resp_nope" }, 404, "previous_response_id"],
+  ["an unknown conversation", { conversation: "conv_nope" }, 404, "conversation"],
+  ["an unknown item reference", { input: [{ type: "item_reference", id: "msg_nope" }] }, 404, "input[0].id"],
+  ["tool_choice naming no tool", { tools: TOOLS, tool_choice: { type: "function", name: "other" } }, 400, "tool_choice"],
+  ["metadata with too many pairs", { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) }, 400, "metadata"],
+  ["a metadata value that is too long", { metadata: { k: "v".repeat(513) } }, 400, "metadata.k"],
+  ["max_output_tokens past the context", { max_output_tokens: 295 }, 400, "max_output_tokens"],
+  ["a prompt past the context", { input: "w".repeat(400) }, 400, "input"],
+  ["reasoning sealed by someone else", { input: [{ type: "reasoning", summary: [], encrypted_content: "plinth-v1:AAAA" }, { role: "user", content: "x" }] }, 400, "input[0].encrypted_content"],
+  ["an effort level that does not exist", { reasoning: { effort: "extreme" } }, 400, "reasoning.effort"],
+];
+
+for (const [name, extra, status, param] of refusals) {
+  test(`refused: ${name} → ${status} naming ${param}`, async () => {
+    const r = await post({ model: "m", input: "hi", ...extra });
+    assert.equal(r.statusCode, status, r.body);
+    assert.equal(r.json().error.param, param, r.body);
+    assert.ok(!r.json().error.message.includes("{field}"), r.json().error.message);
+  });
+}
+
+test("truncation auto drops the oldest turns until the prompt fits; disabled refuses", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const input = [
+    { role: "user", content: "a".repeat(150) },
+    { role: "assistant", content: "b".repeat(290) },
+    { role: "user", content: "the question" },
+  ];
+  const refused = await post({ model: "m", input, instructions: "Be brief." });
+  assert.equal(refused.statusCode, 400, refused.body);
+  assert.equal(refused.json().error.code, "context_length_exceeded");
+  const fits = await post({ model: "m", input, instructions: "Be brief.", truncation: "auto", store: false });
+  assert.equal(fits.statusCode, 200, fits.body);
+  const seen = s.engine.prepared.at(-1)!.prompt as { messages: Array<{ role: string; content: string }> };
+  assert.deepEqual(seen.messages.map((m) => m.role), ["system", "user"], "instructions and the last user turn stay");
+  assert.equal(seen.messages[1].content, "the question");
+});
+
+test("the stream has OpenAI's events for reasoning, text, a function call and a custom tool call; the JSON body is its last response", async () => {
+  script = EVERYTHING;
+  const body = { model: "m", input: "go", tools: TOOLS, reasoning: { summary: "auto" } };
+  const streamed = await post({ ...body, stream: true, store: false });
+  const events = sseEvents(streamed.body).map((e) => e.data as Record<string, any>);
+  events.forEach((e, i) => assert.equal(e.sequence_number, i));
+  const types = events.map((e) => e.type);
+  assert.deepEqual(types, [
+    "response.created", "response.in_progress",
+    "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+    "response.reasoning_text.done", "response.content_part.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+    "response.output_item.done",
+    "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+    "response.output_text.done", "response.content_part.done", "response.output_item.done",
+    "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.output_item.done",
+    "response.output_item.added", "response.custom_tool_call_input.delta", "response.custom_tool_call_input.delta",
+    "response.custom_tool_call_input.done", "response.output_item.done",
+    "response.completed",
+  ]);
+  const final = events.at(-1)!.response;
+  assert.deepEqual(final.output.map((o: any) => o.type), ["reasoning", "message", "function_call", "custom_tool_call"]);
+  const custom = final.output[3];
+  assert.equal(custom.input, 'SELECT "aé\n"', "the custom tool's input is the decoded text, not JSON");
+  const deltas = events.filter((e) => e.type === "response.custom_tool_call_input.delta").map((e) => e.delta).join("");
+  assert.equal(deltas, custom.input);
+  assert.equal(final.output[2].arguments, '{"q":"x"}');
+  assert.equal(final.output[0].summary[0].text, "hmm");
+  assert.equal(final.usage.output_tokens_details.reasoning_tokens, 1);
+
+  const whole = (await post(body)).json();
+  const strip = (r: any) => JSON.parse(JSON.stringify({ ...r, id: "", created_at: 0, completed_at: 0, store: null }).replace(/"(msg|rs|fc|ctc|call)_[A-Za-z0-9_-]+"/g, '"id"'));
+  assert.deepEqual(strip(whole), strip(final), "the JSON body equals the stream's final response");
+});
+
+test("max_tool_calls: calls past the limit are ignored", async () => {
+  script = [
+    ...[0, 1, 2].flatMap((i): EngineChunk[] => [
+      { kind: "tool-call", index: i, name: "lookup" },
+      { kind: "tool-call-arguments", index: i, text: "{}", tokens: 1 },
+    ]),
+    { kind: "end", reason: "tool_calls" },
+  ];
+  const r = await post({ model: "m", input: "go", tools: TOOLS, max_tool_calls: 2, store: false });
+  assert.equal(r.json().output.filter((o: any) => o.type === "function_call").length, 2);
+});
+
+test("a failure after the stream began: an error event, then response.failed, stored as failed", async () => {
+  script = [{ kind: "text", text: "par", tokens: 1 }];
+  (script as unknown[]).push(new Error("engine broke"));
+  const r = await post({ model: "m", input: "go", stream: true });
+  const events = sseEvents(r.body).map((e) => e.data as Record<string, any>);
+  assert.deepEqual(events.slice(-2).map((e) => e.type), ["error", "response.failed"]);
+  const failed = events.at(-1)!.response;
+  assert.equal(failed.status, "failed");
+  assert.equal(failed.output[0].status, "incomplete");
+  const stored = await s.app.inject({ method: "GET", url: `/v1/responses/${failed.id}` });
+  assert.equal(stored.json().status, "failed");
+});
+
+test("allowed_tools: only the listed tools may be called", async () => {
+  script = [{ kind: "end", reason: "stop" }];
+  await post({ model: "m", input: "go", tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "required", tools: [{ type: "function", name: "lookup" }] }, store: false });
+  assert.deepEqual(s.engine.prepared.at(-1)!.toolChoice, { allowed: ["lookup"], required: true });
+  const bad = await post({ model: "m", input: "go", tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "function", name: "nope" }] } });
+  assert.equal(bad.json().error.param, "tool_choice.tools[0]");
+});
+
+test("conversations: create, items, namespaces", async () => {
+  const c = (await post({ metadata: { a: "1" }, items: [{ role: "user", content: "hi" }] }, "/v1/conversations?user=ann")).json();
+  assert.match(c.id, /^conv_/);
+  assert.equal(c.object, "conversation");
+  const items = await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items?user=ann` });
+  assert.equal(items.json().data[0].content[0].type, "input_text");
+  const other = await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}?user=bob` });
+  assert.equal(other.statusCode, 404);
+  const bad = await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items?user=ann&limit=500` });
+  assert.equal(bad.statusCode, 400);
+  assert.equal(bad.json().error.param, "limit");
+});
