@@ -12,6 +12,7 @@ import { FINAL_HEADER, HARMONY_CALL_FORMAT, type HarmonyLayout } from "./harmony
 import { PromptRenderer } from "./prompt-renderer.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
+import { PromptBound } from "./prompt-bound.ts";
 import { SlotCache } from "./slot-cache.ts";
 import { TokenPieces } from "./token-pieces.ts";
 import { TokenTextDecoder } from "./token-text.ts";
@@ -71,6 +72,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly harmony: HarmonyLayout | undefined;
   private readonly renderer: PromptRenderer;
   private readonly vocabSize: number;
+  private readonly bound: PromptBound;
   private readonly pieces: TokenPieces;
   private readonly slotCache: SlotCache;
   private readonly constraints: ConstraintPlanner;
@@ -88,6 +90,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
     this.embeddings = embeddings;
     this.vocabSize = vocabularySize(model);
+    this.bound = new PromptBound(model);
     this.renderer = new PromptRenderer(model, { id: opts.id, chatWrapper: opts.chatWrapper, vocabSize: this.vocabSize });
     this.harmony = this.renderer.harmony;
     this.pieces = new TokenPieces(model);
@@ -146,6 +149,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       throw invalidField("Log probabilities are not available with this build of the inference engine.", "logprobs");
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
+    this.bound.check(req.prompt, this.contextSize);
     const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
     const rendered = this.renderer.render(req, constraints.functions);
     const { stopTokens, formatStops } = rendered;
@@ -232,6 +236,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
+    // A prompt no request could use is not worth holding the event loop for.
+    this.bound.check(prompt, this.contextSize);
     if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
     return this.renderer.render({ prompt } as GenerationRequest).tokens;

@@ -1,0 +1,39 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { useTestServer } from "../helpers/server.ts";
+
+// A prompt far beyond the context is refused before it is tokenized (tokenizing runs on the event
+// loop): a near-limit body answers at once and does not hold up other requests.
+
+const s = useTestServer({ "ctx-size": "256", "body-limit": String(16 * 1024 * 1024) });
+
+const huge = "lorem ipsum dolor sit amet ".repeat(500_000); // about 13.5 MB
+
+for (const [route, body] of [
+  ["/v1/completions", { model: "tiny", prompt: huge, max_tokens: 1 }],
+  ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: huge }], max_tokens: 1 }],
+  ["/tokenize", { model: "tiny", prompt: huge }],
+] as const) {
+  test(`${route}: a 13 MB prompt is refused as too long, quickly, while /health answers`, async () => {
+    let worstHealth = 0;
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        const t0 = performance.now();
+        await fetch(`${s.url}/health`);
+        worstHealth = Math.max(worstHealth, performance.now() - t0);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    const t0 = performance.now();
+    const r = await s.http.postRaw(route, body);
+    const took = performance.now() - t0;
+    polling = false;
+    await poller;
+    assert.equal(r.status, 400, r.text.slice(0, 300));
+    assert.equal(r.error?.code, "context_length_exceeded");
+    assert.match(r.error!.message, /at least \d+ tokens/);
+    assert.ok(took < 3000, `answered in ${Math.round(took)} ms`);
+    assert.ok(worstHealth < 1000, `/health waited ${Math.round(worstHealth)} ms at worst`);
+  });
+}
