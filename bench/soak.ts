@@ -13,6 +13,8 @@ import { startServerProcess } from "./server-process.ts";
 const TOTAL = Number(process.env.SOAK_REQUESTS ?? 10_000);
 const CHECKPOINTS = [1000, 5000, 10_000].filter((n) => n <= TOTAL);
 const CONCURRENCY = 4;
+/** Only these kinds of request (0 chat, 1 json_schema chat, 2 completions with logprobs, 3 embeddings, 4 refusals); default all. */
+const KINDS = (process.env.SOAK_KINDS ?? "0,1,2,3,4").split(",").map(Number);
 
 function rssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
@@ -22,7 +24,7 @@ function rssMb(pid: number): number {
 /** The i-th request of the mix. Schemas differ per request so the grammar cache sees new keys. */
 function request(i: number): { path: string; body: unknown } {
   const user = [{ role: "user", content: `question ${i}` }];
-  switch (i % 5) {
+  switch (KINDS[i % KINDS.length]) {
     case 0:
       return { path: "/v1/chat/completions", body: { model: "tiny", messages: user, max_tokens: 4, user: `u${i % 50}` } };
     case 1:

@@ -264,3 +264,31 @@ test("a stored response survives a restart on the same data directory", async ()
     await other.close();
   }
 });
+
+test("custom tools: a Lark grammar and a regex hold the tool's input; the item carries the raw text", async () => {
+  const sql = {
+    type: "custom" as const,
+    name: "run_sql",
+    description: "Runs a query",
+    format: { type: "grammar" as const, syntax: "lark" as const, definition: 'start: "SELECT " COL (", " COL)~0..2 " FROM " TABLE\nCOL: /[a-z]{1,6}/\nTABLE: "users" | "orders"' },
+  };
+  const phone = { type: "custom" as const, name: "dial", format: { type: "grammar" as const, syntax: "regex" as const, definition: "^[0-9]{3}-[0-9]{4}$" } };
+  for (const [tool, pattern] of [
+    [sql, /^SELECT [a-z]{1,6}(, [a-z]{1,6}){0,2} FROM (users|orders)$/],
+    [phone, /^[0-9]{3}-[0-9]{4}$/],
+  ] as const) {
+    for (const seed of [1, 2]) {
+      const r = await create({ model: "think", reasoning: { effort: "none" }, input: "Go", tools: [tool], tool_choice: { type: "custom", name: tool.name }, max_output_tokens: 120, temperature: 1, seed });
+      const call = r.output.find((o: any) => o.type === "custom_tool_call");
+      assert.ok(call, JSON.stringify(r.output));
+      assert.equal(call.name, tool.name);
+      assert.match(call.call_id, /^call_/);
+      assert.match(call.input, pattern);
+    }
+  }
+});
+
+test("custom tools: a grammar that cannot be converted is a 400 naming its definition", async () => {
+  const bad = { type: "custom", name: "x", format: { type: "grammar", syntax: "lark", definition: "start: a\n%declare A" } };
+  await assert.rejects(create({ model: "think", input: "x", tools: [bad] }), (e: any) => e.status === 400 && e.error?.param === "tools[0].format.definition");
+});

@@ -1,6 +1,7 @@
 import { invalidField } from "../../core/errors.ts";
 import type { FreeTextInput, ToolDefinition } from "../../core/types.ts";
 import { prefixRules } from "../../grammar/compose.ts";
+import { customToolGrammar, GrammarConversionError } from "../../grammar/custom-tool-grammar.ts";
 import { ANY_JSON_STRING_CONTENT, GbnfEscapeError, jsonStringGrammar } from "../../grammar/json-string-escape.ts";
 
 /**
@@ -31,10 +32,14 @@ export function freeTextArguments(input: FreeTextInput, i: number): string {
   let content: string;
   if (input.syntax === "text") content = `content ::= ${ANY_JSON_STRING_CONTENT}`;
   else {
-    throw invalidField(`{field}: ${input.syntax} grammars are not supported yet`, `tools[${i}].input`);
-    void prefixRules;
-    void jsonStringGrammar;
-    void GbnfEscapeError;
+    try {
+      const plain = customToolGrammar({ type: "grammar", syntax: input.syntax, definition: input.definition });
+      content = prefixRules(jsonStringGrammar(plain), "s-").replace(/^s-root ::=/m, "content ::=");
+    } catch (err) {
+      if (err instanceof GrammarConversionError || err instanceof GbnfEscapeError)
+        throw invalidField(`{field} cannot be used: ${err.message}`, `tools[${i}].input`);
+      throw err;
+    }
   }
   return [`root ::= ${JSON.stringify(OPENING)} content ${JSON.stringify(CLOSING)}`, content].join("\n");
 }
