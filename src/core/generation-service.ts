@@ -60,7 +60,7 @@ export class GenerationService {
     const promptTokens = prepared.map((p) => p.prep.promptTokens);
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
 
-    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev));
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx));
     reqs.forEach((req, r) => {
       for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
     });
@@ -155,6 +155,11 @@ function checkContext(req: GenerationRequest, prep: PreparedGeneration): number 
   return req.maxTokens ?? room;
 }
 
+/** Requests wait in turn by who sent them: the API key and the end user, when the request names them. */
+function fairnessKey(ctx: RequestContext): string {
+  return JSON.stringify([ctx.apiKey ?? null, ctx.namespace ?? null]);
+}
+
 function inBatch(err: unknown, r: number): unknown {
   if (!(err instanceof ApiError) || err.field === null) return err;
   return new ApiError(err.status, err.message, { ...err, field: `batch[${r}].${err.field}`, reason: err.reason ?? undefined });
@@ -176,6 +181,8 @@ class BatchRun {
     private readonly scheduler: NonNullable<ReturnType<ModelRegistry["resolve"]>["scheduler"]>,
     clientSignal: AbortSignal,
     private readonly observe: (ev: GenerationEvent) => void,
+    /** Whose turn this request waits in (see Scheduler). */
+    private readonly queueKey: string,
   ) {
     if (clientSignal.aborted) this.abort.abort(clientSignal.reason);
     else clientSignal.addEventListener("abort", () => this.abort.abort(clientSignal.reason), { once: true });
@@ -213,7 +220,7 @@ class BatchRun {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
-    const { slot, release } = await this.scheduler.acquire(signal, choose);
+    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey);
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {
       const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));

@@ -1,7 +1,10 @@
 import { ApiError } from "./errors.ts";
 
 /**
- * Hands out a fixed number of slots (one per engine sequence) to jobs in arrival order.
+ * Hands out a fixed number of slots (one per engine sequence) to jobs. Waiting jobs are served
+ * fairly by key (the request's namespace: its end user, later its API key): keys take turns, and
+ * within a key jobs keep their arrival order, so one user's burst of fifty requests does not put
+ * another user's single request behind all fifty.
  *
  * Admission is decided for a whole request up front (all of its `n` choices), so a request is either
  * accepted entirely or refused with 429 before anything is sent to the client; an accepted job is
@@ -9,7 +12,10 @@ import { ApiError } from "./errors.ts";
  */
 export class Scheduler {
   private readonly free: number[];
-  private readonly waiting: Array<{ grant: (slot: number) => void }> = [];
+  /** Waiting jobs per key, each queue in arrival order; `turns` is the order keys are served in. */
+  private readonly waiting = new Map<string, Array<{ grant: (slot: number) => void }>>();
+  private readonly turns: string[] = [];
+  private waitingCount = 0;
   private reserved = 0;
 
   constructor(
@@ -24,7 +30,7 @@ export class Scheduler {
   }
 
   get queued(): number {
-    return this.waiting.length;
+    return this.waitingCount;
   }
 
   /**
@@ -32,7 +38,7 @@ export class Scheduler {
    * the wait queue past its bound.
    */
   admit(jobs: number): void {
-    const wouldWait = Math.max(0, this.waiting.length + this.reserved + jobs - this.free.length);
+    const wouldWait = Math.max(0, this.waitingCount + this.reserved + jobs - this.free.length);
     if (wouldWait > this.maxQueue) {
       throw new ApiError(429, "The server is at capacity and its queue is full; retry shortly.", {
         code: "rate_limit_exceeded",
@@ -50,16 +56,17 @@ export class Scheduler {
   async acquire(
     signal: AbortSignal,
     choose?: (free: readonly number[]) => number,
+    key = "",
   ): Promise<{ slot: number; release: () => void }> {
     if (this.reserved > 0) this.reserved--;
     signal.throwIfAborted();
     let slot: number;
-    if (this.free.length > 0 && this.waiting.length === 0) {
+    if (this.free.length > 0 && this.waitingCount === 0) {
       const picked = choose ? choose(this.free) : this.free[0];
       const at = this.free.indexOf(picked);
       slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
     } else {
-      slot = await this.enqueue(signal);
+      slot = await this.enqueue(signal, key);
     }
     let released = false;
     return {
@@ -72,7 +79,7 @@ export class Scheduler {
     };
   }
 
-  private enqueue(signal: AbortSignal): Promise<number> {
+  private enqueue(signal: AbortSignal, key: string): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       const entry = {
         grant: (slot: number) => {
@@ -81,18 +88,45 @@ export class Scheduler {
         },
       };
       const onAbort = () => {
-        const i = this.waiting.indexOf(entry);
-        if (i !== -1) this.waiting.splice(i, 1);
+        const queue = this.waiting.get(key);
+        const i = queue ? queue.indexOf(entry) : -1;
+        if (i !== -1) {
+          queue!.splice(i, 1);
+          this.waitingCount--;
+          if (queue!.length === 0) this.dropKey(key);
+        }
         reject(signal.reason);
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      this.waiting.push(entry);
+      let queue = this.waiting.get(key);
+      if (!queue) {
+        queue = [];
+        this.waiting.set(key, queue);
+        this.turns.push(key);
+      }
+      queue.push(entry);
+      this.waitingCount++;
     });
   }
 
+  private dropKey(key: string): void {
+    this.waiting.delete(key);
+    const at = this.turns.indexOf(key);
+    if (at !== -1) this.turns.splice(at, 1);
+  }
+
+  /** A freed slot goes to the next key in turn (which then moves to the back), else back to the pool. */
   private release(slot: number): void {
-    const next = this.waiting.shift();
-    if (next) next.grant(slot);
-    else this.free.push(slot);
+    const key = this.turns.shift();
+    if (key === undefined) {
+      this.free.push(slot);
+      return;
+    }
+    const queue = this.waiting.get(key)!;
+    const next = queue.shift()!;
+    this.waitingCount--;
+    if (queue.length > 0) this.turns.push(key);
+    else this.waiting.delete(key);
+    next.grant(slot);
   }
 }

@@ -62,3 +62,45 @@ test("releasing twice does not free a slot twice", async () => {
   await s.acquire(new AbortController().signal);
   assert.equal(s.busy, 1);
 });
+
+test("waiting keys take turns: one key's burst does not hold another key's single job behind it", async () => {
+  const s = new Scheduler(1, 100);
+  const signal = new AbortController().signal;
+  s.admit(1);
+  const running = await s.acquire(signal, undefined, "burst");
+  const order: string[] = [];
+  const waits: Array<Promise<{ release: () => void }>> = [];
+  for (let i = 0; i < 50; i++) {
+    s.admit(1);
+    waits.push(s.acquire(signal, undefined, "burst").then((l) => (order.push(`burst${i}`), l)));
+  }
+  s.admit(1);
+  waits.push(s.acquire(signal, undefined, "single").then((l) => (order.push("single"), l)));
+  assert.equal(s.queued, 51);
+  running.release();
+  // Each granted job releases at once; the single job is served second, not fifty-first.
+  for (let served = 0; served < 51; served++) {
+    await new Promise((r) => setImmediate(r));
+    const granted = await Promise.race(waits.map((w, i) => w.then((l) => ({ l, i }))));
+    waits.splice(granted.i, 1);
+    granted.l.release();
+  }
+  assert.deepEqual(order.slice(0, 3), ["burst0", "single", "burst1"]);
+  assert.equal(order.length, 51);
+  assert.equal(s.queued, 0);
+});
+
+test("a waiting job that gives up leaves its key's turn when it was the last", async () => {
+  const s = new Scheduler(1, 10);
+  s.admit(3);
+  const first = await s.acquire(new AbortController().signal, undefined, "a");
+  const gone = new AbortController();
+  const leaving = s.acquire(gone.signal, undefined, "b").catch((e) => e);
+  const staying = s.acquire(new AbortController().signal, undefined, "c");
+  gone.abort(new Error("left"));
+  assert.match(String(await leaving), /left/);
+  first.release();
+  const next = await staying;
+  assert.equal(next.slot, first.slot);
+  assert.equal(s.queued, 0);
+});
