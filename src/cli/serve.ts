@@ -8,6 +8,7 @@ import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
+import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
 /** How often expired stored objects are swept. */
@@ -56,6 +57,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const registry = new ModelRegistry(config["max-queue"]);
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
+  service.addHooks(nativeMemoryPacer());
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
   const key = loadOrCreateSecretKey(config["data-dir"]);
