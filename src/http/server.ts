@@ -64,7 +64,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
       connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeout / 4))),
     },
     // Model ids can be long; a longer path segment is a 414 in the envelope.
-    maxParamLength: 500,
+    routerOptions: { maxParamLength: 500 },
     clientErrorHandler: clientErrorHandler(opts.envelope),
     frameworkErrors: frameworkErrorHandler(opts.envelope),
   });
