@@ -38,8 +38,9 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
 function fromZod(err: z.ZodError, body: unknown): ApiError {
   const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path);
   const param = formatPath(path);
-  const where = param ? `'${param}'` : "the request body";
   const found = lookUp(body, path);
+  if (!param && found === ABSENT) return new ApiError(400, "The request body is empty; send a JSON object.", { code: "invalid_json" });
+  const where = param ? `'${param}'` : "request body";
   return new ApiError(400, `Invalid ${where}: ${describeIssue(issue, found)}`, { param: param || null, code: "invalid_value" });
 }
 
