@@ -288,3 +288,15 @@ describe("validation messages say what is wrong with the field that was sent", (
     assert.ok(!/JSON/.test(e.message), e.message);
   });
 });
+
+describe("settings", () => {
+  test("CORS origins and allowed hosts: repeatable, comma-separated, from flags or the environment; timeouts in seconds", async () => {
+    const { loadConfig } = await import("../../src/config/load.ts");
+    const c = loadConfig({ "cors-origin": ["https://a.example,https://b.example", "https://c.example"], "body-timeout": "0.5" }, { PLINTH_ALLOWED_HOST: "gpu.lan, box.lan" });
+    assert.deepEqual(c["cors-origin"], ["https://a.example", "https://b.example", "https://c.example"]);
+    assert.deepEqual(c["allowed-host"], ["gpu.lan", "box.lan"]);
+    assert.equal(c["body-timeout"], 0.5);
+    const d = loadConfig({}, {});
+    assert.deepEqual([d["cors-origin"], d["allowed-host"], d["headers-timeout"], d["body-timeout"], d["keep-alive-timeout"], d["max-connections"]], [[], [], 30, 60, 65, 512]);
+  });
+});
