@@ -8,11 +8,9 @@ import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
-import { createHttpServer } from "./http/server.ts";
+import { createHttpServer, type HttpOptions } from "./http/server.ts";
 
-export interface AppOptions {
-  bodyLimit: number;
-  logger?: boolean;
+export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
   store: Store;
   sealer: Sealer;
@@ -24,9 +22,9 @@ export interface AppOptions {
  * src/dialects and one `register` line here.
  */
 export function buildApp(service: GenerationService, opts: AppOptions): FastifyInstance {
-  const app = createHttpServer(opts);
-  // Routes no dialect owns (unknown paths at the root) answer in OpenAI's envelope, the one most
-  // clients of a local server speak.
+  // Routes no dialect owns (unknown paths at the root), and requests too malformed to reach a route,
+  // answer in OpenAI's envelope, the one most clients of a local server speak.
+  const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry);
 

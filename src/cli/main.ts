@@ -24,6 +24,14 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --threads <n>          CPU threads (default: the cores available)
   --gpu auto|off|cuda|vulkan|metal
   --body-limit <bytes>   largest accepted request body (default 16 MiB)
+  --cors-origin <origin> origin allowed to call from a browser (repeatable or comma-separated; * for any;
+                         default none: CORS off, preflights answered 403)
+  --allowed-host <name>  name accepted in the Host header besides IP addresses, localhost and --host
+                         (repeatable or comma-separated; * turns the DNS-rebinding check off)
+  --headers-timeout <s>  seconds the request headers may take to arrive (default 30)
+  --body-timeout <s>     seconds a request body may take to arrive (default 60)
+  --keep-alive-timeout <s>  seconds an idle connection is kept open (default 65)
+  --max-connections <n>  open connections at most; more are refused (default 512; 0: no limit)
   --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
   --cache-min-tokens <n> shortest prompt worth saving (default 64)
   --cache-dir <dir>      where downloaded models are kept
@@ -48,6 +56,12 @@ async function main(argv: string[]): Promise<number> {
       threads: { type: "string" },
       gpu: { type: "string" },
       "body-limit": { type: "string" },
+      "cors-origin": { type: "string", multiple: true },
+      "allowed-host": { type: "string", multiple: true },
+      "headers-timeout": { type: "string" },
+      "body-timeout": { type: "string" },
+      "keep-alive-timeout": { type: "string" },
+      "max-connections": { type: "string" },
       "cache-ram": { type: "string" },
       "chat-wrapper": { type: "string" },
       "cache-min-tokens": { type: "string" },

@@ -66,7 +66,18 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),
   };
 
-  const app = buildApp(service, { bodyLimit: config["body-limit"], store, sealer });
+  const app = buildApp(service, {
+    bodyLimit: config["body-limit"],
+    store,
+    sealer,
+    host: config.host,
+    allowedHosts: config["allowed-host"],
+    corsOrigins: config["cors-origin"],
+    headersTimeoutMs: config["headers-timeout"] * 1000,
+    bodyTimeoutMs: config["body-timeout"] * 1000,
+    keepAliveTimeoutMs: config["keep-alive-timeout"] * 1000,
+    maxConnections: config["max-connections"],
+  });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;

@@ -28,6 +28,12 @@ export const modelEntry = z.union([
 ]);
 export type ModelEntry = z.infer<typeof modelEntry>;
 
+/** A list setting: repeated flags, a comma-separated string (flag, PLINTH_* variable) or a YAML list. */
+const nameList = z.preprocess(
+  (v) => (typeof v === "string" ? [v] : v),
+  z.array(z.string()).transform((items) => items.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean)),
+);
+
 export const configSchema = z.object({
   model: z.array(modelEntry).default([]),
   host: z.string().min(1).default("127.0.0.1"),
@@ -40,6 +46,18 @@ export const configSchema = z.object({
   threads: z.int().min(1).default(() => availableParallelism()),
   gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
   "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
+  /** Origins allowed to call from a browser (CORS); "*" allows any; none: CORS off. */
+  "cors-origin": nameList.default([]),
+  /** Names accepted in the Host header besides IP literals, localhost and the listen address; "*": any. */
+  "allowed-host": nameList.default([]),
+  /** Seconds the request line and headers may take to arrive. */
+  "headers-timeout": z.number().positive().default(30),
+  /** Seconds a request body may take to arrive, after its headers. */
+  "body-timeout": z.number().positive().default(60),
+  /** Seconds an idle keep-alive connection is kept open. */
+  "keep-alive-timeout": z.number().positive().default(65),
+  /** Open connections at most; more are closed as they arrive (0: no limit). */
+  "max-connections": z.int().min(0).default(512),
   /** RAM for saved prompt states (prefix cache beyond what the sequences hold); 0 disables. */
   "cache-ram": z.int().min(0).default(256 * 1024 * 1024),
   /** Shortest prompt worth saving. */
@@ -59,4 +77,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;

@@ -56,7 +56,10 @@ export class GenerationService {
       }
     }
     const jobs = reqs.reduce((sum, r) => sum + r.n, 0);
-    scheduler.admit(jobs);
+    // A request too large for the model's capacity is the fault of its `n`, or, for a batch whose
+    // choices only add up past it, of the number of prompts.
+    const tooLarge = reqs.length === 1 || reqs.some((r) => r.n > scheduler.capacity) ? "n" : "prompt";
+    scheduler.admit(jobs, tooLarge);
     const promptTokens = prepared.map((p) => p.prep.promptTokens);
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
 

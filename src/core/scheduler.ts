@@ -1,4 +1,4 @@
-import { ApiError } from "./errors.ts";
+import { ApiError, invalidField } from "./errors.ts";
 
 /**
  * Hands out a fixed number of slots (one per engine sequence) to jobs. Waiting jobs are served
@@ -33,11 +33,26 @@ export class Scheduler {
     return this.waitingCount;
   }
 
+  /** The most jobs one request can ever have admitted: every slot busy with it and a full queue. */
+  get capacity(): number {
+    return this.slots + this.maxQueue;
+  }
+
   /**
    * Reserves room for `jobs` jobs that will call acquire() right away. Throws 429 when they would push
-   * the wait queue past its bound.
+   * the wait queue past its bound, and a 400 about `field` (a canonical field: what made the request
+   * this large) when they could never be admitted, even with every slot free and the queue empty:
+   * retrying such a request is pointless.
    */
-  admit(jobs: number): void {
+  admit(jobs: number, field = "n"): void {
+    if (jobs > this.capacity) {
+      throw invalidField(
+        `{field} asks for ${jobs} generations at once, but this model runs at most ${this.slots} at a time ` +
+          `with ${this.maxQueue} more waiting, so the request could never be admitted; ask for at most ${this.capacity}.`,
+        field,
+        "too_many_choices",
+      );
+    }
     const wouldWait = Math.max(0, this.waitingCount + this.reserved + jobs - this.free.length);
     if (wouldWait > this.maxQueue) {
       throw new ApiError(429, "The server is at capacity and its queue is full; retry shortly.", {

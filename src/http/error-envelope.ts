@@ -16,19 +16,23 @@ export interface ErrorEnvelope {
  */
 export function installErrorEnvelope(scope: FastifyInstance, envelope: ErrorEnvelope, opts: { notFound: boolean }): void {
   scope.setErrorHandler((err, request, reply) => {
-    const apiError = asWireError(err, envelope.fieldNames);
+    const apiError = asWireError(err, envelope.fieldNames, request.body);
     if (apiError.status >= 500) request.log.error(err);
     void reply.status(apiError.status).headers(apiError.headers).send(envelope.render(apiError));
   });
   if (opts.notFound) {
     scope.setNotFoundHandler((request, reply) => {
-      const e = new ApiError(404, `No route for ${request.method} ${request.url}.`, { code: "not_found" });
+      const url = request.url.length > 200 ? `${request.url.slice(0, 200)}…` : request.url;
+      const e = new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
       void reply.status(404).send(envelope.render(e));
     });
   }
 }
 
-/** Any thrown value as an ApiError whose canonical field, if any, has its wire name. */
-export function asWireError(err: unknown, names: FieldNamer): ApiError {
-  return withWireParam(toApiError(err), names) as ApiError;
+/**
+ * Any thrown value as an ApiError whose canonical field, if any, has its wire name. `body` (the parsed
+ * request body) lets a validation message say what was sent.
+ */
+export function asWireError(err: unknown, names: FieldNamer, body?: unknown): ApiError {
+  return withWireParam(toApiError(err, body), names) as ApiError;
 }

@@ -1,33 +1,77 @@
 import Fastify, { type FastifyInstance } from "fastify";
 import { newId } from "../core/ids.ts";
+import { installBodyHandling } from "./body.ts";
+import { clientErrorHandler, frameworkErrorHandler } from "./client-error.ts";
+import type { ErrorEnvelope } from "./error-envelope.ts";
+import { installGuards } from "./guards.ts";
 
 export interface HttpOptions {
   bodyLimit: number;
   logger?: boolean;
+  /**
+   * The envelope of errors that happen before any route (and so any dialect) is known: malformed
+   * requests Node refuses, URLs the router cannot take apart.
+   */
+  envelope: ErrorEnvelope;
+  /** The listen address: its name is accepted in the Host header (default 127.0.0.1). */
+  host?: string;
+  /** Other names accepted in the Host header; "*" turns the check off. */
+  allowedHosts?: readonly string[];
+  /** Origins allowed to call from a browser; "*" allows any; none (the default): CORS off. */
+  corsOrigins?: readonly string[];
+  /** How long the request line and headers may take (default 30 s). */
+  headersTimeoutMs?: number;
+  /** How long the whole body may take, after the headers (default 60 s). */
+  bodyTimeoutMs?: number;
+  /** How long an idle keep-alive connection is kept (default 65 s). */
+  keepAliveTimeoutMs?: number;
+  /** Open connections at most; further ones are closed as they arrive (default 512; 0: no limit). */
+  maxConnections?: number;
+}
+
+export const HTTP_DEFAULTS = {
+  headersTimeoutMs: 30_000,
+  bodyTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 65_000,
+  maxConnections: 512,
+};
+
+/** The most bytes of a refused body read and discarded so the client reads the answer. */
+export function drainLimit(bodyLimit: number): number {
+  return Math.min(Math.max(4 * bodyLimit, 1024 * 1024), 64 * 1024 * 1024);
 }
 
 /**
- * The bare HTTP server every dialect is mounted on: body limits, body parsing and request ids. It
- * knows no dialect; each dialect plugin installs its own error envelope (see error-envelope.ts), and
- * the assembly (src/app.ts) decides which envelope answers routes no dialect owns.
+ * The bare HTTP server every dialect is mounted on: body limits, body parsing, request ids, timeouts,
+ * the Host check and CORS. It knows no dialect; each dialect plugin installs its own error envelope
+ * (see error-envelope.ts), and the assembly (src/app.ts) decides which envelope answers routes no
+ * dialect owns and requests too broken to reach a route.
  */
 export function createHttpServer(opts: HttpOptions): FastifyInstance {
+  const headersTimeout = opts.headersTimeoutMs ?? HTTP_DEFAULTS.headersTimeoutMs;
+  const bodyTimeout = opts.bodyTimeoutMs ?? HTTP_DEFAULTS.bodyTimeoutMs;
   const app = Fastify({
     bodyLimit: opts.bodyLimit,
     logger: opts.logger ?? false,
     return503OnClosing: true,
     genReqId: () => newId("req_"),
+    // Node's own deadline for a whole request, a backstop behind the body deadline (which answers first).
+    requestTimeout: headersTimeout + bodyTimeout + 1000,
+    keepAliveTimeout: opts.keepAliveTimeoutMs ?? HTTP_DEFAULTS.keepAliveTimeoutMs,
+    http: {
+      headersTimeout,
+      // How often Node checks those deadlines (its default, 30 s, is coarser than a short setting).
+      connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeout / 4))),
+    },
+    // Model ids can be long; a longer path segment is a 414 in the envelope.
+    routerOptions: { maxParamLength: 500 },
+    clientErrorHandler: clientErrorHandler(opts.envelope),
+    frameworkErrors: frameworkErrorHandler(opts.envelope),
   });
+  const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
+  if (maxConnections > 0) app.server.maxConnections = maxConnections;
 
-  // Many clients (curl -d, fetch with a string body) post JSON without the JSON content type; every
-  // API body here is JSON, so it is parsed as JSON whatever the declared type.
-  app.removeContentTypeParser("text/plain");
-  app.addContentTypeParser("*", { parseAs: "string" }, (_req, body, done) => {
-    try {
-      done(null, body === "" ? undefined : JSON.parse(body as string));
-    } catch (err) {
-      done(err as Error, undefined);
-    }
-  });
+  installGuards(app, { host: opts.host ?? "127.0.0.1", allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [] });
+  installBodyHandling(app, { bodyLimit: opts.bodyLimit, bodyTimeoutMs: bodyTimeout, drainLimit: drainLimit(opts.bodyLimit) });
   return app;
 }

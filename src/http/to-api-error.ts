@@ -5,10 +5,14 @@ import { formatPath } from "../core/field-path.ts";
 /**
  * Maps anything thrown while handling a request to an ApiError. Client mistakes caught by Fastify
  * (bad JSON, oversized bodies) or zod keep their 4xx meaning; only genuine faults become 500s.
+ *
+ * `body` is the parsed request body when there is one: a validation message then says what the
+ * client actually sent ("expected number, got the string "2"") and calls a field required only when
+ * it is really absent.
  */
-export function toApiError(err: unknown): ApiError {
+export function toApiError(err: unknown, body?: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  if (err instanceof z.ZodError) return fromZod(err);
+  if (err instanceof z.ZodError) return fromZod(err, body);
   const e = err as { code?: string; statusCode?: number; message?: string };
   switch (e.code) {
     case "FST_ERR_CTP_BODY_TOO_LARGE":
@@ -16,29 +20,141 @@ export function toApiError(err: unknown): ApiError {
     case "FST_ERR_CTP_EMPTY_JSON_BODY":
       return new ApiError(400, "The request body is empty; send a JSON object.", { code: "invalid_json" });
     case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
-      return new ApiError(415, "Send the request body as application/json.", { code: "unsupported_media_type" });
+      return new ApiError(415, "Send the request body as JSON, with 'Content-Type: application/json'.", { code: "unsupported_media_type" });
     case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
       return new ApiError(400, "The Content-Length header does not match the body.", { code: "invalid_request" });
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+      return new ApiError(400, "The request body is not valid JSON.", { code: "invalid_json" });
+    case "FST_ERR_BAD_URL":
+      return new ApiError(400, "The URL is not valid: it has a malformed percent-encoding (such as '%ZZ').", { code: "invalid_url" });
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      return new ApiError(414, "A segment of the URL path is longer than this server accepts.", { code: "uri_too_long" });
   }
-  if (err instanceof SyntaxError || e.code === "FST_ERR_CTP_INVALID_JSON_BODY")
-    return new ApiError(400, `The request body is not valid JSON: ${e.message}`, { code: "invalid_json" });
   if (typeof e.statusCode === "number" && e.statusCode >= 400 && e.statusCode < 500)
     return new ApiError(e.statusCode, e.message ?? "Bad request.");
   return new ApiError(500, "The server failed while handling this request.", { code: "internal_error" });
 }
 
-function fromZod(err: z.ZodError): ApiError {
-  const issue = err.issues[0];
-  const param = formatPath(issue.path);
-  const where = param ? `'${param}'` : "the request body";
-  return new ApiError(400, `Invalid ${where}: ${describeIssue(issue)}`, { param: param || null, code: "invalid_value" });
+function fromZod(err: z.ZodError, body: unknown): ApiError {
+  const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path);
+  const param = formatPath(path);
+  const found = lookUp(body, path);
+  if (!param && found === ABSENT) return new ApiError(400, "The request body is empty; send a JSON object.", { code: "invalid_json" });
+  const where = param ? `'${param}'` : "request body";
+  return new ApiError(400, `Invalid ${where}: ${describeIssue(issue, found)}`, { param: param || null, code: "invalid_value" });
 }
 
-function describeIssue(issue: z.core.$ZodIssue): string {
-  if (issue.code === "invalid_union" && "note" in issue === false) {
-    const first = (issue as { errors?: z.core.$ZodIssue[][] }).errors?.[0]?.[0];
-    if (first) return describeIssue(first);
+type Issue = z.core.$ZodIssue;
+
+/**
+ * The issue to report and its full path. A union's own issue ("Invalid input") says nothing; the
+ * branch that got furthest does: one whose value had the right type but failed deeper in (a content
+ * part without its text, an array that is too long). When every branch refused the value's type, the
+ * union issue is kept and described as a list of the types that would do.
+ */
+function resolveIssue(issue: Issue, path: readonly PropertyKey[]): { path: PropertyKey[]; issue: Issue } {
+  if (issue.code === "invalid_union") {
+    const branches = (issue as { errors?: Issue[][] }).errors ?? [];
+    const deeper = branches.map((b) => b[0]).find((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
+    if (deeper) return resolveIssue(deeper, [...path, ...deeper.path]);
   }
-  if (issue.code === "invalid_type" && issue.input === undefined) return "this field is required.";
-  return issue.message.endsWith(".") ? issue.message : `${issue.message}.`;
+  return { path: [...path], issue };
+}
+
+const ABSENT = Symbol("absent");
+
+/** The value at `path` in the parsed body, or ABSENT when the field is not there (or no body is known). */
+function lookUp(body: unknown, path: readonly PropertyKey[]): unknown {
+  let at: unknown = body;
+  if (at === undefined) return ABSENT;
+  for (const key of path) {
+    if (at === null || typeof at !== "object") return ABSENT;
+    if (!Object.prototype.hasOwnProperty.call(at, key as PropertyKey)) return ABSENT;
+    at = (at as Record<PropertyKey, unknown>)[key as PropertyKey];
+  }
+  return at === undefined ? ABSENT : at;
+}
+
+function describeIssue(issue: Issue, found: unknown): string {
+  const absent = found === ABSENT;
+  switch (issue.code) {
+    case "invalid_union": {
+      const expected = unionTypes(issue);
+      if (absent && issue.message.endsWith("received undefined")) return "this field is required.";
+      return absent ? `expected ${expected}.` : `expected ${expected}, got ${describeValue(found)}.`;
+    }
+    case "invalid_type": {
+      // Without the body, zod's own message still tells an absent field ("received undefined").
+      if (absent && (issue.message.endsWith("received undefined") || issue.message.endsWith("received"))) return "this field is required.";
+      const expected = typeName(issue.expected);
+      if (absent) return sentence(issue.message);
+      if (typeof found === "number" && !Number.isFinite(found)) return `expected ${expected}, got a number too large to represent.`;
+      return `expected ${expected}, got ${describeValue(found)}.`;
+    }
+    case "too_big":
+    case "too_small": {
+      const limit = Number(issue.code === "too_big" ? issue.maximum : issue.minimum);
+      const bound = issue.code === "too_big" ? (issue.inclusive === false ? "less than" : "at most") : issue.inclusive === false ? "more than" : "at least";
+      if (Array.isArray(found)) return `has ${found.length} items; it must have ${bound} ${limit}.`;
+      if (typeof found === "string") return `is ${[...found].length} characters long; it must be ${bound} ${limit} characters.`;
+      if (typeof found === "number") return `is ${found}; it must be ${bound} ${limit}.`;
+      if (found && typeof found === "object") return `has ${Object.keys(found).length} entries; it must have ${bound} ${limit}.`;
+      return sentence(issue.message);
+    }
+    case "invalid_value":
+      return absent ? sentence(issue.message) : `${sentence(issue.message).slice(0, -1)}; got ${describeValue(found)}.`;
+    default:
+      return sentence(issue.message);
+  }
+}
+
+function unionTypes(issue: Issue): string {
+  const branches = (issue as { errors?: Issue[][] }).errors ?? [];
+  const names = new Set<string>();
+  for (const b of branches) {
+    const first = b[0];
+    if (first?.code === "invalid_type") names.add(typeName(first.expected));
+    else if (first?.code === "invalid_value") names.add(first.values.map((v) => JSON.stringify(v)).join(" or "));
+  }
+  return names.size > 0 ? [...names].join(" or ") : "a different value";
+}
+
+const TYPE_NAMES: Record<string, string> = {
+  string: "a string",
+  number: "a number",
+  int: "an integer",
+  boolean: "a boolean",
+  array: "an array",
+  object: "an object",
+  record: "an object",
+  null: "null",
+  bigint: "an integer",
+};
+
+function typeName(expected: string): string {
+  return TYPE_NAMES[expected] ?? expected;
+}
+
+/** A short, safe description of a value the client sent. */
+export function describeValue(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return `an array of ${v.length} items`;
+  switch (typeof v) {
+    case "string": {
+      const shown = v.length > 40 ? `${JSON.stringify(v.slice(0, 40)).slice(0, -1)}…"` : JSON.stringify(v);
+      return `the string ${shown}`;
+    }
+    case "number":
+      return Number.isInteger(v) ? `the integer ${v}` : `the number ${v}`;
+    case "boolean":
+      return `the boolean ${v}`;
+    case "object":
+      return "an object";
+    default:
+      return typeof v;
+  }
+}
+
+function sentence(message: string): string {
+  return message.endsWith(".") ? message : `${message}.`;
 }

@@ -68,10 +68,11 @@ test("unknown extra fields are ignored (clients send vendor extras)", async () =
   assert.equal(r.status, 200, r.text);
 });
 
-test("JSON sent without a JSON content type is still understood", async () => {
+test("a body without a JSON content type → 415 in the error envelope", async () => {
   for (const type of ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8"]) {
     const r = await postJson(`${s.url}/v1/chat/completions`, JSON.stringify(ok), { "content-type": type });
-    assert.equal(r.status, 200, r.text);
+    assert.equal(r.status, 415, r.text);
+    assert.equal(r.json.error.code, "unsupported_media_type");
   }
 });
 

@@ -110,11 +110,15 @@ test("unknown extra fields are ignored (clients send vendor extras)", async () =
   assert.equal(r.statusCode, 200, r.body);
 });
 
-test("JSON sent without a JSON content type is still understood", async () => {
-  for (const type of ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8"]) {
+test("a body without a JSON content type → 415 in the error envelope (a web page cannot post without a preflight)", async () => {
+  for (const type of ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8", "multipart/form-data; boundary=x"]) {
     const r = await post(JSON.stringify(ok), { "content-type": type });
-    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(r.statusCode, 415, r.body);
+    assert.equal(r.json().error.code, "unsupported_media_type");
+    assert.match(r.json().error.message, /application\/json/);
   }
+  const plusJson = await post(JSON.stringify(ok), { "content-type": "application/vnd.example+json; charset=utf-8" });
+  assert.equal(plusJson.statusCode, 200, plusJson.body);
 });
 
 test("a full queue → 429 with Retry-After; nothing was started for the refused request", async () => {

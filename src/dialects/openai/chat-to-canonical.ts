@@ -153,7 +153,14 @@ function flatten(content: string | Array<{ type: string; text?: unknown }>, i: n
   if (typeof content === "string") return content;
   return content
     .map((part, j) => {
-      if (part.type !== "text" || typeof part.text !== "string")
+      if (part.type === "text" && typeof part.text !== "string")
+        throw badRequest(
+          part.text === undefined
+            ? `messages[${i}].content[${j}].text is required: a text part carries its text as a string.`
+            : `messages[${i}].content[${j}].text must be a string.`,
+          `messages[${i}].content[${j}].text`,
+        );
+      if (part.type !== "text")
         throw badRequest(
           `messages[${i}].content[${j}] has type '${part.type}'; only text parts are supported by this server.`,
           `messages[${i}].content[${j}].type`,

@@ -1,0 +1,204 @@
+import type { IncomingMessage } from "node:http";
+import { type Readable, Transform, type TransformCallback } from "node:stream";
+import zlib from "node:zlib";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { ApiError } from "../core/errors.ts";
+
+export interface BodyOptions {
+  /** Largest body accepted, after decompression. */
+  bodyLimit: number;
+  /** How long the whole body may take to arrive, counted from the end of the headers. */
+  bodyTimeoutMs: number;
+  /**
+   * How many bytes of a refused body are read and thrown away before answering, so that a client
+   * still sending reads the error instead of a broken pipe. A body beyond it is cut off (the
+   * connection is closed after the answer).
+   */
+  drainLimit: number;
+}
+
+/** JSON media types: application/json and structured-syntax `+json` types. */
+const PLUS_JSON = /^application\/[a-z0-9!#$&^_.-]+\+json(?:\s*;|$)/i;
+
+const DECODERS: Record<string, () => Transform> = {
+  gzip: () => zlib.createGunzip(),
+  "x-gzip": () => zlib.createGunzip(),
+  deflate: () => zlib.createInflate(),
+  br: () => zlib.createBrotliDecompress(),
+};
+
+/** What a request's body stream is made of, for the drain after an early answer. */
+interface BodyState {
+  guard: BodyGuard;
+  decoder?: Transform;
+}
+const bodies = new WeakMap<IncomingMessage, BodyState>();
+/** Requests whose body took too long: answered and closed, never drained. */
+const cutOff = new WeakSet<IncomingMessage>();
+
+/**
+ * Body handling for every route: JSON only (anything else is a 415, so a web page cannot post here
+ * without a CORS preflight), Content-Encoding gzip/deflate/br decoded within the body limit, a
+ * deadline for the whole body, and the drain that lets a client read an early error answer.
+ */
+export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string" }, parseJsonBody);
+  app.addContentTypeParser(PLUS_JSON, { parseAs: "string" }, parseJsonBody);
+  // Every other type (and a body with no type at all) is refused without reading it.
+  app.addContentTypeParser("*", (request, _payload, done) => {
+    const type = request.headers["content-type"];
+    const what = type ? `Content-Type '${truncate(type, 100)}' is not accepted` : "The request has a body but no Content-Type";
+    done(new ApiError(415, `${what}: send the body as JSON with 'Content-Type: application/json'.`, { code: "unsupported_media_type" }), undefined);
+  });
+
+  app.addHook("preParsing", async (request, _reply, payload) => {
+    if (!hasBody(request)) return payload;
+    const decoder = decoderFor(request.headers["content-encoding"]);
+    const guard = new BodyGuard(opts.bodyTimeoutMs, () => cutOff.add(request.raw));
+    bodies.set(request.raw, { guard, decoder });
+    payload.pipe(guard);
+    if (!decoder) return guard;
+    const encoding = String(request.headers["content-encoding"]).trim().toLowerCase();
+    guard.on("error", (err) => decoder.destroy(err));
+    decoder.prependListener("error", (err: Error & { statusCode?: number }) => {
+      if (err instanceof ApiError) return;
+      err.statusCode = 400;
+      err.message = `The request body is not valid ${encoding} data (${err.message}).`;
+    });
+    // Fastify compares this with Content-Length, and holds it to the body limit too.
+    Object.defineProperty(decoder, "receivedEncodedLength", { get: () => guard.received });
+    return guard.pipe(decoder);
+  });
+
+  app.addHook("onSend", async (request, reply, payload) => {
+    const raw = request.raw;
+    const state = bodies.get(raw);
+    if (raw.complete && !state) return payload;
+    if (cutOff.has(raw)) {
+      void reply.header("connection", "close");
+      return payload;
+    }
+    const declared = Number(request.headers["content-length"]);
+    if (declared > opts.drainLimit || !(await drain(raw, state, opts.drainLimit, opts.bodyTimeoutMs))) {
+      void reply.header("connection", "close");
+    }
+    return payload;
+  });
+}
+
+function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void): void {
+  const text = typeof body === "string" ? body : body.toString("utf8");
+  // An empty body is "no body": the route's schema says what it needed.
+  if (text.trim() === "") return done(null, undefined);
+  try {
+    // A "__proto__" key is an ordinary (ignored) key, never an object's prototype: it is dropped.
+    done(null, text.includes('"__proto__"') ? JSON.parse(text, dropProtoKeys) : JSON.parse(text));
+  } catch (err) {
+    const message =
+      err instanceof RangeError ? "it is nested too deeply" : (err as Error).message.replace(/^JSON\.parse: /, "");
+    done(new ApiError(400, `The request body is not valid JSON: ${truncate(message, 200)}`, { code: "invalid_json" }));
+  }
+}
+
+function dropProtoKeys(key: string, value: unknown): unknown {
+  return key === "__proto__" ? undefined : value;
+}
+
+function hasBody(request: FastifyRequest): boolean {
+  const length = request.headers["content-length"];
+  return request.headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
+}
+
+function decoderFor(header: string | string[] | undefined): Transform | undefined {
+  if (header === undefined) return undefined;
+  const encoding = String(header).trim().toLowerCase();
+  if (encoding === "" || encoding === "identity") return undefined;
+  const make = DECODERS[encoding];
+  if (!make) {
+    throw new ApiError(
+      415,
+      `Content-Encoding '${truncate(encoding, 60)}' is not supported: send the body uncompressed, or as gzip, deflate or br.`,
+      { code: "unsupported_media_type" },
+    );
+  }
+  return make();
+}
+
+/**
+ * The first stage every body passes through: counts the bytes received and fails the body with a
+ * 408 once it has taken longer than the deadline (a client trickling its body holds a connection).
+ */
+class BodyGuard extends Transform {
+  received = 0;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(timeoutMs: number, onTimeout: () => void) {
+    super();
+    this.timer = setTimeout(() => {
+      onTimeout();
+      this.destroy(
+        new ApiError(408, `The request body did not arrive within ${timeoutMs / 1000} seconds.`, { code: "request_timeout" }),
+      );
+    }, timeoutMs);
+    this.timer.unref();
+    this.once("close", () => clearTimeout(this.timer));
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.received += chunk.length;
+    cb(null, chunk);
+  }
+
+  override _flush(cb: TransformCallback): void {
+    clearTimeout(this.timer);
+    cb();
+  }
+}
+
+/**
+ * Reads what is left of a request body and throws it away, so a client still sending reaches the
+ * end of its body and reads the answer. False when the body runs past `limit` bytes in all, takes
+ * longer than `timeoutMs`, or the connection fails: then the connection is to be closed.
+ */
+function drain(raw: IncomingMessage, state: BodyState | undefined, limit: number, timeoutMs: number): Promise<boolean> {
+  let received = state?.guard.received ?? 0;
+  if (state) {
+    raw.unpipe(state.guard);
+    state.guard.destroy();
+    state.decoder?.destroy();
+    bodies.delete(raw);
+  }
+  if (raw.complete || raw.readableEnded) {
+    raw.resume();
+    return Promise.resolve(true);
+  }
+  if (raw.destroyed) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const finish = (ok: boolean) => {
+      clearTimeout(timer);
+      raw.off("data", onData);
+      raw.off("end", onEnd);
+      raw.off("error", onFail);
+      raw.off("close", onFail);
+      if (!ok) raw.pause();
+      resolve(ok);
+    };
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > limit) finish(false);
+    };
+    const onEnd = () => finish(true);
+    const onFail = () => finish(false);
+    const timer = setTimeout(onFail, timeoutMs);
+    raw.on("data", onData);
+    raw.once("end", onEnd);
+    raw.once("error", onFail);
+    raw.once("close", onFail);
+    (raw as Readable).resume();
+  });
+}
+
+function truncate(s: string, n: number): string {
+  return s.length > n ? `${s.slice(0, n)}…` : s;
+}

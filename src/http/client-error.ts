@@ -1,0 +1,82 @@
+import { STATUS_CODES } from "node:http";
+import type { Socket } from "node:net";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { ApiError } from "../core/errors.ts";
+import type { ErrorEnvelope } from "./error-envelope.ts";
+import { toApiError } from "./to-api-error.ts";
+
+/** Sockets already answered by `clientErrorHandler` (a broken parser reports every later chunk too). */
+const answered = new WeakSet<Socket>();
+
+/**
+ * Node's `clientError`: a request so malformed that Node refused it before Fastify saw it (headers or
+ * URL over the size limit, a body longer than its Content-Length so the rest parses as garbage, a
+ * request that took too long to arrive). Answers with a minimal response in `envelope` and closes the
+ * connection once the answer is sent.
+ */
+export function clientErrorHandler(envelope: ErrorEnvelope) {
+  return (err: Error & { code?: string }, socket: Socket): void => {
+    if (err.code === "ECONNRESET" || socket.destroyed) return;
+    if (answered.has(socket)) return;
+    answered.add(socket);
+    const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (socket.writable && !inFlight?.headersSent) {
+      const e = clientError(err);
+      const body = JSON.stringify(envelope.render(e));
+      socket.end(
+        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+      // Whatever the client still sends is read and ignored until it closes; give it a moment, no more.
+      setTimeout(() => socket.destroy(), 2000).unref();
+    } else {
+      socket.destroy();
+    }
+  };
+}
+
+function clientError(err: Error & { code?: string }): ApiError {
+  const opts = { code: "invalid_request" };
+  switch (err.code) {
+    case "HPE_HEADER_OVERFLOW":
+      return new ApiError(431, "The request line and headers are larger than this server accepts (16 KiB): shorten the URL or the headers.", {
+        code: "request_header_fields_too_large",
+      });
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return new ApiError(408, "The request did not arrive in time.", { code: "request_timeout" });
+    case "HPE_HEADERS_TIMEOUT":
+    case "ERR_HTTP_HEADERS_TIMEOUT":
+      return new ApiError(408, "The request headers did not arrive in time.", { code: "request_timeout" });
+    case "HPE_INVALID_METHOD":
+    case "HPE_INVALID_CONSTANT":
+    case "HPE_INVALID_VERSION":
+      return new ApiError(
+        400,
+        "The data received is not an HTTP request. If it followed a request body, the body was longer than its Content-Length header said.",
+        opts,
+      );
+    case "HPE_INVALID_CONTENT_LENGTH":
+    case "HPE_UNEXPECTED_CONTENT_LENGTH":
+      return new ApiError(400, "The Content-Length header is not valid (or is sent together with Transfer-Encoding).", opts);
+    case "HPE_INVALID_TRANSFER_ENCODING":
+    case "HPE_INVALID_CHUNK_SIZE":
+      return new ApiError(400, "The chunked request body is malformed.", opts);
+    case "HPE_INVALID_HEADER_TOKEN":
+    case "HPE_LF_EXPECTED":
+    case "HPE_CR_EXPECTED":
+      return new ApiError(400, "A request header is malformed.", opts);
+  }
+  const reason = (err as { reason?: string }).reason;
+  return new ApiError(400, `The HTTP request is malformed${reason ? ` (${reason})` : ""}.`, opts);
+}
+
+/**
+ * Fastify's `frameworkErrors`: a URL the router cannot take apart (a bad percent-encoding such as
+ * `%ZZ`, a path segment over the length limit), answered in `envelope` like any other error.
+ */
+export function frameworkErrorHandler(envelope: ErrorEnvelope) {
+  return (err: Error, _request: FastifyRequest, reply: FastifyReply): void => {
+    const e = toApiError(err);
+    void reply.status(e.status).header("content-type", "application/json; charset=utf-8").send(envelope.render(e));
+  };
+}

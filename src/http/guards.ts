@@ -1,0 +1,111 @@
+import { isIP } from "node:net";
+import type { FastifyInstance } from "fastify";
+import { ApiError } from "../core/errors.ts";
+
+export interface GuardOptions {
+  /** The listen address (its name is accepted in the Host header). */
+  host: string;
+  /** Extra names accepted in the Host header; "*" turns the check off. */
+  allowedHosts: readonly string[];
+  /** Origins allowed to call from a browser (CORS); "*" allows any. Empty: CORS off. */
+  corsOrigins: readonly string[];
+}
+
+const CORS_METHODS = "GET, POST, DELETE, OPTIONS";
+const CORS_MAX_AGE = "600";
+const CORS_EXPOSE = "retry-after";
+
+/**
+ * Browser-facing guards, before anything else runs:
+ *
+ * - **Host check** (DNS rebinding): a page on an attacker's name that resolves to this server's
+ *   address sends that name as Host. Accepted: IP literals, `localhost` and `*.localhost`, the listen
+ *   address's own name, and `allowedHosts`; anything else is a 403.
+ * - **CORS**: off unless origins are configured. A preflight from an origin not allowed is a 403;
+ *   an allowed origin gets its preflight answered and Access-Control-Allow-Origin on every answer.
+ */
+export function installGuards(app: FastifyInstance, opts: GuardOptions): void {
+  const hostAllowed = hostPolicy(opts.host, opts.allowedHosts);
+  const cors = corsPolicy(opts.corsOrigins);
+
+  app.addHook("onRequest", async (request, reply) => {
+    const host = request.headers.host;
+    if (host !== undefined && !hostAllowed(host)) {
+      const name = hostName(host);
+      throw new ApiError(
+        403,
+        `The Host header '${truncate(host, 100)}' does not name this server; to serve it under that name, start it with --allowed-host ${truncate(name, 100)}.`,
+        { code: "host_not_allowed" },
+      );
+    }
+    const origin = request.headers.origin;
+    const preflight = request.method === "OPTIONS" && request.headers["access-control-request-method"] !== undefined;
+    if (preflight) {
+      if (origin === undefined || !cors.allows(origin)) {
+        throw new ApiError(
+          403,
+          cors.enabled
+            ? `Cross-origin requests from '${truncate(String(origin), 100)}' are not allowed (see --cors-origin).`
+            : "Cross-origin requests are not allowed: this server has no CORS policy (start it with --cors-origin <origin>).",
+          { code: "cors_not_allowed" },
+        );
+      }
+      const requested = request.headers["access-control-request-headers"];
+      await reply
+        .status(204)
+        .headers({
+          ...cors.headers(origin),
+          "access-control-allow-methods": CORS_METHODS,
+          "access-control-allow-headers": typeof requested === "string" ? truncate(requested, 1000) : "authorization, content-type",
+          "access-control-max-age": CORS_MAX_AGE,
+        })
+        .send();
+      return reply;
+    }
+    if (origin !== undefined && cors.allows(origin)) void reply.headers({ ...cors.headers(origin), "access-control-expose-headers": CORS_EXPOSE });
+  });
+}
+
+/** The host name of a Host header: no port, no brackets, lower case, no trailing dot. */
+export function hostName(host: string): string {
+  let name = host.trim().toLowerCase();
+  if (name.startsWith("[")) {
+    const end = name.indexOf("]");
+    name = end === -1 ? name.slice(1) : name.slice(1, end);
+  } else {
+    const colon = name.lastIndexOf(":");
+    if (colon !== -1 && name.indexOf(":") === colon) name = name.slice(0, colon);
+  }
+  return name.endsWith(".") ? name.slice(0, -1) : name;
+}
+
+export function hostPolicy(listenHost: string, allowed: readonly string[]): (host: string) => boolean {
+  if (allowed.includes("*")) return () => true;
+  const names = new Set(allowed.map(hostName));
+  const listen = hostName(listenHost);
+  if (listen !== "" && isIP(listen) === 0) names.add(listen);
+  return (host) => {
+    const name = hostName(host);
+    return isIP(name) !== 0 || name === "localhost" || name.endsWith(".localhost") || names.has(name);
+  };
+}
+
+export function corsPolicy(origins: readonly string[]) {
+  const any = origins.includes("*");
+  const allowed = new Set(origins.map(normalOrigin));
+  return {
+    enabled: origins.length > 0,
+    allows: (origin: string) => any || allowed.has(normalOrigin(origin)),
+    headers: (origin: string): Record<string, string> =>
+      any ? { "access-control-allow-origin": "*" } : { "access-control-allow-origin": origin, vary: "Origin" },
+  };
+}
+
+function normalOrigin(origin: string): string {
+  const o = origin.trim().toLowerCase();
+  return o.endsWith("/") ? o.slice(0, -1) : o;
+}
+
+function truncate(s: string, n: number): string {
+  return s.length > n ? `${s.slice(0, n)}…` : s;
+}

@@ -1,0 +1,283 @@
+import assert from "../helpers/assert.ts";
+import { after, before, describe, test } from "node:test";
+import { request as httpRequest } from "node:http";
+import { gzipSync } from "node:zlib";
+import fc from "fast-check";
+import type { FastifyInstance } from "fastify";
+import { buildApp } from "../../src/app.ts";
+import { GenerationService } from "../../src/core/generation-service.ts";
+import { ModelRegistry } from "../../src/core/registry.ts";
+import { ScriptedEngine } from "../helpers/scripted-engine.ts";
+import { testStore } from "../helpers/test-store.ts";
+
+// Hostile input, over a real socket and the scripted engine (the engine adds nothing to what is
+// refused here): a corpus of broken and malicious requests, each a 4xx in the error envelope naming
+// the field, answered within a second, while /health keeps answering; then property-based fuzzing of
+// the OpenAI chat and completions request schemas (never a 5xx, always the envelope).
+
+const BODY_LIMIT = 1024 * 1024;
+
+async function scripted(): Promise<FastifyInstance> {
+  const registry = new ModelRegistry(16);
+  const engine = new ScriptedEngine({ id: "tiny", slots: 4, contextSize: 512 });
+  registry.register(engine.id);
+  registry.ready(engine);
+  const { store, sealer, dispose } = testStore();
+  const app = buildApp(new GenerationService(registry), { bodyLimit: BODY_LIMIT, store, sealer });
+  app.addHook("onClose", dispose);
+  return app;
+}
+
+const ok = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 };
+const JSON_TYPE = { "content-type": "application/json" };
+
+function nested(depth: number, leaf = "1"): string {
+  return "[".repeat(depth) + leaf + "]".repeat(depth);
+}
+
+interface HostileCase {
+  name: string;
+  method?: string;
+  url?: string;
+  headers?: Record<string, string>;
+  /** A string or Buffer is sent as is; anything else as JSON. */
+  body?: unknown;
+  status: number;
+  /** The param the envelope must name (null: none); a RegExp for a family of params. */
+  param: string | null | RegExp;
+}
+
+const chat = (body: unknown, status: number, param: string | null | RegExp, name: string): HostileCase => ({ name, body, status, param });
+
+const CORPUS: HostileCase[] = [
+  // Browser reachability and the transport.
+  { name: "text/plain body (no preflight needed)", headers: { "content-type": "text/plain" }, body: JSON.stringify(ok), status: 415, param: null },
+  { name: "form body", headers: { "content-type": "application/x-www-form-urlencoded" }, body: JSON.stringify(ok), status: 415, param: null },
+  { name: "multipart body", headers: { "content-type": "multipart/form-data; boundary=zz" }, body: "--zz\r\n\r\nx\r\n--zz--", status: 415, param: null },
+  { name: "unknown Content-Encoding", headers: { ...JSON_TYPE, "content-encoding": "compress" }, body: JSON.stringify(ok), status: 415, param: null },
+  { name: "corrupt gzip", headers: { ...JSON_TYPE, "content-encoding": "gzip" }, body: Buffer.from("not gzip at all"), status: 400, param: null },
+  { name: "gzip bomb", headers: { ...JSON_TYPE, "content-encoding": "gzip" }, body: gzipSync(Buffer.alloc(32 * 1024 * 1024, 0x20)), status: 413, param: null },
+  { name: "body over the limit", body: JSON.stringify({ ...ok, messages: [{ role: "user", content: "x".repeat(2 * BODY_LIMIT) }] }), status: 413, param: null },
+  { name: "forged Host (DNS rebinding)", headers: { ...JSON_TYPE, host: "attacker.example:8080" }, body: ok, status: 403, param: null },
+  { name: "CORS preflight with CORS off", method: "OPTIONS", headers: { origin: "https://attacker.example", "access-control-request-method": "POST" }, status: 403, param: null },
+  { name: "bad percent-encoding in the path", method: "GET", url: "/v1/models/%ZZ", status: 400, param: null },
+  { name: "over-long path segment", method: "GET", url: `/v1/models/${"m".repeat(5000)}`, status: 414, param: null },
+  { name: "malformed JSON", body: '{"model": "tiny", "messages": [', status: 400, param: null },
+  { name: "JSON with a byte-order mark", body: `\ufeff${JSON.stringify(ok)}`, status: 400, param: null },
+  { name: "empty JSON body", body: "", status: 400, param: null },
+  { name: "deep nesting as the whole body", body: nested(100_000), status: 400, param: null },
+  // Admission.
+  chat({ ...ok, n: 21 }, 400, "n", "n beyond slots + queue (never admissible)"),
+  { name: "completions batch beyond slots + queue", url: "/v1/completions", body: { model: "tiny", prompt: Array.from({ length: 11 }, () => "p"), n: 2, max_tokens: 1 }, status: 400, param: "prompt" },
+  // Wrong types and values.
+  chat({ ...ok, max_tokens: "2" }, 400, "max_tokens", 'max_tokens: "2"'),
+  chat(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"temperature":1e999}`, 400, "temperature", "temperature: 1e999"),
+  chat({ ...ok, stop: Array.from({ length: 100_000 }, () => "s") }, 400, "stop", "100k stop strings"),
+  chat({ ...ok, stop: [123] }, 400, "stop[0]", "a stop string that is a number"),
+  chat({ ...ok, max_tokens: 1e308 }, 400, "max_tokens", "max_tokens: 1e308"),
+  chat({ ...ok, max_tokens: 9007199254740993 }, 400, "max_tokens", "max_tokens past 2^53"),
+  chat({ ...ok, n: -1 }, 400, "n", "negative n"),
+  chat({ ...ok, seed: "abc" }, 400, "seed", "seed as a string"),
+  chat({ ...ok, temperature: true }, 400, "temperature", "temperature: true"),
+  chat({ ...ok, top_p: "NaN" }, 400, "top_p", 'top_p: "NaN"'),
+  chat({ ...ok, stream: "yes" }, 400, "stream", 'stream: "yes"'),
+  chat({ ...ok, response_format: "json" }, 400, "response_format", "response_format as a string"),
+  chat({ ...ok, tool_choice: 42 }, 400, "tool_choice", "tool_choice: 42"),
+  chat({ ...ok, tools: Array.from({ length: 100_000 }, () => 7) }, 400, "tools", "100k tools of the wrong type"),
+  chat({ ...ok, logit_bias: { "5": nested(5000) } }, 400, "logit_bias.5", "logit_bias value nested 5000 deep"),
+  chat({ ...ok, messages: {} }, 400, "messages", "messages as an object"),
+  chat({ ...ok, messages: [] }, 400, "messages", "empty messages"),
+  chat({ ...ok, messages: [null] }, 400, "messages[0]", "a null message"),
+  chat(`{"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":${nested(20_000, '"x"')}}]}`, 400, /^messages\[0\]\.content/, "content nested 20000 deep"),
+  chat({ ...ok, messages: [{ role: "us\u00e9r", content: "x" }] }, 400, "messages[0].role", "a role with an accent"),
+  chat({ ...ok, messages: [{ role: "user\u0000", content: "x" }] }, 400, "messages[0].role", "a role with a NUL"),
+  chat({ ...ok, model: "" }, 400, "model", "an empty model"),
+  chat({ ...ok, model: "\ud800" }, 404, "model", "a model that is a lone surrogate"),
+  chat({ messages: ok.messages, "mo\u200bdel": "tiny" }, 400, "model", "model spelled with a zero-width space"),
+  chat(`{"__proto__":{"model":"tiny"},"messages":[{"role":"user","content":"hi"}]}`, 400, "model", "model smuggled in through __proto__"),
+  { name: "completions prompt as an object", url: "/v1/completions", body: { model: "tiny", prompt: {} }, status: 400, param: "prompt" },
+  { name: "completions prompt of 100k token ids", url: "/v1/completions", body: { model: "tiny", prompt: Array.from({ length: 100_000 }, () => 1), max_tokens: 1 }, status: 400, param: "prompt" },
+  { name: "embeddings of nothing", url: "/v1/embeddings", body: { model: "tiny", input: [] }, status: 400, param: "input" },
+  { name: "detokenize of strings", url: "/detokenize", body: { model: "tiny", tokens: "abc" }, status: 400, param: "tokens" },
+];
+
+describe("hostile-input corpus", () => {
+  let app: FastifyInstance;
+  let base: string;
+  before(async () => {
+    app = await scripted();
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const address = app.server.address();
+    base = `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`;
+  });
+  after(() => app.close());
+
+  test(`${CORPUS.length} hostile requests: each a 4xx envelope naming its field within a second, /health answering throughout`, async () => {
+    assert.ok(CORPUS.length >= 40);
+    let polling = true;
+    let worst = 0;
+    let polls = 0;
+    const poller = (async () => {
+      while (polling) {
+        const started = performance.now();
+        const r = await fetch(`${base}/health`);
+        await r.text();
+        worst = Math.max(worst, performance.now() - started);
+        polls++;
+        assert.equal(r.status, 200);
+        await new Promise((res) => setTimeout(res, 5));
+      }
+    })();
+    const failures: string[] = [];
+    try {
+      for (const c of CORPUS) {
+        const started = performance.now();
+        const headers: Record<string, string> = { ...JSON_TYPE, ...c.headers };
+        const body = c.body === undefined ? undefined : typeof c.body === "string" || Buffer.isBuffer(c.body) ? c.body : JSON.stringify(c.body);
+        let status = 0;
+        let text = "";
+        try {
+          ({ status, text } = await send(`${base}${c.url ?? "/v1/chat/completions"}`, c.method ?? (body === undefined ? "GET" : "POST"), headers, body));
+        } catch (err) {
+          failures.push(`${c.name}: ${(err as Error).message}`);
+          continue;
+        }
+        const took = performance.now() - started;
+        let error: { message?: unknown; param?: unknown; type?: unknown; code?: unknown } | undefined;
+        try {
+          error = JSON.parse(text).error;
+        } catch {
+          error = undefined;
+        }
+        const problems: string[] = [];
+        if (status !== c.status) problems.push(`status ${status}, expected ${c.status}`);
+        if (typeof error?.message !== "string" || error.message.length < 10 || !("param" in error) || typeof error.type !== "string") problems.push("no envelope");
+        else if (c.param instanceof RegExp ? !c.param.test(String(error.param)) : error.param !== c.param) problems.push(`param ${String(error.param)}, expected ${String(c.param)}`);
+        if (typeof error?.message === "string" && /is required/.test(error.message) && c.param !== "model" && !/empty/.test(c.name)) problems.push(`says "required": ${error.message}`);
+        if (took > 1000) problems.push(`took ${Math.round(took)} ms`);
+        if (problems.length > 0) failures.push(`${c.name}: ${problems.join("; ")} — ${text.slice(0, 200)}`);
+      }
+    } finally {
+      polling = false;
+      await poller;
+    }
+    assert.deepEqual(failures, []);
+    assert.ok(polls > 5, `the poller ran (${polls} polls)`);
+    assert.ok(worst < 1000, `/health answered within ${Math.round(worst)} ms at worst`);
+  });
+});
+
+/** One request with node:http (fetch will not send a forged Host header). */
+function send(url: string, method: string, headers: Record<string, string>, body: string | Buffer | undefined): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method, headers: body === undefined ? headers : { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (d) => chunks.push(d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString() }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+// ---- Property-based fuzzing of the request schemas through inject().
+
+/** Values that stress validation: wrong types, edge numbers, odd strings, deep and wide structures. */
+const nastyValue: fc.Arbitrary<unknown> = fc.oneof(
+  fc.jsonValue({ maxDepth: 3 }),
+  fc.constantFrom(0, -0, -1, 1.5, 2 ** 53 + 2, 1e308, -1e308, Number.MAX_SAFE_INTEGER, "", " ", "\u0000", "\ud800", "\u202e", "null", "[]", "{}", true, false, null),
+  fc.string({ unit: "grapheme", maxLength: 30 }),
+  fc.array(fc.oneof(fc.string({ maxLength: 5 }), fc.integer(), fc.constant(null)), { maxLength: 40 }),
+  fc.integer({ min: 1, max: 300 }).map((d) => JSON.parse(nested(d))),
+  fc.dictionary(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 5 }),
+);
+
+type Path = Array<string | number>;
+
+/** A mutation of a valid body: set (or delete) a value at one of the schema's paths, or add a key. */
+function mutated(valid: Record<string, unknown>, paths: Path[]): fc.Arbitrary<unknown> {
+  const one = fc.oneof(
+    fc.record({ path: fc.constantFrom(...paths), value: nastyValue }),
+    fc.record({ path: fc.constantFrom(...paths), value: fc.constant(undefined) }),
+    fc.record({ path: fc.string({ maxLength: 12 }).map((k) => [k] as Path), value: nastyValue }),
+  );
+  return fc.array(one, { minLength: 1, maxLength: 4 }).map((edits) => {
+    const body = structuredClone(valid);
+    for (const { path, value } of edits) setAt(body, path, value);
+    return body;
+  });
+}
+
+function setAt(target: Record<string, unknown>, path: Path, value: unknown): void {
+  let at: any = target;
+  for (const key of path.slice(0, -1)) {
+    if (at[key] === null || typeof at[key] !== "object") at[key] = typeof path[path.indexOf(key) + 1] === "number" ? [] : {};
+    at = at[key];
+  }
+  const last = path[path.length - 1];
+  if (value === undefined) delete at[last];
+  else at[last] = value;
+}
+
+const CHAT_VALID = {
+  model: "tiny",
+  messages: [
+    { role: "system", content: "be brief" },
+    { role: "user", content: [{ type: "text", text: "hi" }] },
+  ],
+  max_tokens: 3,
+  temperature: 0.5,
+  stop: ["x"],
+  tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "string" } } } } }],
+  tool_choice: "auto",
+};
+const CHAT_PATHS: Path[] = [
+  ["model"], ["messages"], ["messages", 0], ["messages", 0, "role"], ["messages", 0, "content"], ["messages", 1, "content", 0],
+  ["messages", 1, "content", 0, "text"], ["messages", 1, "content", 0, "type"], ["messages", 2], ["max_tokens"], ["max_completion_tokens"],
+  ["temperature"], ["top_p"], ["n"], ["stop"], ["stop", 0], ["stream"], ["stream_options"], ["seed"], ["logprobs"], ["top_logprobs"],
+  ["logit_bias"], ["presence_penalty"], ["frequency_penalty"], ["tools"], ["tools", 0], ["tools", 0, "function"], ["tools", 0, "function", "name"],
+  ["tools", 0, "function", "parameters"], ["tools", 0, "function", "parameters", "properties", "a"], ["tool_choice"], ["response_format"],
+  ["response_format", "type"], ["response_format", "json_schema"], ["reasoning_effort"], ["chat_template_kwargs"], ["user"], ["metadata"],
+];
+
+const COMPLETION_VALID = { model: "tiny", prompt: "hello", max_tokens: 3, n: 1, stop: "x", echo: false, logprobs: 1 };
+const COMPLETION_PATHS: Path[] = [
+  ["model"], ["prompt"], ["prompt", 0], ["max_tokens"], ["n"], ["stop"], ["echo"], ["logprobs"], ["suffix"], ["best_of"], ["stream"],
+  ["temperature"], ["top_p"], ["seed"], ["logit_bias"], ["presence_penalty"], ["frequency_penalty"], ["user"],
+];
+
+describe("fuzzing the request schemas (fast-check)", () => {
+  let app: FastifyInstance;
+  before(async () => {
+    app = await scripted();
+    await app.ready();
+  });
+  after(() => app.close());
+
+  for (const [url, valid, paths] of [
+    ["/v1/chat/completions", CHAT_VALID, CHAT_PATHS],
+    ["/v1/completions", COMPLETION_VALID, COMPLETION_PATHS],
+  ] as const) {
+    test(`${url}: mutated bodies never get a 5xx, and every refusal is the envelope`, async () => {
+      const first = await app.inject({ method: "POST", url, payload: valid_(valid) });
+      assert.equal(first.statusCode, 200, `the valid body is valid: ${first.body}`);
+      await fc.assert(
+        fc.asyncProperty(mutated(valid_(valid), paths as Path[]), async (body) => {
+          const r = await app.inject({ method: "POST", url, headers: JSON_TYPE, payload: JSON.stringify(body) });
+          if (r.statusCode >= 500) throw new Error(`${r.statusCode}: ${r.body}`);
+          if (r.statusCode >= 400) {
+            const e = JSON.parse(r.body).error;
+            if (typeof e?.message !== "string" || typeof e.type !== "string" || !("param" in e) || !("code" in e)) throw new Error(`not the envelope: ${r.body}`);
+            if (e.message.includes("{field}")) throw new Error(`unfilled placeholder: ${e.message}`);
+          }
+        }),
+        { numRuns: 400, seed: Number(process.env.FUZZ_SEED ?? 4242) },
+      );
+    });
+  }
+});
+
+function valid_(v: object): Record<string, unknown> {
+  return structuredClone(v) as Record<string, unknown>;
+}

@@ -1,0 +1,247 @@
+import assert from "../helpers/assert.ts";
+import { connect, type Socket } from "node:net";
+import { after, before, describe, test } from "node:test";
+import type { FastifyInstance } from "fastify";
+import { buildApp, type AppOptions } from "../../src/app.ts";
+import { GenerationService } from "../../src/core/generation-service.ts";
+import { ModelRegistry } from "../../src/core/registry.ts";
+import { ScriptedEngine } from "../helpers/scripted-engine.ts";
+import { testStore } from "../helpers/test-store.ts";
+
+// What the HTTP layer does on a real socket, over the scripted engine: an oversized body is drained
+// so the client reads its 413, Node's own refusals (huge URL or headers, a body longer than its
+// Content-Length) answer in the envelope, slow headers and trickled bodies are cut off, idle
+// connections close, and connections beyond the limit are refused.
+
+const BODY_LIMIT = 64 * 1024;
+
+async function listening(http: Partial<Omit<AppOptions, "store" | "sealer">> = {}): Promise<{ app: FastifyInstance; port: number; url: string }> {
+  const registry = new ModelRegistry(8);
+  const engine = new ScriptedEngine({ id: "tiny" });
+  registry.register(engine.id);
+  registry.ready(engine);
+  const { store, sealer, dispose } = testStore();
+  const app = buildApp(new GenerationService(registry), { bodyLimit: BODY_LIMIT, store, sealer, ...http });
+  app.addHook("onClose", dispose);
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : 0;
+  return { app, port, url: `http://127.0.0.1:${port}` };
+}
+
+const ok = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 };
+
+/** Writes raw bytes, then collects everything the server sends until it closes the connection. */
+function rawExchange(port: number, chunks: Array<string | Buffer>, opts: { gapMs?: number; timeoutMs?: number } = {}): Promise<{ text: string; closedAfterMs: number }> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const socket = connect(port, "127.0.0.1");
+    const received: Buffer[] = [];
+    let writing = true;
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no close within ${opts.timeoutMs ?? 5000} ms; got: ${Buffer.concat(received).toString().slice(0, 300)}`));
+    }, opts.timeoutMs ?? 5000);
+    socket.on("data", (d) => received.push(d));
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      writing = false;
+      clearTimeout(timer);
+      resolve({ text: Buffer.concat(received).toString(), closedAfterMs: Date.now() - started });
+    });
+    socket.on("connect", async () => {
+      for (const c of chunks) {
+        if (!writing) return;
+        socket.write(c);
+        if (opts.gapMs) await new Promise((r) => setTimeout(r, opts.gapMs));
+      }
+    });
+  });
+}
+
+/** The JSON bodies of the HTTP responses in a raw exchange, with their status codes. */
+function responses(text: string): Array<{ status: number; body: any }> {
+  const out: Array<{ status: number; body: any }> = [];
+  let rest = text;
+  while (rest.startsWith("HTTP/1.1 ")) {
+    const headEnd = rest.indexOf("\r\n\r\n");
+    const head = rest.slice(0, headEnd);
+    const status = Number(head.slice(9, 12));
+    const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
+    const body = rest.slice(headEnd + 4, headEnd + 4 + length);
+    out.push({ status, body: JSON.parse(body) });
+    rest = rest.slice(headEnd + 4 + length);
+  }
+  return out;
+}
+
+function assertEnvelope(body: any, status: number, actual: number) {
+  assert.equal(actual, status, JSON.stringify(body));
+  assert.equal(typeof body?.error?.message, "string", JSON.stringify(body));
+  assert.ok(body.error.message.length > 10);
+  assert.ok("param" in body.error && "code" in body.error && "type" in body.error, JSON.stringify(body));
+}
+
+describe("oversized bodies: the client reads the 413", () => {
+  // A body larger than the socket buffers between client and server (several MB on loopback): the
+  // client is still sending when the server answers, which is where a closed socket breaks its pipe.
+  const LIMIT = 2 * 1024 * 1024;
+  const OVER = 6 * 1024 * 1024; // within the drain cap (4 × the limit)
+  let s: Awaited<ReturnType<typeof listening>>;
+  before(async () => {
+    s = await listening({ bodyLimit: LIMIT });
+  });
+  after(() => s.app.close());
+
+  test("fetch sending a body over the limit (with Content-Length) gets the 413 envelope, not a socket error", async () => {
+    const body = JSON.stringify({ ...ok, messages: [{ role: "user", content: "x".repeat(OVER) }] });
+    const r = await fetch(`${s.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    assertEnvelope(await r.json(), 413, r.status);
+  });
+
+  test("fetch streaming a body over the limit (chunked) gets the 413 envelope", async () => {
+    const piece = new TextEncoder().encode("x".repeat(256 * 1024));
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent++ < OVER / piece.length) controller.enqueue(piece);
+        else controller.close();
+      },
+    });
+    const r = await fetch(`${s.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: stream,
+      duplex: "half",
+    } as RequestInit);
+    assertEnvelope(await r.json(), 413, r.status);
+  });
+
+  test("a client that sends its whole body before reading (as Python's http.client does) reads the 413, no broken pipe", async () => {
+    const body = Buffer.alloc(OVER, 0x20);
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+    const { text, writeError } = await new Promise<{ text: string; writeError?: Error }>((resolve) => {
+      const socket = connect(s.port, "127.0.0.1");
+      const received: Buffer[] = [];
+      let writeError: Error | undefined;
+      socket.on("error", (err) => (writeError ??= err));
+      socket.on("connect", async () => {
+        const write = (b: Buffer | string) => new Promise<void>((r) => socket.write(b, () => r()));
+        await write(head);
+        for (let at = 0; at < body.length && !writeError; at += 256 * 1024) await write(body.subarray(at, at + 256 * 1024));
+        // Only now read, as a client that sends everything first does.
+        socket.on("data", (d) => received.push(d));
+      });
+      socket.on("close", () => resolve({ text: Buffer.concat(received).toString(), writeError }));
+      setTimeout(() => socket.destroy(), 5000).unref();
+    });
+    assert.equal(writeError, undefined, "the body was sent whole");
+    const [answer] = responses(text);
+    assertEnvelope(answer.body, 413, answer.status);
+    assert.equal((await fetch(`${s.url}/health`)).status, 200);
+  });
+
+  test("a body far beyond the drain cap is cut off, and the server stays healthy", async () => {
+    const r = await rawExchange(s.port, [
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${1024 * 1024 * 1024}\r\n\r\n`,
+    ]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 413, answer.status);
+    assert.equal((await fetch(`${s.url}/health`)).status, 200);
+  });
+});
+
+describe("requests Node refuses before routing answer in the envelope", () => {
+  let s: Awaited<ReturnType<typeof listening>>;
+  before(async () => {
+    s = await listening();
+  });
+  after(() => s.app.close());
+
+  test("a 64 KB URL → 431", async () => {
+    const r = await rawExchange(s.port, [`GET /v1/models?${"q".repeat(64 * 1024)} HTTP/1.1\r\nHost: localhost\r\n\r\n`]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 431, answer.status);
+  });
+
+  test("64 KB of headers → 431", async () => {
+    const r = await rawExchange(s.port, [`GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: ${"h".repeat(64 * 1024)}\r\n\r\n`]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 431, answer.status);
+  });
+
+  test("a body longer than its Content-Length: every answer is an envelope, never 'Client Error'", async () => {
+    const body = JSON.stringify(ok);
+    const r = await rawExchange(s.port, [
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n${body}`,
+    ]);
+    assert.ok(!r.text.includes("Client Error"), r.text);
+    const answers = responses(r.text);
+    assert.ok(answers.length >= 1, r.text);
+    for (const a of answers) assertEnvelope(a.body, a.status, a.status);
+    assert.ok(answers.every((a) => a.status === 400), r.text);
+  });
+
+  test("a request that is not HTTP at all → 400 envelope", async () => {
+    const r = await rawExchange(s.port, ["\x16\x03\x01 this is not http\r\n\r\n"]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 400, answer.status);
+  });
+});
+
+describe("timeouts and the connection limit", () => {
+  let s: Awaited<ReturnType<typeof listening>>;
+  before(async () => {
+    s = await listening({ headersTimeoutMs: 300, bodyTimeoutMs: 400, keepAliveTimeoutMs: 300, maxConnections: 3 });
+  });
+  after(() => s.app.close());
+
+  test("a client that sends its headers and then trickles its body is answered 408 and cut off", async () => {
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n`;
+    const trickle = Array.from({ length: 100 }, () => " ");
+    const r = await rawExchange(s.port, [head, ...trickle], { gapMs: 50 });
+    assert.ok(r.closedAfterMs < 2000, `closed after ${r.closedAfterMs} ms`);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 408, answer.status);
+  });
+
+  test("a client that trickles its headers is answered 408 and cut off", async () => {
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n`;
+    const trickle = Array.from({ length: 100 }, (_, i) => `X-${i}: y\r\n`);
+    const r = await rawExchange(s.port, [head, ...trickle], { gapMs: 50 });
+    assert.ok(r.closedAfterMs < 2000, `closed after ${r.closedAfterMs} ms`);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 408, answer.status);
+  });
+
+  test("an idle keep-alive connection is closed after the keep-alive timeout", async () => {
+    const r = await rawExchange(s.port, ["GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"]);
+    assert.equal(responses(r.text)[0].status, 200);
+    assert.ok(r.closedAfterMs < 1500, `closed after ${r.closedAfterMs} ms`);
+  });
+
+  test("connections beyond the limit are refused at once; a freed one lets the next in", async () => {
+    const open: Socket[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const sock = connect(s.port, "127.0.0.1");
+        sock.on("error", () => {});
+        await new Promise((r) => sock.once("connect", r));
+        // A partial request keeps the connection busy (not idle) for the server.
+        sock.write("GET /health HTTP/1.1\r\n");
+        open.push(sock);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+      const started = Date.now();
+      const extra = await rawExchange(s.port, ["GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"], { timeoutMs: 2000 });
+      assert.equal(extra.text, "", "refused without an answer");
+      assert.ok(Date.now() - started < 500, "refused quickly");
+      open.pop()!.destroy();
+      await new Promise((r) => setTimeout(r, 50));
+      const after = await fetch(`${s.url}/health`, { headers: { connection: "close" } });
+      assert.equal(after.status, 200);
+    } finally {
+      for (const sock of open) sock.destroy();
+    }
+  });
+});
