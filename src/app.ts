@@ -33,7 +33,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());
 
-  void app.register(openAIPlugin, { prefix: "/v1", service });
+  void app.register(openAIPlugin, { prefix: "/v1", service, store: opts.store });
   void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
   void app.register(tokenizerPlugin, { service });
   return app;
