@@ -39,7 +39,7 @@ export interface ChatCodec {
    * once the generation has started; the events are the generation's (stored as a chat completion
    * when they run to the end and the request asked for storage).
    */
-  respond?: (answer: ChatAnswer) => RouteResult | undefined;
+  respond?: (answer: ChatAnswer) => Promise<RouteResult | undefined> | RouteResult | undefined;
 }
 
 /** A started chat completion, as `ChatCodec.respond` gets it. */

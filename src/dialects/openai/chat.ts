@@ -50,7 +50,7 @@ export async function chatCompletion(
         })
       : started.events;
 
-  const other = codec.respond?.({ body, env, meta, events, names });
+  const other = await codec.respond?.({ body, env, meta, events, names });
   if (other) return other;
   if (!body.stream) return { kind: "json", body: await render(events) };
   const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true;
