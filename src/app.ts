@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "./core/generation-service.ts";
 import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
 import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
+import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
@@ -31,8 +32,9 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());
 
-  void app.register(openAIPlugin, { prefix: "/v1", service });
+  void app.register(openAIPlugin, { prefix: "/v1", service, store: opts.store });
   void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
   void app.register(tokenizerPlugin, { service });
+  void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   return app;
 }

@@ -61,7 +61,7 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["tool_choice without tools", { ...ok, tool_choice: "auto" }, 400, "tool_choice"],
   ["top_logprobs above 20", { ...ok, logprobs: true, top_logprobs: 21 }, 400, "top_logprobs"],
   ["top_logprobs without logprobs", { ...ok, top_logprobs: 2 }, 400, "top_logprobs"],
-  ["store: true", { ...ok, store: true }, 400, "store"],
+  ["metadata with 17 pairs", { ...ok, metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) }, 400, "metadata"],
   ["functions (deprecated)", { ...ok, functions: [{ name: "f" }] }, 400, "functions"],
   ["chat_template_kwargs other than enable_thinking", { ...ok, chat_template_kwargs: { foo: 1 } }, 400, "chat_template_kwargs.foo"],
   ["duplicate tool names", { ...ok, tools: [1, 2].map(() => ({ type: "function", function: { name: "f" } })) }, 400, "tools[1].function.name"],

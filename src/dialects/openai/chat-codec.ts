@@ -1,4 +1,9 @@
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
+import type { FieldNamer } from "../../core/errors.ts";
+import type { GenerationEvent } from "../../core/types.ts";
+import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import type { ChatCompletionRequest } from "./chat-protocol.ts";
+import type { CompletionMeta } from "./chat-to-wire.ts";
 import { OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults } from "./sampling-fields.ts";
 
 /**
@@ -16,6 +21,34 @@ export interface ChatCodec {
    */
   streamUsage: "on-request" | "always";
   systemFingerprint: () => string;
+  /** Prefix of completion ids; default `chatcmpl-`. */
+  idPrefix?: string;
+  /** Usage rides on the chunk that carries the last finish_reason (every earlier chunk has `usage: null`). */
+  usageOnFinishChunk?: boolean;
+  /** Reshapes the chat.completion object (a vendor's field set); what is stored is the reshaped object. */
+  completionToWire?: (completion: Record<string, unknown>) => Record<string, unknown>;
+  /** Reshapes each chat.completion.chunk before it is sent. */
+  chunkToWire?: (chunk: Record<string, unknown>) => Record<string, unknown>;
+  /**
+   * A failure after the stream began, as data events the vendor sends instead of OpenAI's error event;
+   * `[DONE]` follows them.
+   */
+  streamError?: (err: unknown, meta: CompletionMeta, names: FieldNamer) => unknown[];
+  /**
+   * Answers in another format (Konan's `output_parser`), or undefined for the chat completion. Called
+   * once the generation has started; the events are the generation's (stored as a chat completion
+   * when they run to the end and the request asked for storage).
+   */
+  respond?: (answer: ChatAnswer) => Promise<RouteResult | undefined> | RouteResult | undefined;
+}
+
+/** A started chat completion, as `ChatCodec.respond` gets it. */
+export interface ChatAnswer {
+  body: ChatCompletionRequest;
+  env: RouteEnv;
+  meta: CompletionMeta;
+  events: AsyncIterable<GenerationEvent>;
+  names: FieldNamer;
 }
 
 export const OPENAI_CHAT_CODEC: ChatCodec = {

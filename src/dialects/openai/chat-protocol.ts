@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { metadataSchema } from "./metadata.ts";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
 
 /**
@@ -61,7 +62,7 @@ export const chatCompletionRequest = z.object({
   cache_prompt: z.boolean().nullish(),
   service_tier: z.string().nullish(),
   store: z.boolean().nullish(),
-  metadata: z.record(z.string(), z.string()).nullish(),
+  metadata: metadataSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   tools: z
     .array(

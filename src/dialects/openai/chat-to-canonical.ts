@@ -115,8 +115,6 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
     throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.modalities && body.modalities.some((m) => m !== "text"))
     throw unsupportedField("modalities", "only text output is supported");
-  if (body.store) throw unsupportedField("store", "stored completions are not supported by this server");
-  if (body.metadata != null) throw unsupportedField("metadata", "is only used with stored completions, which this server does not keep");
   if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
     throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
   if (body.stream_options != null && !body.stream)

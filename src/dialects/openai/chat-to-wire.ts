@@ -67,6 +67,14 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
   };
 }
 
+/** How a vendor's stream differs from OpenAI's (see ChatCodec). */
+export interface StreamShape {
+  /** Usage rides on the chunk that carries the last finish_reason, instead of a chunk of its own. */
+  usageOnFinishChunk?: boolean;
+  /** Reshapes each chunk before it is sent. */
+  chunkToWire?: (chunk: Record<string, unknown>) => unknown;
+}
+
 /**
  * Streams chat.completion.chunk events the way OpenAI does: a role delta first, content deltas,
  * a final delta carrying finish_reason, then (with include_usage) a usage chunk with no choices.
@@ -77,7 +85,11 @@ export async function streamChatCompletion(
   events: AsyncIterable<GenerationEvent>,
   includeUsage: boolean,
   withLogprobs = false,
+  shape: StreamShape = {},
 ): Promise<void> {
+  const send = (c: Record<string, unknown>) => sse.data(shape.chunkToWire ? shape.chunkToWire(c) : c);
+  /** usageOnFinishChunk: the last finish chunk, held back until the usage it will carry is known. */
+  let held: Record<string, unknown> | undefined;
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
     id: meta.id,
     object: "chat.completion.chunk",
@@ -102,22 +114,29 @@ export async function streamChatCompletion(
     finish_reason: finish,
   });
 
-  for (let i = 0; i < meta.n; i++) await sse.data(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
+  for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
   for await (const ev of events) {
     if (sse.closed) return;
-    if (ev.type === "text") await sse.data(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
+    if (ev.type === "text") await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
     else if (ev.type === "tool-call")
-      await sse.data(
+      await send(
         chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
       );
     else if (ev.type === "tool-call-arguments")
-      await sse.data(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
+      await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
     else if (ev.type === "reasoning")
-      await sse.data(
+      await send(
         chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))]),
       );
-    else if (ev.type === "finish") await sse.data(chunk([delta(ev.choice, {}, ev.reason)]));
-    else if (ev.type === "usage" && includeUsage) await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
+    else if (ev.type === "finish" && shape.usageOnFinishChunk) {
+      if (held) await send(held);
+      held = chunk([delta(ev.choice, {}, ev.reason)]);
+    } else if (ev.type === "finish") await send(chunk([delta(ev.choice, {}, ev.reason)]));
+    else if (ev.type === "usage" && shape.usageOnFinishChunk && held) {
+      await send({ ...held, usage: usageToWire(ev.usage) });
+      held = undefined;
+    } else if (ev.type === "usage" && includeUsage) await send(chunk([], { usage: usageToWire(ev.usage) }));
   }
+  if (held) await send(held);
   await sse.data("[DONE]");
 }

@@ -1,5 +1,6 @@
-import { withWireParam } from "../../core/errors.ts";
+import { unsupportedField, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
+import type { GenerationEvent } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { type ChatCodec, OPENAI_CHAT_CODEC } from "./chat-codec.ts";
 import type { ChatCompletionRequest } from "./chat-protocol.ts";
@@ -7,12 +8,20 @@ import { chatToCanonical } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
 import { chatFieldNames } from "./field-names.ts";
+import { type ChatStorage, storeChatCompletion, storedChatNamespace } from "./stored-chat.ts";
 
 /**
  * POST …/chat/completions as a plain function of the parsed body: canonical request → generation
  * service → renderer. Dialects that are OpenAI's with other defaults call it with their own codec.
+ * With `storage`, a request with `store: true` is kept once its answer is complete (streamed or not).
  */
-export async function chatCompletion(body: ChatCompletionRequest, env: RouteEnv, codec: ChatCodec = OPENAI_CHAT_CODEC): Promise<RouteResult> {
+export async function chatCompletion(
+  body: ChatCompletionRequest,
+  env: RouteEnv,
+  codec: ChatCodec = OPENAI_CHAT_CODEC,
+  storage?: ChatStorage,
+): Promise<RouteResult> {
+  if (body.store === true && !storage) throw unsupportedField("store", "needs a store, and this server was started without one");
   const { request, namespace, reasoningParam } = chatToCanonical(body, codec.samplingDefaults);
   const names = chatFieldNames(body, reasoningParam);
   const ctx = { ...env.ctx, namespace };
@@ -20,7 +29,7 @@ export async function chatCompletion(body: ChatCompletionRequest, env: RouteEnv,
     throw withWireParam(err, names);
   });
   const meta = {
-    id: newId("chatcmpl-"),
+    id: newId(codec.idPrefix ?? "chatcmpl-"),
     created: Math.floor(Date.now() / 1000),
     model: body.model,
     systemFingerprint: codec.systemFingerprint(),
@@ -28,11 +37,56 @@ export async function chatCompletion(body: ChatCompletionRequest, env: RouteEnv,
     n: request.n,
   };
   const withLogprobs = request.logprobs !== undefined;
-  if (!body.stream) return { kind: "json", body: await renderChatCompletion(meta, started.events, withLogprobs) };
+  const render = async (events: AsyncIterable<GenerationEvent>) => {
+    const completion = await renderChatCompletion(meta, events, withLogprobs);
+    return codec.completionToWire ? codec.completionToWire(completion) : completion;
+  };
+  const events =
+    storage && body.store === true
+      ? keepWhenDone(started.events, async (all) => {
+          const completion = (await render(replay(all))) as Parameters<typeof storeChatCompletion>[2];
+          const messages = body.messages.map((m) => ({ ...m }) as Record<string, unknown>);
+          await storeChatCompletion(storage, storedChatNamespace(body), completion, messages, body.metadata);
+        })
+      : started.events;
+
+  const other = await codec.respond?.({ body, env, meta, events, names });
+  if (other) return other;
+  if (!body.stream) return { kind: "json", body: await render(events) };
   const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true;
+  const shape = { usageOnFinishChunk: codec.usageOnFinishChunk, chunkToWire: codec.chunkToWire };
+  const streamError = codec.streamError;
   return {
     kind: "sse",
-    write: (sse) => streamChatCompletion(sse, meta, started.events, includeUsage, withLogprobs),
+    write: !streamError
+      ? (sse) => streamChatCompletion(sse, meta, events, includeUsage, withLogprobs, shape)
+      : async (sse) => {
+          try {
+            await streamChatCompletion(sse, meta, events, includeUsage, withLogprobs, shape);
+          } catch (err) {
+            if (env.signal.aborted) throw err;
+            for (const data of streamError(err, meta, names)) await sse.data(data);
+            await sse.data("[DONE]");
+          }
+        },
     errorEvent: (err) => openAIErrorEvent(err, names),
   };
+}
+
+/**
+ * The events, passed through and kept; once they have all been read (the answer is complete),
+ * `done` gets them. A stream the client left, or a failed one, never reaches `done`. A failure to
+ * keep the answer is reported, not passed on to a client whose answer is already complete.
+ */
+async function* keepWhenDone(events: AsyncIterable<GenerationEvent>, done: (all: GenerationEvent[]) => Promise<void>): AsyncGenerator<GenerationEvent> {
+  const all: GenerationEvent[] = [];
+  for await (const ev of events) {
+    all.push(ev);
+    yield ev;
+  }
+  await done(all).catch((err) => process.emitWarning(`storing a chat completion failed: ${(err as Error).message}`));
+}
+
+async function* replay(events: GenerationEvent[]): AsyncGenerator<GenerationEvent> {
+  yield* events;
 }

@@ -1,0 +1,169 @@
+import { ApiError } from "../../core/errors.ts";
+import type { GenerationEvent } from "../../core/types.ts";
+import { asWireError } from "../../http/error-envelope.ts";
+import type { RouteResult } from "../../http/respond.ts";
+import type { ChatAnswer, ChatCodec } from "../openai/chat-codec.ts";
+import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
+import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
+import type { KonanChatRequest } from "./protocol.ts";
+
+/** Konan's documented defaults: temperature 0.3, top_p 0.75. */
+export const KONAN_SAMPLING_DEFAULTS = { temperature: 0.3, topP: 0.75 };
+
+type Obj = Record<string, unknown>;
+
+/** Konan's finish reasons are stop and length (and, streamed, error): a tool-call ending is a stop. */
+const finishReason = (r: unknown) => (r === null || r === "length" || r === "error" ? r : "stop");
+
+/** Konan's usage: the three counts and, at the top level, reasoning_tokens. */
+function usageToKonan(u: Obj | null | undefined) {
+  if (!u) return u ?? null;
+  const details = u.completion_tokens_details as { reasoning_tokens?: number } | undefined;
+  return {
+    prompt_tokens: u.prompt_tokens,
+    completion_tokens: u.completion_tokens,
+    total_tokens: u.total_tokens,
+    reasoning_tokens: details?.reasoning_tokens ?? null,
+  };
+}
+
+/** OpenAI's message or delta without the fields Konan does not have (refusal, the `reasoning` alias). */
+function messageToKonan(m: Obj): Obj {
+  const { refusal: _refusal, reasoning: _reasoning, ...rest } = m;
+  return rest;
+}
+
+/** The chat.completion object in Konan's field set. */
+export function completionToKonan(c: Obj): Obj {
+  const choices = (c.choices as Obj[]).map((ch) => ({
+    index: ch.index,
+    message: messageToKonan(ch.message as Obj),
+    finish_reason: finishReason(ch.finish_reason),
+  }));
+  return { id: c.id, object: c.object, created: c.created, model: c.model, choices, usage: usageToKonan(c.usage as Obj | undefined) };
+}
+
+/** A chat.completion.chunk in Konan's field set: `usage` on every chunk (null but on the last). */
+export function chunkToKonan(c: Obj): Obj {
+  const choices = (c.choices as Obj[]).map((ch) => ({
+    index: ch.index,
+    delta: messageToKonan(ch.delta as Obj),
+    finish_reason: finishReason(ch.finish_reason),
+  }));
+  return { id: c.id, object: c.object, created: c.created, model: c.model, choices, usage: usageToKonan(c.usage as Obj | null) };
+}
+
+/**
+ * The codec of one Konan request: OpenAI's chat route with Konan's defaults, ids, field set,
+ * usage on the finishing chunk, errors inside the stream as a `finish_reason: "error"` chunk, and
+ * `output_parser: "responses"`.
+ */
+export function konanCodec(body: KonanChatRequest): ChatCodec {
+  return {
+    dialect: "konan",
+    samplingDefaults: KONAN_SAMPLING_DEFAULTS,
+    streamUsage: "always",
+    usageOnFinishChunk: true,
+    systemFingerprint: () => SYSTEM_FINGERPRINT,
+    idPrefix: "cmpl-",
+    completionToWire: completionToKonan,
+    chunkToWire: chunkToKonan,
+    streamError: (err, meta, names) => {
+      const e = asWireError(err, names);
+      return [
+        {
+          id: meta.id,
+          object: "chat.completion.chunk",
+          created: meta.created,
+          model: meta.model,
+          choices: [{ index: 0, delta: { role: "assistant", content: `${e.code ?? e.type}: ${e.message}` }, finish_reason: "error" }],
+          usage: null,
+        },
+      ];
+    },
+    respond: body.output_parser === "responses" ? (answer) => respondAsResponse(body, answer) : undefined,
+  };
+}
+
+/** What a Responses object repeats of the request, in the Responses API's names. */
+function echo(body: KonanChatRequest): Obj {
+  const rf = body.response_format;
+  const format =
+    rf == null || rf.type === "text"
+      ? { type: "text" }
+      : rf.type === "json_object"
+        ? { type: "json_object" }
+        : { type: "json_schema", name: rf.json_schema.name, schema: rf.json_schema.schema ?? { type: "object" }, strict: rf.json_schema.strict === true };
+  return {
+    instructions: null,
+    tools: (body.tools ?? []).map((t) => ({
+      type: "function",
+      name: t.function.name,
+      description: t.function.description ?? null,
+      parameters: t.function.parameters ?? null,
+      strict: t.function.strict === true,
+    })),
+    tool_choice: "auto",
+    temperature: body.temperature ?? KONAN_SAMPLING_DEFAULTS.temperature,
+    top_p: body.top_p ?? KONAN_SAMPLING_DEFAULTS.topP,
+    max_output_tokens: body.max_completion_tokens ?? null,
+    reasoning: { effort: body.reasoning?.effort ?? null, summary: null },
+    text: { format },
+    metadata: body.metadata ?? {},
+    store: body.metadata != null,
+    user: body.user ?? null,
+  };
+}
+
+/**
+ * `output_parser: "responses"`: the answer as a Responses API object, or streamed as the Responses
+ * event stream, built by the Responses dialect's own builder. The object's id is the completion's,
+ * so a stored completion (with metadata) is found under the id the client received.
+ */
+async function respondAsResponse(body: KonanChatRequest, { env, meta, events }: ChatAnswer): Promise<RouteResult> {
+  const builderFor = (emit?: (e: ResponseEvent) => void) =>
+    new ResponseBuilder(
+      { id: meta.id, createdAt: meta.created, model: meta.model, echo: echo(body) },
+      { logprobs: false, summary: false, customTools: new Set() },
+      emit,
+    );
+  const run = async (builder: ResponseBuilder, each: () => Promise<void> = async () => {}) => {
+    try {
+      for await (const ev of events as AsyncIterable<GenerationEvent>) {
+        builder.push(ev);
+        await each();
+      }
+      builder.finish();
+    } catch (err) {
+      if (env.signal.aborted) return builder.cancel();
+      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.", { code: "server_error" });
+      builder.fail(e.code ?? "server_error", e.message, e.param);
+    }
+  };
+  if (!body.stream) {
+    const builder = builderFor();
+    builder.start("in_progress");
+    await run(builder);
+    const snapshot = builder.snapshot();
+    if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+    return { kind: "json", body: snapshot };
+  }
+  return {
+    kind: "sse",
+    write: async (sse) => {
+      const pending: ResponseEvent[] = [];
+      const builder = builderFor((e) => pending.push(e));
+      const flush = async () => {
+        for (const e of pending.splice(0)) await sse.event(e.type, e);
+      };
+      builder.start("in_progress");
+      await flush();
+      await run(builder, flush);
+      await flush();
+    },
+    errorEvent: (err) => {
+      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
+      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
+    },
+  };
+}

@@ -1,0 +1,146 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
+import { ApiError, badRequest } from "../../core/errors.ts";
+import type { GenerationService } from "../../core/generation-service.ts";
+import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
+import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store, StoreError } from "../../store/store.ts";
+import { metadataSchema } from "./metadata.ts";
+import { isolationKey } from "./sampling-fields.ts";
+
+/**
+ * OpenAI's stored Chat Completions: a completion created with `store: true` (or, in a vendor dialect
+ * such as Konan, with metadata) is kept with its request messages and metadata, and can be listed
+ * (filtered by metadata and model), retrieved, have its metadata replaced, and be deleted.
+ *
+ * Every stored object lives in the namespace of the end user the request named (`user` or
+ * `safety_identifier`; "" for anonymous callers). A request without a body names it in the query
+ * (`?user=` or `?safety_identifier=`), as the Responses API's retrieve and delete do.
+ */
+
+/** Where a completion is kept: its end-user fields (the cache salt does not take part). */
+export function storedChatNamespace(body: { user?: string | null; safety_identifier?: string | null }): string {
+  return isolationKey(body.safety_identifier ?? body.user, null) ?? "";
+}
+
+/** What `chatCompletion` needs to keep a completion once it has finished. */
+export interface ChatStorage {
+  store: Store;
+}
+
+/** Writes a finished completion (the object as the client received it) with its request's messages. */
+export async function storeChatCompletion(
+  storage: ChatStorage,
+  namespace: string,
+  completion: JsonObject & { id: string; model: string; created: number },
+  messages: JsonObject[],
+  metadata: Metadata | null | undefined,
+): Promise<void> {
+  await storage.store.chatCompletions.create(namespace, {
+    id: completion.id,
+    createdAt: completion.created,
+    model: completion.model,
+    metadata: metadata ?? {},
+    body: completion,
+    messages,
+  });
+}
+
+const notFound = (id: string) => new ApiError(404, `No stored chat completion with id '${id}' exists here.`, { code: "not_found" });
+
+/** StoreErrors (a bad cursor, limit or order) are the client's: 400 naming the query field. */
+function storeCall<T>(call: () => Promise<T>): Promise<T> {
+  return call().catch((err) => {
+    if (err instanceof StoreError) throw badRequest(err.message, err.param ?? null, err.code);
+    throw err;
+  });
+}
+
+/** The object as retrieved: the stored completion with its current metadata. */
+function toWire(record: ChatCompletionRecord) {
+  return { ...record.body, metadata: record.metadata };
+}
+
+export const listChatCompletionsQuery = z.object({
+  model: z.string().min(1).optional(),
+  after: z.string().min(1).optional(),
+  limit: z.coerce.number().int().min(1).max(100).optional(),
+  order: z.enum(["asc", "desc"]).optional(),
+});
+
+export const updateChatCompletionRequest = z.object({ metadata: metadataSchema.nullable() });
+
+/** `metadata[key]=value` pairs of a query string (Fastify leaves the brackets in the key). */
+function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
+  const out: Metadata = {};
+  let any = false;
+  for (const [key, value] of Object.entries(query)) {
+    const m = /^metadata\[(.+)\]$/.exec(key);
+    if (!m) continue;
+    if (typeof value !== "string") throw badRequest(`${key} may be given once.`, key);
+    out[m[1]] = value;
+    any = true;
+  }
+  return any ? out : undefined;
+}
+
+export async function listStoredChatCompletions(query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  const q = listChatCompletionsQuery.parse(query);
+  const page = await storeCall(() =>
+    storage.store.chatCompletions.list(ns, { model: q.model, after: q.after, limit: q.limit, order: q.order, metadata: metadataFilter(query) }),
+  );
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map(toWire) } };
+}
+
+export async function getStoredChatCompletion(id: string, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  const record = await storage.store.chatCompletions.get(ns, id);
+  if (!record) throw notFound(id);
+  return { kind: "json", body: toWire(record) };
+}
+
+export async function updateStoredChatCompletion(id: string, raw: unknown, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  const body = updateChatCompletionRequest.parse(raw ?? {});
+  const record = await storage.store.chatCompletions.updateMetadata(ns, id, body.metadata ?? {});
+  if (!record) throw notFound(id);
+  return { kind: "json", body: toWire(record) };
+}
+
+export async function deleteStoredChatCompletion(id: string, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  if (!(await storage.store.chatCompletions.delete(ns, id))) throw notFound(id);
+  return { kind: "json", body: { object: "chat.completion.deleted", id, deleted: true } };
+}
+
+export async function listStoredChatMessages(id: string, query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  const q = listChatCompletionsQuery.pick({ after: true, limit: true, order: true }).parse(query);
+  const page = await storeCall(() => storage.store.chatCompletions.listMessages(ns, id, q));
+  if (!page) throw notFound(id);
+  return { kind: "json", body: { object: "list", ...page } };
+}
+
+/** The namespace of a body-less request: the end user named in its query. */
+function queryNamespace(request: FastifyRequest): string {
+  const q = request.query as Record<string, string | undefined>;
+  return storedChatNamespace({ user: q.user, safety_identifier: q.safety_identifier });
+}
+
+/** Registers the stored Chat Completions routes in a scope (the OpenAI plugin's, under /v1). */
+export function registerStoredChatRoutes(scope: FastifyInstance, service: GenerationService, storage: ChatStorage): void {
+  const send = (reply: FastifyReply, request: FastifyRequest, result: RouteResult) =>
+    sendResult(reply, routeEnv(request, reply, service, "openai").signal, result);
+  type Id = { Params: { id: string } };
+  const query = (request: FastifyRequest) => (request.query ?? {}) as Record<string, unknown>;
+  scope.get("/chat/completions", async (request, reply) =>
+    send(reply, request, await listStoredChatCompletions(query(request), queryNamespace(request), storage)),
+  );
+  scope.get<Id>("/chat/completions/:id", async (request, reply) =>
+    send(reply, request, await getStoredChatCompletion(request.params.id, queryNamespace(request), storage)),
+  );
+  scope.post<Id>("/chat/completions/:id", async (request, reply) =>
+    send(reply, request, await updateStoredChatCompletion(request.params.id, request.body, queryNamespace(request), storage)),
+  );
+  scope.delete<Id>("/chat/completions/:id", async (request, reply) =>
+    send(reply, request, await deleteStoredChatCompletion(request.params.id, queryNamespace(request), storage)),
+  );
+  scope.get<Id>("/chat/completions/:id/messages", async (request, reply) =>
+    send(reply, request, await listStoredChatMessages(request.params.id, query(request), queryNamespace(request), storage)),
+  );
+}

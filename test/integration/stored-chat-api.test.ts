@@ -1,0 +1,170 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import type { AddressInfo } from "node:net";
+import OpenAI from "openai";
+import { scriptedApp, sseData, type ScriptedApp } from "../helpers/scripted-app.ts";
+
+// Stored Chat Completions (store: true, metadata, list/retrieve/update/delete/messages) through the
+// real app over the scripted engine, on a real socket so the official openai client can drive it.
+
+let s: ScriptedApp;
+let client: OpenAI;
+let base: string;
+before(async () => {
+  s = await scriptedApp({ id: "tiny", contextSize: 256 });
+  await s.app.listen({ port: 0, host: "127.0.0.1" });
+  base = `http://127.0.0.1:${(s.app.server.address() as AddressInfo).port}`;
+  client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+});
+after(async () => {
+  await s.app.close();
+});
+
+const messages = [
+  { role: "system" as const, content: "Be brief." },
+  { role: "user" as const, content: "hi" },
+];
+
+/** The stored object's metadata (the client's ChatCompletion type does not declare it). */
+const metadataOf = (c: OpenAI.Chat.ChatCompletion) => (c as unknown as { metadata?: Record<string, string> }).metadata;
+
+const post = async (url: string, body: unknown) => {
+  const r = await fetch(`${base}${url}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  return { status: r.status, text: await r.text() };
+};
+
+test("store: true keeps the completion; retrieve returns it with its metadata", async () => {
+  const c = await client.chat.completions.create({ model: "tiny", messages, store: true, metadata: { topic: "greeting" } });
+  const got = await client.chat.completions.retrieve(c.id);
+  assert.equal(got.id, c.id);
+  assert.equal(got.object, "chat.completion");
+  assert.equal(got.choices[0].message.content, c.choices[0].message.content);
+  assert.deepEqual(metadataOf(got), { topic: "greeting" });
+});
+
+test("a completion without store: true is not kept (metadata alone is accepted)", async () => {
+  const c = await client.chat.completions.create({ model: "tiny", messages, metadata: { a: "b" } });
+  await assert.rejects(client.chat.completions.retrieve(c.id), (e: unknown) => e instanceof OpenAI.NotFoundError);
+});
+
+test("a streamed completion is kept once it has finished, with usage", async () => {
+  const r = await post("/v1/chat/completions", { model: "tiny", messages, store: true, stream: true, metadata: { kind: "streamed" } });
+  assert.equal(r.status, 200);
+  const chunks = sseData(r.text);
+  assert.equal(chunks.at(-1), "[DONE]");
+  const id = (chunks[0] as { id: string }).id;
+  const got = await client.chat.completions.retrieve(id);
+  assert.equal(got.choices[0].message.content, "Hello");
+  assert.equal(got.choices[0].finish_reason, "stop");
+  assert.ok(got.usage && got.usage.total_tokens > 0);
+  assert.deepEqual(metadataOf(got), { kind: "streamed" });
+});
+
+test("list filters by metadata and model, pages with after/limit/order", async () => {
+  const tag = `run-${Date.now()}`;
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const c = await client.chat.completions.create({ model: "tiny", messages, store: true, metadata: { tag, i: String(i) } });
+    ids.push(c.id);
+  }
+  const all = await client.chat.completions.list({ metadata: { tag } });
+  assert.deepEqual(
+    all.data.map((c) => c.id),
+    ids,
+  );
+  const one = await client.chat.completions.list({ metadata: { tag, i: "1" } });
+  assert.deepEqual(
+    one.data.map((c) => c.id),
+    [ids[1]],
+  );
+  const none = await client.chat.completions.list({ metadata: { tag }, model: "other" });
+  assert.equal(none.data.length, 0);
+  const page = await client.chat.completions.list({ metadata: { tag }, limit: 2, order: "desc" });
+  assert.deepEqual(
+    page.data.map((c) => c.id),
+    [ids[2], ids[1]],
+  );
+  assert.equal(page.has_more, true);
+  const rest = await client.chat.completions.list({ metadata: { tag }, limit: 2, order: "desc", after: ids[1] });
+  assert.deepEqual(
+    rest.data.map((c) => c.id),
+    [ids[0]],
+  );
+  // Plain HTTP: the list object's shape.
+  const raw = await (await fetch(`${base}/v1/chat/completions?metadata[tag]=${tag}&limit=1`)).json();
+  assert.equal(raw.object, "list");
+  assert.equal(raw.first_id, ids[0]);
+  assert.equal(raw.last_id, ids[0]);
+  assert.equal(raw.has_more, true);
+});
+
+test("update replaces the metadata; delete removes the completion", async () => {
+  const c = await client.chat.completions.create({ model: "tiny", messages, store: true, metadata: { a: "1" } });
+  const updated = await client.chat.completions.update(c.id, { metadata: { b: "2" } });
+  assert.deepEqual(metadataOf(updated), { b: "2" });
+  assert.deepEqual(metadataOf(await client.chat.completions.retrieve(c.id)), { b: "2" });
+  const deleted = await client.chat.completions.delete(c.id);
+  assert.deepEqual(deleted, { object: "chat.completion.deleted", id: c.id, deleted: true });
+  await assert.rejects(client.chat.completions.retrieve(c.id), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(client.chat.completions.delete(c.id), (e: unknown) => e instanceof OpenAI.NotFoundError);
+});
+
+test("messages lists the request's messages with ids, oldest first", async () => {
+  const c = await client.chat.completions.create({ model: "tiny", messages, store: true });
+  const page = await client.chat.completions.messages.list(c.id);
+  assert.deepEqual(
+    page.data.map((m) => [m.id, m.role, m.content]),
+    [
+      [`${c.id}-0`, "system", "Be brief."],
+      [`${c.id}-1`, "user", "hi"],
+    ],
+  );
+  const desc = await client.chat.completions.messages.list(c.id, { order: "desc", limit: 1 });
+  assert.deepEqual(
+    desc.data.map((m) => m.id),
+    [`${c.id}-1`],
+  );
+  assert.equal(desc.has_more, true);
+});
+
+test("stored completions are isolated by user: another user's id is not found", async () => {
+  const c = await client.chat.completions.create({ model: "tiny", messages, store: true, user: "alice", metadata: { who: "alice" } });
+  await assert.rejects(client.chat.completions.retrieve(c.id), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(client.chat.completions.retrieve(c.id, { query: { user: "bob" } }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  const mine = await client.chat.completions.retrieve(c.id, { query: { user: "alice" } });
+  assert.equal(mine.id, c.id);
+  assert.equal((await client.chat.completions.list({ metadata: { who: "alice" } })).data.length, 0);
+  assert.equal((await client.chat.completions.list({ metadata: { who: "alice" } }, { query: { user: "alice" } })).data.length, 1);
+  await assert.rejects(client.chat.completions.update(c.id, { metadata: {} }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(client.chat.completions.delete(c.id, { query: { safety_identifier: "bob" } }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  const deleted = await client.chat.completions.delete(c.id, { query: { user: "alice" } });
+  assert.equal(deleted.deleted, true);
+});
+
+test("metadata limits: 16 pairs accepted; 17 pairs, a 65-character key or a 513-character value → 400 naming metadata", async () => {
+  const pairs = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+  const c = await client.chat.completions.create({ model: "tiny", messages, store: true, metadata: pairs(16) });
+  assert.equal(Object.keys(metadataOf(await client.chat.completions.retrieve(c.id)) ?? {}).length, 16);
+  for (const metadata of [pairs(17), { ["k".repeat(65)]: "v" }, { k: "v".repeat(513) }]) {
+    const r = await post("/v1/chat/completions", { model: "tiny", messages, store: true, metadata });
+    assert.equal(r.status, 400, r.text);
+    assert.match(JSON.parse(r.text).error.param, /^metadata/);
+  }
+  const u = await fetch(`${base}/v1/chat/completions/${c.id}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ metadata: pairs(17) }),
+  });
+  assert.equal(u.status, 400);
+});
+
+test("a bad list cursor or limit → 400 naming the field", async () => {
+  const r = await fetch(`${base}/v1/chat/completions?after=chatcmpl-nope`);
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, "after");
+  const l = await fetch(`${base}/v1/chat/completions?limit=101`);
+  assert.equal(l.status, 400);
+  assert.equal((await l.json()).error.param, "limit");
+  const m = await fetch(`${base}/v1/chat/completions/chatcmpl-nope/messages`);
+  assert.equal(m.status, 404);
+});
