@@ -4,6 +4,7 @@ import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
 import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
+import { spakPlugin } from "./dialects/spak/plugin.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
@@ -36,5 +37,6 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(openAIPlugin, { prefix: "/v1", service });
   void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
   void app.register(tokenizerPlugin, { service });
+  void app.register(spakPlugin, { service });
   return app;
 }
