@@ -460,3 +460,43 @@ describe("insufficient_system_resource", () => {
     await first;
   });
 });
+
+describe("Scheduler queue timeout (--queue-timeout)", () => {
+  // The limit's timer does not hold the process open (a server's socket does); this one does, here.
+  let alive: NodeJS.Timeout;
+  before(() => {
+    alive = setInterval(() => {}, 1000);
+  });
+  after(() => clearInterval(alive));
+
+  test("a job granted a slot before the limit runs; one still waiting at the limit is refused as overloaded and leaves the queue", async () => {
+    const { Scheduler } = await import("../../src/core/scheduler.ts");
+    const s = new Scheduler(1, 4, 80);
+    const held = await s.acquire(new AbortController().signal);
+    const early = s.acquire(new AbortController().signal);
+    setTimeout(() => held.release(), 20);
+    const got = await early;
+    assert.equal(got.slot, 0);
+    const late = s.acquire(new AbortController().signal);
+    assert.equal(s.queued, 1);
+    await assert.rejects(late, (err: { status: number; reason: string; headers: Record<string, string> }) => {
+      assert.equal(err.status, 503);
+      assert.equal(err.reason, "overloaded");
+      assert.equal(err.headers["retry-after"], "1");
+      return true;
+    });
+    assert.equal(s.queued, 0);
+    got.release();
+    assert.equal(s.busy, 0, "the slot went back to the pool, not to the refused job");
+  });
+
+  test("0 means no limit", async () => {
+    const { Scheduler } = await import("../../src/core/scheduler.ts");
+    const s = new Scheduler(1, 4, 0);
+    const held = await s.acquire(new AbortController().signal);
+    const waiting = s.acquire(new AbortController().signal);
+    await new Promise((r) => setTimeout(r, 50));
+    held.release();
+    assert.equal((await waiting).slot, 0);
+  });
+});
