@@ -5,6 +5,7 @@ import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
 import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
+import { spakPlugin } from "./dialects/spak/plugin.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
@@ -36,5 +37,6 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
+  void app.register(spakPlugin, { service });
   return app;
 }

@@ -20,6 +20,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --ctx-size <n>         context tokens per sequence (default: the model's, at most 4096)
   --parallel <n>         sequences decoding at once per model (default 4)
   --max-queue <n>        requests allowed to wait for a sequence (default 64)
+  --queue-timeout <s>    seconds a request may wait for a sequence before it is refused (default 300; 0: no limit)
   --embedding-contexts <n>  embedding contexts per model, created on first use (default 2)
   --threads <n>          CPU threads (default: the cores available)
   --gpu auto|off|cuda|vulkan|metal
@@ -52,6 +53,7 @@ async function main(argv: string[]): Promise<number> {
       "ctx-size": { type: "string" },
       parallel: { type: "string" },
       "max-queue": { type: "string" },
+      "queue-timeout": { type: "string" },
       "embedding-contexts": { type: "string" },
       threads: { type: "string" },
       gpu: { type: "string" },

@@ -54,7 +54,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     log(`plinth: using ${availableParallelism()} threads; only ${availableParallelism()} cores are available`);
   const engines = hooks.engines ?? defaultEngines(config);
 
-  const registry = new ModelRegistry(config["max-queue"]);
+  const registry = new ModelRegistry(config["max-queue"], config["queue-timeout"] * 1000);
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());

@@ -21,7 +21,11 @@ export interface ServedModel {
 export class ModelRegistry {
   private readonly models = new Map<string, ServedModel>();
 
-  constructor(private readonly maxQueue: number) {}
+  constructor(
+    private readonly maxQueue: number,
+    /** Longest a request may wait for a sequence, in ms; 0: no limit. */
+    private readonly queueTimeoutMs = 0,
+  ) {}
 
   register(id: string): void {
     if (this.models.has(id)) throw new Error(`two models are named '${id}'; give one a name with name=path`);
@@ -33,7 +37,7 @@ export class ModelRegistry {
       id: engine.id,
       status: "ready",
       engine,
-      scheduler: new Scheduler(engine.slots, this.maxQueue),
+      scheduler: new Scheduler(engine.slots, this.maxQueue, this.queueTimeoutMs),
       embeddingScheduler: engine.embeddings ? new Scheduler(engine.embeddings.info.slots, this.maxQueue) : undefined,
     });
   }

@@ -21,6 +21,8 @@ export class Scheduler {
   constructor(
     readonly slots: number,
     readonly maxQueue: number,
+    /** Longest a job may wait for a slot before it is refused (503, reason "overloaded"); 0: no limit. */
+    readonly queueTimeoutMs = 0,
   ) {
     this.free = Array.from({ length: slots }, (_, i) => i);
   }
@@ -96,13 +98,15 @@ export class Scheduler {
 
   private enqueue(signal: AbortSignal, key: string): Promise<number> {
     return new Promise<number>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
       const entry = {
         grant: (slot: number) => {
           signal.removeEventListener("abort", onAbort);
+          clearTimeout(timer);
           resolve(slot);
         },
       };
-      const onAbort = () => {
+      const leave = () => {
         const queue = this.waiting.get(key);
         const i = queue ? queue.indexOf(entry) : -1;
         if (i !== -1) {
@@ -110,9 +114,21 @@ export class Scheduler {
           this.waitingCount--;
           if (queue!.length === 0) this.dropKey(key);
         }
+      };
+      const onAbort = () => {
+        clearTimeout(timer);
+        leave();
         reject(signal.reason);
       };
       signal.addEventListener("abort", onAbort, { once: true });
+      if (this.queueTimeoutMs > 0) {
+        timer = setTimeout(() => {
+          signal.removeEventListener("abort", onAbort);
+          leave();
+          reject(queueTimeout(this.queueTimeoutMs));
+        }, this.queueTimeoutMs);
+        timer.unref();
+      }
       let queue = this.waiting.get(key);
       if (!queue) {
         queue = [];
@@ -144,4 +160,16 @@ export class Scheduler {
     else this.waiting.delete(key);
     next.grant(slot);
   }
+}
+
+/**
+ * A job that waited past the queue limit: the server lacks the capacity to serve it in time. Dialects
+ * with a finish reason for this (SpAk's insufficient_system_resource) map `reason`; others answer 503.
+ */
+function queueTimeout(ms: number): ApiError {
+  return new ApiError(503, `The request waited ${ms / 1000} s for a free sequence, longer than this server allows; retry later.`, {
+    code: "queue_timeout",
+    reason: "overloaded",
+    headers: { "retry-after": "1" },
+  });
 }

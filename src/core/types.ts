@@ -164,4 +164,12 @@ export interface ModelDescription {
   /** Size the model was trained with, from its metadata. */
   trainedContextSize?: number;
   parallel: number;
+  /** The chat template has a thinking section that requests can switch off and bound. */
+  reasoning?: boolean;
+  /**
+   * An opaque identity of the weights and the engine build serving them (e.g. a hash of the model
+   * file's size and mtime with the inference library's version): equal across restarts of the same
+   * setup, different when either changes. Dialects that report a system fingerprint derive it here.
+   */
+  fingerprint?: string;
 }

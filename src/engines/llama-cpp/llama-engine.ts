@@ -1,3 +1,7 @@
+import { createHash } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
@@ -77,6 +81,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly slotCache: SlotCache;
   private readonly constraints: ConstraintPlanner;
   readonly embeddings?: LlamaEmbedder;
+  private readonly fingerprint: string;
 
   private constructor(
     opts: LlamaEngineOptions,
@@ -89,6 +94,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.slots = context ? opts.parallel : 0;
     this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
     this.embeddings = embeddings;
+    this.fingerprint = buildFingerprint(opts.modelPath, model);
     this.vocabSize = vocabularySize(model);
     this.bound = new PromptBound(model);
     this.renderer = new PromptRenderer(model, { id: opts.id, chatWrapper: opts.chatWrapper, vocabSize: this.vocabSize });
@@ -139,6 +145,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       contextSize: this.contextSize,
       trainedContextSize: this.model.trainContextSize,
       parallel: this.slots,
+      reasoning: this.context !== null && this.renderer.wrapper.settings.segments?.thought !== undefined,
+      fingerprint: this.fingerprint,
     };
   }
 
@@ -261,4 +269,24 @@ function vocabularySize(model: LlamaModel): number {
   const fromTensor = embd ? Number(embd.dimensions[1]) : 0;
   const tokens = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
   return fromTensor || tokens?.length || 0;
+}
+
+/**
+ * The model file (size and modification time, so no multi-gigabyte read) and the engine build
+ * (node-llama-cpp's version, the llama.cpp release and the GPU backend), hashed: stable across
+ * restarts, changed by a new file or a new build.
+ */
+function buildFingerprint(modelPath: string, model: LlamaModel): string {
+  const st = statSync(modelPath);
+  const parts = [st.size, Math.floor(st.mtimeMs), libraryVersion(), model.llama.llamaCppRelease.release, String(model.llama.gpu)];
+  return createHash("sha256").update(JSON.stringify(parts)).digest("hex");
+}
+
+function libraryVersion(): string {
+  try {
+    const entry = fileURLToPath(import.meta.resolve("node-llama-cpp"));
+    return (JSON.parse(readFileSync(path.join(path.dirname(entry), "..", "package.json"), "utf8")) as { version?: string }).version ?? "";
+  } catch {
+    return "";
+  }
 }

@@ -1,0 +1,54 @@
+import { createHash } from "node:crypto";
+import { badRequest, withWireParam } from "../../core/errors.ts";
+import { newId } from "../../core/ids.ts";
+import type { ModelDescription } from "../../core/types.ts";
+import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { spakErrorEvent } from "./errors.ts";
+import { spakFieldNames } from "./field-names.ts";
+import type { SpakChatRequest } from "./protocol.ts";
+import { spakToCanonical } from "./to-canonical.ts";
+import { renderSpakCompletion, streamSpakCompletion } from "./to-wire.ts";
+
+/**
+ * The backend configuration a response was made with: the model file and the engine build (see
+ * ModelDescription.fingerprint), so it stays the same across restarts and changes with either.
+ */
+export function systemFingerprint(d: ModelDescription | undefined): string {
+  const identity = d?.fingerprint ?? `plinth:${d?.id ?? ""}`;
+  return `fp_${createHash("sha256").update(identity).digest("hex").slice(0, 12)}`;
+}
+
+export interface SpakRequestInfo {
+  userAgent?: string;
+}
+
+/** POST /chat/completions: checks the model, builds the canonical request, runs it, renders JSON or SSE. */
+export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, info: SpakRequestInfo = {}): Promise<RouteResult> {
+  const served = env.service.registry.list().find((m) => m.id === body.model);
+  if (!served) {
+    const ids = env.service.registry.list().map((m) => `'${m.id}'`);
+    throw badRequest(`The model '${body.model}' is not served here; use ${ids.join(" or ") || "a served model"}.`, "model", "model_not_found");
+  }
+  const description = served.engine?.describe();
+  const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description?.reasoning === true });
+  const ctx = { ...env.ctx, namespace };
+  const started = await env.service.start(ctx, request, env.signal).catch((err) => {
+    throw withWireParam(err, spakFieldNames);
+  });
+  const meta = {
+    id: newId("chatcmpl-"),
+    created: Math.floor(Date.now() / 1000),
+    model: body.model,
+    systemFingerprint: systemFingerprint(description),
+    thinking: thinking && description?.reasoning === true,
+    withLogprobs: request.logprobs !== undefined,
+    promptTokens: started.promptTokens[0] ?? 0,
+  };
+  if (!body.stream) return { kind: "json", body: await renderSpakCompletion(meta, started.events) };
+  const includeUsage = body.stream_options?.include_usage === true;
+  return {
+    kind: "sse",
+    write: (sse) => streamSpakCompletion(sse, meta, started.events, includeUsage),
+    errorEvent: (err) => spakErrorEvent(err),
+  };
+}

@@ -1,0 +1,81 @@
+import { z } from "zod";
+
+/**
+ * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
+ * enforced here (a 400 naming the field); fields it does not list are dropped, as DeepSeek does.
+ */
+
+const textPart = z.object({ type: z.literal("text"), text: z.string() });
+/** Only the system message's schema is printed: `content` is a string. */
+const systemMessage = z.object({ role: z.literal("system"), content: z.string(), name: z.string().optional() });
+const userMessage = z.object({
+  role: z.literal("user"),
+  content: z.union([z.string(), z.array(textPart).min(1)]),
+  name: z.string().optional(),
+});
+const toolCall = z.object({
+  id: z.string().min(1),
+  type: z.literal("function"),
+  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+});
+const assistantMessage = z.object({
+  role: z.literal("assistant"),
+  content: z.union([z.string(), z.array(textPart)]).nullish(),
+  name: z.string().optional(),
+  /** Earlier thinking, sent back by clients that echo whole messages; not shown to the model again. */
+  reasoning_content: z.string().nullish(),
+  tool_calls: z.array(toolCall).optional(),
+});
+const toolMessage = z.object({
+  role: z.literal("tool"),
+  content: z.union([z.string(), z.array(textPart).min(1)]),
+  tool_call_id: z.string().min(1),
+});
+
+export const spakMessage = z.discriminatedUnion("role", [systemMessage, userMessage, assistantMessage, toolMessage]);
+export type SpakMessage = z.infer<typeof spakMessage>;
+
+export const FUNCTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+export const USER_ID = /^[A-Za-z0-9_-]{1,512}$/;
+
+export const spakChatRequest = z.object({
+  messages: z.array(spakMessage).min(1, "messages must contain at least one message"),
+  model: z.string().min(1),
+  thinking: z.object({ type: z.enum(["enabled", "disabled"]).optional() }).nullish(),
+  /** `high` and `max`; `low`/`medium` are taken as `high` and `xhigh` as `max`, for compatibility. */
+  reasoning_effort: z.enum(["low", "medium", "high", "xhigh", "max"]).nullish(),
+  max_tokens: z.int().min(1).nullish(),
+  response_format: z.object({ type: z.enum(["text", "json_object"]) }).nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  tools: z
+    .array(
+      z.object({
+        type: z.literal("function"),
+        function: z.object({
+          name: z.string().regex(FUNCTION_NAME, "function names are 1 to 64 letters, digits, '_' or '-'"),
+          description: z.string().optional(),
+          parameters: z.record(z.string(), z.unknown()).optional(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    )
+    .max(128)
+    .nullish(),
+  tool_choice: z
+    .union([
+      z.enum(["none", "auto", "required"]),
+      z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
+    ])
+    .nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.int().min(0).max(20).nullish(),
+  user_id: z.string().regex(USER_ID, "user_id is 1 to 512 letters, digits, '_' or '-'").nullish(),
+  /** Deprecated by the vendor: accepted, whatever the value, and without effect. */
+  frequency_penalty: z.unknown().optional(),
+  presence_penalty: z.unknown().optional(),
+});
+export type SpakChatRequest = z.infer<typeof spakChatRequest>;
