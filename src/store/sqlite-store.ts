@@ -519,6 +519,9 @@ export class SqliteStore implements Store {
     const selectMessages = db.prepare<[string, string], string>("SELECT messages FROM chat_completions WHERE namespace = ? AND id = ?").pluck();
     const setMetadata = db.prepare<[string, string, string]>("UPDATE chat_completions SET metadata = ? WHERE namespace = ? AND id = ?");
     const remove = db.prepare<[string, string]>("DELETE FROM chat_completions WHERE namespace = ? AND id = ?");
+    const selectRowid = db.prepare<[string, string], { created_at: number; rowid: number }>(
+      "SELECT created_at, rowid FROM chat_completions WHERE namespace = ? AND id = ?",
+    );
     const updateMetadata = db.transaction((namespace: string, id: string, metadata: Metadata) => {
       if (setMetadata.run(json(metadata), namespace, id).changes === 0) return undefined;
       const row = select.get(namespace, id);
@@ -538,10 +541,11 @@ export class SqliteStore implements Store {
           where.push("EXISTS (SELECT 1 FROM json_each(chat_completions.metadata) AS m WHERE m.key = ? AND m.type = 'text' AND m.value = ?)");
         }
         const cmp = order === "asc" ? ">" : "<";
-        if (cursor) where.push(`(created_at ${cmp} ? OR (created_at = ? AND id ${cmp} ?))`);
+        // Within one second, completions keep the order they were stored in (rowid), not their ids'.
+        if (cursor) where.push(`(created_at ${cmp} ? OR (created_at = ? AND rowid ${cmp} ?))`);
         const dir = order === "asc" ? "ASC" : "DESC";
         statement = db.prepare<unknown[], ChatCompletionRow>(
-          `SELECT ${CHAT_COLUMNS} FROM chat_completions WHERE ${where.join(" AND ")} ORDER BY created_at ${dir}, id ${dir} LIMIT ?`,
+          `SELECT ${CHAT_COLUMNS} FROM chat_completions WHERE ${where.join(" AND ")} ORDER BY created_at ${dir}, rowid ${dir} LIMIT ?`,
         );
         listStatements.set(key, statement);
       }
@@ -576,9 +580,9 @@ export class SqliteStore implements Store {
         if (query?.model !== undefined) params.push(query.model);
         for (const [key, value] of pairs) params.push(key, value);
         if (after !== undefined) {
-          const cursor = select.get(namespace, after);
+          const cursor = selectRowid.get(namespace, after);
           if (!cursor) throw invalidCursor(after);
-          params.push(cursor.created_at, cursor.created_at, cursor.id);
+          params.push(cursor.created_at, cursor.created_at, cursor.rowid);
         }
         params.push(limit + 1);
         const rows = listStatement(order, query?.model !== undefined, pairs.length, after !== undefined).all(...params);

@@ -72,7 +72,7 @@ test("a stored chat completion is created, read, re-labelled and deleted", async
   assert.deepEqual((await store.chatCompletions.get("u1", "c2"))?.metadata, {}, "metadata defaults to {}");
 });
 
-test("list orders by created_at then id, asc by default, and pages with after/limit", async () => {
+test("list orders by created_at then by when each was stored, asc by default, and pages with after/limit", async () => {
   const store = withStore();
   await seed(store, "", [
     ["c", 20, "m", {}],
@@ -82,7 +82,7 @@ test("list orders by created_at then id, asc by default, and pages with after/li
     ["e", 5, "m", {}],
   ]);
   const all = await store.chatCompletions.list("");
-  assert.deepEqual(ids(all), ["e", "a", "b", "c", "d"]);
+  assert.deepEqual(ids(all), ["e", "a", "c", "b", "d"]);
   assert.equal(all.first_id, "e");
   assert.equal(all.last_id, "d");
   assert.equal(all.has_more, false);
@@ -91,17 +91,17 @@ test("list orders by created_at then id, asc by default, and pages with after/li
   assert.deepEqual(ids(p1), ["e", "a"]);
   assert.equal(p1.has_more, true);
   const p2 = await store.chatCompletions.list("", { limit: 2, after: "a" });
-  assert.deepEqual(ids(p2), ["b", "c"], "same created_at: by id, across the page boundary");
+  assert.deepEqual(ids(p2), ["c", "b"], "same created_at: in the order stored, across the page boundary");
   assert.equal(p2.has_more, true);
-  const p3 = await store.chatCompletions.list("", { limit: 2, after: "c" });
+  const p3 = await store.chatCompletions.list("", { limit: 2, after: "b" });
   assert.deepEqual(ids(p3), ["d"]);
   assert.equal(p3.has_more, false);
-  const pb = await store.chatCompletions.list("", { limit: 1, after: "b" });
-  assert.deepEqual(ids(pb), ["c"], "after the first of two with the same created_at");
+  const pb = await store.chatCompletions.list("", { limit: 1, after: "c" });
+  assert.deepEqual(ids(pb), ["b"], "after the first of two with the same created_at");
 
   const desc = await store.chatCompletions.list("", { order: "desc" });
-  assert.deepEqual(ids(desc), ["d", "c", "b", "a", "e"]);
-  assert.deepEqual(ids(await store.chatCompletions.list("", { order: "desc", after: "c", limit: 2 })), ["b", "a"]);
+  assert.deepEqual(ids(desc), ["d", "b", "c", "a", "e"]);
+  assert.deepEqual(ids(await store.chatCompletions.list("", { order: "desc", after: "b", limit: 2 })), ["c", "a"]);
   assert.deepEqual(await store.chatCompletions.list("", { after: "d" }), { data: [], first_id: null, last_id: null, has_more: false });
   assert.equal((await store.chatCompletions.list("", { limit: 5 })).has_more, false);
 
