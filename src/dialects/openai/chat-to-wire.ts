@@ -114,28 +114,42 @@ export async function streamChatCompletion(
     finish_reason: finish,
   });
 
-  for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: "", refusal: null })]));
+  // The role chunk goes out before anyone knows whether the answer is text or tool calls, so it
+  // carries content: null (OpenAI's role chunk of a tool-call answer), not "": clients that build the
+  // message from deltas (the openai SDKs' stream helpers, LangChain) then end a tool-call-only answer
+  // with content null, like the non-streamed reply, and a text answer with its text.
+  const answered = new Array<boolean>(meta.n).fill(false);
+  for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: null, refusal: null })]));
   for await (const ev of events) {
     if (sse.closed) return;
-    if (ev.type === "text") await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
-    else if (ev.type === "tool-call")
+    if (ev.type === "text") {
+      if (ev.text !== "") answered[ev.choice] = true;
+      await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
+    } else if (ev.type === "tool-call") {
+      answered[ev.choice] = true;
       await send(
         chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
       );
-    else if (ev.type === "tool-call-arguments")
+    } else if (ev.type === "tool-call-arguments") {
       await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
-    else if (ev.type === "reasoning")
+    } else if (ev.type === "reasoning") {
       await send(
         chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))]),
       );
-    else if (ev.type === "finish" && shape.usageOnFinishChunk) {
-      if (held) await send(held);
-      held = chunk([delta(ev.choice, {}, ev.reason)]);
-    } else if (ev.type === "finish") await send(chunk([delta(ev.choice, {}, ev.reason)]));
-    else if (ev.type === "usage" && shape.usageOnFinishChunk && held) {
+    } else if (ev.type === "finish") {
+      // An answer with neither text nor calls (an immediate stop, thinking only) is "" when not
+      // streamed: its last delta says so, and an accumulated message is "" too, not null.
+      const last = chunk([delta(ev.choice, answered[ev.choice] ? {} : { content: "" }, ev.reason)]);
+      if (shape.usageOnFinishChunk) {
+        if (held) await send(held);
+        held = last;
+      } else await send(last);
+    } else if (ev.type === "usage" && shape.usageOnFinishChunk && held) {
       await send({ ...held, usage: usageToWire(ev.usage) });
       held = undefined;
-    } else if (ev.type === "usage" && includeUsage) await send(chunk([], { usage: usageToWire(ev.usage) }));
+    } else if (ev.type === "usage" && includeUsage) {
+      await send(chunk([], { usage: usageToWire(ev.usage) }));
+    }
   }
   if (held) await send(held);
   await sse.data("[DONE]");
