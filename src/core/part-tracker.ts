@@ -18,7 +18,7 @@ export class PartTracker {
       case "tool-call":
         return [...this.close(ev.choice), ev].concat(this.opened(ev.choice, "tool-call", ev.index));
       case "finish":
-        return [...this.close(ev.choice), ev];
+        return [...this.close(ev.choice, ev.reason === "length"), ev];
       default:
         return [ev];
     }
@@ -34,10 +34,18 @@ export class PartTracker {
     return [];
   }
 
-  private close(choice: number): GenerationEvent[] {
+  private close(choice: number, cutShort = false): GenerationEvent[] {
     const current = this.open.get(choice);
     if (!current) return [];
     this.open.delete(choice);
-    return [{ type: "part-end", choice, part: current.part, ...(current.index !== undefined ? { index: current.index } : {}) }];
+    return [
+      {
+        type: "part-end",
+        choice,
+        part: current.part,
+        ...(current.index !== undefined ? { index: current.index } : {}),
+        ...(cutShort ? { incomplete: true } : {}),
+      },
+    ];
   }
 }

@@ -143,7 +143,15 @@ export type PartKind = "reasoning" | "text" | "tool-call";
  */
 export type GenerationEvent =
   | { type: "part-start"; choice: number; part: "reasoning" | "text" }
-  | { type: "part-end"; choice: number; part: PartKind; /** The call's index, for tool calls. */ index?: number }
+  | {
+      type: "part-end";
+      choice: number;
+      part: PartKind;
+      /** The call's index, for tool calls. */
+      index?: number;
+      /** The token budget ran out inside this part (a call cut short has unusable arguments). */
+      incomplete?: boolean;
+    }
   | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
   /** A tool call begins: its position among this choice's calls, a fresh id and the function name. */
   | { type: "tool-call"; choice: number; index: number; id: string; name: string }

@@ -135,6 +135,22 @@ export const MIGRATIONS: readonly Migration[] = [
         CREATE INDEX chat_completions_expiry ON chat_completions (expires_at) WHERE expires_at IS NOT NULL;
       `),
   },
+  {
+    version: 2,
+    description: "response items by id, for item references",
+    up: (db) =>
+      db.exec(`
+        CREATE TABLE response_items (
+          namespace TEXT NOT NULL,
+          response_id TEXT NOT NULL,
+          item_id TEXT NOT NULL,
+          item TEXT NOT NULL,
+          PRIMARY KEY (namespace, response_id, item_id),
+          FOREIGN KEY (namespace, response_id) REFERENCES responses (namespace, id) ON DELETE CASCADE
+        );
+        CREATE INDEX response_items_by_id ON response_items (namespace, item_id);
+      `),
+  },
 ];
 
 /**
@@ -358,6 +374,25 @@ export class SqliteStore implements Store {
     const selectItems = db.prepare<[string, string], { input_items: string }>("SELECT input_items FROM responses WHERE namespace = ? AND id = ?");
     const update = db.prepare<[string, string, string, string]>("UPDATE responses SET status = ?, body = ? WHERE namespace = ? AND id = ?");
     const remove = db.prepare<[string, string]>("DELETE FROM responses WHERE namespace = ? AND id = ?");
+    // Every item a response holds, input and output, indexed by id so a later request can refer to it.
+    const insertItem = db.prepare<[string, string, string, string]>(
+      "INSERT OR REPLACE INTO response_items (namespace, response_id, item_id, item) VALUES (?, ?, ?, ?)",
+    );
+    const selectItem = db.prepare<[string, string], { item: string }>("SELECT item FROM response_items WHERE namespace = ? AND item_id = ? LIMIT 1");
+    const indexItems = (namespace: string, responseId: string, items: unknown) => {
+      if (!Array.isArray(items)) return;
+      for (const item of items as JsonObject[]) if (typeof item?.id === "string" && item.id) insertItem.run(namespace, responseId, item.id, json(item));
+    };
+    const createWithItems = db.transaction((row: ResponseRow, output: unknown) => {
+      insert.run(row);
+      indexItems(row.namespace, row.id, parse<unknown>(row.input_items));
+      indexItems(row.namespace, row.id, output);
+    });
+    const updateWithItems = db.transaction((namespace: string, id: string, status: string, body: JsonObject) => {
+      if (update.run(status, json(body), namespace, id).changes === 0) return false;
+      indexItems(namespace, id, body.output);
+      return true;
+    });
 
     return {
       create: async (namespace, response: NewResponse) => {
@@ -375,15 +410,19 @@ export class SqliteStore implements Store {
           background: response.background ? 1 : 0,
           expires_at: this.#expiry(createdAt),
         };
-        conflicts(`response ${response.id}`, () => insert.run(row));
+        conflicts(`response ${response.id}`, () => createWithItems(row, response.body.output));
         return responseRecord(row);
       },
       get: async (namespace, id) => {
         const row = select.get(namespace, id);
         return row && responseRecord(row);
       },
-      update: async (namespace, id, change) => update.run(change.status, json(change.body), namespace, id).changes > 0,
+      update: async (namespace, id, change) => updateWithItems(namespace, id, change.status, change.body),
       delete: async (namespace, id) => remove.run(namespace, id).changes > 0,
+      findItem: async (namespace, itemId) => {
+        const row = selectItem.get(namespace, itemId);
+        return row && parse<StoredItem>(row.item);
+      },
       listInputItems: async (namespace, id, query?: PageQuery) => {
         const row = selectItems.get(namespace, id);
         if (!row) return undefined;

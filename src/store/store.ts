@@ -99,6 +99,8 @@ export interface ResponseStore {
   delete(namespace: string, id: string): Promise<boolean>;
   /** Input items, default order "desc" (OpenAI's). Undefined: response not found. */
   listInputItems(namespace: string, id: string, query?: PageQuery): Promise<Page<StoredItem> | undefined>;
+  /** An item (input or output) of any response of the namespace, by its id (item references). */
+  findItem(namespace: string, itemId: string): Promise<StoredItem | undefined>;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -290,7 +290,7 @@ test("openai provider, Responses model with store: false: a two-step agent loop 
 // `{type: "item_reference", id}` without previous_response_id, as OpenAI resolves any stored item by
 // id; Plinth resolves references only among previous_response_id's or the conversation's items and
 // answers 404 "No item with id 'fc_…' exists here." (param input[1].id).
-test("openai provider, Responses model with store on: later turns refer to stored items by id", { todo: "Plinth resolves item_reference only within previous_response_id / conversation" }, async () => {
+test("openai provider, Responses model with store on: later turns refer to stored items by id", async () => {
   const first = await generateText({ model: openai().responses("tiny"), prompt: "Tell me a story", maxOutputTokens: 6, temperature: 0 });
   const messages: ModelMessage[] = [{ role: "user", content: "Tell me a story" }, ...first.response.messages, { role: "user", content: "And then?" }];
   const second = await generateText({ model: openai().responses("tiny"), messages, maxOutputTokens: 6, temperature: 0 });

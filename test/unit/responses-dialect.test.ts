@@ -164,3 +164,15 @@ test("conversations: create, items, namespaces", async () => {
   assert.equal(bad.statusCode, 400);
   assert.equal(bad.json().error.param, "limit");
 });
+
+test("a call cut short by max_output_tokens is an incomplete item in an incomplete response", async () => {
+  script = [
+    { kind: "tool-call", index: 0, name: "lookup" },
+    { kind: "tool-call-arguments", index: 0, text: '{"q": "abc', tokens: 5 },
+    { kind: "end", reason: "length" },
+  ];
+  const r = (await post({ model: "m", input: "go", tools: TOOLS, max_output_tokens: 5, store: false })).json();
+  assert.equal(r.status, "incomplete");
+  assert.equal(r.output[0].type, "function_call");
+  assert.equal(r.output[0].status, "incomplete");
+});

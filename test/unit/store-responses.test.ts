@@ -291,3 +291,16 @@ test("the sweeper runs on its own timer, does not hold the process open, and sto
   await new Promise((resolve) => setTimeout(resolve, 60));
   assert.throws(() => store.startSweeper(20), /closed/);
 });
+
+test("items of stored responses are found by id within their namespace, and go with their response", async () => {
+  const store = withStore();
+  const output = [{ id: "fc_1", type: "function_call", call_id: "call_1", name: "f", arguments: "{}" }];
+  await store.responses.create("ns", { id: "resp_a", status: "in_progress", model: "m", body: body("resp_a", "in_progress"), inputItems: [userMessage("hi", "msg_in")] });
+  assert.deepEqual(await store.responses.findItem("ns", "msg_in"), userMessage("hi", "msg_in"));
+  assert.equal(await store.responses.findItem("ns", "fc_1"), undefined, "not output yet");
+  await store.responses.update("ns", "resp_a", { status: "completed", body: { ...body("resp_a"), output } });
+  assert.deepEqual(await store.responses.findItem("ns", "fc_1"), output[0]);
+  assert.equal(await store.responses.findItem("other", "fc_1"), undefined, "another namespace finds nothing");
+  await store.responses.delete("ns", "resp_a");
+  assert.equal(await store.responses.findItem("ns", "fc_1"), undefined, "deleted with its response");
+});

@@ -60,12 +60,16 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
     earlier = await allConversationItems(deps.store, ns, conversationId);
   }
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
-  const added = raw.map((item, i) => {
+  const added: Item[] = [];
+  for (const [i, item] of raw.entries()) {
     if (item.type === "item_reference") {
+      // An item of the response being continued, else of any stored response of this namespace
+      // (clients such as the AI SDK send earlier output by reference, without previous_response_id).
       const id = item.id as string;
-      const found = earlier.find((e) => e.id === id);
+      const found = earlier.find((e) => e.id === id) ?? (await deps.store.responses.findItem(ns, id));
       if (!found) throw notFound("item", id, `input[${i}].id`);
-      return found;
+      added.push(found);
+      continue;
     }
     if (item.type === "reasoning" && typeof item.encrypted_content === "string") {
       try {
@@ -74,8 +78,8 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
         throw badRequest(`input[${i}].encrypted_content was not produced by this server, or was altered.`, `input[${i}].encrypted_content`);
       }
     }
-    return withId(item);
-  });
+    added.push(withId(item));
+  }
   return { all: [...earlier, ...added], added, conversationId };
 }
 

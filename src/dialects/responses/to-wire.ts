@@ -100,7 +100,7 @@ export class ResponseBuilder {
       case "tool-call-arguments":
         return this.callDelta(ev.index, ev.text);
       case "part-end":
-        return this.closePart(ev.part === "text" ? "message" : ev.part === "reasoning" ? "reasoning" : `call:${ev.index}`, "completed");
+        return this.closePart(ev.part === "text" ? "message" : ev.part === "reasoning" ? "reasoning" : `call:${ev.index}`, ev.incomplete ? "incomplete" : "completed");
       case "finish":
         if (ev.reason === "length") this.incomplete = { reason: "max_output_tokens" };
         return;
