@@ -28,7 +28,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   // answer in OpenAI's envelope, the one most clients of a local server speak.
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
-  registerHealthRoute(app, service.registry);
+  registerHealthRoute(app, service.registry, () => service.draining);
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

@@ -21,6 +21,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --parallel <n>         sequences decoding at once per model (default 4)
   --max-queue <n>        requests allowed to wait for a sequence (default 64)
   --queue-timeout <s>    seconds a request may wait for a sequence before it is refused (default 300; 0: no limit)
+  --drain-timeout <s>    on SIGTERM/SIGINT, seconds running requests may take to finish (default 30)
   --embedding-contexts <n>  embedding contexts per model, created on first use (default 2)
   --threads <n>          CPU threads (default: the cores available)
   --gpu auto|off|cuda|vulkan|metal
@@ -54,6 +55,7 @@ async function main(argv: string[]): Promise<number> {
       parallel: { type: "string" },
       "max-queue": { type: "string" },
       "queue-timeout": { type: "string" },
+      "drain-timeout": { type: "string" },
       "embedding-contexts": { type: "string" },
       threads: { type: "string" },
       gpu: { type: "string" },
@@ -109,12 +111,18 @@ async function main(argv: string[]): Promise<number> {
     await server.close();
     return 1;
   }
+  // SIGTERM/SIGINT: stop accepting, let running requests finish (up to --drain-timeout), end the
+  // rest in each dialect's own form, close the store, exit 0. A second signal exits at once.
+  let stopping = false;
   const stop = async () => {
-    await server.close();
+    if (stopping) process.exit(1);
+    stopping = true;
+    process.stderr.write(`plinth: shutting down (running requests get up to ${config["drain-timeout"]} s)\n`);
+    await server.shutdown(config["drain-timeout"] * 1000);
     process.exit(0);
   };
-  process.once("SIGINT", stop);
-  process.once("SIGTERM", stop);
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
   return -1;
 }
 

@@ -24,6 +24,8 @@ export interface RunningServer {
   /** Resolves once every model is loaded (or has failed). */
   loaded: Promise<void>;
   close(): Promise<void>;
+  /** Graceful stop: refuse new requests, drain running ones for up to `drainTimeoutMs`, then close. */
+  shutdown(drainTimeoutMs: number): Promise<void>;
 }
 
 export interface ServeHooks {
@@ -102,6 +104,13 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     service,
     loaded,
     close: async () => {
+      await app.close();
+      await loaded;
+      await registry.dispose();
+      await store.close();
+    },
+    shutdown: async (drainTimeoutMs: number) => {
+      await service.shutdown(drainTimeoutMs);
       await app.close();
       await loaded;
       await registry.dispose();

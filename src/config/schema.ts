@@ -43,6 +43,8 @@ export const configSchema = z.object({
   "max-queue": z.int().min(0).default(64),
   /** Seconds a request may wait for a free sequence before it is refused as overloaded; 0: no limit. */
   "queue-timeout": z.number().min(0).default(300),
+  /** Seconds running requests may take to finish after a shutdown signal before they are ended. */
+  "drain-timeout": z.number().min(0).default(30),
   /** Embedding contexts per model (inputs embedded at once), created on the first embeddings request. */
   "embedding-contexts": z.int().min(1).max(64).default(2),
   threads: z.int().min(1).default(() => availableParallelism()),
@@ -79,4 +81,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;

@@ -26,6 +26,9 @@ export interface StartedGeneration {
  */
 export class GenerationService {
   private readonly hooks: GenerationHooks[] = [];
+  /** Requests admitted and not yet finished. */
+  private readonly active = new Set<BatchRun>();
+  private stopping = false;
 
   constructor(readonly registry: ModelRegistry) {}
 
@@ -44,6 +47,7 @@ export class GenerationService {
    * name their field under `batch[r].`.
    */
   async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
+    if (this.stopping) throw shuttingDown();
     const { engine, scheduler } = this.registry.resolve(batch[0].model);
     const reqs = batch.map((r) => ({ ...r, isolationKey: ctx.namespace }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
@@ -67,6 +71,8 @@ export class GenerationService {
     reqs.forEach((req, r) => {
       for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
     });
+    this.active.add(run);
+    run.whenDone().finally(() => this.active.delete(run)).catch(() => {});
     run.whenDone().then(
       (counts) => {
         const usage: Usage = {
@@ -86,6 +92,29 @@ export class GenerationService {
       },
     );
     return { promptTokens, events: run.channel };
+  }
+
+  /** True once the server is shutting down: new requests are refused. */
+  get draining(): boolean {
+    return this.stopping;
+  }
+
+  /**
+   * Graceful shutdown: refuse new requests (503 with Retry-After, or each dialect's own form), let
+   * the running ones finish for up to `timeoutMs`, then end the rest with the same error, which each
+   * dialect renders in its own mid-stream form. Resolves once every request has ended.
+   */
+  async shutdown(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    const settled = () => Promise.allSettled([...this.active].map((r) => r.whenDone()));
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), timeoutMs)));
+    const outcome = await Promise.race([settled().then(() => "done" as const), late]);
+    clearTimeout(timer);
+    if (outcome === "late") {
+      for (const run of this.active) run.stop(shuttingDown());
+      await settled();
+    }
   }
 
   /**
@@ -163,6 +192,15 @@ function fairnessKey(ctx: RequestContext): string {
   return JSON.stringify([ctx.apiKey ?? null, ctx.namespace ?? null]);
 }
 
+/** What a request gets from a server that is shutting down: retry elsewhere or later. */
+function shuttingDown(): ApiError {
+  return new ApiError(503, "The server is shutting down; retry shortly.", {
+    code: "server_shutting_down",
+    reason: "shutdown",
+    headers: { "retry-after": "5" },
+  });
+}
+
 function inBatch(err: unknown, r: number): unknown {
   if (!(err instanceof ApiError) || err.field === null) return err;
   return new ApiError(err.status, err.message, { ...err, field: `batch[${r}].${err.field}`, reason: err.reason ?? undefined });
@@ -189,6 +227,11 @@ class BatchRun {
   ) {
     if (clientSignal.aborted) this.abort.abort(clientSignal.reason);
     else clientSignal.addEventListener("abort", () => this.abort.abort(clientSignal.reason), { once: true });
+  }
+
+  /** Ends every choice at its next token with `reason` as the request's error. */
+  stop(reason: unknown): void {
+    this.abort.abort(reason);
   }
 
   emit(ev: GenerationEvent): void {

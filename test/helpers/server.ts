@@ -46,9 +46,13 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   const ownDataDir = settings["data-dir"] === undefined ? mkdtempSync(path.join(tmpdir(), "plinth-test-")) : undefined;
   const config = loadConfig({ model: models, port: "0", threads: "1", "data-dir": ownDataDir, ...settings }, {});
   const server = await serve(config, { log: () => {} });
-  const close = server.close;
+  const { close, shutdown } = server;
   server.close = async () => {
     await close();
+    if (ownDataDir) rmSync(ownDataDir, { recursive: true, force: true });
+  };
+  server.shutdown = async (drainTimeoutMs) => {
+    await shutdown(drainTimeoutMs);
     if (ownDataDir) rmSync(ownDataDir, { recursive: true, force: true });
   };
   await server.loaded;

@@ -1,0 +1,59 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { NO_EOG, startTestServer } from "../helpers/server.ts";
+
+// Graceful shutdown on the real server: running streams in three dialects are given the drain
+// time, then ended in each dialect's own mid-stream form; new requests meanwhile get 503 with
+// Retry-After and /health says draining.
+
+/** Starts a stream and resolves once its first bytes arrived; `rest` resolves to the whole body. */
+async function openStream(url: string, body: unknown): Promise<{ rest: Promise<string> }> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  assert.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  const first = await reader.read();
+  text += decoder.decode(first.value, { stream: true });
+  const rest = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return text;
+      text += decoder.decode(value, { stream: true });
+    }
+  })();
+  return { rest };
+}
+
+test("shutdown drains, then ends each dialect's stream in its own form; new requests get 503", async () => {
+  const s = await startTestServer();
+  const long = { model: "tiny", messages: [{ role: "user", content: "go on" }], stream: true };
+  const openai = await openStream(`${s.url}/v1/chat/completions`, { ...long, logit_bias: NO_EOG });
+  const spak = await openStream(`${s.url}/chat/completions`, { ...long, thinking: { type: "disabled" } });
+  const konan = await openStream(`${s.url}/v3/chat/completions`, { ...long, temperature: 1, seed: 1 });
+
+  const t0 = performance.now();
+  const stopped = s.shutdown(300);
+  const refused = await fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+  });
+  assert.equal(refused.status, 503);
+  assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+  assert.equal((await refused.json()).error.code, "server_shutting_down");
+  const health = await fetch(`${s.url}/health`);
+  assert.equal(health.status, 503);
+  assert.equal((await health.json()).status, "draining");
+
+  const [o, k, d] = await Promise.all([openai.rest, konan.rest, spak.rest]);
+  await stopped;
+  assert.ok(performance.now() - t0 >= 280, "the running streams were given the drain time");
+  // OpenAI: a final data event holding the error envelope.
+  assert.match(o, /"code":"server_shutting_down"/);
+  // Konan: a chunk with finish_reason "error" whose content holds the code, then [DONE] — unless
+  // the random model happened to end its answer within the drain time.
+  assert.ok(/"finish_reason":"error"/.test(k) && /server_shutting_down/.test(k) && k.trimEnd().endsWith("[DONE]") || /"finish_reason":"(stop|length)"/.test(k), k.slice(-400));
+  // SpAk: the request ends with finish_reason insufficient_system_resource.
+  assert.ok(/"finish_reason":"insufficient_system_resource"/.test(d) || /"finish_reason":"(stop|length)"/.test(d), d.slice(-400));
+});
