@@ -17,24 +17,16 @@ export async function streamChat(url: string, body: Record<string, unknown>): Pr
     body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
   });
   if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const decoder = new TextDecoder();
-  let pending = "";
   let usageEvent = "";
   let first = 0;
   let last = 0;
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    let at: number;
-    while ((at = pending.indexOf("\n\n")) !== -1) {
-      const event = pending.slice(0, at);
-      pending = pending.slice(at + 2);
-      if (event.includes('"delta":{"content":"') || event.includes('"delta":{"reasoning_content":"')) {
-        const now = performance.now();
-        if (!first) first = now;
-        last = now;
-      } else if (event.includes('"usage":{')) usageEvent = event;
-    }
-  }
+  await eachEvent(res.body, (event) => {
+    if (event.includes('"delta":{"content":"') || event.includes('"delta":{"reasoning_content":"')) {
+      const now = performance.now();
+      if (!first) first = now;
+      last = now;
+    } else if (event.includes('"usage":{')) usageEvent = event;
+  });
   return { first, last, usage: JSON.parse(usageEvent.slice("data: ".length)).usage };
 }
 
@@ -49,25 +41,31 @@ export async function streamResponse(url: string, body: Record<string, unknown>)
     body: JSON.stringify({ ...body, stream: true }),
   });
   if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const decoder = new TextDecoder();
-  let pending = "";
   let closing = "";
   let first = 0;
   let last = 0;
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    let at: number;
-    while ((at = pending.indexOf("\n\n")) !== -1) {
-      const event = pending.slice(0, at);
-      pending = pending.slice(at + 2);
-      if (event.startsWith("event: response.output_text.delta")) {
-        const now = performance.now();
-        if (!first) first = now;
-        last = now;
-      } else if (event.startsWith("event: response.completed") || event.startsWith("event: response.incomplete")) closing = event;
-    }
-  }
+  await eachEvent(res.body, (event) => {
+    if (event.startsWith("event: response.output_text.delta")) {
+      const now = performance.now();
+      if (!first) first = now;
+      last = now;
+    } else if (event.startsWith("event: response.completed") || event.startsWith("event: response.incomplete")) closing = event;
+  });
   const data = JSON.parse(closing.slice(closing.indexOf("data: ") + "data: ".length));
   const u = data.response.usage;
   return { first, last, usage: { completion_tokens: u.output_tokens, prompt_tokens: u.input_tokens } };
+}
+
+/** Calls `onEvent` with each raw SSE event (the text between blank lines) as it arrives. */
+async function eachEvent(body: ReadableStream<Uint8Array>, onEvent: (event: string) => void): Promise<void> {
+  const decoder = new TextDecoder();
+  let pending = "";
+  for await (const bytes of body) {
+    pending += decoder.decode(bytes, { stream: true });
+    let at: number;
+    while ((at = pending.indexOf("\n\n")) !== -1) {
+      onEvent(pending.slice(0, at));
+      pending = pending.slice(at + 2);
+    }
+  }
 }

@@ -55,10 +55,22 @@ type Issue = z.core.$ZodIssue;
 function resolveIssue(issue: Issue, path: readonly PropertyKey[]): { path: PropertyKey[]; issue: Issue } {
   if (issue.code === "invalid_union") {
     const branches = (issue as { errors?: Issue[][] }).errors ?? [];
-    const deeper = branches.map((b) => b[0]).find((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
+    // Of the branches the value got into, the one it got furthest in names the real mistake
+    // (["a", 5] is a list of strings gone wrong at [1], not a list of numbers gone wrong at [0]).
+    const candidates = branches.map((b) => b[0]).filter((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
+    const deeper = candidates.reduce<Issue | undefined>((best, b) => (best === undefined || furtherThan(b.path, best.path) ? b : best), undefined);
     if (deeper) return resolveIssue(deeper, [...path, ...deeper.path]);
   }
   return { path: [...path], issue };
+}
+
+/** Whether path `a` reaches further into the value than `b` (deeper, or at a later index). */
+function furtherThan(a: readonly PropertyKey[], b: readonly PropertyKey[]): boolean {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    if (a[i] === b[i]) continue;
+    return typeof a[i] === "number" && typeof b[i] === "number" ? (a[i] as number) > (b[i] as number) : false;
+  }
+  return a.length > b.length;
 }
 
 const ABSENT = Symbol("absent");

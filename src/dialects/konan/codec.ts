@@ -1,9 +1,9 @@
-import { ApiError } from "../../core/errors.ts";
 import type { GenerationEvent } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import type { RouteResult } from "../../http/respond.ts";
 import type { ChatAnswer, ChatCodec } from "../openai/chat-codec.ts";
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
+import { respondWithBuilder } from "../responses/run.ts";
 import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
 import type { KonanChatRequest } from "./protocol.ts";
 
@@ -127,43 +127,5 @@ async function respondAsResponse(body: KonanChatRequest, { env, meta, events }: 
       { logprobs: false, summary: false, customTools: new Set() },
       emit,
     );
-  const run = async (builder: ResponseBuilder, each: () => Promise<void> = async () => {}) => {
-    try {
-      for await (const ev of events as AsyncIterable<GenerationEvent>) {
-        builder.push(ev);
-        await each();
-      }
-      builder.finish();
-    } catch (err) {
-      if (env.signal.aborted) return builder.cancel();
-      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.", { code: "server_error" });
-      builder.fail(e.code ?? "server_error", e.message, e.param);
-    }
-  };
-  if (!body.stream) {
-    const builder = builderFor();
-    builder.start("in_progress");
-    await run(builder);
-    const snapshot = builder.snapshot();
-    if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
-    return { kind: "json", body: snapshot };
-  }
-  return {
-    kind: "sse",
-    write: async (sse) => {
-      const pending: ResponseEvent[] = [];
-      const builder = builderFor((e) => pending.push(e));
-      const flush = async () => {
-        for (const e of pending.splice(0)) await sse.event(e.type, e);
-      };
-      builder.start("in_progress");
-      await flush();
-      await run(builder, flush);
-      await flush();
-    },
-    errorEvent: (err) => {
-      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
-      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
-    },
-  };
+  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal);
 }

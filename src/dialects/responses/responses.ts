@@ -6,7 +6,7 @@ import { isolationKey } from "../openai/sampling-fields.ts";
 import type { BackgroundRuns } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
-import { drive, startWithTruncation } from "./run.ts";
+import { drive, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
@@ -127,47 +127,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
   if (body.background) return startBackground(body, env, deps, { ns, ctx, request, builderFor, persist, input });
 
   const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto");
-  if (!body.stream) {
-    const builder = builderFor();
-    builder.start("in_progress");
-    await drive(started, builder, env.signal);
-    await persist(builder, false);
-    const snapshot = builder.snapshot();
-    if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
-    return { kind: "json", body: snapshot };
-  }
-  return {
-    kind: "sse",
-    write: async (sse) => {
-      const pending: ResponseEvent[] = [];
-      const builder = builderFor((e) => pending.push(e));
-      const flush = async () => {
-        for (const e of pending.splice(0)) await sse.event(e.type, e);
-      };
-      builder.start("in_progress");
-      await flush();
-      try {
-        for await (const ev of started.events) {
-          builder.push(ev);
-          await flush();
-        }
-        builder.finish();
-      } catch (err) {
-        if (env.signal.aborted) builder.cancel();
-        else {
-          const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.", { code: "server_error" });
-          builder.fail(e.code ?? "server_error", e.message, e.param);
-        }
-      } finally {
-        await persist(builder, false);
-      }
-      await flush();
-    },
-    errorEvent: (err) => {
-      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
-      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
-    },
-  };
+  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, (builder) => persist(builder, false));
 }
 
 interface BackgroundSetup {
@@ -215,7 +175,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
     try {
       builder.running();
       await deps.store.responses.update(s.ns, id, { status: builder.status, body: builder.snapshot() });
-      await drive(started, builder, run.abort.signal);
+      await drive(started.events, builder, run.abort.signal);
     } finally {
       clearInterval(timer);
       await flushEvents().catch(() => {});

@@ -4,7 +4,9 @@ import type { GenerationService, StartedGeneration } from "../../core/generation
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import { responsesFieldName } from "./to-canonical.ts";
-import type { ResponseBuilder } from "./to-wire.ts";
+import type { RouteResult } from "../../http/respond.ts";
+import type { GenerationEvent } from "../../core/types.ts";
+import type { ResponseBuilder, ResponseEvent } from "./to-wire.ts";
 
 /**
  * Starts a generation; with `truncation: auto`, a prompt that does not fit loses its oldest
@@ -46,10 +48,21 @@ function dropOldestTurn(req: GenerationRequest): GenerationRequest | undefined {
   return { ...req, prompt: { kind: "chat", messages: rest.filter((m) => !(m.role === "tool" && m.toolCallId && orphaned.has(m.toolCallId))) } };
 }
 
-/** Feeds a generation's events into a builder and closes it the way the run ended. */
-export async function drive(started: StartedGeneration, builder: ResponseBuilder, signal: AbortSignal): Promise<void> {
+/**
+ * Feeds a generation's events into a builder and closes it the way the run ended; `each` runs after
+ * every event (a stream writes what the builder emitted there).
+ */
+export async function drive(
+  events: AsyncIterable<GenerationEvent>,
+  builder: ResponseBuilder,
+  signal: AbortSignal,
+  each: () => Promise<void> = async () => {},
+): Promise<void> {
   try {
-    for await (const ev of started.events) builder.push(ev);
+    for await (const ev of events) {
+      builder.push(ev);
+      await each();
+    }
     builder.finish();
   } catch (err) {
     if (signal.aborted && !(err instanceof ApiError)) {
@@ -57,6 +70,53 @@ export async function drive(started: StartedGeneration, builder: ResponseBuilder
       return;
     }
     const e = asWireError(err, responsesFieldName);
-    builder.fail(e.code ?? "server_error", e.message);
+    builder.fail(e.code ?? "server_error", e.message, e.param);
   }
+}
+
+/**
+ * Answers with a Responses API object built from a generation: the drained builder as JSON, or its
+ * events as the Responses stream. `done` runs once the response is final (to store it). Shared by
+ * the Responses dialect and every dialect that can answer in this shape (Konan's output_parser).
+ */
+export function respondWithBuilder(
+  stream: boolean,
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
+  events: AsyncIterable<GenerationEvent>,
+  signal: AbortSignal,
+  done: (builder: ResponseBuilder) => Promise<void> = async () => {},
+): Promise<RouteResult> | RouteResult {
+  if (!stream) {
+    return (async () => {
+      const builder = builderFor();
+      builder.start("in_progress");
+      await drive(events, builder, signal);
+      await done(builder);
+      const snapshot = builder.snapshot();
+      if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+      return { kind: "json" as const, body: snapshot };
+    })();
+  }
+  return {
+    kind: "sse",
+    write: async (sse) => {
+      const pending: ResponseEvent[] = [];
+      const builder = builderFor((e) => pending.push(e));
+      const flush = async () => {
+        for (const e of pending.splice(0)) await sse.event(e.type, e);
+      };
+      builder.start("in_progress");
+      await flush();
+      try {
+        await drive(events, builder, signal, flush);
+      } finally {
+        await done(builder);
+      }
+      await flush();
+    },
+    errorEvent: (err) => {
+      const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
+      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
+    },
+  };
 }
