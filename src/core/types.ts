@@ -118,6 +118,8 @@ export interface TokenLogprob {
   bytes: number[];
   /** Natural log; null only for the first prompt token, which nothing predicts. */
   logprob: number | null;
+  /** Set when the token is known to lie outside the 20 most likely (dialects that floor those, e.g. −9999). */
+  outsideTop20?: true;
   top: Array<{ token: string; bytes: number[]; logprob: number }>;
 }
 

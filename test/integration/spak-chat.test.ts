@@ -245,10 +245,25 @@ test("003-43 top_logprobs N gives at most N alternatives per position", async ()
   }
 });
 
-test("003-46 log probabilities are finite and never below -9999.0", async () => {
-  const r = await chat({ logprobs: true, top_logprobs: 20, temperature: 2, max_tokens: 8 });
-  for (const list of [r.choices[0].logprobs.content, r.choices[0].logprobs.reasoning_content])
-    for (const e of list) for (const v of [e.logprob, ...e.top_logprobs.map((t: { logprob: number }) => t.logprob)]) assert.ok(Number.isFinite(v) && v >= -9999, String(v));
+test("003-46 a sampled token outside the 20 most likely reports -9999.0; one inside, its own value", async () => {
+  const r = await chat({ logprobs: true, top_logprobs: 20, temperature: 2, max_tokens: 40 });
+  type Entry = { token: string; logprob: number; bytes: number[] | null; top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }> };
+  const key = (e: { token: string; bytes: number[] | null }) => `${e.token}|${(e.bytes ?? []).join(",")}`;
+  let outside = 0;
+  let inside = 0;
+  for (const list of [r.choices[0].logprobs.content, r.choices[0].logprobs.reasoning_content] as Entry[][])
+    for (const e of list ?? []) {
+      for (const v of [e.logprob, ...e.top_logprobs.map((t) => t.logprob)]) assert.ok(Number.isFinite(v) && v >= -9999, String(v));
+      const listed = e.top_logprobs.find((t) => key(t) === key(e));
+      if (listed) {
+        inside++;
+        assert.ok(Math.abs(listed.logprob - e.logprob) < 1e-6, `${e.logprob} vs its listed ${listed.logprob}`);
+      } else if (e.top_logprobs.length === 20) {
+        outside++;
+        assert.equal(e.logprob, -9999.0);
+      }
+    }
+  assert.ok(outside > 0 && inside > 0, `sampled ${outside} tokens outside and ${inside} inside the top 20`);
 });
 
 test("003-47 bytes are the token's UTF-8 byte values", async () => {

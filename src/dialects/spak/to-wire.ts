@@ -43,7 +43,8 @@ const bytesOf = (b: number[]) => (b.length > 0 ? b : null);
 export function spakLogprob(e: TokenLogprob) {
   return {
     token: e.token,
-    logprob: e.logprob === null || !Number.isFinite(e.logprob) ? LOGPROB_FLOOR : Math.max(LOGPROB_FLOOR, e.logprob),
+    // 003-46: a token outside the 20 most likely reports the floor, whatever its own value.
+    logprob: e.logprob === null || !Number.isFinite(e.logprob) || e.outsideTop20 ? LOGPROB_FLOOR : Math.max(LOGPROB_FLOOR, e.logprob),
     bytes: bytesOf(e.bytes),
     top_logprobs: e.top.map((t) => ({ token: t.token, logprob: Math.max(LOGPROB_FLOOR, t.logprob), bytes: bytesOf(t.bytes) })),
   };

@@ -167,6 +167,7 @@ export class LogprobReader {
     return {
       ...piece(chosen),
       logprob: relative.chosen === undefined ? LOGPROB_FLOOR : clamp(relative.chosen),
+      ...(relative.outside && relative.ranked.length >= TOP_SAMPLED ? { outsideTop20: true as const } : {}),
       top: relative.ranked.slice(0, this.count).map(([t, v]) => ({ ...piece(t), logprob: clamp(v) })),
     };
   }
@@ -183,7 +184,9 @@ export class LogprobReader {
     // A token at probability 0 is one the grammar rules out: not an alternative at all.
     for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i + 1] > 0) ranked.push([flat[i], Math.log(flat[i + 1]) - Math.log(flat[1])]);
     const found = ranked.find(([t]) => t === chosen);
-    return { ranked, chosen: found ? found[1] : await this.pinned(batchLogitIndex, chosen, ranked, grammar) };
+    // Outside the top k only counts when k tokens were on offer (a grammar may allow fewer).
+    const outside = !found && ranked.slice(0, TOP_SAMPLED).every(([t]) => t !== chosen);
+    return { ranked, outside, chosen: found ? found[1] : await this.pinned(batchLogitIndex, chosen, ranked, grammar) };
   }
 
   /** log(p / p(best)) of a token outside the top k, measured against the best token. */
