@@ -55,10 +55,13 @@ type Issue = z.core.$ZodIssue;
 function resolveIssue(issue: Issue, path: readonly PropertyKey[]): { path: PropertyKey[]; issue: Issue } {
   if (issue.code === "invalid_union") {
     const branches = (issue as { errors?: Issue[][] }).errors ?? [];
-    // Of the branches the value got into, the one it got furthest in names the real mistake
+    // Of the branches the value got into, a branch whose shape it has (its complaint is not about a
+    // type: too many items, a bad value) names the real mistake; else the one it got furthest in
     // (["a", 5] is a list of strings gone wrong at [1], not a list of numbers gone wrong at [0]).
     const candidates = branches.map((b) => b[0]).filter((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
-    const deeper = candidates.reduce<Issue | undefined>((best, b) => (best === undefined || furtherThan(b.path, best.path) ? b : best), undefined);
+    const better = (b: Issue, best: Issue) =>
+      (b.code !== "invalid_type") !== (best.code !== "invalid_type") ? b.code !== "invalid_type" : furtherThan(b.path, best.path);
+    const deeper = candidates.reduce<Issue | undefined>((best, b) => (best === undefined || better(b, best) ? b : best), undefined);
     if (deeper) return resolveIssue(deeper, [...path, ...deeper.path]);
   }
   return { path: [...path], issue };
