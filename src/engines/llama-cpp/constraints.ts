@@ -13,7 +13,8 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
-import { compileJsonSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 
@@ -95,7 +96,7 @@ export class ConstraintPlanner {
       const allowed = typeof choice === "object" && "allowed" in choice ? new Set(choice.allowed) : undefined;
       const offered = req.tools!.filter((t) => (named === undefined || t.name === named) && (!allowed || allowed.has(t.name)));
       out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: describeTool(t), params: toolParams(t) as never }]));
-      const args = offered.map((t) => ({ name: t.name, argsGbnf: this.argumentsGrammar(t, req.tools!.indexOf(t)) }));
+      const args = await Promise.all(offered.map(async (t) => ({ name: t.name, argsGbnf: await this.argumentsGrammar(t, req.tools!.indexOf(t)) })));
       const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
       out.tools = {
         format: this.format,
@@ -106,7 +107,7 @@ export class ConstraintPlanner {
       };
     }
     if (req.responseFormat) {
-      let text = this.contentGrammar(req);
+      let text = await this.contentGrammar(req);
       if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
       if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger);
       out.contentGrammar = await this.compile(text);
@@ -118,12 +119,12 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private argumentsGrammar(tool: ToolDefinition, i: number): string {
+  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<string> {
     if (tool.input) return freeTextArguments(tool.input, i);
     return schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
   }
 
-  private contentGrammar(req: GenerationRequest): string {
+  private async contentGrammar(req: GenerationRequest): Promise<string> {
     const rf = req.responseFormat!;
     if (rf.type === "json_object") return JSON_OBJECT_GBNF;
     return schemaGrammar(rf.schema, rf.strict, "responseFormat.schema");
@@ -150,13 +151,14 @@ export class ConstraintPlanner {
 const GRAMMAR_CACHE_ENTRIES = 128;
 
 /**
- * The grammar of a JSON Schema. A schema past the converter's size limits is refused whatever
- * `strict` says; otherwise, strict refuses what cannot be enforced exactly, and non-strict relaxes
- * only the keywords that cannot be (the rest of the schema still holds).
+ * The grammar of a JSON Schema, compiled off the event loop with a deadline (grammar/schema-compiler.ts).
+ * A schema past the converter's limits or its deadline is refused whatever `strict` says; otherwise,
+ * strict refuses what cannot be enforced exactly, and non-strict relaxes only the keywords that
+ * cannot be (the rest of the schema still holds).
  */
-function schemaGrammar(schema: unknown, strict: boolean, field: string): string {
+async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<string> {
   try {
-    return compileJsonSchema(schema, { strict }).gbnf;
+    return (await schemaCompiler.compile(schema, { strict })).gbnf;
   } catch (err) {
     if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);

@@ -1,0 +1,17 @@
+// Worker side of SchemaCompiler (schema-compiler.ts): compiles schemas one message at a time.
+import { parentPort } from "node:worker_threads";
+import { compileJsonSchema, UnsupportedSchemaError, type JsonSchemaToGbnfOptions } from "./json-schema-to-gbnf.ts";
+
+parentPort!.on("message", ({ id, schema, opts }: { id: number; schema: unknown; opts: JsonSchemaToGbnfOptions }) => {
+  try {
+    const { gbnf, relaxed } = compileJsonSchema(schema, opts);
+    parentPort!.postMessage({ id, ok: true, gbnf, relaxed });
+  } catch (e) {
+    if (e instanceof UnsupportedSchemaError) {
+      const prefix = `${e.path === "" ? "schema" : e.path}: `;
+      const message = e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message;
+      parentPort!.postMessage({ id, ok: false, code: e.code, path: e.path, message });
+    } else parentPort!.postMessage({ id, ok: false, code: "internal", path: "", message: e instanceof Error ? e.message : String(e) });
+  }
+});
+parentPort!.postMessage({ ready: true });

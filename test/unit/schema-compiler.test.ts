@@ -1,0 +1,58 @@
+import assert from "../helpers/assert.ts";
+import { after, test } from "node:test";
+import { SchemaLimitError, UnsupportedSchemaError } from "../../src/grammar/json-schema-to-gbnf.ts";
+import { SchemaCompiler } from "../../src/grammar/schema-compiler.ts";
+
+// The worker that compiles schemas off the event loop: results, refusals, the deadline, and the
+// event loop staying free while a costly schema compiles.
+
+const compiler = new SchemaCompiler(20_000);
+after(() => compiler.dispose());
+
+/** A legal but costly schema (about 200 ms to compile here): optional properties under a maxProperties bound. */
+const costly = (n = 200) => ({
+  type: "object",
+  properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: "integer" }])),
+  maxProperties: Math.floor(n / 2),
+});
+
+test("compiles in the worker, refuses what it cannot enforce, and caches", async () => {
+  const out = await compiler.compile({ type: "object", properties: { a: { type: "string" } }, required: ["a"] });
+  assert.match(out.gbnf, /root ::=/);
+  await assert.rejects(compiler.compile({ not: { type: "string" } }), (e: unknown) => e instanceof UnsupportedSchemaError);
+  await assert.rejects(compiler.compile({ type: "string", maxLength: 100_000_000 }), (e: unknown) => e instanceof SchemaLimitError);
+  const t0 = performance.now();
+  await compiler.compile({ type: "object", properties: { a: { type: "string" } }, required: ["a"] });
+  assert.ok(performance.now() - t0 < 20, "a schema seen before is not compiled again");
+});
+
+test("the event loop keeps running while a costly schema compiles", async () => {
+  let ticks = 0;
+  let worst = 0;
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    worst = Math.max(worst, now - last);
+    last = now;
+    ticks++;
+  }, 5);
+  const t0 = performance.now();
+  await compiler.compile(costly());
+  const took = performance.now() - t0;
+  clearInterval(timer);
+  assert.ok(ticks > 3, `the loop ticked ${ticks} times during ${Math.round(took)} ms`);
+  assert.ok(worst < 200, `the loop waited ${Math.round(worst)} ms at worst`);
+});
+
+test("past its deadline a compilation is refused and the next one still works", async () => {
+  const hurried = new SchemaCompiler(1);
+  try {
+    await assert.rejects(hurried.compile(costly(199)), (e: unknown) => e instanceof SchemaLimitError && /longer than 1 ms/.test(e.message));
+    const slower = new SchemaCompiler(20_000);
+    const ok = await slower.compile({ type: "integer" });
+    assert.match(ok.gbnf, /root/);
+    await slower.dispose();
+  } finally {
+    await hurried.dispose();
+  }
+});
