@@ -11,11 +11,14 @@ import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
 import { createHttpServer, type HttpOptions } from "./http/server.ts";
+import type { PlinthMetrics } from "./observability/metrics.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
   store: Store;
   sealer: Sealer;
+  /** Prometheus metrics: GET /metrics and the hooks that count HTTP requests (none: no /metrics). */
+  metrics?: PlinthMetrics;
 }
 
 /**
@@ -29,6 +32,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry, () => service.draining);
+  opts.metrics?.install(app);
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

@@ -8,6 +8,7 @@ import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
+import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -60,6 +61,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
+  const metrics = new PlinthMetrics(registry);
+  observeService(service, metrics);
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
   const key = loadOrCreateSecretKey(config["data-dir"]);
@@ -72,6 +75,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     bodyLimit: config["body-limit"],
     store,
     sealer,
+    metrics,
     host: config.host,
     allowedHosts: config["allowed-host"],
     corsOrigins: config["cors-origin"],
@@ -89,7 +93,9 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const loaded = (async () => {
     for (const spec of specs) {
       try {
+        const loadStart = performance.now();
         registry.ready(await engines.create(spec, log));
+        metrics.modelLoaded(spec.id, (performance.now() - loadStart) / 1000);
       } catch (err) {
         registry.failed(spec.id, (err as Error).message);
         log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
