@@ -12,6 +12,7 @@ import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
 import { createHttpServer, type HttpOptions } from "./http/server.ts";
 import type { PlinthMetrics } from "./observability/metrics.ts";
+import { installRequestLog } from "./observability/request-log.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
@@ -19,6 +20,8 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   sealer: Sealer;
   /** Prometheus metrics: GET /metrics and the hooks that count HTTP requests (none: no /metrics). */
   metrics?: PlinthMetrics;
+  /** One log line per request (needs `metrics` and a logger); `bodies` adds request and response bodies. */
+  requestLog?: { bodies: boolean };
 }
 
 /**
@@ -33,6 +36,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry, () => service.draining);
   opts.metrics?.install(app);
+  if (opts.metrics && opts.requestLog) installRequestLog(app, opts.metrics, opts.requestLog);
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

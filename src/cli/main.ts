@@ -40,6 +40,9 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --data-dir <dir>       where stored responses and conversations live (default ~/.local/share/plinth)
   --store-ttl <days>     days stored objects are kept (default 30; 0 keeps them)
   --chat-wrapper <name>  prompt format: auto (the model's template) or mistral, llama3.1, qwen, chatML, …
+  --log-format auto|json|pretty  request log lines (default auto: pretty on a terminal, JSON otherwise)
+  --log-level <level>    fatal, error, warn, info (default), debug, trace or silent
+  --log-bodies           put request and response bodies (prompts, answers) in the request log
   --config <file>        YAML file with the same settings
 `;
 
@@ -72,6 +75,9 @@ async function main(argv: string[]): Promise<number> {
       "cache-dir": { type: "string" },
       "data-dir": { type: "string" },
       "store-ttl": { type: "string" },
+      "log-format": { type: "string" },
+      "log-level": { type: "string" },
+      "log-bodies": { type: "boolean" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -9,6 +9,7 @@ import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
+import { loggerOptions } from "../observability/request-log.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -33,6 +34,11 @@ export interface ServeHooks {
   log?: (line: string) => void;
   /** Engines to use instead of the default ones (tests pass a scripted engine here). */
   engines?: EngineFactories;
+  /**
+   * Where request log lines go. Default: standard output, unless `log` is given (a caller that
+   * silences the server's messages, such as a test), which turns request logs off.
+   */
+  logStream?: NodeJS.WritableStream;
 }
 
 /** The engines a plain server has: GGUF files and hub downloads, both through llama.cpp. */
@@ -76,6 +82,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     store,
     sealer,
     metrics,
+    logger: hooks.logStream || !hooks.log ? loggerOptions(config["log-level"], config["log-format"], hooks.logStream) : false,
+    requestLog: { bodies: config["log-bodies"] },
     host: config.host,
     allowedHosts: config["allowed-host"],
     corsOrigins: config["cors-origin"],

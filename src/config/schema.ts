@@ -76,6 +76,14 @@ export const configSchema = z.object({
    * (mistral, llama3.1, qwen, chatML, …) overrides it for models whose template is missing or wrong.
    */
   "chat-wrapper": chatWrapperName.default("auto"),
+  /** Request log lines: JSON (one object a line), pretty, or auto (pretty on a terminal, JSON otherwise). */
+  "log-format": z.enum(["auto", "json", "pretty"]).default("auto"),
+  "log-level": z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  /** Put request and response bodies (prompts, answers) in the request log. */
+  "log-bodies": z.preprocess(
+    (v) => (v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v),
+    z.boolean().default(false),
+  ),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;

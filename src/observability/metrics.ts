@@ -244,6 +244,11 @@ export class PlinthMetrics {
     this.facts.set(requestId, f);
   }
 
+  /** The error code a request was refused with, if it was (for the request log). */
+  errorCodeOf(request: FastifyRequest): string | undefined {
+    return this.errorCodes.get(request);
+  }
+
   /** GET /metrics, and the hooks that count HTTP requests and refusals. */
   install(app: FastifyInstance): void {
     app.addHook("onError", async (request, _reply, error) => {
