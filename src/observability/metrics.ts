@@ -205,7 +205,7 @@ export class PlinthMetrics {
         const model_name = l.model;
         const f = this.facts.get(ctx.requestId);
         if (outcome.usage === undefined) {
-          const code = toApiError(outcome.error).code ?? "internal_error";
+          const code = errorCode(outcome.error);
           this.failures.inc({ model_name, code });
           if (f) f.errorCode = code;
           return;
@@ -252,7 +252,7 @@ export class PlinthMetrics {
   /** GET /metrics, and the hooks that count HTTP requests and refusals. */
   install(app: FastifyInstance): void {
     app.addHook("onError", async (request, _reply, error) => {
-      this.errorCodes.set(request, toApiError(error).code ?? "internal_error");
+      this.errorCodes.set(request, errorCode(error));
     });
     app.addHook("onResponse", async (request, reply) => {
       const route = request.routeOptions.url ?? "unmatched";
@@ -270,6 +270,12 @@ export class PlinthMetrics {
       return reply.type(this.registry.contentType).send(text);
     });
   }
+}
+
+/** An error's code for labels: its own, else its type (`invalid_request_error`, …). */
+function errorCode(err: unknown): string {
+  const e = toApiError(err);
+  return e.code ?? e.type;
 }
 
 /** The dialect a route belongs to, from its pattern (requests no route takes: "none"). */
