@@ -13,6 +13,7 @@ import { registerHealthRoute } from "./http/health.ts";
 import { createHttpServer, type HttpOptions } from "./http/server.ts";
 import type { PlinthMetrics } from "./observability/metrics.ts";
 import { installRequestLog } from "./observability/request-log.ts";
+import type { Tracing } from "./observability/tracing.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
@@ -22,6 +23,8 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   metrics?: PlinthMetrics;
   /** One log line per request (needs `metrics` and a logger); `bodies` adds request and response bodies. */
   requestLog?: { bodies: boolean };
+  /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
+  tracing?: Tracing;
 }
 
 /**
@@ -35,6 +38,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry, () => service.draining);
+  opts.tracing?.install(app);
   opts.metrics?.install(app);
   if (opts.metrics && opts.requestLog) installRequestLog(app, opts.metrics, opts.requestLog);
 

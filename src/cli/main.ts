@@ -43,6 +43,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --log-format auto|json|pretty  request log lines (default auto: pretty on a terminal, JSON otherwise)
   --log-level <level>    fatal, error, warn, info (default), debug, trace or silent
   --log-bodies           put request and response bodies (prompts, answers) in the request log
+  --otlp-endpoint <url>  send OpenTelemetry traces over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT; default off)
   --config <file>        YAML file with the same settings
 `;
 
@@ -78,6 +79,7 @@ async function main(argv: string[]): Promise<number> {
       "log-format": { type: "string" },
       "log-level": { type: "string" },
       "log-bodies": { type: "boolean" },
+      "otlp-endpoint": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -10,6 +10,7 @@ import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.t
 import { openSqliteStore } from "../store/sqlite-store.ts";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
+import type { Tracing } from "../observability/tracing.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -69,6 +70,14 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   service.addHooks(nativeMemoryPacer());
   const metrics = new PlinthMetrics(registry);
   observeService(service, metrics);
+  // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
+  const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  let tracing: Tracing | undefined;
+  if (otlpEndpoint) {
+    const { Tracing } = await import("../observability/tracing.ts");
+    tracing = await Tracing.start(otlpEndpoint);
+    service.addHooks(tracing.hooks());
+  }
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
   const key = loadOrCreateSecretKey(config["data-dir"]);
@@ -82,6 +91,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     store,
     sealer,
     metrics,
+    tracing,
     logger: hooks.logStream || !hooks.log ? loggerOptions(config["log-level"], config["log-format"], hooks.logStream) : false,
     requestLog: { bodies: config["log-bodies"] },
     host: config.host,
@@ -122,6 +132,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await loaded;
       await registry.dispose();
       await store.close();
+      await tracing?.shutdown();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -129,6 +140,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await loaded;
       await registry.dispose();
       await store.close();
+      await tracing?.shutdown();
     },
   };
 }
