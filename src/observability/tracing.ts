@@ -85,6 +85,17 @@ export class Tracing {
       if (reply.statusCode >= 500) t.span.setStatus({ code: api.SpanStatusCode.ERROR });
       t.span.end();
     });
+    app.addHook("onRequestAbort", async (request) => this.abandon(String(request.id)));
+  }
+
+  /** Ends a request's spans as the client goes away before its answer ends. */
+  private abandon(id: string): void {
+    const t = this.live.get(id);
+    if (!t) return;
+    this.live.delete(id);
+    this.endPhase(t);
+    t.span.setAttribute("plinth.client_aborted", true);
+    t.span.end();
   }
 
   /** The generation phases, as child spans of the request's span. */
