@@ -11,11 +11,20 @@ import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
 import { createHttpServer, type HttpOptions } from "./http/server.ts";
+import type { PlinthMetrics } from "./observability/metrics.ts";
+import { installRequestLog } from "./observability/request-log.ts";
+import type { Tracing } from "./observability/tracing.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
   store: Store;
   sealer: Sealer;
+  /** Prometheus metrics: GET /metrics and the hooks that count HTTP requests (none: no /metrics). */
+  metrics?: PlinthMetrics;
+  /** One log line per request (needs `metrics` and a logger); `bodies` adds request and response bodies. */
+  requestLog?: { bodies: boolean };
+  /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
+  tracing?: Tracing;
 }
 
 /**
@@ -29,6 +38,9 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry, () => service.draining);
+  opts.tracing?.install(app);
+  opts.metrics?.install(app);
+  if (opts.metrics && opts.requestLog) installRequestLog(app, opts.metrics, opts.requestLog);
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

@@ -40,6 +40,10 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --data-dir <dir>       where stored responses and conversations live (default ~/.local/share/plinth)
   --store-ttl <days>     days stored objects are kept (default 30; 0 keeps them)
   --chat-wrapper <name>  prompt format: auto (the model's template) or mistral, llama3.1, qwen, chatML, …
+  --log-format auto|json|pretty  request log lines (default auto: pretty on a terminal, JSON otherwise)
+  --log-level <level>    fatal, error, warn, info (default), debug, trace or silent
+  --log-bodies           put request and response bodies (prompts, answers) in the request log
+  --otlp-endpoint <url>  send OpenTelemetry traces over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT; default off)
   --config <file>        YAML file with the same settings
 `;
 
@@ -72,6 +76,10 @@ async function main(argv: string[]): Promise<number> {
       "cache-dir": { type: "string" },
       "data-dir": { type: "string" },
       "store-ttl": { type: "string" },
+      "log-format": { type: "string" },
+      "log-level": { type: "string" },
+      "log-bodies": { type: "boolean" },
+      "otlp-endpoint": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -8,6 +8,9 @@ import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
+import { observeService, PlinthMetrics } from "../observability/metrics.ts";
+import { loggerOptions } from "../observability/request-log.ts";
+import type { Tracing } from "../observability/tracing.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -32,6 +35,11 @@ export interface ServeHooks {
   log?: (line: string) => void;
   /** Engines to use instead of the default ones (tests pass a scripted engine here). */
   engines?: EngineFactories;
+  /**
+   * Where request log lines go. Default: standard output, unless `log` is given (a caller that
+   * silences the server's messages, such as a test), which turns request logs off.
+   */
+  logStream?: NodeJS.WritableStream;
 }
 
 /** The engines a plain server has: GGUF files and hub downloads, both through llama.cpp. */
@@ -60,6 +68,16 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
+  const metrics = new PlinthMetrics(registry);
+  observeService(service, metrics);
+  // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
+  const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  let tracing: Tracing | undefined;
+  if (otlpEndpoint) {
+    const { Tracing } = await import("../observability/tracing.ts");
+    tracing = await Tracing.start(otlpEndpoint);
+    service.addHooks(tracing.hooks());
+  }
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
   const key = loadOrCreateSecretKey(config["data-dir"]);
@@ -72,6 +90,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     bodyLimit: config["body-limit"],
     store,
     sealer,
+    metrics,
+    tracing,
+    logger: hooks.logStream || !hooks.log ? loggerOptions(config["log-level"], config["log-format"], hooks.logStream) : false,
+    requestLog: { bodies: config["log-bodies"] },
     host: config.host,
     allowedHosts: config["allowed-host"],
     corsOrigins: config["cors-origin"],
@@ -89,7 +111,9 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const loaded = (async () => {
     for (const spec of specs) {
       try {
+        const loadStart = performance.now();
         registry.ready(await engines.create(spec, log));
+        metrics.modelLoaded(spec.id, (performance.now() - loadStart) / 1000);
       } catch (err) {
         registry.failed(spec.id, (err as Error).message);
         log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
@@ -108,6 +132,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await loaded;
       await registry.dispose();
       await store.close();
+      await tracing?.shutdown();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -115,6 +140,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await loaded;
       await registry.dispose();
       await store.close();
+      await tracing?.shutdown();
     },
   };
 }

@@ -76,6 +76,16 @@ export const configSchema = z.object({
    * (mistral, llama3.1, qwen, chatML, …) overrides it for models whose template is missing or wrong.
    */
   "chat-wrapper": chatWrapperName.default("auto"),
+  /** Request log lines: JSON (one object a line), pretty, or auto (pretty on a terminal, JSON otherwise). */
+  "log-format": z.enum(["auto", "json", "pretty"]).default("auto"),
+  "log-level": z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  /** OTLP/HTTP endpoint for OpenTelemetry traces (else OTEL_EXPORTER_OTLP_ENDPOINT); none: tracing off. */
+  "otlp-endpoint": z.string().min(1).optional(),
+  /** Put request and response bodies (prompts, answers) in the request log. */
+  "log-bodies": z.preprocess(
+    (v) => (v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v),
+    z.boolean().default(false),
+  ),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;

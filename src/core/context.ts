@@ -36,10 +36,14 @@ export type Outcome = { usage: Usage; error?: undefined } | { error: unknown; us
 export interface GenerationHooks {
   /** The request passed every check and holds its place in the scheduler. */
   admitted?(ctx: RequestContext, info: AdmittedInfo): void;
+  /** A choice of the request got its slot (it leaves the queue and its prompt starts evaluating). */
+  started?(ctx: RequestContext): void;
   /** The first generated text, reasoning or tool call of the request. */
   firstToken?(ctx: RequestContext): void;
   /** Every canonical event, in the order the renderer sees it. */
   event?(ctx: RequestContext, event: GenerationEvent): void;
   /** The request ended, with its usage or the error that ended it (a client disconnect included). */
   finished?(ctx: RequestContext, outcome: Outcome): void;
+  /** An embeddings request finished: its model, inputs and the tokens embedded. */
+  embedded?(ctx: RequestContext, info: { model: string; inputs: number; tokens: number }): void;
 }

@@ -67,7 +67,9 @@ export class GenerationService {
     const promptTokens = prepared.map((p) => p.prep.promptTokens);
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
 
-    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx));
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), () =>
+      this.notify("started", ctx),
+    );
     reqs.forEach((req, r) => {
       for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
     });
@@ -129,8 +131,10 @@ export class GenerationService {
   }
 
   /** Embeddings share the registry and the request context, not the generation schedulers. */
-  embed(_ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
-    return embed(this.registry, req, signal);
+  async embed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+    const result = await embed(this.registry, req, signal);
+    this.notify("embedded", ctx, { model: req.model, inputs: req.inputs.length, tokens: result.promptTokens });
+    return result;
   }
 
   /** A prompt's tokens exactly as a generation request would see them. */
@@ -224,6 +228,8 @@ class BatchRun {
     private readonly observe: (ev: GenerationEvent) => void,
     /** Whose turn this request waits in (see Scheduler). */
     private readonly queueKey: string,
+    /** Called as each choice gets its slot. */
+    private readonly onStarted: () => void = () => {},
   ) {
     if (clientSignal.aborted) this.abort.abort(clientSignal.reason);
     else clientSignal.addEventListener("abort", () => this.abort.abort(clientSignal.reason), { once: true });
@@ -267,6 +273,7 @@ class BatchRun {
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey);
+    this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {
       const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));

@@ -7,7 +7,12 @@ import { installGuards } from "./guards.ts";
 
 export interface HttpOptions {
   bodyLimit: number;
-  logger?: boolean;
+  /**
+   * Fastify's (pino) logger: false (the default) logs nothing; options set the level and where lines
+   * go. Fastify's own per-request lines are off: the request log (src/observability) writes one line
+   * per request instead.
+   */
+  logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
   /**
    * The envelope of errors that happen before any route (and so any dialect) is known: malformed
    * requests Node refuses, URLs the router cannot take apart.
@@ -36,6 +41,11 @@ export const HTTP_DEFAULTS = {
   maxConnections: 512,
 };
 
+/** A request id a client may choose: up to 128 characters of letters, digits, '.', '_' and '-'. */
+export function isValidRequestId(id: string): boolean {
+  return /^[A-Za-z0-9._-]{1,128}$/.test(id);
+}
+
 /** The most bytes of a refused body read and discarded so the client reads the answer. */
 export function drainLimit(bodyLimit: number): number {
   return Math.min(Math.max(4 * bodyLimit, 1024 * 1024), 64 * 1024 * 1024);
@@ -54,7 +64,13 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     bodyLimit: opts.bodyLimit,
     logger: opts.logger ?? false,
     return503OnClosing: true,
-    genReqId: () => newId("req_"),
+    // A caller's x-request-id is kept when it is a plain token; otherwise the server makes one.
+    genReqId: (req) => {
+      const given = req.headers["x-request-id"];
+      return typeof given === "string" && isValidRequestId(given) ? given : newId("req_");
+    },
+    requestIdLogLabel: "request_id",
+    disableRequestLogging: true,
     // Node's own deadline for a whole request, a backstop behind the body deadline (which answers first).
     requestTimeout: headersTimeout + bodyTimeout + 1000,
     keepAliveTimeout: opts.keepAliveTimeoutMs ?? HTTP_DEFAULTS.keepAliveTimeoutMs,
@@ -71,6 +87,10 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) app.server.maxConnections = maxConnections;
 
+  // Every answer names its request, refusals and streams included (a raw header survives writeHead).
+  app.addHook("onRequest", async (request, reply) => {
+    reply.raw.setHeader("x-request-id", request.id);
+  });
   installGuards(app, { host: opts.host ?? "127.0.0.1", allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [] });
   installBodyHandling(app, { bodyLimit: opts.bodyLimit, bodyTimeoutMs: bodyTimeout, drainLimit: drainLimit(opts.bodyLimit) });
   return app;

@@ -24,6 +24,8 @@ const ALLOWED: Record<string, string[]> = {
   http: ["core"],
   // Dialects see the store's interface only (store.ts); the SQLite implementation is the assembly's.
   dialects: ["core", "http", "store"],
+  // Metrics, request logs and traces: they observe the core through its hooks and the HTTP server.
+  observability: ["core", "http"],
   cli: ["*"],
   "app.ts": ["*"],
 };

@@ -1,0 +1,294 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { GenerationHooks, RequestContext } from "../core/context.ts";
+import type { GenerationService } from "../core/generation-service.ts";
+import type { ModelRegistry } from "../core/registry.ts";
+import type { FinishReason } from "../core/types.ts";
+import { toApiError } from "../http/to-api-error.ts";
+
+// vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read these as is.
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
+const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
+const LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0];
+
+/** vLLM's 1-2-5 token buckets (it stops them at the model's context; here at a million tokens). */
+export function tokenBuckets(max = 1_000_000): number[] {
+  const out: number[] = [];
+  for (let exp = 1; ; exp *= 10) {
+    for (const m of [1, 2, 5]) {
+      if (m * exp > max) return out;
+      out.push(m * exp);
+    }
+  }
+}
+
+/** What is tracked for one generation request between `admitted` and `finished`: a few numbers. */
+interface Live {
+  model: string;
+  promptTokens: number;
+  admittedAt: number;
+  startedAt: number;
+  firstTokenAt: number;
+  lastTokenAt: number;
+  finishReason: FinishReason | undefined;
+  itl: Histogram.Internal<"model_name">;
+}
+
+/** Per-request facts for the request log, by request id (see request-log.ts). */
+export interface GenerationFacts {
+  model: string;
+  namespace?: string;
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
+  ttftMs?: number;
+  finishReason?: string;
+  errorCode?: string;
+}
+
+const now = () => performance.now();
+
+/**
+ * Plinth's Prometheus metrics, in a registry of their own: vLLM's names where the meaning matches
+ * (so vLLM dashboards and alerts work unchanged), Plinth's own under `plinth_`. Generation is observed
+ * through the service's hooks; HTTP requests through an onResponse hook; queue depth and model state
+ * are read from the registry at scrape time.
+ */
+export class PlinthMetrics {
+  readonly registry = new Registry();
+  /** Facts per request id for the request log; filled by the hooks, taken by `takeFacts`. */
+  private readonly facts = new Map<string, GenerationFacts>();
+  private readonly live = new Map<RequestContext, Live>();
+
+  private readonly promptTokens: Counter<"model_name">;
+  private readonly generationTokens: Counter<"model_name">;
+  private readonly success: Counter<"model_name" | "finished_reason">;
+  private readonly ttft: Histogram<"model_name">;
+  private readonly itl: Histogram<"model_name">;
+  private readonly e2e: Histogram<"model_name">;
+  private readonly queueTime: Histogram<"model_name">;
+  private readonly requestPromptTokens: Histogram<"model_name">;
+  private readonly requestGenerationTokens: Histogram<"model_name">;
+  private readonly prefixQueries: Counter<"model_name">;
+  private readonly prefixHits: Counter<"model_name">;
+  private readonly failures: Counter<"model_name" | "code">;
+  private readonly httpRequests: Counter<"dialect" | "route" | "method" | "status">;
+  private readonly rateLimited: Counter<"dialect" | "reason">;
+  private readonly rejected: Counter<"dialect" | "status" | "code">;
+  private readonly embedInputs: Counter<"model_name">;
+  private readonly embedTokens: Counter<"model_name">;
+  private readonly loadSeconds: Gauge<"model_name">;
+  private readonly errorCodes = new WeakMap<FastifyRequest, string>();
+
+  constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: "plinth_" });
+
+    new Gauge({
+      name: "vllm:num_requests_running",
+      help: "Number of requests in model execution batches (choices holding a sequence).",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.busy);
+      },
+    });
+    new Gauge({
+      name: "vllm:num_requests_waiting",
+      help: "Number of requests waiting to be processed (choices waiting for a sequence).",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.queued);
+      },
+    });
+    new Gauge({
+      name: "plinth_model_state",
+      help: "1 for the state each model is in (loading, ready, failed), 0 for the others.",
+      labelNames: ["model_name", "state"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list())
+          for (const state of ["loading", "ready", "failed"]) this.set({ model_name: m.id, state }, m.status === state ? 1 : 0);
+      },
+    });
+    this.loadSeconds = new Gauge({
+      name: "plinth_model_load_seconds",
+      help: "Seconds the model took to load (download included).",
+      labelNames: ["model_name"],
+      registers,
+    });
+
+    const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name: `${name}_total`, help, labelNames, registers });
+    const histogram = (name: string, help: string, buckets: number[]) =>
+      new Histogram<"model_name">({ name, help, labelNames: ["model_name"], buckets, registers });
+
+    this.promptTokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed (cached ones included).", ["model_name"]);
+    this.generationTokens = counter("vllm:generation_tokens", "Number of generation tokens processed.", ["model_name"]);
+    this.success = counter("vllm:request_success", "Count of successfully processed requests.", ["model_name", "finished_reason"]);
+    this.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS);
+    this.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS);
+    this.e2e = histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS);
+    this.queueTime = histogram("vllm:request_queue_time_seconds", "Histogram of time spent waiting for a sequence, in seconds.", LATENCY_BUCKETS);
+    this.requestPromptTokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed, per request.", tokenBuckets());
+    this.requestGenerationTokens = histogram("vllm:request_generation_tokens", "Number of generation tokens processed, per request.", tokenBuckets());
+    this.prefixQueries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.", ["model_name"]);
+    this.prefixHits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in prompt tokens reused from a cache.", ["model_name"]);
+    this.failures = counter("plinth_generation_failures", "Admitted generation requests that ended in an error (client disconnects included), by error code.", ["model_name", "code"]);
+    this.httpRequests = counter("plinth_http_requests", "HTTP requests answered, by dialect, route pattern, method and status code.", ["dialect", "route", "method", "status"]);
+    this.rateLimited = counter("plinth_rate_limited_requests", "Requests refused with 429, by reason (the error code).", ["dialect", "reason"]);
+    this.rejected = counter("plinth_rejected_requests", "Requests answered with a 4xx or 5xx status, by error code.", ["dialect", "status", "code"]);
+    this.embedInputs = counter("plinth_embedding_inputs", "Inputs embedded.", ["model_name"]);
+    this.embedTokens = counter("plinth_embedding_tokens", "Tokens embedded (special tokens included).", ["model_name"]);
+  }
+
+  /** Records how long a model took to load. */
+  modelLoaded(model: string, seconds: number): void {
+    this.loadSeconds.set({ model_name: model }, seconds);
+  }
+
+  /** The generation hooks that feed the vllm: metrics (and the request log's facts). */
+  hooks(): GenerationHooks {
+    return {
+      admitted: (ctx, info) => {
+        const t = now();
+        const promptTokens = info.promptTokens.reduce((a, b) => a + b, 0);
+        this.live.set(ctx, {
+          model: info.model,
+          promptTokens,
+          admittedAt: t,
+          startedAt: 0,
+          firstTokenAt: 0,
+          lastTokenAt: 0,
+          finishReason: undefined,
+          itl: this.itl.labels(info.model),
+        });
+        this.promptTokens.inc({ model_name: info.model }, promptTokens);
+        this.prefixQueries.inc({ model_name: info.model }, promptTokens);
+        this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens });
+      },
+      started: (ctx) => {
+        const l = this.live.get(ctx);
+        if (!l || l.startedAt !== 0) return;
+        l.startedAt = now();
+        this.queueTime.observe({ model_name: l.model }, (l.startedAt - l.admittedAt) / 1000);
+      },
+      firstToken: (ctx) => {
+        const l = this.live.get(ctx);
+        if (!l) return;
+        l.firstTokenAt = now();
+        l.lastTokenAt = -1; // the event that carries the first token follows: it starts the intervals
+        this.ttft.observe({ model_name: l.model }, (l.firstTokenAt - l.admittedAt) / 1000);
+        const f = this.facts.get(ctx.requestId);
+        if (f) f.ttftMs = Math.round(l.firstTokenAt - l.admittedAt);
+      },
+      event: (ctx, ev) => {
+        // Per token: a map lookup, a timestamp and one histogram observation; nothing else.
+        if (ev.type === "text" || ev.type === "reasoning" || ev.type === "tool-call-arguments") {
+          const l = this.live.get(ctx);
+          if (!l || l.firstTokenAt === 0) return;
+          const t = now();
+          if (l.lastTokenAt >= 0) l.itl.observe((t - l.lastTokenAt) / 1000);
+          l.lastTokenAt = t;
+        } else if (ev.type === "finish") {
+          const l = this.live.get(ctx);
+          if (l && l.finishReason === undefined) l.finishReason = ev.reason;
+        }
+      },
+      finished: (ctx, outcome) => {
+        const l = this.live.get(ctx);
+        if (!l) return;
+        this.live.delete(ctx);
+        const model_name = l.model;
+        const f = this.facts.get(ctx.requestId);
+        if (outcome.usage === undefined) {
+          const code = errorCode(outcome.error);
+          this.failures.inc({ model_name, code });
+          if (f) f.errorCode = code;
+          return;
+        }
+        const { usage } = outcome;
+        this.generationTokens.inc({ model_name }, usage.completionTokens);
+        this.prefixHits.inc({ model_name }, usage.cachedTokens);
+        this.success.inc({ model_name, finished_reason: l.finishReason ?? "stop" });
+        this.e2e.observe({ model_name }, (now() - l.admittedAt) / 1000);
+        this.requestPromptTokens.observe({ model_name }, usage.promptTokens);
+        this.requestGenerationTokens.observe({ model_name }, usage.completionTokens);
+        if (f) {
+          f.cachedTokens = usage.cachedTokens;
+          f.completionTokens = usage.completionTokens;
+          f.finishReason = l.finishReason ?? "stop";
+        }
+      },
+      embedded: (ctx, info) => {
+        this.embedInputs.inc({ model_name: info.model }, info.inputs);
+        this.embedTokens.inc({ model_name: info.model }, info.tokens);
+        this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens: info.tokens });
+      },
+    };
+  }
+
+  /** The generation facts of a request, once (the request log takes them as the response ends). */
+  takeFacts(requestId: string): GenerationFacts | undefined {
+    const f = this.facts.get(requestId);
+    this.facts.delete(requestId);
+    return f;
+  }
+
+  private remember(requestId: string, f: GenerationFacts): void {
+    // Requests that outlive their response (background runs) are never taken: keep the map bounded.
+    if (this.facts.size >= 10_000) this.facts.delete(this.facts.keys().next().value!);
+    this.facts.set(requestId, f);
+  }
+
+  /** The error code a request was refused with, if it was (for the request log). */
+  errorCodeOf(request: FastifyRequest): string | undefined {
+    return this.errorCodes.get(request);
+  }
+
+  /** GET /metrics, and the hooks that count HTTP requests and refusals. */
+  install(app: FastifyInstance): void {
+    app.addHook("onError", async (request, _reply, error) => {
+      this.errorCodes.set(request, errorCode(error));
+    });
+    app.addHook("onResponse", async (request, reply) => {
+      const route = request.routeOptions.url ?? "unmatched";
+      const dialect = dialectOf(route);
+      const status = reply.statusCode;
+      this.httpRequests.inc({ dialect, route, method: request.method, status: String(status) });
+      if (status >= 400) {
+        const code = this.errorCodes.get(request) ?? (status === 404 ? "not_found" : `http_${status}`);
+        this.rejected.inc({ dialect, status: String(status), code });
+        if (status === 429) this.rateLimited.inc({ dialect, reason: code });
+      }
+    });
+    app.get("/metrics", async (_request, reply) => {
+      const text = await this.registry.metrics();
+      return reply.type(this.registry.contentType).send(text);
+    });
+  }
+}
+
+/** An error's code for labels: its own, else its type (`invalid_request_error`, …). */
+function errorCode(err: unknown): string {
+  const e = toApiError(err);
+  return e.code ?? e.type;
+}
+
+/** The dialect a route belongs to, from its pattern (requests no route takes: "none"). */
+export function dialectOf(route: string): string {
+  if (route === "unmatched") return "none";
+  if (route.startsWith("/v1/responses") || route.startsWith("/v1/conversations")) return "responses";
+  if (route.startsWith("/v1/") || route === "/tokenize" || route === "/detokenize") return "openai";
+  if (route.startsWith("/v3/")) return "konan";
+  if (route === "/health" || route === "/metrics") return "server";
+  return "spak";
+}
+
+/** Wires metrics into a service: its hooks, once. */
+export function observeService(service: GenerationService, metrics: PlinthMetrics): void {
+  service.addHooks(metrics.hooks());
+}

@@ -1,0 +1,103 @@
+import { createHash } from "node:crypto";
+import { Writable } from "node:stream";
+import type { FastifyInstance } from "fastify";
+import { dialectOf, type PlinthMetrics } from "./metrics.ts";
+
+export type LogFormat = "json" | "pretty" | "auto";
+
+/**
+ * Fastify's logger settings for a level and format: JSON lines (one object a line, for collectors),
+ * or "pretty" (a short readable line, for a terminal). "auto": pretty on a terminal, JSON otherwise.
+ */
+export function loggerOptions(level: string, format: LogFormat, stream: NodeJS.WritableStream = process.stdout) {
+  const isTty = (stream as { isTTY?: boolean }).isTTY === true;
+  const pretty = format === "pretty" || (format === "auto" && isTty);
+  return { level, stream: pretty ? prettyStream(stream) : stream };
+}
+
+/** A stable, non-reversible name for a namespace (the end user a request names): never the raw value. */
+export function namespaceHash(namespace: string | undefined): string | undefined {
+  return namespace === undefined ? undefined : createHash("sha256").update(namespace).digest("hex").slice(0, 16);
+}
+
+/**
+ * One log line per request, written as the response ends: its id, dialect, route, model, namespace
+ * hash, status, token counts, time to first token, duration and finish reason. Request and response
+ * bodies only with `bodies` (they hold prompts and answers).
+ */
+export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, opts: { bodies: boolean }): void {
+  if (opts.bodies) {
+    app.addHook("onSend", async (request, _reply, payload) => {
+      if (typeof payload === "string") responseBodies.set(request, payload);
+      return payload;
+    });
+  }
+  app.addHook("onResponse", async (request, reply) => {
+    const route = request.routeOptions.url ?? "unmatched";
+    if (route === "/metrics" || route === "/health") {
+      request.log.debug({ route, status: reply.statusCode }, "request");
+      return;
+    }
+    const facts = metrics.takeFacts(String(request.id));
+    const body = request.body as { model?: unknown } | undefined;
+    const named = body && typeof body === "object" && typeof body.model === "string" ? body.model : undefined;
+    const line: Record<string, unknown> = {
+      dialect: dialectOf(route),
+      method: request.method,
+      route,
+      model: facts?.model ?? named,
+      namespace: namespaceHash(facts?.namespace),
+      status: reply.statusCode,
+      prompt_tokens: facts?.promptTokens,
+      cached_tokens: facts?.cachedTokens,
+      completion_tokens: facts?.completionTokens,
+      ttft_ms: facts?.ttftMs,
+      duration_ms: Math.round(reply.elapsedTime),
+      finish_reason: facts?.finishReason,
+      error_code: metrics.errorCodeOf(request) ?? facts?.errorCode,
+    };
+    if (opts.bodies) {
+      line.request_body = request.body;
+      line.response_body = responseBodies.get(request);
+    }
+    const level = reply.statusCode >= 500 ? "error" : "info";
+    request.log[level](line, "request");
+  });
+}
+
+const responseBodies = new WeakMap<object, string>();
+
+const LEVELS: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
+
+/** Turns pino's JSON lines into `time LEVEL request_id msg key=value …` lines. */
+function prettyStream(out: NodeJS.WritableStream): Writable {
+  let pending = "";
+  return new Writable({
+    write(chunk: Buffer, _enc, done) {
+      pending += chunk.toString("utf8");
+      let nl: number;
+      while ((nl = pending.indexOf("\n")) !== -1) {
+        const raw = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        out.write(`${prettyLine(raw)}\n`);
+      }
+      done();
+    },
+  });
+}
+
+function prettyLine(raw: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(raw);
+  } catch {
+    return raw;
+  }
+  const { time, level, msg, request_id, pid: _pid, hostname: _host, ...rest } = o;
+  const when = typeof time === "number" ? new Date(time).toISOString().slice(11, 23) : "";
+  const fields = Object.entries(rest)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(" ");
+  return [when, LEVELS[level as number] ?? String(level), request_id, msg, fields].filter((p) => p !== undefined && p !== "").join(" ");
+}

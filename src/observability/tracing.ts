@@ -1,0 +1,161 @@
+import type { Context, Span, Tracer } from "@opentelemetry/api";
+import type { FastifyInstance } from "fastify";
+import type { GenerationHooks } from "../core/context.ts";
+import { dialectOf } from "./metrics.ts";
+
+/** The spans of one HTTP request: the request's own and its open generation phase. */
+interface Traced {
+  span: Span;
+  ctx: Context;
+  phase?: Span;
+  phaseName?: "queue" | "prefill" | "decode";
+  finishReasons: string[];
+}
+
+/**
+ * OpenTelemetry traces, exported over OTLP/HTTP (JSON). Loaded only when an endpoint is configured:
+ * a server without one never imports the SDK and installs no hook. One SERVER span per HTTP request
+ * (its parent taken from a W3C `traceparent` header), with child spans for the generation phases:
+ * `queue` (waiting for a sequence), `prefill` (prompt evaluation, cached tokens as an attribute) and
+ * `decode` (first token to the end). Attribute names follow the OpenTelemetry GenAI conventions.
+ */
+export class Tracing {
+  private readonly live = new Map<string, Traced>();
+
+  private constructor(
+    private readonly api: typeof import("@opentelemetry/api"),
+    private readonly tracer: Tracer,
+    private readonly propagator: import("@opentelemetry/api").TextMapPropagator,
+    private readonly provider: { forceFlush(): Promise<void>; shutdown(): Promise<void> },
+  ) {}
+
+  /** Starts the SDK and the exporter. `endpoint`: the OTLP base URL (…/v1/traces is added) or the traces URL. */
+  static async start(endpoint: string, opts: { serviceName?: string } = {}): Promise<Tracing> {
+    const api = await import("@opentelemetry/api");
+    const { BasicTracerProvider, BatchSpanProcessor } = await import("@opentelemetry/sdk-trace-base");
+    const { OTLPTraceExporter } = await import("@opentelemetry/exporter-trace-otlp-http");
+    const { resourceFromAttributes } = await import("@opentelemetry/resources");
+    const { W3CTraceContextPropagator } = await import("@opentelemetry/core");
+    const base = endpoint.replace(/\/+$/, "");
+    const url = base.endsWith("/v1/traces") ? base : `${base}/v1/traces`;
+    const provider = new BasicTracerProvider({
+      resource: resourceFromAttributes({ "service.name": opts.serviceName ?? process.env.OTEL_SERVICE_NAME ?? "plinth" }),
+      spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url }), { scheduledDelayMillis: 1000 })],
+    });
+    return new Tracing(api, provider.getTracer("plinth"), new W3CTraceContextPropagator(), provider);
+  }
+
+  /** Sends every finished span now. */
+  flush(): Promise<void> {
+    return this.provider.forceFlush();
+  }
+
+  shutdown(): Promise<void> {
+    return this.provider.shutdown();
+  }
+
+  /** The request spans: opened as a request is routed, closed as its response ends. */
+  install(app: FastifyInstance): void {
+    const { api } = this;
+    app.addHook("onRequest", async (request) => {
+      const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
+      const route = request.routeOptions.url ?? "unmatched";
+      const span = this.tracer.startSpan(
+        `${request.method} ${route}`,
+        {
+          kind: api.SpanKind.SERVER,
+          attributes: {
+            "http.request.method": request.method,
+            "http.route": route,
+            "url.path": request.url.split("?")[0].slice(0, 200),
+            "plinth.request_id": String(request.id),
+            "plinth.dialect": dialectOf(route),
+          },
+        },
+        parent,
+      );
+      this.live.set(String(request.id), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [] });
+    });
+    app.addHook("onResponse", async (request, reply) => {
+      const t = this.live.get(String(request.id));
+      if (!t) return;
+      this.live.delete(String(request.id));
+      this.endPhase(t);
+      t.span.setAttribute("http.response.status_code", reply.statusCode);
+      if (reply.statusCode >= 500) t.span.setStatus({ code: api.SpanStatusCode.ERROR });
+      t.span.end();
+    });
+    app.addHook("onRequestAbort", async (request) => this.abandon(String(request.id)));
+  }
+
+  /** Ends a request's spans as the client goes away before its answer ends. */
+  private abandon(id: string): void {
+    const t = this.live.get(id);
+    if (!t) return;
+    this.live.delete(id);
+    this.endPhase(t);
+    t.span.setAttribute("plinth.client_aborted", true);
+    t.span.end();
+  }
+
+  /** The generation phases, as child spans of the request's span. */
+  hooks(): GenerationHooks {
+    return {
+      admitted: (ctx, info) => {
+        const t = this.live.get(ctx.requestId);
+        if (!t) return;
+        t.span.setAttributes({
+          "gen_ai.operation.name": ctx.dialect === "openai" || ctx.dialect === "responses" || ctx.dialect === "konan" || ctx.dialect === "spak" ? "chat" : ctx.dialect,
+          "gen_ai.system": "plinth",
+          "gen_ai.request.model": info.model,
+          "gen_ai.usage.input_tokens": info.promptTokens.reduce((a, b) => a + b, 0),
+          "gen_ai.request.choice.count": info.choices,
+        });
+        this.phase(t, "queue");
+      },
+      started: (ctx) => {
+        const t = this.live.get(ctx.requestId);
+        if (t?.phaseName === "queue") this.phase(t, "prefill");
+      },
+      firstToken: (ctx) => {
+        const t = this.live.get(ctx.requestId);
+        if (t && t.phaseName !== "decode") this.phase(t, "decode");
+      },
+      event: (ctx, ev) => {
+        if (ev.type !== "finish") return;
+        this.live.get(ctx.requestId)?.finishReasons.push(ev.reason);
+      },
+      finished: (ctx, outcome) => {
+        const t = this.live.get(ctx.requestId);
+        if (!t) return;
+        this.endPhase(t);
+        if (outcome.usage) {
+          t.span.setAttributes({
+            "gen_ai.usage.input_tokens": outcome.usage.promptTokens,
+            "gen_ai.usage.output_tokens": outcome.usage.completionTokens,
+            "gen_ai.usage.cache_read.input_tokens": outcome.usage.cachedTokens,
+            "gen_ai.response.finish_reasons": t.finishReasons,
+          });
+        } else {
+          t.span.recordException(outcome.error instanceof Error ? outcome.error : String(outcome.error));
+          t.span.setStatus({ code: this.api.SpanStatusCode.ERROR });
+        }
+      },
+      embedded: (ctx, info) => {
+        const t = this.live.get(ctx.requestId);
+        t?.span.setAttributes({ "gen_ai.operation.name": "embeddings", "gen_ai.request.model": info.model, "gen_ai.usage.input_tokens": info.tokens });
+      },
+    };
+  }
+
+  private phase(t: Traced, name: "queue" | "prefill" | "decode"): void {
+    this.endPhase(t);
+    t.phase = this.tracer.startSpan(name, {}, t.ctx);
+    t.phaseName = name;
+  }
+
+  private endPhase(t: Traced): void {
+    t.phase?.end();
+    t.phase = undefined;
+  }
+}

@@ -1,0 +1,121 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { parsePrometheus, sum, type Exposition } from "../helpers/prometheus.ts";
+import type { ChatBody } from "../helpers/requests.ts";
+import { NO_EOG, useTestServer } from "../helpers/server.ts";
+
+// One sequence and no queue: a second request while one runs is refused with 429.
+const s = useTestServer({ parallel: "1", "max-queue": "0", "ctx-size": "1024", "cache-min-tokens": "16" });
+
+const LONG = "Tell me about the king, the river and the city, and every road between them. ".repeat(12);
+const M = { model_name: "tiny" };
+
+async function scrape(): Promise<Exposition> {
+  const res = await fetch(`${s.url}/metrics`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type") ?? "", /^text\/plain/);
+  return parsePrometheus(await res.text());
+}
+
+test("after a known sequence of requests the counters and histogram counts equal what was sent", async () => {
+  const before = await scrape();
+  const base = (name: string, match: Record<string, string> = M) => sum(before, name, match);
+  const body = (content: string, extra: Partial<ChatBody> = {}): ChatBody => ({
+    model: "tiny",
+    messages: [{ role: "user", content }],
+    max_tokens: 4,
+    temperature: 0,
+    logit_bias: NO_EOG,
+    ...extra,
+  });
+  const usages: Array<{ prompt_tokens: number; completion_tokens: number; cached: number }> = [];
+  const record = (u: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens: number } } | undefined) =>
+    usages.push({ prompt_tokens: u!.prompt_tokens, completion_tokens: u!.completion_tokens, cached: u!.prompt_tokens_details?.cached_tokens ?? 0 });
+
+  // A chat and a stream.
+  record((await s.http.chat(body("Hello there"))).usage);
+  record((await s.http.chatStream(body("Hello again", { stream_options: { include_usage: true } }))).usage);
+
+  // A 429: one long stream holds the only sequence while a second request arrives.
+  const held = await s.http.send("/v1/chat/completions", body("Hold the line", { max_tokens: 48, stream: true, stream_options: { include_usage: true } }));
+  assert.equal(held.status, 200);
+  const refused = await s.http.post("/v1/chat/completions", body("Am I refused?"));
+  assert.equal(refused.status, 429);
+  const heldText = await held.text();
+  const heldUsage = heldText
+    .split("\n\n")
+    .map((e) => e.replace(/^data: /, ""))
+    .filter((d) => d.startsWith("{"))
+    .map((d) => JSON.parse(d))
+    .find((c) => c.usage)?.usage;
+  record(heldUsage);
+
+  // A 400.
+  const bad = await s.http.postRaw("/v1/chat/completions", { model: "tiny", messages: [], max_tokens: -3 });
+  assert.equal(bad.status, 400);
+
+  // A cache hit: the same long prompt twice, for one user.
+  record((await s.http.chat(body(LONG, { user: "ann" }))).usage);
+  const warm = await s.http.chat(body(LONG, { user: "ann" }));
+  assert.ok(warm.usage!.prompt_tokens_details.cached_tokens > 0);
+  record(warm.usage);
+
+  // Embeddings: two inputs.
+  const emb = await s.http.embed({ model: "tiny", input: ["the king", "the river and the city"] });
+
+  const after = await scrape();
+  const delta = (name: string, match: Record<string, string> = M) => sum(after, name, match) - base(name, match);
+  const total = (k: "prompt_tokens" | "completion_tokens" | "cached") => usages.reduce((a, u) => a + u[k], 0);
+  const requests = usages.length;
+
+  assert.equal(delta("vllm:prompt_tokens_total"), total("prompt_tokens"));
+  assert.equal(delta("vllm:generation_tokens_total"), total("completion_tokens"));
+  assert.equal(delta("vllm:request_success_total"), requests);
+  assert.equal(delta("vllm:request_success_total", { ...M, finished_reason: "length" }), requests);
+  assert.equal(delta("vllm:prefix_cache_queries_total"), total("prompt_tokens"));
+  assert.equal(delta("vllm:prefix_cache_hits_total"), total("cached"));
+  for (const h of [
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+  ]) {
+    assert.equal(after.types.get(h), "histogram", h);
+    assert.equal(delta(`${h}_count`), requests, `${h}_count`);
+    assert.equal(delta(`${h}_bucket`, { ...M, le: "+Inf" }), requests, `${h} +Inf bucket`);
+  }
+  assert.equal(delta("vllm:request_prompt_tokens_sum"), total("prompt_tokens"));
+  assert.equal(delta("vllm:request_generation_tokens_sum"), total("completion_tokens"));
+  // Intervals between output events: at most one fewer than the tokens of each request.
+  const itl = delta("vllm:inter_token_latency_seconds_count");
+  assert.ok(itl > 0 && itl <= total("completion_tokens") - requests, `itl count ${itl}`);
+
+  assert.equal(sum(after, "vllm:num_requests_running", M), 0);
+  assert.equal(sum(after, "vllm:num_requests_waiting", M), 0);
+  assert.equal(after.types.get("vllm:num_requests_running"), "gauge");
+
+  const route = { dialect: "openai", route: "/v1/chat/completions", method: "POST" };
+  assert.equal(delta("plinth_http_requests_total", { ...route, status: "200" }), requests);
+  assert.equal(delta("plinth_http_requests_total", { ...route, status: "429" }), 1);
+  assert.equal(delta("plinth_http_requests_total", { ...route, status: "400" }), 1);
+  assert.equal(delta("plinth_rate_limited_requests_total", { dialect: "openai", reason: "rate_limit_exceeded" }), 1);
+  assert.equal(delta("plinth_rejected_requests_total", { dialect: "openai", status: "429", code: "rate_limit_exceeded" }), 1);
+  assert.equal(delta("plinth_rejected_requests_total", { dialect: "openai", status: "400" }), 1);
+  assert.equal(delta("plinth_embedding_inputs_total"), 2);
+  assert.equal(delta("plinth_embedding_tokens_total"), emb.usage.prompt_tokens);
+  assert.equal(delta("plinth_http_requests_total", { route: "/v1/embeddings", status: "200" }), 1);
+
+  assert.equal(sum(after, "plinth_model_state", { ...M, state: "ready" }), 1);
+  assert.equal(sum(after, "plinth_model_state", { ...M, state: "loading" }), 0);
+  assert.ok(sum(after, "plinth_model_load_seconds", M) > 0);
+  assert.ok(sum(after, "plinth_process_resident_memory_bytes") > 0 || sum(after, "plinth_nodejs_heap_size_used_bytes") > 0);
+});
+
+test("every family has HELP and TYPE, and vLLM's names carry a model_name label", async () => {
+  const exp = await scrape();
+  for (const sample of exp.samples)
+    if (sample.name.startsWith("vllm:")) assert.ok("model_name" in sample.labels, `${sample.name} without model_name`);
+  assert.equal(exp.types.get("vllm:prompt_tokens_total"), "counter");
+  assert.equal(exp.types.get("vllm:inter_token_latency_seconds"), "histogram");
+});

@@ -1,0 +1,76 @@
+import assert from "../helpers/assert.ts";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, before, test } from "node:test";
+import { NO_EOG, startTestServer, type TestServer, waitFor } from "../helpers/server.ts";
+
+// A tiny OTLP/HTTP JSON receiver: it keeps every span it is sent.
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  attributes: Array<{ key: string; value: Record<string, unknown> }>;
+}
+const spans: OtlpSpan[] = [];
+let receiver: Server;
+let s: TestServer;
+
+before(async () => {
+  receiver = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      if (req.url === "/v1/traces") {
+        const body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+        for (const rs of body.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans.push(...ss.spans);
+      }
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const port = (receiver.address() as AddressInfo).port;
+  s = await startTestServer({ parallel: "1", "otlp-endpoint": `http://127.0.0.1:${port}` });
+});
+
+after(async () => {
+  await s.close();
+  receiver.close();
+});
+
+const attr = (span: OtlpSpan, key: string) => {
+  const v = span.attributes.find((a) => a.key === key)?.value;
+  return v && (v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : v.arrayValue));
+};
+
+test("a request's span carries the caller's trace and has queue, prefill and decode children", async () => {
+  const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const parentId = "00f067aa0ba902b7";
+  const res = await fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", traceparent: `00-${traceId}-${parentId}-01`, "x-request-id": "traced-1" },
+    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 3, logit_bias: NO_EOG }),
+  });
+  const answer = await res.json();
+  assert.equal(res.status, 200);
+  const traced = () => spans.filter((sp) => sp.traceId === traceId);
+  await waitFor(() => traced().length >= 4, 15_000);
+
+  const root = traced().find((sp) => sp.name === "POST /v1/chat/completions")!;
+  assert.ok(root, JSON.stringify(traced().map((sp) => sp.name)));
+  assert.equal(root.parentSpanId, parentId);
+  assert.equal(attr(root, "plinth.request_id"), "traced-1");
+  assert.equal(attr(root, "gen_ai.request.model"), "tiny");
+  assert.equal(attr(root, "gen_ai.operation.name"), "chat");
+  assert.equal(attr(root, "gen_ai.usage.input_tokens"), answer.usage.prompt_tokens);
+  assert.equal(attr(root, "gen_ai.usage.output_tokens"), answer.usage.completion_tokens);
+  assert.equal(attr(root, "http.response.status_code"), 200);
+  const children = traced().filter((sp) => sp.parentSpanId === root.spanId).map((sp) => sp.name);
+  assert.deepEqual(children.sort(), ["decode", "prefill", "queue"]);
+});
+
+test("a request without traceparent starts its own trace", async () => {
+  const r = await s.http.chat({ model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 2 });
+  assert.ok(r.id);
+  await waitFor(() => spans.some((sp) => sp.name === "POST /v1/chat/completions" && !sp.parentSpanId), 15_000);
+});

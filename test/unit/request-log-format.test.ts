@@ -1,0 +1,31 @@
+import assert from "../helpers/assert.ts";
+import { Writable } from "node:stream";
+import { test } from "node:test";
+import { loggerOptions, namespaceHash } from "../../src/observability/request-log.ts";
+
+test("pretty log lines read time, level, request id, message and fields", async () => {
+  let out = "";
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      out += chunk.toString("utf8");
+      done();
+    },
+  });
+  const { stream } = loggerOptions("info", "pretty", sink);
+  const line = { level: 30, time: Date.UTC(2026, 0, 1, 12, 0, 0, 5), pid: 1, hostname: "h", request_id: "req_1", status: 200, route: "/v1/chat/completions", msg: "request" };
+  await new Promise<void>((resolve) => stream.write(`${JSON.stringify(line)}\n`, () => resolve()));
+  assert.equal(out, "12:00:00.005 INFO req_1 request status=200 route=/v1/chat/completions\n");
+});
+
+test("json format passes lines through; auto is JSON off a terminal", () => {
+  const sink = new Writable({ write: (_c, _e, done) => done() });
+  assert.equal(loggerOptions("info", "json", sink).stream, sink);
+  assert.equal(loggerOptions("info", "auto", sink).stream, sink);
+});
+
+test("namespaces are hashed, never shown", () => {
+  assert.equal(namespaceHash(undefined), undefined);
+  const h = namespaceHash('["alice",null]')!;
+  assert.match(h, /^[0-9a-f]{16}$/);
+  assert.ok(!h.includes("alice"));
+});
