@@ -11,6 +11,7 @@ import { openSqliteStore } from "../store/sqlite-store.ts";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
+import { schemaCompiler } from "../grammar/schema-compiler.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -133,6 +134,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
+      await schemaCompiler.dispose();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -141,6 +143,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
+      await schemaCompiler.dispose();
     },
   };
 }
