@@ -74,7 +74,12 @@ export class SchemaCompiler {
     });
   }
 
+  /**
+   * Stops the worker when it is idle (the compiler is shared by every server of the process; one
+   * closing must not cut another's compilation short). A later compile starts a fresh worker.
+   */
   async dispose(): Promise<void> {
+    if (this.current || this.queue.length > 0) return;
     const w = this.worker;
     this.worker = undefined;
     this.ready = undefined;

@@ -17,7 +17,6 @@ import { PromptRenderer } from "./prompt-renderer.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
 import { PromptBound } from "./prompt-bound.ts";
-import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import { SlotCache } from "./slot-cache.ts";
 import { TokenPieces } from "./token-pieces.ts";
 import { TokenTextDecoder } from "./token-text.ts";
@@ -122,8 +121,6 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // No generation context at all, and no stretching past the trained length (BERT's positions are learned).
       return new LlamaCppEngine(opts, model, null, embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
     }
-    // Schema grammars compile in a worker; starting it now keeps its start-up off the first request.
-    schemaCompiler.warm();
     const context = await model.createContext({
       contextSize,
       sequences: opts.parallel,
