@@ -15,6 +15,18 @@ commands:
 
 serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment variables; flags win):
   --model [name=]<path|hf:owner/repo/file.gguf>   model to serve (repeatable)
+  --upstream NAME=URL[,URL…]  a model served by OpenAI-compatible upstreams (vLLM, SGLang, llama-server,
+                         another Plinth); several URLs form a replica pool (repeatable)
+  --balance prefix|least|round-robin  how replicas share requests (default prefix: prompt-prefix
+                         affinity with bounded load, else fewest outstanding)
+  --upstream-slots <n>   requests one replica runs at once (default 64)
+  --upstream-attempts <n>  replicas one request may try before any output (default 3)
+  --connect-timeout <s>  seconds until an upstream's response head (default 10)
+  --first-token-timeout <s>  seconds until an upstream's first token (default 120)
+  --idle-timeout <s>     seconds an upstream stream may stall between tokens (default 60)
+  --health-interval <s>  seconds between active replica health checks (default 5; 0: off)
+  --eject-after <n>      consecutive failures that eject a replica (default 3)
+  --eject-time <s>       seconds before an ejected replica gets a trial request (default 5, doubling)
   --host <addr>          listen address (default 127.0.0.1)
   --port <n>             listen port (default 8080)
   --ctx-size <n>         context tokens per sequence (default: the model's, at most 4096)
@@ -53,6 +65,16 @@ async function main(argv: string[]): Promise<number> {
     allowPositionals: true,
     options: {
       model: { type: "string", short: "m", multiple: true },
+      upstream: { type: "string", multiple: true },
+      balance: { type: "string" },
+      "upstream-slots": { type: "string" },
+      "upstream-attempts": { type: "string" },
+      "connect-timeout": { type: "string" },
+      "first-token-timeout": { type: "string" },
+      "idle-timeout": { type: "string" },
+      "health-interval": { type: "string" },
+      "eject-after": { type: "string" },
+      "eject-time": { type: "string" },
       host: { type: "string" },
       port: { type: "string" },
       "ctx-size": { type: "string" },

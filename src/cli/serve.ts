@@ -1,11 +1,12 @@
 import { availableParallelism } from "node:os";
 import { buildApp } from "../app.ts";
-import { modelSpecs } from "../config/models.ts";
+import { modelSpecs, upstreamSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
 import { GenerationService } from "../core/generation-service.ts";
 import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
+import { remoteFactory } from "../engines/remote/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
@@ -43,15 +44,17 @@ export interface ServeHooks {
   logStream?: NodeJS.WritableStream;
 }
 
-/** The engines a plain server has: GGUF files and hub downloads, both through llama.cpp. */
+/** The engines a plain server has: GGUF files and hub downloads through llama.cpp, and remote upstreams. */
 export function defaultEngines(config: PlinthConfig): EngineFactories {
-  return new EngineFactories().register(
-    ["file", "hf"],
-    llamaCppFactory((source) => ({
-      cacheDir: config["cache-dir"],
-      progress: source.kind === "hf" ? createProgressBar(`downloading ${source.id}`) : undefined,
-    })),
-  );
+  return new EngineFactories()
+    .register(
+      ["file", "hf"],
+      llamaCppFactory((source) => ({
+        cacheDir: config["cache-dir"],
+        progress: source.kind === "hf" ? createProgressBar(`downloading ${source.id}`) : undefined,
+      })),
+    )
+    .register(["remote"], remoteFactory());
 }
 
 /**
@@ -60,7 +63,7 @@ export function defaultEngines(config: PlinthConfig): EngineFactories {
  */
 export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promise<RunningServer> {
   const log = hooks.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const specs = modelSpecs(config);
+  const specs = [...modelSpecs(config), ...upstreamSpecs(config)];
   if (config.threads > availableParallelism())
     log(`plinth: using ${availableParallelism()} threads; only ${availableParallelism()} cores are available`);
   const engines = hooks.engines ?? defaultEngines(config);

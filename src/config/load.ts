@@ -20,6 +20,7 @@ export function loadConfig(flags: Raw, env: NodeJS.ProcessEnv = process.env): Pl
     if (typeof v === "string" && v.trim() !== "") merged[key] = Number(v);
   }
   if (typeof merged.model === "string") merged.model = [merged.model];
+  if (typeof merged.upstream === "string") merged.upstream = [merged.upstream];
   const parsed = configSchema.safeParse(merged);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -40,14 +41,19 @@ function readConfigFile(path: string): Raw {
   return data as Raw;
 }
 
-/** PLINTH_CTX_SIZE → ctx-size. PLINTH_MODEL may list several models separated by commas. */
+/**
+ * PLINTH_CTX_SIZE → ctx-size. PLINTH_MODEL may list several models separated by commas,
+ * PLINTH_UPSTREAM several upstreams separated by semicolons.
+ */
 function fromEnv(env: NodeJS.ProcessEnv): Raw {
   const out: Raw = {};
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith("PLINTH_") || value === undefined || name === "PLINTH_CONFIG") continue;
     const key = name.slice("PLINTH_".length).toLowerCase().replaceAll("_", "-");
     if (!(key in configSchema.shape)) continue;
-    out[key] = key === "model" ? value.split(",").map((s) => s.trim()).filter(Boolean) : value;
+    // Upstreams list their replicas with commas, so several upstreams are separated by semicolons.
+    const separator = key === "model" ? "," : key === "upstream" ? ";" : undefined;
+    out[key] = separator ? value.split(separator).map((s) => s.trim()).filter(Boolean) : value;
   }
   return out;
 }

@@ -28,6 +28,30 @@ export const modelEntry = z.union([
 ]);
 export type ModelEntry = z.infer<typeof modelEntry>;
 
+/**
+ * A remote model: `NAME=URL[,URL…]` as on the command line, or (in a config file) an object with
+ * its replicas and its own key, upstream model id, timeouts and slots.
+ */
+export const upstreamEntry = z.union([
+  z.string().regex(/^[^=\s]+=\S+$/, "an upstream is NAME=URL[,URL…]"),
+  z.strictObject({
+    name: z.string().min(1),
+    url: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]),
+    /** The model's id on the upstream (default: NAME if the upstream serves it, else its only model). */
+    model: z.string().min(1).optional(),
+    "api-key": z.string().min(1).optional(),
+    slots: z.int().min(1).max(4096).optional(),
+    "connect-timeout": z.number().positive().optional(),
+    "first-token-timeout": z.number().positive().optional(),
+    "idle-timeout": z.number().positive().optional(),
+    /** Count prompt tokens through the upstream's /tokenize (default true; off for upstreams without one). */
+    tokenize: z.boolean().optional(),
+    /** Request features the upstream lacks, by canonical name (logitBias, topK, reasoning, …): refused with a 400. */
+    unsupported: z.array(z.string().min(1)).optional(),
+  }),
+]);
+export type UpstreamEntry = z.infer<typeof upstreamEntry>;
+
 /** A list setting: repeated flags, a comma-separated string (flag, PLINTH_* variable) or a YAML list. */
 const nameList = z.preprocess(
   (v) => (typeof v === "string" ? [v] : v),
@@ -36,6 +60,26 @@ const nameList = z.preprocess(
 
 export const configSchema = z.object({
   model: z.array(modelEntry).default([]),
+  /** Remote models (OpenAI-compatible upstreams), served beside the local ones. */
+  upstream: z.array(upstreamEntry).default([]),
+  /** How a remote model's replicas share requests. */
+  balance: z.enum(["prefix", "least", "round-robin"]).default("prefix"),
+  /** Requests one replica runs at once, unless its entry says otherwise. */
+  "upstream-slots": z.int().min(1).max(4096).default(64),
+  /** Replicas one request may try before it fails (failover happens only before any output). */
+  "upstream-attempts": z.int().min(1).max(16).default(3),
+  /** Seconds until an upstream's response head must arrive. */
+  "connect-timeout": z.number().positive().default(10),
+  /** Seconds until an upstream's first token must arrive. */
+  "first-token-timeout": z.number().positive().default(120),
+  /** Seconds an upstream stream may stay silent between tokens. */
+  "idle-timeout": z.number().positive().default(60),
+  /** Seconds between active health checks of upstream replicas; 0: passive checks only. */
+  "health-interval": z.number().min(0).default(5),
+  /** Consecutive failures that eject a replica. */
+  "eject-after": z.int().min(1).default(3),
+  /** Seconds an ejected replica waits before a trial request (doubling while trials fail). */
+  "eject-time": z.number().positive().default(5),
   host: z.string().min(1).default("127.0.0.1"),
   port: z.int().min(0).max(65535).default(8080),
   "ctx-size": z.int().min(16).optional(),
@@ -91,4 +135,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;
+export const NUMERIC_KEYS = ["upstream-slots", "upstream-attempts", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-after", "eject-time", "store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;

@@ -16,6 +16,11 @@ export interface RequestContext {
   namespace?: string;
   /** The API key that authenticated the request, once keys exist. */
   apiKey?: string;
+  /**
+   * Headers the engine wants on the response (see PreparedGeneration.responseHeaders). The HTTP
+   * layer creates the object; copies of the context share it.
+   */
+  responseHeaders?: Record<string, string>;
 }
 
 export interface AdmittedInfo {

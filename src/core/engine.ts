@@ -19,6 +19,11 @@ export interface PreparedGeneration {
   contextSize?: number;
   /** Stop strings the prompt format itself needs (e.g. a template's next-turn marker). */
   formatStops: string[];
+  /**
+   * Headers for the client's response (e.g. which upstream replica served), shared by reference
+   * with the request context, so an engine may still add to them while a JSON answer is collected.
+   */
+  responseHeaders?: Record<string, string>;
 }
 
 /** How one choice runs: its sampling (seed already offset per choice), budget and slot. */
@@ -42,9 +47,10 @@ export type EngineChunk =
   /**
    * Authoritative counts for this choice so far, replacing what the core summed from chunks: an
    * in-process engine reports thinking tokens (invisible in the text); a remote engine, whose stream
-   * carries usage only at its end, reports everything here.
+   * carries usage only at its end, reports everything here. `promptTokens` (the first choice's)
+   * replaces the count `prepare` made, for engines whose upstream counts for itself.
    */
-  | { kind: "usage"; completionTokens?: number; reasoningTokens?: number }
+  | { kind: "usage"; completionTokens?: number; reasoningTokens?: number; promptTokens?: number }
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }

@@ -54,6 +54,8 @@ export class GenerationService {
     for (const [r, req] of reqs.entries()) {
       try {
         const prep = await engine.prepare(req);
+        // The engine keeps writing through prep, so both name the context's (shared) object.
+        if (prep.responseHeaders && ctx.responseHeaders && r === 0) prep.responseHeaders = Object.assign(ctx.responseHeaders, prep.responseHeaders);
         prepared.push({ prep, maxTokens: checkContext(req, prep) });
       } catch (err) {
         throw reqs.length > 1 ? inBatch(err, r) : err;
@@ -77,10 +79,11 @@ export class GenerationService {
     run.whenDone().finally(() => this.active.delete(run)).catch(() => {});
     run.whenDone().then(
       (counts) => {
+        const prompt = promptTokens.reduce((sum, p, r) => sum + (run.reportedPrompt.get(r) ?? p), 0);
         const usage: Usage = {
-          promptTokens: promptTokens.reduce((a, b) => a + b, 0),
+          promptTokens: prompt,
           completionTokens: counts.completionTokens,
-          totalTokens: promptTokens.reduce((a, b) => a + b, 0) + counts.completionTokens,
+          totalTokens: prompt + counts.completionTokens,
           cachedTokens: counts.cachedTokens,
           reasoningTokens: counts.reasoningTokens,
         };
@@ -217,6 +220,8 @@ function inBatch(err: unknown, r: number): unknown {
 class BatchRun {
   readonly channel = new Channel<GenerationEvent>();
   sawOutput = false;
+  /** Prompt tokens an engine reported while generating, by request of the batch. */
+  readonly reportedPrompt = new Map<number, number>();
   private readonly abort = new AbortController();
   private readonly parts = new PartTracker();
   private readonly running: Array<Promise<ChoiceCounts>> = [];
@@ -291,6 +296,7 @@ class BatchRun {
           case "usage":
             if (chunk.reasoningTokens !== undefined) counts.reasoningTokens = chunk.reasoningTokens;
             if (chunk.completionTokens !== undefined) counts.completionTokens = chunk.completionTokens;
+            if (chunk.promptTokens !== undefined && seedOffset === 0) this.reportedPrompt.set(Math.floor(choice / req.n), chunk.promptTokens);
             continue;
           case "prompt":
             this.emit({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });

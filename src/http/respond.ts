@@ -31,17 +31,24 @@ export function routeEnv(
   dialect: string,
   namespace?: string,
 ): RouteEnv {
-  return { service, ctx: { requestId: String(request.id), dialect, namespace }, signal: abortOnDisconnect(reply) };
+  const ctx: RequestContext = { requestId: String(request.id), dialect, namespace, responseHeaders: {} };
+  contexts.set(reply, ctx);
+  return { service, ctx, signal: abortOnDisconnect(reply) };
 }
+
+/** The request context of each reply, so that headers an engine set reach the response. */
+const contexts = new WeakMap<FastifyReply, RequestContext>();
 
 /** Sends a route body's answer. */
 export async function sendResult(reply: FastifyReply, signal: AbortSignal, result: RouteResult): Promise<unknown> {
+  const engineHeaders = contexts.get(reply)?.responseHeaders;
   if (result.kind === "json") {
+    if (engineHeaders) void reply.headers(engineHeaders);
     if (result.headers) void reply.headers(result.headers);
     if (result.status) void reply.status(result.status);
     return result.body;
   }
-  await respondWithSse(reply, signal, result.write, result.errorEvent, result.headers);
+  await respondWithSse(reply, signal, result.write, result.errorEvent, { ...engineHeaders, ...result.headers });
   return reply;
 }
 

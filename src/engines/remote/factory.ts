@@ -1,0 +1,83 @@
+import type { EngineFactory } from "../../core/engine-factory.ts";
+import { call, readJson } from "./http.ts";
+import { ReplicaPool } from "./pool.ts";
+import { RemoteEngine } from "./remote-engine.ts";
+import type { RemoteSource } from "./source.ts";
+
+/** Base URL of a replica: what was given, less a trailing `/v1` (the engine adds API paths itself). */
+export function replicaBase(url: string): URL {
+  const u = new URL(url);
+  u.pathname = u.pathname.replace(/\/+$/, "").replace(/\/v1$/, "") + "/";
+  return u;
+}
+
+/**
+ * Remote models: asks the first replica that answers for its model list, to learn the upstream's
+ * model id (when not configured), its context length and whether it embeds.
+ */
+export function remoteFactory(): EngineFactory {
+  return async (spec, log) => {
+    const source = spec.source as RemoteSource;
+    const pool = new ReplicaPool(
+      source.urls.map(replicaBase),
+      { balance: source.balance, slots: source.slots, ejectAfter: source.ejectAfter, ejectMs: source.ejectMs, loadFactor: 1.25 },
+      log,
+    );
+    const headers: Record<string, string> = source.apiKey ? { authorization: `Bearer ${source.apiKey}` } : {};
+    let models: any[] | undefined;
+    const errors: string[] = [];
+    for (const r of pool.replicas) {
+      try {
+        const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: source.connectTimeoutMs });
+        const json = (await readJson(res)) as any;
+        if (res.status !== 200 || !Array.isArray(json?.data)) throw new Error(`GET /v1/models answered ${res.status}`);
+        models = json.data;
+        break;
+      } catch (err) {
+        errors.push(`${r.name}: ${(err as Error).message}`);
+      }
+    }
+    if (!models) throw new Error(`no replica of '${spec.id}' answered: ${errors.join("; ")}`);
+    const ids = models.map((m) => String(m?.id));
+    let upstreamModel = source.model;
+    if (upstreamModel === undefined) {
+      if (ids.includes(spec.id)) upstreamModel = spec.id;
+      else if (ids.length === 1) upstreamModel = ids[0];
+      else throw new Error(`the upstream serves ${ids.length} models (${ids.join(", ")}); name one with model: in the upstream's config entry`);
+    } else if (!ids.includes(upstreamModel)) {
+      throw new Error(`the upstream does not serve '${upstreamModel}' (it serves ${ids.join(", ")})`);
+    }
+    const entry = models.find((m) => String(m?.id) === upstreamModel) ?? {};
+    const contextSize = typeof entry.max_model_len === "number" && entry.max_model_len > 0 ? entry.max_model_len : undefined;
+    const embedding = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
+    const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding });
+    log(
+      `plinth: model '${spec.id}' ready: '${upstreamModel}' on ${pool.replicas.length} upstream replica(s), ` +
+        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}` : ""}`,
+    );
+    return engine;
+  };
+}
+
+/** Whether the upstream embeds with this model, and the vector size: one tiny request. */
+async function probeEmbedding(
+  pool: ReplicaPool,
+  model: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+  declared: any,
+): Promise<{ dimensions: number; pooling?: string } | undefined> {
+  for (const r of pool.replicas) {
+    try {
+      const res = await call(new URL("v1/embeddings", r.url), { body: { model, input: "plinth", encoding_format: "float" }, headers, headTimeoutMs: timeoutMs });
+      const json = (await readJson(res)) as any;
+      if (res.status !== 200) return undefined;
+      const v = json?.data?.[0]?.embedding;
+      if (!Array.isArray(v)) return undefined;
+      return { dimensions: v.length, pooling: typeof declared?.pooling === "string" && declared?.pooling_declared ? declared.pooling : undefined };
+    } catch {
+      continue;
+    }
+  }
+  return undefined;
+}

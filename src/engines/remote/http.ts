@@ -1,0 +1,232 @@
+import http from "node:http";
+import https from "node:https";
+
+/**
+ * A small HTTP client for upstream calls: keep-alive sockets per replica, a deadline for the
+ * response head, and a body read as raw chunks (for SSE) or whole (for JSON). Built on node:http
+ * rather than fetch so that a dead replica shows up as a socket error at once and an abort tears
+ * the socket down without buffering.
+ */
+
+/** Why an upstream call failed, in terms the pool and the failover logic act on. */
+export type FailureKind = "connect" | "timeout" | "status" | "protocol" | "aborted";
+
+export class UpstreamFailure extends Error {
+  constructor(
+    readonly kind: FailureKind,
+    message: string,
+    /** The upstream's HTTP status, for `status` failures. */
+    readonly status?: number,
+    /** The upstream's error body, parsed when it was JSON. */
+    readonly body?: unknown,
+    /** The upstream's Retry-After, in seconds, when it sent one. */
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+    this.name = "UpstreamFailure";
+  }
+
+  /** Whether another replica may do better: dead sockets, timeouts, overload and server errors. */
+  get retryable(): boolean {
+    if (this.kind === "aborted") return false;
+    if (this.kind === "status") return this.status === 429 || (this.status ?? 0) >= 500;
+    return true;
+  }
+}
+
+export interface UpstreamResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: http.IncomingMessage;
+}
+
+const agents = new Map<string, http.Agent>();
+
+function agentFor(url: URL): http.Agent {
+  const key = url.origin;
+  let agent = agents.get(key);
+  if (!agent) {
+    const Agent = url.protocol === "https:" ? https.Agent : http.Agent;
+    agent = new Agent({ keepAlive: true, keepAliveMsecs: 10_000, maxSockets: 1024, maxFreeSockets: 64 });
+    agents.set(key, agent);
+  }
+  return agent;
+}
+
+export interface CallOptions {
+  method?: "GET" | "POST";
+  body?: unknown;
+  headers?: Record<string, string>;
+  /** Ms until the response head must have arrived (connection, queueing and admission upstream). */
+  headTimeoutMs: number;
+  signal?: AbortSignal;
+}
+
+/** Sends a request and resolves once the response head is in (any status); the body is left to read. */
+export function call(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
+  return new Promise((resolve, reject) => {
+    if (opts.signal?.aborted) return reject(new UpstreamFailure("aborted", "the request was cancelled"));
+    const payload = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
+    const mod = url.protocol === "https:" ? https : http;
+    let settled = false;
+    const req = mod.request(url, {
+      method: opts.method ?? (payload ? "POST" : "GET"),
+      agent: agentFor(url),
+      headers: {
+        accept: "application/json, text/event-stream",
+        ...(payload ? { "content-type": "application/json", "content-length": String(payload.length) } : {}),
+        ...opts.headers,
+      },
+    });
+    const fail = (err: UpstreamFailure) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
+      req.destroy();
+      reject(err);
+    };
+    const onAbort = () => fail(new UpstreamFailure("aborted", "the request was cancelled"));
+    const timer = setTimeout(
+      () => fail(new UpstreamFailure("timeout", `no response from ${url.origin} within ${opts.headTimeoutMs} ms`)),
+      opts.headTimeoutMs,
+    );
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    req.on("error", (err) => fail(new UpstreamFailure("connect", `cannot reach ${url.origin}: ${(err as NodeJS.ErrnoException).code ?? err.message}`)));
+    req.on("response", (res) => {
+      if (settled) return void res.destroy();
+      settled = true;
+      clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
+      // Later aborts tear the body down; readers see the stream end with an error.
+      if (opts.signal) {
+        const onLateAbort = () => res.destroy(new UpstreamFailure("aborted", "the request was cancelled"));
+        opts.signal.addEventListener("abort", onLateAbort, { once: true });
+        res.once("close", () => opts.signal!.removeEventListener("abort", onLateAbort));
+      }
+      resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res });
+    });
+    req.end(payload);
+  });
+}
+
+/** Reads a whole body as text, within a size cap. */
+export async function readText(res: UpstreamResponse, limit = 64 * 1024 * 1024): Promise<string> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) {
+        res.body.destroy();
+        throw new UpstreamFailure("protocol", `the upstream's answer is larger than ${limit} bytes`);
+      }
+      parts.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof UpstreamFailure) throw err;
+    throw new UpstreamFailure("connect", `the upstream connection broke: ${(err as Error).message}`);
+  }
+  return Buffer.concat(parts).toString("utf8");
+}
+
+/** Reads a JSON body; a 2xx answer that is not JSON is a protocol failure. */
+export async function readJson(res: UpstreamResponse): Promise<unknown> {
+  const text = await readText(res);
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new UpstreamFailure("protocol", `the upstream answered ${res.status} with a body that is not JSON`);
+  }
+}
+
+/** The failure a non-2xx answer stands for, with the upstream's error body when it sent one. */
+export async function statusFailure(res: UpstreamResponse, origin: string): Promise<UpstreamFailure> {
+  let body: unknown;
+  let text = "";
+  try {
+    text = await readText(res, 1024 * 1024);
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  const retryAfter = Number(res.headers["retry-after"]);
+  return new UpstreamFailure(
+    "status",
+    `${origin} answered ${res.status}: ${upstreamMessage(body) ?? (text.slice(0, 200) || "(no body)")}`,
+    res.status,
+    body,
+    Number.isFinite(retryAfter) ? retryAfter : undefined,
+  );
+}
+
+/** The human message of an OpenAI-style (or FastAPI-style) error body. */
+export function upstreamMessage(body: unknown): string | undefined {
+  if (!body || typeof body !== "object") return undefined;
+  const b = body as Record<string, any>;
+  if (typeof b.error?.message === "string") return b.error.message;
+  if (typeof b.message === "string") return b.message;
+  if (typeof b.error === "string") return b.error;
+  if (typeof b.detail === "string") return b.detail;
+  if (Array.isArray(b.detail) && typeof b.detail[0]?.msg === "string") return b.detail[0].msg;
+  return undefined;
+}
+
+/**
+ * The `data:` payloads of a server-sent-events body, in order, until `[DONE]` or the end. Each read
+ * must arrive within `idleMs` (the first one within `firstMs`).
+ */
+export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number }): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let first = true;
+  const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      const ms = first ? timeouts.firstMs : timeouts.idleMs;
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          reject(new UpstreamFailure("timeout", first ? `no data from the upstream within ${ms} ms` : `the upstream stream stalled for ${ms} ms`));
+        }, ms);
+      });
+      let step: IteratorResult<Buffer>;
+      try {
+        step = await Promise.race([iterator.next(), timeout]);
+      } catch (err) {
+        if (err instanceof UpstreamFailure) throw err;
+        throw new UpstreamFailure("connect", `the upstream connection broke: ${(err as Error).message}`);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (step.done) break;
+      buffer += decoder.decode(step.value, { stream: true });
+      let end: number;
+      while ((end = eventEnd(buffer)) >= 0) {
+        const event = buffer.slice(0, end);
+        buffer = buffer.slice(end).replace(/^(\r?\n){1,2}/, "");
+        const data = event
+          .split(/\r?\n/)
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).replace(/^ /, ""))
+          .join("\n");
+        if (data === "") continue;
+        if (data === "[DONE]") return;
+        first = false;
+        yield data;
+      }
+    }
+    if (buffer.trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
+    throw new UpstreamFailure("protocol", "the upstream stream ended without [DONE]");
+  } finally {
+    res.body.destroy();
+  }
+}
+
+function eventEnd(buffer: string): number {
+  const a = buffer.indexOf("\n\n");
+  const b = buffer.indexOf("\r\n\r\n");
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return Math.min(a, b);
+}

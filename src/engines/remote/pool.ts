@@ -1,0 +1,259 @@
+import { createHash } from "node:crypto";
+
+/**
+ * The replicas behind one remote model and the choice of which serves a request.
+ *
+ * - Balancing: `prefix` sends requests that share an affinity key (a prompt prefix within one
+ *   isolation namespace) to the same replica through consistent hashing with bounded load: a key
+ *   walks the ring from its hash to the first replica that is available and not loaded beyond
+ *   `loadFactor` times the mean; when none qualifies it falls back to `least` (fewest outstanding
+ *   requests). `round-robin` takes available replicas in turn.
+ * - Health: `ejectAfter` consecutive failures eject a replica for `ejectMs` (doubling on each
+ *   failed re-admission, up to 16 times); then it is half-open: one request (or a passing active
+ *   check) decides whether it comes back. Active checks run every `healthIntervalMs`.
+ * - Slots: a replica runs at most `slots` requests at once; a request waits for a free slot.
+ */
+
+export type Balance = "prefix" | "least" | "round-robin";
+
+export interface PoolOptions {
+  balance: Balance;
+  slots: number;
+  ejectAfter: number;
+  ejectMs: number;
+  loadFactor: number;
+}
+
+type State = "up" | "ejected" | "half-open";
+
+export class Replica {
+  outstanding = 0;
+  state: State = "up";
+  failures = 0;
+  /** When an ejected replica may be tried again (ms since epoch). */
+  retryAt = 0;
+  /** Consecutive ejections, for the back-off of re-admission. */
+  ejections = 0;
+  /** Counters for metrics and tests. */
+  served = 0;
+  failed = 0;
+  /** A half-open replica lets one trial request through. */
+  trial = false;
+
+  constructor(
+    readonly url: URL,
+    readonly slots: number,
+  ) {}
+
+  get name(): string {
+    return this.url.origin + this.url.pathname.replace(/\/$/, "");
+  }
+}
+
+export interface Lease {
+  replica: Replica;
+  /** The request succeeded: clears the failure count, re-admits a half-open replica. */
+  success(): void;
+  /** The replica failed this request (not the client's fault): counts towards ejection. */
+  failure(): void;
+  /** Gives the slot back (always call, after success or failure). */
+  release(): void;
+}
+
+const VNODES = 64;
+
+export class ReplicaPool {
+  readonly replicas: Replica[];
+  private readonly ring: Array<{ point: number; replica: Replica }> = [];
+  private next = 0;
+  private readonly waiters: Array<() => void> = [];
+
+  constructor(
+    urls: URL[],
+    private readonly opts: PoolOptions,
+    private readonly log: (line: string) => void = () => {},
+  ) {
+    this.replicas = urls.map((u) => new Replica(u, opts.slots));
+    for (const r of this.replicas)
+      for (let v = 0; v < VNODES; v++) this.ring.push({ point: hash32(`${r.name}#${v}`), replica: r });
+    this.ring.sort((a, b) => a.point - b.point);
+  }
+
+  get totalSlots(): number {
+    return this.replicas.reduce((s, r) => s + r.slots, 0);
+  }
+
+  /** A replica may take a request now: up (or half-open with no trial running) and with a free slot. */
+  private available(r: Replica, now: number): boolean {
+    if (r.outstanding >= r.slots) return false;
+    if (r.state === "ejected" && now >= r.retryAt) {
+      r.state = "half-open";
+      r.trial = false;
+      this.log(`plinth: upstream ${r.name} is half-open; trying one request`);
+    }
+    if (r.state === "half-open") return !r.trial;
+    return r.state === "up";
+  }
+
+  /** Replicas that could ever serve now (not ejected, or due for a trial), slots aside. */
+  private serviceable(now: number, exclude: ReadonlySet<Replica>): Replica[] {
+    return this.replicas.filter((r) => !exclude.has(r) && (r.state !== "ejected" || now >= r.retryAt));
+  }
+
+  /**
+   * The replica a request should go to, without taking it: undefined when none is available now.
+   * `exclude` holds replicas this request already failed on.
+   */
+  choose(key: string | undefined, exclude: ReadonlySet<Replica> = new Set()): Replica | undefined {
+    const now = Date.now();
+    const candidates = this.replicas.filter((r) => !exclude.has(r) && this.available(r, now));
+    if (candidates.length === 0) return undefined;
+    if (this.opts.balance === "round-robin") {
+      for (let i = 0; i < this.replicas.length; i++) {
+        const r = this.replicas[(this.next + i) % this.replicas.length];
+        if (candidates.includes(r)) {
+          this.next = (this.next + i + 1) % this.replicas.length;
+          return r;
+        }
+      }
+    }
+    if (this.opts.balance === "prefix" && key !== undefined) {
+      const total = candidates.reduce((s, r) => s + r.outstanding, 0);
+      const bound = Math.ceil((this.opts.loadFactor * (total + 1)) / candidates.length);
+      const start = lowerBound(this.ring, hash32(key));
+      for (let i = 0; i < this.ring.length; i++) {
+        const r = this.ring[(start + i) % this.ring.length].replica;
+        if (candidates.includes(r) && r.outstanding < bound) return r;
+      }
+    }
+    return this.least(candidates);
+  }
+
+  private least(candidates: Replica[]): Replica {
+    // Ties go round the pool, so idle replicas share sequential traffic.
+    const offset = this.next++ % candidates.length;
+    let best = candidates[offset];
+    for (let i = 1; i < candidates.length; i++) {
+      const r = candidates[(offset + i) % candidates.length];
+      if (r.outstanding < best.outstanding) best = r;
+    }
+    return best;
+  }
+
+  /**
+   * Takes a slot on the best replica, waiting while every serviceable replica is full. Rejects with
+   * `NoReplica` when none can serve (all ejected, or all already tried by this request).
+   */
+  async acquire(key: string | undefined, exclude: ReadonlySet<Replica>, signal: AbortSignal, prefer?: Replica): Promise<Lease> {
+    for (;;) {
+      signal.throwIfAborted();
+      const now = Date.now();
+      const r = prefer && !exclude.has(prefer) && this.available(prefer, now) ? prefer : this.choose(key, exclude);
+      if (r) return this.lease(r);
+      if (this.serviceable(now, exclude).length === 0) throw new NoReplica();
+      await this.waitForChange(signal);
+    }
+  }
+
+  private lease(r: Replica): Lease {
+    r.outstanding++;
+    if (r.state === "half-open") r.trial = true;
+    let released = false;
+    return {
+      replica: r,
+      success: () => {
+        r.served++;
+        r.failures = 0;
+        if (r.state !== "up") {
+          this.log(`plinth: upstream ${r.name} is back`);
+          r.state = "up";
+          r.ejections = 0;
+        }
+      },
+      failure: () => this.recordFailure(r),
+      release: () => {
+        if (released) return;
+        released = true;
+        r.outstanding--;
+        if (r.state === "half-open") r.trial = false;
+        this.wake();
+      },
+    };
+  }
+
+  recordFailure(r: Replica): void {
+    r.failed++;
+    r.failures++;
+    if (r.state === "half-open" || (r.state === "up" && r.failures >= this.opts.ejectAfter)) {
+      r.ejections = Math.min(r.ejections + 1, 16);
+      r.state = "ejected";
+      r.retryAt = Date.now() + this.opts.ejectMs * 2 ** (r.ejections - 1);
+      this.log(`plinth: upstream ${r.name} ejected after ${r.failures} failures; retried in ${r.retryAt - Date.now()} ms`);
+      // Waiters that hoped for this replica must look again (or give up).
+      this.wake();
+      setTimeout(() => this.wake(), r.retryAt - Date.now() + 1).unref();
+    }
+  }
+
+  /** An active check passed: an up replica's failure count resets; an ejected one due for a trial comes back. */
+  recordHealthy(r: Replica): void {
+    if (r.state === "up") r.failures = 0;
+    else if (Date.now() >= r.retryAt) {
+      this.log(`plinth: upstream ${r.name} passed its health check and is back`);
+      r.state = "up";
+      r.failures = 0;
+      r.ejections = 0;
+      this.wake();
+    }
+  }
+
+  private waitForChange(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const done = () => {
+        signal.removeEventListener("abort", onAbort);
+        clearTimeout(timer);
+        resolve();
+      };
+      const onAbort = () => {
+        const i = this.waiters.indexOf(done);
+        if (i >= 0) this.waiters.splice(i, 1);
+        clearTimeout(timer);
+        reject(signal.reason);
+      };
+      // Also look again now and then: an ejected replica's retry time passes without an event.
+      const timer = setTimeout(() => {
+        const i = this.waiters.indexOf(done);
+        if (i >= 0) this.waiters.splice(i, 1);
+        done();
+      }, 250);
+      this.waiters.push(done);
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+}
+
+/** Every replica of the model is ejected (or was already tried by this request). */
+export class NoReplica extends Error {
+  constructor() {
+    super("no replica of this model is available");
+  }
+}
+
+export function hash32(text: string): number {
+  return createHash("sha1").update(text).digest().readUInt32BE(0);
+}
+
+function lowerBound(ring: Array<{ point: number }>, point: number): number {
+  let lo = 0;
+  let hi = ring.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (ring[mid].point < point) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo % ring.length;
+}

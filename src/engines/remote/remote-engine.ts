@@ -1,0 +1,369 @@
+import { createHash } from "node:crypto";
+import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
+import { ApiError, invalidField } from "../../core/errors.ts";
+import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
+import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage } from "./http.ts";
+import { NoReplica, type Replica, ReplicaPool } from "./pool.ts";
+import type { RemoteSource } from "./source.ts";
+import { chatBody, ChunkReader, completionBody, messagesToUpstream, refuseInexpressible, refusedByUpstream, UpstreamStreamError } from "./wire.ts";
+
+/** The response header that names the replica(s) that served a request. */
+export const UPSTREAM_HEADER = "x-plinth-upstream";
+
+interface RemotePrepared extends PreparedGeneration {
+  request: GenerationRequest;
+  mode: "chat" | "completion";
+  /** Affinity key for prefix balancing (namespace and prompt prefix). */
+  key: string;
+  /** The replica chosen while preparing (tokenize ran there); generation starts there if it can. */
+  prefer?: Replica;
+  /** Response headers shared with the request context: updated as replicas serve. */
+  responseHeaders: Record<string, string>;
+}
+
+/** What a pool-wide failure looks like to the client: try again later. */
+function unavailable(name: string, last: UpstreamFailure | undefined): ApiError {
+  if (last?.kind === "status" && last.status === 429)
+    return new ApiError(429, `Every replica of '${name}' is overloaded; retry shortly.`, {
+      code: "upstream_overloaded",
+      reason: "overloaded",
+      headers: { "retry-after": String(last.retryAfter ?? 1) },
+    });
+  return new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
+    code: "upstream_unavailable",
+    reason: "overloaded",
+    headers: { "retry-after": "2" },
+  });
+}
+
+/** A stream that already sent output to the client broke: the dialect ends it in its error form. */
+function brokeMidStream(name: string, err: Error): ApiError {
+  return new ApiError(502, `The upstream serving '${name}' failed mid-answer: ${err.message}`, { code: "upstream_error" });
+}
+
+/**
+ * A model served by OpenAI-compatible upstreams (vLLM, SGLang, llama-server, another Plinth): one
+ * pool of replicas behind one model id. It speaks the upstream's HTTP; the core above it schedules,
+ * applies stop strings and renders every dialect as for a local model.
+ */
+export class RemoteEngine implements Engine<RemotePrepared> {
+  readonly slots: number;
+  readonly embeddings?: Embedder;
+  private hasTokenize: boolean | undefined;
+  private healthTimer?: NodeJS.Timeout;
+  private readonly unsupported: ReadonlySet<string>;
+
+  constructor(
+    readonly id: string,
+    private readonly source: RemoteSource,
+    readonly pool: ReplicaPool,
+    /** The model's id on the upstream. */
+    readonly upstreamModel: string,
+    private readonly info: { contextSize?: number; embedding?: { dimensions: number; pooling?: string } },
+  ) {
+    this.slots = pool.totalSlots;
+    this.hasTokenize = source.tokenize ? undefined : false;
+    this.unsupported = new Set(source.unsupported);
+    if (info.embedding) this.embeddings = new RemoteEmbedder(this, info.embedding, info.contextSize);
+    if (source.healthIntervalMs > 0) {
+      this.healthTimer = setInterval(() => void this.checkHealth(), source.healthIntervalMs);
+      this.healthTimer.unref();
+    }
+  }
+
+  describe(): ModelDescription {
+    return {
+      id: this.id,
+      created: 0,
+      ownedBy: "upstream",
+      contextSize: this.info.contextSize ?? 0,
+      parallel: this.slots,
+      fingerprint: `fp_${createHash("sha256").update(`${this.upstreamModel}|${this.pool.replicas.map((r) => r.name).join(",")}`).digest("hex").slice(0, 10)}`,
+    };
+  }
+
+  headers(): Record<string, string> {
+    return this.source.apiKey ? { authorization: `Bearer ${this.source.apiKey}` } : {};
+  }
+
+  url(replica: Replica, path: string): URL {
+    return new URL(replica.url.href.replace(/\/$/, "") + path);
+  }
+
+  async prepare(request: GenerationRequest): Promise<RemotePrepared> {
+    refuseInexpressible(request, this.unsupported, this.id);
+    const mode = request.prompt.kind === "chat" ? "chat" : "completion";
+    const key = affinityKey(request);
+    const prefer = this.pool.choose(key);
+    const responseHeaders: Record<string, string> = {};
+    if (prefer) responseHeaders[UPSTREAM_HEADER] = prefer.name;
+    let promptTokens = 0;
+    let contextSize = this.info.contextSize;
+    if (request.prompt.kind === "tokens") promptTokens = request.prompt.tokens.length;
+    else if (this.hasTokenize !== false) {
+      const counted = await this.countTokens(request.prompt, prefer);
+      if (counted) {
+        promptTokens = counted.count;
+        contextSize = counted.contextSize ?? contextSize;
+      }
+    }
+    return { request, mode, key, prefer, responseHeaders, promptTokens, contextSize: this.hasTokenize ? contextSize : undefined, formatStops: [] };
+  }
+
+  /**
+   * Prompt tokens through the upstream's /tokenize (vLLM's shape, which Plinth serves too). An
+   * upstream without one is remembered, and the context check is left to it.
+   */
+  private async countTokens(prompt: PromptInput, prefer: Replica | undefined): Promise<{ count: number; contextSize?: number } | undefined> {
+    const body = prompt.kind === "chat" ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages) } : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
+    const json = (await this.request("/tokenize", body, prefer, true)) as any;
+    if (json === undefined) return undefined;
+    const count = typeof json.count === "number" ? json.count : Array.isArray(json.tokens) ? json.tokens.length : undefined;
+    if (count === undefined) {
+      this.hasTokenize = false;
+      return undefined;
+    }
+    this.hasTokenize = true;
+    return { count, contextSize: typeof json.max_model_len === "number" ? json.max_model_len : undefined };
+  }
+
+  /**
+   * A JSON call with failover (tokenize, detokenize, embeddings). With `optional`, an upstream
+   * that has no such route (404/405) answers undefined.
+   */
+  async request(path: string, body: unknown, prefer?: Replica, optional = false, signal = new AbortController().signal): Promise<unknown> {
+    const tried = new Set<Replica>();
+    let last: UpstreamFailure | undefined;
+    for (let attempt = 0; attempt < this.source.attempts; attempt++) {
+      let lease;
+      try {
+        lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined);
+      } catch (err) {
+        if (err instanceof NoReplica) throw unavailable(this.id, last);
+        throw err;
+      }
+      try {
+        const res = await call(this.url(lease.replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs + this.source.firstTokenTimeoutMs, signal });
+        if (res.status === 200) {
+          const json = await readJson(res);
+          lease.success();
+          return json;
+        }
+        const failure = await statusFailure(res, lease.replica.name);
+        if (optional && (res.status === 404 || res.status === 405)) {
+          lease.success();
+          if (path === "/tokenize") this.hasTokenize = false;
+          return undefined;
+        }
+        if (!failure.retryable) {
+          lease.success();
+          throw refusedByUpstream(res.status, failure.body, upstreamMessage(failure.body) ?? failure.message, this.id);
+        }
+        throw failure;
+      } catch (err) {
+        if (!(err instanceof UpstreamFailure) || !err.retryable) throw err;
+        lease.failure();
+        tried.add(lease.replica);
+        last = err;
+        await backoff(attempt);
+      } finally {
+        lease.release();
+      }
+    }
+    throw unavailable(this.id, last);
+  }
+
+  async *generate(prep: RemotePrepared, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk> {
+    const req = prep.request;
+    // The budget goes upstream only when the client set one: a budget the core derived from a
+    // context count made without tools could exceed what the upstream has left.
+    const maxTokens = req.maxTokens === undefined ? undefined : run.maxTokens;
+    const body = prep.mode === "chat" ? chatBody(req, this.upstreamModel, run.sampling, maxTokens) : completionBody(req, this.upstreamModel, run.sampling, maxTokens);
+    const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
+    const tried = new Set<Replica>();
+    let last: UpstreamFailure | undefined;
+    for (let attempt = 0; ; attempt++) {
+      let lease;
+      try {
+        lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined);
+      } catch (err) {
+        if (err instanceof NoReplica) throw unavailable(this.id, last);
+        throw err;
+      }
+      const name = lease.replica.name;
+      const served = prep.responseHeaders[UPSTREAM_HEADER];
+      if (attempt === 0 && !served) prep.responseHeaders[UPSTREAM_HEADER] = name;
+      else if (served && !served.split(", ").includes(name)) prep.responseHeaders[UPSTREAM_HEADER] = `${served}, ${name}`;
+      const reader = new ChunkReader(prep.mode);
+      try {
+        yield* this.stream(lease.replica, path, body, reader, signal);
+        lease.success();
+        return;
+      } catch (err) {
+        if (signal.aborted) throw signal.reason;
+        if (err instanceof ApiError) {
+          // The client's fault (a 4xx the upstream gave): the replica is fine.
+          lease.success();
+          throw err;
+        }
+        const failure =
+          err instanceof UpstreamFailure ? err : new UpstreamFailure("protocol", err instanceof UpstreamStreamError ? err.message : `the upstream stream was malformed: ${(err as Error).message}`);
+        lease.failure();
+        if (reader.sawOutput) throw brokeMidStream(this.id, failure);
+        tried.add(lease.replica);
+        last = failure;
+        if (attempt + 1 >= this.source.attempts) throw unavailable(this.id, last);
+        await backoff(attempt, signal);
+      } finally {
+        lease.release();
+      }
+    }
+  }
+
+  /** One attempt on one replica: the response head, then the SSE chunks as engine chunks. */
+  private async *stream(replica: Replica, path: string, body: unknown, reader: ChunkReader, signal: AbortSignal): AsyncGenerator<EngineChunk> {
+    const res = await call(this.url(replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs, signal });
+    if (res.status !== 200) {
+      const failure = await statusFailure(res, replica.name);
+      if (failure.retryable) throw failure;
+      throw refusedByUpstream(res.status, failure.body, upstreamMessage(failure.body) ?? failure.message, this.id);
+    }
+    const ms = this.source.firstTokenTimeoutMs;
+    const firstToken = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `no token from ${replica.name} within ${ms} ms`)), ms);
+    try {
+      for await (const data of sseData(res, { firstMs: Math.max(ms, this.source.idleTimeoutMs), idleMs: this.source.idleTimeoutMs })) {
+        let json: unknown;
+        try {
+          json = JSON.parse(data);
+        } catch {
+          throw new UpstreamStreamError("the upstream sent an event that is not JSON");
+        }
+        const chunks = reader.read(json);
+        if (reader.sawOutput) clearTimeout(firstToken);
+        for (const c of chunks) yield c;
+      }
+    } finally {
+      clearTimeout(firstToken);
+    }
+    yield* reader.finish();
+  }
+
+  async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
+    if (prompt.kind === "tokens") return prompt.tokens;
+    if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
+    const body =
+      prompt.kind === "chat"
+        ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages), add_special_tokens: addSpecial }
+        : { model: this.upstreamModel, prompt: prompt.text, add_special_tokens: addSpecial };
+    const json = (await this.request("/tokenize", body, undefined, true)) as any;
+    if (!json || !Array.isArray(json.tokens))
+      throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
+    return json.tokens;
+  }
+
+  async detokenize(tokens: number[]): Promise<string> {
+    const json = (await this.request("/detokenize", { model: this.upstreamModel, tokens }, undefined, true)) as any;
+    if (!json || typeof json.prompt !== "string")
+      throw new ApiError(501, `The upstream serving '${this.id}' has no detokenizer endpoint.`, { code: "not_implemented" });
+    return json.prompt;
+  }
+
+  /** Active checks: /health on every replica; a failure counts like a failed request. */
+  async checkHealth(): Promise<void> {
+    await Promise.all(
+      this.pool.replicas.map(async (r) => {
+        try {
+          const res = await call(this.url(r, "/health"), { headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs });
+          res.body.resume();
+          if (res.status === 200) this.pool.recordHealthy(r);
+          else if (r.state === "up") this.pool.recordFailure(r);
+        } catch {
+          if (r.state === "up") this.pool.recordFailure(r);
+        }
+      }),
+    );
+  }
+
+  async dispose(): Promise<void> {
+    clearInterval(this.healthTimer);
+  }
+}
+
+/**
+ * Embeddings through the upstream's /v1/embeddings. The core asks for each input's tokens before
+ * it embeds; the upstream does both in one call, so "tokenizing" embeds the input, keeps the vector
+ * for the `embed` call that follows and reports as many tokens as the upstream counted.
+ */
+class RemoteEmbedder implements Embedder {
+  readonly info: EmbeddingInfo;
+  private readonly vectors = new WeakMap<number[], Float32Array>();
+
+  constructor(
+    private readonly engine: RemoteEngine,
+    embedding: { dimensions: number; pooling?: string },
+    contextSize: number | undefined,
+  ) {
+    const pooling = embedding.pooling === "cls" || embedding.pooling === "last" || embedding.pooling === "mean" ? embedding.pooling : "mean";
+    this.info = {
+      dimensions: embedding.dimensions,
+      pooling,
+      poolingDeclared: embedding.pooling !== undefined,
+      maxInputTokens: contextSize ?? 2 ** 31 - 1,
+      vocabularySize: 2 ** 31 - 1,
+      slots: engine.pool.totalSlots,
+      embeddingOnly: false,
+    };
+  }
+
+  async tokenize(input: EmbedInput): Promise<number[]> {
+    const json = (await this.engine.request("/v1/embeddings", {
+      model: this.engine.upstreamModel,
+      input: input.kind === "text" ? input.text : input.tokens,
+      encoding_format: "float",
+    })) as any;
+    const vector = json?.data?.[0]?.embedding;
+    if (!Array.isArray(vector)) throw new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
+    const count = input.kind === "tokens" ? input.tokens.length : typeof json.usage?.prompt_tokens === "number" ? json.usage.prompt_tokens : 1;
+    const tokens = input.kind === "tokens" ? [...input.tokens] : new Array<number>(Math.max(1, count)).fill(0);
+    this.vectors.set(tokens, Float32Array.from(vector as number[]));
+    return tokens;
+  }
+
+  async embed(tokens: number[]): Promise<Float32Array> {
+    const v = this.vectors.get(tokens);
+    if (!v) throw new ApiError(500, "An embedding was asked for input that was not sent upstream.", { code: "internal_error" });
+    return v;
+  }
+}
+
+/**
+ * The prefix that decides which replica a request goes to, within its isolation namespace: the
+ * client's cache key when it gave one; else the conversation up to its first user turn (so every
+ * turn of one conversation lands where its earlier turns are cached); else the first 1 KiB of text.
+ */
+export function affinityKey(req: GenerationRequest): string {
+  const ns = req.isolationKey ?? "";
+  if (req.cacheKey !== undefined) return `${ns}\u0000key\u0000${req.cacheKey}`;
+  const p = req.prompt;
+  let prefix: string;
+  if (p.kind === "chat") {
+    const firstUser = p.messages.findIndex((m) => m.role === "user");
+    const head = p.messages.slice(0, firstUser < 0 ? 1 : firstUser + 1);
+    prefix = JSON.stringify(head.map((m) => [m.role, m.content])).slice(0, 4096);
+  } else if (p.kind === "text") prefix = p.text.slice(0, 1024);
+  else if (p.kind === "tokens") prefix = p.tokens.slice(0, 256).join(",");
+  else prefix = p.prefix.slice(0, 1024);
+  return `${ns}\u0000${p.kind}\u0000${prefix}`;
+}
+
+/** Jittered exponential back-off between attempts: about 25, 50, 100 ms …, at most 1 s. */
+function backoff(attempt: number, signal?: AbortSignal): Promise<void> {
+  const ms = Math.min(1000, 25 * 2 ** attempt) * (0.5 + Math.random());
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+}

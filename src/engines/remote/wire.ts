@@ -1,0 +1,309 @@
+import { createHash } from "node:crypto";
+import type { EngineChunk } from "../../core/engine.ts";
+import { ApiError, invalidField } from "../../core/errors.ts";
+import type { GenerationRequest, Message, TokenLogprob } from "../../core/types.ts";
+
+/**
+ * The upstream's OpenAI-compatible HTTP, and only that: canonical requests become request bodies
+ * for /v1/chat/completions and /v1/completions, and their SSE chunks become engine chunks. The
+ * field names here are the upstream protocol's, not those of any dialect Plinth serves.
+ */
+
+export type UpstreamBody = Record<string, unknown>;
+
+/**
+ * Refuses what OpenAI-compatible HTTP cannot carry at all, and what the operator declared the
+ * upstream lacks (`unsupported`, canonical field names), with a 400 naming the field.
+ */
+export function refuseInexpressible(req: GenerationRequest, unsupported: ReadonlySet<string>, name: string): void {
+  const lacks = (field: string, present: boolean) => {
+    if (present && unsupported.has(field)) throw invalidField(`{field} is not supported by the upstream serving '${name}'.`, field, "unsupported_parameter");
+  };
+  if (req.prompt.kind === "infill")
+    throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix", "unsupported_parameter");
+  if (req.echo) throw invalidField("{field} is not supported for models served by a remote upstream.", "echo", "unsupported_parameter");
+  req.tools?.forEach((t, i) => {
+    if (t.input) throw invalidField("{field} is a free-text tool; remote upstreams take function tools only.", `tools[${i}]`, "unsupported_parameter");
+  });
+  if (typeof req.toolChoice === "object" && "allowed" in req.toolChoice)
+    throw invalidField("{field} limits the tools to a subset, which remote upstreams do not support.", "toolChoice", "unsupported_parameter");
+  const s = req.sampling;
+  lacks("logitBias", s.logitBias.size > 0);
+  lacks("topK", s.topK > 0);
+  lacks("minP", s.minP > 0);
+  lacks("repetitionPenalty", s.repetitionPenalty !== 1);
+  lacks("seed", true);
+  lacks("stop", req.stop.length > 0);
+  lacks("logprobs", req.logprobs !== undefined);
+  lacks("tools", (req.tools?.length ?? 0) > 0);
+  lacks("responseFormat", req.responseFormat !== undefined);
+  lacks("reasoning", req.reasoning !== undefined);
+  lacks("reasoning.budgetTokens", req.reasoning?.budgetTokens !== undefined);
+  lacks("cacheKey", req.cacheKey !== undefined);
+}
+
+/** Messages in the upstream protocol's shape. */
+export function messagesToUpstream(messages: Message[]): UpstreamBody[] {
+  return messages.map((m) => ({
+    role: m.role,
+    content: m.role === "assistant" && m.content === "" && m.toolCalls?.length ? null : m.content,
+    ...(m.name ? { name: m.name } : {}),
+    ...(m.toolCalls?.length
+      ? { tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }
+      : {}),
+    ...(m.toolCallId ? { tool_call_id: m.toolCallId } : {}),
+  }));
+}
+
+/** Sampling and the fields chat and completions share; fields at their neutral value are left out. */
+function common(req: GenerationRequest, model: string, sampling: GenerationRequest["sampling"], maxTokens: number | undefined): UpstreamBody {
+  const s = sampling;
+  const body: UpstreamBody = {
+    model,
+    stream: true,
+    stream_options: { include_usage: true },
+    n: 1,
+    temperature: s.temperature,
+    top_p: s.topP,
+    seed: s.seed,
+  };
+  if (maxTokens !== undefined) body.max_tokens = maxTokens;
+  if (s.topK > 0) body.top_k = s.topK;
+  if (s.minP > 0) body.min_p = s.minP;
+  if (s.frequencyPenalty !== 0) body.frequency_penalty = s.frequencyPenalty;
+  if (s.presencePenalty !== 0) body.presence_penalty = s.presencePenalty;
+  if (s.repetitionPenalty !== 1) body.repetition_penalty = s.repetitionPenalty;
+  if (s.logitBias.size > 0) body.logit_bias = Object.fromEntries([...s.logitBias].map(([k, v]) => [String(k), v]));
+  if (req.stop.length > 0) body.stop = req.stop;
+  // The isolation namespace becomes the upstream's cache salt (vLLM, SGLang and Plinth keep prompt
+  // caches apart by it); hashed so that the user names inside it do not travel upstream.
+  if (req.isolationKey !== undefined) body.cache_salt = createHash("sha256").update(req.isolationKey).digest("hex").slice(0, 32);
+  if (req.cachePrompt === false) body.cache_prompt = false;
+  if (req.cacheKey !== undefined) body.prompt_cache_key = req.cacheKey;
+  return body;
+}
+
+export function chatBody(req: GenerationRequest, model: string, sampling: GenerationRequest["sampling"], maxTokens: number | undefined): UpstreamBody {
+  if (req.prompt.kind !== "chat") throw new Error("chatBody needs a chat prompt");
+  const body = common(req, model, sampling, maxTokens);
+  body.messages = messagesToUpstream(req.prompt.messages);
+  if (req.logprobs !== undefined) {
+    body.logprobs = true;
+    if (req.logprobs > 0) body.top_logprobs = req.logprobs;
+  }
+  if (req.tools?.length) {
+    body.tools = req.tools.map((t) => ({
+      type: "function",
+      function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.parameters, ...(t.strict ? { strict: true } : {}) },
+    }));
+    const choice = req.toolChoice;
+    body.tool_choice = typeof choice === "object" && "name" in choice ? { type: "function", function: { name: choice.name } } : (choice ?? "auto");
+    if (req.parallelToolCalls === false) body.parallel_tool_calls = false;
+  }
+  const rf = req.responseFormat;
+  if (rf?.type === "json_object") body.response_format = { type: "json_object" };
+  else if (rf?.type === "json_schema")
+    body.response_format = { type: "json_schema", json_schema: { name: "response", schema: rf.schema, strict: rf.strict } };
+  const r = req.reasoning;
+  if (r) {
+    if (r.enabled !== undefined) body.chat_template_kwargs = { enable_thinking: r.enabled };
+    if (r.effort !== undefined) body.reasoning_effort = r.effort;
+    else if (r.enabled === false) body.reasoning_effort = "none";
+    if (r.budgetTokens !== undefined) body.reasoning = { budget_tokens: r.budgetTokens };
+  }
+  return body;
+}
+
+export function completionBody(req: GenerationRequest, model: string, sampling: GenerationRequest["sampling"], maxTokens: number | undefined): UpstreamBody {
+  const body = common(req, model, sampling, maxTokens);
+  if (req.prompt.kind === "text") body.prompt = req.prompt.text;
+  else if (req.prompt.kind === "tokens") body.prompt = req.prompt.tokens;
+  else throw new Error("completionBody needs a text or token prompt");
+  if (req.logprobs !== undefined) body.logprobs = req.logprobs;
+  if (req.tools?.length || req.responseFormat)
+    throw invalidField("{field} needs a chat prompt when the model is served by a remote upstream.", req.tools?.length ? "tools" : "responseFormat");
+  return body;
+}
+
+const encoder = new TextEncoder();
+
+function logprobEntry(token: string, logprob: number | null, bytes: unknown, top: TokenLogprob["top"]): TokenLogprob {
+  return { token, bytes: Array.isArray(bytes) ? (bytes as number[]) : [...encoder.encode(token)], logprob, top };
+}
+
+/** Chat logprobs entries ({token, logprob, bytes, top_logprobs}) in canonical form. */
+function chatLogprobs(entries: unknown): TokenLogprob[] | undefined {
+  if (!Array.isArray(entries)) return undefined;
+  return entries.map((e: any) =>
+    logprobEntry(
+      String(e?.token ?? ""),
+      typeof e?.logprob === "number" ? e.logprob : null,
+      e?.bytes,
+      Array.isArray(e?.top_logprobs)
+        ? e.top_logprobs.map((t: any) => ({
+            token: String(t?.token ?? ""),
+            bytes: Array.isArray(t?.bytes) ? t.bytes : [...encoder.encode(String(t?.token ?? ""))],
+            logprob: Number(t?.logprob ?? 0),
+          }))
+        : [],
+    ),
+  );
+}
+
+/** Legacy completions logprobs (parallel arrays, alternatives as maps) in canonical form. */
+function legacyLogprobs(lp: any): TokenLogprob[] | undefined {
+  if (!lp || !Array.isArray(lp.tokens)) return undefined;
+  return lp.tokens.map((token: string, i: number) => {
+    const top = lp.top_logprobs?.[i];
+    return logprobEntry(
+      token,
+      typeof lp.token_logprobs?.[i] === "number" ? lp.token_logprobs[i] : null,
+      undefined,
+      top && typeof top === "object"
+        ? Object.entries(top as Record<string, number>).map(([t, l]) => ({ token: t, bytes: [...encoder.encode(t)], logprob: l }))
+        : [],
+    );
+  });
+}
+
+export interface StreamTotals {
+  promptTokens?: number;
+  completionTokens?: number;
+  cachedTokens?: number;
+  reasoningTokens?: number;
+  finish?: "stop" | "length" | "tool_calls";
+}
+
+/**
+ * Turns the upstream's stream chunks (parsed JSON) into engine chunks, one chunk at a time; the
+ * totals (usage, finish reason) are kept for the end of the stream.
+ */
+export class ChunkReader {
+  readonly totals: StreamTotals = {};
+  /** True once a chunk carried generated output (text, thinking, a tool call). */
+  sawOutput = false;
+  private readonly calls = new Set<number>();
+
+  constructor(private readonly mode: "chat" | "completion") {}
+
+  read(chunk: any): EngineChunk[] {
+    if (chunk && typeof chunk === "object" && chunk.error !== undefined) {
+      const message = typeof chunk.error?.message === "string" ? chunk.error.message : JSON.stringify(chunk.error);
+      throw new UpstreamStreamError(`the upstream ended its stream with an error: ${message}`);
+    }
+    if (!chunk || typeof chunk !== "object" || (chunk.choices !== undefined && !Array.isArray(chunk.choices)))
+      throw new UpstreamStreamError("the upstream sent a stream chunk that is not a completion chunk");
+    const out: EngineChunk[] = [];
+    if (chunk.usage) this.usage(chunk.usage);
+    const choice = chunk.choices?.[0];
+    if (!choice) return out;
+    if (this.mode === "completion") {
+      const lp = legacyLogprobs(choice.logprobs);
+      if (typeof choice.text === "string" && (choice.text !== "" || lp?.length)) {
+        out.push({ kind: "text", text: choice.text, tokens: lp?.length ?? 1, ...(lp ? { logprobs: lp } : {}) });
+      }
+    } else {
+      const delta = choice.delta ?? {};
+      const reasoning = typeof delta.reasoning_content === "string" ? delta.reasoning_content : typeof delta.reasoning === "string" ? delta.reasoning : undefined;
+      if (reasoning) {
+        const lp = chatLogprobs(choice.logprobs?.reasoning_content);
+        out.push({ kind: "text", channel: "reasoning", text: reasoning, tokens: lp?.length || 1, ...(lp ? { logprobs: lp } : {}) });
+      }
+      if (typeof delta.content === "string" && delta.content !== "") {
+        const lp = chatLogprobs(choice.logprobs?.content);
+        out.push({ kind: "text", text: delta.content, tokens: lp?.length || 1, ...(lp ? { logprobs: lp } : {}) });
+      }
+      if (Array.isArray(delta.tool_calls)) {
+        for (const call of delta.tool_calls) {
+          const index = Number.isInteger(call?.index) ? call.index : 0;
+          if (!this.calls.has(index)) {
+            const name = call?.function?.name;
+            if (typeof name !== "string" || name === "") throw new UpstreamStreamError("the upstream started a tool call without a name");
+            this.calls.add(index);
+            out.push({ kind: "tool-call", index, name });
+          }
+          const args = call?.function?.arguments;
+          if (typeof args === "string" && args !== "") out.push({ kind: "tool-call-arguments", index, text: args, tokens: 1 });
+        }
+      }
+    }
+    if (out.length > 0) this.sawOutput = true;
+    const reason = choice.finish_reason;
+    if (typeof reason === "string") this.totals.finish = reason === "length" ? "length" : reason === "tool_calls" ? "tool_calls" : "stop";
+    return out;
+  }
+
+  private usage(u: any): void {
+    if (typeof u.prompt_tokens === "number") this.totals.promptTokens = u.prompt_tokens;
+    if (typeof u.completion_tokens === "number") this.totals.completionTokens = u.completion_tokens;
+    const cached = u.prompt_tokens_details?.cached_tokens;
+    if (typeof cached === "number") this.totals.cachedTokens = cached;
+    const reasoning = u.completion_tokens_details?.reasoning_tokens;
+    if (typeof reasoning === "number") this.totals.reasoningTokens = reasoning;
+  }
+
+  /** What ends the choice: the upstream's counts, then its finish reason. */
+  finish(): EngineChunk[] {
+    const t = this.totals;
+    const out: EngineChunk[] = [];
+    if (t.cachedTokens) out.push({ kind: "cached", tokens: t.cachedTokens });
+    if (t.completionTokens !== undefined || t.promptTokens !== undefined)
+      out.push({ kind: "usage", completionTokens: t.completionTokens, reasoningTokens: t.reasoningTokens, promptTokens: t.promptTokens });
+    out.push({ kind: "end", reason: t.finish ?? "stop" });
+    return out;
+  }
+}
+
+/** The upstream's stream was not what the protocol promises (bad JSON, an error event). */
+export class UpstreamStreamError extends Error {}
+
+/** The canonical field an upstream's wire parameter stands for; undefined when there is none. */
+export function canonicalField(param: unknown): string | undefined {
+  if (typeof param !== "string" || param === "") return undefined;
+  const root = param.split(/[.[]/)[0];
+  const map: Record<string, string> = {
+    messages: "prompt",
+    prompt: "prompt",
+    max_tokens: "maxTokens",
+    max_completion_tokens: "maxTokens",
+    logit_bias: "logitBias",
+    logprobs: "logprobs",
+    top_logprobs: "logprobs",
+    response_format: "responseFormat",
+    tool_choice: "toolChoice",
+    tools: "tools",
+    reasoning: "reasoning",
+    reasoning_effort: "reasoning",
+    chat_template_kwargs: "reasoning",
+    top_p: "topP",
+    top_k: "topK",
+    min_p: "minP",
+    frequency_penalty: "frequencyPenalty",
+    presence_penalty: "presencePenalty",
+    repetition_penalty: "repetitionPenalty",
+    temperature: "temperature",
+    seed: "seed",
+    stop: "stop",
+    n: "n",
+  };
+  return map[root];
+}
+
+/** Whether an upstream's 400 is about the prompt not fitting the model's context. */
+export function isContextError(status: number, body: unknown, message: string): boolean {
+  const code = (body as any)?.error?.code ?? (body as any)?.code;
+  if (code === "context_length_exceeded") return true;
+  if (status !== 400 && status !== 413 && status !== 422) return false;
+  return /context length|context window|maximum context|context size|too many tokens|exceeds the (?:available )?context|prompt is too long/i.test(message);
+}
+
+/** A 400 for a request the upstream refused as the client's fault, naming the field when it can. */
+export function refusedByUpstream(status: number, body: unknown, message: string, name: string): ApiError {
+  if (isContextError(status, body, message))
+    return new ApiError(400, `The prompt does not fit the context of '${name}': ${message}`, { field: "prompt", code: "context_length_exceeded" });
+  const field = canonicalField((body as any)?.error?.param ?? (body as any)?.param);
+  return new ApiError(400, field ? `{field}: the upstream serving '${name}' refused it: ${message}` : `The upstream serving '${name}' refused the request: ${message}`, {
+    field: field ?? null,
+    code: "upstream_rejected",
+  });
+}
