@@ -67,6 +67,11 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   describe(): ModelDescription;
   /** Renders and tokenizes the prompt and checks it against the model's limits. Throws ApiError. */
   prepare(request: GenerationRequest): Promise<P>;
+  /**
+   * A prepared request that will not run (refused at admission, a sibling in its batch refused, or
+   * only measured): frees what `prepare` may hold, such as an upstream request already sent.
+   */
+  discard?(prepared: P): void;
   /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
   pickSlot?(prepared: P, free: readonly number[]): number;
   /** Generates one choice. Ending iteration early stops the generation. */

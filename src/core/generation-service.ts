@@ -51,13 +51,17 @@ export class GenerationService {
     const { engine, scheduler } = this.registry.resolve(batch[0].model);
     const reqs = batch.map((r) => ({ ...r, isolationKey: ctx.namespace }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
+    const discardAll = () => prepared.forEach((p) => engine.discard?.(p.prep));
     for (const [r, req] of reqs.entries()) {
+      let prep: PreparedGeneration | undefined;
       try {
-        const prep = await engine.prepare(req);
+        prep = await engine.prepare(req);
         // The engine keeps writing through prep, so both name the context's (shared) object.
         if (prep.responseHeaders && ctx.responseHeaders && r === 0) prep.responseHeaders = Object.assign(ctx.responseHeaders, prep.responseHeaders);
         prepared.push({ prep, maxTokens: checkContext(req, prep) });
       } catch (err) {
+        if (prep) engine.discard?.(prep);
+        discardAll();
         throw reqs.length > 1 ? inBatch(err, r) : err;
       }
     }
@@ -65,7 +69,12 @@ export class GenerationService {
     // A request too large for the model's capacity is the fault of its `n`, or, for a batch whose
     // choices only add up past it, of the number of prompts.
     const tooLarge = reqs.length === 1 || reqs.some((r) => r.n > scheduler.capacity) ? "n" : "prompt";
-    scheduler.admit(jobs, tooLarge);
+    try {
+      scheduler.admit(jobs, tooLarge);
+    } catch (err) {
+      discardAll();
+      throw err;
+    }
     const promptTokens = prepared.map((p) => p.prep.promptTokens);
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
 
@@ -129,6 +138,7 @@ export class GenerationService {
   async measure(ctx: RequestContext, req: GenerationRequest): Promise<number> {
     const { engine } = this.registry.resolve(req.model);
     const prep = await engine.prepare({ ...req, isolationKey: ctx.namespace });
+    engine.discard?.(prep);
     checkContext(req, prep);
     return prep.promptTokens;
   }
@@ -277,7 +287,10 @@ class BatchRun {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
-    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey);
+    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey).catch((err: unknown) => {
+      engine.discard?.(prep);
+      throw err;
+    });
     this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {

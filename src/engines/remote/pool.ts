@@ -155,6 +155,12 @@ export class ReplicaPool {
     }
   }
 
+  /** A slot on the best replica if one is free now; never waits. */
+  tryAcquire(key: string | undefined, exclude: ReadonlySet<Replica>, prefer?: Replica): Lease | undefined {
+    const r = prefer && !exclude.has(prefer) && this.available(prefer, Date.now()) ? prefer : this.choose(key, exclude);
+    return r ? this.lease(r) : undefined;
+  }
+
   private lease(r: Replica): Lease {
     r.outstanding++;
     if (r.state === "half-open") r.trial = true;

@@ -2,8 +2,8 @@ import { createHash } from "node:crypto";
 import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
-import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage } from "./http.ts";
-import { NoReplica, type Replica, ReplicaPool } from "./pool.ts";
+import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
+import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
 import type { RemoteSource } from "./source.ts";
 import { chatBody, ChunkReader, completionBody, messagesToUpstream, refuseInexpressible, refusedByUpstream, UpstreamStreamError } from "./wire.ts";
 
@@ -19,6 +19,12 @@ interface RemotePrepared extends PreparedGeneration {
   prefer?: Replica;
   /** Response headers shared with the request context: updated as replicas serve. */
   responseHeaders: Record<string, string>;
+  /**
+   * The first choice's upstream request, already answered with 200 while preparing, so that what
+   * the upstream refuses is refused before the client's response starts. Taken by `generate`, or
+   * closed by `discard` when the request does not run.
+   */
+  opened?: { lease: Lease; res: UpstreamResponse; seed: number };
 }
 
 /** What a pool-wide failure looks like to the client: try again later. */
@@ -107,7 +113,75 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         contextSize = counted.contextSize ?? contextSize;
       }
     }
-    return { request, mode, key, prefer, responseHeaders, promptTokens, contextSize: this.hasTokenize ? contextSize : undefined, formatStops: [] };
+    const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, promptTokens, contextSize: this.hasTokenize ? contextSize : undefined, formatStops: [] };
+    // What the core will refuse anyway (the counted prompt and budget do not fit) is not sent.
+    const fits = prep.contextSize === undefined || promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
+    if (fits) prep.opened = await this.open(prep);
+    return prep;
+  }
+
+  /**
+   * Sends the first choice upstream and waits for the response head, trying other replicas after
+   * failures that are not the client's. Upstreams check a request before they answer its head, so
+   * their refusals (context, features they lack) become a 400 here, before the client's stream
+   * starts. When every replica is busy this is left to `generate`, which waits its turn.
+   */
+  private async open(prep: RemotePrepared): Promise<RemotePrepared["opened"]> {
+    const req = prep.request;
+    const body = this.body(prep, req.sampling, req.maxTokens);
+    const tried = new Set<Replica>();
+    let last: UpstreamFailure | undefined;
+    for (let attempt = 0; attempt < this.source.attempts; attempt++) {
+      const lease = this.pool.tryAcquire(prep.key, tried, attempt === 0 ? prep.prefer : undefined);
+      if (!lease) {
+        if (this.pool.replicas.every((r) => tried.has(r) || r.state === "ejected")) throw unavailable(this.id, last);
+        return undefined;
+      }
+      this.noteReplica(prep, lease.replica, attempt);
+      try {
+        const res = await call(this.url(lease.replica, prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions"), {
+          body,
+          headers: this.headers(),
+          headTimeoutMs: this.source.connectTimeoutMs,
+        });
+        if (res.status === 200) return { lease, res, seed: req.sampling.seed >>> 0 };
+        const failure = await statusFailure(res, lease.replica.name);
+        if (!failure.retryable) {
+          lease.success();
+          lease.release();
+          throw refusedByUpstream(res.status, failure.body, upstreamMessage(failure.body) ?? failure.message, this.id);
+        }
+        throw failure;
+      } catch (err) {
+        if (!(err instanceof UpstreamFailure)) throw err;
+        lease.failure();
+        lease.release();
+        tried.add(lease.replica);
+        last = err;
+        await backoff(attempt);
+      }
+    }
+    throw unavailable(this.id, last);
+  }
+
+  /** A prepared request that will not run: close the upstream request opened for it. */
+  discard(prep: RemotePrepared): void {
+    const opened = prep.opened;
+    prep.opened = undefined;
+    if (!opened) return;
+    opened.res.body.destroy();
+    opened.lease.release();
+  }
+
+  private body(prep: RemotePrepared, sampling: GenerationRequest["sampling"], maxTokens: number | undefined) {
+    return prep.mode === "chat" ? chatBody(prep.request, this.upstreamModel, sampling, maxTokens) : completionBody(prep.request, this.upstreamModel, sampling, maxTokens);
+  }
+
+  /** Records in the response header which replicas served. */
+  private noteReplica(prep: RemotePrepared, replica: Replica, attempt: number): void {
+    const served = prep.responseHeaders[UPSTREAM_HEADER];
+    if (attempt === 0 || !served) prep.responseHeaders[UPSTREAM_HEADER] = replica.name;
+    else if (!served.split(", ").includes(replica.name)) prep.responseHeaders[UPSTREAM_HEADER] = `${served}, ${replica.name}`;
   }
 
   /**
@@ -178,25 +252,30 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // The budget goes upstream only when the client set one: a budget the core derived from a
     // context count made without tools could exceed what the upstream has left.
     const maxTokens = req.maxTokens === undefined ? undefined : run.maxTokens;
-    const body = prep.mode === "chat" ? chatBody(req, this.upstreamModel, run.sampling, maxTokens) : completionBody(req, this.upstreamModel, run.sampling, maxTokens);
+    const body = this.body(prep, run.sampling, maxTokens);
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
+    // The first choice takes the request opened while preparing (same seed, same budget).
+    let opened = prep.opened?.seed === run.sampling.seed ? prep.opened : undefined;
+    if (opened) prep.opened = undefined;
     for (let attempt = 0; ; attempt++) {
-      let lease;
-      try {
-        lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined);
-      } catch (err) {
-        if (err instanceof NoReplica) throw unavailable(this.id, last);
-        throw err;
+      let lease: Lease;
+      if (opened) lease = opened.lease;
+      else {
+        try {
+          lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined);
+        } catch (err) {
+          if (err instanceof NoReplica) throw unavailable(this.id, last);
+          throw err;
+        }
+        this.noteReplica(prep, lease.replica, attempt === 0 && !prep.responseHeaders[UPSTREAM_HEADER] ? 0 : 1);
       }
-      const name = lease.replica.name;
-      const served = prep.responseHeaders[UPSTREAM_HEADER];
-      if (attempt === 0 && !served) prep.responseHeaders[UPSTREAM_HEADER] = name;
-      else if (served && !served.split(", ").includes(name)) prep.responseHeaders[UPSTREAM_HEADER] = `${served}, ${name}`;
       const reader = new ChunkReader(prep.mode);
+      const res = opened?.res;
+      opened = undefined;
       try {
-        yield* this.stream(lease.replica, path, body, reader, signal);
+        yield* this.stream(lease.replica, path, body, reader, signal, res);
         lease.success();
         return;
       } catch (err) {
@@ -221,8 +300,22 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   /** One attempt on one replica: the response head, then the SSE chunks as engine chunks. */
-  private async *stream(replica: Replica, path: string, body: unknown, reader: ChunkReader, signal: AbortSignal): AsyncGenerator<EngineChunk> {
-    const res = await call(this.url(replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs, signal });
+  private async *stream(
+    replica: Replica,
+    path: string,
+    body: unknown,
+    reader: ChunkReader,
+    signal: AbortSignal,
+    opened?: UpstreamResponse,
+  ): AsyncGenerator<EngineChunk> {
+    let res: UpstreamResponse;
+    if (opened) {
+      res = opened;
+      const onAbort = () => res.body.destroy(new UpstreamFailure("aborted", "the request was cancelled"));
+      if (signal.aborted) onAbort();
+      signal.addEventListener("abort", onAbort, { once: true });
+      res.body.once("close", () => signal.removeEventListener("abort", onAbort));
+    } else res = await call(this.url(replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs, signal });
     if (res.status !== 200) {
       const failure = await statusFailure(res, replica.name);
       if (failure.retryable) throw failure;

@@ -299,9 +299,12 @@ export function isContextError(status: number, body: unknown, message: string): 
 
 /** A 400 for a request the upstream refused as the client's fault, naming the field when it can. */
 export function refusedByUpstream(status: number, body: unknown, message: string, name: string): ApiError {
-  if (isContextError(status, body, message))
-    return new ApiError(400, `The prompt does not fit the context of '${name}': ${message}`, { field: "prompt", code: "context_length_exceeded" });
   const field = canonicalField((body as any)?.error?.param ?? (body as any)?.param);
+  if (isContextError(status, body, message))
+    return new ApiError(400, `${field === "maxTokens" ? "{field} does not fit" : "The prompt does not fit"} the context of '${name}': ${message}`, {
+      field: field === "maxTokens" ? "maxTokens" : "prompt",
+      code: "context_length_exceeded",
+    });
   return new ApiError(400, field ? `{field}: the upstream serving '${name}' refused it: ${message}` : `The upstream serving '${name}' refused the request: ${message}`, {
     field: field ?? null,
     code: "upstream_rejected",

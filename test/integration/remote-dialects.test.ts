@@ -1,0 +1,197 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+// Two real Plinth servers on the fixture models are the upstreams; a third fronts them as "rt"
+// (the tiny model) and "rk" (the thinking/tool-calling model) and serves its own local "tiny" beside.
+let up: TestServer[] = [];
+let router: TestServer;
+
+before(async () => {
+  up = [await startTestServer({ "ctx-size": "512" }, { think: true }), await startTestServer({ "ctx-size": "512" }, { think: true })];
+  const urls = up.map((u) => u.url);
+  router = await startTestServer({
+    upstream: [
+      { name: "rt", url: urls, model: "tiny" },
+      { name: "rk", url: urls.map((u) => `${u}/v1`), model: "think" },
+      { name: "strict", url: urls[0], model: "tiny", unsupported: ["logitBias"] },
+    ],
+    "health-interval": "0",
+  });
+});
+after(async () => {
+  await router?.close();
+  for (const u of up) await u.close();
+});
+
+const ask = { messages: [{ role: "user" as const, content: "Tell me about the river and the king." }], max_tokens: 10, temperature: 0, logit_bias: NO_EOG };
+
+test("chat through the router answers as the upstream does, names its replica and counts usage", async () => {
+  const direct = await up[0].http.chat({ model: "tiny", ...ask });
+  const r = await router.http.post("/v1/chat/completions", { model: "rt", ...ask });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.model, "rt");
+  assert.equal(r.json.choices[0].message.content, direct.choices[0].message.content);
+  assert.equal(r.json.choices[0].finish_reason, "length");
+  assert.equal(r.json.usage!.prompt_tokens, direct.usage!.prompt_tokens);
+  assert.equal(r.json.usage!.completion_tokens, 10);
+  assert.ok(up.map((u) => u.url).includes(r.headers.get("x-plinth-upstream")!), String(r.headers.get("x-plinth-upstream")));
+});
+
+test("a stream with logprobs and usage: the same tokens and log probabilities as the upstream's own", async () => {
+  const body = { ...ask, max_tokens: 6, logprobs: true, top_logprobs: 2, stream_options: { include_usage: true } };
+  const direct = await up[1].http.chatStream({ model: "tiny", ...body });
+  const s = await router.http.chatStream({ model: "rt", ...body } as any);
+  assert.ok(s.done, s.text);
+  assert.deepEqual(s.errors, []);
+  assert.equal(s.content, direct.content);
+  const lps = (x: typeof s) => x.chunks.flatMap((c) => c.choices.flatMap((ch: any) => ch.logprobs?.content ?? []));
+  const mine = lps(s);
+  assert.equal(mine.length, 6);
+  assert.deepEqual(
+    mine.map((e: any) => [e.token, e.bytes, e.top_logprobs.length]),
+    lps(direct).map((e: any) => [e.token, e.bytes, e.top_logprobs.length]),
+  );
+  for (const [i, e] of mine.entries()) assert.ok(Math.abs(e.logprob - lps(direct)[i].logprob) < 1e-6);
+  assert.equal(s.usage!.completion_tokens, 6);
+  assert.ok(s.headers.get("x-plinth-upstream"));
+});
+
+test("n choices: each runs upstream with its own seed, as a local model would", async () => {
+  const r = await router.http.chat({ model: "rt", ...ask, temperature: 1, seed: 7, n: 3 } as any);
+  assert.equal(r.choices.length, 3);
+  const local = await router.http.chat({ model: "tiny", ...ask, temperature: 1, seed: 7, n: 3 });
+  assert.deepEqual(
+    r.choices.map((c) => c.message.content),
+    local.choices.map((c) => c.message.content),
+  );
+});
+
+test("tools: a forced call arrives as a tool call with valid arguments, JSON and streamed", async () => {
+  const tools = [
+    {
+      type: "function" as const,
+      function: {
+        name: "get_weather",
+        parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"], additionalProperties: false },
+        strict: true,
+      },
+    },
+  ];
+  const body = { messages: [{ role: "user" as const, content: "Weather in Paris?" }], tools, tool_choice: "required" as const, reasoning_effort: "none" as const, max_tokens: 80, seed: 3 };
+  const r = await router.http.chat({ model: "rk", ...body } as any);
+  const call = r.choices[0].message.tool_calls![0];
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  assert.equal(call.function.name, "get_weather");
+  assert.equal(typeof JSON.parse(call.function.arguments).city, "string");
+  const s = await router.http.chatStream({ model: "rk", ...body } as any);
+  const deltas = s.chunks.flatMap((c) => c.choices.flatMap((ch: any) => ch.delta.tool_calls ?? []));
+  assert.equal(deltas[0].function.name, "get_weather");
+  assert.match(deltas[0].id, /^call_/);
+  assert.equal(typeof JSON.parse(deltas.map((d: any) => d.function.arguments ?? "").join("")).city, "string");
+  assert.equal(s.finishReason, "tool_calls");
+});
+
+test("json_schema: the upstream's constrained answer validates", async () => {
+  const schema = { type: "object", properties: { ok: { type: "boolean" }, n: { type: "integer", minimum: 0, maximum: 9 } }, required: ["ok", "n"], additionalProperties: false };
+  for (const seed of [1, 2]) {
+    const r = await router.http.chat({
+      model: "rt",
+      messages: [{ role: "user", content: "JSON please" }],
+      response_format: { type: "json_schema", json_schema: { name: "x", schema, strict: true } },
+      max_tokens: 60,
+      seed,
+    });
+    const value = JSON.parse(r.choices[0].message.content!);
+    assert.deepEqual(Object.keys(value).sort(), ["n", "ok"]);
+    assert.equal(typeof value.ok, "boolean");
+  }
+});
+
+test("thinking is passed through as reasoning, and switching it off reaches the upstream", async () => {
+  const body = { messages: [{ role: "user" as const, content: "Think first." }], max_tokens: 30, seed: 5, temperature: 0 };
+  const direct = await up[0].http.chat({ model: "think", ...body, reasoning: { budget_tokens: 8 } } as any);
+  const r = await router.http.chat({ model: "rk", ...body, reasoning: { budget_tokens: 8 } } as any);
+  assert.equal((r.choices[0].message as any).reasoning_content, (direct.choices[0].message as any).reasoning_content);
+  assert.ok(((r.choices[0].message as any).reasoning_content ?? "").length > 0);
+  assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, direct.usage!.completion_tokens_details.reasoning_tokens);
+  const off = await router.http.chat({ model: "rk", ...body, reasoning_effort: "none" } as any);
+  assert.equal((off.choices[0].message as any).reasoning_content, undefined);
+});
+
+test("completions (text and token prompts, logprobs) and embeddings through the router", async () => {
+  const body = { prompt: "Once upon a time", max_tokens: 5, temperature: 0, logprobs: 2, logit_bias: NO_EOG };
+  const direct = await up[0].http.complete({ model: "tiny", ...body });
+  const r = await router.http.complete({ model: "rt", ...body });
+  assert.equal(r.choices[0].text, direct.choices[0].text);
+  assert.deepEqual(r.choices[0].logprobs!.tokens, direct.choices[0].logprobs!.tokens);
+  assert.equal(r.usage!.prompt_tokens, direct.usage!.prompt_tokens);
+  const tokens = (await up[0].http.tokenize({ model: "tiny", prompt: "Once upon a time" })).tokens;
+  const byTokens = await router.http.complete({ model: "rt", ...body, prompt: tokens });
+  assert.equal(byTokens.choices[0].text, direct.choices[0].text);
+
+  const e = await router.http.embed({ model: "rt", input: ["hello world", "thanks"], encoding_format: "float" });
+  const d = await up[1].http.embed({ model: "tiny", input: ["hello world", "thanks"], encoding_format: "float" });
+  assert.equal(e.data.length, 2);
+  for (let i = 0; i < 2; i++) {
+    const a = e.data[i].embedding as number[];
+    const b = d.data[i].embedding as number[];
+    assert.equal(a.length, b.length);
+    assert.ok(a.every((x, j) => Math.abs(x - b[j]) < 1e-5));
+  }
+  assert.equal(e.usage.prompt_tokens, d.usage.prompt_tokens);
+});
+
+test("the Responses API and Konan's /v3 chat work over a remote model", async () => {
+  const r = await postJson(`${router.url}/v1/responses`, { model: "rt", input: "Tell me about the river.", max_output_tokens: 8, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.status, "incomplete"); // max_output_tokens ran out, as it would locally
+  const direct = await up[0].http.chat({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], max_tokens: 8, temperature: 0 });
+  assert.equal(r.json.output.find((o: any) => o.type === "message").content[0].text, direct.choices[0].message.content);
+  assert.ok(r.headers.get("x-plinth-upstream"));
+
+  const k = await fetch(`${router.url}/v3/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "rt", messages: [{ role: "user", content: "Tell me about the river." }], max_completion_tokens: 8, temperature: 0, stream: true }),
+  });
+  const text = await k.text();
+  assert.equal(k.status, 200, text);
+  const content = text
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: {"))
+    .map((e) => JSON.parse(e.slice(6)))
+    .map((c) => c.choices?.[0]?.delta?.content ?? "")
+    .join("");
+  assert.equal(content, direct.choices[0].message.content);
+});
+
+test("refusals: a prompt over the upstream's context, inexpressible and declared-unsupported fields are 400s naming the field", async () => {
+  const long = await router.http.post("/v1/chat/completions", { model: "rt", messages: [{ role: "user", content: "the king and the river ".repeat(200) }], max_tokens: 4 });
+  assert.equal(long.status, 400, long.text);
+  assert.equal(long.error!.code, "context_length_exceeded");
+  assert.equal(long.error!.param, "messages");
+
+  const budget = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, max_tokens: 100_000 });
+  assert.equal(budget.status, 400);
+  assert.equal(budget.error!.param, "max_tokens");
+
+  const bias = await router.http.post("/v1/chat/completions", { model: "strict", ...ask });
+  assert.equal(bias.status, 400, bias.text);
+  assert.equal(bias.error!.param, "logit_bias");
+  assert.match(bias.error!.message, /not supported by the upstream/);
+
+  const echo = await router.http.post("/v1/completions", { model: "rt", prompt: "hi", echo: true, max_tokens: 2 });
+  assert.equal(echo.status, 400, echo.text);
+  assert.equal(echo.error!.param, "echo");
+
+  const suffix = await router.http.post("/v1/completions", { model: "rt", prompt: "def f(", suffix: "return x", max_tokens: 2 });
+  assert.equal(suffix.status, 400, suffix.text);
+  assert.equal(suffix.error!.param, "suffix");
+
+  // What the upstream itself refuses comes back as a 400 naming the field (the tiny model has no
+  // thinking section, so its upstream refuses a thinking budget).
+  const refused = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, reasoning: { budget_tokens: 8 } });
+  assert.equal(refused.status, 400, refused.text);
+  assert.equal(refused.error!.param, "reasoning");
+});
