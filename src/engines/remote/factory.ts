@@ -70,6 +70,10 @@ async function probeEmbedding(
   for (const r of pool.replicas) {
     try {
       const res = await call(new URL("v1/embeddings", r.url), { body: { model, input: "plinth", encoding_format: "float" }, headers, headTimeoutMs: timeoutMs });
+      if (res.status >= 500) {
+        res.body.resume();
+        continue;
+      }
       const json = (await readJson(res)) as any;
       if (res.status !== 200) return undefined;
       const v = json?.data?.[0]?.embedding;

@@ -170,6 +170,7 @@ export class ReplicaPool {
       success: () => {
         r.served++;
         r.failures = 0;
+        r.trial = false;
         if (r.state !== "up") {
           this.log(`plinth: upstream ${r.name} is back`);
           r.state = "up";

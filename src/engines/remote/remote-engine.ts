@@ -220,7 +220,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         const res = await call(this.url(lease.replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs + this.source.firstTokenTimeoutMs, signal });
         if (res.status === 200) {
           const json = await readJson(res);
-          lease.success();
+          // A working tokenizer says little about generation: only real work clears failures.
+          if (!path.endsWith("tokenize")) lease.success();
           return json;
         }
         const failure = await statusFailure(res, lease.replica.name);
@@ -275,8 +276,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       const res = opened?.res;
       opened = undefined;
       try {
-        yield* this.stream(lease.replica, path, body, reader, signal, res);
-        lease.success();
+        for await (const chunk of this.stream(lease.replica, path, body, reader, signal, res)) {
+          // The core stops reading at the end chunk, so success is recorded before it is handed over.
+          if (chunk.kind === "end") lease.success();
+          yield chunk;
+        }
         return;
       } catch (err) {
         if (signal.aborted) throw signal.reason;

@@ -1,0 +1,127 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import http from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import type { AddressInfo } from "node:net";
+
+/**
+ * Upstream replicas for the remote-engine tests: real processes speaking HTTP.
+ *
+ * `faultyReplica` is a small HTTP server that passes every request through to a real Plinth
+ * upstream, except generation requests (and /health), which it answers as its current `mode` says:
+ * 500s, malformed SSE, a stream cut after one token, a stream that never produces a token.
+ * `spawnUpstream` runs a whole Plinth server as a child process, so a test can kill it with SIGKILL.
+ */
+
+export type FaultMode = "ok" | "500" | "malformed" | "midstream" | "stall" | "down";
+
+export interface FaultyReplica {
+  url: string;
+  mode: FaultMode;
+  /** Generation requests it received, by the mode it was in. */
+  hits: Record<string, number>;
+  close(): Promise<void>;
+}
+
+export async function faultyReplica(target: string, mode: FaultMode = "ok"): Promise<FaultyReplica> {
+  const stalled = new Set<http.ServerResponse>();
+  const state: FaultyReplica = { url: "", mode, hits: {}, close: async () => {} };
+  const server = http.createServer((req, res) => {
+    const generation = req.url === "/v1/chat/completions" || req.url === "/v1/completions";
+    if (req.url === "/health" && state.mode === "down") {
+      res.writeHead(503, { "content-type": "application/json" }).end('{"status":"down"}');
+      return;
+    }
+    if (generation && state.mode !== "ok") {
+      state.hits[state.mode] = (state.hits[state.mode] ?? 0) + 1;
+      req.resume();
+      const sse = () => res.writeHead(200, { "content-type": "text/event-stream" });
+      const role = 'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"tiny","choices":[{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}]}\n\n';
+      switch (state.mode) {
+        case "500":
+        case "down":
+          res.writeHead(500, { "content-type": "application/json" }).end('{"error":{"message":"replica on fire","type":"server_error"}}');
+          return;
+        case "malformed":
+          sse();
+          res.end(`${role}data: {"choices": [oops\n\n`);
+          return;
+        case "midstream":
+          sse();
+          res.write(role);
+          res.write('data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"tiny","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}\n\n');
+          setTimeout(() => res.socket?.destroy(), 20);
+          return;
+        case "stall":
+          sse();
+          res.write(role);
+          stalled.add(res);
+          res.on("close", () => stalled.delete(res));
+          return;
+      }
+    }
+    if (generation) state.hits.ok = (state.hits.ok ?? 0) + 1;
+    const upstream = http.request(new URL(req.url!, target), { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on("error", () => res.destroy());
+    res.on("close", () => upstream.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  state.close = async () => {
+    for (const r of stalled) r.destroy();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  };
+  return state;
+}
+
+export interface ChildUpstream {
+  url: string;
+  child: ChildProcess;
+  /** Stops it (SIGKILL if still running) and removes its data directory. */
+  close(): Promise<void>;
+}
+
+/** A Plinth server in a child process, serving the fixture model as "tiny"; resolves once it is ready. */
+export async function spawnUpstream(modelPath: string, extra: string[] = []): Promise<ChildUpstream> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-child-"));
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", "src/cli/main.ts", "serve", "--model", `tiny=${modelPath}`, "--port", "0", "--threads", "1", "--data-dir", dataDir, "--log-level", "silent", ...extra],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    let text = "";
+    const timer = setTimeout(() => reject(new Error(`the child upstream did not start: ${text}`)), 60_000);
+    child.stderr!.on("data", (d: Buffer) => {
+      text += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(text);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.once("exit", (code) => reject(new Error(`the child upstream exited with ${code}: ${text}`)));
+  });
+  for (let i = 0; i < 600; i++) {
+    const ok = await fetch(`${url}/health`).then((r) => r.status === 200, () => false);
+    if (ok) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    url,
+    child,
+    close: async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGKILL");
+        await new Promise((r) => child.once("exit", r));
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,156 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
+import { faultyReplica, spawnUpstream, type FaultyReplica } from "../helpers/replicas.ts";
+import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+// Real upstreams (two in-process Plinth servers), faulty replicas in front of them (small HTTP
+// servers that break generation on demand), and a router per test configured with --upstream.
+let a: TestServer;
+let b: TestServer;
+const cleanup: Array<() => Promise<void>> = [];
+
+before(async () => {
+  a = await startTestServer();
+  b = await startTestServer();
+});
+after(async () => {
+  for (const c of cleanup.reverse()) await c();
+  await a?.close();
+  await b?.close();
+});
+
+async function router(urls: string[], settings: Record<string, unknown> = {}): Promise<TestServer> {
+  const r = await startTestServer({ upstream: [{ name: "r", url: urls, model: "tiny" }], "health-interval": "0", ...settings });
+  cleanup.push(() => r.close());
+  return r;
+}
+async function faulty(mode: FaultyReplica["mode"], target = a.url): Promise<FaultyReplica> {
+  const f = await faultyReplica(target, mode);
+  cleanup.push(() => f.close());
+  return f;
+}
+const pool = (r: TestServer) => (r.registry.resolve("r").engine as RemoteEngine).pool;
+const replicaOf = (r: TestServer, url: string) => pool(r).replicas.find((x) => x.name === url)!;
+const ask = (r: TestServer, extra: Record<string, unknown> = {}) =>
+  postJson(`${r.url}/v1/chat/completions`, { model: "r", messages: [{ role: "user", content: "Tell me about the river." }], max_tokens: 6, logit_bias: NO_EOG, ...extra });
+
+test("a replica that answers 500 is failed over and ejected: every request succeeds, and it gets no more traffic", async () => {
+  const bad = await faulty("500");
+  const r = await router([a.url, bad.url], { balance: "round-robin", "eject-after": "2", "eject-time": "60" });
+  for (let i = 0; i < 8; i++) {
+    const res = await ask(r);
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.json.choices[0].finish_reason, "length");
+    // A request that went to the bad replica first says so, after failing over.
+    assert.ok(res.headers.get("x-plinth-upstream")!.endsWith(a.url), String(res.headers.get("x-plinth-upstream")));
+  }
+  assert.equal(replicaOf(r, bad.url).state, "ejected");
+  const hits = bad.hits["500"];
+  assert.ok(hits >= 1 && hits <= 2, `bad replica saw ${hits} generation requests`);
+  for (let i = 0; i < 4; i++) assert.equal((await ask(r)).status, 200);
+  assert.equal(bad.hits["500"], hits, "an ejected replica gets no traffic");
+});
+
+test("malformed SSE and a first-token timeout fail over before any output; the client sees a clean answer", async () => {
+  const broken = await faulty("malformed");
+  const stalled = await faulty("stall");
+  const r = await router([broken.url, stalled.url, b.url], { balance: "round-robin", "first-token-timeout": "1", "eject-after": "5" });
+  for (let i = 0; i < 3; i++) {
+    const res = await ask(r, { stream: true });
+    assert.equal(res.status, 200);
+    assert.ok(!res.text.includes('"error"'), res.text);
+    assert.ok(res.text.trimEnd().endsWith("data: [DONE]"));
+    assert.match(res.text, /"finish_reason":"length"/);
+  }
+  const json = await ask(r);
+  assert.equal(json.status, 200, json.text);
+  assert.ok((broken.hits.malformed ?? 0) >= 1, "the malformed replica was tried");
+  assert.ok((stalled.hits.stall ?? 0) >= 1, "the stalled replica was tried");
+  assert.ok(replicaOf(r, broken.url).failed >= 1 && replicaOf(r, stalled.url).failed >= 1);
+});
+
+test("a stream cut after its first token ends in the dialect's mid-stream error form; a JSON answer is a 502", async () => {
+  const cut = await faulty("midstream");
+  const r = await router([cut.url]);
+  const s = await ask(r, { stream: true });
+  assert.equal(s.status, 200);
+  const events = s.text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)));
+  assert.ok(events.some((e) => e.choices?.[0]?.delta?.content === "Hello"), s.text);
+  const last = events.at(-1);
+  assert.equal(last.error.code, "upstream_error", s.text);
+  const j = await ask(r);
+  assert.equal(j.status, 502, j.text);
+  assert.equal(j.json.error.code, "upstream_error");
+});
+
+test("ejection after consecutive failures, re-admission through a half-open trial and through active health checks", async () => {
+  const flaky = await faulty("500");
+  const r = await router([flaky.url, a.url], { balance: "least", "eject-after": "2", "eject-time": "0.4" });
+  for (let i = 0; i < 4; i++) assert.equal((await ask(r)).status, 200);
+  const replica = replicaOf(r, flaky.url);
+  assert.equal(replica.state, "ejected");
+  flaky.mode = "ok";
+  await new Promise((res) => setTimeout(res, 500));
+  // Due for a trial: the next requests try it, it succeeds, and it is back.
+  for (let i = 0; i < 4; i++) assert.equal((await ask(r)).status, 200);
+  assert.equal(replica.state, "up");
+  assert.ok((flaky.hits.ok ?? 0) >= 1, "the re-admitted replica served");
+
+  // Active checks eject a replica whose /health fails with no traffic at all, and bring it back.
+  const watched = await faulty("ok");
+  const r2 = await router([watched.url, a.url], { "health-interval": "0.1", "eject-after": "2", "eject-time": "0.2" });
+  watched.mode = "down";
+  const w = replicaOf(r2, watched.url);
+  for (let i = 0; i < 50 && w.state !== "ejected"; i++) await new Promise((res) => setTimeout(res, 50));
+  assert.equal(w.state, "ejected");
+  watched.mode = "ok";
+  for (let i = 0; i < 50 && (w.state as string) !== "up"; i++) await new Promise((res) => setTimeout(res, 50));
+  assert.equal(w.state as string, "up");
+});
+
+test("kill -9 of a replica during 40 concurrent streams: no request that had not started streaming fails", async () => {
+  const child = await spawnUpstream(a.modelPath, ["--parallel", "4"]);
+  cleanup.push(() => child.close());
+  const r = await router([child.url, a.url, b.url], { balance: "least", "eject-after": "1", "eject-time": "30" });
+  let killedAt = Infinity;
+  const results = await Promise.all(
+    Array.from({ length: 40 }, async (_, i) => {
+      const res = await fetch(`${r.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "r", messages: [{ role: "user", content: `Story number ${i} about the king.` }], max_tokens: 24, logit_bias: NO_EOG, stream: true, seed: i }),
+      });
+      let text = "";
+      let firstContent = Infinity;
+      const decoder = new TextDecoder();
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        text += decoder.decode(chunk, { stream: true });
+        if (firstContent === Infinity && /"delta":\{"content":"/.test(text)) firstContent = performance.now();
+      }
+      return { status: res.status, text, firstContent };
+    }).map((p, i) =>
+      // Kill the child once a few streams are under way.
+      i === 0
+        ? (async () => {
+            for (let t = 0; t < 400 && replicaOf(r, child.url).outstanding < 3; t++) await new Promise((res) => setTimeout(res, 10));
+            await new Promise((res) => setTimeout(res, 150));
+            killedAt = performance.now();
+            child.child.kill("SIGKILL");
+            return p;
+          })()
+        : p,
+    ),
+  );
+  assert.ok(killedAt < Infinity, "the replica was killed");
+  const notStarted = results.filter((x) => x.firstContent >= killedAt);
+  const failedNotStarted = notStarted.filter((x) => x.status !== 200 || x.text.includes('"error"') || !x.text.trimEnd().endsWith("[DONE]"));
+  assert.equal(failedNotStarted.length, 0, failedNotStarted.map((x) => x.text.slice(-300)).join("\n---\n"));
+  assert.ok(notStarted.length > 0, "some requests were still waiting when the replica died");
+  const dead = replicaOf(r, child.url);
+  assert.ok(dead.served + dead.failed > 0, "the killed replica had taken requests");
+  assert.equal(dead.state, "ejected");
+  // Streams cut mid-answer (if any) ended in the error form, never silently.
+  for (const x of results.filter((y) => y.firstContent < killedAt))
+    assert.ok(x.text.trimEnd().endsWith("[DONE]") || x.text.includes('"error"'), x.text.slice(-300));
+});
