@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: generates the benchmark model, starts the server in its own process and measures,
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
- * decode loop on the same model and settings, then embeddings throughput (bench/embeddings.ts).
+ * decode loop on the same model and settings, the overhead of a router in front of an upstream
+ * (bench/router.ts), then embeddings throughput (bench/embeddings.ts).
  * Absolute numbers depend on the machine; the ratios are what to compare between runs.
  */
 import { availableParallelism } from "node:os";
@@ -13,6 +14,7 @@ import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
+import { routerBench } from "./router.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
@@ -142,6 +144,8 @@ async function main() {
   const modelPath = await ensureFixtureModel(spec, dir);
   console.log(`model: ${spec.name} (${modelPath}), ready in ${fmt((performance.now() - genStart) / 1000)} s`);
   console.log(`${cores} cores, context ${CTX}/sequence, ${MAX_TOKENS} tokens per request, greedy, ${ROUNDS} rounds\n`);
+  // `npm run bench -- --router`: only the scale-out overhead.
+  if (args.has("--router")) return routerBench(modelPath, cores, ROUNDS, MAX_TOKENS);
 
   const raw = await rawDecoder(modelPath);
   try {
@@ -170,6 +174,7 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
+  await routerBench(modelPath, cores, ROUNDS, MAX_TOKENS);
   await embeddingsBenchmark(modelPath, cores);
 }
 

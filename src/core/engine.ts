@@ -80,6 +80,8 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]>;
   /** Text of token ids; an id outside the vocabulary is an ApiError naming `tokens[i]`. */
   detokenize(tokens: number[]): Promise<string>;
+  /** The upstream replicas behind a remote model, for metrics and health reporting. */
+  replicas?(): ReplicaStatus[];
   /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
   readonly embeddings?: Embedder;
   dispose(): Promise<void>;
@@ -123,4 +125,17 @@ export interface Embedder {
   tokenize(input: EmbedInput): Promise<number[]>;
   /** The model's raw (unnormalised) vector for tokenized input, computed in the given slot. */
   embed(tokens: number[], slot: number, signal: AbortSignal): Promise<Float32Array>;
+}
+
+/** One upstream replica of a remote model, as metrics report it. */
+export interface ReplicaStatus {
+  /** The replica's base URL. */
+  name: string;
+  /** up; ejected after failures; half-open while a trial request decides. */
+  state: "up" | "ejected" | "half-open";
+  /** Requests it is running now. */
+  outstanding: number;
+  /** Requests it completed, and attempts it failed, since the server started. */
+  served: number;
+  failed: number;
 }

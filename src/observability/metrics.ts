@@ -115,6 +115,42 @@ export class PlinthMetrics {
           for (const state of ["loading", "ready", "failed"]) this.set({ model_name: m.id, state }, m.status === state ? 1 : 0);
       },
     });
+    // Remote models: each upstream replica's state, load and outcomes.
+    const replicas = () => models.list().flatMap((m) => (m.engine?.replicas?.() ?? []).map((r) => ({ model: m.id, ...r })));
+    new Gauge({
+      name: "plinth_upstream_replica_state",
+      help: "1 for the state each upstream replica is in (up, ejected, half-open), 0 for the others.",
+      labelNames: ["model_name", "replica", "state"],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of replicas())
+          for (const state of ["up", "ejected", "half-open"]) this.set({ model_name: r.model, replica: r.name, state }, r.state === state ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: "plinth_upstream_replica_outstanding",
+      help: "Requests each upstream replica is running now.",
+      labelNames: ["model_name", "replica"],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of replicas()) this.set({ model_name: r.model, replica: r.name }, r.outstanding);
+      },
+    });
+    new Gauge({
+      name: "plinth_upstream_replica_requests",
+      help: "Requests each upstream replica completed (result=served) and attempts it failed (result=failed), since start.",
+      labelNames: ["model_name", "replica", "result"],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of replicas()) {
+          this.set({ model_name: r.model, replica: r.name, result: "served" }, r.served);
+          this.set({ model_name: r.model, replica: r.name, result: "failed" }, r.failed);
+        }
+      },
+    });
     this.loadSeconds = new Gauge({
       name: "plinth_model_load_seconds",
       help: "Seconds the model took to load (download included).",

@@ -50,6 +50,9 @@ test("a replica that answers 500 is failed over and ejected: every request succe
   assert.ok(hits >= 1 && hits <= 2, `bad replica saw ${hits} generation requests`);
   for (let i = 0; i < 4; i++) assert.equal((await ask(r)).status, 200);
   assert.equal(bad.hits["500"], hits, "an ejected replica gets no traffic");
+  const metrics = await (await fetch(`${r.url}/metrics`)).text();
+  assert.match(metrics, new RegExp(`plinth_upstream_replica_state\\{model_name="r",replica="${bad.url}",state="ejected"\\} 1`));
+  assert.match(metrics, new RegExp(`plinth_upstream_replica_requests\\{model_name="r",replica="${a.url}",result="served"\\} 12`));
 });
 
 test("malformed SSE and a first-token timeout fail over before any output; the client sees a clean answer", async () => {

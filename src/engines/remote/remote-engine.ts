@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
+import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, ReplicaStatus } from "../../core/engine.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
@@ -379,6 +379,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         }
       }),
     );
+  }
+
+  replicas(): ReplicaStatus[] {
+    return this.pool.replicas.map((r) => ({ name: r.name, state: r.state, outstanding: r.outstanding, served: r.served, failed: r.failed }));
   }
 
   async dispose(): Promise<void> {

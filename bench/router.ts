@@ -1,0 +1,57 @@
+/**
+ * Scale-out overhead: the same streaming chat load straight to one upstream Plinth and through a
+ * second Plinth that fronts it with `--upstream` (one replica, so only the router's own cost is
+ * measured). Rounds alternate between the two paths so machine noise hits both alike.
+ */
+import { startServerProcess } from "./server-process.ts";
+import { streamChat } from "./sse-client.ts";
+import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
+import { fmt, median, percentile } from "./stats.ts";
+
+const PROMPT = "Tell me a long story about a king, a river and a city.";
+const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
+
+async function round(url: string, concurrency: number, maxTokens: number) {
+  const t0 = performance.now();
+  const results = await Promise.all(
+    Array.from({ length: concurrency }, () =>
+      streamChat(url, { model: "bench", messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG }),
+    ),
+  );
+  const wall = (Math.max(...results.map((r) => r.last)) - t0) / 1000;
+  const tokens = results.reduce((a, r) => a + r.usage.completion_tokens, 0);
+  return { tokPerSec: tokens / wall, ttfts: results.map((r) => r.first - t0) };
+}
+
+export async function routerBench(modelPath: string, threads: number, rounds: number, maxTokens = 128): Promise<void> {
+  const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", "512", "--parallel", "8"]);
+  const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"]);
+  try {
+    console.log(`\nScale-out: streaming through a router (--upstream) vs straight to the upstream, ${maxTokens} tokens, medians of ${rounds} rounds:\n`);
+    console.log("| concurrency | direct tok/s | router tok/s | router ÷ direct | direct TTFT p50 ms | router TTFT p50 ms | added TTFT p50 ms |");
+    console.log("|---|---|---|---|---|---|---|");
+    await round(upstream.url, 1, 8);
+    await round(router.url, 1, 8);
+    for (const c of [1, 8]) {
+      const direct: number[] = [];
+      const routed: number[] = [];
+      const directTtft: number[] = [];
+      const routedTtft: number[] = [];
+      for (let i = 0; i < rounds; i++) {
+        const d = await round(upstream.url, c, maxTokens);
+        const r = await round(router.url, c, maxTokens);
+        direct.push(d.tokPerSec);
+        routed.push(r.tokPerSec);
+        directTtft.push(...d.ttfts);
+        routedTtft.push(...r.ttfts);
+      }
+      const d50 = percentile(directTtft, 50);
+      const r50 = percentile(routedTtft, 50);
+      console.log(`| ${c} | ${fmt(median(direct))} | ${fmt(median(routed))} | ${fmt(median(routed) / median(direct), 3)} | ${fmt(d50)} | ${fmt(r50)} | ${fmt(r50 - d50)} |`);
+    }
+    console.log("\ntargets: router ÷ direct ≥ 0.97; added TTFT p50 ≤ 3 ms");
+  } finally {
+    await router.stop();
+    await upstream.stop();
+  }
+}
