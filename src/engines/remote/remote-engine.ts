@@ -193,12 +193,16 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const json = (await this.request("/tokenize", body, prefer, true)) as any;
     if (json === undefined) return undefined;
     const count = typeof json.count === "number" ? json.count : Array.isArray(json.tokens) ? json.tokens.length : undefined;
-    if (count === undefined) {
+    // No count, or none for a prompt that has text (an endpoint of another shape, such as
+    // llama-server's, which reads `content`): the upstream checks for itself instead.
+    const hasText = prompt.kind === "chat" ? prompt.messages.length > 0 : prompt.kind === "text" && prompt.text !== "";
+    if (count === undefined || (count === 0 && hasText)) {
       this.hasTokenize = false;
       return undefined;
     }
     this.hasTokenize = true;
-    return { count, contextSize: typeof json.max_model_len === "number" ? json.max_model_len : undefined };
+    // A context of 0 is an upstream that does not know its own (a router in front of another).
+    return { count, contextSize: typeof json.max_model_len === "number" && json.max_model_len > 0 ? json.max_model_len : undefined };
   }
 
   /**

@@ -1,0 +1,79 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { loadConfig } from "../../src/config/load.ts";
+import { modelSpecs, upstreamSpecs } from "../../src/config/models.ts";
+import { ReplicaPool } from "../../src/engines/remote/pool.ts";
+
+const opts = { balance: "prefix" as const, slots: 8, ejectAfter: 2, ejectMs: 50, loadFactor: 1.25 };
+const urls = (n: number) => Array.from({ length: n }, (_, i) => new URL(`http://10.0.0.${i + 1}:8000/`));
+const keys = Array.from({ length: 2000 }, (_, i) => `ns\u0000chat\u0000conversation ${i}`);
+
+test("prefix balancing: a key always maps to one replica, keys spread, and adding a replica moves about 1/n of them", () => {
+  const four = new ReplicaPool(urls(4), opts);
+  const five = new ReplicaPool(urls(5), opts);
+  const before = keys.map((k) => four.choose(k)!.name);
+  assert.deepEqual(keys.map((k) => four.choose(k)!.name), before, "stable");
+  const counts = new Map<string, number>();
+  for (const name of before) counts.set(name, (counts.get(name) ?? 0) + 1);
+  assert.equal(counts.size, 4);
+  for (const c of counts.values()) assert.ok(c > 2000 / 4 / 2, `uneven spread ${[...counts.values()]}`);
+  const after = keys.map((k) => five.choose(k)!.name);
+  const moved = after.filter((name, i) => name !== before[i]).length;
+  // Ideal is 1/5 (every moved key goes to the new replica); modulo hashing would move about 4/5.
+  assert.ok(moved < 2000 * 0.3, `${moved} keys moved`);
+  assert.ok(after.every((name, i) => name === before[i] || name === five.replicas[4].name), "keys move only to the new replica");
+});
+
+test("bounded load: a hot key spills to other replicas instead of piling onto one", async () => {
+  const pool = new ReplicaPool(urls(3), opts);
+  const leases = [];
+  for (let i = 0; i < 9; i++) leases.push(await pool.acquire("hot", new Set(), new AbortController().signal));
+  const load = pool.replicas.map((r) => r.outstanding);
+  assert.ok(Math.max(...load) <= Math.ceil((1.25 * 9) / 3), `load ${load}`);
+  for (const l of leases) l.release();
+});
+
+test("ejection after consecutive failures, half-open trial, and back; an all-ejected pool refuses at once", async () => {
+  const pool = new ReplicaPool(urls(1), { ...opts, ejectAfter: 2, ejectMs: 30 });
+  const r = pool.replicas[0];
+  const signal = new AbortController().signal;
+  for (let i = 0; i < 2; i++) {
+    const l = await pool.acquire(undefined, new Set(), signal);
+    l.failure();
+    l.release();
+  }
+  assert.equal(r.state, "ejected");
+  await assert.rejects(pool.acquire(undefined, new Set(), signal), /no replica/);
+  await new Promise((res) => setTimeout(res, 40));
+  const trial = await pool.acquire(undefined, new Set(), signal);
+  assert.equal(r.state, "half-open");
+  // Only one trial at a time.
+  assert.equal(pool.tryAcquire(undefined, new Set()), undefined);
+  trial.success();
+  trial.release();
+  assert.equal(r.state, "up");
+});
+
+test("--upstream NAME=URL[,URL…] from flags, PLINTH_UPSTREAM and config objects; no default model when only upstreams are given", () => {
+  const config = loadConfig({ upstream: ["a=http://h1:8000,http://h2:8000/v1", "b=http://h3:9000"], balance: "least" }, {});
+  const specs = upstreamSpecs(config);
+  assert.deepEqual(
+    specs.map((s) => [s.id, (s.source as { urls: string[] }).urls, (s.source as { balance: string }).balance]),
+    [
+      ["a", ["http://h1:8000", "http://h2:8000/v1"], "least"],
+      ["b", ["http://h3:9000"], "least"],
+    ],
+  );
+  assert.deepEqual(modelSpecs(config), []);
+  const fromEnv = loadConfig({}, { PLINTH_UPSTREAM: "a=http://h1:8000,http://h2:8000;b=http://h3:9000" });
+  assert.deepEqual(upstreamSpecs(fromEnv).map((s) => s.id), ["a", "b"]);
+  const objects = loadConfig({ upstream: [{ name: "c", url: ["http://h4:1"], model: "m", "api-key": "k", slots: 3, "first-token-timeout": 2, unsupported: ["logitBias"] }] }, {});
+  const c = upstreamSpecs(objects)[0].source as Record<string, unknown>;
+  assert.equal(c.model, "m");
+  assert.equal(c.apiKey, "k");
+  assert.equal(c.slots, 3);
+  assert.equal(c.firstTokenTimeoutMs, 2000);
+  assert.deepEqual(c.unsupported, ["logitBias"]);
+  assert.throws(() => loadConfig({ upstream: ["no-url-here"] }, {}), /NAME=URL/);
+  assert.throws(() => upstreamSpecs(loadConfig({ upstream: ["a=ftp://x"] }, {})), /not an http/);
+});
