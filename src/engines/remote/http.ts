@@ -173,16 +173,18 @@ export function upstreamMessage(body: unknown): string | undefined {
 }
 
 /**
- * The `data:` payloads of a server-sent-events body, in order, until `[DONE]` or the end. Each read
- * must arrive within `idleMs` (the first one within `firstMs`).
+ * The `data:` payloads of a server-sent-events body, in order, until `[DONE]` or the end. Until the
+ * caller says output has `started`, each read may take `firstMs` (an upstream that queues a request
+ * sends its head and role chunk at once, then nothing until the request's turn); after that, each
+ * must arrive within `idleMs`.
  */
-export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number }): AsyncGenerator<string> {
+export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number; started: () => boolean }): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let buffer = "";
-  let first = true;
   const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   try {
     for (;;) {
+      const first = !timeouts.started();
       const ms = first ? timeouts.firstMs : timeouts.idleMs;
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
@@ -212,7 +214,6 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
           .join("\n");
         if (data === "") continue;
         if (data === "[DONE]") return;
-        first = false;
         yield data;
       }
     }

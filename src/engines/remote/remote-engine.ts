@@ -332,7 +332,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const ms = this.source.firstTokenTimeoutMs;
     const firstToken = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `no token from ${replica.name} within ${ms} ms`)), ms);
     try {
-      for await (const data of sseData(res, { firstMs: Math.max(ms, this.source.idleTimeoutMs), idleMs: this.source.idleTimeoutMs })) {
+      const timeouts = { firstMs: ms, idleMs: this.source.idleTimeoutMs, started: () => reader.sawOutput };
+      for await (const data of sseData(res, timeouts)) {
         let json: unknown;
         try {
           json = JSON.parse(data);
