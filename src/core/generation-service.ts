@@ -43,6 +43,21 @@ export class GenerationService {
     this.gate = gate;
   }
 
+  /** Throws the gate's refusal (403 naming `model`) when the request's key may not use the model. */
+  authorize(ctx: RequestContext, model: string): void {
+    this.gate?.authorize(ctx, model);
+  }
+
+  /** Whether the request's key may use the model (model lists show only these). */
+  mayUse(ctx: RequestContext, model: string): boolean {
+    try {
+      this.gate?.authorize(ctx, model);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /** One request (with its n choices). */
   start(ctx: RequestContext, req: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
     return this.startBatch(ctx, [req], signal);

@@ -35,6 +35,11 @@ export function routeEnv(
   return { service, ctx: { requestId: String(request.id), dialect, namespace, apiKey: requestKey(request) }, signal: abortOnDisconnect(reply) };
 }
 
+/** Who is asking, for a route that runs no generation (a model list). */
+export function requestContext(request: FastifyRequest, dialect: string): RequestContext {
+  return { requestId: String(request.id), dialect, apiKey: requestKey(request) };
+}
+
 /** Sends a route body's answer. */
 export async function sendResult(reply: FastifyReply, signal: AbortSignal, result: RouteResult): Promise<unknown> {
   if (result.kind === "json") {

@@ -160,6 +160,19 @@ describe("model lists and isolation", () => {
       assert.equal(r.json.error.param, "model", route);
       assert.equal(r.json.error.code, "model_not_allowed", route);
     }
+    // Model lists show only the key's models; asking for another one by id is a 403 too.
+    for (const prefix of ["/v1", "/v3", ""]) {
+      const list = await call("GET", `${prefix}/models`, undefined, bearer(k.key));
+      assert.equal(list.status, 200, list.text);
+      assert.deepEqual(list.json.data, [], prefix);
+      const one = await call("GET", `${prefix}/models/tiny`, undefined, bearer(k.key));
+      assert.equal(one.status, 403, `${prefix}: ${one.text}`);
+      assert.equal(one.json.error.param, "model");
+    }
+    const allowed = await createKey({ name: "tiny only", models: ["tiny"] });
+    const list = await call("GET", "/v1/models", undefined, bearer(allowed.key));
+    assert.deepEqual(list.json.data.map((m: Obj) => m.id), ["tiny"]);
+    assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
   });
 
   test("stored completions are visible only to the key that stored them", async () => {
