@@ -108,6 +108,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
   log(`plinth: listening on ${url}`);
+  // Structured outputs compile on a worker shared by every server of the process; start it now
+  // (after listen: a server that failed to start holds nothing that would keep the process alive).
+  schemaCompiler.acquire();
+  schemaCompiler.warm();
 
   const loaded = (async () => {
     for (const spec of specs) {
@@ -134,7 +138,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -143,7 +147,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
   };
 }
