@@ -69,8 +69,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
-  const metrics = new PlinthMetrics(registry);
-  observeService(service, metrics);
   // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
   const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
   let tracing: Tracing | undefined;
@@ -81,6 +79,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   }
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
+  const metrics = new PlinthMetrics(registry, { store });
+  observeService(service, metrics);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
