@@ -12,6 +12,7 @@ import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
+import { metricsBench } from "./metrics.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
 import { tenancyBench } from "./tenancy.ts";
@@ -172,6 +173,7 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
+  await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
   await tenancyBench(modelPath, ROUNDS);
   await embeddingsBenchmark(modelPath, cores);
 }

@@ -75,8 +75,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
-  const metrics = new PlinthMetrics(registry);
-  observeService(service, metrics);
   // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
   const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
   let tracing: Tracing | undefined;
@@ -114,6 +112,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     ledger?.close();
     tenancyStore.close();
   };
+  const metrics = new PlinthMetrics(registry, { store });
+  observeService(service, metrics);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
@@ -143,6 +143,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
   log(`plinth: listening on ${url}`);
+  // Structured outputs compile on a worker shared by every server of the process; start it now
+  // (after listen: a server that failed to start holds nothing that would keep the process alive).
+  schemaCompiler.acquire();
+  schemaCompiler.warm();
 
   const loaded = (async () => {
     for (const spec of specs) {
@@ -170,7 +174,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       closeTenancy();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -180,7 +184,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       closeTenancy();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
   };
 }

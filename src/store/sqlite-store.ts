@@ -19,7 +19,7 @@
 // namespace too and are deleted with their parent by ON DELETE CASCADE.
 
 import Database from "better-sqlite3";
-import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { TENANCY_MIGRATION } from "./tenancy-store.ts";
 import { checkPageQuery, invalidCursor, newItemId, pageFromRows, pageOfItems, withId } from "./page.ts";
@@ -349,6 +349,19 @@ export class SqliteStore implements Store {
       }
     }, intervalMs);
     this.#sweeper.unref();
+  }
+
+  sizeBytes(): number {
+    if (this.#closed) return 0;
+    let total = 0;
+    for (const file of [this.path, `${this.path}-wal`]) {
+      try {
+        total += statSync(file).size;
+      } catch {
+        // no write-ahead log at the moment
+      }
+    }
+    return total;
   }
 
   async close(): Promise<void> {

@@ -217,6 +217,8 @@ export interface Store {
   startSweeper(intervalMs: number): void;
   /** Stops the sweeper and closes the database. Idempotent. */
   close(): Promise<void>;
+  /** Bytes the store takes on disk (database and write-ahead log); 0 once closed. */
+  sizeBytes(): number;
 }
 
 /** Default and bounds of a page's `limit`. */
