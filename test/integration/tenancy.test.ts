@@ -353,6 +353,8 @@ describe("usage ledger", () => {
       assert.equal(bytes.includes(Buffer.from(secret)), false, `a key is in the database files`);
       assert.equal(logLines.join("").includes(secret), false, `a key is in the log`);
     }
-    assert.ok(logLines.length > 0, "the log was captured");
+    // The request log names the key by its id.
+    const entries = logLines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Obj);
+    assert.ok(entries.some((e) => e.msg === "request" && e.key === k.id && e.status === 200), "a log line names the key id");
   });
 });
