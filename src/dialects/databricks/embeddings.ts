@@ -2,6 +2,7 @@ import { z } from "zod";
 import { badRequest, unsupportedField, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { toBase64 } from "../openai/embeddings-to-wire.ts";
 import { embeddingFieldNames } from "../openai/field-names.ts";
 import type { Routed } from "./endpoints.ts";
 
@@ -11,6 +12,8 @@ export const embeddingsRequest = z.strictObject({
   input: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
   instruction: z.string().nullish(),
   dimensions: z.int().nullish(),
+  // Not in Databricks' reference, but every OpenAI client sends it; honoured as OpenAI defines it.
+  encoding_format: z.enum(["float", "base64"]).nullish(),
 });
 export type DatabricksEmbeddingsRequest = z.infer<typeof embeddingsRequest>;
 
@@ -51,7 +54,7 @@ export async function databricksEmbeddings(body: DatabricksEmbeddingsRequest, en
       id: newId("emb-"),
       object: "list",
       model: routed.entity,
-      data: result.vectors.map((v, index) => ({ object: "embedding", index, embedding: Array.from(v) })),
+      data: result.vectors.map((v, index) => ({ object: "embedding", index, embedding: body.encoding_format === "base64" ? toBase64(v) : Array.from(v) })),
       usage: { prompt_tokens: result.promptTokens, total_tokens: result.promptTokens },
     },
   };

@@ -27,7 +27,7 @@ const inputFile = z.strictObject({ type: z.literal("input_file"), file_id: z.str
 const block = z.discriminatedUnion("type", [inputText, outputText, inputImage, inputFile]);
 
 const message = z.strictObject({
-  type: z.literal("message").optional(),
+  type: z.literal("message"),
   id: z.string().optional(),
   status: z.string().optional(),
   role: z.enum(["user", "assistant"], { error: "input messages have role 'user' or 'assistant'; system text goes in 'instructions'" }),
@@ -59,10 +59,11 @@ const reasoningItem = z.strictObject({
   content: z.array(z.unknown()).nullish(),
   encrypted_content: z.string().nullish(),
 });
-const inputItem = z.union([
-  z.discriminatedUnion("type", [functionCall, functionCallOutput, customToolCall, customToolCallOutput, reasoningItem]),
-  message,
-]);
+/** An item without a type is a message (as in OpenAI's input lists). */
+const inputItem = z.preprocess(
+  (v) => (v !== null && typeof v === "object" && !Array.isArray(v) && !("type" in v) ? { type: "message", ...v } : v),
+  z.discriminatedUnion("type", [message, functionCall, functionCallOutput, customToolCall, customToolCallOutput, reasoningItem]),
+);
 
 const customFormat = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("text") }),
@@ -129,8 +130,8 @@ function toOpenAIItems(input: DatabricksResponsesRequest["input"], sealer: Seale
   if (typeof input === "string") return [{ type: "message", role: "user", content: input }];
   return input.map((item, i): InputItem => {
     const at = `input[${i}]`;
-    if (!("type" in item) || item.type === undefined || item.type === "message") {
-      const m = item as z.infer<typeof message>;
+    if (item.type === "message") {
+      const m = item;
       const content =
         typeof m.content === "string"
           ? m.content
