@@ -95,4 +95,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed", "scale-to-zero-after"] as const;

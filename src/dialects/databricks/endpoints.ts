@@ -316,7 +316,11 @@ export class EndpointManager {
     const pick = live.bounds.find((b) => draw < b.upTo) ?? live.bounds[live.bounds.length - 1];
     const model = live.models.get(pick.entity)!;
     const m = this.registry.get(model);
-    if (m?.status === "unloaded" && this.loader) await this.loader.load(model);
+    if (m?.status === "unloaded" && this.loader) {
+      await this.loader.load(model);
+      // The idle time counts from when the model is back, not from when the request arrived.
+      ep.lastUsed = Date.now();
+    }
     return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : pick.entity, model };
   }
 
