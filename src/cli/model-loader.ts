@@ -36,7 +36,7 @@ export class RuntimeModelLoader implements ModelLoader {
     return this.specs.has(id);
   }
 
-  load(source: string, opts: { name?: string } = {}): Promise<string> {
+  async load(source: string, opts: { name?: string } = {}): Promise<string> {
     const known = this.registry.get(source);
     if (known && opts.name === undefined) {
       if (known.status === "ready") return Promise.resolve(source);
