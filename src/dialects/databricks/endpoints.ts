@@ -294,6 +294,24 @@ export class EndpointManager {
     this.provisioned.delete(name);
     ep.pending = undefined;
     await this.store.delete(name);
+    if (ep.live) await this.releaseUnused([...ep.live.models.values()]);
+  }
+
+  /**
+   * Unloads models an endpoint loaded for itself (from a file or a hub reference) once no endpoint
+   * uses them any more. Models the server was started with, or loaded through the admin route, stay.
+   */
+  private async releaseUnused(models: string[]): Promise<void> {
+    if (!this.loader) return;
+    const used = new Set<string>();
+    for (const ep of this.provisioned.values()) {
+      for (const m of ep.live?.models.values() ?? []) used.add(m);
+      for (const e of ep.pending?.config.served_entities ?? []) used.add(e.entity_name);
+    }
+    for (const model of new Set(models)) {
+      if (used.has(model) || this.payPerToken.has(model) || !this.registry.has(model)) continue;
+      await this.loader.unload(model).catch(() => {});
+    }
   }
 
   /**
@@ -362,11 +380,13 @@ export class EndpointManager {
         const tasks = new Set([...models.values()].map((m) => this.taskOf(m)));
         if (tasks.size > 1) throw new Error("the served entities must expose the same API format (all chat models, or all embedding models)");
         if (ep.pending?.version !== version || this.provisioned.get(ep.name) !== ep) return;
+        const previous = ep.live;
         ep.live = this.liveConfig(config, version, models);
         ep.pending = undefined;
         ep.configUpdate = "NOT_UPDATING";
         ep.updatedAt = Date.now();
         await this.store.update(ep.name, this.record(ep, config), ep.updatedAt);
+        if (previous) await this.releaseUnused([...previous.models.values()]);
       } catch (err) {
         if (ep.pending?.version !== version) return;
         ep.pending = undefined;
