@@ -78,6 +78,7 @@ export class RuntimeModelLoader implements ModelLoader {
     this.specs.set(id, spec);
     if (this.registry.has(id)) this.registry.loading(id);
     else this.registry.register(id);
+    this.registry.markRuntime(id);
     const job = (async () => {
       try {
         const engine = await this.engines.create(spec, this.log);

@@ -21,6 +21,8 @@ export interface ServedModel {
  */
 export class ModelRegistry {
   private readonly models = new Map<string, ServedModel>();
+  /** Models loaded while the server runs: their loading or failing does not make the server unready. */
+  private readonly runtime = new Set<string>();
 
   constructor(
     private readonly maxQueue: number,
@@ -70,6 +72,12 @@ export class ModelRegistry {
   /** Forgets a model (its engine must already be disposed). */
   unregister(id: string): void {
     this.models.delete(id);
+    this.runtime.delete(id);
+  }
+
+  /** The model is loaded at run time (an endpoint, the admin route, a scaled-to-zero reload). */
+  markRuntime(id: string): void {
+    this.runtime.add(id);
   }
 
   list(): ServedModel[] {
@@ -77,7 +85,7 @@ export class ModelRegistry {
   }
 
   get allReady(): boolean {
-    return this.list().every((m) => m.status === "ready" || m.status === "unloaded");
+    return this.list().every((m) => m.status === "ready" || m.status === "unloaded" || this.runtime.has(m.id));
   }
 
   /** The model a request names, ready to run; 404 for unknown names, 503 while it loads. */

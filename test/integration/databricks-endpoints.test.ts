@@ -134,6 +134,9 @@ test("a config update under load swaps without a failed request: the old config 
   assert.equal(put.json.state.config_update, "IN_PROGRESS");
   assert.equal(put.json.config.served_entities[0].name, "only", "the old config still serves");
   assert.equal(put.json.pending_config.served_entities[0].name, "fresh");
+  // A model loading for an endpoint does not take the server out of a load balancer.
+  const health = await dbx(s, "GET", "/health");
+  assert.equal(health.status, 200, health.text);
   const after = await waitForEndpoint(s, "solo");
   await new Promise((r) => setTimeout(r, 150));
   stop = true;
