@@ -7,7 +7,7 @@ import { ModelRegistry } from "../../src/core/registry.ts";
 import { seededRandom } from "../../src/dialects/databricks/endpoints.ts";
 import { databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
-import { scriptedApp, sseEvents } from "../helpers/scripted-app.ts";
+import { scriptedApp, sseData, sseEvents } from "../helpers/scripted-app.ts";
 
 // Fast checks of the Databricks dialect over the SCRIPTED ENGINE (no model runs): the error envelope,
 // failures after a response started, and the pieces the endpoints are built from.
@@ -55,6 +55,18 @@ test("001-56 scripted engine: a response that fails after it started has status 
   const plain = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi" });
   assert.equal(plain.statusCode, 500);
   assert.equal(plain.json().error_code, "INTERNAL_ERROR");
+  await app.close();
+});
+
+test("scripted engine: a chat or completions stream that fails mid-way ends with the envelope as its last event", async () => {
+  const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "Hel", tokens: 1 }, new Error("the engine broke")] });
+  for (const body of [{ messages: [{ role: "user", content: "hi" }], stream: true }, { prompt: "hi", stream: true }]) {
+    const r = await post(app, "/serving-endpoints/scripted/invocations", body);
+    assert.equal(r.statusCode, 200);
+    const events = sseData(r.body).filter((e) => e !== "[DONE]") as any[];
+    assert.equal(events.at(-1).error_code, "INTERNAL_ERROR", r.body);
+    assert.equal(typeof events.at(-1).message, "string");
+  }
   await app.close();
 });
 
