@@ -154,7 +154,7 @@ export const MIGRATIONS: readonly Migration[] = [
       `),
   },
   {
-    version: 4,
+    version: 3,
     description: "serving endpoints (Databricks control plane)",
     up: (db) => db.exec(ENDPOINTS_SCHEMA),
   },
