@@ -114,6 +114,10 @@ describe("authentication", () => {
         assert.match(r.headers.get("www-authenticate") ?? "", /^Bearer/);
       }
     }
+    // Databricks' envelope names the same refusal its own way.
+    const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+    assert.equal(dbx.status, 401, dbx.text);
+    assert.equal(dbx.json.error_code, "UNAUTHENTICATED");
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(revoked.key))).json.error.message, /revoked/);
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(expired.key))).json.error.message, /expired/);
     assert.equal((await call("GET", "/health", undefined)).status, 200);
@@ -160,6 +164,9 @@ describe("model lists and isolation", () => {
       assert.equal(r.json.error.param, "model", route);
       assert.equal(r.json.error.code, "model_not_allowed", route);
     }
+    const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(k.key));
+    assert.equal(dbx.status, 403, dbx.text);
+    assert.equal(dbx.json.error_code, "PERMISSION_DENIED");
     // Model lists show only the key's models; asking for another one by id is a 403 too.
     for (const prefix of ["/v1", "/v3", ""]) {
       const list = await call("GET", `${prefix}/models`, undefined, bearer(k.key));
@@ -210,8 +217,12 @@ describe("limits", () => {
     const retryAfter = Number(refused.headers.get("retry-after"));
     assert.ok(retryAfter >= 1 && retryAfter <= WINDOW_S, `retry-after ${retryAfter}`);
     assert.equal(refused.headers.get("x-ratelimit-remaining-requests"), "0");
-    // The same refusal in SpAk's and Konan's routes.
+    // The same refusal in SpAk's and Databricks' routes.
     assert.equal((await call("POST", "/chat/completions", chatBody(), bearer(k.key))).status, 429);
+    const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(k.key));
+    assert.equal(dbx.status, 429, dbx.text);
+    assert.equal(dbx.json.error_code, "REQUEST_LIMIT_EXCEEDED");
+    assert.ok(Number(dbx.headers.get("retry-after")) >= 1);
 
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: k.key, maxRetries: 3 });
     const t0 = Date.now();
