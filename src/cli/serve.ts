@@ -106,6 +106,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     limiter: new InProcessLimiter(config["rate-window"] * 1000),
     ledger,
     metricsNeedKey: config["metrics-auth"],
+    adminKey: config["admin-key"],
   });
   service.setGate(tenancy.gate());
   service.addHooks(tenancy.hooks());

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { AdmissionGate, AdmissionRequest, AdmissionTicket, GenerationHooks, RequestContext } from "../core/context.ts";
 import { ApiError } from "../core/errors.ts";
@@ -15,7 +15,16 @@ export interface TenancyOptions {
   ledger?: LedgerWriter;
   /** Whether GET /metrics needs a key when keys are configured. */
   metricsNeedKey: boolean;
+  /**
+   * The admin key (--admin-key). When keys are configured, changing what the server serves (creating,
+   * updating or deleting serving endpoints, loading or unloading models) needs it: an API key may
+   * use models, not decide which ones run.
+   */
+  adminKey?: string;
 }
+
+/** Routes that change what the server serves (any method but GET under these prefixes). */
+const CONTROL_PLANE = ["/api/2.0/serving-endpoints", "/api/2.0/plinth/"];
 
 /** What is known about one HTTP request while it runs, until its ledger row is written. */
 interface Tracked {
@@ -67,6 +76,11 @@ export class Tenancy {
       const route = request.routeOptions.url;
       if (this.isOpen(route)) return;
       let principal: Principal | undefined;
+      if (this.opts.keys.required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
+        // The admin key, not an API key: no limits or ledger row for operators' calls.
+        if (!this.isAdmin(request)) throw controlPlaneRefusal(this.opts.adminKey !== undefined);
+        return;
+      }
       if (this.opts.keys.required) {
         const check = this.opts.keys.check(presentedKey(request.headers));
         if (!check.ok) throw unauthorized(check);
@@ -83,6 +97,14 @@ export class Tenancy {
       if (!decision.ok) throw limitError(decision.refusal, decision.state);
       t.lease = decision.value;
     });
+  }
+
+  private isAdmin(request: FastifyRequest): boolean {
+    const given = presentedKey(request.headers);
+    if (this.opts.adminKey === undefined || given === undefined) return false;
+    const a = createHash("sha256").update(given, "utf8").digest();
+    const b = createHash("sha256").update(this.opts.adminKey, "utf8").digest();
+    return timingSafeEqual(a, b);
   }
 
   private track(request: FastifyRequest, reply: FastifyReply, route: string | undefined, principal: Principal | undefined): Tracked {
@@ -209,6 +231,12 @@ const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
   revoked: "The API key has been revoked.",
   expired: "The API key has expired.",
 };
+
+function controlPlaneRefusal(adminKeySet: boolean): ApiError {
+  return adminKeySet
+    ? new ApiError(401, "Changing serving endpoints or loaded models needs the admin key (--admin-key), not an API key.", { code: "invalid_api_key" })
+    : new ApiError(403, "Changing serving endpoints or loaded models is off while API keys are on and no --admin-key is set.", { code: "permission_denied" });
+}
 
 function unauthorized(check: Exclude<KeyCheck, { ok: true }>): ApiError {
   return new ApiError(401, REASONS[check.reason], { code: "invalid_api_key", headers: { "www-authenticate": 'Bearer realm="plinth"' } });

@@ -153,6 +153,20 @@ describe("authentication", () => {
     assert.equal(usage.status, 400);
     assert.equal(usage.json.error.param, "group_by");
   });
+
+  test("changing serving endpoints or loaded models needs the admin key; an API key may only read them", async () => {
+    const endpoint = { name: "ep-admin-only", config: { served_entities: [{ name: "a", entity_name: "tiny" }] } };
+    const asUser = await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(STATIC_KEY));
+    assert.equal(asUser.status, 401, asUser.text);
+    assert.equal(asUser.json.error_code, "UNAUTHENTICATED", "in the Databricks envelope");
+    const unload = await call("DELETE", "/api/2.0/plinth/models/tiny", undefined, bearer(STATIC_KEY));
+    assert.equal(unload.status, 401);
+    assert.equal((await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(STATIC_KEY))).status, 200);
+    assert.equal((await call("GET", "/api/2.0/serving-endpoints", undefined)).status, 401, "reading still needs a key");
+    const asAdmin = await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(ADMIN));
+    assert.equal(asAdmin.status, 200, asAdmin.text);
+    assert.equal((await call("DELETE", "/api/2.0/serving-endpoints/ep-admin-only", undefined, bearer(ADMIN))).status, 200);
+  });
 });
 
 describe("model lists and isolation", () => {
