@@ -1,8 +1,9 @@
 /**
  * `npm run bench`: generates the benchmark model, starts the server in its own process and measures,
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
- * decode loop on the same model and settings, the overhead of a router in front of an upstream
- * (bench/router.ts), then embeddings throughput (bench/embeddings.ts).
+ * decode loop on the same model and settings, then API keys and the ledger on ÷ off on short requests
+ * (bench/tenancy.ts), the overhead of a router in front of an upstream (bench/router.ts) and
+ * embeddings throughput (bench/embeddings.ts).
  * Absolute numbers depend on the machine; the ratios are what to compare between runs.
  */
 import { availableParallelism } from "node:os";
@@ -12,9 +13,11 @@ import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
+import { metricsBench } from "./metrics.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
 import { routerBench } from "./router.ts";
+import { tenancyBench } from "./tenancy.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
@@ -174,6 +177,8 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
+  await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
+  await tenancyBench(modelPath, ROUNDS);
   await routerBench(modelPath, cores, ROUNDS, MAX_TOKENS);
   await embeddingsBenchmark(modelPath, cores);
 }

@@ -6,6 +6,9 @@ import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
+import { EndpointManager } from "./dialects/databricks/endpoints.ts";
+import { databricksPlugin } from "./dialects/databricks/plugin.ts";
+import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
@@ -14,6 +17,9 @@ import { createHttpServer, type HttpOptions } from "./http/server.ts";
 import type { PlinthMetrics } from "./observability/metrics.ts";
 import { installRequestLog } from "./observability/request-log.ts";
 import type { Tracing } from "./observability/tracing.ts";
+import { adminPlugin } from "./tenancy/admin.ts";
+import type { Tenancy } from "./tenancy/tenancy.ts";
+import type { TenancyStore } from "./store/tenancy-store.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
@@ -25,6 +31,14 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   requestLog?: { bodies: boolean };
   /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
   tracing?: Tracing;
+  /** API keys, limits and the usage ledger (none: an open server with no ledger). */
+  tenancy?: Tenancy;
+  /** The admin API (/admin/keys, /admin/usage): the keys store and the admin key (none: it answers 403). */
+  admin?: { store: TenancyStore; adminKey: string | undefined };
+  /** Loads and unloads models at run time (serving endpoints, scale to zero, the admin routes). */
+  loader?: ModelLoader;
+  /** Databricks serving endpoints: a seed for the traffic split, and the scale-to-zero idle time. */
+  databricks?: { routeSeed?: number; scaleToZeroAfterMs?: number };
 }
 
 /**
@@ -41,6 +55,10 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   opts.tracing?.install(app);
   opts.metrics?.install(app);
   if (opts.metrics && opts.requestLog) installRequestLog(app, opts.metrics, opts.requestLog);
+  // On the root, so the key check covers every dialect registered below (and any added later); a
+  // refusal is rendered by the error handler of the route's own dialect.
+  opts.tenancy?.install(app);
+  if (opts.admin) void app.register(adminPlugin, { prefix: "/admin", ...opts.admin, envelope: OPENAI_ENVELOPE });
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());
@@ -50,5 +68,15 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });
+  const endpoints = new EndpointManager(service.registry, opts.store.endpoints, opts.loader, {
+    routeSeed: opts.databricks?.routeSeed,
+    scaleToZeroAfterMs: opts.databricks?.scaleToZeroAfterMs ?? 30 * 60 * 1000,
+  });
+  app.addHook("onReady", async () => {
+    await endpoints.restore();
+    endpoints.startScaleToZero();
+  });
+  app.addHook("onClose", () => endpoints.close());
+  void app.register(databricksPlugin, { service, endpoints, sealer: opts.sealer, loader: opts.loader });
   return app;
 }

@@ -9,10 +9,17 @@ import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { remoteFactory } from "../engines/remote/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
+import { TenancyStore } from "../store/tenancy-store.ts";
+import { KeyRing } from "../tenancy/keys.ts";
+import { LedgerWriter } from "../tenancy/ledger.ts";
+import { InProcessLimiter } from "../tenancy/limiter.ts";
+import { Tenancy } from "../tenancy/tenancy.ts";
+import { readFileSync } from "node:fs";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
 import { schemaCompiler } from "../grammar/schema-compiler.ts";
+import { RuntimeModelLoader } from "./model-loader.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -72,8 +79,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
-  const metrics = new PlinthMetrics(registry);
-  observeService(service, metrics);
   // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
   const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
   let tracing: Tracing | undefined;
@@ -82,20 +87,56 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     tracing = await Tracing.start(otlpEndpoint);
     service.addHooks(tracing.hooks());
   }
+  const staticKeys = [...config["api-key"], ...readKeyFile(config["api-key-file"])];
+  if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
+  const tenancyStore = new TenancyStore(config["data-dir"]);
+  const keys = new KeyRing(staticKeys, tenancyStore);
+  if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
+    tenancyStore.close();
+    await store.close();
+    throw new Error(
+      `refusing to listen on ${config.host} with no API key: anyone who reaches that address could use every model. ` +
+        "Give keys (--api-key, or create one with 'plinth keys create'), listen on 127.0.0.1, or pass --no-auth to serve openly anyway.",
+    );
+  }
   store.startSweeper(SWEEP_INTERVAL_MS);
+  const ledger = config.ledger
+    ? new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000 })
+    : undefined;
+  const tenancy = new Tenancy({
+    keys,
+    limiter: new InProcessLimiter(config["rate-window"] * 1000),
+    ledger,
+    metricsNeedKey: config["metrics-auth"],
+    adminKey: config["admin-key"],
+  });
+  service.setGate(tenancy.gate());
+  service.addHooks(tenancy.hooks());
+  const closeTenancy = () => {
+    ledger?.close();
+    tenancyStore.close();
+  };
+  const metrics = new PlinthMetrics(registry, { store });
+  observeService(service, metrics);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),
   };
 
+  const loader = new RuntimeModelLoader(registry, engines, modelSpecs({ ...config, model: [] })[0].settings, log);
+  for (const s of specs) loader.remember(s);
   const app = buildApp(service, {
+    loader,
+    databricks: { routeSeed: config["route-seed"], scaleToZeroAfterMs: config["scale-to-zero-after"] * 1000 },
     bodyLimit: config["body-limit"],
     store,
     sealer,
     metrics,
     tracing,
+    tenancy,
+    admin: { store: tenancyStore, adminKey: config["admin-key"] },
     logger: hooks.logStream || !hooks.log ? loggerOptions(config["log-level"], config["log-format"], hooks.logStream) : false,
     requestLog: { bodies: config["log-bodies"] },
     host: config.host,
@@ -111,6 +152,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
   log(`plinth: listening on ${url}`);
+  // Structured outputs compile on a worker shared by every server of the process; start it now
+  // (after listen: a server that failed to start holds nothing that would keep the process alive).
+  schemaCompiler.acquire();
+  schemaCompiler.warm();
 
   const loaded = (async () => {
     for (const spec of specs) {
@@ -135,18 +180,41 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await app.close();
       await loaded;
       await registry.dispose();
+      closeTenancy();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
       await app.close();
       await loaded;
       await registry.dispose();
+      closeTenancy();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
   };
+}
+
+/** Keys from --api-key-file: one a line; blank lines and # comments are skipped. */
+function readKeyFile(file: string | undefined): string[] {
+  if (file === undefined) return [];
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new Error(`cannot read the API key file ${file}: ${(err as Error).message}`);
+  }
+  return text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("#"));
+}
+
+/** Addresses only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\./.test(h) || /^::ffff:127\./.test(h);
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { RequestContext } from "../core/context.ts";
 import type { GenerationService } from "../core/generation-service.ts";
+import { requestKey } from "./access.ts";
 import { abortOnDisconnect } from "./client-abort.ts";
 import { respondWithSse, type SseWriter } from "./sse.ts";
 
@@ -31,9 +32,14 @@ export function routeEnv(
   dialect: string,
   namespace?: string,
 ): RouteEnv {
-  const ctx: RequestContext = { requestId: String(request.id), dialect, namespace, responseHeaders: {} };
+  const ctx: RequestContext = { requestId: String(request.id), dialect, namespace, apiKey: requestKey(request), responseHeaders: {} };
   contexts.set(reply, ctx);
   return { service, ctx, signal: abortOnDisconnect(reply) };
+}
+
+/** Who is asking, for a route that runs no generation (a model list). */
+export function requestContext(request: FastifyRequest, dialect: string): RequestContext {
+  return { requestId: String(request.id), dialect, apiKey: requestKey(request) };
 }
 
 /** The request context of each reply, so that headers an engine set reach the response. */
@@ -48,7 +54,7 @@ export async function sendResult(reply: FastifyReply, signal: AbortSignal, resul
     if (result.status) void reply.status(result.status);
     return result.body;
   }
-  await respondWithSse(reply, signal, result.write, result.errorEvent, { ...engineHeaders, ...result.headers });
+  await respondWithSse(reply, signal, result.write, result.errorEvent, { ...engineHeaders, ...result.headers }, String(reply.request.id));
   return reply;
 }
 
