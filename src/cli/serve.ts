@@ -125,7 +125,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),
   };
 
-  const loader = new RuntimeModelLoader(registry, engines, modelSpecs({ ...config, model: [] })[0].settings, log);
+  const loader = new RuntimeModelLoader(registry, engines, modelSpecs({ ...config, model: [], upstream: [] })[0].settings, log);
   for (const s of specs) loader.remember(s);
   const app = buildApp(service, {
     loader,
