@@ -11,6 +11,7 @@ import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
+import { llamaServerBench } from "./llama-server.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
 import { startServerProcess } from "./server-process.ts";
@@ -86,8 +87,9 @@ async function rawDecoder(modelPath: string) {
 
 type Raw = Awaited<ReturnType<typeof rawDecoder>>;
 
-const serverArgs = (modelPath: string, threads: number, parallel: number) => [
-  "--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", String(CTX),
+/** `threads` undefined: the server's own default. */
+const serverArgs = (modelPath: string, threads: number | undefined, parallel: number) => [
+  "--model", `bench=${modelPath}`, ...(threads === undefined ? [] : ["--threads", String(threads)]), "--ctx-size", String(CTX),
   "--parallel", String(parallel), "--max-queue", String(parallel),
 ];
 
@@ -110,7 +112,7 @@ async function singleStreamRatio(modelPath: string, raw: Raw, threads: number) {
   }
 }
 
-async function concurrencySweep(modelPath: string, threads: number) {
+async function concurrencySweep(modelPath: string, threads: number | undefined) {
   const maxC = Math.max(...CONCURRENCY);
   const server = await startServerProcess(serverArgs(modelPath, threads, maxC));
   const rows: Array<{ c: number; aggregate: number; perStream: number; ttft50: number; ttft99: number }> = [];
@@ -145,7 +147,7 @@ async function main() {
 
   const raw = await rawDecoder(modelPath);
   try {
-    // All cores, as the server defaults to, and one core fewer, which leaves the HTTP side a core.
+    // All cores, and one core fewer (the server's default), which leaves the HTTP side a core.
     const threadSettings = [...new Set([cores, Math.max(1, cores - 1)])];
     console.log("Single stream, HTTP vs node-llama-cpp's raw evaluate loop (decode tok/s, medians):\n");
     console.log("| threads | raw tok/s | HTTP streaming tok/s | HTTP ÷ raw |");
@@ -155,10 +157,10 @@ async function main() {
       console.log(`| ${t} | ${fmt(r.raw)} | ${fmt(r.http)} | ${fmt(r.http / r.raw, 3)} |`);
     }
 
-    console.log(`\nConcurrency sweep, HTTP streaming, --threads ${cores}, --parallel ${Math.max(...CONCURRENCY)}:\n`);
+    console.log(`\nConcurrency sweep, HTTP streaming, default --threads and --decode-contexts, --parallel ${Math.max(...CONCURRENCY)}:\n`);
     console.log("| concurrency | aggregate tok/s | per-stream decode tok/s | TTFT p50 ms | TTFT p99 ms | aggregate ÷ single |");
     console.log("|---|---|---|---|---|---|");
-    const rows = await concurrencySweep(modelPath, cores);
+    const rows = await concurrencySweep(modelPath, undefined);
     const single = rows.find((r) => r.c === 1)?.aggregate ?? NaN;
     for (const r of rows)
       console.log(`| ${r.c} | ${fmt(r.aggregate)} | ${fmt(r.perStream)} | ${fmt(r.ttft50)} | ${fmt(r.ttft99)} | ${fmt(r.aggregate / single, 2)} |`);
@@ -166,6 +168,10 @@ async function main() {
   } finally {
     await raw.dispose();
   }
+
+  const llamaServer = process.env.LLAMA_SERVER_BIN;
+  if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
+  else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
 
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);

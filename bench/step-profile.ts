@@ -3,20 +3,25 @@
  * Loads the benchmark model into a LlamaCppEngine, runs N greedy generations at once and wraps the
  * context's native object to time every decode, every sampling call and the gaps between them.
  *
- * Knobs: PROFILE_STREAMS (1,8), PROFILE_THREADS (engine default), PROFILE_TOKENS (96),
- * PROFILE_ROUNDS (2), PROFILE_BATCH (context batch size; library default when unset).
+ * Knobs: PROFILE_STREAMS (1,8), PROFILE_VARIANTS (threads:contexts[:gate] triples, e.g.
+ * "1:1:0,1:2:1,2:1"; gate 0 turns the batch gate off; default: the server's defaults), PROFILE_TOKENS (96), PROFILE_ROUNDS (2), PROFILE_BATCH (context
+ * batch size; library default when unset). Variants alternate round by round, so machine noise hits
+ * them alike.
  */
-import { availableParallelism } from "node:os";
+import { availableParallelism, loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import type { GenerationRequest } from "../src/core/types.ts";
 import { defaultThreads } from "../src/config/schema.ts";
 import { LlamaCppEngine } from "../src/engines/llama-cpp/llama-engine.ts";
+import { defaultDecodeContexts } from "../src/engines/llama-cpp/runtime.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { fmt, median } from "./stats.ts";
 
 const STREAMS = (process.env.PROFILE_STREAMS ?? "1,8").split(",").map(Number);
-const THREADS = Number(process.env.PROFILE_THREADS ?? defaultThreads());
+const VARIANTS = (process.env.PROFILE_VARIANTS ?? `${defaultThreads()}:${defaultDecodeContexts(availableParallelism(), defaultThreads())}`)
+  .split(",")
+  .map((v) => v.split(":").map(Number) as [number, number, number?]);
 const TOKENS = Number(process.env.PROFILE_TOKENS ?? 96);
 const ROUNDS = Number(process.env.PROFILE_ROUNDS ?? 2);
 const NO_EOG = new Map([
@@ -46,8 +51,15 @@ const set = (o: object, name: string, fn: (...a: unknown[]) => unknown) =>
   Object.defineProperty(o, name, { value: fn, writable: true, configurable: true });
 
 /** Wraps the native context object's methods so every call is timed into `c`. */
-function instrument(engine: LlamaCppEngine, get: () => Counters): void {
-  const ctx = (engine as unknown as { context: { _ctx: Record<string, (...a: unknown[]) => unknown> } }).context._ctx;
+function instrument(engine: LlamaCppEngine, get: () => Counters): () => void {
+  const resets = (engine as unknown as { contexts: Array<{ _ctx: Record<string, (...a: unknown[]) => unknown> }> }).contexts.map((c) =>
+    instrumentContext(c._ctx, get),
+  );
+  return () => resets.forEach((r) => r());
+}
+
+/** One context's native object; returns a function that forgets the last decode's end. */
+function instrumentContext(ctx: Record<string, (...a: unknown[]) => unknown>, get: () => Counters): () => void {
   const orig = {
     initBatch: ctx.initBatch.bind(ctx),
     addToBatch: ctx.addToBatch.bind(ctx),
@@ -96,7 +108,7 @@ function instrument(engine: LlamaCppEngine, get: () => Counters): void {
     }
   });
   // A new measurement starts without a gap carried over from the previous one.
-  (instrument as unknown as { reset: () => void }).reset = () => {
+  return () => {
     lastDecodeEnd = 0;
   };
 }
@@ -130,34 +142,43 @@ async function one(engine: LlamaCppEngine, slot: number, i: number, t0: number) 
 async function main() {
   const modelPath = await ensureFixtureModel(BENCH_SPEC, fileURLToPath(new URL("./.models/", import.meta.url)));
   const maxStreams = Math.max(...STREAMS);
-  const engine = await LlamaCppEngine.load({
-    id: "bench", modelPath, contextSize: 512, parallel: maxStreams, threads: THREADS, gpu: "off", cacheRam: 0,
-  });
+  const batchSize = process.env.PROFILE_BATCH ? Number(process.env.PROFILE_BATCH) : undefined;
   let counters = fresh();
-  instrument(engine, () => counters);
-  console.log(`threads ${THREADS}, ${TOKENS} tokens per stream, ${ROUNDS} rounds, ${availableParallelism()} cores\n`);
-  console.log("| streams | tok/s | TTFT p50 ms | decodes | seqs/decode | ms/decode | tokens/decode | sample ms (each) | sampling span ms/step | other between-decode ms/step | event loop busy |");
-  console.log("|---|---|---|---|---|---|---|---|---|---|---|");
-  await Promise.all([one(engine, 0, 0, performance.now())]); // warm-up
+  const engines = [];
+  for (const [threads, contexts, gate = 1] of VARIANTS) {
+    const engine = await LlamaCppEngine.load({
+      id: "bench", modelPath, contextSize: 512, parallel: maxStreams, threads, gpu: "off", cacheRam: 0, decodeContexts: contexts, batchSize, batchGate: gate !== 0,
+    });
+    const reset = instrument(engine, () => counters);
+    await one(engine, 0, 0, performance.now()); // warm-up
+    engines.push({ label: `${threads}:${contexts}${gate ? "" : " (no gate)"}`, engine, reset });
+  }
+  console.log(`${TOKENS} tokens per stream, ${ROUNDS} rounds, ${availableParallelism()} cores, load average ${loadavg()[0].toFixed(1)}\n`);
+  console.log("| threads:contexts | streams | tok/s | TTFT p50 ms | decodes | seqs/decode | ms/decode | tokens/decode | sample ms (each) | sampling span ms/step | other between-decode ms/step | event loop busy | CPU ms/token |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
   for (const streams of STREAMS) {
     for (let r = 0; r < ROUNDS; r++) {
-      counters = fresh();
-      (instrument as unknown as { reset: () => void }).reset();
-      const elu0 = performance.eventLoopUtilization();
-      const t0 = performance.now();
-      const runs = await Promise.all(Array.from({ length: streams }, (_, i) => one(engine, i, r * 100 + i, t0)));
-      const wall = Math.max(...runs.map((x) => x.end)) - t0;
-      const elu = performance.eventLoopUtilization(elu0);
-      const c = counters;
-      const tok = runs.reduce((a, x) => a + x.tokens, 0);
-      const gens = c.batches.filter((b) => b > 0);
-      const steps = Math.max(1, c.decodes - 1);
-      console.log(
-        `| ${streams} | ${fmt(tok / (wall / 1000))} | ${fmt(median(runs.map((x) => x.ttft)))} | ${c.decodes} | ${fmt(gens.reduce((a, b) => a + b, 0) / gens.length, 2)} | ${fmt(c.decodeMs / c.decodes, 2)} | ${fmt(c.decodedTokens / c.decodes, 1)} | ${fmt(c.sampleMs / Math.max(1, c.samples), 2)} | ${fmt(c.samplingSpanMs / steps, 2)} | ${fmt((c.betweenMs - c.samplingSpanMs) / steps, 2)} | ${fmt(elu.utilization * 100, 0)} % |`,
-      );
+      for (const { label, engine, reset } of engines) {
+        counters = fresh();
+        reset();
+        const elu0 = performance.eventLoopUtilization();
+        const cpu0 = process.cpuUsage();
+        const t0 = performance.now();
+        const runs = await Promise.all(Array.from({ length: streams }, (_, i) => one(engine, i, r * 100 + i, t0)));
+        const wall = Math.max(...runs.map((x) => x.end)) - t0;
+        const elu = performance.eventLoopUtilization(elu0);
+        const cpu = process.cpuUsage(cpu0);
+        const c = counters;
+        const tok = runs.reduce((a, x) => a + x.tokens, 0);
+        const gens = c.batches.filter((b) => b > 0);
+        const steps = Math.max(1, c.decodes - 1);
+        console.log(
+          `| ${label} | ${streams} | ${fmt(tok / (wall / 1000))} | ${fmt(median(runs.map((x) => x.ttft)))} | ${c.decodes} | ${fmt(gens.reduce((a, b) => a + b, 0) / gens.length, 2)} | ${fmt(c.decodeMs / c.decodes, 2)} | ${fmt(c.decodedTokens / c.decodes, 1)} | ${fmt(c.sampleMs / Math.max(1, c.samples), 2)} | ${fmt(c.samplingSpanMs / steps, 2)} | ${fmt((c.betweenMs - c.samplingSpanMs) / steps, 2)} | ${fmt(elu.utilization * 100, 0)} % | ${fmt((cpu.user + cpu.system) / 1000 / tok, 1)} |`,
+        );
+      }
     }
   }
-  await engine.dispose();
+  for (const { engine } of engines) await engine.dispose();
 }
 
 await main();

@@ -14,6 +14,7 @@ export function defaultThreads(cores = availableParallelism()): number {
   return Math.max(1, cores - 1);
 }
 
+
 /** The user's data directory: $XDG_DATA_HOME/plinth, else ~/.local/share/plinth. */
 export function defaultDataDir(): string {
   return path.join(process.env.XDG_DATA_HOME || path.join(os.homedir(), ".local", "share"), "plinth");
@@ -58,6 +59,8 @@ export const configSchema = z.object({
   "drain-timeout": z.number().min(0).default(30),
   /** Embedding contexts per model (inputs embedded at once), created on the first embeddings request. */
   "embedding-contexts": z.int().min(1).max(64).default(2),
+  /** Generation contexts per model that share its sequences; unset: cores / threads on the CPU (engines/llama-cpp/runtime.ts), 1 on a GPU. */
+  "decode-contexts": z.int().min(1).max(64).optional(),
   threads: z.int().min(1).default(() => defaultThreads()),
   gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
   "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
@@ -102,4 +105,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "decode-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;

@@ -21,6 +21,7 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       threads: s.threads,
       gpu: s.gpu as GpuChoice,
       embeddingContexts: s.embeddingContexts,
+      decodeContexts: s.decodeContexts,
       cacheRam: s.cacheRam,
       chatWrapper: s.chatWrapper,
       cacheMinTokens: s.cacheMinTokens,
