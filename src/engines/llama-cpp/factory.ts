@@ -28,7 +28,11 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
     });
     if (engine.slots === 0)
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${s.threads} threads)`);
-    else log(`plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads)`);
+    else
+      log(
+        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads` +
+          (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts)` : ")"),
+      );
     return engine;
   };
 }

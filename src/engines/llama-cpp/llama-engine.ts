@@ -178,6 +178,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     return new LlamaCppEngine(opts, model, contexts, embedder(contexts[0].contextSize));
   }
 
+  /** Generation contexts the sequences are spread over (0 for an embedding-only model). */
+  get decodeContexts(): number {
+    return this.contexts.length;
+  }
+
   get contextSize(): number {
     return this.contexts[0]?.contextSize ?? (this.embeddings ? this.embeddings.info.maxInputTokens + 1 : 0);
   }
