@@ -7,6 +7,7 @@
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "node-llama-cpp";
+import { defaultThreads } from "../src/config/schema.ts";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
@@ -176,7 +177,7 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
-  await embeddingsBenchmark(modelPath, cores);
+  await embeddingsBenchmark(modelPath, defaultThreads(cores));
 }
 
 await main();
