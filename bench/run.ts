@@ -13,6 +13,7 @@ import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../te
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { llamaServerBench } from "./llama-server.ts";
+import { metricsBench } from "./metrics.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
 import { startServerProcess } from "./server-process.ts";
@@ -177,6 +178,7 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
+  await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
   await embeddingsBenchmark(modelPath, defaultThreads(cores));
 }
 

@@ -6,6 +6,9 @@ import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
+import { EndpointManager } from "./dialects/databricks/endpoints.ts";
+import { databricksPlugin } from "./dialects/databricks/plugin.ts";
+import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
@@ -25,6 +28,10 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   requestLog?: { bodies: boolean };
   /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
   tracing?: Tracing;
+  /** Loads and unloads models at run time (serving endpoints, scale to zero, the admin routes). */
+  loader?: ModelLoader;
+  /** Databricks serving endpoints: a seed for the traffic split, and the scale-to-zero idle time. */
+  databricks?: { routeSeed?: number; scaleToZeroAfterMs?: number };
 }
 
 /**
@@ -50,5 +57,15 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });
+  const endpoints = new EndpointManager(service.registry, opts.store.endpoints, opts.loader, {
+    routeSeed: opts.databricks?.routeSeed,
+    scaleToZeroAfterMs: opts.databricks?.scaleToZeroAfterMs ?? 30 * 60 * 1000,
+  });
+  app.addHook("onReady", async () => {
+    await endpoints.restore();
+    endpoints.startScaleToZero();
+  });
+  app.addHook("onClose", () => endpoints.close());
+  void app.register(databricksPlugin, { service, endpoints, sealer: opts.sealer, loader: opts.loader });
   return app;
 }

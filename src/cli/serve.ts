@@ -12,6 +12,7 @@ import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
 import { schemaCompiler } from "../grammar/schema-compiler.ts";
+import { RuntimeModelLoader } from "./model-loader.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -69,8 +70,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   for (const s of specs) registry.register(s.id);
   const service = new GenerationService(registry);
   service.addHooks(nativeMemoryPacer());
-  const metrics = new PlinthMetrics(registry);
-  observeService(service, metrics);
   // Tracing loads the OpenTelemetry SDK only when an endpoint is set; otherwise it costs nothing.
   const otlpEndpoint = config["otlp-endpoint"] ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
   let tracing: Tracing | undefined;
@@ -81,13 +80,19 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   }
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   store.startSweeper(SWEEP_INTERVAL_MS);
+  const metrics = new PlinthMetrics(registry, { store });
+  observeService(service, metrics);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),
   };
 
+  const loader = new RuntimeModelLoader(registry, engines, modelSpecs({ ...config, model: [] })[0].settings, log);
+  for (const s of specs) loader.remember(s);
   const app = buildApp(service, {
+    loader,
+    databricks: { routeSeed: config["route-seed"], scaleToZeroAfterMs: config["scale-to-zero-after"] * 1000 },
     bodyLimit: config["body-limit"],
     store,
     sealer,
@@ -108,6 +113,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
   log(`plinth: listening on ${url}`);
+  // Structured outputs compile on a worker shared by every server of the process; start it now
+  // (after listen: a server that failed to start holds nothing that would keep the process alive).
+  schemaCompiler.acquire();
+  schemaCompiler.warm();
 
   const loaded = (async () => {
     for (const spec of specs) {
@@ -134,7 +143,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
@@ -143,7 +152,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await registry.dispose();
       await store.close();
       await tracing?.shutdown();
-      await schemaCompiler.dispose();
+      await schemaCompiler.release();
     },
   };
 }

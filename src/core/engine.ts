@@ -71,7 +71,19 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   detokenize(tokens: number[]): Promise<string>;
   /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
   readonly embeddings?: Embedder;
+  /** What the engine holds right now, for metrics (read at scrape time; must be cheap). */
+  stats?(): EngineStats;
   dispose(): Promise<void>;
+}
+
+/** An engine's memory at a glance. */
+export interface EngineStats {
+  /** Tokens held in each slot's KV cache (index = slot). */
+  kvTokens: number[];
+  /** Tokens the KV cache of one slot can hold. */
+  kvTokensPerSlot: number;
+  /** Saved prompt states kept outside the sequences (the prompt cache): bytes, entries, evictions so far. */
+  promptCache?: { bytes: number; entries: number; evictions: number };
 }
 
 /** One input of an embeddings request: text to tokenize, or token ids taken as they are. */

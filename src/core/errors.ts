@@ -62,6 +62,22 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * A server-side failure's message with the request id in it, so a user who reports it can quote the
+ * id that finds the log line; client errors are returned as they are.
+ */
+export function quoteRequestId(err: ApiError, requestId: string): ApiError {
+  if (err.status < 500 || err.message.includes(requestId)) return err;
+  return new ApiError(err.status, `${err.message} (request id: ${requestId})`, {
+    type: err.type,
+    param: err.param,
+    field: err.field,
+    code: err.code,
+    headers: err.headers,
+    reason: err.reason ?? undefined,
+  });
+}
+
 function defaultType(status: number): ErrorType {
   if (status === 404) return "not_found_error";
   if (status === 429) return "rate_limit_error";

@@ -27,6 +27,11 @@ export class Scheduler {
     this.free = Array.from({ length: slots }, (_, i) => i);
   }
 
+  /** Whether a slot is handed out right now. */
+  isBusy(slot: number): boolean {
+    return !this.free.includes(slot);
+  }
+
   get busy(): number {
     return this.slots - this.free.length;
   }

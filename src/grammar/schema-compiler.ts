@@ -27,11 +27,16 @@ const CACHE_ENTRIES = 256;
 
 export class SchemaCompiler {
   private worker: Worker | undefined;
-  private ready: Promise<void> | undefined;
+  private ready: Promise<Worker> | undefined;
   private readonly queue: Job[] = [];
-  private current: { job: Job; timer: NodeJS.Timeout } | undefined;
+  /** The job the worker holds (set as soon as it leaves the queue, before the worker is up). */
+  private current: { job: Job; timer: NodeJS.Timeout | undefined } | undefined;
   private nextId = 1;
   private readonly cache = new Map<string, CompiledSchema>();
+  /** Servers using the compiler (acquire/release); the worker stops once none is left and it is idle. */
+  private users = 0;
+  /** Stop the worker as soon as it has nothing to do. */
+  private stopWhenIdle = false;
 
   constructor(
     /** Deadline of one compilation, from when the worker takes it. */
@@ -40,7 +45,20 @@ export class SchemaCompiler {
 
   /** Starts the worker ahead of the first schema (its start-up takes a moment under tsx). */
   warm(): void {
-    this.start();
+    this.stopWhenIdle = false;
+    void this.start();
+  }
+
+  /** A server starts using the compiler: the worker lives until every user has released it. */
+  acquire(): void {
+    this.users++;
+    this.stopWhenIdle = false;
+  }
+
+  /** A server is done with the compiler; the last one out stops the worker (once it is idle). */
+  async release(): Promise<void> {
+    this.users = Math.max(0, this.users - 1);
+    if (this.users === 0) await this.dispose();
   }
 
   compile(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): Promise<CompiledSchema> {
@@ -56,6 +74,7 @@ export class SchemaCompiler {
       this.cache.set(key!, hit);
       return Promise.resolve(hit);
     }
+    this.stopWhenIdle = false;
     return new Promise<CompiledSchema>((resolve, reject) => {
       this.queue.push({
         id: this.nextId++,
@@ -75,18 +94,22 @@ export class SchemaCompiler {
   }
 
   /**
-   * Stops the worker when it is idle (the compiler is shared by every server of the process; one
-   * closing must not cut another's compilation short). A later compile starts a fresh worker.
+   * Stops the worker, at once when it is idle, otherwise as soon as the work queued now is done (a
+   * worker left running would keep a process alive under tsx). A later compile starts a fresh one.
    */
   async dispose(): Promise<void> {
-    if (this.current || this.queue.length > 0) return;
+    if (this.current || this.queue.length > 0) {
+      this.stopWhenIdle = true;
+      return;
+    }
+    this.stopWhenIdle = false;
     const w = this.worker;
     this.worker = undefined;
     this.ready = undefined;
     await w?.terminate();
   }
 
-  private start(): Promise<void> {
+  private start(): Promise<Worker> {
     if (this.ready) return this.ready;
     const here = import.meta.url;
     const underTs = here.endsWith(".ts");
@@ -101,9 +124,9 @@ export class SchemaCompiler {
       : new Worker(entry, options);
     worker.unref();
     this.worker = worker;
-    this.ready = new Promise<void>((resolve) => {
+    this.ready = new Promise<Worker>((resolve) => {
       worker.on("message", (m: Reply | { ready: true }) => {
-        if ("ready" in m) return resolve();
+        if ("ready" in m) return resolve(worker);
         this.settle(m);
       });
     });
@@ -113,21 +136,28 @@ export class SchemaCompiler {
   }
 
   private pump(): void {
-    if (this.current || this.queue.length === 0) return;
-    const job = this.queue.shift()!;
-    void this.start().then(() => {
-      const timer = setTimeout(() => {
+    if (this.current) return;
+    const job = this.queue.shift();
+    if (!job) {
+      if (this.stopWhenIdle) void this.dispose();
+      return;
+    }
+    // The job counts as current from here, so a dispose() while the worker starts waits for it.
+    const cur: { job: Job; timer: NodeJS.Timeout | undefined } = { job, timer: undefined };
+    this.current = cur;
+    void this.start().then((worker) => {
+      if (this.current !== cur) return; // the worker died while starting; fail() moved on
+      cur.timer = setTimeout(() => {
         // Past the deadline: this worker is busy for who knows how long; drop it.
-        const w = this.worker;
+        if (this.current !== cur) return;
         this.worker = undefined;
         this.ready = undefined;
         this.current = undefined;
         job.reject(new SchemaLimitError("", `compiling the schema took longer than ${this.timeoutMs} ms`));
-        void w?.terminate();
+        void worker.terminate();
         this.pump();
       }, this.timeoutMs);
-      this.current = { job, timer };
-      this.worker!.postMessage({ id: job.id, schema: job.schema, opts: job.opts });
+      worker.postMessage({ id: job.id, schema: job.schema, opts: job.opts });
     });
   }
 

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { ApiError, type FieldNamer, withWireParam } from "../core/errors.ts";
+import { ApiError, type FieldNamer, quoteRequestId, withWireParam } from "../core/errors.ts";
 import { toApiError } from "./to-api-error.ts";
 
 export interface ErrorEnvelope {
@@ -16,7 +16,7 @@ export interface ErrorEnvelope {
  */
 export function installErrorEnvelope(scope: FastifyInstance, envelope: ErrorEnvelope, opts: { notFound: boolean }): void {
   scope.setErrorHandler((err, request, reply) => {
-    const apiError = asWireError(err, envelope.fieldNames, request.body);
+    const apiError = quoteRequestId(asWireError(err, envelope.fieldNames, request.body), String(request.id));
     if (apiError.status >= 500) request.log.error(err);
     void reply.status(apiError.status).headers(apiError.headers).send(envelope.render(apiError));
   });

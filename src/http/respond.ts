@@ -41,7 +41,7 @@ export async function sendResult(reply: FastifyReply, signal: AbortSignal, resul
     if (result.status) void reply.status(result.status);
     return result.body;
   }
-  await respondWithSse(reply, signal, result.write, result.errorEvent, result.headers);
+  await respondWithSse(reply, signal, result.write, result.errorEvent, result.headers, String(reply.request.id));
   return reply;
 }
 

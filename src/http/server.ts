@@ -1,4 +1,4 @@
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, { type FastifyInstance, LogController } from "fastify";
 import { newId } from "../core/ids.ts";
 import { installBodyHandling } from "./body.ts";
 import { clientErrorHandler, frameworkErrorHandler } from "./client-error.ts";
@@ -69,8 +69,8 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
       const given = req.headers["x-request-id"];
       return typeof given === "string" && isValidRequestId(given) ? given : newId("req_");
     },
-    requestIdLogLabel: "request_id",
-    disableRequestLogging: true,
+    // Plinth writes its own request log (observability/request-log.ts); Fastify's lines are off.
+    logController: new LogController({ requestIdLogLabel: "request_id", disableRequestLogging: true }),
     // Node's own deadline for a whole request, a backstop behind the body deadline (which answers first).
     requestTimeout: headersTimeout + bodyTimeout + 1000,
     keepAliveTimeout: opts.keepAliveTimeoutMs ?? HTTP_DEFAULTS.keepAliveTimeoutMs,

@@ -1,4 +1,6 @@
 import type { ServerResponse } from "node:http";
+import { quoteRequestId } from "../core/errors.ts";
+import { toApiError } from "./to-api-error.ts";
 
 /**
  * A server-sent-events writer over a raw response. Writes wait for the socket to drain, so a slow
@@ -58,6 +60,7 @@ export async function respondWithSse(
   write: (sse: SseWriter) => Promise<void>,
   errorEvent: (err: unknown) => { event?: string; data: unknown },
   headers: Record<string, string> = {},
+  requestId?: string,
 ): Promise<void> {
   reply.hijack();
   const sse = new SseWriter(reply.raw);
@@ -66,10 +69,16 @@ export async function respondWithSse(
     await write(sse);
   } catch (err) {
     if (!signal.aborted) {
-      const ev = errorEvent(err);
+      const ev = errorEvent(requestId === undefined ? err : withRequestId(err, requestId));
       await (ev.event ? sse.event(ev.event, ev.data) : sse.data(ev.data));
     }
   } finally {
     sse.end();
   }
+}
+
+/** A server-side failure carries the request id in its message (see quoteRequestId); others stay as thrown. */
+function withRequestId(err: unknown, requestId: string): unknown {
+  const e = toApiError(err);
+  return e.status >= 500 ? quoteRequestId(e, requestId) : err;
 }

@@ -80,7 +80,7 @@ export class PlinthMetrics {
   private readonly loadSeconds: Gauge<"model_name">;
   private readonly errorCodes = new WeakMap<FastifyRequest, string>();
 
-  constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean } = {}) {
+  constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: { sizeBytes(): number } } = {}) {
     const registers = [this.registry];
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: "plinth_" });
 
@@ -113,6 +113,74 @@ export class PlinthMetrics {
         this.reset();
         for (const m of models.list())
           for (const state of ["loading", "ready", "failed"]) this.set({ model_name: m.id, state }, m.status === state ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: "vllm:kv_cache_usage_perc",
+      help: "KV-cache usage: the share of the model's KV cells held by running requests (1 = full).",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) {
+          const stats = m.engine?.stats?.();
+          if (!stats || !m.scheduler || stats.kvTokensPerSlot === 0) continue;
+          // Like vLLM, cells a finished request left behind (kept only for prompt reuse) count as free.
+          let held = 0;
+          stats.kvTokens.forEach((tokens, slot) => {
+            if (m.scheduler!.isBusy(slot)) held += tokens;
+          });
+          this.set({ model_name: m.id }, held / (stats.kvTokensPerSlot * stats.kvTokens.length));
+        }
+      },
+    });
+    new Gauge({
+      name: "plinth_prompt_cache_bytes",
+      help: "Bytes of saved prompt states kept for reuse (the --cache-ram budget's use).",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) {
+          const cache = m.engine?.stats?.().promptCache;
+          if (cache) this.set({ model_name: m.id }, cache.bytes);
+        }
+      },
+    });
+    new Gauge({
+      name: "plinth_prompt_cache_entries",
+      help: "Saved prompt states kept for reuse.",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) {
+          const cache = m.engine?.stats?.().promptCache;
+          if (cache) this.set({ model_name: m.id }, cache.entries);
+        }
+      },
+    });
+    // A counter whose value lives in the engine: read at scrape time (it only ever grows).
+    new Counter({
+      name: "plinth_prompt_cache_evictions_total",
+      help: "Saved prompt states dropped to stay within --cache-ram.",
+      labelNames: ["model_name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of models.list()) {
+          const cache = m.engine?.stats?.().promptCache;
+          if (cache) this.inc({ model_name: m.id }, cache.evictions);
+        }
+      },
+    });
+    const store = opts.store;
+    new Gauge({
+      name: "plinth_store_bytes",
+      help: "Bytes the store (stored responses, conversations, chat completions) takes on disk.",
+      registers,
+      collect() {
+        if (store) this.set(store.sizeBytes());
       },
     });
     this.loadSeconds = new Gauge({

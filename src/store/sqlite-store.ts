@@ -19,8 +19,9 @@
 // namespace too and are deleted with their parent by ON DELETE CASCADE.
 
 import Database from "better-sqlite3";
-import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { ENDPOINTS_SCHEMA, sqliteEndpointStore } from "./endpoint-store.ts";
 import { checkPageQuery, invalidCursor, newItemId, pageFromRows, pageOfItems, withId } from "./page.ts";
 import {
   StoreError,
@@ -29,6 +30,7 @@ import {
   type ChatCompletionStore,
   type ConversationRecord,
   type ConversationStore,
+  type EndpointStore,
   type JsonObject,
   type Metadata,
   type NewChatCompletion,
@@ -150,6 +152,11 @@ export const MIGRATIONS: readonly Migration[] = [
         );
         CREATE INDEX response_items_by_id ON response_items (namespace, item_id);
       `),
+  },
+  {
+    version: 3,
+    description: "serving endpoints (Databricks control plane)",
+    up: (db) => db.exec(ENDPOINTS_SCHEMA),
   },
 ];
 
@@ -275,6 +282,7 @@ export class SqliteStore implements Store {
   readonly responseEvents: ResponseEventStore;
   readonly conversations: ConversationStore;
   readonly chatCompletions: ChatCompletionStore;
+  readonly endpoints: EndpointStore;
 
   readonly #db: Database.Database;
   readonly #ttl: number;
@@ -316,6 +324,7 @@ export class SqliteStore implements Store {
     this.responseEvents = this.#eventStore();
     this.conversations = this.#conversationStore();
     this.chatCompletions = this.#chatCompletionStore();
+    this.endpoints = sqliteEndpointStore(db);
 
     const sweepResponses = db.prepare<[number]>("DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?");
     const sweepConversations = db.prepare<[number]>("DELETE FROM conversations WHERE expires_at IS NOT NULL AND expires_at <= ?");
@@ -347,6 +356,19 @@ export class SqliteStore implements Store {
       }
     }, intervalMs);
     this.#sweeper.unref();
+  }
+
+  sizeBytes(): number {
+    if (this.#closed) return 0;
+    let total = 0;
+    for (const file of [this.path, `${this.path}-wal`]) {
+      try {
+        total += statSync(file).size;
+      } catch {
+        // no write-ahead log at the moment
+      }
+    }
+    return total;
   }
 
   async close(): Promise<void> {

@@ -5,7 +5,7 @@ import { after, before } from "node:test";
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { BPE_SPEC, ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, SPM_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
+import { BPE_SPEC, ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS, HARMONY_SPEC, NUCLEUS_SPEC, SPM_SPEC, THINKING_SPEC } from "../fixtures/models.ts";
 import { type PlinthHttp, plinthHttp } from "./requests.ts";
 
 export interface TestServer extends RunningServer {
@@ -29,6 +29,8 @@ export interface TestServerOptions {
    * "spm" and BPE_SPEC (GPT-2 style byte-level BPE) as "bpe".
    */
   tokenizers?: boolean;
+  /** Also serve NUCLEUS_SPEC (a fixed next-token distribution, for sampler checks) as "nucleus". */
+  nucleus?: boolean;
 }
 
 /**
@@ -41,6 +43,7 @@ export async function startTestServer(settings: Record<string, unknown> = {}, op
   if (opts.bert) models.push(`bert=${await ensureBertFixtureModel()}`);
   if (opts.think) models.push(`think=${await ensureFixtureModel(THINKING_SPEC)}`);
   if (opts.harmony) models.push(`oss=${await ensureFixtureModel(HARMONY_SPEC)}`);
+  if (opts.nucleus) models.push(`nucleus=${await ensureFixtureModel(NUCLEUS_SPEC)}`);
   if (opts.tokenizers) models.push(`spm=${await ensureFixtureModel(SPM_SPEC)}`, `bpe=${await ensureFixtureModel(BPE_SPEC)}`);
   // Stored objects go to a directory of the test's own unless it names one (and then keeps it).
   const ownDataDir = settings["data-dir"] === undefined ? mkdtempSync(path.join(tmpdir(), "plinth-test-")) : undefined;

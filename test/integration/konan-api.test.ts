@@ -7,7 +7,7 @@ import { useTestServer } from "../helpers/server.ts";
 // Konan (/v3) behaviour on real inference: the fixture models through llama.cpp, over plain HTTP
 // and through the official openai client pointed at /v3.
 
-const s = useTestServer({}, { think: true });
+const s = useTestServer({}, { think: true, nucleus: true });
 type Obj = Record<string, any>;
 
 const konan = () => new OpenAI({ baseURL: `${s.url}/v3`, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
@@ -53,6 +53,24 @@ test("000-13 temperature 0 is deterministic: two identical requests, identical c
   const a = await ask({ temperature: 0 });
   const b = await ask({ temperature: 0 });
   assert.equal(text(a), text(b));
+});
+
+test("000-14 the nucleus cutoff is inclusive: A=0.3, B=0.2, C=0.1 with top_p 0.5 samples only A or B", async () => {
+  // The "nucleus" fixture draws every next token from sun 0.3, moon 0.2, star 0.1 and eight words at
+  // 0.05 each, whatever the prompt.
+  const words = async (top_p: number) => {
+    const seen = new Map<string, number>();
+    for (const seed of [1, 2, 3]) {
+      const r = await chat({ model: "nucleus", messages: [{ role: "user", content: "go" }], max_completion_tokens: 150, temperature: 1, top_p, seed });
+      for (const w of text(r).trim().split(/\s+/)) seen.set(w, (seen.get(w) ?? 0) + 1);
+    }
+    return seen;
+  };
+  const half = await words(0.5);
+  assert.deepEqual([...half.keys()].sort(), ["moon", "sun"], `top_p 0.5 drew ${JSON.stringify([...half])}`);
+  // At 0.6 the cutoff lands exactly on C: it is kept, nothing after it is.
+  const more = await words(0.6);
+  assert.deepEqual([...more.keys()].sort(), ["moon", "star", "sun"], `top_p 0.6 drew ${JSON.stringify([...more])}`);
 });
 
 test("000-20 reaching max_completion_tokens ends with length and completion_tokens ≤ max_completion_tokens", async () => {

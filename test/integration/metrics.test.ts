@@ -119,3 +119,31 @@ test("every family has HELP and TYPE, and vLLM's names carry a model_name label"
   assert.equal(exp.types.get("vllm:prompt_tokens_total"), "counter");
   assert.equal(exp.types.get("vllm:inter_token_latency_seconds"), "histogram");
 });
+
+test("KV usage counts the cells of running requests only; prompt-cache and store sizes are exported", async () => {
+  // A long stream: scrape while it runs (after its first chunk), then again once it has ended.
+  const res = await s.http.send("/v1/chat/completions", {
+    model: "tiny",
+    messages: [{ role: "user", content: "Count the stars." }],
+    max_tokens: 900,
+    temperature: 0,
+    logit_bias: NO_EOG,
+    stream: true,
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  await reader.read();
+  const during = await scrape();
+  const kv = sum(during, "vllm:kv_cache_usage_perc", M);
+  assert.equal(during.types.get("vllm:kv_cache_usage_perc"), "gauge");
+  assert.ok(kv > 0 && kv <= 1, `kv usage while streaming: ${kv}`);
+  while (!(await reader.read()).done);
+  const after = await scrape();
+  assert.equal(sum(after, "vllm:kv_cache_usage_perc", M), 0, "a finished request's cells count as free");
+
+  assert.equal(after.types.get("plinth_prompt_cache_bytes"), "gauge");
+  assert.equal(after.types.get("plinth_prompt_cache_evictions_total"), "counter");
+  assert.ok(after.samples.some((x) => x.name === "plinth_prompt_cache_bytes" && x.labels.model_name === "tiny"));
+  assert.ok(sum(after, "plinth_prompt_cache_evictions_total", M) >= 0);
+  assert.ok(sum(after, "plinth_store_bytes") > 0, "the SQLite file has a size");
+});

@@ -158,6 +158,24 @@ test("an engine failure after the stream began is a final event in the error env
   const chunks = sseData(r.body) as any[];
   assert.equal(chunks.at(-1).error.type, "server_error");
   assert.equal(chunks.at(-1).error.code, "internal_error");
+  assert.match(chunks.at(-1).error.message, new RegExp(`\\(request id: ${r.headers["x-request-id"]}\\)`));
+  await app.close();
+});
+
+test("a server-side failure quotes the request id in its message (a caller's x-request-id is kept); a client error does not", async () => {
+  const { app } = await scriptedApp({ script: () => [new Error("engine broke")] });
+  const r = await app.inject({
+    method: "POST",
+    url: "/v1/chat/completions",
+    headers: { "x-request-id": "support-ticket-42" },
+    payload: { model: "scripted", messages: [{ role: "user", content: "hi" }] },
+  });
+  assert.equal(r.statusCode, 500);
+  assert.equal(r.headers["x-request-id"], "support-ticket-42");
+  assert.match(r.json().error.message, /\(request id: support-ticket-42\)$/);
+  const bad = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { model: "scripted", messages: [] } });
+  assert.equal(bad.statusCode, 400);
+  assert.doesNotMatch(bad.json().error.message, /request id/);
   await app.close();
 });
 

@@ -44,6 +44,7 @@ test("entries are found only in their own namespace, and evicted oldest first", 
   assert.equal(store.size, 2);
   assert.equal(store.best("a", tokens(7, 8)), undefined);
   assert.ok(store.bytesUsed <= 250);
+  assert.equal(store.evictions, 1, "the eviction is counted (plinth_prompt_cache_evictions_total)");
   store.dispose();
 });
 

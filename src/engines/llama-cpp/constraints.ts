@@ -13,7 +13,8 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
-import { compileJsonSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 
@@ -150,15 +151,15 @@ export class ConstraintPlanner {
 const GRAMMAR_CACHE_ENTRIES = 128;
 
 /**
- * The grammar of a JSON Schema, compiled in-thread within the converter's limits (moving this to
- * grammar/schema-compiler.ts's worker is pending: see the issue note).
+ * The grammar of a JSON Schema, compiled on the schema compiler's worker thread (so a costly schema
+ * never stalls other requests) within the converter's limits and a deadline.
  * A schema past the converter's limits or its deadline is refused whatever `strict` says; otherwise,
  * strict refuses what cannot be enforced exactly, and non-strict relaxes only the keywords that
  * cannot be (the rest of the schema still holds).
  */
 async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<string> {
   try {
-    return compileJsonSchema(schema, { strict }).gbnf;
+    return (await schemaCompiler.compile(schema, { strict })).gbnf;
   } catch (err) {
     if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);

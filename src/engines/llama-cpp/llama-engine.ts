@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
-import type { ChoiceRun, Engine, EngineChunk, PreparedGeneration } from "../../core/engine.ts";
+import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate } from "./batch-gate.ts";
@@ -103,6 +103,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly bound: PromptBound;
   private readonly pieces: TokenPieces;
   private readonly slotCache: SlotCache;
+  private readonly prefixStore: PrefixStore;
   private readonly constraints: ConstraintPlanner;
   readonly embeddings?: LlamaEmbedder;
   private readonly fingerprint: string;
@@ -127,7 +128,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.harmony = this.renderer.harmony;
     this.pieces = new TokenPieces(model);
     this.constraints = new ConstraintPlanner(model, this.renderer.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined);
-    this.slotCache = new SlotCache(this.sequences, new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id));
+    this.prefixStore = new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id);
+    this.slotCache = new SlotCache(this.sequences, this.prefixStore);
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
@@ -240,6 +242,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
       reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
       cacheKey: req.cacheKey,
+    };
+  }
+
+  stats(): EngineStats {
+    return {
+      kvTokens: this.sequences.map((s) => s.nextTokenIndex),
+      kvTokensPerSlot: this.contexts[0]?.contextSize ?? 0,
+      promptCache: { bytes: this.prefixStore.bytesUsed, entries: this.prefixStore.size, evictions: this.prefixStore.evictions },
     };
   }
 

@@ -46,6 +46,7 @@ export class PrefixStore {
   private disposed = false;
   private used = 0;
   private clock = 0;
+  private evicted = 0;
 
   constructor(
     private readonly budgetBytes: number,
@@ -73,6 +74,11 @@ export class PrefixStore {
 
   get size(): number {
     return this.entries.size;
+  }
+
+  /** Saved states dropped to stay within the budget, since the store was made. */
+  get evictions(): number {
+    return this.evicted;
   }
 
   /** The saved state sharing the longest prefix with `prompt` in this namespace. */
@@ -158,6 +164,7 @@ export class PrefixStore {
       const victim = this.entries.get(oldestKey)!;
       this.entries.delete(oldestKey);
       this.used -= victim.bytes;
+      this.evicted++;
       rmSync(victim.path, { force: true });
     }
   }
