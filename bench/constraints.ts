@@ -3,7 +3,6 @@
  * plain greedy streaming, the same with a JSON-schema grammar active on every token, and the same
  * with logprobs (top 5), greedy and sampled. Printed as ratios to plain decoding with the same sampling.
  */
-import { availableParallelism } from "node:os";
 import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
@@ -19,8 +18,7 @@ async function decodeRate(url: string, body: Record<string, unknown>): Promise<{
 }
 
 export async function constraintsBench(modelPath: string, rounds: number): Promise<void> {
-  const cores = availableParallelism();
-  const server = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(cores), "--ctx-size", "1024", "--parallel", "1"]);
+  const server = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", "1024", "--parallel", "1"]);
   try {
     const base = { model: "bench", messages: [{ role: "user", content: "Write a long record about the river." }], max_tokens: 128, temperature: 0 };
     // A long free string inside the schema keeps the grammar engaged for the whole answer.

@@ -4,7 +4,6 @@
  * noise hits both alike (target: scraped ÷ unscraped ≥ 0.98). The hooks run per token either way;
  * this measures the scrapes themselves (rendering every family, reading the engines' stats).
  */
-import { availableParallelism } from "node:os";
 import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
@@ -14,9 +13,8 @@ const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -
 const STREAMS = 4;
 
 export async function metricsBench(modelPath: string, rounds: number, maxTokens = 128): Promise<void> {
-  const cores = availableParallelism();
   const server = await startServerProcess([
-    "--model", `bench=${modelPath}`, "--threads", String(cores), "--ctx-size", "512", "--parallel", String(STREAMS),
+    "--model", `bench=${modelPath}`, "--ctx-size", "512", "--parallel", String(STREAMS),
   ]);
   const round = async () => {
     const t0 = performance.now();

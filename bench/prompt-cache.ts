@@ -2,7 +2,6 @@
  * Prompt-cache benchmark: time to first token for a request sharing a ~2,000-token prefix, cold
  * (nothing cached) against warm (prefix reused), and the cache hit rate of a simulated 10-turn chat.
  */
-import { availableParallelism } from "node:os";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
 import { fmt, median } from "./stats.ts";
@@ -16,9 +15,8 @@ async function ttft(url: string, body: Record<string, unknown>): Promise<{ ms: n
 }
 
 export async function promptCacheBench(modelPath: string, rounds: number): Promise<void> {
-  const cores = availableParallelism();
   const server = await startServerProcess([
-    "--model", `bench=${modelPath}`, "--threads", String(cores), "--ctx-size", "4096", "--parallel", "2",
+    "--model", `bench=${modelPath}`, "--ctx-size", "4096", "--parallel", "2",
   ]);
   try {
     // Size the shared prefix to about 2,000 tokens of this model's tokenizer.

@@ -4,7 +4,6 @@
  * Responses ÷ Chat ≥ 0.95). The Responses stream sends more events per token, which is what this
  * measures.
  */
-import { availableParallelism } from "node:os";
 import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat, streamResponse } from "./sse-client.ts";
@@ -14,8 +13,7 @@ const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -
 const PROMPT = "Tell me a long story about a river.";
 
 export async function responsesBench(modelPath: string, rounds: number, maxTokens = 128): Promise<void> {
-  const cores = availableParallelism();
-  const server = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(cores), "--ctx-size", "1024", "--parallel", "1"]);
+  const server = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", "1024", "--parallel", "1"]);
   const rate = (t: { first: number; last: number; usage: { completion_tokens: number } }) => (t.usage.completion_tokens - 1) / ((t.last - t.first) / 1000);
   try {
     const chat = () =>

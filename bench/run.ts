@@ -9,10 +9,12 @@
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "node-llama-cpp";
+import { defaultThreads } from "../src/config/schema.ts";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
+import { llamaServerBench } from "./llama-server.ts";
 import { metricsBench } from "./metrics.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
@@ -91,8 +93,9 @@ async function rawDecoder(modelPath: string) {
 
 type Raw = Awaited<ReturnType<typeof rawDecoder>>;
 
-const serverArgs = (modelPath: string, threads: number, parallel: number) => [
-  "--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", String(CTX),
+/** `threads` undefined: the server's own default. */
+const serverArgs = (modelPath: string, threads: number | undefined, parallel: number) => [
+  "--model", `bench=${modelPath}`, ...(threads === undefined ? [] : ["--threads", String(threads)]), "--ctx-size", String(CTX),
   "--parallel", String(parallel), "--max-queue", String(parallel),
 ];
 
@@ -115,7 +118,7 @@ async function singleStreamRatio(modelPath: string, raw: Raw, threads: number) {
   }
 }
 
-async function concurrencySweep(modelPath: string, threads: number) {
+async function concurrencySweep(modelPath: string, threads: number | undefined) {
   const maxC = Math.max(...CONCURRENCY);
   const server = await startServerProcess(serverArgs(modelPath, threads, maxC));
   const rows: Array<{ c: number; aggregate: number; perStream: number; ttft50: number; ttft99: number }> = [];
@@ -148,11 +151,11 @@ async function main() {
   console.log(`model: ${spec.name} (${modelPath}), ready in ${fmt((performance.now() - genStart) / 1000)} s`);
   console.log(`${cores} cores, context ${CTX}/sequence, ${MAX_TOKENS} tokens per request, greedy, ${ROUNDS} rounds\n`);
   // `npm run bench -- --router`: only the scale-out overhead.
-  if (args.has("--router")) return routerBench(modelPath, cores, ROUNDS, MAX_TOKENS);
+  if (args.has("--router")) return routerBench(modelPath, defaultThreads(cores), ROUNDS, MAX_TOKENS);
 
   const raw = await rawDecoder(modelPath);
   try {
-    // All cores, as the server defaults to, and one core fewer, which leaves the HTTP side a core.
+    // All cores, and one core fewer (the server's default), which leaves the HTTP side a core.
     const threadSettings = [...new Set([cores, Math.max(1, cores - 1)])];
     console.log("Single stream, HTTP vs node-llama-cpp's raw evaluate loop (decode tok/s, medians):\n");
     console.log("| threads | raw tok/s | HTTP streaming tok/s | HTTP ÷ raw |");
@@ -162,10 +165,10 @@ async function main() {
       console.log(`| ${t} | ${fmt(r.raw)} | ${fmt(r.http)} | ${fmt(r.http / r.raw, 3)} |`);
     }
 
-    console.log(`\nConcurrency sweep, HTTP streaming, --threads ${cores}, --parallel ${Math.max(...CONCURRENCY)}:\n`);
+    console.log(`\nConcurrency sweep, HTTP streaming, default --threads and --decode-contexts, --parallel ${Math.max(...CONCURRENCY)}:\n`);
     console.log("| concurrency | aggregate tok/s | per-stream decode tok/s | TTFT p50 ms | TTFT p99 ms | aggregate ÷ single |");
     console.log("|---|---|---|---|---|---|");
-    const rows = await concurrencySweep(modelPath, cores);
+    const rows = await concurrencySweep(modelPath, undefined);
     const single = rows.find((r) => r.c === 1)?.aggregate ?? NaN;
     for (const r of rows)
       console.log(`| ${r.c} | ${fmt(r.aggregate)} | ${fmt(r.perStream)} | ${fmt(r.ttft50)} | ${fmt(r.ttft99)} | ${fmt(r.aggregate / single, 2)} |`);
@@ -174,13 +177,17 @@ async function main() {
     await raw.dispose();
   }
 
+  const llamaServer = process.env.LLAMA_SERVER_BIN;
+  if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
+  else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
+
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
   await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
   await tenancyBench(modelPath, ROUNDS);
-  await routerBench(modelPath, cores, ROUNDS, MAX_TOKENS);
-  await embeddingsBenchmark(modelPath, cores);
+  await routerBench(modelPath, defaultThreads(cores), ROUNDS, MAX_TOKENS);
+  await embeddingsBenchmark(modelPath, defaultThreads(cores));
 }
 
 await main();

@@ -20,14 +20,20 @@ export async function streamChat(url: string, body: Record<string, unknown>): Pr
   let usageEvent = "";
   let first = 0;
   let last = 0;
+  let deltas = 0;
   await eachEvent(res.body, (event) => {
     if (event.includes('"delta":{"content":"') || event.includes('"delta":{"reasoning_content":"')) {
       const now = performance.now();
       if (!first) first = now;
       last = now;
-    } else if (event.includes('"usage":{')) usageEvent = event;
+      deltas++;
+    }
+    // Some servers (llama-server) put the usage on the last content chunk rather than after it.
+    if (event.includes('"usage":{')) usageEvent = event;
   });
-  return { first, last, usage: JSON.parse(usageEvent.slice("data: ".length)).usage };
+  // A server that reports no usage at all is counted by its deltas, one token each.
+  const usage = usageEvent ? JSON.parse(usageEvent.slice("data: ".length)).usage : { completion_tokens: deltas, prompt_tokens: 0 };
+  return { first, last, usage };
 }
 
 /**

@@ -38,7 +38,8 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --queue-timeout <s>    seconds a request may wait for a sequence before it is refused (default 300; 0: no limit)
   --drain-timeout <s>    on SIGTERM/SIGINT, seconds running requests may take to finish (default 30)
   --embedding-contexts <n>  embedding contexts per model, created on first use (default 2)
-  --threads <n>          CPU threads (default: the cores available)
+  --decode-contexts <n>  CPU generation contexts per model sharing its sequences (default: cores / threads)
+  --threads <n>          CPU threads for llama.cpp (default: the cores available less one, at least 1)
   --gpu auto|off|cuda|vulkan|metal
   --body-limit <bytes>   largest accepted request body (default 16 MiB)
   --cors-origin <origin> origin allowed to call from a browser (repeatable or comma-separated; * for any;
@@ -102,6 +103,7 @@ async function main(argv: string[]): Promise<number> {
       "queue-timeout": { type: "string" },
       "drain-timeout": { type: "string" },
       "embedding-contexts": { type: "string" },
+      "decode-contexts": { type: "string" },
       threads: { type: "string" },
       gpu: { type: "string" },
       "body-limit": { type: "string" },

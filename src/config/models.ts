@@ -27,6 +27,7 @@ export function modelSpecs(config: PlinthConfig): Array<ModelSpec & { source: Mo
         threads,
         gpu: config.gpu,
         embeddingContexts: config["embedding-contexts"],
+        decodeContexts: config["decode-contexts"],
         cacheRam: config["cache-ram"],
         cacheMinTokens: config["cache-min-tokens"],
       },

@@ -3,6 +3,18 @@ import os from "node:os";
 import path from "node:path";
 import { z } from "zod";
 
+/**
+ * llama.cpp's CPU threads by default: one core fewer than the machine has, so the JavaScript thread
+ * (HTTP, streaming, sampling hand-offs) keeps a core of its own. The prebuilt engine synchronises its
+ * threads with spinning barriers, so a decode thread that loses its core to anything else stalls the
+ * others: on a 2-core VM one thread decodes ~2x faster than two, and 20-100x faster once other work
+ * shares the machine (docs/benchmarks.md, "Where a decode step's time goes").
+ */
+export function defaultThreads(cores = availableParallelism()): number {
+  return Math.max(1, cores - 1);
+}
+
+
 /** The user's data directory: $XDG_DATA_HOME/plinth, else ~/.local/share/plinth. */
 export function defaultDataDir(): string {
   return path.join(process.env.XDG_DATA_HOME || path.join(os.homedir(), ".local", "share"), "plinth");
@@ -98,7 +110,9 @@ export const configSchema = z.object({
   "drain-timeout": z.number().min(0).default(30),
   /** Embedding contexts per model (inputs embedded at once), created on the first embeddings request. */
   "embedding-contexts": z.int().min(1).max(64).default(2),
-  threads: z.int().min(1).default(() => availableParallelism()),
+  /** Generation contexts per model that share its sequences; unset: cores / threads on the CPU (engines/llama-cpp/runtime.ts), 1 on a GPU. */
+  "decode-contexts": z.int().min(1).max(64).optional(),
+  threads: z.int().min(1).default(() => defaultThreads()),
   gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
   "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
   /** Origins allowed to call from a browser (CORS); "*" allows any; none: CORS off. */
@@ -162,4 +176,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["upstream-slots", "upstream-attempts", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-after", "eject-time", "store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed", "scale-to-zero-after", "ledger-retention", "rate-window"] as const;
+export const NUMERIC_KEYS = ["upstream-slots", "upstream-attempts", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-after", "eject-time", "store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "decode-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed", "scale-to-zero-after", "ledger-retention", "rate-window"] as const;

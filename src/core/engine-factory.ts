@@ -23,6 +23,8 @@ export interface ModelSettings {
   threads: number;
   gpu: string;
   embeddingContexts: number;
+  /** Contexts the generation sequences are spread over; undefined: the engine's own choice. */
+  decodeContexts?: number;
   cacheRam: number;
   cacheMinTokens: number;
 }

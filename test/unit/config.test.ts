@@ -9,7 +9,7 @@ test("defaults", () => {
   const c = loadConfig({}, {});
   assert.equal(c.host, "127.0.0.1");
   assert.equal(c.port, 8080);
-  assert.equal(c.threads, availableParallelism());
+  assert.equal(c.threads, Math.max(1, availableParallelism() - 1));
   assert.equal(c.gpu, "auto");
   assert.deepEqual(c.model, []);
 });

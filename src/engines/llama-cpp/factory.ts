@@ -21,13 +21,18 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       threads: s.threads,
       gpu: s.gpu as GpuChoice,
       embeddingContexts: s.embeddingContexts,
+      decodeContexts: s.decodeContexts,
       cacheRam: s.cacheRam,
       chatWrapper: s.chatWrapper,
       cacheMinTokens: s.cacheMinTokens,
     });
     if (engine.slots === 0)
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${s.threads} threads)`);
-    else log(`plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads)`);
+    else
+      log(
+        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads` +
+          (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts)` : ")"),
+      );
     return engine;
   };
 }

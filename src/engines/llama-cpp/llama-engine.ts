@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { availableParallelism } from "node:os";
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -7,7 +8,8 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
-import { getRuntime, type GpuChoice } from "./runtime.ts";
+import { defaultDecodeContexts, getRuntime, type GpuChoice } from "./runtime.ts";
+import { BatchGate } from "./batch-gate.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
@@ -43,6 +45,12 @@ export interface LlamaEngineOptions {
   chatWrapper?: string;
   /** Embedding contexts, created on the first embeddings request (default 2). */
   embeddingContexts?: number;
+  /** Generation contexts sharing the sequences (default: defaultDecodeContexts on the CPU, 1 on a GPU). */
+  decodeContexts?: number;
+  /** Tokens per decode call (node-llama-cpp's default when unset). */
+  batchSize?: number;
+  /** Hold each step's decodes until every generating sequence has one (batch-gate.ts); default true. */
+  batchGate?: boolean;
 }
 
 export interface LlamaPrepared extends PreparedGeneration {
@@ -66,12 +74,28 @@ export interface LlamaPrepared extends PreparedGeneration {
 
 const DEFAULT_CONTEXT_CAP = 4096;
 
+/**
+ * How many prompt tokens a shared prefix must save before a request joins a context that is busier
+ * than another with a free sequence. A step of a busier context costs every sequence in it; a cold
+ * prompt of this length costs about one step once.
+ */
+const LANE_BALANCE_TOKENS = 64;
+
+/** The context (lane) each slot belongs to: slots alternate, so the first requests spread out. */
+function laneOf(slot: number, lanes: number): number {
+  return slot % lanes;
+}
+
 /** Runs a GGUF model in-process: one context whose sequences decode together (continuous batching). */
 export class LlamaCppEngine implements Engine<LlamaPrepared> {
   readonly id: string;
   readonly slots: number;
   private readonly created = Math.floor(Date.now() / 1000);
   private readonly sequences: LlamaContextSequence[];
+  /** How many generation contexts the sequences are spread over (see laneOf). */
+  private readonly lanes: number;
+  /** One per context, when enabled. */
+  private readonly gates: BatchGate[];
   /** Set for gpt-oss's message layout. */
   private readonly harmony: HarmonyLayout | undefined;
   private readonly renderer: PromptRenderer;
@@ -87,13 +111,15 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private constructor(
     opts: LlamaEngineOptions,
     private readonly model: LlamaModel,
-    /** null for an embedding-only model, which gets no generation context at all. */
-    private readonly context: LlamaContext | null,
+    /** Empty for an embedding-only model, which gets no generation context at all. */
+    private readonly contexts: LlamaContext[],
     embeddings: LlamaEmbedder | undefined,
   ) {
     this.id = opts.id;
-    this.slots = context ? opts.parallel : 0;
-    this.sequences = context ? Array.from({ length: opts.parallel }, () => context.getSequence()) : [];
+    this.lanes = Math.max(1, contexts.length);
+    this.slots = contexts.length > 0 ? opts.parallel : 0;
+    this.sequences = contexts.length > 0 ? Array.from({ length: opts.parallel }, (_, slot) => contexts[laneOf(slot, this.lanes)].getSequence()) : [];
+    this.gates = opts.batchGate === false ? [] : contexts.map((c) => new BatchGate(c));
     this.embeddings = embeddings;
     this.fingerprint = buildFingerprint(opts.modelPath, model);
     this.vocabSize = vocabularySize(model);
@@ -107,7 +133,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
-    const llama = await getRuntime({ gpu: opts.gpu, threads: opts.threads });
+    const configuredLanes = opts.decodeContexts ?? defaultDecodeContexts(availableParallelism(), opts.threads);
+    // The runtime's thread budget covers every lane: node-llama-cpp makes a context wait for threads
+    // another context holds, which would put the lanes back in single file. (It is one runtime per
+    // process, so the budget must not depend on a model's own settings.)
+    const llama = await getRuntime({ gpu: opts.gpu, threads: opts.threads * configuredLanes });
+    const cpuLanes = Math.min(opts.parallel, configuredLanes);
     const model = await llama.loadModel({ modelPath: opts.modelPath });
     const trained = model.trainContextSize;
     const contextSize = opts.contextSize ?? Math.min(trained || DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
@@ -121,22 +152,41 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       );
     if (traits.embeddingOnly) {
       // No generation context at all, and no stretching past the trained length (BERT's positions are learned).
-      return new LlamaCppEngine(opts, model, null, embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
+      return new LlamaCppEngine(opts, model, [], embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
     }
-    const context = await model.createContext({
-      contextSize,
-      sequences: opts.parallel,
-      threads: opts.threads,
-      // Without a fixed size the library may shrink the context to fit memory; a silently smaller
-      // context would turn into surprising 400s, so creation fails loudly instead.
-      failedCreationRemedy: false,
-    });
+    // A GPU runs one decode at a time anyway; extra contexts would only cost memory there.
+    const lanes = llama.gpu === false ? cpuLanes : Math.min(opts.parallel, opts.decodeContexts ?? 1);
+    const contexts: LlamaContext[] = [];
+    try {
+      for (let lane = 0; lane < lanes; lane++) {
+        const sequences = Array.from({ length: opts.parallel }, (_, slot) => slot).filter((slot) => laneOf(slot, lanes) === lane).length;
+        contexts.push(
+          await model.createContext({
+            contextSize,
+            sequences,
+            threads: opts.threads,
+            ...(opts.batchSize ? { batchSize: opts.batchSize } : {}),
+            // Without a fixed size the library may shrink the context to fit memory; a silently smaller
+            // context would turn into surprising 400s, so creation fails loudly instead.
+            failedCreationRemedy: false,
+          }),
+        );
+      }
+    } catch (err) {
+      for (const c of contexts) await c.dispose();
+      throw err;
+    }
     // Embedding inputs get the same room as prompts.
-    return new LlamaCppEngine(opts, model, context, embedder(context.contextSize));
+    return new LlamaCppEngine(opts, model, contexts, embedder(contexts[0].contextSize));
+  }
+
+  /** Generation contexts the sequences are spread over (0 for an embedding-only model). */
+  get decodeContexts(): number {
+    return this.contexts.length;
   }
 
   get contextSize(): number {
-    return this.context?.contextSize ?? (this.embeddings ? this.embeddings.info.maxInputTokens + 1 : 0);
+    return this.contexts[0]?.contextSize ?? (this.embeddings ? this.embeddings.info.maxInputTokens + 1 : 0);
   }
 
   describe(): ModelDescription {
@@ -147,13 +197,13 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       contextSize: this.contextSize,
       trainedContextSize: this.model.trainContextSize,
       parallel: this.slots,
-      reasoning: this.context !== null && this.renderer.wrapper.settings.segments?.thought !== undefined,
+      reasoning: this.contexts.length > 0 && this.renderer.wrapper.settings.segments?.thought !== undefined,
       fingerprint: this.fingerprint,
     };
   }
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
-    if (!this.context) throw embeddingOnlyModel(this.id);
+    if (this.contexts.length === 0) throw embeddingOnlyModel(this.id);
     // The reader relies on node-llama-cpp internals; a library that lacks them refuses logprobs.
     if (req.logprobs !== undefined && !logprobReaderSupported(this.sequences[0]))
       throw invalidField("Log probabilities are not available with this build of the inference engine.", "logprobs");
@@ -198,13 +248,13 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   stats(): EngineStats {
     return {
       kvTokens: this.sequences.map((s) => s.nextTokenIndex),
-      kvTokensPerSlot: this.context?.contextSize ?? 0,
+      kvTokensPerSlot: this.contexts[0]?.contextSize ?? 0,
       promptCache: { bytes: this.prefixStore.bytesUsed, entries: this.prefixStore.size, evictions: this.prefixStore.evictions },
     };
   }
 
   async *generate(prepared: LlamaPrepared, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk> {
-    const { sampling, slot, maxTokens } = run;
+    const { slot, maxTokens } = run;
     const sequence = this.sequences[slot];
     const cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
     yield { kind: "cached", tokens: cached };
@@ -222,6 +272,23 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       return;
     }
 
+    // From here on this sequence decodes every step; its context's gate waits for it.
+    const gate = this.gates[laneOf(slot, this.lanes)];
+    gate?.enter();
+    try {
+      yield* this.decode(prepared, run, sequence, input, signal);
+    } finally {
+      gate?.leave();
+    }
+  }
+
+  private async *decode(
+    prepared: LlamaPrepared,
+    { sampling, slot, maxTokens }: ChoiceRun,
+    sequence: LlamaContextSequence,
+    input: Token[],
+    signal: AbortSignal,
+  ): AsyncGenerator<EngineChunk> {
     const generated: Token[] = [];
     const grammar: GrammarSlot = {};
     const options = { ...buildEvaluateOptions(this.model, sampling, generated, maxTokens), grammarEvaluationState: () => grammar.state };
@@ -249,8 +316,23 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   pickSlot(prepared: LlamaPrepared, free: readonly number[]): number {
-    if (!prepared.reuse) return free[0];
-    return this.slotCache.pick(free, prepared.namespace, prepared.tokens, prepared.cacheKey);
+    const penalty = this.laneLoad(free);
+    if (!prepared.reuse) return free.reduce((best, slot) => (penalty(slot) < penalty(best) ? slot : best), free[0]);
+    return this.slotCache.pick(free, prepared.namespace, prepared.tokens, prepared.cacheKey, penalty);
+  }
+
+  /**
+   * With several lanes, what joining each free slot's lane costs, in prompt tokens: busy sequences
+   * beyond those of the least busy lane, so requests spread over the lanes unless a long shared
+   * prefix says otherwise.
+   */
+  private laneLoad(free: readonly number[]): (slot: number) => number {
+    if (this.lanes === 1) return () => 0;
+    const busy = new Array<number>(this.lanes).fill(0);
+    const isFree = new Set(free);
+    for (let slot = 0; slot < this.slots; slot++) if (!isFree.has(slot)) busy[laneOf(slot, this.lanes)]++;
+    const least = Math.min(...free.map((slot) => busy[laneOf(slot, this.lanes)]));
+    return (slot) => (busy[laneOf(slot, this.lanes)] - least) * LANE_BALANCE_TOKENS;
   }
 
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
@@ -268,8 +350,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async dispose(): Promise<void> {
     this.slotCache.dispose();
+    for (const gate of this.gates) gate.dispose();
     await this.embeddings?.dispose();
-    await this.context?.dispose();
+    for (const context of this.contexts) await context.dispose();
     await this.model.dispose();
   }
 }

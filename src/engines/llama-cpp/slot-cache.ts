@@ -22,14 +22,17 @@ export class SlotCache {
     this.lastUsed = sequences.map(() => 0);
   }
 
-  /** Longest reusable prefix first; then the sequence last used with the same cache key; then the least recently used. */
-  pick(free: readonly number[], namespace: string, prompt: readonly Token[], cacheKey?: string): number {
+  /**
+   * Longest reusable prefix first (less `penalty`, in tokens); then the sequence last used with the
+   * same cache key; then the least recently used.
+   */
+  pick(free: readonly number[], namespace: string, prompt: readonly Token[], cacheKey?: string, penalty: (slot: number) => number = () => 0): number {
     let best = free[0];
     let bestScore = -Infinity;
     for (const slot of free) {
       const match = this.namespaces[slot] === namespace ? commonPrefix(this.sequences[slot].contextTokens, prompt) : 0;
       const keyed = cacheKey !== undefined && this.cacheKeys[slot] === cacheKey ? 0.5 : 0;
-      const score = match + keyed - this.lastUsed[slot] / (this.clock + 1) / 4;
+      const score = match - penalty(slot) + keyed - this.lastUsed[slot] / (this.clock + 1) / 4;
       if (score > bestScore) {
         bestScore = score;
         best = slot;

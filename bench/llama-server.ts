@@ -1,0 +1,130 @@
+/**
+ * Plinth against llama-server on the same model, side by side in one run: `npm run bench` runs it
+ * when LLAMA_SERVER_BIN names a llama-server binary (alone: `LLAMA_SERVER_BIN=… node --import tsx
+ * bench/llama-server.ts`). Both servers keep their default thread counts and get the same number of
+ * sequences (the largest concurrency) and the same context per sequence; rounds alternate between
+ * them at each concurrency so machine noise hits both alike. Streaming chat, greedy, end tokens
+ * banned so every request decodes exactly BENCH_MAX_TOKENS tokens.
+ *
+ * Building llama-server from the llama.cpp that node-llama-cpp bundles: see docs/benchmarks.md.
+ */
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
+import { startServerProcess } from "./server-process.ts";
+import { streamChat } from "./sse-client.ts";
+import { fmt, median, percentile } from "./stats.ts";
+
+const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
+const PROMPT = "Tell me a long story about a king, a river and a city.";
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function startLlamaServer(bin: string, modelPath: string, ctxPerSequence: number, parallel: number) {
+  const port = await freePort();
+  // -c is the whole KV cache, shared out over the slots.
+  const args = ["-m", modelPath, "--host", "127.0.0.1", "--port", String(port), "-np", String(parallel), "-c", String(ctxPerSequence * parallel)];
+  const child = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  child.stderr!.on("data", (d: Buffer) => {
+    log = (log + d.toString()).slice(-4000);
+  });
+  const exited = new Promise<never>((_, reject) => child.once("exit", (code) => reject(new Error(`llama-server exited (${code}): ${log}`))));
+  const url = `http://127.0.0.1:${port}`;
+  const ready = (async () => {
+    for (;;) {
+      const r = await fetch(`${url}/health`).catch(() => undefined);
+      if (r?.status === 200) return;
+      await new Promise((res) => setTimeout(res, 200));
+    }
+  })();
+  await Promise.race([ready, exited]);
+  exited.catch(() => {});
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null) return resolve();
+      child.once("exit", () => resolve());
+      child.kill("SIGTERM");
+    });
+  return { url, stop };
+}
+
+interface Round {
+  aggregate: number;
+  ttfts: number[];
+}
+
+async function round(url: string, concurrency: number, maxTokens: number): Promise<Round> {
+  const t0 = performance.now();
+  const results = await Promise.all(
+    Array.from({ length: concurrency }, () =>
+      streamChat(url, { model: "bench", messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG }),
+    ),
+  );
+  const wall = (Math.max(...results.map((r) => r.last)) - t0) / 1000;
+  const tokens = results.reduce((a, r) => a + r.usage.completion_tokens, 0);
+  return { aggregate: tokens / wall, ttfts: results.map((r) => r.first - t0) };
+}
+
+export async function llamaServerBench(bin: string, modelPath: string, opts: { rounds: number; maxTokens: number; concurrency: number[]; ctx: number }) {
+  const parallel = Math.max(...opts.concurrency);
+  console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds:\n`);
+  const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel)]);
+  let llama: Awaited<ReturnType<typeof startLlamaServer>> | undefined;
+  try {
+    llama = await startLlamaServer(bin, modelPath, opts.ctx, parallel);
+    // One warm-up request each, so first-touch costs land in neither measurement.
+    await round(plinth.url, 1, 8);
+    await round(llama.url, 1, 8);
+    console.log("| streams | Plinth tok/s | llama-server tok/s | tok/s ratio | Plinth TTFT p50 / p99 ms | llama-server TTFT p50 / p99 ms | TTFT p50 ratio |");
+    console.log("|---|---|---|---|---|---|---|");
+    for (const c of opts.concurrency) {
+      const p: Round[] = [];
+      const l: Round[] = [];
+      for (let i = 0; i < opts.rounds; i++) {
+        // Who goes first alternates too: a machine that slows down mid-run hits both.
+        if (i % 2 === 0) {
+          p.push(await round(plinth.url, c, opts.maxTokens));
+          l.push(await round(llama.url, c, opts.maxTokens));
+        } else {
+          l.push(await round(llama.url, c, opts.maxTokens));
+          p.push(await round(plinth.url, c, opts.maxTokens));
+        }
+      }
+      const pAgg = median(p.map((r) => r.aggregate));
+      const lAgg = median(l.map((r) => r.aggregate));
+      const pT = p.flatMap((r) => r.ttfts);
+      const lT = l.flatMap((r) => r.ttfts);
+      const ratios = p.map((r, i) => fmt(r.aggregate / l[i].aggregate, 2)).join(", ");
+      console.log(
+        `| ${c} | ${fmt(pAgg)} | ${fmt(lAgg)} | ${fmt(pAgg / lAgg, 2)} (rounds: ${ratios}) | ${fmt(percentile(pT, 50))} / ${fmt(percentile(pT, 99))} | ${fmt(percentile(lT, 50))} / ${fmt(percentile(lT, 99))} | ${fmt(percentile(pT, 50) / percentile(lT, 50), 2)} |`,
+      );
+    }
+    console.log("\ntargets: tok/s ratio ≥ 1.0 at 1 and 8 streams; TTFT p50 ratio ≤ 1.0");
+  } finally {
+    await llama?.stop();
+    await plinth.stop();
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const bin = process.env.LLAMA_SERVER_BIN;
+  if (!bin) throw new Error("LLAMA_SERVER_BIN must name a llama-server binary");
+  const modelPath = await ensureFixtureModel(BENCH_SPEC, fileURLToPath(new URL("./.models/", import.meta.url)));
+  await llamaServerBench(bin, modelPath, {
+    rounds: Number(process.env.BENCH_ROUNDS ?? 3),
+    maxTokens: Number(process.env.BENCH_MAX_TOKENS ?? 96),
+    concurrency: (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number),
+    ctx: Number(process.env.BENCH_CTX ?? 512),
+  });
+}

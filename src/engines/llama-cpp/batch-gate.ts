@@ -1,0 +1,107 @@
+import type { LlamaContext } from "node-llama-cpp";
+
+// Keeps a context's generating sequences in one decode per step.
+//
+// node-llama-cpp batches whatever sequences have queued a decode when its dispatch runs, and after a
+// batch it immediately decodes whatever was queued meanwhile. Sequences reach the queue at
+// different moments (each is sampled on its own worker thread, then passes through our decode loop
+// and the HTTP side), so the first ones of a step often go without the last ones, which then get a
+// decode of their own: measured with 8 streams on one context, 6.9 sequences per decode instead of
+// 8, and with two contexts of 4, 3.0 instead of 4. On the CPU a decode of 1 token costs most of what
+// a decode of 4 does (the weights are read either way), so each straggler costs nearly a whole step.
+//
+// The gate holds each sequence's decode request until every sequence of the context that is
+// generating has made one, then lets them all through at once; a new request's prompt joins the
+// same step. A sequence that is late (its client reads slowly, a grammar makes its sampling slow)
+// only holds the others for a fraction of a step, after which they go without it.
+//
+// It wraps one internal of node-llama-cpp 3.21.1 (pinned exactly): the context's `_decodeTokens`,
+// through which every sequence's decode passes. Without it the gate stands aside.
+
+type DecodeTokens = (...args: unknown[]) => Promise<unknown>;
+
+interface ContextInternals {
+  _decodeTokens?: DecodeTokens;
+}
+
+/** Longest hold, as a share of the context's recent step time, and its bounds in ms. */
+const HOLD_SHARE = 0.25;
+const HOLD_MIN_MS = 1;
+const HOLD_MAX_MS = 20;
+
+export class BatchGate {
+  private active = 0;
+  private held: Array<() => void> = [];
+  private timer: NodeJS.Timeout | undefined;
+  /** Smoothed time from letting a step through to its first result coming back. */
+  private stepMs = 10;
+  private readonly original: DecodeTokens | undefined;
+
+  constructor(private readonly context: LlamaContext) {
+    const internals = context as unknown as ContextInternals;
+    if (typeof internals._decodeTokens !== "function") return;
+    const original = internals._decodeTokens;
+    this.original = original;
+    Object.defineProperty(context, "_decodeTokens", {
+      configurable: true,
+      writable: true,
+      value: (...args: unknown[]) =>
+        new Promise((resolve, reject) => {
+          this.held.push(() => {
+            const started = performance.now();
+            original.apply(context, args).then((value) => {
+              this.observe(performance.now() - started);
+              resolve(value);
+            }, reject);
+          });
+          this.check();
+        }),
+    });
+  }
+
+  /** Whether decodes pass through the gate (node-llama-cpp has the internal it wraps). */
+  get engaged(): boolean {
+    return this.original !== undefined;
+  }
+
+  /** A sequence of this context starts generating: its decodes are waited for from now on. */
+  enter(): void {
+    this.active++;
+  }
+
+  /** A sequence stops generating (finished, failed or cancelled): the others stop waiting for it. */
+  leave(): void {
+    this.active = Math.max(0, this.active - 1);
+    this.check();
+  }
+
+  dispose(): void {
+    this.release();
+    if (this.original) delete (this.context as unknown as ContextInternals)._decodeTokens;
+  }
+
+  private check(): void {
+    if (this.held.length === 0) return;
+    if (this.held.length >= this.active) {
+      this.release();
+      return;
+    }
+    if (!this.timer) {
+      const hold = Math.min(HOLD_MAX_MS, Math.max(HOLD_MIN_MS, this.stepMs * HOLD_SHARE));
+      this.timer = setTimeout(() => this.release(), hold);
+    }
+  }
+
+  /** Lets every held decode through in one go, so they land in the same batch. */
+  private release(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const held = this.held;
+    this.held = [];
+    for (const go of held) go();
+  }
+
+  private observe(ms: number): void {
+    this.stepMs = this.stepMs * 0.8 + ms * 0.2;
+  }
+}

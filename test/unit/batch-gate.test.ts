@@ -1,0 +1,71 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import type { LlamaContext } from "node-llama-cpp";
+import { BatchGate } from "../../src/engines/llama-cpp/batch-gate.ts";
+
+/** A stand-in context whose `_decodeTokens` records when each call reached it. */
+function fakeContext() {
+  const reached: string[] = [];
+  const proto = {
+    async _decodeTokens(this: unknown, item: { name: string }) {
+      reached.push(item.name);
+      return item.name;
+    },
+  };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string }) => Promise<string> };
+  return { context, reached };
+}
+
+test("a step's decodes wait for every generating sequence, then go through together", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  assert.equal(gate.engaged, true);
+  gate.enter();
+  gate.enter();
+  gate.enter();
+  const a = context._decodeTokens({ name: "a" });
+  const b = context._decodeTokens({ name: "b" });
+  // Checked in the same tick: the hold ends on its own after a few ms.
+  assert.deepEqual(reached, []);
+  const c = context._decodeTokens({ name: "c" });
+  assert.deepEqual(reached, ["a", "b", "c"]);
+  assert.deepEqual(await Promise.all([a, b, c]), ["a", "b", "c"]);
+  gate.dispose();
+});
+
+test("a sequence that stops generating no longer holds the others", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  gate.enter();
+  const a = context._decodeTokens({ name: "a" });
+  assert.deepEqual(reached, []);
+  gate.leave();
+  assert.deepEqual(reached, ["a"]);
+  assert.equal(await a, "a");
+  gate.dispose();
+});
+
+test("a late sequence holds the others only briefly", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  gate.enter();
+  const started = performance.now();
+  assert.equal(await context._decodeTokens({ name: "a" }), "a");
+  assert.deepEqual(reached, ["a"]);
+  // The hold is a share of a step, at most 20 ms (slack for a busy machine).
+  assert.ok(performance.now() - started < 500);
+  gate.dispose();
+});
+
+test("a single generating sequence is never held, and disposing restores the context", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  const a = context._decodeTokens({ name: "a" });
+  assert.deepEqual(reached, ["a"]);
+  await a;
+  gate.dispose();
+  assert.equal(Object.hasOwn(context, "_decodeTokens"), false);
+});
