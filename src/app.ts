@@ -7,6 +7,7 @@ import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
+import { consolePlugin } from "./console/plugin.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
@@ -25,6 +26,8 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   requestLog?: { bodies: boolean };
   /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
   tracing?: Tracing;
+  /** Serve the web console at `/` (default: on). */
+  ui?: boolean;
 }
 
 /**
@@ -50,5 +53,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });
+  // The console is static files that call the public API above from the browser, like any client.
+  if (opts.ui !== false) void app.register(consolePlugin);
   return app;
 }

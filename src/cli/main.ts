@@ -43,6 +43,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --log-format auto|json|pretty  request log lines (default auto: pretty on a terminal, JSON otherwise)
   --log-level <level>    fatal, error, warn, info (default), debug, trace or silent
   --log-bodies           put request and response bodies (prompts, answers) in the request log
+  --no-ui                do not serve the web console (playground, operator's view) at /
   --otlp-endpoint <url>  send OpenTelemetry traces over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT; default off)
   --config <file>        YAML file with the same settings
 `;
@@ -79,6 +80,7 @@ async function main(argv: string[]): Promise<number> {
       "log-format": { type: "string" },
       "log-level": { type: "string" },
       "log-bodies": { type: "boolean" },
+      "no-ui": { type: "boolean" },
       "otlp-endpoint": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
@@ -89,7 +91,9 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const [command = "serve", ...rest] = positionals;
-  const config = loadConfig(values);
+  // `--no-ui` is the one negative flag: it sets the `ui` setting (PLINTH_UI=false, `ui: false` in YAML).
+  const { "no-ui": noUi, ...flags } = values;
+  const config = loadConfig(noUi ? { ...flags, ui: false } : flags);
 
   if (command === "pull") {
     if (rest.length === 0) throw new ConfigError("pull needs a model, e.g. plinth pull hf:owner/repo/file.gguf");
