@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: generates the benchmark model, starts the server in its own process and measures,
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
- * decode loop on the same model and settings, then embeddings throughput (bench/embeddings.ts).
+ * decode loop on the same model and settings, then API keys and the ledger on ÷ off on short requests
+ * (bench/tenancy.ts) and embeddings throughput (bench/embeddings.ts).
  * Absolute numbers depend on the machine; the ratios are what to compare between runs.
  */
 import { availableParallelism } from "node:os";
@@ -14,6 +15,7 @@ import { embeddingsBenchmark } from "./embeddings.ts";
 import { metricsBench } from "./metrics.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
+import { tenancyBench } from "./tenancy.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
@@ -172,6 +174,7 @@ async function main() {
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
   await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
+  await tenancyBench(modelPath, ROUNDS);
   await embeddingsBenchmark(modelPath, cores);
 }
 

@@ -15,6 +15,9 @@ import { createHttpServer, type HttpOptions } from "./http/server.ts";
 import type { PlinthMetrics } from "./observability/metrics.ts";
 import { installRequestLog } from "./observability/request-log.ts";
 import type { Tracing } from "./observability/tracing.ts";
+import { adminPlugin } from "./tenancy/admin.ts";
+import type { Tenancy } from "./tenancy/tenancy.ts";
+import type { TenancyStore } from "./store/tenancy-store.ts";
 
 export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   /** Durable state: stored responses, conversations (and the key that seals reasoning). */
@@ -28,6 +31,10 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   tracing?: Tracing;
   /** Serve the web console at `/` (default: on). */
   ui?: boolean;
+  /** API keys, limits and the usage ledger (none: an open server with no ledger). */
+  tenancy?: Tenancy;
+  /** The admin API (/admin/keys, /admin/usage): the keys store and the admin key (none: it answers 403). */
+  admin?: { store: TenancyStore; adminKey: string | undefined };
 }
 
 /**
@@ -44,6 +51,10 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   opts.tracing?.install(app);
   opts.metrics?.install(app);
   if (opts.metrics && opts.requestLog) installRequestLog(app, opts.metrics, opts.requestLog);
+  // On the root, so the key check covers every dialect registered below (and any added later); a
+  // refusal is rendered by the error handler of the route's own dialect.
+  opts.tenancy?.install(app);
+  if (opts.admin) void app.register(adminPlugin, { prefix: "/admin", ...opts.admin, envelope: OPENAI_ENVELOPE });
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

@@ -4,6 +4,7 @@ import { listCachedModels } from "../models/cache-list.ts";
 import { resolveModelPath } from "../models/download.ts";
 import { parseModelArg } from "../models/source.ts";
 import { createProgressBar } from "./progress-bar.ts";
+import { KEYS_USAGE, keysCommand, usageCommand } from "./keys.ts";
 import { serve } from "./serve.ts";
 
 const USAGE = `usage: plinth <command> [options]
@@ -12,6 +13,8 @@ commands:
   serve            start the API server (default)
   pull <model>     download an hf:owner/repo/file.gguf model into the cache
   models           list the models in the download cache
+  keys             create, list and revoke API keys (plinth keys --help)
+  usage            usage totals from the ledger, per key, model or day
 
 serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment variables; flags win):
   --model [name=]<path|hf:owner/repo/file.gguf>   model to serve (repeatable)
@@ -45,10 +48,26 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --log-bodies           put request and response bodies (prompts, answers) in the request log
   --no-ui                do not serve the web console (playground, operator's view) at /
   --otlp-endpoint <url>  send OpenTelemetry traces over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT; default off)
+  --api-key <key>        accept this API key (repeatable; also PLINTH_API_KEY); with any key, requests need one
+  --api-key-file <file>  API keys, one a line
+  --admin-key <key>      the admin API's key (/admin/keys, /admin/usage; default: admin API off)
+  --no-auth              listen on a non-loopback address with no API key (an open server)
+  --metrics-auth true|false  whether /metrics needs an API key once keys exist (default true)
+  --ledger on|off        write a usage ledger row per request (default on)
+  --ledger-retention <days>  days ledger rows are kept (default 90; 0 keeps them)
+  --rate-window <s>      length of the rate-limit window (default 60: per minute)
   --config <file>        YAML file with the same settings
 `;
 
 async function main(argv: string[]): Promise<number> {
+  // Key and usage commands have options of their own.
+  if (argv[0] === "keys" || argv[0] === "usage") {
+    if (argv.includes("--help") || argv.includes("-h")) {
+      process.stdout.write(KEYS_USAGE);
+      return 0;
+    }
+    return argv[0] === "keys" ? keysCommand(argv.slice(1)) : usageCommand(argv.slice(1));
+  }
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -82,6 +101,14 @@ async function main(argv: string[]): Promise<number> {
       "log-bodies": { type: "boolean" },
       "no-ui": { type: "boolean" },
       "otlp-endpoint": { type: "string" },
+      "api-key": { type: "string", multiple: true },
+      "api-key-file": { type: "string" },
+      "admin-key": { type: "string" },
+      "no-auth": { type: "boolean" },
+      "metrics-auth": { type: "string" },
+      ledger: { type: "string" },
+      "ledger-retention": { type: "string" },
+      "rate-window": { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -8,6 +8,12 @@ import { ModelRegistry } from "../core/registry.ts";
 import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
+import { TenancyStore } from "../store/tenancy-store.ts";
+import { KeyRing } from "../tenancy/keys.ts";
+import { LedgerWriter } from "../tenancy/ledger.ts";
+import { InProcessLimiter } from "../tenancy/limiter.ts";
+import { Tenancy } from "../tenancy/tenancy.ts";
+import { readFileSync } from "node:fs";
 import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
@@ -77,10 +83,37 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     tracing = await Tracing.start(otlpEndpoint);
     service.addHooks(tracing.hooks());
   }
+  const staticKeys = [...config["api-key"], ...readKeyFile(config["api-key-file"])];
+  if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
+  const tenancyStore = new TenancyStore(config["data-dir"]);
+  const keys = new KeyRing(staticKeys, tenancyStore);
+  if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
+    tenancyStore.close();
+    await store.close();
+    throw new Error(
+      `refusing to listen on ${config.host} with no API key: anyone who reaches that address could use every model. ` +
+        "Give keys (--api-key, or create one with 'plinth keys create'), listen on 127.0.0.1, or pass --no-auth to serve openly anyway.",
+    );
+  }
   store.startSweeper(SWEEP_INTERVAL_MS);
   const metrics = new PlinthMetrics(registry, { store });
   observeService(service, metrics);
+  const ledger = config.ledger
+    ? new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000 })
+    : undefined;
+  const tenancy = new Tenancy({
+    keys,
+    limiter: new InProcessLimiter(config["rate-window"] * 1000),
+    ledger,
+    metricsNeedKey: config["metrics-auth"],
+  });
+  service.setGate(tenancy.gate());
+  service.addHooks(tenancy.hooks());
+  const closeTenancy = () => {
+    ledger?.close();
+    tenancyStore.close();
+  };
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
@@ -93,6 +126,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     sealer,
     metrics,
     tracing,
+    tenancy,
+    admin: { store: tenancyStore, adminKey: config["admin-key"] },
     logger: hooks.logStream || !hooks.log ? loggerOptions(config["log-level"], config["log-format"], hooks.logStream) : false,
     requestLog: { bodies: config["log-bodies"] },
     host: config.host,
@@ -137,6 +172,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await app.close();
       await loaded;
       await registry.dispose();
+      closeTenancy();
       await store.close();
       await tracing?.shutdown();
       await schemaCompiler.release();
@@ -146,9 +182,31 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await app.close();
       await loaded;
       await registry.dispose();
+      closeTenancy();
       await store.close();
       await tracing?.shutdown();
       await schemaCompiler.release();
     },
   };
+}
+
+/** Keys from --api-key-file: one a line; blank lines and # comments are skipped. */
+function readKeyFile(file: string | undefined): string[] {
+  if (file === undefined) return [];
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new Error(`cannot read the API key file ${file}: ${(err as Error).message}`);
+  }
+  return text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("#"));
+}
+
+/** Addresses only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\./.test(h) || /^::ffff:127\./.test(h);
 }

@@ -34,6 +34,13 @@ const nameList = z.preprocess(
   z.array(z.string()).transform((items) => items.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean)),
 );
 
+/** A yes/no setting: a boolean, or "true"/"false"/"1"/"0"/"on"/"off" from a flag or the environment. */
+const yesNo = (fallback: boolean) =>
+  z.preprocess(
+    (v) => (v === "true" || v === "1" || v === "on" ? true : v === "false" || v === "0" || v === "off" ? false : v),
+    z.boolean().default(fallback),
+  );
+
 export const configSchema = z.object({
   model: z.array(modelEntry).default([]),
   host: z.string().min(1).default("127.0.0.1"),
@@ -91,9 +98,25 @@ export const configSchema = z.object({
     (v) => (v === "true" || v === "1" || v === "on" ? true : v === "false" || v === "0" || v === "off" ? false : v),
     z.boolean().default(true),
   ),
+  /** API keys accepted as they are (no limits); with any key configured, requests need one. */
+  "api-key": nameList.default([]),
+  /** A file of API keys, one a line (blank lines and lines starting with # are skipped). */
+  "api-key-file": z.string().min(1).optional(),
+  /** The key of the admin API (/admin/keys, /admin/usage); none: the admin API is off. */
+  "admin-key": z.string().min(16, "must be at least 16 characters").optional(),
+  /** Listen on a non-loopback address with no API key configured (an open server), knowingly. */
+  "no-auth": yesNo(false),
+  /** Whether GET /metrics needs an API key once keys are configured. */
+  "metrics-auth": yesNo(true),
+  /** Write one usage ledger row per request. */
+  ledger: yesNo(true),
+  /** Days ledger rows are kept; 0 keeps them. */
+  "ledger-retention": z.number().min(0).default(90),
+  /** Seconds in a rate window: the "minute" of requests and tokens per minute (shorter for tests). */
+  "rate-window": z.number().min(0.1).max(3600).default(60),
 });
 
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "ledger-retention", "rate-window"] as const;

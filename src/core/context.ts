@@ -14,9 +14,48 @@ export interface RequestContext {
    * from the end user the request names and any cache salt. Undefined: the anonymous namespace.
    */
   namespace?: string;
-  /** The API key that authenticated the request, once keys exist. */
+  /** The id of the API key that authenticated the request (never the key itself); undefined on an open server. */
   apiKey?: string;
 }
+
+/**
+ * The namespace a request's shared state lives in once its API key is taken into account: requests
+ * of different keys never share cached prompts, stored objects or a fairness queue, even when they
+ * name the same end user. Without a key the namespace is unchanged, so an open server keeps the
+ * namespaces (and stored objects) it always had.
+ */
+export function keyedNamespace(apiKey: string | undefined, namespace: string | undefined): string | undefined {
+  if (apiKey === undefined) return namespace;
+  return JSON.stringify(["key", apiKey, namespace ?? null]);
+}
+
+/** The same for stores, whose anonymous namespace is "" rather than undefined. */
+export function keyedStoreNamespace(apiKey: string | undefined, namespace: string): string {
+  return apiKey === undefined ? namespace : JSON.stringify(["key", apiKey, namespace]);
+}
+
+/** What a request asks of the server's capacity, as an admission gate sees it. */
+export interface AdmissionRequest {
+  model: string;
+  /** Prompt tokens of the whole request (every prompt of a batch). */
+  promptTokens: number;
+  /** The most tokens its choices may generate together (their budgets summed). */
+  maxCompletionTokens: number;
+}
+
+/**
+ * A check every request passes before the scheduler admits it: API-key model lists, token rate
+ * limits and budgets. `admit` throws an ApiError to refuse; what it returns is called exactly once
+ * when the request ends, with its real usage (undefined when it failed before generating).
+ */
+export interface AdmissionGate {
+  /** May this request's key use this model at all? Throws an ApiError (403) when not. */
+  authorize(ctx: RequestContext, model: string): void;
+  admit(ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> | AdmissionTicket | undefined;
+}
+
+/** Settles a request's reservation to what it really used. */
+export type AdmissionTicket = (usedTokens: number) => void;
 
 export interface AdmittedInfo {
   model: string;

@@ -1,5 +1,5 @@
 import { Channel } from "./channel.ts";
-import type { AdmittedInfo, GenerationHooks, Outcome, RequestContext } from "./context.ts";
+import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type GenerationHooks, keyedNamespace, type Outcome, type RequestContext } from "./context.ts";
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
 import type { Engine, PreparedGeneration } from "./engine.ts";
 import { ApiError, invalidField } from "./errors.ts";
@@ -32,8 +32,30 @@ export class GenerationService {
 
   constructor(readonly registry: ModelRegistry) {}
 
+  /** Access and limit checks (API keys); none: every request is admitted as far as keys go. */
+  private gate: AdmissionGate | undefined;
+
   addHooks(hooks: GenerationHooks): void {
     this.hooks.push(hooks);
+  }
+
+  setGate(gate: AdmissionGate | undefined): void {
+    this.gate = gate;
+  }
+
+  /** Throws the gate's refusal (403 naming `model`) when the request's key may not use the model. */
+  authorize(ctx: RequestContext, model: string): void {
+    this.gate?.authorize(ctx, model);
+  }
+
+  /** Whether the request's key may use the model (model lists show only these). */
+  mayUse(ctx: RequestContext, model: string): boolean {
+    try {
+      this.gate?.authorize(ctx, model);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** One request (with its n choices). */
@@ -49,7 +71,8 @@ export class GenerationService {
   async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
     if (this.stopping) throw shuttingDown();
     const { engine, scheduler } = this.registry.resolve(batch[0].model);
-    const reqs = batch.map((r) => ({ ...r, isolationKey: ctx.namespace }));
+    this.gate?.authorize(ctx, batch[0].model);
+    const reqs = batch.map((r) => ({ ...r, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
     for (const [r, req] of reqs.entries()) {
       try {
@@ -63,8 +86,21 @@ export class GenerationService {
     // A request too large for the model's capacity is the fault of its `n`, or, for a batch whose
     // choices only add up past it, of the number of prompts.
     const tooLarge = reqs.length === 1 || reqs.some((r) => r.n > scheduler.capacity) ? "n" : "prompt";
-    scheduler.admit(jobs, tooLarge);
     const promptTokens = prepared.map((p) => p.prep.promptTokens);
+    const promptTotal = promptTokens.reduce((a, b) => a + b, 0);
+    // Reserve the most the request can use (its prompt and every choice's budget) before it queues;
+    // the reservation is settled to the real count when it ends.
+    let ticket: AdmissionTicket | undefined;
+    if (this.gate) {
+      const maxCompletionTokens = reqs.reduce((sum, r, i) => sum + r.n * prepared[i].maxTokens, 0);
+      ticket = await this.gate.admit(ctx, { model: batch[0].model, promptTokens: promptTotal, maxCompletionTokens });
+    }
+    try {
+      scheduler.admit(jobs, tooLarge);
+    } catch (err) {
+      ticket?.(0);
+      throw err;
+    }
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
 
     const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), () =>
@@ -86,9 +122,12 @@ export class GenerationService {
         };
         run.emit({ type: "usage", usage });
         run.channel.close();
+        ticket?.(usage.totalTokens);
         this.notify("finished", ctx, { usage } satisfies Outcome);
       },
       (error) => {
+        // A failed or abandoned request still evaluated its prompt and generated what it did.
+        ticket?.(promptTotal + run.generatedTokens);
         run.channel.close(error);
         this.notify("finished", ctx, { error } satisfies Outcome);
       },
@@ -125,14 +164,25 @@ export class GenerationService {
    */
   async measure(ctx: RequestContext, req: GenerationRequest): Promise<number> {
     const { engine } = this.registry.resolve(req.model);
-    const prep = await engine.prepare({ ...req, isolationKey: ctx.namespace });
+    this.gate?.authorize(ctx, req.model);
+    const prep = await engine.prepare({ ...req, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) });
     checkContext(req, prep);
     return prep.promptTokens;
   }
 
   /** Embeddings share the registry and the request context, not the generation schedulers. */
   async embed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
-    const result = await embed(this.registry, req, signal);
+    this.gate?.authorize(ctx, req.model);
+    // Embeddings generate nothing; their input tokens are only known once embedded.
+    const ticket = await this.gate?.admit(ctx, { model: req.model, promptTokens: 0, maxCompletionTokens: 0 });
+    let result: EmbeddingResult;
+    try {
+      result = await embed(this.registry, req, signal);
+    } catch (err) {
+      ticket?.(0);
+      throw err;
+    }
+    ticket?.(result.promptTokens);
     this.notify("embedded", ctx, { model: req.model, inputs: req.inputs.length, tokens: result.promptTokens });
     return result;
   }
@@ -217,6 +267,8 @@ function inBatch(err: unknown, r: number): unknown {
 class BatchRun {
   readonly channel = new Channel<GenerationEvent>();
   sawOutput = false;
+  /** Tokens generated so far over every choice (what a failed request still cost). */
+  generatedTokens = 0;
   private readonly abort = new AbortController();
   private readonly parts = new PartTracker();
   private readonly running: Array<Promise<ChoiceCounts>> = [];
@@ -300,10 +352,12 @@ class BatchRun {
             continue;
           case "tool-call-arguments":
             counts.completionTokens += chunk.tokens;
+            this.generatedTokens += chunk.tokens;
             if (chunk.text) this.emit({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
             continue;
           case "text":
             counts.completionTokens += chunk.tokens;
+            this.generatedTokens += chunk.tokens;
             if (chunk.channel === "reasoning") {
               // Thinking is reported as it comes: stop strings apply to the answer only.
               if (chunk.text || chunk.logprobs) this.emit({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });

@@ -13,7 +13,17 @@ export interface GuardOptions {
 
 const CORS_METHODS = "GET, POST, DELETE, OPTIONS";
 const CORS_MAX_AGE = "600";
-const CORS_EXPOSE = "retry-after";
+const CORS_EXPOSE = [
+  "retry-after",
+  "retry-after-ms",
+  "x-should-retry",
+  "x-ratelimit-limit-requests",
+  "x-ratelimit-remaining-requests",
+  "x-ratelimit-reset-requests",
+  "x-ratelimit-limit-tokens",
+  "x-ratelimit-remaining-tokens",
+  "x-ratelimit-reset-tokens",
+].join(", ");
 
 /**
  * Browser-facing guards, before anything else runs:

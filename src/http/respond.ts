@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { RequestContext } from "../core/context.ts";
 import type { GenerationService } from "../core/generation-service.ts";
+import { requestKey } from "./access.ts";
 import { abortOnDisconnect } from "./client-abort.ts";
 import { respondWithSse, type SseWriter } from "./sse.ts";
 
@@ -31,7 +32,12 @@ export function routeEnv(
   dialect: string,
   namespace?: string,
 ): RouteEnv {
-  return { service, ctx: { requestId: String(request.id), dialect, namespace }, signal: abortOnDisconnect(reply) };
+  return { service, ctx: { requestId: String(request.id), dialect, namespace, apiKey: requestKey(request) }, signal: abortOnDisconnect(reply) };
+}
+
+/** Who is asking, for a route that runs no generation (a model list). */
+export function requestContext(request: FastifyRequest, dialect: string): RequestContext {
+  return { requestId: String(request.id), dialect, apiKey: requestKey(request) };
 }
 
 /** Sends a route body's answer. */

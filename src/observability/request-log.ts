@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { Writable } from "node:stream";
 import type { FastifyInstance } from "fastify";
+import { requestKey } from "../http/access.ts";
 import { dialectOf, type PlinthMetrics } from "./metrics.ts";
 
 export type LogFormat = "json" | "pretty" | "auto";
@@ -47,6 +48,7 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       route,
       model: facts?.model ?? named,
       namespace: namespaceHash(facts?.namespace),
+      key: requestKey(request),
       status: reply.statusCode,
       prompt_tokens: facts?.promptTokens,
       cached_tokens: facts?.cachedTokens,

@@ -21,6 +21,7 @@
 import Database from "better-sqlite3";
 import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { TENANCY_MIGRATION } from "./tenancy-store.ts";
 import { checkPageQuery, invalidCursor, newItemId, pageFromRows, pageOfItems, withId } from "./page.ts";
 import {
   StoreError,
@@ -151,6 +152,7 @@ export const MIGRATIONS: readonly Migration[] = [
         CREATE INDEX response_items_by_id ON response_items (namespace, item_id);
       `),
   },
+  TENANCY_MIGRATION,
 ];
 
 /**

@@ -8,7 +8,9 @@ import { NO_BROWSER, useBrowser } from "./browser.ts";
 // The console in headless Chromium against the real server on the fixture models: "tiny" (plain
 // text) and "think" (reasoning and tool calls). The browser only clicks and types, as a user would.
 
-const s = useTestServer({}, { think: true });
+const ADMIN = "admin-key-for-the-browser-tests";
+// With the admin API on; no API key exists until the last test creates one.
+const s = useTestServer({ "admin-key": ADMIN }, { think: true });
 const browser = useBrowser();
 const skip = NO_BROWSER;
 
@@ -214,4 +216,50 @@ test("the operator's view lists the models with their state and charts the metri
   await throughput.locator(".chart-value", { hasText: /^[1-9][\d.]* tokens\/s/ }).waitFor({ timeout: 10_000 });
   for (const name of ["Time to first token", "Queue depth", "KV cache usage"])
     await page.locator("figure.chart", { hasText: name }).locator(".chart-value", { hasText: /\d/ }).waitFor();
+});
+
+// Last: once a key exists, the server asks every request for one.
+test("keys: create one, use it from the playground, see its requests in the usage chart, revoke it", { skip }, async () => {
+  const page = await open();
+  await page.getByRole("link", { name: "Keys & usage" }).click();
+  await page.locator("#keys-status", { hasText: "admin key" }).waitFor();
+  await page.getByLabel("Admin key").fill(ADMIN);
+  await page.getByRole("button", { name: "Use", exact: true }).click();
+  await page.getByRole("heading", { name: "API keys" }).waitFor();
+
+  await page.getByLabel("name", { exact: true }).fill("browser-test");
+  await page.getByLabel("tokens/min").fill("100000");
+  await page.getByRole("button", { name: "Create key" }).click();
+  const secret = (await page.locator("#new-key code.secret").textContent()) ?? "";
+  assert.ok(secret.length >= 20, secret);
+  const row = page.locator("#keys-table tbody tr", { hasText: "browser-test" });
+  await row.waitFor();
+  assert.match((await row.textContent()) ?? "", /100000 tokens\/min.*active/);
+
+  // The playground now needs the key: enter it and chat.
+  await page.getByRole("button", { name: "API key" }).click();
+  await page.getByLabel("Key", { exact: true }).fill(secret);
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("link", { name: "Playground" }).click();
+  await configure(page, { model: "tiny", maxTokens: 20 });
+  await send(page, "Hello with a key");
+  assert.match(await finished(page), /completion tokens/);
+
+  // The ledger writes in batches; ask again until the key's row is there.
+  await page.getByRole("link", { name: "Keys & usage" }).click();
+  await page.getByLabel("group by").selectOption("key");
+  const usage = page.locator("#usage-table tbody tr", { hasText: "browser-test" });
+  for (let i = 0; i < 20 && (await usage.count()) === 0; i++) {
+    await page.getByRole("button", { name: "Show" }).click();
+    await page.waitForTimeout(250);
+  }
+  const cells = await usage.locator("td").allTextContents();
+  assert.ok(Number(cells[0]) >= 1, `requests: ${cells}`);
+  assert.ok(Number(cells[5]) > 0, `total tokens: ${cells}`);
+  assert.match((await page.locator("#usage-chart svg").getAttribute("aria-label")) ?? "", /Tokens by key/);
+  assert.ok((await page.locator("#usage-chart svg text", { hasText: "browser-test" }).count()) === 1);
+
+  page.once("dialog", (d) => void d.accept());
+  await row.getByRole("button", { name: "Revoke browser-test" }).click();
+  await page.locator("#keys-table tbody tr", { hasText: "revoked" }).waitFor();
 });

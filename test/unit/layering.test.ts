@@ -28,6 +28,8 @@ const ALLOWED: Record<string, string[]> = {
   observability: ["core", "http"],
   // The web console: static files and the routes that serve them; it calls the API over HTTP only.
   console: [],
+  // API keys, limits and the usage ledger: a request hook, an admission gate and generation hooks.
+  tenancy: ["core", "http", "store", "observability"],
   cli: ["*"],
   "app.ts": ["*"],
 };

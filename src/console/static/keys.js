@@ -11,8 +11,8 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
  * @typedef {{ id: string, name: string, prefix?: string, models?: string[] | null, rpm?: number | null, tpm?: number | null,
- *   max_concurrency?: number | null, budget_tokens?: number | null, expires_at?: number | null, revoked_at?: number | null,
- *   created_at?: number }} Key
+ *   max_concurrency?: number | null, budget_tokens?: number | null, used_tokens?: number, expires_at?: number | null,
+ *   revoked_at?: number | null, state?: string, created_at?: number }} Key
  */
 
 /**
@@ -28,6 +28,9 @@ export async function adminApiPresent() {
   }
 }
 
+/** Key names by id, for the usage grouped by key. @type {Map<string, string>} */
+const names = new Map();
+
 /** @param {string} text @param {boolean} [error] */
 function status(text, error = false) {
   const p = $("keys-status");
@@ -42,7 +45,7 @@ function limits(k) {
   if (k.rpm) parts.push(`${k.rpm} req/min`);
   if (k.tpm) parts.push(`${k.tpm} tokens/min`);
   if (k.max_concurrency) parts.push(`${k.max_concurrency} at once`);
-  if (k.budget_tokens) parts.push(`budget ${k.budget_tokens} tokens`);
+  if (k.budget_tokens) parts.push(`budget ${k.used_tokens ?? 0} of ${k.budget_tokens} tokens used`);
   if (k.expires_at) parts.push(`expires ${new Date(k.expires_at * 1000).toISOString().slice(0, 10)}`);
   return parts.join(" · ") || "none";
 }
@@ -63,10 +66,12 @@ export async function refreshKeys() {
   }
   body.hidden = false;
   status("");
+  for (const k of list.data) names.set(k.id, k.name);
   const tbody = /** @type {HTMLElement} */ (document.querySelector("#keys-table tbody"));
   tbody.replaceChildren(
     ...list.data.map((k) => {
       const revoked = Boolean(k.revoked_at);
+      const state = k.state ?? (revoked ? "revoked" : "active");
       const cell = el("td");
       if (!revoked) {
         const b = el("button", { type: "button", class: "danger", text: "Revoke", "aria-label": `Revoke ${k.name}` });
@@ -81,7 +86,7 @@ export async function refreshKeys() {
         el("th", { scope: "row", text: k.name }),
         el("td", {}, [el("code", { text: k.prefix ? `${k.prefix}…` : k.id })]),
         el("td", { text: limits(k) }),
-        el("td", { text: revoked ? "revoked" : "active" }),
+        el("td", { text: state }),
         cell,
       ]);
     }),
@@ -103,7 +108,11 @@ async function refreshUsage() {
   try {
     /** @type {{ group_by: string, data: Record<string, any>[] }} */
     const usage = await request(`/admin/usage?${params}`, { admin: true });
-    const label = (/** @type {Record<string, any>} */ r) => String(r[usage.group_by] ?? "(no key)");
+    const label = (/** @type {Record<string, any>} */ r) => {
+      const g = r[usage.group_by];
+      if (g === null || g === undefined) return usage.group_by === "key" ? "(no key)" : "(none)";
+      return usage.group_by === "key" && names.has(g) ? `${names.get(g)}` : String(g);
+    };
     barChart(chart, usage.data.map((r) => ({ label: label(r), value: r.total_tokens, note: `tokens, ${r.requests} requests` })), `Tokens by ${usage.group_by}`);
     tbody.replaceChildren(
       ...usage.data.map((r) =>

@@ -2,7 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { ApiError } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
-import { postRoute, type RouteEnv, type RouteResult } from "../../http/respond.ts";
+import { postRoute, type RouteEnv, type RouteResult, requestContext } from "../../http/respond.ts";
 import type { Store } from "../../store/store.ts";
 import { chatCompletion } from "../openai/chat.ts";
 import { OPENAI_ENVELOPE } from "../openai/errors.ts";
@@ -41,6 +41,8 @@ export async function konanPlugin(scope: FastifyInstance, { service, store }: Ko
     service,
     dialect: "konan",
   });
-  scope.get("/models", async () => listModels(service.registry));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) => getModel(service.registry, request.params.id));
+  scope.get("/models", async (request) => listModels(service, requestContext(request, "konan")));
+  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
+    getModel(service, requestContext(request, "konan"), request.params.id),
+  );
 }

@@ -1,5 +1,7 @@
 import { modelNotFound } from "../../core/errors.ts";
-import type { ModelRegistry, ServedModel } from "../../core/registry.ts";
+import type { RequestContext } from "../../core/context.ts";
+import type { GenerationService } from "../../core/generation-service.ts";
+import type { ServedModel } from "../../core/registry.ts";
 import type { EmbeddingInfo } from "../../core/engine.ts";
 
 export function modelToWire(m: ServedModel) {
@@ -31,14 +33,15 @@ function embeddingToWire(info: EmbeddingInfo) {
   };
 }
 
-/** GET …/models: every registered model, loading or not, with its state. */
-export function listModels(registry: ModelRegistry) {
-  return { object: "list" as const, data: registry.list().map(modelToWire) };
+/** GET …/models: every registered model the caller may use, loading or not, with its state. */
+export function listModels(service: GenerationService, ctx: RequestContext) {
+  return { object: "list" as const, data: service.registry.list().filter((m) => service.mayUse(ctx, m.id)).map(modelToWire) };
 }
 
-/** GET …/models/{id}. */
-export function getModel(registry: ModelRegistry, id: string) {
-  const m = registry.list().find((x) => x.id === id);
+/** GET …/models/{id}: 404 for a model not served, 403 for one the caller's API key may not use. */
+export function getModel(service: GenerationService, ctx: RequestContext, id: string) {
+  const m = service.registry.list().find((x) => x.id === id);
   if (!m) throw modelNotFound(id).withParam("model");
+  service.authorize(ctx, id);
   return modelToWire(m);
 }

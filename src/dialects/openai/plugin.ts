@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "../../core/generation-service.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
-import { postRoute } from "../../http/respond.ts";
+import { postRoute, requestContext } from "../../http/respond.ts";
 import type { Store } from "../../store/store.ts";
 import { chatCompletion } from "./chat.ts";
 import { OPENAI_CHAT_CODEC } from "./chat-codec.ts";
@@ -33,8 +33,10 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   if (storage) registerStoredChatRoutes(scope, service, storage);
   postRoute(scope, "/completions", (b) => completionRequest.parse(b), textCompletion, opts);
   postRoute(scope, "/embeddings", (b) => embeddingsRequest.parse(b), createEmbeddings, opts);
-  scope.get("/models", async () => listModels(service.registry));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) => getModel(service.registry, request.params.id));
+  scope.get("/models", async (request) => listModels(service, requestContext(request, "openai")));
+  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
+    getModel(service, requestContext(request, "openai"), request.params.id),
+  );
 }
 
 /** vLLM's tokenizer endpoints, at the root as vLLM serves them, in OpenAI's error envelope. */

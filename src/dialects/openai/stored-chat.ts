@@ -2,6 +2,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
+import { keyedStoreNamespace } from "../../core/context.ts";
+import { requestKey } from "../../http/access.ts";
 import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store, StoreError } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
@@ -116,10 +118,10 @@ export async function listStoredChatMessages(id: string, query: Record<string, u
   return { kind: "json", body: { object: "list", ...page } };
 }
 
-/** The namespace of a body-less request: the end user named in its query. */
+/** The namespace of a body-less request: its API key and the end user named in its query. */
 function queryNamespace(request: FastifyRequest): string {
   const q = request.query as Record<string, string | undefined>;
-  return storedChatNamespace({ user: q.user, safety_identifier: q.safety_identifier });
+  return keyedStoreNamespace(requestKey(request), storedChatNamespace({ user: q.user, safety_identifier: q.safety_identifier }));
 }
 
 /** Registers the stored Chat Completions routes in a scope (the OpenAI plugin's, under /v1). */

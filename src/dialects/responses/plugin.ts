@@ -1,5 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { GenerationService } from "../../core/generation-service.ts";
+import { keyedStoreNamespace } from "../../core/context.ts";
+import { requestKey } from "../../http/access.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { postRoute, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { openAIErrorBody } from "../openai/errors.ts";
@@ -41,7 +43,7 @@ export interface ResponsesPluginOptions {
  */
 function queryNamespace(request: FastifyRequest): string {
   const q = request.query as Record<string, string | undefined>;
-  return isolationKey(q.safety_identifier ?? q.user, null) ?? "";
+  return keyedStoreNamespace(requestKey(request), isolationKey(q.safety_identifier ?? q.user, null) ?? "");
 }
 
 /**

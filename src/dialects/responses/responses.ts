@@ -3,6 +3,7 @@ import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
+import { keyedStoreNamespace } from "../../core/context.ts";
 import type { BackgroundRuns } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
@@ -86,10 +87,12 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
 /** POST /v1/responses. */
 export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   refuseUnsupported(body);
-  const ns = responsesNamespace(body);
+  const userNs = responsesNamespace(body);
+  // Stored objects belong to the API key too; the request context carries the key separately.
+  const ns = keyedStoreNamespace(env.ctx.apiKey, userNs);
   const input = await resolveInput(body, ns, deps);
   const { request } = responseToCanonical(body, input.all as InputItem[]);
-  const ctx = { ...env.ctx, namespace: ns || undefined };
+  const ctx = { ...env.ctx, namespace: userNs || undefined };
   const store = body.store !== false;
   const include = new Set(body.include ?? []);
   const builderFor = (emit?: (e: ResponseEvent) => void) =>
@@ -272,10 +275,10 @@ export async function listInputItems(
 
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */
 export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
-  const ns = responsesNamespace(body);
-  const input = await resolveInput(body, ns, deps);
+  const userNs = responsesNamespace(body);
+  const input = await resolveInput(body, keyedStoreNamespace(env.ctx.apiKey, userNs), deps);
   const { request } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[]);
-  const tokens = await env.service.measure({ ...env.ctx, namespace: ns || undefined }, request);
+  const tokens = await env.service.measure({ ...env.ctx, namespace: userNs || undefined }, request);
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
 }
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "../../core/generation-service.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
-import { routeEnv, sendResult } from "../../http/respond.ts";
+import { routeEnv, sendResult, requestContext } from "../../http/respond.ts";
 import { getModel, listModels } from "../openai/models.ts";
 import { spakChatCompletion } from "./chat.ts";
 import { SPAK_ENVELOPE } from "./errors.ts";
@@ -22,6 +22,8 @@ export async function spakPlugin(scope: FastifyInstance, { service }: SpakPlugin
     const env = routeEnv(request, reply, service, "spak");
     return sendResult(reply, env.signal, await spakChatCompletion(body, env, { userAgent: request.headers["user-agent"] }));
   });
-  scope.get("/models", async () => listModels(service.registry));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) => getModel(service.registry, request.params.id));
+  scope.get("/models", async (request) => listModels(service, requestContext(request, "spak")));
+  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
+    getModel(service, requestContext(request, "spak"), request.params.id),
+  );
 }

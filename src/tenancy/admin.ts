@@ -1,0 +1,113 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { ApiError } from "../core/errors.ts";
+import { type ErrorEnvelope, installErrorEnvelope } from "../http/error-envelope.ts";
+import type { TenancyStore, UsageGroup } from "../store/tenancy-store.ts";
+import { createManagedKey, keyToJson, presentedKey } from "./keys.ts";
+
+export interface AdminOptions {
+  store: TenancyStore;
+  /** The admin key; none: the admin API answers 403 to everything. */
+  adminKey: string | undefined;
+  envelope: ErrorEnvelope;
+}
+
+const limit = z.int().min(1).nullable().optional();
+
+/** POST /admin/keys: every field Plinth knows; anything else is refused (strict). */
+export const createKeyRequest = z.strictObject({
+  name: z.string().trim().min(1).max(200),
+  models: z.array(z.string().min(1)).min(1).nullable().optional(),
+  rpm: limit,
+  tpm: limit,
+  max_concurrency: limit,
+  budget_tokens: limit,
+  /** Unix seconds, or an ISO 8601 date or time. */
+  expires_at: z.union([z.int().min(0), z.string().min(1)]).nullable().optional(),
+});
+
+export const usageQuery = z.strictObject({
+  from: z.string().min(1).optional(),
+  to: z.string().min(1).optional(),
+  group_by: z.enum(["key", "model", "day"]).optional(),
+});
+
+/** A time as the admin API and the CLI take it: Unix seconds, or an ISO 8601 date/time. Unix ms out. */
+export function parseTime(value: string | number, param: string): number {
+  if (typeof value === "number" || /^\d+$/.test(value)) return Number(value) * 1000;
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms)) {
+    throw new ApiError(400, `Invalid '${param}': expected Unix seconds or an ISO 8601 date, got ${JSON.stringify(value)}.`, { param });
+  }
+  return ms;
+}
+
+/** Usage totals between two times, grouped, in the admin API's JSON shape. */
+export function usageReport(store: TenancyStore, q: z.infer<typeof usageQuery>) {
+  const from = q.from === undefined ? 0 : parseTime(q.from, "from");
+  const to = q.to === undefined ? Date.now() + 1 : parseTime(q.to, "to");
+  const groupBy: UsageGroup = q.group_by ?? "key";
+  const data = store.usage(groupBy, from, to).map((r) => ({
+    [groupBy]: r.group,
+    requests: r.requests,
+    errors: r.errors,
+    prompt_tokens: r.promptTokens,
+    cached_tokens: r.cachedTokens,
+    completion_tokens: r.completionTokens,
+    reasoning_tokens: r.reasoningTokens,
+    total_tokens: r.totalTokens,
+  }));
+  return { object: "list", group_by: groupBy, from: Math.floor(from / 1000), to: Math.floor(to / 1000), data };
+}
+
+const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
+
+/**
+ * The admin API, under /admin, in OpenAI's error envelope: keys (create, list, get, revoke) and
+ * usage. Every call needs the admin key (`--admin-key`), as a Bearer token or in `x-api-key`; it
+ * is a separate secret from the API keys, which cannot call it.
+ */
+export async function adminPlugin(scope: FastifyInstance, { store, adminKey, envelope }: AdminOptions): Promise<void> {
+  installErrorEnvelope(scope, envelope, { notFound: true });
+  const expected = adminKey === undefined ? undefined : digest(adminKey);
+  scope.addHook("onRequest", async (request) => {
+    if (expected === undefined) {
+      throw new ApiError(403, "The admin API is off; start the server with --admin-key to use it.", { code: "admin_api_disabled" });
+    }
+    const given = presentedKey(request.headers);
+    if (given === undefined || !timingSafeEqual(digest(given), expected)) {
+      throw new ApiError(401, "The admin API needs the admin key (--admin-key) as 'Authorization: Bearer KEY' or 'x-api-key'.", {
+        code: "invalid_api_key",
+      });
+    }
+  });
+
+  scope.post("/keys", async (request, reply) => {
+    const body = createKeyRequest.parse(request.body);
+    const expiresAt = body.expires_at == null ? null : parseTime(body.expires_at, "expires_at");
+    const { key, record } = createManagedKey(store, {
+      name: body.name,
+      models: body.models ?? null,
+      rpm: body.rpm ?? null,
+      tpm: body.tpm ?? null,
+      maxConcurrency: body.max_concurrency ?? null,
+      budgetTokens: body.budget_tokens ?? null,
+      expiresAt,
+    });
+    return reply.status(201).send({ ...keyToJson(record), key });
+  });
+  scope.get("/keys", async () => ({ object: "list", data: store.listKeys().map((r) => keyToJson(r)) }));
+  scope.get<{ Params: { id: string } }>("/keys/:id", async (request) => {
+    const record = store.keyById(request.params.id);
+    if (!record) throw noKey(request.params.id);
+    return keyToJson(record);
+  });
+  scope.delete<{ Params: { id: string } }>("/keys/:id", async (request) => {
+    if (!store.revokeKey(request.params.id, Date.now())) throw noKey(request.params.id);
+    return keyToJson(store.keyById(request.params.id)!);
+  });
+  scope.get("/usage", async (request) => usageReport(store, usageQuery.parse(request.query ?? {})));
+}
+
+const noKey = (id: string) => new ApiError(404, `No API key with id '${id}' exists.`, { code: "not_found" });

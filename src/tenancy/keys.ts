@@ -1,0 +1,161 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { KeyRecord, TenancyStore } from "../store/tenancy-store.ts";
+
+/** What a managed key looks like: `pk-` and 32 random bytes in base64url (43 characters). */
+const KEY_PREFIX = "pk-";
+
+/** A new random key: 256 bits, so a plain SHA-256 of it is a safe thing to store. */
+export function generateKey(): string {
+  return KEY_PREFIX + randomBytes(32).toString("base64url");
+}
+
+export function newKeyId(): string {
+  return `key_${randomBytes(8).toString("hex")}`;
+}
+
+export function hashKey(key: string): string {
+  return createHash("sha256").update(key, "utf8").digest("hex");
+}
+
+/** Compares two hex digests of equal length in constant time. */
+function sameDigest(a: string, b: string): boolean {
+  const x = Buffer.from(a, "hex");
+  const y = Buffer.from(b, "hex");
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/** The limits a key runs under; null: no limit of that kind. */
+export interface KeyLimits {
+  rpm: number | null;
+  tpm: number | null;
+  maxConcurrency: number | null;
+  budgetTokens: number | null;
+}
+
+export const NO_LIMITS: KeyLimits = { rpm: null, tpm: null, maxConcurrency: null, budgetTokens: null };
+
+/** Who a request is, once its key has been checked. */
+export interface Principal {
+  /** The key's id (a managed key's `key_…`, or `static-…` for a key given with --api-key). */
+  id: string;
+  name: string;
+  /** Models the key may use; null: every model. */
+  models: string[] | null;
+  limits: KeyLimits;
+  /** Tokens charged to the key before this process started counting (managed keys). */
+  usedTokens: number;
+}
+
+export type KeyCheck = { ok: true; principal: Principal } | { ok: false; reason: "missing" | "unknown" | "revoked" | "expired" };
+
+/**
+ * Every key the server accepts: the ones given on the command line (kept as hashes in memory, with
+ * no limits) and the managed ones in the store, read on every request so that a key created or
+ * revoked with `plinth keys` from another process takes effect at once (an indexed lookup).
+ */
+export class KeyRing {
+  private readonly statics: Array<{ hash: string; id: string }>;
+
+  constructor(
+    staticKeys: readonly string[],
+    private readonly store: TenancyStore | undefined,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.statics = staticKeys.map((k) => {
+      const hash = hashKey(k);
+      return { hash, id: `static-${hash.slice(0, 12)}` };
+    });
+  }
+
+  /** Whether requests need a key: true once any key is configured or has been created. */
+  get required(): boolean {
+    return this.statics.length > 0 || (this.store?.hasKeys() ?? false);
+  }
+
+  check(presented: string | undefined): KeyCheck {
+    if (presented === undefined || presented === "") return { ok: false, reason: "missing" };
+    const hash = hashKey(presented);
+    // Compare against every static key, so the time taken does not depend on which one matched.
+    let staticMatch: { hash: string; id: string } | undefined;
+    for (const s of this.statics) if (sameDigest(s.hash, hash) && !staticMatch) staticMatch = s;
+    if (staticMatch) return { ok: true, principal: { id: staticMatch.id, name: "--api-key", models: null, limits: NO_LIMITS, usedTokens: 0 } };
+    const record = this.store?.keyByHash(hash);
+    if (!record) return { ok: false, reason: "unknown" };
+    if (record.revokedAt !== null) return { ok: false, reason: "revoked" };
+    if (record.expiresAt !== null && record.expiresAt <= this.now()) return { ok: false, reason: "expired" };
+    return { ok: true, principal: principalOf(record) };
+  }
+}
+
+export function principalOf(record: KeyRecord): Principal {
+  return {
+    id: record.id,
+    name: record.name,
+    models: record.models,
+    limits: { rpm: record.rpm, tpm: record.tpm, maxConcurrency: record.maxConcurrency, budgetTokens: record.budgetTokens },
+    usedTokens: record.usedTokens,
+  };
+}
+
+/** The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`. */
+export function presentedKey(headers: Record<string, string | string[] | undefined>): string | undefined {
+  const auth = headers.authorization;
+  if (typeof auth === "string") {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    if (m) return m[1];
+  }
+  const x = headers["x-api-key"];
+  return typeof x === "string" && x.trim() !== "" ? x.trim() : undefined;
+}
+
+/** What a key's owner may set when creating one. */
+export interface KeySettings {
+  name: string;
+  models?: string[] | null;
+  rpm?: number | null;
+  tpm?: number | null;
+  maxConcurrency?: number | null;
+  budgetTokens?: number | null;
+  /** Unix milliseconds. */
+  expiresAt?: number | null;
+}
+
+/** Creates a managed key; the returned `key` is the only time it exists in clear. */
+export function createManagedKey(store: TenancyStore, settings: KeySettings, now = Date.now()): { key: string; record: KeyRecord } {
+  const key = generateKey();
+  const record = store.createKey({
+    id: newKeyId(),
+    name: settings.name,
+    keyHash: hashKey(key),
+    prefix: key.slice(0, KEY_PREFIX.length + 6),
+    createdAt: now,
+    expiresAt: settings.expiresAt ?? null,
+    models: settings.models ?? null,
+    rpm: settings.rpm ?? null,
+    tpm: settings.tpm ?? null,
+    maxConcurrency: settings.maxConcurrency ?? null,
+    budgetTokens: settings.budgetTokens ?? null,
+  });
+  return { key, record };
+}
+
+/** A key as the admin API and `plinth keys list` show it. */
+export function keyToJson(r: KeyRecord, now = Date.now()) {
+  const state = r.revokedAt !== null ? "revoked" : r.expiresAt !== null && r.expiresAt <= now ? "expired" : "active";
+  return {
+    id: r.id,
+    object: "api_key",
+    name: r.name,
+    prefix: r.prefix,
+    state,
+    created_at: Math.floor(r.createdAt / 1000),
+    expires_at: r.expiresAt === null ? null : Math.floor(r.expiresAt / 1000),
+    revoked_at: r.revokedAt === null ? null : Math.floor(r.revokedAt / 1000),
+    models: r.models,
+    rpm: r.rpm,
+    tpm: r.tpm,
+    max_concurrency: r.maxConcurrency,
+    budget_tokens: r.budgetTokens,
+    used_tokens: r.usedTokens,
+  };
+}

@@ -1,0 +1,236 @@
+import { createHash } from "node:crypto";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { AdmissionGate, AdmissionRequest, AdmissionTicket, GenerationHooks, RequestContext } from "../core/context.ts";
+import { ApiError } from "../core/errors.ts";
+import { setRequestKey } from "../http/access.ts";
+import { dialectOf } from "../observability/metrics.ts";
+import { type KeyCheck, type KeyRing, type Principal, presentedKey } from "./keys.ts";
+import type { LedgerWriter } from "./ledger.ts";
+import { type Decision, type Lease, type Limiter, rateHeaders, type Refusal, type RateState } from "./limiter.ts";
+
+export interface TenancyOptions {
+  keys: KeyRing;
+  limiter: Limiter;
+  /** The usage ledger; none: no rows are written. */
+  ledger?: LedgerWriter;
+  /** Whether GET /metrics needs a key when keys are configured. */
+  metricsNeedKey: boolean;
+}
+
+/** What is known about one HTTP request while it runs, until its ledger row is written. */
+interface Tracked {
+  requestId: string;
+  principal: Principal | undefined;
+  reply: FastifyReply;
+  method: string;
+  endpoint: string;
+  start: number;
+  lease: Lease | undefined;
+  dialect: string | undefined;
+  namespace: string | undefined;
+  model: string | undefined;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  reasoningTokens: number;
+  ttftMs: number | null;
+  /** Generations admitted and not yet finished (a background response outlives its HTTP request). */
+  running: number;
+  status: number | undefined;
+}
+
+/**
+ * API keys, per-key limits and the usage ledger, attached to the server in three places:
+ *
+ * - a request hook on the root of the app (so it covers every dialect, present and future) that
+ *   checks the key, counts the request against its rate and concurrency limits and sets OpenAI's
+ *   `x-ratelimit-*` headers. It throws ApiErrors; Fastify hands a hook's error to the error handler
+ *   of the route's own scope, so each dialect renders the 401 or 429 in its own envelope.
+ * - an admission gate in the generation service: a key's model list (403) and its token limits,
+ *   reserved at admission (prompt + the most the request may generate) and settled at the end.
+ * - generation hooks that gather each request's usage for its ledger row.
+ */
+export class Tenancy {
+  private readonly tracked = new Map<string, Tracked>();
+
+  constructor(private readonly opts: TenancyOptions) {}
+
+  /** Routes anyone may call: health, metrics when so configured, and the admin API (its own key). */
+  private isOpen(route: string | undefined): boolean {
+    if (route === "/health") return true;
+    // The web console's page and files: public like any web page; its API calls carry their own key.
+    if (route === "/" || route === "/ui/:file") return true;
+    if (route === "/metrics") return !this.opts.metricsNeedKey;
+    return route !== undefined && (route === "/admin" || route.startsWith("/admin/"));
+  }
+
+  install(app: FastifyInstance): void {
+    app.addHook("onRequest", async (request, reply) => {
+      const route = request.routeOptions.url;
+      if (this.isOpen(route)) return;
+      let principal: Principal | undefined;
+      if (this.opts.keys.required) {
+        const check = this.opts.keys.check(presentedKey(request.headers));
+        if (!check.ok) throw unauthorized(check);
+        principal = check.principal;
+        setRequestKey(request, principal.id);
+      }
+      if (!principal && !this.opts.ledger) return;
+      const t = this.track(request, reply, route, principal);
+      if (!principal) return;
+      const decision = await this.opts.limiter.begin(principal);
+      setRateHeaders(reply, decision.state);
+      if (!decision.ok) throw limitError(decision.refusal, decision.state);
+      t.lease = decision.value;
+    });
+  }
+
+  private track(request: FastifyRequest, reply: FastifyReply, route: string | undefined, principal: Principal | undefined): Tracked {
+    const t: Tracked = {
+      requestId: String(request.id),
+      principal,
+      reply,
+      method: request.method,
+      endpoint: route ?? "unmatched",
+      start: performance.now(),
+      lease: undefined,
+      dialect: undefined,
+      namespace: undefined,
+      model: undefined,
+      promptTokens: 0,
+      cachedTokens: 0,
+      completionTokens: 0,
+      reasoningTokens: 0,
+      ttftMs: null,
+      running: 0,
+      status: undefined,
+    };
+    this.tracked.set(t.requestId, t);
+    reply.raw.once("close", () => {
+      t.lease?.release();
+      t.status = reply.raw.statusCode;
+      this.maybeRecord(t);
+    });
+    return t;
+  }
+
+  /** Writes the request's ledger row once its response has ended and its generations have finished. */
+  private maybeRecord(t: Tracked): void {
+    if (t.status === undefined || t.running > 0) return;
+    this.tracked.delete(t.requestId);
+    this.opts.ledger?.write({
+      at: Date.now(),
+      requestId: t.requestId,
+      keyId: t.principal?.id ?? null,
+      namespace: t.namespace === undefined ? null : createHash("sha256").update(t.namespace).digest("hex").slice(0, 16),
+      dialect: t.dialect ?? dialectOf(t.endpoint),
+      method: t.method,
+      endpoint: t.endpoint,
+      model: t.model ?? modelOf(t.reply.request.body),
+      promptTokens: t.promptTokens,
+      cachedTokens: t.cachedTokens,
+      completionTokens: t.completionTokens,
+      reasoningTokens: t.reasoningTokens,
+      status: t.status,
+      ttftMs: t.ttftMs === null ? null : Math.round(t.ttftMs),
+      durationMs: Math.round(performance.now() - t.start),
+    });
+  }
+
+  /** The generation service's admission gate: model lists and token limits. */
+  gate(): AdmissionGate {
+    return {
+      authorize: (ctx: RequestContext, model: string) => {
+        const p = this.tracked.get(ctx.requestId)?.principal;
+        if (p?.models && !p.models.includes(model)) {
+          throw new ApiError(403, `This API key may not use the model '${model}'.`, { field: "model", code: "model_not_allowed" });
+        }
+      },
+      admit: async (ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> => {
+        const t = this.tracked.get(ctx.requestId);
+        const p = t?.principal;
+        if (!t || !p || (p.limits.tpm === null && p.limits.budgetTokens === null)) return undefined;
+        const tokens = req.promptTokens + (Number.isFinite(req.maxCompletionTokens) ? req.maxCompletionTokens : 0);
+        const decision: Decision<{ settle(used: number): void }> = await this.opts.limiter.reserve(p, tokens);
+        if (!t.reply.raw.headersSent) setRateHeaders(t.reply, decision.state);
+        if (!decision.ok) throw limitError(decision.refusal, decision.state);
+        return (used: number) => decision.value.settle(used);
+      },
+    };
+  }
+
+  /** Generation hooks that gather each request's usage for the ledger. */
+  hooks(): GenerationHooks {
+    return {
+      admitted: (ctx, info) => {
+        const t = this.tracked.get(ctx.requestId);
+        if (!t) return;
+        t.running++;
+        t.model = info.model;
+        t.dialect = ctx.dialect;
+        t.namespace = ctx.namespace;
+      },
+      firstToken: (ctx) => {
+        const t = this.tracked.get(ctx.requestId);
+        if (t && t.ttftMs === null) t.ttftMs = performance.now() - t.start;
+      },
+      finished: (ctx, outcome) => {
+        const t = this.tracked.get(ctx.requestId);
+        if (!t) return;
+        t.running--;
+        if (outcome.usage) {
+          t.promptTokens += outcome.usage.promptTokens;
+          t.cachedTokens += outcome.usage.cachedTokens;
+          t.completionTokens += outcome.usage.completionTokens;
+          t.reasoningTokens += outcome.usage.reasoningTokens;
+        }
+        this.maybeRecord(t);
+      },
+      embedded: (ctx, info) => {
+        const t = this.tracked.get(ctx.requestId);
+        if (!t) return;
+        t.model = info.model;
+        t.dialect = ctx.dialect;
+        t.namespace = ctx.namespace;
+        t.promptTokens += info.tokens;
+      },
+    };
+  }
+}
+
+const modelOf = (body: unknown): string | null => {
+  const m = body && typeof body === "object" ? (body as { model?: unknown }).model : undefined;
+  return typeof m === "string" ? m.slice(0, 200) : null;
+};
+
+const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
+  missing: "No API key was given. Send it as 'Authorization: Bearer KEY' or in the 'x-api-key' header.",
+  unknown: "The API key is not valid.",
+  revoked: "The API key has been revoked.",
+  expired: "The API key has expired.",
+};
+
+function unauthorized(check: Exclude<KeyCheck, { ok: true }>): ApiError {
+  return new ApiError(401, REASONS[check.reason], { code: "invalid_api_key", headers: { "www-authenticate": 'Bearer realm="plinth"' } });
+}
+
+/**
+ * A refusal as a 429: `Retry-After` (whole seconds) and `retry-after-ms` when waiting helps, which
+ * the OpenAI SDKs read before retrying; `x-should-retry: false` when it does not (a spent budget, a
+ * request larger than the limit), which they honour.
+ */
+function limitError(refusal: Refusal, state: RateState): ApiError {
+  const headers: Record<string, string> = { ...rateHeaders(state) };
+  if (refusal.retryAfterMs === null) headers["x-should-retry"] = "false";
+  else {
+    headers["retry-after"] = String(Math.max(1, Math.ceil(refusal.retryAfterMs / 1000)));
+    headers["retry-after-ms"] = String(Math.ceil(refusal.retryAfterMs));
+  }
+  const code = refusal.limit === "budget" ? "insufficient_quota" : "rate_limit_exceeded";
+  return new ApiError(429, refusal.message, { code, headers, reason: "rate_limited" });
+}
+
+/** On the raw response, so they reach JSON answers, error envelopes and event streams alike. */
+function setRateHeaders(reply: FastifyReply, state: RateState): void {
+  for (const [name, value] of Object.entries(rateHeaders(state))) reply.raw.setHeader(name, value);
+}

@@ -1,0 +1,358 @@
+import assert from "../helpers/assert.ts";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { Writable } from "node:stream";
+import { after, before, describe, test } from "node:test";
+import OpenAI from "openai";
+import { serve, type RunningServer } from "../../src/cli/serve.ts";
+import { loadConfig } from "../../src/config/load.ts";
+import { ensureFixtureModel } from "../fixtures/models.ts";
+import { NO_EOG, waitFor } from "../helpers/server.ts";
+
+// API keys, per-key limits and the usage ledger on the real server over HTTP: managed keys are made
+// through the admin API, rate windows are 2 s long so the limits can be waited out in a test.
+
+const ADMIN = "admin-secret-0123456789";
+const STATIC_KEY = "static-key-for-tests-abcdef";
+const WINDOW_S = 2;
+const logLines: string[] = [];
+let server: RunningServer;
+let dataDir: string;
+
+before(async () => {
+  dataDir = mkdtempSync(path.join(tmpdir(), "plinth-tenancy-"));
+  const logStream = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      logLines.push(chunk.toString("utf8"));
+      done();
+    },
+  });
+  const config = loadConfig(
+    {
+      model: [`tiny=${await ensureFixtureModel()}`],
+      port: "0",
+      threads: "1",
+      parallel: "4",
+      "ctx-size": "512",
+      "data-dir": dataDir,
+      "log-format": "json",
+      "log-level": "debug",
+      "api-key": [STATIC_KEY],
+      "admin-key": ADMIN,
+      "rate-window": String(WINDOW_S),
+    },
+    {},
+  );
+  server = await serve(config, { log: () => {}, logStream });
+  await server.loaded;
+});
+
+after(async () => {
+  await server.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+type Obj = Record<string, any>;
+
+async function call(method: string, route: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${server.url}${route}`, {
+    method,
+    headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: Obj | undefined;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, json: json as Obj, text };
+}
+
+const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+const admin = (method: string, route: string, body?: unknown) => call(method, `/admin${route}`, body, bearer(ADMIN));
+
+async function createKey(settings: Obj): Promise<{ id: string; key: string }> {
+  const r = await admin("POST", "/keys", settings);
+  assert.equal(r.status, 201, r.text);
+  return { id: r.json.id, key: r.json.key };
+}
+
+const chatBody = (extra: Obj = {}) => ({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], max_tokens: 4, ...extra });
+
+/** A request on each dialect's generation route, and one GET, each with the body that route takes. */
+const DIALECT_ROUTES: Array<[string, string, unknown]> = [
+  ["POST", "/v1/chat/completions", chatBody()],
+  ["POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }],
+  ["POST", "/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 16 }],
+  ["POST", "/v3/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_completion_tokens: 2 }],
+  ["POST", "/chat/completions", chatBody()],
+  ["POST", "/tokenize", { model: "tiny", prompt: "hello" }],
+  ["GET", "/v1/models", undefined],
+];
+
+describe("authentication", () => {
+  test("without a valid key every dialect answers 401 invalid_api_key in its envelope; /health stays open", async () => {
+    const revoked = await createKey({ name: "gone" });
+    assert.equal((await admin("DELETE", `/keys/${revoked.id}`)).json.state, "revoked");
+    const expired = await createKey({ name: "old", expires_at: "2001-01-01" });
+    const cases: Array<[string, Record<string, string>]> = [
+      ["missing", {}],
+      ["wrong bearer", bearer("pk-not-a-key")],
+      ["wrong x-api-key", { "x-api-key": "pk-not-a-key" }],
+      ["revoked", bearer(revoked.key)],
+      ["expired", bearer(expired.key)],
+    ];
+    for (const [method, route, body] of DIALECT_ROUTES) {
+      for (const [what, headers] of cases) {
+        const r = await call(method, route, body, headers);
+        assert.equal(r.status, 401, `${route} ${what}: ${r.text}`);
+        assert.equal(r.json.error.code, "invalid_api_key", `${route} ${what}`);
+        assert.equal(typeof r.json.error.message, "string");
+        assert.match(r.headers.get("www-authenticate") ?? "", /^Bearer/);
+      }
+    }
+    assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(revoked.key))).json.error.message, /revoked/);
+    assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(expired.key))).json.error.message, /expired/);
+    assert.equal((await call("GET", "/health", undefined)).status, 200);
+    // /metrics follows --metrics-auth, on by default.
+    assert.equal((await call("GET", "/metrics", undefined)).status, 401);
+    assert.equal((await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).status, 200);
+  });
+
+  test("a valid key works as a Bearer token and as x-api-key, on every dialect", async () => {
+    const k = await createKey({ name: "ok" });
+    for (const [method, route, body] of DIALECT_ROUTES) {
+      const a = await call(method, route, body, bearer(k.key));
+      assert.equal(a.status, 200, `${route}: ${a.text}`);
+      const b = await call(method, route, body, { "x-api-key": STATIC_KEY });
+      assert.equal(b.status, 200, `${route}: ${b.text}`);
+    }
+  });
+
+  test("the admin API needs the admin key, and API keys cannot call it", async () => {
+    assert.equal((await call("GET", "/admin/keys", undefined)).status, 401);
+    assert.equal((await call("GET", "/admin/keys", undefined, bearer(STATIC_KEY))).status, 401);
+    const listed = await admin("GET", "/keys");
+    assert.equal(listed.status, 200);
+    assert.ok(listed.json.data.length > 0);
+    assert.ok(listed.json.data.every((k: Obj) => k.key === undefined && typeof k.prefix === "string"));
+    const bad = await admin("POST", "/keys", { name: "x", rpm: 0 });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, "rpm");
+    const unknown = await admin("POST", "/keys", { name: "x", colour: "red" });
+    assert.equal(unknown.status, 400);
+    assert.equal((await admin("DELETE", "/keys/key_nope")).status, 404);
+    const usage = await call("GET", "/admin/usage?group_by=week", undefined, bearer(ADMIN));
+    assert.equal(usage.status, 400);
+    assert.equal(usage.json.error.param, "group_by");
+  });
+});
+
+describe("model lists and isolation", () => {
+  test("a key limited to other models gets 403 naming model, in each dialect", async () => {
+    const k = await createKey({ name: "limited", models: ["other"] });
+    for (const [method, route, body] of DIALECT_ROUTES.filter(([m, r]) => m === "POST" && r !== "/tokenize")) {
+      const r = await call(method, route, body, bearer(k.key));
+      assert.equal(r.status, 403, `${route}: ${r.text}`);
+      assert.equal(r.json.error.param, "model", route);
+      assert.equal(r.json.error.code, "model_not_allowed", route);
+    }
+    // Model lists show only the key's models; asking for another one by id is a 403 too.
+    for (const prefix of ["/v1", "/v3", ""]) {
+      const list = await call("GET", `${prefix}/models`, undefined, bearer(k.key));
+      assert.equal(list.status, 200, list.text);
+      assert.deepEqual(list.json.data, [], prefix);
+      const one = await call("GET", `${prefix}/models/tiny`, undefined, bearer(k.key));
+      assert.equal(one.status, 403, `${prefix}: ${one.text}`);
+      assert.equal(one.json.error.param, "model");
+    }
+    const allowed = await createKey({ name: "tiny only", models: ["tiny"] });
+    const list = await call("GET", "/v1/models", undefined, bearer(allowed.key));
+    assert.deepEqual(list.json.data.map((m: Obj) => m.id), ["tiny"]);
+    assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
+  });
+
+  test("stored completions are visible only to the key that stored them", async () => {
+    const a = await createKey({ name: "a" });
+    const b = await createKey({ name: "b" });
+    const made = await call("POST", "/v1/chat/completions", chatBody({ store: true }), bearer(a.key));
+    assert.equal(made.status, 200, made.text);
+    const id = made.json.id as string;
+    let mine = await call("GET", `/v1/chat/completions/${id}`, undefined, bearer(a.key));
+    for (let i = 0; mine.status === 404 && i < 50; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      mine = await call("GET", `/v1/chat/completions/${id}`, undefined, bearer(a.key));
+    }
+    assert.equal(mine.status, 200, mine.text);
+    assert.equal((await call("GET", `/v1/chat/completions/${id}`, undefined, bearer(b.key))).status, 404);
+  });
+});
+
+describe("limits", () => {
+  test("requests per minute: headers count down, then 429 with Retry-After; the openai client waits and succeeds", async () => {
+    const k = await createKey({ name: "rpm", rpm: 2 });
+    const first = await call("POST", "/v1/chat/completions", chatBody(), bearer(k.key));
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get("x-ratelimit-limit-requests"), "2");
+    assert.equal(first.headers.get("x-ratelimit-remaining-requests"), "1");
+    assert.match(first.headers.get("x-ratelimit-reset-requests") ?? "", /^\d+(\.\d+)?(ms|s)$/);
+    // Streams carry the headers too.
+    const streamed = await call("POST", "/v1/chat/completions", chatBody({ stream: true }), bearer(k.key));
+    assert.equal(streamed.status, 200);
+    assert.equal(streamed.headers.get("x-ratelimit-remaining-requests"), "0");
+    const refused = await call("POST", "/v1/chat/completions", chatBody(), bearer(k.key));
+    assert.equal(refused.status, 429);
+    assert.equal(refused.json.error.code, "rate_limit_exceeded");
+    assert.equal(refused.json.error.type, "rate_limit_error");
+    const retryAfter = Number(refused.headers.get("retry-after"));
+    assert.ok(retryAfter >= 1 && retryAfter <= WINDOW_S, `retry-after ${retryAfter}`);
+    assert.equal(refused.headers.get("x-ratelimit-remaining-requests"), "0");
+    // The same refusal in SpAk's and Konan's routes.
+    assert.equal((await call("POST", "/chat/completions", chatBody(), bearer(k.key))).status, 429);
+
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: k.key, maxRetries: 3 });
+    const t0 = Date.now();
+    const ok = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+    assert.equal(ok.object, "chat.completion");
+    const waited = Date.now() - t0;
+    assert.ok(waited >= 300, `the client retried after waiting (${waited} ms)`);
+  });
+
+  test("tokens per minute: the prompt and max_tokens are reserved, then settled to the real count", async () => {
+    const k = await createKey({ name: "tpm", tpm: 200 });
+    // A request larger than the whole limit can never run: 429 that says not to retry.
+    const huge = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 300 }), bearer(k.key));
+    assert.equal(huge.status, 429, huge.text);
+    assert.equal(huge.headers.get("x-should-retry"), "false");
+    assert.match(huge.json.error.message, /max_tokens/);
+
+    const a = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 100 }), bearer(k.key));
+    assert.equal(a.status, 200, a.text);
+    const used = a.json.usage.total_tokens as number;
+    // Settled: what remains is the limit less what the request really used, not less its reservation.
+    const after = await call("GET", "/v1/models", undefined, bearer(k.key));
+    assert.equal(after.headers.get("x-ratelimit-limit-tokens"), "200");
+    assert.equal(Number(after.headers.get("x-ratelimit-remaining-tokens")), 200 - used);
+    // A reservation that does not fit what is left is refused until the window moves on.
+    const refused = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 200 - used }), bearer(k.key));
+    assert.equal(refused.status, 429, refused.text);
+    assert.equal(refused.json.error.code, "rate_limit_exceeded");
+    assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+    assert.ok(refused.headers.get("x-ratelimit-reset-tokens"));
+    await new Promise((r) => setTimeout(r, Number(refused.headers.get("retry-after-ms")) + 50));
+    const later = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 200 - used }), bearer(k.key));
+    assert.equal(later.status, 200, later.text);
+  });
+
+  test("concurrency cap: a second request while one runs gets 429; after it ends, it runs", async () => {
+    const k = await createKey({ name: "conc", max_concurrency: 1 });
+    const long = call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, logit_bias: NO_EOG }), bearer(k.key));
+    await new Promise((r) => setTimeout(r, 50));
+    const second = await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key));
+    assert.equal(second.status, 429, second.text);
+    assert.match(second.json.error.message, /running/);
+    assert.equal((await long).status, 200);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal((await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key))).status, 200);
+  });
+
+  test("token budget: requests run until the budget is spent, then 429 insufficient_quota", async () => {
+    const k = await createKey({ name: "budget", budget_tokens: 120 });
+    let spent = 0;
+    let refused: Awaited<ReturnType<typeof call>> | undefined;
+    for (let i = 0; i < 30 && !refused; i++) {
+      const r = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 4 }), bearer(k.key));
+      if (r.status === 200) spent += r.json.usage.total_tokens;
+      else refused = r;
+    }
+    assert.ok(refused, "the budget ran out");
+    assert.equal(refused.status, 429);
+    assert.equal(refused.json.error.code, "insufficient_quota");
+    assert.equal(refused.headers.get("x-should-retry"), "false");
+    assert.ok(spent <= 120 && spent > 60, `spent ${spent}`);
+    // The ledger charges the key what it used.
+    await new Promise((r) => setTimeout(r, 400));
+    const listed = (await admin("GET", `/keys/${k.id}`)).json;
+    assert.equal(listed.used_tokens, spent);
+  });
+});
+
+describe("usage ledger", () => {
+  test("after 200 mixed requests the ledger's totals equal the sum of the responses' usage", async () => {
+    const k = await createKey({ name: "ledger" });
+    const h = bearer(k.key);
+    let prompt = 0;
+    let completion = 0;
+    const one = async (i: number) => {
+      switch (i % 4) {
+        case 0: {
+          const r = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 1 + (i % 5) }), h);
+          assert.equal(r.status, 200, r.text);
+          prompt += r.json.usage.prompt_tokens;
+          completion += r.json.usage.completion_tokens;
+          break;
+        }
+        case 1: {
+          const r = await call("POST", "/v1/completions", { model: "tiny", prompt: "Once upon", max_tokens: 3 }, h);
+          assert.equal(r.status, 200, r.text);
+          prompt += r.json.usage.prompt_tokens;
+          completion += r.json.usage.completion_tokens;
+          break;
+        }
+        case 2: {
+          const r = await call("POST", "/v1/chat/completions", chatBody({ stream: true, stream_options: { include_usage: true } }), h);
+          const usage = r.text
+            .split("\n")
+            .filter((l) => l.startsWith("data: {"))
+            .map((l) => JSON.parse(l.slice(6)))
+            .find((c) => c.usage)?.usage;
+          prompt += usage.prompt_tokens;
+          completion += usage.completion_tokens;
+          break;
+        }
+        default: {
+          const r = await call("POST", "/chat/completions", chatBody({ max_tokens: 2 }), h);
+          assert.equal(r.status, 200, r.text);
+          prompt += r.json.usage.prompt_tokens;
+          completion += r.json.usage.completion_tokens;
+        }
+      }
+    };
+    for (let i = 0; i < 200; i += 8) await Promise.all(Array.from({ length: 8 }, (_, j) => one(i + j)));
+    let row: Obj | undefined;
+    for (let i = 0; i < 50; i++) {
+      const usage = await admin("GET", "/usage?group_by=key");
+      row = usage.json.data.find((r: Obj) => r.key === k.id);
+      if (row?.requests === 200) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(row?.requests, 200);
+    assert.equal(row?.errors, 0);
+    assert.equal(row?.prompt_tokens, prompt);
+    assert.equal(row?.completion_tokens, completion);
+    assert.equal(row?.total_tokens, prompt + completion);
+    const byModel = await admin("GET", `/usage?group_by=model&from=${new Date(Date.now() - 3600_000).toISOString()}`);
+    assert.ok(byModel.json.data.some((r: Obj) => r.model === "tiny" && r.requests >= 200));
+    const byDay = await admin("GET", "/usage?group_by=day");
+    assert.ok(byDay.json.data.some((r: Obj) => r.day === new Date().toISOString().slice(0, 10)));
+  });
+
+  test("keys never appear in clear in the database files or the logs", async () => {
+    const k = await createKey({ name: "secret" });
+    assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(k.key))).status, 200);
+    assert.equal((await call("POST", "/v1/chat/completions", chatBody(), { "x-api-key": k.key })).status, 200);
+    assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer("pk-wrong-key-presented"))).status, 401);
+    await new Promise((r) => setTimeout(r, 400));
+    const files = readdirSync(dataDir).filter((f) => f.startsWith("plinth.db"));
+    assert.ok(files.length >= 1);
+    const bytes = Buffer.concat(files.map((f) => readFileSync(path.join(dataDir, f))));
+    for (const secret of [k.key, STATIC_KEY, ADMIN, "pk-wrong-key-presented"]) {
+      assert.equal(bytes.includes(Buffer.from(secret)), false, `a key is in the database files`);
+      assert.equal(logLines.join("").includes(secret), false, `a key is in the log`);
+    }
+    assert.ok(logLines.length > 0, "the log was captured");
+  });
+});

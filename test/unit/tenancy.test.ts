@@ -1,0 +1,162 @@
+import assert from "../helpers/assert.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { isLoopback, serve } from "../../src/cli/serve.ts";
+import { loadConfig } from "../../src/config/load.ts";
+import { keyedNamespace, keyedStoreNamespace } from "../../src/core/context.ts";
+import { openSqliteStore } from "../../src/store/sqlite-store.ts";
+import { TenancyStore } from "../../src/store/tenancy-store.ts";
+import { createManagedKey, hashKey, KeyRing, presentedKey, type Principal } from "../../src/tenancy/keys.ts";
+import { formatReset, InProcessLimiter, rateHeaders } from "../../src/tenancy/limiter.ts";
+
+const principal = (limits: Partial<Principal["limits"]>, usedTokens = 0): Principal => ({
+  id: "key_test",
+  name: "t",
+  models: null,
+  limits: { rpm: null, tpm: null, maxConcurrency: null, budgetTokens: null, ...limits },
+  usedTokens,
+});
+
+test("requests per window slide: Retry-After is the time until the oldest request leaves the window", () => {
+  let now = 1000;
+  const limiter = new InProcessLimiter(60_000, () => now);
+  const key = principal({ rpm: 2 });
+  assert.equal(limiter.begin(key).ok, true);
+  now += 10_000;
+  const second = limiter.begin(key);
+  assert.equal(second.ok, true);
+  assert.deepEqual(second.state.requests, { limit: 2, remaining: 0, resetMs: 50_000 });
+  now += 5_000;
+  const third = limiter.begin(key);
+  assert.equal(third.ok, false);
+  if (!third.ok) assert.deepEqual([third.refusal.limit, third.refusal.retryAfterMs], ["requests", 45_000]);
+  now += 45_000; // the first request leaves the window
+  assert.equal(limiter.begin(key).ok, true);
+  assert.equal(limiter.begin(key).ok, false);
+});
+
+test("token reservations count until settled, then count what was really used", () => {
+  let now = 0;
+  const limiter = new InProcessLimiter(60_000, () => now);
+  const key = principal({ tpm: 1000 });
+  const a = limiter.reserve(key, 800);
+  assert.equal(a.ok, true);
+  assert.equal(limiter.reserve(key, 300).ok, false);
+  if (a.ok) a.value.settle(100);
+  assert.equal(limiter.state(key).tokens?.remaining, 900);
+  const b = limiter.reserve(key, 900);
+  assert.equal(b.ok, true);
+  now += 1000;
+  const c = limiter.reserve(key, 50);
+  assert.equal(c.ok, false);
+  // 50 more need the first entry (100 tokens) out of the window: 59 s from now.
+  if (!c.ok) assert.equal(c.refusal.retryAfterMs, 59_000);
+  // A request larger than the limit can never fit: no Retry-After.
+  const d = limiter.reserve(key, 1001);
+  assert.equal(d.ok, false);
+  if (!d.ok) assert.equal(d.refusal.retryAfterMs, null);
+  // A reservation settled after its entry left the window does not disturb the count.
+  now += 120_000;
+  if (b.ok) b.value.settle(10);
+  assert.equal(limiter.state(key).tokens?.remaining, 1000);
+});
+
+test("concurrency leases and the budget (which starts from what the store says was used)", () => {
+  const limiter = new InProcessLimiter();
+  const key = principal({ maxConcurrency: 1, budgetTokens: 100 }, 40);
+  const lease = limiter.begin(key);
+  assert.equal(lease.ok, true);
+  const second = limiter.begin(key);
+  assert.equal(second.ok, false);
+  if (!second.ok) assert.equal(second.refusal.limit, "concurrency");
+  if (lease.ok) {
+    lease.value.release();
+    lease.value.release(); // twice is once
+  }
+  assert.equal(limiter.begin(key).ok, true);
+  assert.equal(limiter.reserve(key, 61).ok, false);
+  const r = limiter.reserve(key, 60);
+  assert.equal(r.ok, true);
+  if (r.ok) r.value.settle(60);
+  const spent = limiter.begin({ ...key, limits: { ...key.limits, maxConcurrency: null } });
+  assert.equal(spent.ok, false);
+  if (!spent.ok) assert.deepEqual([spent.refusal.limit, spent.refusal.retryAfterMs], ["budget", null]);
+});
+
+test("reset durations and headers are written the way OpenAI writes them", () => {
+  assert.equal(formatReset(20), "20ms");
+  assert.equal(formatReset(1500), "1.5s");
+  assert.equal(formatReset(360_000), "6m0s");
+  assert.deepEqual(rateHeaders({ requests: { limit: 5, remaining: 4, resetMs: 12_000 } }), {
+    "x-ratelimit-limit-requests": "5",
+    "x-ratelimit-remaining-requests": "4",
+    "x-ratelimit-reset-requests": "12s",
+  });
+});
+
+test("keys: presented as Bearer or x-api-key; static and managed keys checked; only hashes stored", async () => {
+  assert.equal(presentedKey({ authorization: "Bearer abc" }), "abc");
+  assert.equal(presentedKey({ authorization: "bearer  abc " }), "abc");
+  assert.equal(presentedKey({ "x-api-key": "xyz" }), "xyz");
+  assert.equal(presentedKey({ authorization: "Basic abc" }), undefined);
+  assert.equal(presentedKey({}), undefined);
+
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-keys-"));
+  const main = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  const store = new TenancyStore(dir);
+  try {
+    let now = Date.now();
+    const open = new KeyRing([], store, () => now);
+    assert.equal(open.required, false);
+    const { key, record } = createManagedKey(store, { name: "a", rpm: 3, expiresAt: now + 1000 });
+    assert.match(key, /^pk-[A-Za-z0-9_-]{43}$/);
+    assert.equal(store.keyByHash(hashKey(key))?.id, record.id);
+    const ring = new KeyRing(["static-one"], store, () => now);
+    assert.equal(ring.required, true);
+    const ok = ring.check(key);
+    assert.equal(ok.ok && ok.principal.limits.rpm, 3);
+    const st = ring.check("static-one");
+    assert.equal(st.ok && st.principal.id.startsWith("static-"), true);
+    assert.deepEqual(ring.check("nope"), { ok: false, reason: "unknown" });
+    assert.deepEqual(ring.check(undefined), { ok: false, reason: "missing" });
+    now += 1000;
+    assert.deepEqual(ring.check(key), { ok: false, reason: "expired" });
+    assert.equal(store.revokeKey(record.id, now), true);
+    assert.equal(store.revokeKey("key_missing", now), false);
+  } finally {
+    store.close();
+    await main.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the key joins the isolation namespace; without a key it is unchanged", () => {
+  assert.equal(keyedNamespace(undefined, "u"), "u");
+  assert.equal(keyedNamespace(undefined, undefined), undefined);
+  assert.notEqual(keyedNamespace("key_a", "u"), keyedNamespace("key_b", "u"));
+  assert.notEqual(keyedNamespace("key_a", undefined), undefined);
+  assert.equal(keyedStoreNamespace(undefined, ""), "");
+  assert.notEqual(keyedStoreNamespace("key_a", ""), keyedStoreNamespace("key_b", ""));
+});
+
+test("with no key the server refuses a non-loopback address unless --no-auth", async () => {
+  assert.equal(isLoopback("127.0.0.1"), true);
+  assert.equal(isLoopback("::1"), true);
+  assert.equal(isLoopback("localhost"), true);
+  assert.equal(isLoopback("0.0.0.0"), false);
+  assert.equal(isLoopback("192.168.1.5"), false);
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-noauth-"));
+  try {
+    const base = { model: ["tiny=/nonexistent.gguf"], host: "0.0.0.0", port: "0", "data-dir": dir };
+    await assert.rejects(serve(loadConfig(base, {}), { log: () => {} }), /refusing to listen on 0\.0\.0\.0 with no API key.*--no-auth/);
+    await assert.rejects(serve(loadConfig({ ...base, "no-auth": true, "api-key": ["k"] }, {}), { log: () => {} }), /contradict/);
+    const open = await serve(loadConfig({ ...base, "no-auth": true }, {}), { log: () => {} });
+    await open.close();
+    const keyed = await serve(loadConfig({ ...base, "api-key": ["some-key"] }, {}), { log: () => {} });
+    await keyed.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
