@@ -9,7 +9,8 @@
  * @typedef {{ promptTokens?: number, completionTokens?: number, cachedTokens?: number, reasoningTokens?: number,
  *   ttftMs?: number, tokensPerSecond?: number, finishReason?: string }} Stats
  * @typedef {{ role: "user" | "assistant" | "tool", content: string, reasoning?: string, toolCalls?: ToolCall[],
- *   toolCallId?: string, tokens?: TokenLogprob[], stats?: Stats, model?: string, error?: string, json?: boolean }} Turn
+ *   toolCallId?: string, tokens?: TokenLogprob[], stats?: Stats, model?: string, error?: string, json?: boolean,
+ *   reasoningOpen?: boolean }} Turn
  */
 
 /** Accumulates one streamed answer into a turn, and times it. */
@@ -135,6 +136,11 @@ export class AnswerView {
   update(turn, state) {
     if (turn.reasoning) {
       this.reasoning.hidden = false;
+      // Collapsed unless the user opened it; that choice is kept with the turn.
+      if (!this.reasoning.ontoggle) {
+        this.reasoning.open = Boolean(turn.reasoningOpen);
+        this.reasoning.ontoggle = () => (turn.reasoningOpen = this.reasoning.open);
+      }
       this.reasoningText.textContent = turn.reasoning;
       const n = turn.stats?.reasoningTokens;
       this.reasoningLabel.textContent = state.done ? `Reasoning${n ? ` (${n} tokens)` : ""}` : "Reasoning…";

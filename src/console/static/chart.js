@@ -60,12 +60,12 @@ export class LineChart {
 export function barChart(host, rows, title) {
   const max = Math.max(...rows.map((r) => r.value), 1);
   const height = rows.length * 26 + 4;
-  const root = svg("svg", { viewBox: `0 0 400 ${height}`, role: "img", "aria-label": title, class: "bars", width: "100%" });
+  const root = svg("svg", { viewBox: `0 0 600 ${height}`, role: "img", "aria-label": title, class: "bars", width: "100%" });
   rows.forEach((r, i) => {
     const y = 4 + i * 26;
     const label = svg("text", { x: 0, y: y + 15, class: "bar-label" });
     label.textContent = r.label;
-    const w = Math.max(1, (r.value / max) * 200);
+    const w = Math.max(1, (r.value / max) * 240);
     const bar = svg("rect", { x: 130, y, width: w.toFixed(1), height: 20, class: "bar" });
     const value = svg("text", { x: 134 + w, y: y + 15, class: "bar-value" });
     value.textContent = `${r.value}${r.note ? ` ${r.note}` : ""}`;

@@ -113,7 +113,9 @@ async function refreshUsage() {
       if (g === null || g === undefined) return usage.group_by === "key" ? "(no key)" : "(none)";
       return usage.group_by === "key" && names.has(g) ? `${names.get(g)}` : String(g);
     };
-    barChart(chart, usage.data.map((r) => ({ label: label(r), value: r.total_tokens, note: `tokens, ${r.requests} requests` })), `Tokens by ${usage.group_by}`);
+    // The chart shows tokens; calls that used none (model lists, metrics) are in the table only.
+    const used = usage.data.filter((r) => r.total_tokens > 0);
+    barChart(chart, used.map((r) => ({ label: label(r), value: r.total_tokens, note: `tokens, ${r.requests} requests` })), `Tokens by ${usage.group_by}`);
     tbody.replaceChildren(
       ...usage.data.map((r) =>
         el("tr", {}, [
@@ -122,7 +124,7 @@ async function refreshUsage() {
         ]),
       ),
     );
-    if (usage.data.length === 0) chart.textContent = "No requests in this period.";
+    if (used.length === 0) chart.textContent = "No tokens used in this period.";
   } catch (err) {
     chart.textContent = /** @type {Error} */ (err).message;
   }
