@@ -3,12 +3,14 @@ import { after, before } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 
 /**
- * The Chromium the browser tests drive: $PLINTH_CHROMIUM, else Debian's `chromium` package
- * (`apt-get install chromium`). Undefined when none is installed; the tests then skip, saying why.
+ * The Chromium the browser tests drive: $PLINTH_CHROMIUM when set (a path that does not exist
+ * turns the browser tests off), else Debian's `chromium` package (`apt-get install chromium`).
+ * Undefined when there is none; the tests then skip, saying why.
  */
 export function findChromium(): string | undefined {
-  const candidates = [process.env.PLINTH_CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser"];
-  return candidates.find((p): p is string => Boolean(p) && existsSync(p!));
+  const chosen = process.env.PLINTH_CHROMIUM;
+  const candidates = chosen ? [chosen] : ["/usr/bin/chromium", "/usr/bin/chromium-browser"];
+  return candidates.find((p) => existsSync(p));
 }
 
 export const CHROMIUM = findChromium();
@@ -16,7 +18,9 @@ export const CHROMIUM = findChromium();
 /** The reason to pass as `skip` when no browser is installed (false when one is). */
 export const NO_BROWSER: string | false = CHROMIUM
   ? false
-  : "no Chromium found: install Debian's `chromium` (apt-get install chromium) or set PLINTH_CHROMIUM to run the browser tests";
+  : process.env.PLINTH_CHROMIUM
+    ? `no Chromium at PLINTH_CHROMIUM=${process.env.PLINTH_CHROMIUM}`
+    : "no Chromium found: install Debian's `chromium` (apt-get install chromium) or set PLINTH_CHROMIUM to run the browser tests";
 
 if (!CHROMIUM) process.stderr.write(`browser tests skipped: ${NO_BROWSER}\n`);
 

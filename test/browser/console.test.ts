@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { Page } from "playwright-core";
 import { EXTRA_TOKENS } from "../fixtures/models.ts";
-import { NO_EOG, useTestServer } from "../helpers/server.ts";
+import { NO_EOG, type TestServer, useTestServer } from "../helpers/server.ts";
 import { NO_BROWSER, useBrowser } from "./browser.ts";
 
 // The console in headless Chromium against the real server on the fixture models: "tiny" (plain
@@ -10,7 +10,8 @@ import { NO_BROWSER, useBrowser } from "./browser.ts";
 
 const ADMIN = "admin-key-for-the-browser-tests";
 // With the admin API on; no API key exists until the last test creates one.
-const s = useTestServer({ "admin-key": ADMIN }, { think: true });
+// (No server at all when the tests are skipped for want of a browser.)
+const s = NO_BROWSER ? ({} as TestServer) : useTestServer({ "admin-key": ADMIN }, { think: true });
 const browser = useBrowser();
 const skip = NO_BROWSER;
 

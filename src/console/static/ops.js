@@ -38,6 +38,7 @@ const charts = {
 let last;
 /** @type {number | undefined} */
 let timer;
+let ticks = 0;
 
 async function sample() {
   let text;
@@ -104,9 +105,10 @@ export function setOpsVisible(visible) {
   if (!visible) return;
   void refreshModels();
   void sample();
+  // Metrics every 2 s; the model list, which changes seldom, every 10 s.
   timer = window.setInterval(() => {
     void sample();
-    void refreshModels();
+    if (++ticks % 5 === 0) void refreshModels();
   }, 2000);
 }
 
