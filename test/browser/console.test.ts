@@ -51,7 +51,9 @@ async function finished(page: Page) {
 test("a prompt streams into the page and ends with its token counts, TTFT and speed", { skip }, async () => {
   const page = await open();
   await configure(page, { model: "tiny", maxTokens: 120, extra: { logit_bias: NO_EOG } });
-  await send(page, "Tell me a story.");
+  // From the keyboard: Enter sends.
+  await page.getByLabel("Message", { exact: true }).fill("Tell me a story.");
+  await page.getByLabel("Message", { exact: true }).press("Enter");
   // Seen while the answer is still arriving: the streaming marker on partial text.
   const partial = page.locator(".turn-assistant .content.streaming");
   await partial.filter({ hasText: /\S/ }).waitFor();
@@ -203,6 +205,18 @@ test("side by side streams one prompt to two models next to each other", { skip 
     const reasoning = (await page.locator(`${col} .reasoning-text`).textContent()) ?? "";
     assert.ok(shown.length + reasoning.length > 0);
   }
+});
+
+test("on a narrow screen the playground is one column: the thread first, then the settings", { skip }, async () => {
+  const page = await open();
+  await page.setViewportSize({ width: 390, height: 844 });
+  const thread = await page.locator(".thread").boundingBox();
+  const settings = await page.locator("#settings").boundingBox();
+  assert.ok(thread && settings);
+  assert.ok(settings.y >= thread.y + thread.height - 1, "settings below the thread");
+  assert.ok(settings.width > 300 && thread.width > 300, "both full width");
+  const overflow = await page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
+  assert.equal(overflow, 0, "no sideways scrolling");
 });
 
 test("the operator's view lists the models with their state and charts the metrics", { skip }, async () => {
