@@ -16,6 +16,15 @@ export async function startServerProcess(args: string[]): Promise<{ url: string;
   const child = spawn(process.execPath, ["--import", "tsx", MAIN, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
     stdio: ["ignore", "inherit", "pipe"],
   });
+  // A benchmark stopped half-way (Ctrl-C, a timeout's SIGTERM) must not leave its server decoding.
+  const orphanGuard = () => child.kill("SIGKILL");
+  process.once("exit", orphanGuard);
+  for (const signal of ["SIGINT", "SIGTERM"] as const)
+    process.once(signal, () => {
+      orphanGuard();
+      process.exit(130);
+    });
+  child.once("exit", () => process.off("exit", orphanGuard));
   const url = await new Promise<string>((resolve, reject) => {
     let log = "";
     child.stderr!.on("data", (d: Buffer) => {

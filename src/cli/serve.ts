@@ -97,8 +97,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     );
   }
   store.startSweeper(SWEEP_INTERVAL_MS);
-  const metrics = new PlinthMetrics(registry, { store });
-  observeService(service, metrics);
   const ledger = config.ledger
     ? new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000 })
     : undefined;
@@ -114,6 +112,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     ledger?.close();
     tenancyStore.close();
   };
+  const metrics = new PlinthMetrics(registry, { store });
+  observeService(service, metrics);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),

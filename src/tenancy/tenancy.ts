@@ -75,6 +75,8 @@ export class Tenancy {
         principal = check.principal;
         setRequestKey(request, principal.id);
       }
+      // Scrapes are not usage: they neither count against limits nor write ledger rows.
+      if (route === "/metrics") return;
       if (!principal && !this.opts.ledger) return;
       const t = this.track(request, reply, route, principal);
       if (!principal) return;

@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
+import { Writable } from "node:stream";
+import { keysCommand, usageCommand } from "../../src/cli/keys.ts";
 import { isLoopback, serve } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { keyedNamespace, keyedStoreNamespace } from "../../src/core/context.ts";
@@ -132,6 +134,32 @@ test("keys: presented as Bearer or x-api-key; static and managed keys checked; o
   }
 });
 
+test("the ledger store: batched rows charge their keys, group by key, model and day, and old rows are pruned", async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-ledger-"));
+  const main = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  const store = new TenancyStore(dir);
+  try {
+    const { record } = createManagedKey(store, { name: "a" });
+    const day = Date.UTC(2026, 10, 30, 12);
+    const row = (at: number, keyId: string | null, model: string, prompt: number, completion: number, status = 200) => ({
+      at, requestId: `req_${at}`, keyId, namespace: null, dialect: "openai", method: "POST", endpoint: "/v1/chat/completions", model,
+      promptTokens: prompt, cachedTokens: 0, completionTokens: completion, reasoningTokens: 0, status, ttftMs: 5, durationMs: 9,
+    });
+    store.insertUsage([row(day, record.id, "m1", 10, 5), row(day + 1, record.id, "m2", 7, 3, 429), row(day - 86_400_000, null, "m1", 1, 1)]);
+    assert.equal(store.keyById(record.id)?.usedTokens, 25);
+    const byKey = store.usage("key", 0, day + 10);
+    assert.deepEqual(byKey.map((r) => [r.group, r.requests, r.errors, r.totalTokens]), [[null, 1, 0, 2], [record.id, 2, 1, 25]]);
+    assert.deepEqual(store.usage("model", day, day + 10).map((r) => [r.group, r.promptTokens]), [["m1", 10], ["m2", 7]]);
+    assert.deepEqual(store.usage("day", 0, day + 10).map((r) => r.group), ["2026-11-29", "2026-11-30"]);
+    assert.equal(store.pruneUsage(day), 1);
+    assert.equal(store.usage("key", 0, day + 10).length, 1);
+  } finally {
+    store.close();
+    await main.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("the key joins the isolation namespace; without a key it is unchanged", () => {
   assert.equal(keyedNamespace(undefined, "u"), "u");
   assert.equal(keyedNamespace(undefined, undefined), undefined);
@@ -156,6 +184,41 @@ test("with no key the server refuses a non-loopback address unless --no-auth", a
     await open.close();
     const keyed = await serve(loadConfig({ ...base, "api-key": ["some-key"] }, {}), { log: () => {} });
     await keyed.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("plinth keys create/list/revoke and plinth usage work on the data directory's store", async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-keys-cli-"));
+  let text = "";
+  const out = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      text += chunk.toString("utf8");
+      done();
+    },
+  });
+  const run = async (fn: typeof keysCommand, args: string[]) => {
+    text = "";
+    assert.equal(await fn([...args, "--data-dir", dir], out), 0);
+    return text;
+  };
+  try {
+    const created = JSON.parse(await run(keysCommand, ["create", "--name", "bob", "--models", "a,b", "--tpm", "500", "--expires", "2030-01-01", "--json"]));
+    assert.match(created.key, /^pk-/);
+    assert.deepEqual([created.name, created.models, created.tpm, created.expires_at], ["bob", ["a", "b"], 500, Date.UTC(2030, 0, 1) / 1000]);
+    const table = await run(keysCommand, ["list"]);
+    assert.match(table, new RegExp(`${created.id}\\s+bob\\s+pk-\\S+…\\s+active`));
+    assert.equal(table.includes(created.key), false);
+    assert.equal(await run(keysCommand, ["revoke", created.id]), `revoked ${created.id}\n`);
+    assert.equal(JSON.parse(await run(keysCommand, ["list", "--json"]))[0].state, "revoked");
+    await assert.rejects(keysCommand(["revoke", "key_nope", "--data-dir", dir], out), /no API key/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--rpm", "-1", "--data-dir", dir], out), /--rpm/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--expires", "soon", "--data-dir", dir], out), /--expires/);
+    await assert.rejects(usageCommand(["--group-by", "week", "--data-dir", dir], out), /--group-by/);
+    const usage = JSON.parse(await run(usageCommand, ["--group-by", "day", "--json"]));
+    assert.deepEqual([usage.group_by, usage.data], ["day", []]);
+    assert.match(await run(usageCommand, []), /^key\s+requests\s+errors/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -27,6 +27,7 @@ export async function tokenize(body: z.infer<typeof tokenizeRequest>, env: Route
     throw badRequest("Send exactly one of 'prompt' or 'messages'.", body.prompt === undefined ? "prompt" : "messages");
   const prompt: PromptInput =
     body.messages !== undefined ? { kind: "chat", messages: body.messages.map(toMessage) } : { kind: "text", text: body.prompt! };
+  env.service.authorize(env.ctx, body.model);
   const { tokens, contextSize } = await env.service.tokenize(body.model, prompt, body.add_special_tokens ?? true).catch((err) => {
     throw withWireParam(err, tokenizeFieldNames(body));
   });
@@ -34,5 +35,6 @@ export async function tokenize(body: z.infer<typeof tokenizeRequest>, env: Route
 }
 
 export async function detokenize(body: z.infer<typeof detokenizeRequest>, env: RouteEnv): Promise<RouteResult> {
+  env.service.authorize(env.ctx, body.model);
   return { kind: "json", body: { prompt: await env.service.detokenize(body.model, body.tokens) } };
 }
