@@ -6,6 +6,9 @@ import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
+import { EndpointManager } from "./dialects/databricks/endpoints.ts";
+import { databricksPlugin } from "./dialects/databricks/plugin.ts";
+import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { consolePlugin } from "./console/plugin.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
@@ -35,6 +38,10 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   tenancy?: Tenancy;
   /** The admin API (/admin/keys, /admin/usage): the keys store and the admin key (none: it answers 403). */
   admin?: { store: TenancyStore; adminKey: string | undefined };
+  /** Loads and unloads models at run time (serving endpoints, scale to zero, the admin routes). */
+  loader?: ModelLoader;
+  /** Databricks serving endpoints: a seed for the traffic split, and the scale-to-zero idle time. */
+  databricks?: { routeSeed?: number; scaleToZeroAfterMs?: number };
 }
 
 /**
@@ -64,6 +71,16 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });
+  const endpoints = new EndpointManager(service.registry, opts.store.endpoints, opts.loader, {
+    routeSeed: opts.databricks?.routeSeed,
+    scaleToZeroAfterMs: opts.databricks?.scaleToZeroAfterMs ?? 30 * 60 * 1000,
+  });
+  app.addHook("onReady", async () => {
+    await endpoints.restore();
+    endpoints.startScaleToZero();
+  });
+  app.addHook("onClose", () => endpoints.close());
+  void app.register(databricksPlugin, { service, endpoints, sealer: opts.sealer, loader: opts.loader });
   // The console is static files that call the public API above from the browser, like any client.
   if (opts.ui !== false) void app.register(consolePlugin);
   return app;

@@ -18,6 +18,7 @@ import { observeService, PlinthMetrics } from "../observability/metrics.ts";
 import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
 import { schemaCompiler } from "../grammar/schema-compiler.ts";
+import { RuntimeModelLoader } from "./model-loader.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -120,7 +121,11 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),
   };
 
+  const loader = new RuntimeModelLoader(registry, engines, modelSpecs({ ...config, model: [] })[0].settings, log);
+  for (const s of specs) loader.remember(s);
   const app = buildApp(service, {
+    loader,
+    databricks: { routeSeed: config["route-seed"], scaleToZeroAfterMs: config["scale-to-zero-after"] * 1000 },
     bodyLimit: config["body-limit"],
     store,
     sealer,

@@ -88,6 +88,10 @@ export const configSchema = z.object({
   "log-level": z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   /** OTLP/HTTP endpoint for OpenTelemetry traces (else OTEL_EXPORTER_OTLP_ENDPOINT); none: tracing off. */
   "otlp-endpoint": z.string().min(1).optional(),
+  /** Seed of the Databricks endpoints' traffic split (replayable A/B routing); none: random. */
+  "route-seed": z.int().min(0).optional(),
+  /** Seconds a scale-to-zero serving endpoint may sit idle before its models are unloaded. */
+  "scale-to-zero-after": z.number().positive().default(1800),
   /** Put request and response bodies (prompts, answers) in the request log. */
   "log-bodies": z.preprocess(
     (v) => (v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v),
@@ -119,4 +123,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "ledger-retention", "rate-window"] as const;
+export const NUMERIC_KEYS = ["store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed", "scale-to-zero-after", "ledger-retention", "rate-window"] as const;

@@ -2,7 +2,8 @@ import type { Engine } from "./engine.ts";
 import { ApiError, modelNotFound } from "./errors.ts";
 import { Scheduler } from "./scheduler.ts";
 
-export type ModelStatus = "loading" | "ready" | "failed";
+/** `unloaded`: known, with its engine freed (idle, scaled to zero); it loads again on demand. */
+export type ModelStatus = "loading" | "ready" | "failed" | "unloaded";
 
 export interface ServedModel {
   id: string;
@@ -20,6 +21,8 @@ export interface ServedModel {
  */
 export class ModelRegistry {
   private readonly models = new Map<string, ServedModel>();
+  /** Models loaded while the server runs: their loading or failing does not make the server unready. */
+  private readonly runtime = new Set<string>();
 
   constructor(
     private readonly maxQueue: number,
@@ -46,18 +49,51 @@ export class ModelRegistry {
     this.models.set(id, { id, status: "failed", error });
   }
 
+  /** Whether a model of this id is known (in any state). */
+  has(id: string): boolean {
+    return this.models.has(id);
+  }
+
+  /** The model's entry as it stands, without resolving it for a request. */
+  get(id: string): ServedModel | undefined {
+    return this.models.get(id);
+  }
+
+  /** A known model goes back to loading (a model loaded again after being unloaded). */
+  loading(id: string): void {
+    this.models.set(id, { id, status: "loading" });
+  }
+
+  /** The model's engine was freed; the id stays known so a request can bring it back. */
+  unloaded(id: string): void {
+    this.models.set(id, { id, status: "unloaded" });
+  }
+
+  /** Forgets a model (its engine must already be disposed). */
+  unregister(id: string): void {
+    this.models.delete(id);
+    this.runtime.delete(id);
+  }
+
+  /** The model is loaded at run time (an endpoint, the admin route, a scaled-to-zero reload). */
+  markRuntime(id: string): void {
+    this.runtime.add(id);
+  }
+
   list(): ServedModel[] {
     return [...this.models.values()];
   }
 
   get allReady(): boolean {
-    return this.list().every((m) => m.status === "ready");
+    return this.list().every((m) => m.status === "ready" || m.status === "unloaded" || this.runtime.has(m.id));
   }
 
   /** The model a request names, ready to run; 404 for unknown names, 503 while it loads. */
   resolve(id: string): Required<Pick<ServedModel, "engine" | "scheduler">> & ServedModel {
     const m = this.models.get(id);
     if (!m) throw modelNotFound(id);
+    if (m.status === "unloaded")
+      throw new ApiError(503, `The model '${id}' is unloaded; load it again first.`, { code: "model_unloaded", headers: { "retry-after": "2" } });
     if (m.status === "loading")
       throw new ApiError(503, `The model '${id}' is still loading.`, { code: "model_loading", headers: { "retry-after": "2" } });
     if (m.status === "failed" || !m.engine || !m.scheduler)

@@ -4,7 +4,6 @@ import type { GenerationHooks, RequestContext } from "../core/context.ts";
 import type { GenerationService } from "../core/generation-service.ts";
 import type { ModelRegistry } from "../core/registry.ts";
 import type { FinishReason } from "../core/types.ts";
-import type { Store } from "../store/store.ts";
 import { toApiError } from "../http/to-api-error.ts";
 
 // vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read these as is.
@@ -81,7 +80,7 @@ export class PlinthMetrics {
   private readonly loadSeconds: Gauge<"model_name">;
   private readonly errorCodes = new WeakMap<FastifyRequest, string>();
 
-  constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: Pick<Store, "sizeBytes"> } = {}) {
+  constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: { sizeBytes(): number } } = {}) {
     const registers = [this.registry];
     if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: "plinth_" });
 

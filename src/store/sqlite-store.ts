@@ -21,6 +21,7 @@
 import Database from "better-sqlite3";
 import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { ENDPOINTS_SCHEMA, sqliteEndpointStore } from "./endpoint-store.ts";
 import { TENANCY_MIGRATION } from "./tenancy-store.ts";
 import { checkPageQuery, invalidCursor, newItemId, pageFromRows, pageOfItems, withId } from "./page.ts";
 import {
@@ -30,6 +31,7 @@ import {
   type ChatCompletionStore,
   type ConversationRecord,
   type ConversationStore,
+  type EndpointStore,
   type JsonObject,
   type Metadata,
   type NewChatCompletion,
@@ -151,6 +153,11 @@ export const MIGRATIONS: readonly Migration[] = [
         );
         CREATE INDEX response_items_by_id ON response_items (namespace, item_id);
       `),
+  },
+  {
+    version: 3,
+    description: "serving endpoints (Databricks control plane)",
+    up: (db) => db.exec(ENDPOINTS_SCHEMA),
   },
   TENANCY_MIGRATION,
 ];
@@ -277,6 +284,7 @@ export class SqliteStore implements Store {
   readonly responseEvents: ResponseEventStore;
   readonly conversations: ConversationStore;
   readonly chatCompletions: ChatCompletionStore;
+  readonly endpoints: EndpointStore;
 
   readonly #db: Database.Database;
   readonly #ttl: number;
@@ -318,6 +326,7 @@ export class SqliteStore implements Store {
     this.responseEvents = this.#eventStore();
     this.conversations = this.#conversationStore();
     this.chatCompletions = this.#chatCompletionStore();
+    this.endpoints = sqliteEndpointStore(db);
 
     const sweepResponses = db.prepare<[number]>("DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?");
     const sweepConversations = db.prepare<[number]>("DELETE FROM conversations WHERE expires_at IS NOT NULL AND expires_at <= ?");

@@ -206,8 +206,35 @@ export interface SweepResult {
   chatCompletions: number;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Serving endpoints (the Databricks dialect's control plane)
+// ---------------------------------------------------------------------------------------------
+
+/** A serving endpoint as kept: its name and its definition (config, pending config), verbatim. */
+export interface EndpointRecord {
+  name: string;
+  body: JsonObject;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/**
+ * Serving endpoints. They belong to the server, not to an end user, so they have no namespace.
+ * Times are Unix milliseconds (Databricks' timestamps).
+ */
+export interface EndpointStore {
+  list(): Promise<EndpointRecord[]>;
+  get(name: string): Promise<EndpointRecord | undefined>;
+  /** False when an endpoint of that name exists. */
+  create(record: EndpointRecord): Promise<boolean>;
+  /** False when no endpoint of that name exists. */
+  update(name: string, body: JsonObject, updatedAt: number): Promise<boolean>;
+  delete(name: string): Promise<boolean>;
+}
+
 export interface Store {
   readonly responses: ResponseStore;
+  readonly endpoints: EndpointStore;
   readonly responseEvents: ResponseEventStore;
   readonly conversations: ConversationStore;
   readonly chatCompletions: ChatCompletionStore;

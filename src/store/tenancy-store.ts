@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { Migration } from "./sqlite-store.ts";
 
 export const TENANCY_MIGRATION: Migration = {
-  version: 3,
+  version: 4,
   description: "API keys and the usage ledger",
   up: (db) =>
     db.exec(`

@@ -133,7 +133,13 @@ test("KV usage counts the cells of running requests only; prompt-cache and store
   assert.equal(res.status, 200);
   const reader = res.body!.getReader();
   await reader.read();
-  const during = await scrape();
+  // The first chunk can arrive before the prompt is evaluated (the role delta opens the stream), so
+  // scrape until the running request's cells show, while it still streams (900 tokens).
+  let during = await scrape();
+  for (let i = 0; i < 100 && sum(during, "vllm:kv_cache_usage_perc", M) === 0; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    during = await scrape();
+  }
   const kv = sum(during, "vllm:kv_cache_usage_perc", M);
   assert.equal(during.types.get("vllm:kv_cache_usage_perc"), "gauge");
   assert.ok(kv > 0 && kv <= 1, `kv usage while streaming: ${kv}`);

@@ -1,0 +1,131 @@
+import { statSync } from "node:fs";
+import { freemem } from "node:os";
+import type { EngineFactories, ModelSpec } from "../core/engine-factory.ts";
+import { ApiError, badRequest } from "../core/errors.ts";
+import type { ModelLoader } from "../core/model-loader.ts";
+import type { ModelRegistry } from "../core/registry.ts";
+import { parseModelArg } from "../models/source.ts";
+
+/** Share of free memory a model file may take: the rest is left for its context and the system. */
+const MEMORY_SHARE = 0.9;
+
+/**
+ * Models loaded and unloaded while the server runs, through the same engine factories the server
+ * starts with. Every model the server knows can be loaded again (scale to zero): its spec is kept.
+ */
+export class RuntimeModelLoader implements ModelLoader {
+  private readonly specs = new Map<string, ModelSpec>();
+  private readonly pending = new Map<string, Promise<string>>();
+
+  constructor(
+    private readonly registry: ModelRegistry,
+    private readonly engines: EngineFactories,
+    /** Settings of a model loaded at run time (the server-wide defaults). */
+    private readonly settings: ModelSpec["settings"],
+    private readonly log: (line: string) => void,
+    /** Bytes of memory available for a new model (tests pass a fake). */
+    private readonly available: () => number = freemem,
+  ) {}
+
+  /** Models the server started with, so they can be unloaded and loaded again. */
+  remember(spec: ModelSpec): void {
+    this.specs.set(spec.id, spec);
+  }
+
+  canReload(id: string): boolean {
+    return this.specs.has(id);
+  }
+
+  async load(source: string, opts: { name?: string } = {}): Promise<string> {
+    const known = this.registry.get(source);
+    if (known && opts.name === undefined) {
+      if (known.status === "ready") return Promise.resolve(source);
+      if (known.status === "loading" && !this.pending.has(source)) return this.whenLoaded(source);
+      return this.start(source, () => this.specs.get(source));
+    }
+    let spec: ModelSpec;
+    try {
+      const parsed = parseModelArg(opts.name ? `${opts.name}=${source}` : source);
+      spec = { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
+    } catch (err) {
+      throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");
+    }
+    const existing = this.registry.get(spec.id);
+    if (existing && existing.status !== "unloaded" && existing.status !== "failed") {
+      const same = JSON.stringify(this.specs.get(spec.id)?.source) === JSON.stringify(spec.source);
+      if (!same) throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
+      return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id) ?? Promise.resolve(spec.id));
+    }
+    return this.start(spec.id, () => spec);
+  }
+
+  /** A model the server itself is loading (at startup): ready, or failed, in its own time. */
+  private async whenLoaded(id: string): Promise<string> {
+    for (;;) {
+      const m = this.registry.get(id);
+      if (m?.status === "ready") return id;
+      if (!m || m.status !== "loading") throw new ApiError(503, `The model '${id}' failed to load: ${m?.error ?? "it is gone"}`, { code: "model_unavailable" });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  private start(id: string, specOf: () => ModelSpec | undefined): Promise<string> {
+    const running = this.pending.get(id);
+    if (running) return running;
+    const spec = specOf();
+    if (!spec) return Promise.reject(new ApiError(409, `The model '${id}' cannot be loaded again: its source is unknown.`));
+    this.checkMemory(spec);
+    this.specs.set(id, spec);
+    if (this.registry.has(id)) this.registry.loading(id);
+    else this.registry.register(id);
+    this.registry.markRuntime(id);
+    const job = (async () => {
+      try {
+        const engine = await this.engines.create(spec, this.log);
+        this.registry.ready(engine);
+        this.log(`plinth: model '${id}' loaded`);
+        return id;
+      } catch (err) {
+        this.registry.failed(id, (err as Error).message);
+        throw new ApiError(503, `The model '${id}' failed to load: ${(err as Error).message}`, { code: "model_unavailable" });
+      } finally {
+        this.pending.delete(id);
+      }
+    })();
+    this.pending.set(id, job);
+    return job;
+  }
+
+  /** A model file larger than the memory left is refused before anything is read. */
+  private checkMemory(spec: ModelSpec): void {
+    const src = spec.source as { kind: string; path?: string };
+    if (src.kind !== "file" || !src.path) return;
+    let size: number;
+    try {
+      size = statSync(src.path).size;
+    } catch {
+      throw badRequest(`The model file '${src.path}' does not exist or cannot be read.`, "source");
+    }
+    const free = this.available();
+    if (size > free * MEMORY_SHARE)
+      throw new ApiError(507, `Loading '${spec.id}' needs about ${mib(size)} MiB, but only ${mib(free)} MiB of memory is free.`, {
+        code: "RESOURCE_EXHAUSTED",
+      });
+  }
+
+  async unload(id: string, opts: { keep?: boolean } = {}): Promise<void> {
+    await this.pending.get(id)?.catch(() => {});
+    const m = this.registry.get(id);
+    if (!m) throw new ApiError(404, `No model named '${id}' is served here.`);
+    // New requests are refused (or bring the model back) from now; running ones finish first.
+    if (opts.keep) this.registry.unloaded(id);
+    else this.registry.unregister(id);
+    if (!opts.keep) this.specs.delete(id);
+    const scheduler = m.scheduler;
+    while (scheduler && (scheduler.busy > 0 || scheduler.queued > 0)) await new Promise((r) => setTimeout(r, 20));
+    await m.engine?.dispose();
+    this.log(`plinth: model '${id}' ${opts.keep ? "unloaded (kept for reloading)" : "unloaded"}`);
+  }
+}
+
+const mib = (bytes: number) => Math.round(bytes / 2 ** 20);

@@ -1,0 +1,20 @@
+/**
+ * Loading and unloading models while the server runs (endpoints that name a model file, scale to
+ * zero, the admin routes). The core names the contract; the assembly implements it with the engine
+ * factories, so dialects can ask for a model without reaching an engine.
+ */
+export interface ModelLoader {
+  /**
+   * Serves `source` and resolves with its model id once it is ready: the id of a served model (loaded
+   * again if it was unloaded), or a GGUF path or `hf:` reference, registered under `name` (default:
+   * the id the source gives). Refuses (ApiError 400/507) before loading when memory is short.
+   */
+  load(source: string, opts?: { name?: string }): Promise<string>;
+  /**
+   * Frees a model's engine once its running requests are done. With `keep`, the id stays known as
+   * `unloaded` (scale to zero) and `load(id)` brings it back; without, it is forgotten.
+   */
+  unload(id: string, opts?: { keep?: boolean }): Promise<void>;
+  /** The source a model was loaded from, when it can be loaded again (every model but scripted ones). */
+  canReload(id: string): boolean;
+}

@@ -1,0 +1,221 @@
+import { badRequest, unsupportedField } from "../../core/errors.ts";
+import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
+import { asWireError } from "../../http/error-envelope.ts";
+import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { chatCompletion } from "../openai/chat.ts";
+import type { ChatCodec } from "../openai/chat-codec.ts";
+import type { ChatCompletionRequest, ChatMessage } from "../openai/chat-protocol.ts";
+import { OPENAI_SAMPLING_DEFAULTS } from "../openai/sampling-fields.ts";
+import type { ContentItem, DatabricksChatMessage, DatabricksChatRequest } from "./chat-protocol.ts";
+import type { Routed } from "./endpoints.ts";
+import { databricksErrorBody } from "./errors.ts";
+
+type Obj = Record<string, unknown>;
+
+/** Whether the served model has a thinking section (reasoning_effort applies, usage counts reasoning). */
+export function modelReasons(env: RouteEnv, model: string): boolean {
+  return env.service.registry.get(model)?.engine?.describe().reasoning === true;
+}
+
+/** Databricks' usage: one shape for every task; reasoning_tokens only for reasoning models. */
+export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean, completion = true): Obj | null {
+  if (!u) return null;
+  const details = u.completion_tokens_details as { reasoning_tokens?: number } | undefined;
+  const reasoning = (u.reasoning_tokens as number | undefined) ?? details?.reasoning_tokens ?? 0;
+  return {
+    prompt_tokens: u.prompt_tokens,
+    ...(completion ? { completion_tokens: u.completion_tokens } : {}),
+    total_tokens: u.total_tokens,
+    ...(reasons ? { reasoning_tokens: reasoning } : {}),
+  };
+}
+
+/** A message's content items as the text a local model reads; what it cannot read is refused by name. */
+function itemsToText(items: ContentItem[], i: number, role: string): string {
+  const parts: string[] = [];
+  items.forEach((item, j) => {
+    const at = `messages[${i}].content[${j}]`;
+    if ("cache_control" in item && item.cache_control !== undefined)
+      throw unsupportedField(`${at}.cache_control`, "is accepted only by Databricks-hosted Claude models; this server caches prompts by itself");
+    switch (item.type) {
+      case "text":
+        parts.push(item.text);
+        return;
+      case "reasoning":
+        // Earlier turns' reasoning is not shown to the model again (as on every chat path here).
+        if (role !== "assistant") throw badRequest(`${at}: reasoning content belongs to assistant messages.`, `${at}.type`);
+        return;
+      case "document": {
+        const s = item.source;
+        let text: string | undefined;
+        if (s.type === "text") {
+          if (s.data === undefined) throw badRequest(`${at}.source.data is required for a text source.`, `${at}.source.data`);
+          if (s.media_type !== undefined && s.media_type !== "text/plain")
+            throw badRequest(`${at}.source.media_type must be text/plain for a text source.`, `${at}.source.media_type`);
+          text = s.data;
+        } else if (s.type === "content") {
+          if (typeof s.content === "string") text = s.content;
+          else if (Array.isArray(s.content) && s.content.every((c) => c.type === "text")) text = s.content.map((c) => (c as { text: string }).text).join("\n");
+          else if (s.content === undefined) throw badRequest(`${at}.source.content is required for a content source.`, `${at}.source.content`);
+        }
+        if (text === undefined)
+          throw unsupportedField(`${at}.source`, `of type '${s.type}' needs a model that reads ${s.type === "url" || s.type === "base64" ? "PDF files" : "images"}; the served model reads text only`);
+        parts.push([item.title, item.context, text].filter((x) => x).join("\n"));
+        return;
+      }
+      case "image_url":
+        throw unsupportedField(at, "is an image; the served model reads text only");
+      case "file":
+        if (item.file.url !== undefined && item.file.file_data === undefined)
+          throw unsupportedField(`${at}.file.url`, "is supported only for Gemini models; send file_data");
+        throw unsupportedField(at, "is a file; the served model reads text only");
+    }
+  });
+  return parts.join("\n");
+}
+
+/** Databricks' message rules, then the message as OpenAI's chat route takes it. */
+function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksChatMessage[]): ChatMessage {
+  if (m.role === "system") {
+    if (i !== 0) throw badRequest(`messages[${i}]: a system message may only be the first message.`, `messages[${i}].role`);
+  }
+  if (m.role !== "tool" && m.tool_call_id != null && m.tool_call_id !== "")
+    throw badRequest(`messages[${i}].tool_call_id must be empty for a '${m.role}' message.`, `messages[${i}].tool_call_id`);
+  if (m.tool_calls && m.role !== "assistant") throw badRequest(`messages[${i}].tool_calls belongs to assistant messages.`, `messages[${i}].tool_calls`);
+  if (m.tool_calls && m.content != null)
+    throw badRequest(`messages[${i}] has tool_calls, so its content must not be specified.`, `messages[${i}].content`);
+  const content = m.content == null ? undefined : typeof m.content === "string" ? m.content : itemsToText(m.content, i, m.role);
+  switch (m.role) {
+    case "system":
+    case "user":
+      if (content === undefined) throw badRequest(`messages[${i}].content is required.`, `messages[${i}].content`);
+      return { role: m.role, content, ...(m.name ? { name: m.name } : {}) };
+    case "assistant":
+      if (content === undefined && !m.tool_calls) throw badRequest(`messages[${i}].content is required without tool_calls.`, `messages[${i}].content`);
+      return {
+        role: "assistant",
+        content: content ?? null,
+        ...(m.tool_calls
+          ? {
+              tool_calls: m.tool_calls.map((c, j) => {
+                if (c.cache_control !== undefined)
+                  throw unsupportedField(`messages[${i}].tool_calls[${j}].cache_control`, "is accepted only by Databricks-hosted Claude models");
+                const args = c.function.arguments;
+                return { id: c.id, type: "function" as const, function: { name: c.function.name, arguments: typeof args === "string" ? args : JSON.stringify(args) } };
+              }),
+            }
+          : {}),
+      };
+    case "tool": {
+      if (!m.tool_call_id) throw badRequest(`messages[${i}].tool_call_id is required on a tool message.`, `messages[${i}].tool_call_id`);
+      const known = all.slice(0, i).some((p) => p.tool_calls?.some((c) => c.id === m.tool_call_id));
+      if (!known) throw badRequest(`messages[${i}].tool_call_id '${m.tool_call_id}' answers no earlier tool call.`, `messages[${i}].tool_call_id`);
+      return { role: "tool", content: content ?? "", tool_call_id: m.tool_call_id };
+    }
+  }
+}
+
+/** The Databricks request as the OpenAI chat request it runs as, against the routed model. */
+export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reasons: boolean): ChatCompletionRequest {
+  const systems = body.messages.filter((m) => m.role === "system").length;
+  if (systems > 1) throw badRequest("Only one system message is allowed, as the first message.", "messages");
+  if ((body.n ?? 1) > 1 && routed.endpoint.kind === "pay-per-token")
+    throw badRequest("n > 1 is available only on provisioned-throughput endpoints; this is a pay-per-token endpoint.", "n");
+  if (body.top_logprobs != null && !body.logprobs) throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
+  if (body.tool_choice != null && body.tool_choice !== "none" && !(body.tools?.length))
+    throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+  if (body.reasoning_effort != null && !reasons)
+    throw unsupportedField("reasoning_effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
+  body.tools?.forEach((t, i) => {
+    if (t.cache_control !== undefined) throw unsupportedField(`tools[${i}].cache_control`, "is accepted only by Databricks-hosted Claude models");
+  });
+  const rf = body.response_format;
+  return {
+    model: routed.model,
+    messages: body.messages.map((m, i) => toOpenAIMessage(m, i, body.messages)),
+    stream: body.stream,
+    max_tokens: body.max_tokens,
+    temperature: body.temperature,
+    top_p: body.top_p,
+    top_k: body.top_k,
+    stop: body.stop,
+    n: body.n,
+    tools: body.tools?.map((t) => ({ type: "function" as const, function: { ...t.function, parameters: t.function.parameters } })),
+    tool_choice: body.tool_choice ?? (body.tools?.length ? "auto" : undefined),
+    response_format: rf == null ? rf : rf.type === "json_schema" ? { type: "json_schema", json_schema: rf.json_schema } : rf,
+    logprobs: body.logprobs,
+    top_logprobs: body.top_logprobs,
+    // Databricks' default effort is medium, on the models that take one.
+    reasoning_effort: reasons ? (body.reasoning_effort ?? "medium") : undefined,
+  } as ChatCompletionRequest;
+}
+
+/** An answer's text and reasoning as Databricks' content: a string, or reasoning and text items. */
+function contentOf(message: Obj): unknown {
+  const reasoning = message.reasoning_content as string | undefined;
+  if (reasoning === undefined) return message.content;
+  return [
+    { type: "reasoning", summary: [{ type: "summary_text", text: reasoning }] },
+    ...(message.content != null ? [{ type: "text", text: message.content }] : []),
+  ];
+}
+
+function messageToDatabricks(m: Obj): Obj {
+  const out: Obj = { role: m.role ?? "assistant", content: contentOf(m) };
+  if (m.tool_calls) out.tool_calls = m.tool_calls;
+  return out;
+}
+
+function deltaToDatabricks(d: Obj): Obj {
+  const out: Obj = {};
+  if (d.role !== undefined) out.role = d.role;
+  if (d.reasoning_content !== undefined) out.content = [{ type: "reasoning", summary: [{ type: "summary_text", text: d.reasoning_content }] }];
+  else if (d.content !== undefined) out.content = d.content;
+  if (d.tool_calls !== undefined) out.tool_calls = d.tool_calls;
+  return out;
+}
+
+/** OpenAI's chat route configured with Databricks' shapes: no fingerprint, one usage shape, the entity as model. */
+export function databricksChatCodec(routed: Routed, reasons: boolean, logprobs: boolean): ChatCodec {
+  return {
+    dialect: "databricks",
+    samplingDefaults: OPENAI_SAMPLING_DEFAULTS,
+    streamUsage: "always",
+    usageOnFinishChunk: true,
+    systemFingerprint: () => SYSTEM_FINGERPRINT,
+    completionToWire: (c) => ({
+      id: c.id,
+      object: "chat.completion",
+      created: c.created,
+      model: routed.entity,
+      choices: (c.choices as Obj[]).map((ch) => ({
+        index: ch.index,
+        message: messageToDatabricks(ch.message as Obj),
+        finish_reason: ch.finish_reason,
+        ...(logprobs ? { logprobs: ch.logprobs } : {}),
+      })),
+      usage: usageToDatabricks(c.usage as Obj, reasons),
+    }),
+    chunkToWire: (c) => ({
+      id: c.id,
+      object: "chat.completion.chunk",
+      created: c.created,
+      model: routed.entity,
+      choices: (c.choices as Obj[]).map((ch) => ({
+        index: ch.index,
+        delta: deltaToDatabricks(ch.delta as Obj),
+        finish_reason: ch.finish_reason,
+        ...(logprobs ? { logprobs: ch.logprobs } : {}),
+      })),
+      ...(c.usage ? { usage: usageToDatabricks(c.usage as Obj, reasons) } : {}),
+    }),
+    streamError: (err, _meta, names) => [databricksErrorBody(asWireError(err, names))],
+  };
+}
+
+/** A chat request on a routed endpoint. */
+export function databricksChat(body: DatabricksChatRequest, env: RouteEnv, routed: Routed): Promise<RouteResult> {
+  const reasons = modelReasons(env, routed.model);
+  const openai = toOpenAIChat(body, routed, reasons);
+  return chatCompletion(openai, env, databricksChatCodec(routed, reasons, body.logprobs === true));
+}

@@ -1,0 +1,130 @@
+import { z } from "zod";
+import { collectGeneration } from "../../core/collect.ts";
+import { ApiError, badRequest, withWireParam } from "../../core/errors.ts";
+import { newId } from "../../core/ids.ts";
+import type { StartedGeneration } from "../../core/generation-service.ts";
+import type { GenerationRequest } from "../../core/types.ts";
+import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { usageToWire } from "../openai/chat-to-wire.ts";
+import { completionFieldNames } from "../openai/field-names.ts";
+import { normaliseStop, toSamplingParams } from "../openai/sampling-fields.ts";
+import { modelReasons, usageToDatabricks } from "./chat.ts";
+import { samplingFields } from "./chat-protocol.ts";
+import type { Routed } from "./endpoints.ts";
+import { databricksErrorEvent } from "./errors.ts";
+
+/** Wire schema of a Databricks completions request (`prompt` on /invocations, or /serving-endpoints/completions). */
+export const completionRequest = z.strictObject({
+  model: z.string().min(1).optional(),
+  prompt: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
+  stream: z.boolean().nullish(),
+  ...samplingFields,
+  error_behavior: z.enum(["truncate", "error"]).nullish(),
+  suffix: z.string().nullish(),
+  echo: z.boolean().nullish(),
+  use_raw_prompt: z.boolean().nullish(),
+});
+export type DatabricksCompletionRequest = z.infer<typeof completionRequest>;
+
+/** How much of a prompt is kept each time `error_behavior: "truncate"` shortens it. */
+const KEEP = 0.75;
+
+/**
+ * Text completions in Databricks' meaning: `suffix` is appended to each completion, `index` is the
+ * prompt's index, `use_raw_prompt` (default: true on provisioned throughput, false on pay-per-token)
+ * skips the chat template, and `error_behavior: "truncate"` (pay-per-token only) shortens what does
+ * not fit instead of refusing it.
+ */
+export async function databricksCompletion(body: DatabricksCompletionRequest, env: RouteEnv, routed: Routed): Promise<RouteResult> {
+  const ppt = routed.endpoint.kind === "pay-per-token";
+  if ((body.n ?? 1) > 1 && ppt) throw badRequest("n > 1 is available only on provisioned-throughput endpoints; this is a pay-per-token endpoint.", "n");
+  if (body.error_behavior != null && !ppt)
+    throw badRequest("error_behavior is accepted only by pay-per-token endpoints; this is a provisioned-throughput endpoint.", "error_behavior");
+  const raw = body.use_raw_prompt ?? !ppt;
+  const prompts = typeof body.prompt === "string" ? [body.prompt] : body.prompt;
+  prompts.forEach((p, i) => {
+    if (p.length === 0) throw badRequest(`${prompts.length > 1 ? `prompt[${i}]` : "prompt"} is empty.`, prompts.length > 1 ? `prompt[${i}]` : "prompt");
+  });
+  const n = body.n ?? 1;
+  const sampling = toSamplingParams({ temperature: body.temperature, top_p: body.top_p, top_k: body.top_k });
+  let texts = prompts.slice();
+  let maxTokens = body.max_tokens ?? undefined;
+  const batchOf = (): GenerationRequest[] =>
+    texts.map((text) => ({
+      model: routed.model,
+      prompt: raw ? { kind: "text", text } : { kind: "chat", messages: [{ role: "user", content: text }] },
+      sampling,
+      maxTokens,
+      stop: normaliseStop(body.stop),
+      n,
+    }));
+  const names = completionFieldNames({ prompt: body.prompt });
+  let started: StartedGeneration;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      started = await env.service.startBatch(env.ctx, batchOf(), env.signal);
+      break;
+    } catch (err) {
+      const overflow = err instanceof ApiError && err.code === "context_length_exceeded";
+      if (!overflow || body.error_behavior !== "truncate" || attempt > 40) throw withWireParam(err, names);
+      const field = (err as ApiError).field ?? "";
+      if (field.endsWith("maxTokens")) maxTokens = undefined;
+      else {
+        const r = /^batch\[(\d+)\]/.exec(field);
+        const which = r ? Number(r[1]) : 0;
+        const t = texts[which];
+        texts = texts.map((x, i) => (i === which ? t.slice(t.length - Math.floor(t.length * KEEP)) : x));
+        if (texts[which].length === 0) throw withWireParam(err, names);
+      }
+    }
+  }
+  const meta = { id: newId("cmpl-"), created: Math.floor(Date.now() / 1000) };
+  const reasons = modelReasons(env, routed.model);
+  const lead = (k: number) => (body.echo ? prompts[Math.floor(k / n)] : "");
+  const suffix = body.suffix ?? "";
+  if (!body.stream) {
+    const { choices, usage } = await collectGeneration(started.events, texts.length * n);
+    return {
+      kind: "json",
+      body: {
+        id: meta.id,
+        object: "text_completion",
+        created: meta.created,
+        choices: choices.map((c, k) => ({ index: Math.floor(k / n), text: lead(k) + c.text + suffix, finish_reason: c.finishReason })),
+        usage: usage ? usageToDatabricks(usageToWire(usage), reasons) : null,
+      },
+    };
+  }
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({ id: meta.id, object: "text_completion", created: meta.created, choices, ...extra });
+  return {
+    kind: "sse",
+    write: async (sse) => {
+      const begun = new Set<number>();
+      let held: Record<string, unknown> | undefined;
+      const open = async (k: number) => {
+        if (begun.has(k)) return;
+        begun.add(k);
+        if (lead(k)) await sse.data(chunk([{ index: Math.floor(k / n), text: lead(k), finish_reason: null }]));
+      };
+      for await (const ev of started.events) {
+        if (sse.closed) return;
+        if (ev.type === "text") {
+          await open(ev.choice);
+          await sse.data(chunk([{ index: Math.floor(ev.choice / n), text: ev.text, finish_reason: null }]));
+        } else if (ev.type === "finish") {
+          await open(ev.choice);
+          if (held) await sse.data(held);
+          held = chunk([{ index: Math.floor(ev.choice / n), text: suffix, finish_reason: ev.reason }]);
+        } else if (ev.type === "usage") {
+          const u = usageToDatabricks(usageToWire(ev.usage), reasons);
+          if (held) await sse.data({ ...held, usage: u });
+          else await sse.data(chunk([], { usage: u }));
+          held = undefined;
+        }
+      }
+      if (held) await sse.data(held);
+      await sse.data("[DONE]");
+    },
+    errorEvent: (err) => databricksErrorEvent(err, names),
+  };
+}

@@ -1,0 +1,435 @@
+import { randomUUID } from "node:crypto";
+import { z } from "zod";
+import { ApiError, badRequest } from "../../core/errors.ts";
+import type { ModelLoader } from "../../core/model-loader.ts";
+import type { ModelRegistry } from "../../core/registry.ts";
+import type { EndpointStore, JsonObject } from "../../store/store.ts";
+
+/**
+ * Serving endpoints: what `/serving-endpoints/{name}` resolves to. Two kinds, as in Databricks:
+ * every model the server was started with is a ready pay-per-token endpoint of the same name, and
+ * endpoints created through `/api/2.0/serving-endpoints` are provisioned-throughput endpoints that
+ * serve one or several entities (A/B traffic by route percentages), kept in the store.
+ */
+
+export type EndpointKind = "pay-per-token" | "provisioned-throughput";
+
+const entityName = z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/, "served entity names are 1 to 63 letters, digits, '.', '_' or '-'");
+
+export const servedEntity = z.strictObject({
+  name: entityName.optional(),
+  entity_name: z.string().min(1),
+  entity_version: z.union([z.string(), z.int()]).nullish(),
+  workload_size: z.enum(["Small", "Medium", "Large"]).nullish(),
+  workload_type: z.string().nullish(),
+  scale_to_zero_enabled: z.boolean().nullish(),
+  min_provisioned_throughput: z.int().min(0).nullish(),
+  max_provisioned_throughput: z.int().min(0).nullish(),
+  environment_vars: z.record(z.string(), z.string()).nullish(),
+});
+
+export const endpointConfig = z.strictObject({
+  served_entities: z.array(servedEntity).min(1, "served_entities needs at least one entity").max(15),
+  traffic_config: z
+    .strictObject({
+      routes: z.array(z.strictObject({ served_model_name: z.string().min(1), traffic_percentage: z.int().min(0).max(100) })).min(1),
+    })
+    .nullish(),
+});
+export type EndpointConfigInput = z.infer<typeof endpointConfig>;
+
+export const createEndpointRequest = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,63}$/, "endpoint names are 1 to 63 letters, digits, '_' or '-'"),
+  config: endpointConfig,
+  tags: z.array(z.strictObject({ key: z.string(), value: z.string().optional() })).nullish(),
+  route_optimized: z.literal(false).nullish(),
+});
+
+/** An endpoint config after defaults: every entity named, routes that add up to 100. */
+export interface EndpointConfig {
+  served_entities: Array<z.infer<typeof servedEntity> & { name: string }>;
+  traffic_config: { routes: Array<{ served_model_name: string; traffic_percentage: number }> };
+}
+
+/** Checks a config and fills in Databricks' defaults (entity names, a single entity's whole route). */
+export function normaliseConfig(input: EndpointConfigInput): EndpointConfig {
+  const entities = input.served_entities.map((e, i) => {
+    const name = e.name ?? `${e.entity_name.replace(/[^A-Za-z0-9_.-]/g, "_").slice(-50)}${e.entity_version != null ? `-${e.entity_version}` : ""}`;
+    if (e.min_provisioned_throughput != null && e.max_provisioned_throughput != null && e.min_provisioned_throughput > e.max_provisioned_throughput)
+      throw badRequest("min_provisioned_throughput may not exceed max_provisioned_throughput.", `config.served_entities[${i}].min_provisioned_throughput`);
+    if (e.environment_vars && Object.keys(e.environment_vars).length > 0)
+      throw badRequest("environment_vars cannot be set: local models read no environment.", `config.served_entities[${i}].environment_vars`);
+    if (e.workload_type != null && e.workload_type !== "CPU" && e.workload_type !== "GPU_SMALL")
+      throw badRequest(`workload_type '${e.workload_type}' is not offered; this server runs every entity on its own machine.`, `config.served_entities[${i}].workload_type`);
+    return { ...e, name };
+  });
+  const names = new Set<string>();
+  entities.forEach((e, i) => {
+    if (names.has(e.name)) throw badRequest(`Two served entities are named '${e.name}'.`, `config.served_entities[${i}].name`);
+    names.add(e.name);
+  });
+  let routes = input.traffic_config?.routes;
+  if (!routes) {
+    if (entities.length > 1) throw badRequest("An endpoint with several served entities needs traffic_config.routes.", "config.traffic_config");
+    routes = [{ served_model_name: entities[0].name, traffic_percentage: 100 }];
+  }
+  const routed = new Set<string>();
+  routes.forEach((r, i) => {
+    if (!names.has(r.served_model_name))
+      throw badRequest(`traffic_config.routes[${i}] names '${r.served_model_name}', which is not a served entity of this config.`, `config.traffic_config.routes[${i}].served_model_name`);
+    if (routed.has(r.served_model_name)) throw badRequest(`'${r.served_model_name}' has two routes.`, `config.traffic_config.routes[${i}]`);
+    routed.add(r.served_model_name);
+  });
+  const total = routes.reduce((a, r) => a + r.traffic_percentage, 0);
+  if (total !== 100) throw badRequest(`The traffic percentages add up to ${total}; they must add up to 100.`, "config.traffic_config.routes");
+  return { served_entities: entities, traffic_config: { routes } };
+}
+
+/** A config whose entities are loaded: entity name → model id, and where each route's share ends. */
+interface LiveConfig {
+  config: EndpointConfig;
+  version: number;
+  models: Map<string, string>;
+  /** Cumulative percentages: an entity serves draws below its bound. */
+  bounds: Array<{ entity: string; upTo: number }>;
+  task: "llm/v1/chat" | "llm/v1/embeddings";
+}
+
+export interface Endpoint {
+  name: string;
+  kind: EndpointKind;
+  id: string;
+  creator: string;
+  createdAt: number;
+  updatedAt: number;
+  live?: LiveConfig;
+  pending?: { config: EndpointConfig; version: number };
+  configUpdate: "NOT_UPDATING" | "IN_PROGRESS" | "UPDATE_FAILED";
+  failure?: string;
+  lastUsed: number;
+  tags: Array<{ key: string; value?: string }>;
+}
+
+/** A request's target: the endpoint, the entity the traffic split picked, and its model. */
+export interface Routed {
+  endpoint: Endpoint;
+  /** The served entity's name (pay-per-token: the endpoint's own). */
+  entity: string;
+  model: string;
+}
+
+/** Seeded random numbers in [0, 1) (mulberry32), so a traffic split can be replayed in tests. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface EndpointOptions {
+  /** Seed of the traffic split; none: Math.random. */
+  routeSeed?: number;
+  /** Idle time after which a scale-to-zero entity's model is unloaded (ms). */
+  scaleToZeroAfterMs: number;
+}
+
+const notFound = (name: string) => new ApiError(404, `The serving endpoint '${name}' does not exist.`, { code: "RESOURCE_DOES_NOT_EXIST" });
+
+export class EndpointManager {
+  private readonly provisioned = new Map<string, Endpoint>();
+  private readonly payPerToken = new Set<string>();
+  private readonly random: () => number;
+  private readonly started = Date.now();
+  private sweeper: NodeJS.Timeout | undefined;
+  /** Loads under way, so tests and shutdown can wait for them. */
+  private readonly jobs = new Set<Promise<void>>();
+
+  constructor(
+    private readonly registry: ModelRegistry,
+    private readonly store: EndpointStore,
+    private readonly loader: ModelLoader | undefined,
+    private readonly opts: EndpointOptions,
+  ) {
+    this.random = opts.routeSeed === undefined ? Math.random : seededRandom(opts.routeSeed);
+    for (const m of registry.list()) this.payPerToken.add(m.id);
+  }
+
+  /** A model loaded through the admin route becomes a pay-per-token endpoint too. */
+  addPayPerToken(model: string): void {
+    this.payPerToken.add(model);
+  }
+
+  removePayPerToken(model: string): void {
+    this.payPerToken.delete(model);
+  }
+
+  /** Brings back the stored endpoints and starts loading their entities. */
+  async restore(): Promise<void> {
+    for (const r of await this.store.list()) {
+      const b = r.body as { id: string; creator: string; config?: EndpointConfig; config_version?: number; pending_config?: EndpointConfig; tags?: Endpoint["tags"] };
+      const ep: Endpoint = {
+        name: r.name,
+        kind: "provisioned-throughput",
+        id: b.id,
+        creator: b.creator,
+        createdAt: r.createdAt,
+        updatedAt: r.updatedAt,
+        configUpdate: "NOT_UPDATING",
+        lastUsed: Date.now(),
+        tags: b.tags ?? [],
+      };
+      this.provisioned.set(r.name, ep);
+      const target = b.pending_config ?? b.config;
+      if (target) this.startLoad(ep, target, b.pending_config ? (b.config_version ?? 1) + 1 : (b.config_version ?? 1));
+    }
+  }
+
+  startScaleToZero(): void {
+    const every = Math.max(50, Math.min(5_000, this.opts.scaleToZeroAfterMs / 4));
+    this.sweeper = setInterval(() => void this.scaleToZero(), every);
+    this.sweeper.unref();
+  }
+
+  async close(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    await Promise.allSettled([...this.jobs]);
+  }
+
+  /** Waits for every load under way (tests). */
+  async settled(): Promise<void> {
+    while (this.jobs.size > 0) await Promise.allSettled([...this.jobs]);
+  }
+
+  list(): Endpoint[] {
+    return [...this.payPerTokenEndpoints(), ...this.provisioned.values()];
+  }
+
+  get(name: string): Endpoint {
+    const pt = this.provisioned.get(name);
+    if (pt) return pt;
+    if (this.payPerToken.has(name) && this.registry.has(name)) return this.payPerTokenEndpoint(name);
+    throw notFound(name);
+  }
+
+  private payPerTokenEndpoints(): Endpoint[] {
+    return [...this.payPerToken].filter((m) => this.registry.has(m) && !this.provisioned.has(m)).map((m) => this.payPerTokenEndpoint(m));
+  }
+
+  private payPerTokenEndpoint(model: string): Endpoint {
+    const config: EndpointConfig = {
+      served_entities: [{ name: model, entity_name: model }],
+      traffic_config: { routes: [{ served_model_name: model, traffic_percentage: 100 }] },
+    };
+    const m = this.registry.get(model);
+    return {
+      name: model,
+      kind: "pay-per-token",
+      id: `ppt-${model}`,
+      creator: "plinth",
+      createdAt: this.started,
+      updatedAt: this.started,
+      live: m && m.status !== "failed" && m.status !== "loading" ? this.liveConfig(config, 1, new Map([[model, model]])) : undefined,
+      configUpdate: m?.status === "failed" ? "UPDATE_FAILED" : m?.status === "loading" ? "IN_PROGRESS" : "NOT_UPDATING",
+      failure: m?.error,
+      lastUsed: Date.now(),
+      tags: [],
+    };
+  }
+
+  async create(body: z.infer<typeof createEndpointRequest>): Promise<Endpoint> {
+    const config = normaliseConfig(body.config);
+    if (this.provisioned.has(body.name) || (this.payPerToken.has(body.name) && this.registry.has(body.name)))
+      throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
+    const now = Date.now();
+    const ep: Endpoint = {
+      name: body.name,
+      kind: "provisioned-throughput",
+      id: randomUUID().replaceAll("-", ""),
+      creator: "plinth",
+      createdAt: now,
+      updatedAt: now,
+      configUpdate: "IN_PROGRESS",
+      lastUsed: now,
+      tags: body.tags ?? [],
+    };
+    this.checkEntitiesExist(config);
+    if (!(await this.store.create({ name: ep.name, createdAt: now, updatedAt: now, body: this.record(ep, config) })))
+      throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
+    this.provisioned.set(ep.name, ep);
+    this.startLoad(ep, config, 1);
+    return ep;
+  }
+
+  /** PUT /{name}/config: the current config keeps serving until the new one is loaded. */
+  async updateConfig(name: string, input: EndpointConfigInput): Promise<Endpoint> {
+    const ep = this.provisioned.get(name);
+    if (!ep) {
+      if (this.payPerToken.has(name) && this.registry.has(name))
+        throw badRequest(`'${name}' is a pay-per-token endpoint (a model the server was started with); its config cannot be changed.`, "name");
+      throw notFound(name);
+    }
+    if (ep.configUpdate === "IN_PROGRESS")
+      throw new ApiError(409, `The endpoint '${name}' is already being updated; wait until config_update is NOT_UPDATING.`, { code: "RESOURCE_CONFLICT" });
+    const config = normaliseConfig(input);
+    this.checkEntitiesExist(config);
+    ep.updatedAt = Date.now();
+    ep.configUpdate = "IN_PROGRESS";
+    ep.failure = undefined;
+    await this.store.update(name, this.record(ep, config), ep.updatedAt);
+    this.startLoad(ep, config, (ep.live?.version ?? ep.pending?.version ?? 0) + 1);
+    return ep;
+  }
+
+  async delete(name: string): Promise<void> {
+    const ep = this.provisioned.get(name);
+    if (!ep) {
+      if (this.payPerToken.has(name) && this.registry.has(name))
+        throw badRequest(`'${name}' is a pay-per-token endpoint (a model the server was started with); it cannot be deleted.`, "name");
+      throw notFound(name);
+    }
+    this.provisioned.delete(name);
+    ep.pending = undefined;
+    await this.store.delete(name);
+    if (ep.live) await this.releaseUnused([...ep.live.models.values()]);
+  }
+
+  /**
+   * Unloads models an endpoint loaded for itself (from a file or a hub reference) once no endpoint
+   * uses them any more. Models the server was started with, or loaded through the admin route, stay.
+   */
+  private async releaseUnused(models: string[]): Promise<void> {
+    if (!this.loader) return;
+    const used = new Set<string>();
+    for (const ep of this.provisioned.values()) {
+      for (const m of ep.live?.models.values() ?? []) used.add(m);
+      for (const e of ep.pending?.config.served_entities ?? []) used.add(e.entity_name);
+    }
+    for (const model of new Set(models)) {
+      if (used.has(model) || this.payPerToken.has(model) || !this.registry.has(model)) continue;
+      await this.loader.unload(model).catch(() => {});
+    }
+  }
+
+  /**
+   * Where a data-plane request goes: the entity the route percentages pick. A pay-per-token endpoint
+   * has one. A scaled-to-zero model is loaded again first (the request waits).
+   */
+  async route(name: string): Promise<Routed> {
+    const ep = this.get(name);
+    const live = ep.live;
+    if (!live) {
+      if (ep.configUpdate === "UPDATE_FAILED")
+        throw new ApiError(503, `The endpoint '${name}' is not ready: ${ep.failure ?? "its entities failed to load"}.`, { code: "TEMPORARILY_UNAVAILABLE" });
+      throw new ApiError(503, `The endpoint '${name}' is not ready yet; its entities are loading.`, {
+        code: "TEMPORARILY_UNAVAILABLE",
+        headers: { "retry-after": "2" },
+      });
+    }
+    ep.lastUsed = Date.now();
+    const draw = this.random() * 100;
+    const pick = live.bounds.find((b) => draw < b.upTo) ?? live.bounds[live.bounds.length - 1];
+    const model = live.models.get(pick.entity)!;
+    const m = this.registry.get(model);
+    if (m?.status === "unloaded" && this.loader) {
+      await this.loader.load(model);
+      // The idle time counts from when the model is back, not from when the request arrived.
+      ep.lastUsed = Date.now();
+    }
+    return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : pick.entity, model };
+  }
+
+  /** The endpoint's task, from its served model: chat (generative) or embeddings (embedding-only). */
+  taskOf(model: string): "llm/v1/chat" | "llm/v1/embeddings" {
+    const engine = this.registry.get(model)?.engine;
+    return engine && engine.embeddings?.info.embeddingOnly ? "llm/v1/embeddings" : "llm/v1/chat";
+  }
+
+  private checkEntitiesExist(config: EndpointConfig): void {
+    if (this.loader) return;
+    config.served_entities.forEach((e, i) => {
+      if (!this.registry.has(e.entity_name))
+        throw badRequest(`'${e.entity_name}' is not a model this server serves.`, `config.served_entities[${i}].entity_name`);
+    });
+  }
+
+  private liveConfig(config: EndpointConfig, version: number, models: Map<string, string>): LiveConfig {
+    let upTo = 0;
+    const bounds = config.traffic_config.routes
+      .filter((r) => r.traffic_percentage > 0)
+      .map((r) => ({ entity: r.served_model_name, upTo: (upTo += r.traffic_percentage) }));
+    const first = models.values().next().value as string;
+    return { config, version, models, bounds, task: this.taskOf(first) };
+  }
+
+  /** Loads a config's entities in the background, then swaps it in (the old one serves until then). */
+  private startLoad(ep: Endpoint, config: EndpointConfig, version: number): void {
+    ep.pending = { config, version };
+    ep.configUpdate = "IN_PROGRESS";
+    const job = (async () => {
+      try {
+        const models = new Map<string, string>();
+        for (const e of config.served_entities) {
+          const id = this.loader ? await this.loader.load(e.entity_name) : e.entity_name;
+          if (!this.registry.get(id)?.engine) throw new Error(`the model '${id}' is not ready`);
+          models.set(e.name, id);
+        }
+        const tasks = new Set([...models.values()].map((m) => this.taskOf(m)));
+        if (tasks.size > 1) throw new Error("the served entities must expose the same API format (all chat models, or all embedding models)");
+        if (ep.pending?.version !== version || this.provisioned.get(ep.name) !== ep) return;
+        const previous = ep.live;
+        ep.live = this.liveConfig(config, version, models);
+        ep.pending = undefined;
+        ep.configUpdate = "NOT_UPDATING";
+        ep.updatedAt = Date.now();
+        await this.store.update(ep.name, this.record(ep, config), ep.updatedAt);
+        if (previous) await this.releaseUnused([...previous.models.values()]);
+      } catch (err) {
+        if (ep.pending?.version !== version) return;
+        ep.pending = undefined;
+        ep.configUpdate = "UPDATE_FAILED";
+        ep.failure = err instanceof ApiError || err instanceof Error ? err.message : String(err);
+        if (this.provisioned.get(ep.name) === ep) await this.store.update(ep.name, this.record(ep, ep.live?.config), Date.now()).catch(() => {});
+      }
+    })();
+    this.jobs.add(job);
+    void job.finally(() => this.jobs.delete(job));
+  }
+
+  /** What the store keeps of an endpoint: the serving config and the one being loaded. */
+  private record(ep: Endpoint, config: EndpointConfig | undefined): JsonObject {
+    const serving = ep.live?.config;
+    const pending = config && config !== serving ? config : undefined;
+    return {
+      id: ep.id,
+      creator: ep.creator,
+      tags: ep.tags,
+      ...(serving ? { config: serving, config_version: ep.live!.version } : {}),
+      ...(pending ? { pending_config: pending } : {}),
+    } as JsonObject;
+  }
+
+  /** Unloads models whose every scale-to-zero endpoint has been idle long enough. */
+  private async scaleToZero(): Promise<void> {
+    if (!this.loader) return;
+    const now = Date.now();
+    const idle = new Map<string, boolean>();
+    for (const ep of this.provisioned.values()) {
+      const live = ep.live;
+      if (!live) continue;
+      for (const e of live.config.served_entities) {
+        const model = live.models.get(e.name)!;
+        const canSleep = e.scale_to_zero_enabled === true && now - ep.lastUsed >= this.opts.scaleToZeroAfterMs;
+        idle.set(model, (idle.get(model) ?? true) && canSleep);
+      }
+    }
+    for (const [model, sleep] of idle) {
+      // Models the server was started with stay: their pay-per-token endpoints have no idle setting.
+      if (!sleep || this.payPerToken.has(model) || this.registry.get(model)?.status !== "ready" || !this.loader.canReload(model)) continue;
+      await this.loader.unload(model, { keep: true }).catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,40 @@
+import { type ApiError, type FieldNamer, snakeCasePath } from "../../core/errors.ts";
+import { asWireError, type ErrorEnvelope } from "../../http/error-envelope.ts";
+
+/**
+ * Databricks' REST error envelope: `{"error_code": "...", "message": "..."}`. The code follows the
+ * HTTP status; an ApiError raised with a Databricks-style code (upper snake case) keeps its own.
+ */
+const BY_STATUS: Record<number, string> = {
+  400: "INVALID_PARAMETER_VALUE",
+  401: "UNAUTHENTICATED",
+  403: "PERMISSION_DENIED",
+  404: "RESOURCE_DOES_NOT_EXIST",
+  405: "BAD_REQUEST",
+  409: "RESOURCE_ALREADY_EXISTS",
+  413: "INVALID_PARAMETER_VALUE",
+  414: "INVALID_PARAMETER_VALUE",
+  415: "BAD_REQUEST",
+  429: "REQUEST_LIMIT_EXCEEDED",
+  503: "TEMPORARILY_UNAVAILABLE",
+  504: "DEADLINE_EXCEEDED",
+  507: "RESOURCE_EXHAUSTED",
+};
+
+export function databricksErrorCode(err: ApiError): string {
+  if (err.code && /^[A-Z][A-Z_]+$/.test(err.code)) return err.code;
+  return BY_STATUS[err.status] ?? (err.status >= 500 ? "INTERNAL_ERROR" : "BAD_REQUEST");
+}
+
+/** The envelope body. The parameter at fault, when known, is named in the message. */
+export function databricksErrorBody(err: ApiError) {
+  const message = err.param && !err.message.includes(err.param) ? `${err.message} (parameter: ${err.param})` : err.message;
+  return { error_code: databricksErrorCode(err), message };
+}
+
+export const DATABRICKS_ENVELOPE: ErrorEnvelope = { render: databricksErrorBody, fieldNames: snakeCasePath };
+
+/** An error after a stream began: a last data event holding the envelope. */
+export function databricksErrorEvent(err: unknown, names: FieldNamer = snakeCasePath) {
+  return { data: databricksErrorBody(asWireError(err, names)) };
+}

@@ -1,0 +1,155 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
+import { ApiError, badRequest } from "../../core/errors.ts";
+import type { GenerationService } from "../../core/generation-service.ts";
+import type { ModelLoader } from "../../core/model-loader.ts";
+import { installErrorEnvelope } from "../../http/error-envelope.ts";
+import { type RouteEnv, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
+import type { Sealer } from "../responses/sealer.ts";
+import { databricksChat } from "./chat.ts";
+import { chatRequest } from "./chat-protocol.ts";
+import { completionRequest, databricksCompletion } from "./completions.ts";
+import { endpointView } from "./control.ts";
+import { databricksEmbeddings, embeddingsRequest } from "./embeddings.ts";
+import { createEndpointRequest, endpointConfig, type EndpointManager, type Routed } from "./endpoints.ts";
+import { DATABRICKS_ENVELOPE } from "./errors.ts";
+import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
+
+export interface DatabricksPluginOptions {
+  service: GenerationService;
+  endpoints: EndpointManager;
+  sealer: Sealer;
+  /** Runtime model loading (admin routes); absent: the routes answer 400. */
+  loader?: ModelLoader;
+}
+
+type Task = "chat" | "completions" | "embeddings" | "responses";
+
+/** The answer, with the entity that served it named in the `served-model-name` header. */
+function tagged(result: RouteResult, routed: Routed): RouteResult {
+  return { ...result, headers: { ...(result.headers ?? {}), "served-model-name": routed.entity } };
+}
+
+const isObject = (b: unknown): b is Record<string, unknown> => b !== null && typeof b === "object" && !Array.isArray(b);
+
+/**
+ * Databricks' Foundation Model APIs: the data plane under /serving-endpoints (per-endpoint
+ * invocations, and the OpenAI-style paths clients reach with base_url=<host>/serving-endpoints), the
+ * control plane under /api/2.0/serving-endpoints, and runtime model loading under
+ * /api/2.0/plinth/models. Every error in Databricks' envelope.
+ */
+export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksPluginOptions): Promise<void> {
+  await scope.register(dataPlane, { ...opts, prefix: "/serving-endpoints" });
+  await scope.register(controlPlane, { ...opts, prefix: "/api/2.0/serving-endpoints" });
+  await scope.register(modelAdmin, { ...opts, prefix: "/api/2.0/plinth/models" });
+}
+
+async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }: DatabricksPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
+  const env = (request: FastifyRequest, reply: FastifyReply): RouteEnv => routeEnv(request, reply, service, "databricks");
+
+  const run = async (task: Task, raw: unknown, e: RouteEnv, routed: Routed): Promise<RouteResult> => {
+    const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
+    if (embeddingModel && task !== "embeddings")
+      throw badRequest(`The endpoint '${routed.endpoint.name}' serves an embedding model; send 'input' to embed.`, task === "chat" ? "messages" : task === "completions" ? "prompt" : "input");
+    if (!embeddingModel && task === "embeddings")
+      throw badRequest(`The endpoint '${routed.endpoint.name}' serves a generative model; it does not embed.`, "input");
+    switch (task) {
+      case "chat":
+        return databricksChat(chatRequest.parse(raw), e, routed);
+      case "completions":
+        return databricksCompletion(completionRequest.parse(raw), e, routed);
+      case "embeddings":
+        return databricksEmbeddings(embeddingsRequest.parse(raw), e, routed);
+      case "responses":
+        refuseResponsesParameters(raw);
+        return databricksResponses(responsesRequest.parse(raw), e, routed, sealer);
+    }
+  };
+
+  // POST /serving-endpoints/{name}/invocations: the task comes from the served model and the body.
+  scope.post<{ Params: { name: string } }>("/:name/invocations", async (request, reply) => {
+    const raw = request.body;
+    if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
+    const routed = await endpoints.route(request.params.name);
+    const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
+    const task: Task | undefined =
+      "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
+    if (!task) throw badRequest("The body needs 'messages' (chat), 'prompt' (completions) or 'input' (embeddings, or responses on a generative model).");
+    if (typeof raw.model === "string" && raw.model !== routed.endpoint.name && !routed.endpoint.live?.models.has(raw.model))
+      throw badRequest(`'model' is '${raw.model}', which is neither this endpoint nor one of its served entities.`, "model");
+    const e = env(request, reply);
+    return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
+  });
+
+  // The paths OpenAI clients reach with base_url=<host>/serving-endpoints; `model` names the endpoint.
+  const byModel = (path: string, task: Task) =>
+    scope.post(path, async (request, reply) => {
+      const raw = request.body;
+      if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
+      if (task === "responses") refuseResponsesParameters(raw);
+      if (typeof raw.model !== "string" || raw.model === "")
+        throw badRequest("'model' is required here: it names the serving endpoint.", "model");
+      const routed = await endpoints.route(raw.model);
+      const e = env(request, reply);
+      return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
+    });
+  byModel("/chat/completions", "chat");
+  byModel("/completions", "completions");
+  byModel("/embeddings", "embeddings");
+  byModel("/responses", "responses");
+
+}
+
+async function controlPlane(scope: FastifyInstance, { service, endpoints }: DatabricksPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
+  const view = (name: string) => endpointView(endpoints.get(name), endpoints, service.registry);
+  scope.post("/", async (request) => {
+    const ep = await endpoints.create(createEndpointRequest.parse(request.body));
+    return view(ep.name);
+  });
+  scope.get("/", async () => ({ endpoints: endpoints.list().map((ep) => endpointView(ep, endpoints, service.registry)) }));
+  scope.get<{ Params: { name: string } }>("/:name", async (request) => view(request.params.name));
+  scope.put<{ Params: { name: string } }>("/:name/config", async (request) => {
+    await endpoints.updateConfig(request.params.name, endpointConfig.parse(request.body));
+    return view(request.params.name);
+  });
+  scope.delete<{ Params: { name: string } }>("/:name", async (request) => {
+    await endpoints.delete(request.params.name);
+    return {};
+  });
+
+}
+
+/** Runtime model loading, a Plinth extension beside the control plane. */
+async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }: DatabricksPluginOptions): Promise<void> {
+  installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
+  const needLoader = () => {
+    if (!loader) throw badRequest("This server cannot load models at run time.");
+    return loader;
+  };
+  const modelView = (id: string) => {
+    const m = service.registry.get(id);
+    if (!m) throw new ApiError(404, `No model named '${id}' is served here.`);
+    return { name: m.id, status: m.status, ...(m.error ? { error: m.error } : {}) };
+  };
+  scope.get("/", async () => ({ models: service.registry.list().map((m) => modelView(m.id)) }));
+  scope.post("/", async (request) => {
+    const body = z.strictObject({ source: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/).optional() }).parse(request.body);
+    const id = await needLoader().load(body.source, { name: body.name });
+    endpoints.addPayPerToken(id);
+    return modelView(id);
+  });
+  scope.delete<{ Params: { name: string } }>("/:name", async (request) => {
+    const id = request.params.name;
+    const users = endpoints.list().filter((ep) => ep.kind === "provisioned-throughput" && [...(ep.live?.models.values() ?? [])].includes(id));
+    if (users.length > 0)
+      throw new ApiError(409, `The model '${id}' serves the endpoint(s) ${users.map((u) => `'${u.name}'`).join(", ")}; update or delete them first.`, {
+        code: "RESOURCE_CONFLICT",
+      });
+    if (!service.registry.has(id)) throw new ApiError(404, `No model named '${id}' is served here.`);
+    await needLoader().unload(id);
+    endpoints.removePayPerToken(id);
+    return {};
+  });
+}

@@ -1,0 +1,213 @@
+import assert from "../helpers/assert.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { dbx, waitForEndpoint } from "../helpers/databricks.ts";
+import { ensureFixtureModel, THINKING_SPEC } from "../fixtures/models.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+
+// The control plane end to end on the real server: endpoints created over the fixture models, the
+// 70/30 traffic split measured over 1,000 requests, a config update under load, deletion, a restart
+// that finds the endpoints again, scale to zero, and runtime model loading.
+
+const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-dbx-endpoints-"));
+let s: TestServer;
+before(async () => {
+  s = await startTestServer({ "data-dir": dataDir, "route-seed": "42", "scale-to-zero-after": "0.4" }, { think: true });
+});
+after(async () => {
+  await s?.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const create = (body: unknown) => dbx(s, "POST", "/api/2.0/serving-endpoints", body);
+const ask = (name: string, extra: Record<string, unknown> = {}) =>
+  dbx(s, "POST", `/serving-endpoints/${name}/invocations`, { messages: [{ role: "user", content: "hi" }], max_tokens: 1, ...extra });
+const AB = {
+  served_entities: [
+    { name: "a", entity_name: "tiny" },
+    { name: "b", entity_name: "think" },
+  ],
+  traffic_config: { routes: [{ served_model_name: "a", traffic_percentage: 70 }, { served_model_name: "b", traffic_percentage: 30 }] },
+};
+
+/** Runs `total` requests, `concurrency` at a time, and returns their results. */
+async function load(total: number, concurrency: number, one: (i: number) => Promise<{ status: number; headers: Headers; text: string }>) {
+  const out: Array<{ status: number; headers: Headers; text: string }> = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        out[i] = await one(i);
+      }
+    }),
+  );
+  return out;
+}
+
+test("every --model is a ready pay-per-token endpoint of the same name", async () => {
+  const list = await dbx(s, "GET", "/api/2.0/serving-endpoints");
+  const names = list.json.endpoints.map((e: any) => e.name);
+  assert.ok(names.includes("tiny") && names.includes("think"), names.join());
+  const tiny = list.json.endpoints.find((e: any) => e.name === "tiny");
+  assert.equal(tiny.endpoint_type, "FOUNDATION_MODEL_API");
+  assert.deepEqual(tiny.state, { ready: "READY", config_update: "NOT_UPDATING" });
+  assert.equal(tiny.config.served_entities[0].entity_name, "tiny");
+});
+
+test("create validates: names, routes adding to 100, known entities; a second endpoint of one name is RESOURCE_ALREADY_EXISTS", async () => {
+  const bad = async (body: unknown, word: string) => {
+    const r = await create(body);
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error_code, "INVALID_PARAMETER_VALUE");
+    assert.ok(r.json.message.includes(word), r.json.message);
+  };
+  await bad({ name: "x y", config: AB }, "name");
+  await bad({ name: "x", config: { ...AB, traffic_config: { routes: [{ served_model_name: "a", traffic_percentage: 70 }, { served_model_name: "b", traffic_percentage: 20 }] } } }, "100");
+  await bad({ name: "x", config: { ...AB, traffic_config: { routes: [{ served_model_name: "zz", traffic_percentage: 100 }] } } }, "zz");
+  await bad({ name: "x", config: { served_entities: AB.served_entities } }, "traffic_config");
+  await bad({ name: "x", config: { served_entities: [] } }, "served_entities");
+  const dup = await create({ name: "tiny", config: { served_entities: [{ entity_name: "tiny" }] } });
+  assert.equal(dup.status, 409, dup.text);
+  assert.equal(dup.json.error_code, "RESOURCE_ALREADY_EXISTS");
+  const missing = await dbx(s, "GET", "/api/2.0/serving-endpoints/nope");
+  assert.equal(missing.status, 404);
+  assert.equal(missing.json.error_code, "RESOURCE_DOES_NOT_EXIST");
+  const unknownEntity = await create({ name: "ghost", config: { served_entities: [{ entity_name: "/no/such/model.gguf" }] } });
+  assert.equal(unknownEntity.status, 200, unknownEntity.text);
+  const failed = await waitForEndpoint(s, "ghost", (ep) => ep.state.config_update === "UPDATE_FAILED");
+  assert.equal(failed.state.ready, "NOT_READY");
+  const refused = await ask("ghost");
+  assert.equal(refused.status, 503, refused.text);
+  assert.equal(refused.json.error_code, "TEMPORARILY_UNAVAILABLE");
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/ghost")).status, 200);
+});
+
+test("two endpoints; 70/30 over two fixture models lands within ±4 points over 1,000 requests, and the answer names the entity", async () => {
+  const ab = await create({ name: "ab", config: AB });
+  assert.equal(ab.status, 200, ab.text);
+  assert.equal(ab.json.endpoint_type, "PROVISIONED_THROUGHPUT");
+  const other = await create({ name: "solo", config: { served_entities: [{ name: "only", entity_name: "tiny" }] } });
+  assert.equal(other.status, 200, other.text);
+  const ready = await waitForEndpoint(s, "ab");
+  assert.deepEqual(ready.config.traffic_config, AB.traffic_config);
+  await waitForEndpoint(s, "solo");
+
+  const started = Date.now();
+  const results = await load(1000, 4, () => ask("ab", { reasoning_effort: undefined }));
+  const counts = { a: 0, b: 0 };
+  for (const r of results) {
+    assert.equal(r.status, 200, r.text);
+    const entity = r.headers.get("served-model-name") as "a" | "b";
+    assert.equal(JSON.parse(r.text).model, entity);
+    counts[entity]++;
+  }
+  const share = (counts.a / 1000) * 100;
+  process.stdout.write(`# traffic split 70/30 over 1000 requests: a ${counts.a}, b ${counts.b} (${share.toFixed(1)}% / ${(100 - share).toFixed(1)}%) in ${Date.now() - started} ms\n`);
+  assert.ok(Math.abs(share - 70) <= 4, `a served ${share}%`);
+  assert.equal((await ask("solo")).headers.get("served-model-name"), "only");
+});
+
+test("a config update under load swaps without a failed request: the old config serves until the new one is loaded", async () => {
+  const before = await waitForEndpoint(s, "solo");
+  assert.equal(before.config.config_version, 1);
+  let stop = false;
+  const seen: string[] = [];
+  const failures: string[] = [];
+  const traffic = (async () => {
+    await Promise.all(
+      [0, 1].map(async () => {
+        while (!stop) {
+          const r = await ask("solo");
+          if (r.status !== 200) failures.push(r.text);
+          else seen.push(r.headers.get("served-model-name")!);
+        }
+      }),
+    );
+  })();
+  await new Promise((r) => setTimeout(r, 100));
+  // The new entity is a model file loaded at run time (its own engine), so the update takes a while.
+  const put = await dbx(s, "PUT", "/api/2.0/serving-endpoints/solo/config", { served_entities: [{ name: "fresh", entity_name: s.modelPath }] });
+  assert.equal(put.status, 200, put.text);
+  assert.equal(put.json.state.config_update, "IN_PROGRESS");
+  assert.equal(put.json.config.served_entities[0].name, "only", "the old config still serves");
+  assert.equal(put.json.pending_config.served_entities[0].name, "fresh");
+  // A model loading for an endpoint does not take the server out of a load balancer.
+  const health = await dbx(s, "GET", "/health");
+  assert.equal(health.status, 200, health.text);
+  const after = await waitForEndpoint(s, "solo");
+  await new Promise((r) => setTimeout(r, 150));
+  stop = true;
+  await traffic;
+  assert.deepEqual(failures, []);
+  assert.equal(after.config.config_version, 2);
+  assert.equal(seen[0], "only");
+  assert.equal(seen.at(-1), "fresh");
+  const swap = seen.indexOf("fresh");
+  assert.ok(seen.slice(swap).every((e) => e === "fresh"), "once swapped, only the new entity serves");
+  process.stdout.write(`# update under load: ${seen.length} requests, ${swap} on the old config, 0 failed\n`);
+});
+
+test("scale to zero: an idle endpoint's model is unloaded, /health and the state say so, and the next request loads it again", async () => {
+  // The thinking fixture's file, loaded a second time under its own id: no other endpoint uses that model.
+  const file = await ensureFixtureModel(THINKING_SPEC);
+  const created = await create({ name: "sleepy", config: { served_entities: [{ name: "z", entity_name: file, scale_to_zero_enabled: true }] } });
+  assert.equal(created.status, 200, created.text);
+  const ready = await waitForEndpoint(s, "sleepy");
+  const model = ready.config.served_entities[0].model;
+  assert.equal((await ask("sleepy", { reasoning_effort: "low" })).status, 200);
+  const asleep = await waitForEndpoint(s, "sleepy", (ep) => ep.config.served_entities[0].state.scaled_to_zero === true, 10_000);
+  assert.equal(asleep.state.ready, "READY");
+  const health = await dbx(s, "GET", "/health");
+  assert.equal(health.status, 200, health.text);
+  assert.equal(health.json.models[model], "unloaded");
+  const woken = await ask("sleepy", { max_tokens: 2, reasoning_effort: "low" });
+  assert.equal(woken.status, 200, woken.text);
+  assert.equal((await dbx(s, "GET", "/health")).json.models[model], "ready");
+  // "solo" serves the tiny fixture's file without scale_to_zero_enabled: that model stays loaded.
+  const solo = await dbx(s, "GET", "/api/2.0/serving-endpoints/solo");
+  assert.equal((await dbx(s, "GET", "/health")).json.models[solo.json.config.served_entities[0].model], "ready");
+  // Deleting the endpoint unloads the model it loaded for itself; the server's own models stay.
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/sleepy")).status, 200);
+  const models = (await dbx(s, "GET", "/health")).json.models;
+  assert.equal(models[model], undefined);
+  assert.equal(models.think, "ready");
+});
+
+test("models load and unload at run time (admin route), with a memory check; a loaded model is a pay-per-token endpoint", async () => {
+  const missing = await dbx(s, "POST", "/api/2.0/plinth/models", { source: "/no/such/file.gguf" });
+  assert.equal(missing.status, 400, missing.text);
+  const loaded = await dbx(s, "POST", "/api/2.0/plinth/models", { source: s.modelPath, name: "extra" });
+  assert.equal(loaded.status, 200, loaded.text);
+  assert.deepEqual(loaded.json, { name: "extra", status: "ready" });
+  const r = await ask("extra");
+  assert.equal(r.status, 200, r.text);
+  assert.equal((await dbx(s, "GET", "/api/2.0/serving-endpoints/extra")).json.endpoint_type, "FOUNDATION_MODEL_API");
+  const busy = await dbx(s, "DELETE", "/api/2.0/plinth/models/think");
+  assert.equal(busy.status, 409, "think serves endpoint 'ab'");
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/plinth/models/extra")).status, 200);
+  assert.equal((await ask("extra")).status, 404);
+  assert.equal((await dbx(s, "GET", "/api/2.0/plinth/models")).json.models.some((m: any) => m.name === "extra"), false);
+});
+
+test("delete, then a restart finds the stored endpoints again and loads them", async () => {
+  const del = await dbx(s, "DELETE", "/api/2.0/serving-endpoints/ab");
+  assert.equal(del.status, 200, del.text);
+  assert.deepEqual(del.json, {});
+  assert.equal((await dbx(s, "GET", "/api/2.0/serving-endpoints/ab")).status, 404);
+  assert.equal((await ask("ab")).status, 404);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/tiny")).status, 400, "pay-per-token endpoints are not deleted");
+
+  await s.close();
+  s = await startTestServer({ "data-dir": dataDir, "route-seed": "42" }, { think: true });
+  const list = (await dbx(s, "GET", "/api/2.0/serving-endpoints")).json.endpoints.map((e: any) => e.name);
+  assert.ok(list.includes("solo") && !list.includes("ab"), list.join());
+  const back = await waitForEndpoint(s, "solo");
+  assert.equal(back.config.served_entities[0].name, "fresh");
+  assert.equal(back.config.config_version, 2);
+  const r = await ask("solo");
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get("served-model-name"), "fresh");
+});

@@ -1,0 +1,118 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { RuntimeModelLoader } from "../../src/cli/model-loader.ts";
+import { EngineFactories } from "../../src/core/engine-factory.ts";
+import { ApiError } from "../../src/core/errors.ts";
+import { ModelRegistry } from "../../src/core/registry.ts";
+import { seededRandom } from "../../src/dialects/databricks/endpoints.ts";
+import { databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
+import { ensureFixtureModel } from "../fixtures/models.ts";
+import { scriptedApp, sseData, sseEvents } from "../helpers/scripted-app.ts";
+
+// Fast checks of the Databricks dialect over the SCRIPTED ENGINE (no model runs): the error envelope,
+// failures after a response started, and the pieces the endpoints are built from.
+
+const post = (app: Awaited<ReturnType<typeof scriptedApp>>["app"], url: string, payload: unknown) => app.inject({ method: "POST", url, payload: payload as object });
+
+test("the envelope: {error_code, message} with Databricks' code for each status", () => {
+  const cases: Array<[number, string]> = [
+    [400, "INVALID_PARAMETER_VALUE"],
+    [401, "UNAUTHENTICATED"],
+    [403, "PERMISSION_DENIED"],
+    [404, "RESOURCE_DOES_NOT_EXIST"],
+    [409, "RESOURCE_ALREADY_EXISTS"],
+    [429, "REQUEST_LIMIT_EXCEEDED"],
+    [503, "TEMPORARILY_UNAVAILABLE"],
+    [500, "INTERNAL_ERROR"],
+  ];
+  for (const [status, code] of cases) assert.deepEqual(databricksErrorBody(new ApiError(status, "m")), { error_code: code, message: "m" });
+  assert.equal(databricksErrorBody(new ApiError(409, "busy", { code: "RESOURCE_CONFLICT" })).error_code, "RESOURCE_CONFLICT");
+  assert.equal(databricksErrorBody(new ApiError(400, "bad", { param: "top_k" })).message, "bad (parameter: top_k)");
+});
+
+test("scripted engine: a full queue is 429 REQUEST_LIMIT_EXCEEDED in the envelope", async () => {
+  const { app } = await scriptedApp({ slots: 1, maxQueue: 0, delayMs: 50 });
+  const body = { messages: [{ role: "user", content: "hi" }] };
+  const [a, b] = await Promise.all([post(app, "/serving-endpoints/scripted/invocations", body), post(app, "/serving-endpoints/scripted/invocations", body)]);
+  const statuses = [a.statusCode, b.statusCode].sort();
+  assert.deepEqual(statuses, [200, 429]);
+  const refused = [a, b].find((r) => r.statusCode === 429)!;
+  assert.equal(refused.json().error_code, "REQUEST_LIMIT_EXCEEDED");
+  await app.close();
+});
+
+test("001-56 scripted engine: a response that fails after it started has status failed and error {code, message, type, param}", async () => {
+  const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "Hel", tokens: 1 }, new Error("the engine broke")] });
+  const streamed = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi", stream: true });
+  const last = sseEvents(streamed.body).at(-1)!;
+  assert.equal(last.event, "response.failed");
+  const response = (last.data as any).response;
+  assert.equal(response.status, "failed");
+  assert.equal(typeof response.error.code, "string");
+  assert.equal(typeof response.error.message, "string");
+  assert.equal(typeof response.error.type, "string");
+  assert.ok("param" in response.error);
+  const plain = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi" });
+  assert.equal(plain.statusCode, 500);
+  assert.equal(plain.json().error_code, "INTERNAL_ERROR");
+  await app.close();
+});
+
+test("scripted engine: a chat or completions stream that fails mid-way ends with the envelope as its last event", async () => {
+  const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "Hel", tokens: 1 }, new Error("the engine broke")] });
+  for (const body of [{ messages: [{ role: "user", content: "hi" }], stream: true }, { prompt: "hi", stream: true }]) {
+    const r = await post(app, "/serving-endpoints/scripted/invocations", body);
+    assert.equal(r.statusCode, 200);
+    const events = sseData(r.body).filter((e) => e !== "[DONE]") as any[];
+    assert.equal(events.at(-1).error_code, "INTERNAL_ERROR", r.body);
+    assert.equal(typeof events.at(-1).message, "string");
+  }
+  await app.close();
+});
+
+test("scripted engine: no request field is silently dropped; a model that names another endpoint is refused", async () => {
+  const { app } = await scriptedApp();
+  const unknown = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }], frequency_penalty: 1 });
+  assert.equal(unknown.statusCode, 400);
+  assert.ok(unknown.json().message.includes("frequency_penalty"), unknown.body);
+  const other = await post(app, "/serving-endpoints/scripted/invocations", { model: "elsewhere", messages: [{ role: "user", content: "hi" }] });
+  assert.equal(other.statusCode, 400);
+  assert.ok(other.json().message.includes("model"));
+  const neither = await post(app, "/serving-endpoints/scripted/invocations", { text: "hi" });
+  assert.equal(neither.statusCode, 400);
+  const badJson = await app.inject({ method: "POST", url: "/serving-endpoints/scripted/invocations", payload: "{", headers: { "content-type": "application/json" } });
+  assert.equal(badJson.statusCode, 400);
+  assert.equal(badJson.json().error_code, "INVALID_PARAMETER_VALUE");
+  const unknownRoute = await app.inject({ method: "GET", url: "/api/2.0/serving-endpoints/a/b/c" });
+  assert.equal(unknownRoute.statusCode, 404);
+  assert.equal(unknownRoute.json().error_code, "RESOURCE_DOES_NOT_EXIST");
+  await app.close();
+});
+
+test("the traffic split's random numbers replay from a seed", () => {
+  const a = seededRandom(7);
+  const b = seededRandom(7);
+  const xs = Array.from({ length: 5 }, () => a());
+  assert.deepEqual(xs, Array.from({ length: 5 }, () => b()));
+  assert.ok(xs.every((x) => x >= 0 && x < 1));
+  assert.notDeepEqual(xs, Array.from({ length: 5 }, seededRandom(8)));
+});
+
+test("runtime loading checks memory first: a model larger than the free memory is refused (507) before any work", async () => {
+  const registry = new ModelRegistry(4);
+  let created = 0;
+  const engines = new EngineFactories().register(["file"], async () => {
+    created++;
+    throw new Error("not reached");
+  });
+  const settings = { parallel: 1, threads: 1, gpu: "off", embeddingContexts: 1, cacheRam: 0, cacheMinTokens: 64 };
+  const loader = new RuntimeModelLoader(registry, engines, settings, () => {}, () => 1024);
+  const file = await ensureFixtureModel();
+  await assert.rejects(() => loader.load(file, { name: "big" }), (err: ApiError) => {
+    assert.equal(err.status, 507);
+    assert.equal(err.code, "RESOURCE_EXHAUSTED");
+    return true;
+  });
+  assert.equal(created, 0);
+  assert.equal(registry.has("big"), false);
+});
