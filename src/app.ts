@@ -10,6 +10,7 @@ import { EndpointManager } from "./dialects/databricks/endpoints.ts";
 import { databricksPlugin } from "./dialects/databricks/plugin.ts";
 import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
+import { consolePlugin } from "./console/plugin.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
@@ -31,6 +32,8 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   requestLog?: { bodies: boolean };
   /** OpenTelemetry request spans (only when an OTLP endpoint is configured). */
   tracing?: Tracing;
+  /** Serve the web console at `/` (default: on). */
+  ui?: boolean;
   /** API keys, limits and the usage ledger (none: an open server with no ledger). */
   tenancy?: Tenancy;
   /** The admin API (/admin/keys, /admin/usage): the keys store and the admin key (none: it answers 403). */
@@ -78,5 +81,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   });
   app.addHook("onClose", () => endpoints.close());
   void app.register(databricksPlugin, { service, endpoints, sealer: opts.sealer, loader: opts.loader });
+  // The console is static files that call the public API above from the browser, like any client.
+  if (opts.ui !== false) void app.register(consolePlugin);
   return app;
 }

@@ -59,6 +59,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --log-format auto|json|pretty  request log lines (default auto: pretty on a terminal, JSON otherwise)
   --log-level <level>    fatal, error, warn, info (default), debug, trace or silent
   --log-bodies           put request and response bodies (prompts, answers) in the request log
+  --no-ui                do not serve the web console (playground, operator's view) at /
   --otlp-endpoint <url>  send OpenTelemetry traces over OTLP/HTTP (also OTEL_EXPORTER_OTLP_ENDPOINT; default off)
   --api-key <key>        accept this API key (repeatable; also PLINTH_API_KEY); with any key, requests need one
   --api-key-file <file>  API keys, one a line
@@ -122,6 +123,7 @@ async function main(argv: string[]): Promise<number> {
       "log-format": { type: "string" },
       "log-level": { type: "string" },
       "log-bodies": { type: "boolean" },
+      "no-ui": { type: "boolean" },
       "otlp-endpoint": { type: "string" },
       "api-key": { type: "string", multiple: true },
       "api-key-file": { type: "string" },
@@ -140,7 +142,9 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const [command = "serve", ...rest] = positionals;
-  const config = loadConfig(values);
+  // `--no-ui` is the one negative flag: it sets the `ui` setting (PLINTH_UI=false, `ui: false` in YAML).
+  const { "no-ui": noUi, ...flags } = values;
+  const config = loadConfig(noUi ? { ...flags, ui: false } : flags);
 
   if (command === "pull") {
     if (rest.length === 0) throw new ConfigError("pull needs a model, e.g. plinth pull hf:owner/repo/file.gguf");

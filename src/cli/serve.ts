@@ -146,6 +146,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     bodyTimeoutMs: config["body-timeout"] * 1000,
     keepAliveTimeoutMs: config["keep-alive-timeout"] * 1000,
     maxConnections: config["max-connections"],
+    ui: config.ui,
   });
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();

@@ -155,6 +155,11 @@ export const configSchema = z.object({
     (v) => (v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v),
     z.boolean().default(false),
   ),
+  /** The web console (playground and operator's view) at `/`; `--no-ui` turns it off. */
+  ui: z.preprocess(
+    (v) => (v === "true" || v === "1" || v === "on" ? true : v === "false" || v === "0" || v === "off" ? false : v),
+    z.boolean().default(true),
+  ),
   /** API keys accepted as they are (no limits); with any key configured, requests need one. */
   "api-key": nameList.default([]),
   /** A file of API keys, one a line (blank lines and lines starting with # are skipped). */

@@ -26,6 +26,8 @@ const ALLOWED: Record<string, string[]> = {
   dialects: ["core", "http", "store"],
   // Metrics, request logs and traces: they observe the core through its hooks and the HTTP server.
   observability: ["core", "http"],
+  // The web console: static files and the routes that serve them; it calls the API over HTTP only.
+  console: [],
   // API keys, limits and the usage ledger: a request hook, an admission gate and generation hooks.
   tenancy: ["core", "http", "store", "observability"],
   cli: ["*"],

@@ -1,0 +1,176 @@
+// @ts-check
+// Keys and usage, on the admin API (/admin/keys, /admin/usage). The screen shows only on a server
+// that has that API; every call carries the admin key the operator typed in.
+
+import { el } from "./answer.js";
+import { adminKey, ApiError, request } from "./api.js";
+import { barChart } from "./chart.js";
+
+/** @param {string} id */
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+
+/**
+ * @typedef {{ id: string, name: string, prefix?: string, models?: string[] | null, rpm?: number | null, tpm?: number | null,
+ *   max_concurrency?: number | null, budget_tokens?: number | null, used_tokens?: number, expires_at?: number | null,
+ *   revoked_at?: number | null, state?: string, created_at?: number }} Key
+ */
+
+/**
+ * Whether this server has the admin API: a 404 means it does not (the screen stays hidden); any
+ * other answer (401, 403, 200) means it does.
+ */
+export async function adminApiPresent() {
+  try {
+    await request("/admin/keys", { admin: true });
+    return true;
+  } catch (err) {
+    return err instanceof ApiError && err.status !== 404;
+  }
+}
+
+/** Key names by id, for the usage grouped by key. @type {Map<string, string>} */
+const names = new Map();
+
+/** @param {string} text @param {boolean} [error] */
+function status(text, error = false) {
+  const p = $("keys-status");
+  p.textContent = text;
+  p.classList.toggle("error", error);
+}
+
+/** @param {Key} k */
+function limits(k) {
+  const parts = [];
+  if (k.models?.length) parts.push(`models: ${k.models.join(", ")}`);
+  if (k.rpm) parts.push(`${k.rpm} req/min`);
+  if (k.tpm) parts.push(`${k.tpm} tokens/min`);
+  if (k.max_concurrency) parts.push(`${k.max_concurrency} at once`);
+  if (k.budget_tokens) parts.push(`budget ${k.used_tokens ?? 0} of ${k.budget_tokens} tokens used`);
+  if (k.expires_at) parts.push(`expires ${new Date(k.expires_at * 1000).toISOString().slice(0, 10)}`);
+  return parts.join(" · ") || "none";
+}
+
+/** Loads keys and usage; a 401 or 403 is explained instead. */
+export async function refreshKeys() {
+  const body = $("keys-body");
+  /** @type {{ data: Key[] }} */
+  let list;
+  try {
+    list = await request("/admin/keys", { admin: true });
+  } catch (err) {
+    body.hidden = true;
+    const e = /** @type {ApiError} */ (err);
+    if (e.status === 401) status(adminKey.get() ? "That admin key was refused." : "Enter the server's admin key (--admin-key).", Boolean(adminKey.get()));
+    else status(e.message, true);
+    return;
+  }
+  body.hidden = false;
+  status("");
+  for (const k of list.data) names.set(k.id, k.name);
+  const tbody = /** @type {HTMLElement} */ (document.querySelector("#keys-table tbody"));
+  tbody.replaceChildren(
+    ...list.data.map((k) => {
+      const revoked = Boolean(k.revoked_at);
+      const state = k.state ?? (revoked ? "revoked" : "active");
+      const cell = el("td");
+      if (!revoked) {
+        const b = el("button", { type: "button", class: "danger", text: "Revoke", "aria-label": `Revoke ${k.name}` });
+        b.addEventListener("click", async () => {
+          if (!confirm(`Revoke the key '${k.name}'? Requests with it are refused from now on.`)) return;
+          await request(`/admin/keys/${encodeURIComponent(k.id)}`, { method: "DELETE", admin: true });
+          await refreshKeys();
+        });
+        cell.append(b);
+      }
+      return el("tr", {}, [
+        el("th", { scope: "row", text: k.name }),
+        el("td", {}, [el("code", { text: k.prefix ? `${k.prefix}…` : k.id })]),
+        el("td", { text: limits(k) }),
+        el("td", { text: state }),
+        cell,
+      ]);
+    }),
+  );
+  await refreshUsage();
+}
+
+async function refreshUsage() {
+  const form = /** @type {HTMLFormElement} */ ($("usage-form"));
+  const data = new FormData(form);
+  const params = new URLSearchParams({ group_by: String(data.get("group_by") ?? "model") });
+  const from = String(data.get("from") ?? "");
+  const to = String(data.get("to") ?? "");
+  if (from) params.set("from", from);
+  // The end date counts whole: up to the start of the next day.
+  if (to) params.set("to", new Date(Date.parse(to) + 86_400_000).toISOString());
+  const chart = $("usage-chart");
+  const tbody = /** @type {HTMLElement} */ (document.querySelector("#usage-table tbody"));
+  try {
+    /** @type {{ group_by: string, data: Record<string, any>[] }} */
+    const usage = await request(`/admin/usage?${params}`, { admin: true });
+    const label = (/** @type {Record<string, any>} */ r) => {
+      const g = r[usage.group_by];
+      if (g === null || g === undefined) return usage.group_by === "key" ? "(no key)" : "(none)";
+      return usage.group_by === "key" && names.has(g) ? `${names.get(g)}` : String(g);
+    };
+    // The chart shows tokens; calls that used none (model lists, metrics) are in the table only.
+    const used = usage.data.filter((r) => r.total_tokens > 0);
+    barChart(chart, used.map((r) => ({ label: label(r), value: r.total_tokens, note: `tokens, ${r.requests} requests` })), `Tokens by ${usage.group_by}`);
+    tbody.replaceChildren(
+      ...usage.data.map((r) =>
+        el("tr", {}, [
+          el("th", { scope: "row", text: label(r) }),
+          ...[r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens, r.total_tokens].map((v) => el("td", { text: String(v) })),
+        ]),
+      ),
+    );
+    if (used.length === 0) chart.textContent = "No tokens used in this period.";
+  } catch (err) {
+    chart.textContent = /** @type {Error} */ (err).message;
+  }
+}
+
+export function initKeys() {
+  const keyInput = /** @type {HTMLInputElement} */ ($("admin-key"));
+  keyInput.value = adminKey.get();
+  $("admin-login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    adminKey.set(keyInput.value.trim());
+    void refreshKeys();
+  });
+  $("usage-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    void refreshUsage();
+  });
+  $("key-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const form = /** @type {HTMLFormElement} */ (e.currentTarget);
+    const data = new FormData(form);
+    /** @type {Record<string, unknown>} */
+    const body = { name: String(data.get("name")).trim() };
+    const models = String(data.get("models") ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+    if (models.length) body.models = models;
+    for (const k of ["rpm", "tpm", "max_concurrency", "budget_tokens"]) {
+      const v = String(data.get(k) ?? "");
+      if (v) body[k] = Number(v);
+    }
+    const expires = String(data.get("expires_at") ?? "");
+    if (expires) body.expires_at = expires;
+    const out = $("new-key");
+    try {
+      /** @type {Key & { key: string }} */
+      const created = await request("/admin/keys", { body, admin: true });
+      out.hidden = false;
+      out.replaceChildren("New key for ", el("strong", { text: created.name }), " (shown once, copy it now): ", el("code", { class: "secret", text: created.key }));
+      form.reset();
+      await refreshKeys();
+    } catch (err) {
+      out.hidden = false;
+      out.textContent = /** @type {Error} */ (err).message;
+    }
+  });
+  const today = new Date().toISOString().slice(0, 10);
+  const usage = /** @type {HTMLFormElement} */ ($("usage-form"));
+  /** @type {HTMLInputElement} */ (usage.elements.namedItem("from")).value = new Date(Date.now() - 6 * 86_400_000).toISOString().slice(0, 10);
+  /** @type {HTMLInputElement} */ (usage.elements.namedItem("to")).value = today;
+}

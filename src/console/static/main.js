@@ -1,0 +1,89 @@
+// @ts-check
+// The console's entry: screens by URL hash, the model lists, the API key dialog.
+
+import { el } from "./answer.js";
+import { ApiError, apiKey, listModels } from "./api.js";
+import { initCompare } from "./compare.js";
+import { adminApiPresent, initKeys, refreshKeys } from "./keys.js";
+import { initOps, setOpsVisible } from "./ops.js";
+import { initPlayground } from "./playground.js";
+import { persistSettings, savedModel } from "./settings.js";
+
+/** @param {string} id */
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+
+const SCREENS = ["chat", "compare", "ops", "keys"];
+
+/** @param {string} text */
+function banner(text) {
+  const b = $("banner");
+  b.hidden = !text;
+  b.textContent = text;
+}
+
+function route() {
+  let screen = location.hash.slice(1);
+  if (!SCREENS.includes(screen) || (screen === "keys" && $("nav-keys")?.hidden)) screen = "chat";
+  for (const s of SCREENS) $(`screen-${s}`).hidden = s !== screen;
+  for (const a of document.querySelectorAll("nav a")) {
+    if (/** @type {HTMLElement} */ (a).dataset.screen === screen) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  setOpsVisible(screen === "ops");
+  if (screen === "keys") void refreshKeys();
+}
+
+/** Fills every model picker from /v1/models (chat models only), keeping the choices made. */
+async function loadModels() {
+  let models;
+  try {
+    models = (await listModels()).filter((m) => !m.embedding?.embedding_only);
+    banner("");
+  } catch (err) {
+    const e = /** @type {Error} */ (err);
+    banner(e instanceof ApiError && e.status === 401 ? "This server needs an API key: set it with the API key button." : `Cannot list models: ${e.message}`);
+    return;
+  }
+  const pickers = /** @type {HTMLSelectElement[]} */ (["model", "compare-a", "compare-b"].map($));
+  pickers.forEach((select, i) => {
+    const keep = select.value || (i === 0 ? savedModel() : undefined);
+    select.replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.status && m.status !== "ready" ? `${m.id} (${m.status})` : m.id })));
+    const fallback = models[Math.min(i === 2 ? 1 : 0, models.length - 1)]?.id ?? "";
+    select.value = keep && models.some((m) => m.id === keep) ? keep : fallback;
+  });
+  if (models.length === 0) banner("This server serves no chat model.");
+}
+
+function initKeyDialog() {
+  const dialog = /** @type {HTMLDialogElement} */ ($("settings-dialog"));
+  const input = /** @type {HTMLInputElement} */ ($("api-key"));
+  $("open-settings").addEventListener("click", () => {
+    input.value = apiKey.get();
+    dialog.showModal();
+  });
+  dialog.addEventListener("close", () => {
+    if (dialog.returnValue !== "save") return;
+    apiKey.set(input.value.trim());
+    void loadModels();
+  });
+}
+
+async function main() {
+  const keysLink = /** @type {HTMLElement} */ (document.querySelector('nav a[data-screen="keys"]'));
+  keysLink.id = "nav-keys";
+  persistSettings();
+  initPlayground();
+  initCompare();
+  initOps();
+  initKeys();
+  initKeyDialog();
+  window.addEventListener("hashchange", route);
+  route();
+  await loadModels();
+  // The keys screen exists only where the server has the admin API.
+  keysLink.hidden = !(await adminApiPresent());
+  route();
+  document.body.dataset.ready = "true";
+}
+
+void main();

@@ -1,0 +1,240 @@
+// @ts-check
+// The playground: one conversation with one model, streamed, with the turn-level controls.
+
+import { AnswerStream, AnswerView, el } from "./answer.js";
+import { streamChat } from "./api.js";
+import { showCode } from "./code.js";
+import { jsonMode, requestBody, SettingsError } from "./settings.js";
+import { deleteConversation, listConversations, newConversation, saveConversation } from "./store.js";
+
+/**
+ * @typedef {import("./answer.js").Turn} Turn
+ * @typedef {import("./answer.js").ToolCall} ToolCall
+ * @typedef {import("./store.js").Conversation} Conversation
+ */
+
+/** @param {string} id */
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+
+const messages = /** @type {HTMLOListElement} */ ($("messages"));
+const prompt = /** @type {HTMLTextAreaElement} */ ($("prompt"));
+const sendButton = /** @type {HTMLButtonElement} */ ($("send"));
+const stopButton = /** @type {HTMLButtonElement} */ ($("stop"));
+const settingsError = $("settings-error");
+
+/** @type {Conversation} */
+let conv = newConversation();
+/** @type {AbortController | undefined} */
+let running;
+
+/** @param {string} text */
+function showSettingsError(text) {
+  settingsError.hidden = !text;
+  settingsError.textContent = text;
+}
+
+/** Draws the whole conversation (after a load, an edit or a regenerate). */
+function render() {
+  messages.replaceChildren(...conv.messages.map((turn, i) => renderTurn(turn, i)));
+}
+
+/** @param {Turn} turn @param {number} index */
+function renderTurn(turn, index) {
+  const li = el("li", { class: `turn turn-${turn.role}`, "data-index": String(index) });
+  const who = turn.role === "assistant" ? `Assistant${turn.model ? ` · ${turn.model}` : ""}` : turn.role === "tool" ? "Tool result" : "You";
+  li.append(el("h3", { class: "who", text: who }));
+  if (turn.role === "assistant") {
+    const view = new AnswerView({ onToolResult: (call, result) => void toolResult(index, call, result) });
+    view.update(turn, { done: true });
+    li.append(view.root);
+  } else {
+    li.append(el("div", { class: "content", text: turn.content }));
+  }
+  const actions = el("div", { class: "turn-actions" });
+  if (turn.role !== "tool") {
+    const edit = el("button", { type: "button", class: "ghost", text: "Edit", "aria-label": `Edit message ${index + 1}` });
+    edit.addEventListener("click", () => editTurn(li, index));
+    actions.append(edit);
+  }
+  if (turn.role === "assistant" && index === conv.messages.length - 1) {
+    const again = el("button", { type: "button", class: "ghost", text: "Regenerate" });
+    again.addEventListener("click", () => {
+      conv.messages.splice(index);
+      render();
+      void generate();
+    });
+    actions.append(again);
+  }
+  li.append(actions);
+  return li;
+}
+
+/** Replaces a turn's text with an editor; a user turn is sent again from there, an answer just kept. */
+function editTurn(/** @type {HTMLLIElement} */ li, /** @type {number} */ index) {
+  if (running) return;
+  const turn = conv.messages[index];
+  const id = `edit-${index}`;
+  const area = el("textarea", { id, rows: "4" });
+  area.value = turn.content;
+  const save = el("button", { type: "button", text: turn.role === "user" ? "Save and send" : "Save" });
+  const cancel = el("button", { type: "button", class: "ghost", text: "Cancel" });
+  const editor = el("div", { class: "editor" }, [el("label", { for: id, class: "visually-hidden", text: "Edit message" }), area, save, cancel]);
+  li.replaceChildren(li.querySelector(".who") ?? "", editor);
+  area.focus();
+  cancel.addEventListener("click", render);
+  save.addEventListener("click", () => {
+    turn.content = area.value;
+    if (turn.role === "assistant") {
+      delete turn.tokens;
+      render();
+      void persist();
+      return;
+    }
+    conv.messages.splice(index + 1);
+    render();
+    void generate();
+  });
+}
+
+/** A hand-entered tool result joins the conversation as a tool message, and the model goes on. */
+async function toolResult(/** @type {number} */ index, /** @type {ToolCall} */ call, /** @type {string} */ result) {
+  if (running) return;
+  conv.messages.splice(index + 1);
+  conv.messages.push({ role: "tool", toolCallId: call.id, content: result });
+  render();
+  await generate();
+}
+
+/** Streams the model's answer to the conversation as it stands. */
+async function generate() {
+  /** @type {Record<string, unknown>} */
+  let body;
+  try {
+    body = requestBody(conv.messages);
+    showSettingsError("");
+  } catch (err) {
+    if (!(err instanceof SettingsError)) throw err;
+    showSettingsError(err.message);
+    return;
+  }
+  /** @type {Turn} */
+  const turn = { role: "assistant", content: "", model: String(body.model), json: jsonMode() };
+  conv.messages.push(turn);
+  const li = el("li", { class: "turn turn-assistant" }, [el("h3", { class: "who", text: `Assistant · ${turn.model}` })]);
+  const view = new AnswerView();
+  li.append(view.root);
+  messages.append(li);
+
+  const stream = new AnswerStream(turn);
+  running = new AbortController();
+  setBusy(true);
+  let frame = 0;
+  try {
+    await streamChat(
+      body,
+      (chunk) => {
+        stream.add(chunk);
+        frame ||= requestAnimationFrame(() => {
+          frame = 0;
+          view.update(turn, { done: false, streaming: true });
+          li.scrollIntoView({ block: "end" });
+        });
+      },
+      running.signal,
+    );
+  } catch (err) {
+    if (/** @type {Error} */ (err).name === "AbortError") turn.stats = { ...turn.stats, finishReason: "stopped" };
+    else turn.error = /** @type {Error} */ (err).message;
+  } finally {
+    cancelAnimationFrame(frame);
+    stream.finish();
+    running = undefined;
+    setBusy(false);
+  }
+  render();
+  await persist();
+}
+
+/** @param {boolean} busy */
+function setBusy(busy) {
+  sendButton.disabled = busy;
+  stopButton.hidden = !busy;
+  messages.setAttribute("aria-busy", String(busy));
+  if (busy) stopButton.focus();
+  else if (document.activeElement === stopButton || document.activeElement === document.body) prompt.focus();
+}
+
+async function persist() {
+  if (conv.messages.length === 0) return;
+  const first = conv.messages.find((t) => t.role === "user");
+  conv.title = (first?.content ?? "Chat").slice(0, 60) || "Chat";
+  conv.updatedAt = Date.now();
+  await saveConversation(conv);
+  await renderList();
+}
+
+async function renderList() {
+  const list = $("conversation-list");
+  const all = await listConversations();
+  list.replaceChildren(
+    ...all.map((c) => {
+      const open = el("button", { type: "button", class: "conv-open", text: c.title });
+      if (c.id === conv.id) open.setAttribute("aria-current", "true");
+      open.addEventListener("click", () => {
+        if (running) return;
+        conv = c;
+        render();
+        void renderList();
+      });
+      const del = el("button", { type: "button", class: "ghost conv-delete", text: "×", "aria-label": `Delete ${c.title}` });
+      del.addEventListener("click", async () => {
+        await deleteConversation(c.id);
+        if (c.id === conv.id) {
+          conv = newConversation();
+          render();
+        }
+        await renderList();
+      });
+      return el("li", {}, [open, del]);
+    }),
+  );
+}
+
+export function initPlayground() {
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = prompt.value.trim();
+    if (!text || running) return;
+    conv.messages.push({ role: "user", content: text });
+    prompt.value = "";
+    render();
+    void generate();
+  });
+  prompt.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      /** @type {HTMLFormElement} */ ($("composer")).requestSubmit();
+    }
+  });
+  stopButton.addEventListener("click", () => running?.abort());
+  $("new-chat").addEventListener("click", () => {
+    if (running) return;
+    conv = newConversation();
+    render();
+    void renderList();
+    prompt.focus();
+  });
+  $("view-code").addEventListener("click", () => {
+    const pending = prompt.value.trim();
+    /** @type {Turn[]} */
+    const turns = pending ? [...conv.messages, { role: "user", content: pending }] : conv.messages;
+    try {
+      showSettingsError("");
+      showCode({ ...requestBody(turns), stream: true });
+    } catch (err) {
+      if (!(err instanceof SettingsError)) throw err;
+      showSettingsError(err.message);
+    }
+  });
+  void renderList();
+}

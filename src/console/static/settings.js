@@ -1,0 +1,111 @@
+// @ts-check
+// The playground's request settings (model, system prompt, sampling, tools, format, extra fields),
+// turned into the body of a Chat Completions request. Side by side uses the same settings.
+
+/** @typedef {import("./answer.js").Turn} Turn */
+
+/** @param {string} id */
+const field = (id) => /** @type {HTMLInputElement & HTMLSelectElement & HTMLTextAreaElement} */ (document.getElementById(id));
+
+const form = () => /** @type {HTMLFormElement} */ (document.getElementById("settings"));
+
+/** @param {string} name */
+const input = (name) => /** @type {HTMLInputElement} */ (form().elements.namedItem(name));
+
+/** An error in a settings field, worded for the user. */
+export class SettingsError extends Error {}
+
+/** @param {string} name @param {string} text */
+function parseJson(name, text) {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new SettingsError(`${name} is not valid JSON: ${/** @type {Error} */ (err).message}`);
+  }
+}
+
+/** The messages as the API takes them: the system prompt first, reasoning left out. @param {Turn[]} turns */
+export function wireMessages(turns) {
+  /** @type {Record<string, unknown>[]} */
+  const out = [];
+  const system = field("system").value.trim();
+  if (system) out.push({ role: "system", content: system });
+  for (const t of turns) {
+    if (t.role === "tool") out.push({ role: "tool", tool_call_id: t.toolCallId, content: t.content });
+    else if (t.role === "assistant" && t.toolCalls?.length)
+      out.push({
+        role: "assistant",
+        content: t.content || null,
+        tool_calls: t.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })),
+      });
+    else out.push({ role: t.role, content: t.content });
+  }
+  return out;
+}
+
+/** Is the answer asked for as JSON? */
+export const jsonMode = () => field("format").value !== "text";
+
+/**
+ * The request body for the current settings (without `stream`, which the caller adds).
+ * @param {Turn[]} turns
+ * @param {string} [model] another model than the one selected (side by side)
+ * @returns {Record<string, unknown>}
+ */
+export function requestBody(turns, model) {
+  /** @type {Record<string, unknown>} */
+  const body = { model: model ?? field("model").value, messages: wireMessages(turns) };
+  for (const name of ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"]) {
+    const v = input(name).value.trim();
+    if (v !== "") body[name] = Number(v);
+  }
+  if (input("logprobs").checked) {
+    body.logprobs = true;
+    body.top_logprobs = 5;
+  }
+  const tools = field("tools").value.trim();
+  if (tools) {
+    body.tools = parseJson("Tool definitions", tools);
+    body.tool_choice = field("tool_choice").value;
+  }
+  const format = field("format").value;
+  if (format === "json_object") body.response_format = { type: "json_object" };
+  if (format === "json_schema") {
+    const schema = field("schema").value.trim();
+    if (!schema) throw new SettingsError("JSON schema mode needs a schema.");
+    body.response_format = { type: "json_schema", json_schema: { name: "answer", schema: parseJson("The JSON schema", schema), strict: true } };
+  }
+  const extra = field("extra").value.trim();
+  if (extra) {
+    const fields = parseJson("More request fields", extra);
+    if (typeof fields !== "object" || fields === null || Array.isArray(fields)) throw new SettingsError("More request fields must be a JSON object.");
+    Object.assign(body, fields);
+  }
+  return body;
+}
+
+const SAVED = "plinth.settings";
+
+/** Settings survive a reload (in local storage); the model list decides whether the model still exists. */
+export function persistSettings() {
+  const f = form();
+  /** @type {Record<string, string | boolean>} */
+  const saved = JSON.parse(localStorage.getItem(SAVED) ?? "{}");
+  for (const e of /** @type {HTMLInputElement[]} */ ([...f.elements])) {
+    if (!e.name) continue;
+    if (e.name in saved) {
+      if (e.type === "checkbox") e.checked = saved[e.name] === true;
+      else if (e.name !== "model") e.value = String(saved[e.name]);
+    }
+  }
+  f.addEventListener("change", () => {
+    /** @type {Record<string, string | boolean>} */
+    const out = {};
+    for (const e of /** @type {HTMLInputElement[]} */ ([...f.elements])) if (e.name) out[e.name] = e.type === "checkbox" ? e.checked : e.value;
+    localStorage.setItem(SAVED, JSON.stringify(out));
+  });
+  f.addEventListener("submit", (e) => e.preventDefault());
+}
+
+/** The model saved last time, if any. */
+export const savedModel = () => /** @type {string | undefined} */ (JSON.parse(localStorage.getItem(SAVED) ?? "{}").model);
