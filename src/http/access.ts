@@ -7,8 +7,16 @@ import type { FastifyRequest } from "fastify";
  */
 const keys = new WeakMap<FastifyRequest, string>();
 
-export function setRequestKey(request: FastifyRequest, keyId: string): void {
+const names = new WeakMap<FastifyRequest, string>();
+
+export function setRequestKey(request: FastifyRequest, keyId: string, keyName?: string): void {
   keys.set(request, keyId);
+  if (keyName !== undefined) names.set(request, keyName);
+}
+
+/** The name the key was given (for logs: people recognise names, not ids); undefined when none. */
+export function requestKeyName(request: FastifyRequest): string | undefined {
+  return names.get(request);
 }
 
 /** The key id the request authenticated with; undefined on an open server. */

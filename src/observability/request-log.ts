@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { Writable } from "node:stream";
 import type { FastifyInstance } from "fastify";
-import { requestKey } from "../http/access.ts";
+import { requestKey, requestKeyName } from "../http/access.ts";
 import { dialectOf, type PlinthMetrics } from "./metrics.ts";
 
 export type LogFormat = "json" | "pretty" | "auto";
@@ -49,6 +49,7 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       model: facts?.model ?? named,
       namespace: namespaceHash(facts?.namespace),
       key: requestKey(request),
+      key_name: requestKeyName(request),
       status: reply.statusCode,
       prompt_tokens: facts?.promptTokens,
       cached_tokens: facts?.cachedTokens,

@@ -87,7 +87,7 @@ export class Tenancy {
         const check = this.opts.keys.check(presentedKey(request.headers));
         if (!check.ok) throw unauthorized(check);
         principal = check.principal;
-        setRequestKey(request, principal.id);
+        setRequestKey(request, principal.id, principal.name);
       }
       // Scrapes are not usage: they neither count against limits nor write ledger rows.
       if (route === "/metrics") return;

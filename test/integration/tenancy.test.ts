@@ -378,8 +378,11 @@ describe("usage ledger", () => {
       assert.equal(bytes.includes(Buffer.from(secret)), false, `a key is in the database files`);
       assert.equal(logLines.join("").includes(secret), false, `a key is in the log`);
     }
-    // The request log names the key by its id.
+    // The request log names the key by its id and its name.
     const entries = logLines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Obj);
-    assert.ok(entries.some((e) => e.msg === "request" && e.key === k.id && e.status === 200), "a log line names the key id");
+    assert.ok(
+      entries.some((e) => e.msg === "request" && e.key === k.id && e.key_name === "secret" && e.status === 200),
+      "a log line names the key's id and name",
+    );
   });
 });
