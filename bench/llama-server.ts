@@ -13,7 +13,7 @@ import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
-import { streamChat } from "./sse-client.ts";
+import { type ChatRound, chatRound } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
@@ -59,22 +59,10 @@ async function startLlamaServer(bin: string, modelPath: string, ctxPerSequence: 
   return { url, stop };
 }
 
-interface Round {
-  aggregate: number;
-  ttfts: number[];
-}
 
-async function round(url: string, concurrency: number, maxTokens: number): Promise<Round> {
-  const t0 = performance.now();
-  const results = await Promise.all(
-    Array.from({ length: concurrency }, () =>
-      streamChat(url, { model: "bench", messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG }),
-    ),
-  );
-  const wall = (Math.max(...results.map((r) => r.last)) - t0) / 1000;
-  const tokens = results.reduce((a, r) => a + r.usage.completion_tokens, 0);
-  return { aggregate: tokens / wall, ttfts: results.map((r) => r.first - t0) };
-}
+/** A round of `concurrency` streams of this benchmark's request. */
+const round = (url: string, concurrency: number, maxTokens: number) =>
+  chatRound(url, concurrency, { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG });
 
 export async function llamaServerBench(bin: string, modelPath: string, opts: { rounds: number; maxTokens: number; concurrency: number[]; ctx: number }) {
   const parallel = Math.max(...opts.concurrency);
@@ -89,8 +77,8 @@ export async function llamaServerBench(bin: string, modelPath: string, opts: { r
     console.log("| streams | Plinth tok/s | llama-server tok/s | tok/s ratio | Plinth TTFT p50 / p99 ms | llama-server TTFT p50 / p99 ms | TTFT p50 ratio |");
     console.log("|---|---|---|---|---|---|---|");
     for (const c of opts.concurrency) {
-      const p: Round[] = [];
-      const l: Round[] = [];
+      const p: ChatRound[] = [];
+      const l: ChatRound[] = [];
       for (let i = 0; i < opts.rounds; i++) {
         // Who goes first alternates too: a machine that slows down mid-run hits both.
         if (i % 2 === 0) {

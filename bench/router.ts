@@ -4,24 +4,16 @@
  * measured). Rounds alternate between the two paths so machine noise hits both alike.
  */
 import { startServerProcess } from "./server-process.ts";
-import { streamChat } from "./sse-client.ts";
+import { chatRound } from "./sse-client.ts";
 import { FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
 const PROMPT = "Tell me a long story about a king, a river and a city.";
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
 
-async function round(url: string, concurrency: number, maxTokens: number) {
-  const t0 = performance.now();
-  const results = await Promise.all(
-    Array.from({ length: concurrency }, () =>
-      streamChat(url, { model: "bench", messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG }),
-    ),
-  );
-  const wall = (Math.max(...results.map((r) => r.last)) - t0) / 1000;
-  const tokens = results.reduce((a, r) => a + r.usage.completion_tokens, 0);
-  return { tokPerSec: tokens / wall, ttfts: results.map((r) => r.first - t0) };
-}
+/** A round of `concurrency` streams of this benchmark's request. */
+const round = (url: string, concurrency: number, maxTokens: number) =>
+  chatRound(url, concurrency, { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG });
 
 export async function routerBench(modelPath: string, threads: number, rounds: number, maxTokens = 128): Promise<void> {
   const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", "512", "--parallel", "8"]);
@@ -40,8 +32,8 @@ export async function routerBench(modelPath: string, threads: number, rounds: nu
       for (let i = 0; i < rounds; i++) {
         const d = await round(upstream.url, c, maxTokens);
         const r = await round(router.url, c, maxTokens);
-        direct.push(d.tokPerSec);
-        routed.push(r.tokPerSec);
+        direct.push(d.aggregate);
+        routed.push(r.aggregate);
         directTtft.push(...d.ttfts);
         routedTtft.push(...r.ttfts);
       }

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { childServerUrl } from "../test/helpers/child-server.ts";
 
 const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
 
@@ -25,20 +26,7 @@ export async function startServerProcess(args: string[]): Promise<{ url: string;
       process.exit(130);
     });
   child.once("exit", () => process.off("exit", orphanGuard));
-  const url = await new Promise<string>((resolve, reject) => {
-    let log = "";
-    child.stderr!.on("data", (d: Buffer) => {
-      log += d.toString();
-      const m = /listening on (\S+)/.exec(log);
-      if (m) resolve(m[1]);
-    });
-    child.once("exit", (code) => reject(new Error(`server exited (${code}): ${log}`)));
-  });
-  for (;;) {
-    const r = await fetch(`${url}/health`).catch(() => undefined);
-    if (r?.status === 200) break;
-    await new Promise((res) => setTimeout(res, 100));
-  }
+  const url = await childServerUrl(child);
   const stop = () =>
     new Promise<void>((resolve) => {
       child.once("exit", () => {

@@ -75,3 +75,20 @@ async function eachEvent(body: ReadableStream<Uint8Array>, onEvent: (event: stri
     }
   }
 }
+
+/** One round of `concurrency` identical streamed chats started together. */
+export interface ChatRound {
+  /** Completion tokens of all streams ÷ the round's wall time (first request to last token). */
+  aggregate: number;
+  /** Each stream's time to first token, in ms from the round's start. */
+  ttfts: number[];
+}
+
+/** Streams the same chat `concurrency` times at once to `url` (model "bench") and times the round. */
+export async function chatRound(url: string, concurrency: number, body: Record<string, unknown>): Promise<ChatRound> {
+  const t0 = performance.now();
+  const results = await Promise.all(Array.from({ length: concurrency }, () => streamChat(url, { model: "bench", ...body })));
+  const wall = (Math.max(...results.map((r) => r.last)) - t0) / 1000;
+  const tokens = results.reduce((a, r) => a + r.usage.completion_tokens, 0);
+  return { aggregate: tokens / wall, ttfts: results.map((r) => r.first - t0) };
+}

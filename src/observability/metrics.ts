@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { GenerationHooks, RequestContext } from "../core/context.ts";
 import type { GenerationService } from "../core/generation-service.ts";
+import type { EngineStats } from "../core/engine.ts";
 import type { ModelRegistry } from "../core/registry.ts";
 import type { FinishReason } from "../core/types.ts";
 import { toApiError } from "../http/to-api-error.ts";
@@ -21,6 +22,8 @@ export function tokenBuckets(max = 1_000_000): number[] {
     }
   }
 }
+
+type PromptCacheStats = NonNullable<EngineStats["promptCache"]>;
 
 /** What is tracked for one generation request between `admitted` and `finished`: a few numbers. */
 interface Live {
@@ -170,46 +173,27 @@ export class PlinthMetrics {
         }
       },
     });
-    new Gauge({
-      name: "plinth_prompt_cache_bytes",
-      help: "Bytes of saved prompt states kept for reuse (the --cache-ram budget's use).",
-      labelNames: ["model_name"],
-      registers,
-      collect() {
-        this.reset();
-        for (const m of models.list()) {
-          const cache = m.engine?.stats?.().promptCache;
-          if (cache) this.set({ model_name: m.id }, cache.bytes);
-        }
-      },
-    });
-    new Gauge({
-      name: "plinth_prompt_cache_entries",
-      help: "Saved prompt states kept for reuse.",
-      labelNames: ["model_name"],
-      registers,
-      collect() {
-        this.reset();
-        for (const m of models.list()) {
-          const cache = m.engine?.stats?.().promptCache;
-          if (cache) this.set({ model_name: m.id }, cache.entries);
-        }
-      },
-    });
-    // A counter whose value lives in the engine: read at scrape time (it only ever grows).
-    new Counter({
-      name: "plinth_prompt_cache_evictions_total",
-      help: "Saved prompt states dropped to stay within --cache-ram.",
-      labelNames: ["model_name"],
-      registers,
-      collect() {
-        this.reset();
-        for (const m of models.list()) {
-          const cache = m.engine?.stats?.().promptCache;
-          if (cache) this.inc({ model_name: m.id }, cache.evictions);
-        }
-      },
-    });
+    // Saved prompt states, read from the engines at scrape time. The evictions counter's value lives
+    // in the engine (it only ever grows), so it is set from there like the gauges.
+    const promptCache = (make: typeof Gauge | typeof Counter, name: string, help: string, read: (c: PromptCacheStats) => number) =>
+      new make({
+        name,
+        help,
+        labelNames: ["model_name"],
+        registers,
+        collect(this: Gauge<"model_name"> | Counter<"model_name">) {
+          this.reset();
+          for (const m of models.list()) {
+            const cache = m.engine?.stats?.().promptCache;
+            if (!cache) continue;
+            if (this instanceof Gauge) this.set({ model_name: m.id }, read(cache));
+            else this.inc({ model_name: m.id }, read(cache));
+          }
+        },
+      });
+    promptCache(Gauge, "plinth_prompt_cache_bytes", "Bytes of saved prompt states kept for reuse (the --cache-ram budget's use).", (c) => c.bytes);
+    promptCache(Gauge, "plinth_prompt_cache_entries", "Saved prompt states kept for reuse.", (c) => c.entries);
+    promptCache(Counter, "plinth_prompt_cache_evictions_total", "Saved prompt states dropped to stay within --cache-ram.", (c) => c.evictions);
     const store = opts.store;
     new Gauge({
       name: "plinth_store_bytes",

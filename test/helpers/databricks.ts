@@ -1,4 +1,4 @@
-import type { TestServer } from "./server.ts";
+import { requestJson, type TestServer } from "./server.ts";
 
 /** A Databricks-dialect request over HTTP: status, headers, parsed JSON (or the raw text of a stream). */
 export interface DbxResult {
@@ -8,20 +8,8 @@ export interface DbxResult {
   text: string;
 }
 
-export async function dbx(server: Pick<TestServer, "url">, method: string, path: string, body?: unknown): Promise<DbxResult> {
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    headers: body === undefined ? {} : { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, json, text };
+export function dbx(server: Pick<TestServer, "url">, method: string, path: string, body?: unknown): Promise<DbxResult> {
+  return requestJson(`${server.url}${path}`, method, body);
 }
 
 /** Polls an endpoint until its state matches (ready and not updating, by default). */

@@ -1,3 +1,4 @@
+import { childServerUrl } from "./child-server.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -95,24 +96,7 @@ export async function spawnUpstream(modelPath: string, extra: string[] = []): Pr
     ["--import", "tsx", "src/cli/main.ts", "serve", "--model", `tiny=${modelPath}`, "--port", "0", "--threads", "1", "--data-dir", dataDir, "--log-level", "silent", ...extra],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
-  const url = await new Promise<string>((resolve, reject) => {
-    let text = "";
-    const timer = setTimeout(() => reject(new Error(`the child upstream did not start: ${text}`)), 60_000);
-    child.stderr!.on("data", (d: Buffer) => {
-      text += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(text);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    child.once("exit", (code) => reject(new Error(`the child upstream exited with ${code}: ${text}`)));
-  });
-  for (let i = 0; i < 600; i++) {
-    const ok = await fetch(`${url}/health`).then((r) => r.status === 200, () => false);
-    if (ok) break;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const url = await childServerUrl(child);
   return {
     url,
     child,

@@ -89,11 +89,16 @@ export function useTestServer(settings: Record<string, unknown> = {}, opts: Test
 }
 
 /** POST JSON (or raw text) and return status, headers and the parsed body, untyped. Prefer `server.http` (requests.ts). */
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}) {
+export function postJson(url: string, body: unknown, headers: Record<string, string> = {}) {
+  return requestJson(url, "POST", body, headers);
+}
+
+/** Any method; a body (a string is sent as it is) makes it a JSON request. Parses the answer when it is JSON. */
+export async function requestJson(url: string, method: string, body?: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(url, {
-    method: "POST",
-    headers: { "content-type": "application/json", ...headers },
-    body: typeof body === "string" ? body : JSON.stringify(body),
+    method,
+    headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
   });
   const text = await res.text();
   let json: any;

@@ -1,3 +1,4 @@
+import { childServerUrl } from "../helpers/child-server.ts";
 import assert from "../helpers/assert.ts";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -26,16 +27,7 @@ test("ledger rows of finished requests survive kill -9 one second later, and the
     { stdio: ["ignore", "ignore", "pipe"] },
   );
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      let log = "";
-      child.stderr!.on("data", (d: Buffer) => {
-        log += d.toString();
-        const m = /listening on (\S+)/.exec(log);
-        if (m) resolve(m[1]);
-      });
-      child.once("exit", (code) => reject(new Error(`server exited (${code}): ${log}`)));
-    });
-    while ((await fetch(`${url}/health`).catch(() => undefined))?.status !== 200) await new Promise((r) => setTimeout(r, 50));
+    const url = await childServerUrl(child);
 
     let prompt = 0;
     let completion = 0;

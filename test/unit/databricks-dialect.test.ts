@@ -4,7 +4,7 @@ import { RuntimeModelLoader } from "../../src/cli/model-loader.ts";
 import { EngineFactories } from "../../src/core/engine-factory.ts";
 import { ApiError } from "../../src/core/errors.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
-import { seededRandom } from "../../src/dialects/databricks/endpoints.ts";
+import { seededRandom } from "../../src/core/random.ts";
 import { databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { scriptedApp, sseData, sseEvents } from "../helpers/scripted-app.ts";

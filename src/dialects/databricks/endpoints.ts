@@ -1,3 +1,4 @@
+import { seededRandom } from "../../core/random.ts";
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
@@ -118,17 +119,6 @@ export interface Routed {
   model: string;
 }
 
-/** Seeded random numbers in [0, 1) (mulberry32), so a traffic split can be replayed in tests. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export interface EndpointOptions {
   /** Seed of the traffic split; none: Math.random. */
