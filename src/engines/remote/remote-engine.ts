@@ -103,20 +103,34 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const prefer = this.pool.choose(key);
     const responseHeaders: Record<string, string> = {};
     if (prefer) responseHeaders[UPSTREAM_HEADER] = prefer.name;
-    let promptTokens = 0;
-    let contextSize = this.info.contextSize;
-    if (request.prompt.kind === "tokens") promptTokens = request.prompt.tokens.length;
-    else if (this.hasTokenize !== false) {
-      const counted = await this.countTokens(request.prompt, prefer);
-      if (counted) {
-        promptTokens = counted.count;
-        contextSize = counted.contextSize ?? contextSize;
-      }
+    const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, promptTokens: 0, contextSize: undefined, formatStops: [] };
+    if (request.prompt.kind === "tokens" || this.hasTokenize === false) {
+      if (request.prompt.kind === "tokens") prep.promptTokens = request.prompt.tokens.length;
+      prep.opened = await this.open(prep);
+      return prep;
     }
-    const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, promptTokens, contextSize: this.hasTokenize ? contextSize : undefined, formatStops: [] };
-    // What the core will refuse anyway (the counted prompt and budget do not fit) is not sent.
-    const fits = prep.contextSize === undefined || promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
-    if (fits) prep.opened = await this.open(prep);
+    // Counting the prompt and opening the generation run side by side: the count is only needed
+    // to refuse what cannot fit, and waiting for it first would add a whole round trip to every
+    // request's first token. When the count says the request cannot fit, the opened request is
+    // closed again and the core refuses it.
+    // The generation takes its replica first (open() leases it before its first await): a
+    // replica on a half-open trial must get the request that can re-admit it, not the count.
+    const opening = this.open(prep);
+    const [counted, opened] = await Promise.allSettled([this.countTokens(request.prompt, prefer), opening]);
+    if (counted.status === "rejected") {
+      if (opened.status === "fulfilled" && opened.value) this.discard({ ...prep, opened: opened.value });
+      throw counted.reason;
+    }
+    const contextSize = counted.value?.contextSize ?? this.info.contextSize;
+    prep.promptTokens = counted.value?.count ?? 0;
+    prep.contextSize = this.hasTokenize ? contextSize : undefined;
+    const fits = prep.contextSize === undefined || prep.promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
+    if (!fits) {
+      if (opened.status === "fulfilled" && opened.value) this.discard({ ...prep, opened: opened.value });
+      return prep;
+    }
+    if (opened.status === "rejected") throw opened.reason;
+    prep.opened = opened.value;
     return prep;
   }
 
