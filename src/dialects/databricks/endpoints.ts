@@ -305,10 +305,12 @@ export class EndpointManager {
   }
 
   /**
-   * Where a data-plane request goes: the entity the route percentages pick. A pay-per-token endpoint
-   * has one. A scaled-to-zero model is loaded again first (the request waits).
+   * Where a data-plane request goes: the entity the route percentages pick, or the one named by
+   * `/served-models/{entity}/invocations` (which bypasses the split, as Databricks' does, so one
+   * entity of an A/B pair can be queried alone). A pay-per-token endpoint has one entity, named
+   * like the endpoint. A scaled-to-zero model is loaded again first (the request waits).
    */
-  async route(name: string): Promise<Routed> {
+  async route(name: string, entity?: string): Promise<Routed> {
     const ep = this.get(name);
     const live = ep.live;
     if (!live) {
@@ -319,17 +321,36 @@ export class EndpointManager {
         headers: { "retry-after": "2" },
       });
     }
+    const chosen = entity === undefined ? this.draw(live) : this.entityOf(ep, live, entity);
     ep.lastUsed = Date.now();
-    const draw = this.random() * 100;
-    const pick = live.bounds.find((b) => draw < b.upTo) ?? live.bounds[live.bounds.length - 1];
-    const model = live.models.get(pick.entity)!;
+    const model = live.models.get(chosen)!;
     const m = this.registry.get(model);
     if (m?.status === "unloaded" && this.loader) {
       await this.loader.load(model);
       // The idle time counts from when the model is back, not from when the request arrived.
       ep.lastUsed = Date.now();
     }
-    return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : pick.entity, model };
+    return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : chosen, model };
+  }
+
+  /** The entity the traffic split picks for one request. */
+  private draw(live: LiveConfig): string {
+    const draw = this.random() * 100;
+    return (live.bounds.find((b) => draw < b.upTo) ?? live.bounds[live.bounds.length - 1]).entity;
+  }
+
+  /** A served entity asked for by name: it must be in the serving config (routed share or not). */
+  private entityOf(ep: Endpoint, live: LiveConfig, entity: string): string {
+    if (live.models.has(entity)) return entity;
+    if (ep.pending?.config.served_entities.some((e) => e.name === entity))
+      throw new ApiError(503, `The served entity '${entity}' of '${ep.name}' is still loading (it is in the pending config).`, {
+        code: "TEMPORARILY_UNAVAILABLE",
+        headers: { "retry-after": "2" },
+      });
+    const known = [...live.models.keys()].map((n) => `'${n}'`).join(", ");
+    throw new ApiError(404, `The serving endpoint '${ep.name}' has no served entity named '${entity}'; it serves ${known}.`, {
+      code: "RESOURCE_DOES_NOT_EXIST",
+    });
   }
 
   /** The endpoint's task, from its served model: chat (generative) or embeddings (embedding-only). */

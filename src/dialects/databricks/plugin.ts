@@ -68,19 +68,29 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
   };
 
   // POST /serving-endpoints/{name}/invocations: the task comes from the served model and the body.
-  scope.post<{ Params: { name: string } }>("/:name/invocations", async (request, reply) => {
+  // With /served-models/{entity}/ between, one served entity answers whatever the traffic split says
+  // (Databricks' way to query the models behind an A/B endpoint one at a time).
+  const invoke = async (request: FastifyRequest, reply: FastifyReply, name: string, entity?: string) => {
     const raw = request.body;
     if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
-    const routed = await endpoints.route(request.params.name);
+    const routed = await endpoints.route(name, entity);
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
     const task: Task | undefined =
       "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
     if (!task) throw badRequest("The body needs 'messages' (chat), 'prompt' (completions) or 'input' (embeddings, or responses on a generative model).");
-    if (typeof raw.model === "string" && raw.model !== routed.endpoint.name && !routed.endpoint.live?.models.has(raw.model))
-      throw badRequest(`'model' is '${raw.model}', which is neither this endpoint nor one of its served entities.`, "model");
+    if (typeof raw.model === "string" && raw.model !== routed.endpoint.name) {
+      if (entity !== undefined && raw.model !== entity)
+        throw badRequest(`'model' is '${raw.model}', but this path queries the served entity '${entity}'.`, "model");
+      if (!routed.endpoint.live?.models.has(raw.model))
+        throw badRequest(`'model' is '${raw.model}', which is neither this endpoint nor one of its served entities.`, "model");
+    }
     const e = env(request, reply);
     return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
-  });
+  };
+  scope.post<{ Params: { name: string } }>("/:name/invocations", (request, reply) => invoke(request, reply, request.params.name));
+  scope.post<{ Params: { name: string; entity: string } }>("/:name/served-models/:entity/invocations", (request, reply) =>
+    invoke(request, reply, request.params.name, request.params.entity),
+  );
 
   // The paths OpenAI clients reach with base_url=<host>/serving-endpoints; `model` names the endpoint.
   const byModel = (path: string, task: Task) =>
