@@ -1,7 +1,8 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { Page } from "playwright-core";
-import { EXTRA_TOKENS } from "../fixtures/models.ts";
+import { ensureFixtureModel, EXTRA_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
+import { dbx, waitForEndpoint } from "../helpers/databricks.ts";
 import { NO_EOG, type TestServer, useTestServer } from "../helpers/server.ts";
 import { NO_BROWSER, useBrowser } from "./browser.ts";
 
@@ -11,7 +12,8 @@ import { NO_BROWSER, useBrowser } from "./browser.ts";
 const ADMIN = "admin-key-for-the-browser-tests";
 // With the admin API on; no API key exists until the last test creates one.
 // (No server at all when the tests are skipped for want of a browser.)
-const s = NO_BROWSER ? ({} as TestServer) : useTestServer({ "admin-key": ADMIN }, { think: true });
+// Scale to zero after half a second: only endpoint entities that ask for it sleep (the "sleepy" one).
+const s = NO_BROWSER ? ({} as TestServer) : useTestServer({ "admin-key": ADMIN, "scale-to-zero-after": "0.5" }, { think: true });
 const browser = useBrowser();
 const skip = NO_BROWSER;
 
@@ -27,7 +29,7 @@ async function open(): Promise<Page> {
 }
 
 /** Sets the playground's fields: model, max tokens, extra request fields. */
-async function configure(page: Page, opts: { model?: string; maxTokens?: number; extra?: object }) {
+async function configure(page: Page, opts: { model?: string | { value: string }; maxTokens?: number; extra?: object }) {
   if (opts.model) await page.getByLabel("Model", { exact: true }).selectOption(opts.model);
   if (opts.maxTokens !== undefined) await page.getByLabel("max tokens").fill(String(opts.maxTokens));
   if (opts.extra) {
@@ -159,7 +161,31 @@ test("token probabilities show on hover, View code writes the request, Regenerat
   await finished(page);
   const tokens = page.locator(".turn-assistant .tok");
   assert.equal(await tokens.count(), 12);
-  assert.match((await tokens.first().getAttribute("title")) ?? "", /logprob -?\d/);
+  const tip = page.locator(".turn-assistant .tok-info");
+  await tokens.nth(2).hover();
+  assert.match((await tip.textContent()) ?? "", /logprob -?\d/);
+  assert.ok(await tip.isVisible());
+  // From the keyboard: Tab from the question's Edit button reaches the answer's tokens (one tab
+  // stop), the arrow keys walk them, and the focused token's probabilities show and describe it.
+  await page.mouse.move(0, 0);
+  await page.getByRole("button", { name: "Edit message 1" }).focus();
+  await page.keyboard.press("Tab");
+  const focused = () => page.evaluate(() => (document.activeElement as HTMLElement | null)?.dataset.i ?? "none");
+  assert.equal(await focused(), "0");
+  assert.ok(await tip.isVisible());
+  const firstTip = (await tip.textContent()) ?? "";
+  assert.ok(firstTip.startsWith(JSON.stringify((await tokens.nth(0).textContent()) ?? "")), firstTip);
+  await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("ArrowRight");
+  assert.equal(await focused(), "2");
+  assert.equal(await tokens.nth(2).getAttribute("tabindex"), "0", "the tab stop follows the focus");
+  assert.equal(await tokens.nth(0).getAttribute("tabindex"), "-1");
+  assert.match((await tip.textContent()) ?? "", /logprob -?\d/);
+  assert.equal(await tokens.nth(2).getAttribute("aria-describedby"), await tip.getAttribute("id"));
+  await page.keyboard.press("End");
+  assert.equal(await focused(), "11");
+  await page.keyboard.press("Shift+Tab");
+  assert.ok(await tip.isHidden(), "the tooltip goes with the focus");
 
   await page.getByRole("button", { name: "View code" }).click();
   const code = page.locator("#code-text");
@@ -233,12 +259,173 @@ test("the operator's view lists the models with their state and charts the metri
     await page.locator("figure.chart", { hasText: name }).locator(".chart-value", { hasText: /\d/ }).waitFor();
 });
 
+// An A/B serving endpoint over the two fixture models, created through the public control plane.
+const AB = {
+  served_entities: [
+    { name: "a", entity_name: "tiny" },
+    { name: "b", entity_name: "think" },
+  ],
+  traffic_config: { routes: [{ served_model_name: "a", traffic_percentage: 50 }, { served_model_name: "b", traffic_percentage: 50 }] },
+};
+let abReady: Promise<unknown> | undefined;
+function ensureAB() {
+  abReady ??= dbx(s, "POST", "/api/2.0/serving-endpoints", { name: "ab", config: AB }).then((r) => {
+    assert.equal(r.status, 200, r.text);
+    return waitForEndpoint(s, "ab");
+  });
+  return abReady;
+}
+
+test("the playground chats with a serving endpoint: the split's pick is named, View code calls the endpoint, a refused field is explained", { skip }, async () => {
+  await ensureAB();
+  const page = await open();
+  await configure(page, { model: { value: "endpoint:ab" }, maxTokens: 12 });
+  // Fields Databricks' chat API lacks are greyed out, and the page says why.
+  assert.ok(await page.getByLabel("min_p").isDisabled());
+  assert.ok(await page.getByLabel("seed").isDisabled());
+  assert.ok(await page.locator("#target-hint").isVisible());
+  await send(page, "Hello, endpoint.");
+  const stats = await finished(page);
+  assert.match(stats, /\d+ completion tokens/);
+  assert.match(stats, /TTFT \d+ ms/);
+  assert.match((await page.locator(".turn-assistant .who").textContent()) ?? "", /^Assistant · ab → (a|b)$/);
+
+  await page.getByRole("button", { name: "View code" }).click();
+  const code = page.locator("#code-text");
+  const curl = (await code.textContent()) ?? "";
+  assert.match(curl, /curl http:\/\/127\.0\.0\.1:\d+\/serving-endpoints\/ab\/invocations/);
+  assert.doesNotMatch(curl, /stream_options|"model"/);
+  await page.getByRole("tab", { name: "Python (openai)" }).click();
+  const python = (await code.textContent()) ?? "";
+  assert.match(python, /base_url="http:\/\/127\.0\.0\.1:\d+\/serving-endpoints"/);
+  assert.match(python, /model="ab"/);
+  await page.getByRole("button", { name: "Close" }).click();
+
+  // A field the endpoint's schema does not have: the server's 400 is shown on the answer.
+  await configure(page, { extra: { logit_bias: NO_EOG } });
+  await send(page, "Again.");
+  const error = page.locator(".turn-assistant .error").last();
+  await error.filter({ hasText: /logit_bias/ }).waitFor();
+});
+
+test("side by side compares two served entities of one endpoint, prompt for prompt", { skip }, async () => {
+  await ensureAB();
+  const page = await open();
+  await configure(page, { maxTokens: 30 });
+  await page.getByRole("link", { name: "Side by side" }).click();
+  await page.getByLabel("Model A").selectOption({ value: "entity:ab/a" });
+  await page.getByLabel("Model B").selectOption({ value: "entity:ab/b" });
+  await page.getByLabel("Prompt", { exact: true }).fill("Compare yourselves.");
+  await page.getByRole("button", { name: "Send to both" }).click();
+  for (const col of ["#col-a", "#col-b"]) await page.locator(`${col} .stats`, { hasText: "finish:" }).waitFor();
+  assert.equal(await page.locator("#col-a-title").textContent(), "A · ab / a");
+  assert.equal(await page.locator("#col-b-title").textContent(), "B · ab / b");
+  // Each column came from its own entity: 'b' is the thinking model (it reasons), 'a' is not.
+  assert.match((await page.locator("#col-b .stats").textContent()) ?? "", /\d+ reasoning/);
+  assert.doesNotMatch((await page.locator("#col-a .stats").textContent()) ?? "", /reasoning/);
+  assert.ok(await page.locator("#col-a .reasoning").isHidden());
+  for (const col of ["#col-a", "#col-b"]) assert.match((await page.locator(`${col} .stats`).textContent()) ?? "", /\d+ completion tokens/);
+});
+
+test("operator: endpoints with their state, a traffic split edited through the control plane, models loaded and unloaded, scale to zero shown", { skip }, async () => {
+  await ensureAB();
+  // An endpoint whose entity (the thinking fixture's file, loaded under an id of its own) may sleep.
+  const file = await ensureFixtureModel(THINKING_SPEC);
+  const sleepy = await dbx(s, "POST", "/api/2.0/serving-endpoints", { name: "sleepy", config: { served_entities: [{ name: "z", entity_name: file, scale_to_zero_enabled: true }] } });
+  assert.equal(sleepy.status, 200, sleepy.text);
+  const page = await open();
+  await page.getByRole("link", { name: "Operator" }).click();
+  const ab = page.locator('#endpoints-table tr[data-endpoint="ab"]');
+  await ab.filter({ hasText: "READY" }).waitFor();
+  assert.match((await ab.textContent()) ?? "", /provisioned.*READY.*a → tiny · ready · 50%.*b → think · ready · 50%/);
+  assert.match((await page.locator('#endpoints-table tr[data-endpoint="tiny"]').textContent()) ?? "", /pay-per-token/);
+  await page.locator('#endpoints-table tr[data-endpoint="sleepy"]', { hasText: "scaled to zero" }).waitFor({ timeout: 20_000 });
+  assert.match((await page.locator('#endpoints-table tr[data-endpoint="sleepy"]').textContent()) ?? "", /READY.*z → .* · scaled to zero · 100%/);
+
+  // Traffic: a split that does not add up is refused by the server, and the page says so.
+  await page.getByRole("button", { name: "Edit traffic of ab" }).click();
+  await page.getByLabel("Traffic to a (%)").fill("30");
+  await page.getByLabel("Traffic to b (%)").fill("60");
+  assert.equal(await page.locator(".traffic-total").textContent(), "Total 90% (must be 100%)");
+  await page.getByRole("button", { name: "Save traffic" }).click();
+  await page.locator("#ops-status.error", { hasText: "add up to 90" }).waitFor();
+  await page.getByLabel("Traffic to b (%)").fill("70");
+  await page.getByRole("button", { name: "Save traffic" }).click();
+  await page.locator("#ops-status", { hasText: "ab now routes a 30%, b 70%" }).waitFor();
+  const after = await dbx(s, "GET", "/api/2.0/serving-endpoints/ab");
+  assert.deepEqual(after.json.config.traffic_config.routes, [{ served_model_name: "a", traffic_percentage: 30 }, { served_model_name: "b", traffic_percentage: 70 }]);
+  assert.equal(after.json.config.config_version, 2);
+  await ab.filter({ hasText: "a → tiny · ready · 30%" }).waitFor();
+
+  // Models: load one at run time, then unload it.
+  await page.getByLabel("model file or hub reference").fill(s.modelPath);
+  await page.getByLabel("model name").fill("extra");
+  await page.getByRole("button", { name: "Load model" }).click();
+  await page.locator("#ops-status", { hasText: "Loaded extra: ready." }).waitFor({ timeout: 30_000 });
+  const extra = page.locator("#models-table tbody tr", { hasText: "extra" });
+  await extra.filter({ hasText: "ready" }).waitFor();
+  assert.equal((await dbx(s, "GET", "/api/2.0/plinth/models")).json.models.some((m: any) => m.name === "extra"), true);
+  page.once("dialog", (d) => void d.accept());
+  await page.getByRole("button", { name: "Unload extra" }).click();
+  await page.locator("#ops-status", { hasText: "Unloaded extra." }).waitFor();
+  await extra.waitFor({ state: "detached" });
+  // A model an endpoint serves cannot go: the server's 409 is shown.
+  page.once("dialog", (d) => void d.accept());
+  await page.getByRole("button", { name: "Unload think" }).click();
+  await page.locator("#ops-status.error", { hasText: "serves the endpoint" }).waitFor();
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/sleepy")).status, 200);
+});
+
+test("save to server: the chat becomes a stored conversation, opens again by its id elsewhere, and a later save appends", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 10, extra: { logit_bias: NO_EOG } });
+  await page.getByLabel("System prompt").fill("Be brief.");
+  await send(page, "Remember this.");
+  await finished(page);
+  const answer = (await page.locator(".turn-assistant .content").textContent()) ?? "";
+  assert.ok(answer.length > 0);
+  await page.getByRole("button", { name: "Save to server" }).click();
+  const id = (await page.locator("#save-status .saved-id").textContent()) ?? "";
+  assert.match(id, /^conv_/);
+  // On the server, through the public API: the system prompt, the question and the answer.
+  const items = await dbx(s, "GET", `/v1/conversations/${id}/items?order=asc`);
+  assert.equal(items.status, 200, items.text);
+  assert.deepEqual(
+    items.json.data.map((i: any) => [i.role, i.content[0].text]),
+    [["system", "Be brief."], ["user", "Remember this."], ["assistant", answer]],
+  );
+  await page.getByRole("button", { name: /Remember this\. · saved/ }).waitFor();
+
+  // Another browser (empty IndexedDB) opens it by id.
+  const other = await open();
+  await other.getByLabel("Open a saved conversation (id)").fill(id);
+  await other.getByRole("button", { name: "Open", exact: true }).click();
+  await other.locator("#save-status", { hasText: `Opened ${id}: 2 turns.` }).waitFor();
+  assert.equal(await other.locator(".turn-user .content").textContent(), "Remember this.");
+  assert.equal(await other.locator(".turn-assistant .content").textContent(), answer);
+  assert.equal(await other.getByLabel("System prompt").inputValue(), "Be brief.");
+  // Continued there and saved again: the same conversation, two items longer.
+  await configure(other, { model: "tiny", maxTokens: 5 });
+  await send(other, "And this.");
+  await finished(other);
+  await other.getByRole("button", { name: "Save to server" }).click();
+  await other.locator("#save-status .saved-id", { hasText: id }).waitFor();
+  const longer = await dbx(s, "GET", `/v1/conversations/${id}/items?order=asc`);
+  assert.equal(longer.json.data.length, 5);
+  assert.equal(longer.json.data[3].content[0].text, "And this.");
+
+  // An id that does not exist: the server's 404, in words.
+  await other.getByLabel("Open a saved conversation (id)").fill("conv_nope");
+  await other.getByRole("button", { name: "Open", exact: true }).click();
+  await other.locator("#save-status.error", { hasText: "conv_nope" }).waitFor();
+});
+
 // Last: once a key exists, the server asks every request for one.
 test("keys: create one, use it from the playground, see its requests in the usage chart, revoke it", { skip }, async () => {
   const page = await open();
   await page.getByRole("link", { name: "Keys & usage" }).click();
   await page.locator("#keys-status", { hasText: "admin key" }).waitFor();
-  await page.getByLabel("Admin key").fill(ADMIN);
+  await page.getByLabel("Admin key", { exact: true }).fill(ADMIN);
   await page.getByRole("button", { name: "Use", exact: true }).click();
   await page.getByRole("heading", { name: "API keys" }).waitFor();
 
@@ -254,7 +441,7 @@ test("keys: create one, use it from the playground, see its requests in the usag
   // The playground now needs the key: enter it and chat.
   await page.getByRole("button", { name: "API key" }).click();
   await page.getByLabel("Key", { exact: true }).fill(secret);
-  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("button", { name: "Save", exact: true }).click();
   await page.getByRole("link", { name: "Playground" }).click();
   await configure(page, { model: "tiny", maxTokens: 20 });
   await send(page, "Hello with a key");
@@ -277,4 +464,27 @@ test("keys: create one, use it from the playground, see its requests in the usag
   page.once("dialog", (d) => void d.accept());
   await row.getByRole("button", { name: "Revoke browser-test" }).click();
   await page.locator("#keys-table tbody tr", { hasText: "revoked" }).waitFor();
+});
+
+// After the keys test: keys are on, so the operator's changes need the admin key.
+test("with keys on, the operator's changes need the admin key: refused without it, done with it", { skip }, async () => {
+  await ensureAB();
+  const created = await dbx(s, "POST", "/admin/keys", { name: "operator-test" });
+  assert.equal(created.status, 401, "the admin API itself needs the admin key");
+  const res = await fetch(`${s.url}/admin/keys`, { method: "POST", headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" }, body: JSON.stringify({ name: "operator-test" }) });
+  const key = ((await res.json()) as { key: string }).key;
+  const page = await open();
+  await page.getByRole("button", { name: "API key" }).click();
+  await page.getByLabel("Key", { exact: true }).fill(key);
+  await page.getByRole("button", { name: "Save", exact: true }).click();
+  await page.getByRole("link", { name: "Operator" }).click();
+  await page.getByRole("button", { name: "Edit traffic of ab" }).click();
+  await page.getByLabel("Traffic to a (%)").fill("50");
+  await page.getByLabel("Traffic to b (%)").fill("50");
+  await page.getByRole("button", { name: "Save traffic" }).click();
+  await page.locator("#ops-status.error", { hasText: "needs the admin key" }).waitFor();
+  await page.getByLabel("Admin key for changes").fill(ADMIN);
+  await page.getByRole("button", { name: "Use", exact: true }).click();
+  await page.getByRole("button", { name: "Save traffic" }).click();
+  await page.locator("#ops-status", { hasText: "ab now routes a 50%, b 50%" }).waitFor();
 });

@@ -86,10 +86,13 @@ export function el(tag, attrs = {}, children = []) {
   return e;
 }
 
+/** Numbers the views, so each token tooltip has an id of its own. */
+let views = 0;
+
 /** @param {number} logprob */
 const percent = (logprob) => `${(Math.exp(logprob) * 100).toFixed(1)}%`;
 
-/** The hover text of one token: its probability and the alternatives the model weighed. @param {TokenLogprob} t */
+/** The tooltip of one token: its probability and the alternatives the model weighed. @param {TokenLogprob} t */
 export function tokenTitle(t) {
   const lines = [`${JSON.stringify(t.token)}  ${percent(t.logprob)}  (logprob ${t.logprob.toFixed(3)})`];
   for (const alt of t.top_logprobs ?? []) if (alt.token !== t.token) lines.push(`  ${JSON.stringify(alt.token)}  ${percent(alt.logprob)}`);
@@ -127,8 +130,12 @@ export class AnswerView {
     this.json = el("div", { class: "json-result", hidden: "" });
     this.error = el("p", { class: "error", role: "alert", hidden: "" });
     this.stats = el("p", { class: "stats" });
-    this.root = el("div", { class: "answer" }, [this.reasoning, this.content, this.tools, this.json, this.error, this.stats]);
+    this.tokInfo = el("div", { class: "tok-info", role: "tooltip", id: `tok-info-${++views}`, hidden: "" });
+    this.root = el("div", { class: "answer" }, [this.reasoning, this.content, this.tokInfo, this.tools, this.json, this.error, this.stats]);
     this.renderedTokens = 0;
+    /** @type {TokenLogprob[]} */
+    this.tokenData = [];
+    this.wireTokens();
     this.renderedCalls = "";
   }
 
@@ -155,11 +162,63 @@ export class AnswerView {
     this.stats.textContent = statsText(turn.stats);
   }
 
+  /**
+   * Token probabilities for the mouse and the keyboard alike: the tokens are one tab stop (the
+   * first token), the arrow keys (and Home, End) move between them, and the focused or hovered
+   * token's probabilities show in a tooltip that describes it to screen readers too.
+   */
+  wireTokens() {
+    /** @param {EventTarget | null} t */
+    const tokenOf = (t) => (t instanceof HTMLElement && t.classList.contains("tok") ? t : undefined);
+    /** @param {HTMLElement} span */
+    const show = (span) => {
+      const t = this.tokenData[Number(span.dataset.i)];
+      if (!t) return;
+      this.tokInfo.textContent = tokenTitle(t);
+      this.tokInfo.hidden = false;
+      // Just below the token, inside the answer (which is the positioned box).
+      this.tokInfo.style.left = `${span.offsetLeft}px`;
+      this.tokInfo.style.top = `${span.offsetTop + span.offsetHeight + 2}px`;
+    };
+    const hide = () => (this.tokInfo.hidden = true);
+    this.content.addEventListener("focusin", (e) => {
+      const span = tokenOf(e.target);
+      if (span) show(span);
+    });
+    this.content.addEventListener("focusout", hide);
+    this.content.addEventListener("mouseover", (e) => {
+      const span = tokenOf(e.target);
+      if (span) show(span);
+    });
+    this.content.addEventListener("mouseleave", () => {
+      if (!this.content.contains(document.activeElement)) hide();
+    });
+    this.content.addEventListener("keydown", (e) => {
+      const span = tokenOf(e.target);
+      if (!span) return;
+      const spans = /** @type {HTMLElement[]} */ ([...this.content.querySelectorAll(".tok")]);
+      const i = spans.indexOf(span);
+      const to = { ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: spans.length - 1 }[e.key];
+      if (to === undefined) return;
+      e.preventDefault();
+      const next = spans[Math.max(0, Math.min(spans.length - 1, to))];
+      span.tabIndex = -1;
+      next.tabIndex = 0;
+      next.focus();
+    });
+  }
+
   /** @param {TokenLogprob[]} tokens */
   renderTokens(tokens) {
-    if (this.renderedTokens === 0) this.content.textContent = "";
-    for (const t of tokens.slice(this.renderedTokens)) {
-      const span = el("span", { class: "tok", title: tokenTitle(t), text: t.token });
+    if (this.renderedTokens === 0) {
+      this.content.textContent = "";
+      this.content.setAttribute("role", "group");
+      this.content.setAttribute("aria-label", "Answer, token by token: arrow keys move between tokens and show each one's probability");
+    }
+    this.tokenData = tokens;
+    for (const [k, t] of tokens.slice(this.renderedTokens).entries()) {
+      const i = this.renderedTokens + k;
+      const span = el("span", { class: "tok", text: t.token, "data-i": String(i), tabindex: i === 0 ? "0" : "-1", "aria-describedby": this.tokInfo.id });
       // Shade unlikely tokens so the uncertain spots stand out before hovering.
       const p = Math.exp(t.logprob);
       if (p < 0.5) span.classList.add(p < 0.1 ? "tok-low" : "tok-mid");

@@ -10,7 +10,7 @@
  * @typedef {{ content?: string | null, reasoning_content?: string | null, tool_calls?: ToolCallDelta[] }} Delta
  * @typedef {{ choices?: { index: number, delta?: Delta, finish_reason?: string | null,
  *   logprobs?: { content?: TokenLogprob[] | null } | null }[], usage?: Usage | null,
- *   error?: { message: string } }} Chunk
+ *   error?: { message: string }, error_code?: string, message?: string }} Chunk
  */
 
 const API_KEY = "plinth.apiKey";
@@ -68,7 +68,10 @@ export async function request(path, opts = {}) {
 async function errorOf(res) {
   const text = await res.text();
   try {
-    const e = JSON.parse(text).error;
+    const body = JSON.parse(text);
+    // Databricks' envelope (serving endpoints) is flat; OpenAI's nests it under `error`.
+    if (typeof body.error_code === "string") return new ApiError(res.status, body.message ?? text, body.error_code);
+    const e = body.error;
     return new ApiError(res.status, e?.message ?? text, e?.code ?? undefined);
   } catch {
     return new ApiError(res.status, text || res.statusText, undefined);
@@ -82,20 +85,24 @@ export async function listModels() {
 }
 
 /**
- * POST a streamed chat completion and hand each chunk to `onChunk` as it arrives. Resolves when the
- * stream ends; rejects with an AbortError when `signal` aborts (the Stop button).
- * @param {Record<string, unknown>} body
+ * POST a streamed chat request to `path` and hand each chunk to `onChunk` as it arrives. Resolves
+ * with the response's headers when the stream ends; rejects with an AbortError when `signal` aborts
+ * (the Stop button). `onOpen` sees the headers as soon as they arrive, so a stopped answer keeps them.
+ * @param {string} path
+ * @param {Record<string, unknown>} body the whole body, `stream` included
  * @param {(chunk: Chunk) => void} onChunk
  * @param {AbortSignal} signal
+ * @param {(headers: Headers) => void} [onOpen]
  */
-export async function streamChat(body, onChunk, signal) {
-  const res = await fetch("/v1/chat/completions", {
+export async function streamChat(path, body, onChunk, signal, onOpen) {
+  const res = await fetch(path, {
     method: "POST",
     headers: { "content-type": "application/json", ...auth(apiKey.get()) },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify(body),
     signal,
   });
   if (!res.ok || !res.body) throw await errorOf(res);
+  onOpen?.(res.headers);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
@@ -114,7 +121,9 @@ export async function streamChat(body, onChunk, signal) {
       if (!data || data === "[DONE]") continue;
       /** @type {Chunk} */
       const chunk = JSON.parse(data);
+      // An error after the stream began: OpenAI's envelope, or Databricks' ({error_code, message}).
       if (chunk.error) throw new ApiError(500, chunk.error.message, undefined);
+      if (chunk.error_code) throw new ApiError(500, chunk.message ?? "The stream failed.", chunk.error_code);
       onChunk(chunk);
     }
   }

@@ -1,6 +1,8 @@
 // @ts-check
 // "View code": the playground's next request as curl, Python openai and JavaScript openai.
 
+import { chatPath, isDatabricks, streamBody } from "./targets.js";
+
 /** Parameters the openai SDKs know by name; the rest travel in Python's `extra_body`. */
 const SDK_PARAMS = new Set([
   "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "logprobs", "top_logprobs",
@@ -28,15 +30,22 @@ export function pythonLiteral(v, indent = "") {
   return `{\n${entries.map(([k, x]) => `${inner}${JSON.stringify(k)}: ${pythonLiteral(x, inner)}`).join(",\n")},\n${indent}}`;
 }
 
-/** @param {Record<string, unknown>} body */
-export function snippets(body) {
+/**
+ * @param {Record<string, unknown>} body
+ * @param {import("./targets.js").Target} [target] a serving endpoint is reached at its invocations
+ *   URL by curl, and through base_url=<host>/serving-endpoints by the SDKs (`model` names it)
+ */
+export function snippets(body, target) {
+  const db = target !== undefined && isDatabricks(target);
   const base = location.origin;
+  const sdkBase = `${base}${db ? "/serving-endpoints" : "/v1"}`;
   const json = JSON.stringify(body, null, 2);
+  const curlJson = db && target ? JSON.stringify(streamBody(target, body), null, 2) : json;
   const curl = [
-    `curl ${base}/v1/chat/completions \\`,
+    `curl ${base}${target ? chatPath(target) : "/v1/chat/completions"} \\`,
     `  -H 'content-type: application/json' \\`,
     `  -H "authorization: Bearer $PLINTH_API_KEY" \\`,
-    `  ${body.stream ? "-N " : ""}-d ${shellQuote(json)}`,
+    `  ${body.stream ? "-N " : ""}-d ${shellQuote(curlJson)}`,
   ].join("\n");
 
   const known = Object.entries(body).filter(([k]) => SDK_PARAMS.has(k));
@@ -47,7 +56,7 @@ export function snippets(body) {
     "import os",
     "from openai import OpenAI",
     "",
-    `client = OpenAI(base_url="${base}/v1", api_key=os.environ.get("PLINTH_API_KEY", "unused"))`,
+    `client = OpenAI(base_url="${sdkBase}", api_key=os.environ.get("PLINTH_API_KEY", "unused"))`,
     "",
     "response = client.chat.completions.create(",
     ...args,
@@ -58,7 +67,7 @@ export function snippets(body) {
   const js = [
     'import OpenAI from "openai";',
     "",
-    `const client = new OpenAI({ baseURL: "${base}/v1", apiKey: process.env.PLINTH_API_KEY ?? "unused" });`,
+    `const client = new OpenAI({ baseURL: "${sdkBase}", apiKey: process.env.PLINTH_API_KEY ?? "unused" });`,
     "",
     `const response = await client.chat.completions.create(${json.replaceAll("\n", "\n")});`,
     body.stream
@@ -68,11 +77,14 @@ export function snippets(body) {
   return { curl, python, js };
 }
 
-/** Opens the code dialog for a request body. @param {Record<string, unknown>} body */
-export function showCode(body) {
+/**
+ * Opens the code dialog for a request body.
+ * @param {Record<string, unknown>} body @param {import("./targets.js").Target} [target]
+ */
+export function showCode(body, target) {
   const dialog = /** @type {HTMLDialogElement} */ (document.getElementById("code-dialog"));
   const text = /** @type {HTMLPreElement} */ (document.getElementById("code-text"));
-  const code = snippets(body);
+  const code = snippets(body, target);
   const tabs = /** @type {HTMLButtonElement[]} */ ([...dialog.querySelectorAll("[role=tab]")]);
   /** @param {string} lang */
   const select = (lang) => {

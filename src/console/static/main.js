@@ -1,13 +1,13 @@
 // @ts-check
 // The console's entry: screens by URL hash, the model lists, the API key dialog.
 
-import { el } from "./answer.js";
 import { ApiError, apiKey, listModels } from "./api.js";
 import { initCompare } from "./compare.js";
 import { adminApiPresent, initKeys, refreshKeys } from "./keys.js";
 import { initOps, setOpsVisible } from "./ops.js";
 import { initPlayground } from "./playground.js";
-import { persistSettings, savedModel } from "./settings.js";
+import { persistSettings, savedModel, selectedTarget, showTargetFields } from "./settings.js";
+import { fillPicker, listEndpoints } from "./targets.js";
 
 /** @param {string} id */
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -31,9 +31,14 @@ function route() {
   }
   setOpsVisible(screen === "ops");
   if (screen === "keys") void refreshKeys();
+  // Endpoints come and go (the operator's view changes them): the pickers follow.
+  if ((screen === "chat" || screen === "compare") && document.body.dataset.ready) void loadModels();
 }
 
-/** Fills every model picker from /v1/models (chat models only), keeping the choices made. */
+/**
+ * Fills every picker from /v1/models (chat models only) and the serving endpoints, keeping the
+ * choices made. Side by side also offers each endpoint's served entities.
+ */
 async function loadModels() {
   let models;
   try {
@@ -44,13 +49,14 @@ async function loadModels() {
     banner(e instanceof ApiError && e.status === 401 ? "This server needs an API key: set it with the API key button." : `Cannot list models: ${e.message}`);
     return;
   }
-  const pickers = /** @type {HTMLSelectElement[]} */ (["model", "compare-a", "compare-b"].map($));
-  pickers.forEach((select, i) => {
-    const keep = select.value || (i === 0 ? savedModel() : undefined);
-    select.replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.status && m.status !== "ready" ? `${m.id} (${m.status})` : m.id })));
-    const fallback = models[Math.min(i === 2 ? 1 : 0, models.length - 1)]?.id ?? "";
-    select.value = keep && models.some((m) => m.id === keep) ? keep : fallback;
+  const endpoints = await listEndpoints();
+  const model = /** @type {HTMLSelectElement} */ ($("model"));
+  fillPicker(model, models, endpoints, { keep: model.value || savedModel() });
+  ["compare-a", "compare-b"].forEach((id, i) => {
+    const select = /** @type {HTMLSelectElement} */ ($(id));
+    fillPicker(select, models, endpoints, { entities: true, keep: select.value || undefined, fallback: i });
   });
+  showTargetFields(selectedTarget());
   if (models.length === 0) banner("This server serves no chat model.");
 }
 
@@ -78,6 +84,7 @@ async function main() {
   initKeys();
   initKeyDialog();
   window.addEventListener("hashchange", route);
+  $("model").addEventListener("change", () => showTargetFields(selectedTarget()));
   route();
   await loadModels();
   // The keys screen exists only where the server has the admin API.

@@ -1,9 +1,12 @@
 // @ts-check
-// The operator's view: served models with their state, and live charts from /metrics.
+// The operator's view: models and serving endpoints (ops-models.js, ops-endpoints.js) and live
+// charts from /metrics, polled while the screen is shown.
 
-import { el } from "./answer.js";
-import { listModels, request } from "./api.js";
+import { request } from "./api.js";
 import { LineChart } from "./chart.js";
+import { initOpsAdmin } from "./ops-admin.js";
+import { refreshEndpoints } from "./ops-endpoints.js";
+import { initOpsModels, refreshModels } from "./ops-models.js";
 
 /**
  * Sums each series of a Prometheus text exposition by metric name (labels added together); `max`
@@ -79,39 +82,27 @@ function status(text) {
   p.textContent = text || p.dataset.text;
 }
 
-async function refreshModels() {
-  const body = /** @type {HTMLElement} */ (document.querySelector("#models-table tbody"));
-  try {
-    const models = await listModels();
-    body.replaceChildren(
-      ...models.map((m) =>
-        el("tr", {}, [
-          el("th", { scope: "row", text: m.id }),
-          el("td", {}, [el("span", { class: `state state-${m.status ?? "ready"}`, text: m.status ?? "ready" })]),
-          el("td", { text: m.max_model_len ? `${m.max_model_len} tokens` : "—" }),
-          el("td", { text: m.embedding?.embedding_only ? "embeddings" : m.embedding ? "chat, embeddings" : "chat" }),
-        ]),
-      ),
-    );
-  } catch (err) {
-    body.replaceChildren(el("tr", {}, [el("td", { colspan: "4", class: "error", text: /** @type {Error} */ (err).message })]));
-  }
-}
-
 /** Starts or stops the polling as the screen is shown or left. @param {boolean} visible */
 export function setOpsVisible(visible) {
   clearInterval(timer);
   timer = undefined;
   if (!visible) return;
-  void refreshModels();
+  const lists = () => {
+    void refreshModels();
+    void refreshEndpoints();
+  };
+  lists();
   void sample();
-  // Metrics every 2 s; the model list, which changes seldom, every 10 s.
+  // Metrics every 2 s; models and endpoints, which change seldom, every 4 s (enough to see a
+  // model scale to zero or an update land).
   timer = window.setInterval(() => {
     void sample();
-    if (++ticks % 5 === 0) void refreshModels();
+    if (++ticks % 2 === 0) lists();
   }, 2000);
 }
 
 export function initOps() {
   document.getElementById("charts")?.append(...Object.values(charts).map((c) => c.root));
+  initOpsAdmin();
+  initOpsModels();
 }

@@ -2,9 +2,10 @@
 // The playground: one conversation with one model, streamed, with the turn-level controls.
 
 import { AnswerStream, AnswerView, el } from "./answer.js";
-import { streamChat } from "./api.js";
 import { showCode } from "./code.js";
-import { jsonMode, requestBody, SettingsError } from "./settings.js";
+import { jsonMode, requestBody, selectedTarget, SettingsError } from "./settings.js";
+import { streamTo, targetLabel } from "./targets.js";
+import { openFromServer, saveToServer } from "./saved.js";
 import { deleteConversation, listConversations, newConversation, saveConversation } from "./store.js";
 
 /**
@@ -109,8 +110,9 @@ async function toolResult(/** @type {number} */ index, /** @type {ToolCall} */ c
 async function generate() {
   /** @type {Record<string, unknown>} */
   let body;
+  const target = selectedTarget();
   try {
-    body = requestBody(conv.messages);
+    body = requestBody(conv.messages, target);
     showSettingsError("");
   } catch (err) {
     if (!(err instanceof SettingsError)) throw err;
@@ -118,9 +120,10 @@ async function generate() {
     return;
   }
   /** @type {Turn} */
-  const turn = { role: "assistant", content: "", model: String(body.model), json: jsonMode() };
+  const turn = { role: "assistant", content: "", model: targetLabel(target), json: jsonMode() };
   conv.messages.push(turn);
-  const li = el("li", { class: "turn turn-assistant" }, [el("h3", { class: "who", text: `Assistant · ${turn.model}` })]);
+  const who = el("h3", { class: "who", text: `Assistant · ${turn.model}` });
+  const li = el("li", { class: "turn turn-assistant" }, [who]);
   const view = new AnswerView();
   li.append(view.root);
   messages.append(li);
@@ -130,7 +133,8 @@ async function generate() {
   setBusy(true);
   let frame = 0;
   try {
-    await streamChat(
+    await streamTo(
+      target,
       body,
       (chunk) => {
         stream.add(chunk);
@@ -141,6 +145,11 @@ async function generate() {
         });
       },
       running.signal,
+      (entity) => {
+        // The traffic split's pick, named as soon as the answer starts.
+        if (target.kind === "endpoint") turn.model = `${target.name} → ${entity}`;
+        who.textContent = `Assistant · ${turn.model}`;
+      },
     );
   } catch (err) {
     if (/** @type {Error} */ (err).name === "AbortError") turn.stats = { ...turn.stats, finishReason: "stopped" };
@@ -173,12 +182,49 @@ async function persist() {
   await renderList();
 }
 
+/** @param {string | Node} text @param {boolean} [error] */
+function saveStatus(text, error = false) {
+  const p = $("save-status");
+  p.replaceChildren(text);
+  p.classList.toggle("error", error);
+}
+
+/** "Save to server": the chat as a stored conversation; the id is shown for opening it again. */
+async function saveOnServer() {
+  if (running) return;
+  const system = /** @type {HTMLTextAreaElement} */ ($("system")).value.trim();
+  try {
+    const id = await saveToServer(conv, system);
+    await persist();
+    saveStatus(el("span", {}, ["Saved as ", el("code", { class: "secret saved-id", text: id }), ". Open it again by this id, or continue it with the Responses API's conversation field."]));
+  } catch (err) {
+    saveStatus(/** @type {Error} */ (err).message, true);
+  }
+}
+
+/** Opens a saved conversation by id (its system prompt too), and keeps a copy in this browser. */
+async function openSaved(/** @type {string} */ id) {
+  if (running || !id) return;
+  try {
+    const opened = await openFromServer(id);
+    conv = opened.conv;
+    if (opened.system) /** @type {HTMLTextAreaElement} */ ($("system")).value = opened.system;
+    render();
+    await saveConversation(conv);
+    await renderList();
+    saveStatus(`Opened ${id}: ${conv.messages.length} turns.`);
+  } catch (err) {
+    saveStatus(/** @type {Error} */ (err).message, true);
+  }
+}
+
 async function renderList() {
   const list = $("conversation-list");
   const all = await listConversations();
   list.replaceChildren(
     ...all.map((c) => {
       const open = el("button", { type: "button", class: "conv-open", text: c.title });
+      if (c.server) open.append(el("span", { class: "saved-badge", text: " · saved", title: c.server.id }));
       if (c.id === conv.id) open.setAttribute("aria-current", "true");
       open.addEventListener("click", () => {
         if (running) return;
@@ -217,6 +263,11 @@ export function initPlayground() {
     }
   });
   stopButton.addEventListener("click", () => running?.abort());
+  $("save-server").addEventListener("click", () => void saveOnServer());
+  $("open-saved").addEventListener("submit", (e) => {
+    e.preventDefault();
+    void openSaved(/** @type {HTMLInputElement} */ ($("saved-id")).value.trim());
+  });
   $("new-chat").addEventListener("click", () => {
     if (running) return;
     conv = newConversation();
@@ -230,7 +281,8 @@ export function initPlayground() {
     const turns = pending ? [...conv.messages, { role: "user", content: pending }] : conv.messages;
     try {
       showSettingsError("");
-      showCode({ ...requestBody(turns), stream: true });
+      const target = selectedTarget();
+      showCode({ ...requestBody(turns, target), stream: true }, target);
     } catch (err) {
       if (!(err instanceof SettingsError)) throw err;
       showSettingsError(err.message);

@@ -2,7 +2,12 @@
 // The playground's request settings (model, system prompt, sampling, tools, format, extra fields),
 // turned into the body of a Chat Completions request. Side by side uses the same settings.
 
-/** @typedef {import("./answer.js").Turn} Turn */
+import { isDatabricks, parseTarget } from "./targets.js";
+
+/**
+ * @typedef {import("./answer.js").Turn} Turn
+ * @typedef {import("./targets.js").Target} Target
+ */
 
 /** @param {string} id */
 const field = (id) => /** @type {HTMLInputElement & HTMLSelectElement & HTMLTextAreaElement} */ (document.getElementById(id));
@@ -46,18 +51,41 @@ export function wireMessages(turns) {
 /** Is the answer asked for as JSON? */
 export const jsonMode = () => field("format").value !== "text";
 
+/** What the playground talks to: the model or serving endpoint picked. */
+export const selectedTarget = () => parseTarget(field("model").value);
+
+/** Sampling fields OpenAI's chat takes and Databricks' does not (its schema is strict). */
+const NOT_IN_DATABRICKS = ["min_p", "seed"];
+
 /**
- * The request body for the current settings (without `stream`, which the caller adds).
+ * Greys out the fields a serving endpoint would refuse, and says why, while one is picked.
+ * @param {Target} target
+ */
+export function showTargetFields(target) {
+  const db = isDatabricks(target);
+  for (const name of NOT_IN_DATABRICKS) {
+    const e = input(name);
+    e.disabled = db;
+    e.title = db ? "Not part of Databricks' chat API: not sent to serving endpoints" : "";
+  }
+  const hint = document.getElementById("target-hint");
+  if (hint) hint.hidden = !db;
+}
+
+/**
+ * The request body for the current settings (without `stream`, which the caller adds). `model`
+ * names the target; serving endpoints get Databricks' fields only.
  * @param {Turn[]} turns
- * @param {string} [model] another model than the one selected (side by side)
+ * @param {Target} [target] another target than the one selected (side by side)
  * @returns {Record<string, unknown>}
  */
-export function requestBody(turns, model) {
+export function requestBody(turns, target = selectedTarget()) {
   /** @type {Record<string, unknown>} */
-  const body = { model: model ?? field("model").value, messages: wireMessages(turns) };
+  const body = { model: target.kind === "entity" ? target.endpoint : target.name, messages: wireMessages(turns) };
+  const skip = isDatabricks(target) ? NOT_IN_DATABRICKS : [];
   for (const name of ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"]) {
     const v = input(name).value.trim();
-    if (v !== "") body[name] = Number(v);
+    if (v !== "" && !skip.includes(name)) body[name] = Number(v);
   }
   if (input("logprobs").checked) {
     body.logprobs = true;
@@ -107,5 +135,5 @@ export function persistSettings() {
   f.addEventListener("submit", (e) => e.preventDefault());
 }
 
-/** The model saved last time, if any. */
+/** The model or endpoint picked last time, if any (an option's value). */
 export const savedModel = () => /** @type {string | undefined} */ (JSON.parse(localStorage.getItem(SAVED) ?? "{}").model);

@@ -1,9 +1,11 @@
 // @ts-check
-// Conversations live in this browser's IndexedDB, never on the server.
+// Conversations live in this browser's IndexedDB; saved.js puts one on the server when asked.
 
 /**
  * @typedef {import("./answer.js").Turn} Turn
- * @typedef {{ id: string, title: string, createdAt: number, updatedAt: number, model?: string, messages: Turn[] }} Conversation
+ * @typedef {{ id: string, title: string, createdAt: number, updatedAt: number, model?: string, messages: Turn[],
+ *   server?: { id: string, count: number, hash: string } }} Conversation
+ *   `server`: where it was saved on the server (saved.js), how many items went there, and their fingerprint
  */
 
 const DB = "plinth-console";
