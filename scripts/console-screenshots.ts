@@ -11,11 +11,22 @@ import { chromium, type Page } from "playwright-core";
 import { EXTRA_TOKENS } from "../test/fixtures/models.ts";
 import { NO_EOG, startTestServer } from "../test/helpers/server.ts";
 import { CHROMIUM } from "../test/browser/browser.ts";
+import { dbx, waitForEndpoint } from "../test/helpers/databricks.ts";
 
 if (!CHROMIUM) throw new Error("no Chromium: apt-get install chromium, or set PLINTH_CHROMIUM");
 const ADMIN = "admin-key-for-the-screenshots";
 const server = await startTestServer({ "admin-key": ADMIN }, { think: true });
 const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+// An A/B serving endpoint over the two fixture models, for side by side and the operator's view.
+const AB = {
+  served_entities: [
+    { name: "current", entity_name: "tiny" },
+    { name: "candidate", entity_name: "think" },
+  ],
+  traffic_config: { routes: [{ served_model_name: "current", traffic_percentage: 80 }, { served_model_name: "candidate", traffic_percentage: 20 }] },
+};
+await dbx(server, "POST", "/api/2.0/serving-endpoints", { name: "assistant-ab", config: AB });
+await waitForEndpoint(server, "assistant-ab");
 
 async function page(width = 1360, height = 820): Promise<Page> {
   const p = await (await browser.newContext({ viewport: { width, height }, colorScheme: "light" })).newPage();
@@ -50,7 +61,10 @@ try {
   await p.getByLabel("Tool definitions (JSON array)").fill(JSON.stringify([tool], null, 1));
   await p.getByLabel("tool_choice").selectOption("required");
   await chat(p, "And the weather at sea?");
-  await p.locator(".tok").nth(3).hover();
+  await p.getByRole("button", { name: "Save to server" }).click();
+  await p.locator("#save-status .saved-id").waitFor();
+  // A token's probabilities, as the keyboard shows them (the mouse shows the same tooltip).
+  await p.locator(".tok").nth(3).focus();
   await p.screenshot({ path: "docs/console-playground.png" });
 
   await p.getByRole("button", { name: "View code" }).click();
@@ -58,14 +72,14 @@ try {
   await p.screenshot({ path: "docs/console-code.png" });
   await p.keyboard.press("Escape");
 
-  // Side by side.
+  // Side by side: two served entities of one endpoint (Databricks' fields only, so no logit_bias).
   await p.getByLabel("tool_choice").selectOption("none");
   await p.getByLabel("Tool definitions (JSON array)").fill("");
-  await p.getByLabel("Merged into the request (JSON object)").fill(JSON.stringify({ logit_bias: NO_EOG }));
+  await p.getByLabel("Merged into the request (JSON object)").fill("");
   await p.getByLabel("token probabilities").uncheck();
   await p.getByRole("link", { name: "Side by side" }).click();
-  await p.getByLabel("Model A").selectOption("tiny");
-  await p.getByLabel("Model B").selectOption("think");
+  await p.getByLabel("Model A").selectOption({ value: "entity:assistant-ab/current" });
+  await p.getByLabel("Model B").selectOption({ value: "entity:assistant-ab/candidate" });
   await p.getByLabel("Prompt", { exact: true }).fill("Write a haiku about rivers.");
   await p.getByRole("button", { name: "Send to both" }).click();
   for (const col of ["#col-a", "#col-b"]) await p.locator(`${col} .stats`, { hasText: "finish:" }).waitFor();
@@ -77,7 +91,10 @@ try {
     server.http.chat({ model: i % 2 ? "think" : "tiny", messages: [{ role: "user", content: `load ${i}` }], max_tokens: 400 + 100 * i, logit_bias: NO_EOG }),
   );
   await p.waitForTimeout(9000);
-  await p.screenshot({ path: "docs/console-operator.png" });
+  await p.getByRole("button", { name: "Edit traffic of assistant-ab" }).click();
+  await p.getByLabel("Traffic to candidate (%)").fill("50");
+  await p.getByLabel("Traffic to current (%)").fill("50");
+  await p.screenshot({ path: "docs/console-operator.png", fullPage: true });
   await Promise.all(load);
 
   // Narrow screen.
@@ -90,7 +107,7 @@ try {
 
   // Keys and usage.
   await p.getByRole("link", { name: "Keys & usage" }).click();
-  await p.getByLabel("Admin key").fill(ADMIN);
+  await p.getByLabel("Admin key", { exact: true }).fill(ADMIN);
   await p.getByRole("button", { name: "Use", exact: true }).click();
   for (const name of ["team-research", "batch-jobs"]) {
     await p.getByLabel("name", { exact: true }).fill(name);
