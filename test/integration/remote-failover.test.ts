@@ -42,8 +42,8 @@ test("a replica that answers 500 is failed over and ejected: every request succe
     const res = await ask(r);
     assert.equal(res.status, 200, res.text);
     assert.equal(res.json.choices[0].finish_reason, "length");
-    // A request that went to the bad replica first says so, after failing over.
-    assert.ok(res.headers.get("x-plinth-upstream")!.endsWith(a.url), String(res.headers.get("x-plinth-upstream")));
+    // Even a request that went to the bad replica first names only the one that served it.
+    assert.equal(res.headers.get("x-plinth-upstream"), a.url);
   }
   assert.equal(replicaOf(r, bad.url).state, "ejected");
   const hits = bad.hits["500"];
@@ -62,12 +62,25 @@ test("malformed SSE and a first-token timeout fail over before any output; the c
   for (let i = 0; i < 3; i++) {
     const res = await ask(r, { stream: true });
     assert.equal(res.status, 200);
+    // The stream's head is sent after failover, so it names the replica that really served.
+    assert.equal(res.headers.get("x-plinth-upstream"), b.url);
     assert.ok(!res.text.includes('"error"'), res.text);
     assert.ok(res.text.trimEnd().endsWith("data: [DONE]"));
     assert.match(res.text, /"finish_reason":"length"/);
   }
   const json = await ask(r);
   assert.equal(json.status, 200, json.text);
+  assert.equal(json.headers.get("x-plinth-upstream"), b.url);
+  // The Responses stream announces itself before any output, yet also names the serving replica.
+  const rsp = await fetch(`${r.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "r", input: "Tell me about the river.", max_output_tokens: 6, stream: true, store: false }),
+  });
+  assert.equal(rsp.headers.get("x-plinth-upstream"), b.url);
+  const rspText = await rsp.text();
+  assert.match(rspText, /response\.(completed|incomplete)/);
+  assert.ok(!rspText.includes("response.failed"), rspText);
   assert.ok((broken.hits.malformed ?? 0) >= 1, "the malformed replica was tried");
   assert.ok((stalled.hits.stall ?? 0) >= 1, "the stalled replica was tried");
   assert.ok(replicaOf(r, broken.url).failed >= 1 && replicaOf(r, stalled.url).failed >= 1);
