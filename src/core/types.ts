@@ -102,6 +102,12 @@ export interface GenerationRequest {
    * generation service from the request context, not by dialects.
    */
   isolationKey?: string;
+  /**
+   * The client gets the answer only once it is complete (not streamed). An engine may then hold
+   * output back and redo a choice that broke midway (a remote replica that died) where the client
+   * cannot see it. Undefined: streamed, every chunk is final once yielded.
+   */
+  wholeAnswer?: boolean;
   /** Reuse cached prompt state (default true); false evaluates the whole prompt afresh. */
   cachePrompt?: boolean;
   /** A routing hint: prefer the sequence last used with the same key. Not an isolation boundary. */

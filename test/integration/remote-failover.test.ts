@@ -86,7 +86,7 @@ test("malformed SSE and a first-token timeout fail over before any output; the c
   assert.ok(replicaOf(r, broken.url).failed >= 1 && replicaOf(r, stalled.url).failed >= 1);
 });
 
-test("a stream cut after its first token ends in the dialect's mid-stream error form; a JSON answer is a 502", async () => {
+test("a stream cut after its first token ends in the dialect's mid-stream error form; a JSON answer is redone elsewhere", async () => {
   const cut = await faulty("midstream");
   const r = await router([cut.url]);
   const s = await ask(r, { stream: true });
@@ -95,9 +95,20 @@ test("a stream cut after its first token ends in the dialect's mid-stream error 
   assert.ok(events.some((e) => e.choices?.[0]?.delta?.content === "Hello"), s.text);
   const last = events.at(-1);
   assert.equal(last.error.code, "upstream_error", s.text);
+  // A JSON answer is held back until it is whole, so a cut one is never half-sent: with no other
+  // replica it is a 503; with one, it is redone there and the client sees a clean answer.
   const j = await ask(r);
-  assert.equal(j.status, 502, j.text);
-  assert.equal(j.json.error.code, "upstream_error");
+  assert.equal(j.status, 503, j.text);
+  assert.equal(j.json.error.code, "upstream_unavailable");
+  const r2 = await router([cut.url, a.url], { balance: "round-robin", "eject-after": "10" });
+  const cutBefore = cut.hits.midstream;
+  for (let i = 0; i < 2; i++) {
+    const ok = await ask(r2);
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(ok.json.choices[0].finish_reason, "length");
+    assert.equal(ok.headers.get("x-plinth-upstream"), a.url);
+  }
+  assert.ok(cut.hits.midstream > cutBefore, "the cutting replica was tried first and cut the answer");
 });
 
 test("ejection after consecutive failures, re-admission through a half-open trial and through active health checks", async () => {
@@ -125,30 +136,32 @@ test("ejection after consecutive failures, re-admission through a half-open tria
   assert.equal(w.state as string, "up");
 });
 
-test("kill -9 of a replica during 40 concurrent streams: no request that had not started streaming fails", async () => {
-  // The child decodes 4 streams at once; the rest of what the router sent it waits in its queue.
+test("kill -9 of a replica during 200 concurrent requests, half streamed: none fails that had not started streaming", async () => {
+  // The child decodes 4 requests at once; the rest of what the router sent it waits in its queue.
   const child = await spawnUpstream(a.modelPath, ["--parallel", "4"]);
   cleanup.push(() => child.close());
   const r = await router([child.url, a.url, b.url], { balance: "least", "eject-after": "1", "eject-time": "30" });
   const dead = replicaOf(r, child.url);
+  const TOTAL = 200;
   let streaming = 0;
-  const requests = Array.from({ length: 40 }, async (_, i) => {
+  const requests = Array.from({ length: TOTAL }, async (_, i) => {
+    const stream = i % 2 === 0;
     const res = await fetch(`${r.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "r", messages: [{ role: "user", content: `Story number ${i} about the king.` }], max_tokens: 24, logit_bias: NO_EOG, stream: true, seed: i }),
+      body: JSON.stringify({ model: "r", messages: [{ role: "user", content: `Story number ${i} about the king.` }], max_tokens: 8, logit_bias: NO_EOG, stream, seed: i }),
     });
     let text = "";
     let started = false;
     const decoder = new TextDecoder();
     for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
       text += decoder.decode(chunk, { stream: true });
-      if (!started && /"delta":\{"content":"/.test(text)) {
+      if (stream && !started && /"delta":\{"content":"/.test(text)) {
         started = true;
         streaming++;
       }
     }
-    return { status: res.status, text };
+    return { stream, status: res.status, text };
   });
   // Kill the child once streams are under way and it holds more requests than it decodes.
   for (let t = 0; t < 1000 && !(streaming > 0 && dead.outstanding > 4); t++) await new Promise((res) => setTimeout(res, 10));
@@ -157,19 +170,24 @@ test("kill -9 of a replica during 40 concurrent streams: no request that had not
   const results = await Promise.all(requests);
 
   assert.ok(heldAtKill > 4, `the killed replica held ${heldAtKill} requests`);
-  const failed = results.filter((x) => x.status !== 200 || x.text.includes('"error"') || !x.text.trimEnd().endsWith("data: [DONE]"));
+  const failed = results.filter((x) => x.status !== 200 || x.text.includes('"error"') || (x.stream && !x.text.trimEnd().endsWith("data: [DONE]")));
   // Only streams the child was decoding can have started; each failure is one of those, ended in
-  // OpenAI's mid-stream error form after its first tokens. Everything it held in its queue (and
-  // everything sent to it after it died) failed over and finished.
-  assert.ok(failed.length <= 4, `${failed.length} failed`);
+  // OpenAI's mid-stream error form after its first tokens. Everything it held in its queue, every
+  // JSON answer (held back until whole, so redone elsewhere) and everything sent to it after it
+  // died failed over and finished.
+  assert.ok(failed.length <= 4, `${failed.length} failed: ${failed.map((x) => x.text.slice(-200)).join(" | ")}`);
   for (const x of failed) {
+    assert.ok(x.stream, `a JSON answer failed: ${x.status} ${x.text}`);
     assert.equal(x.status, 200);
     const errorAt = x.text.indexOf('"error"');
     assert.ok(errorAt > 0 && /"delta":\{"content":"/.test(x.text.slice(0, errorAt)), x.text.slice(-400));
   }
   const ok = results.filter((x) => !failed.includes(x));
-  assert.equal(ok.length, 40 - failed.length);
-  for (const x of ok) assert.match(x.text, /"finish_reason":"length"/);
+  assert.equal(ok.length, TOTAL - failed.length);
+  for (const x of ok) {
+    if (x.stream) assert.match(x.text, /"finish_reason":"length"/);
+    else assert.equal(JSON.parse(x.text).choices[0].finish_reason, "length");
+  }
   assert.equal(dead.state, "ejected");
   assert.ok(dead.failed >= 1);
 });

@@ -32,6 +32,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
+    wholeAnswer: body.stream !== true,
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,

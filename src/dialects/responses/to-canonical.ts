@@ -54,6 +54,8 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
     maxTokens: body.max_output_tokens ?? undefined,
     stop: [],
     n: 1,
+    // A background response's events are stored as they come and may be streamed from there.
+    wholeAnswer: body.stream !== true && body.background !== true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs,
     ...toolsToCanonical(body),

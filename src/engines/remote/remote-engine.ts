@@ -334,15 +334,20 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         reader = new ChunkReader(prep.mode);
         chunks = this.stream(lease.replica, path, body, reader, signal);
       }
+      // A whole answer is held back until its end, so a replica that dies midway is failed over
+      // like one that died before its first token: the client has seen nothing either way.
+      const held: EngineChunk[] | undefined = req.wholeAnswer ? [] : undefined;
       try {
         for (const chunk of head) {
           if (chunk.kind === "end") lease.success();
-          yield chunk;
+          if (held && chunk.kind !== "end") held.push(chunk);
+          else yield* release(held, chunk);
         }
         for await (const chunk of chunks) {
           // The core stops reading at the end chunk, so success is recorded before it is handed over.
           if (chunk.kind === "end") lease.success();
-          yield chunk;
+          if (held && chunk.kind !== "end") held.push(chunk);
+          else yield* release(held, chunk);
         }
         return;
       } catch (err) {
@@ -354,7 +359,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         }
         const failure = asFailure(err);
         lease.failure();
-        if (reader.sawOutput) throw brokeMidStream(this.id, failure);
+        if (reader.sawOutput && !held) throw brokeMidStream(this.id, failure);
         tried.add(lease.replica);
         last = failure;
         if (attempt + 1 >= this.source.attempts) throw unavailable(this.id, last);
@@ -512,6 +517,12 @@ export function affinityKey(req: GenerationRequest): string {
   else if (p.kind === "tokens") prefix = p.tokens.slice(0, 256).join(",");
   else prefix = p.prefix.slice(0, 1024);
   return `${ns}\u0000${p.kind}\u0000${prefix}`;
+}
+
+/** What was held back (if anything), then the chunk that ends it. */
+function* release(held: EngineChunk[] | undefined, last: EngineChunk): Generator<EngineChunk> {
+  if (held) yield* held.splice(0);
+  yield last;
 }
 
 /** Any error of an attempt that is not the client's fault, as a failure of the replica. */
