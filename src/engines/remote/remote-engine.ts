@@ -4,6 +4,7 @@ import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
+import { chatPromptBound } from "./prompt-bound.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
 import type { RemoteSource } from "./source.ts";
 import { chatBody, ChunkReader, completionBody, messagesToUpstream, refuseInexpressible, refusedByUpstream, UpstreamStreamError } from "./wire.ts";
@@ -73,6 +74,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   readonly slots: number;
   readonly embeddings?: Embedder;
   private hasTokenize: boolean | undefined;
+  /** The context the upstream's /tokenize last reported (its /v1/models may not say). */
+  private knownContext: number | undefined;
   private healthTimer?: NodeJS.Timeout;
   private readonly unsupported: ReadonlySet<string>;
 
@@ -124,7 +127,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // An image's token cost depends on the upstream's vision encoder, which no text count knows,
     // and tokenizers rarely take image parts: such prompts are left to the upstream's own check.
     const images = request.prompt.kind === "chat" && hasImages(request.prompt.messages);
-    if (request.prompt.kind === "tokens" || this.hasTokenize === false || images) {
+    if (request.prompt.kind === "tokens" || this.hasTokenize === false || images || this.surelyFits(request)) {
       if (request.prompt.kind === "tokens") prep.promptTokens = request.prompt.tokens.length;
       prep.opened = await this.open(prep);
       return prep;
@@ -142,6 +145,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       throw counted.reason;
     }
     const contextSize = counted.value?.contextSize ?? this.info.contextSize;
+    if (counted.value?.contextSize !== undefined) this.knownContext = counted.value.contextSize;
     prep.promptTokens = counted.value?.count ?? 0;
     prep.contextSize = this.hasTokenize ? contextSize : undefined;
     const fits = prep.contextSize === undefined || prep.promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
@@ -152,6 +156,18 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     if (opened.status === "rejected") throw opened.reason;
     prep.opened = opened.value;
     return prep;
+  }
+
+  /**
+   * Whether the prompt fits the upstream's known context without counting it: its upper bound
+   * (see prompt-bound.ts) and the budget together are within the context. The upstream still
+   * checks for itself, and reports the real count in its usage.
+   */
+  private surelyFits(request: GenerationRequest): boolean {
+    const context = this.knownContext ?? this.info.contextSize;
+    if (context === undefined) return false;
+    const bound = chatPromptBound(request);
+    return bound !== undefined && bound + (request.maxTokens ?? 1) <= context;
   }
 
   /**
