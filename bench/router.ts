@@ -15,20 +15,29 @@ const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -
 const round = (url: string, concurrency: number, maxTokens: number) =>
   chatRound(url, concurrency, { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG });
 
-export async function routerBench(modelPath: string, threads: number, rounds: number, maxTokens = 128): Promise<void> {
+/**
+ * With `baseline` (the path of another checkout, e.g. main's), a router built from it runs too and
+ * takes its turn in every round, so a change to the router is measured before/after side by side.
+ */
+export async function routerBench(modelPath: string, threads: number, rounds: number, maxTokens = 128, baseline = process.env.BENCH_ROUTER_BASELINE): Promise<void> {
   const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", "512", "--parallel", "8"]);
   const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"]);
+  const before = baseline ? await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"], baseline) : undefined;
   try {
     console.log(`\nScale-out: streaming through a router (--upstream) vs straight to the upstream, ${maxTokens} tokens, medians of ${rounds} rounds:\n`);
-    console.log("| concurrency | direct tok/s | router tok/s | router ÷ direct | direct TTFT p50 ms | router TTFT p50 ms | added TTFT p50 ms |");
-    console.log("|---|---|---|---|---|---|---|");
+    if (before) console.log(`(baseline router from ${baseline} alternates with this checkout's in every round)\n`);
+    console.log(`| concurrency | direct tok/s | router tok/s | router ÷ direct | direct TTFT p50 ms | router TTFT p50 ms | added TTFT p50 ms |${before ? " baseline ÷ direct | baseline added TTFT p50 ms |" : ""}`);
+    console.log(`|---|---|---|---|---|---|---|${before ? "---|---|" : ""}`);
     await round(upstream.url, 1, 8);
     await round(router.url, 1, 8);
+    if (before) await round(before.url, 1, 8);
     for (const c of [1, 8]) {
       const direct: number[] = [];
       const routed: number[] = [];
+      const based: number[] = [];
       const directTtft: number[] = [];
       const routedTtft: number[] = [];
+      const basedTtft: number[] = [];
       for (let i = 0; i < rounds; i++) {
         const d = await round(upstream.url, c, maxTokens);
         const r = await round(router.url, c, maxTokens);
@@ -36,13 +45,20 @@ export async function routerBench(modelPath: string, threads: number, rounds: nu
         routed.push(r.aggregate);
         directTtft.push(...d.ttfts);
         routedTtft.push(...r.ttfts);
+        if (before) {
+          const b = await round(before.url, c, maxTokens);
+          based.push(b.aggregate);
+          basedTtft.push(...b.ttfts);
+        }
       }
       const d50 = percentile(directTtft, 50);
       const r50 = percentile(routedTtft, 50);
-      console.log(`| ${c} | ${fmt(median(direct))} | ${fmt(median(routed))} | ${fmt(median(routed) / median(direct), 3)} | ${fmt(d50)} | ${fmt(r50)} | ${fmt(r50 - d50)} |`);
+      const extra = before ? ` ${fmt(median(based) / median(direct), 3)} | ${fmt(percentile(basedTtft, 50) - d50)} |` : "";
+      console.log(`| ${c} | ${fmt(median(direct))} | ${fmt(median(routed))} | ${fmt(median(routed) / median(direct), 3)} | ${fmt(d50)} | ${fmt(r50)} | ${fmt(r50 - d50)} |${extra}`);
     }
     console.log("\ntargets: router ÷ direct ≥ 0.97; added TTFT p50 ≤ 3 ms");
   } finally {
+    await before?.stop();
     await router.stop();
     await upstream.stop();
   }

@@ -11,11 +11,14 @@ const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
  * The server under test runs in its own process, as in production, so the benchmark client's own
  * work does not share its event loop.
  */
-export async function startServerProcess(args: string[]): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
+export async function startServerProcess(args: string[], checkout?: string): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
   // Each server stores what it stores (responses) in a directory of its own, removed at stop.
   const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-bench-"));
-  const child = spawn(process.execPath, ["--import", "tsx", MAIN, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
+  // Another checkout (a baseline to compare against) runs its own sources with its own modules.
+  const main = checkout ? path.join(checkout, "src/cli/main.ts") : MAIN;
+  const child = spawn(process.execPath, ["--import", "tsx", main, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
     stdio: ["ignore", "inherit", "pipe"],
+    ...(checkout ? { cwd: checkout } : {}),
   });
   // A benchmark stopped half-way (Ctrl-C, a timeout's SIGTERM) must not leave its server decoding.
   const orphanGuard = () => child.kill("SIGKILL");

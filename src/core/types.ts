@@ -12,9 +12,28 @@ export interface ToolCall {
   arguments: string;
 }
 
+/**
+ * An image a message shows the model, by reference: an https: or data: URL, and how closely the
+ * model should look ("low" | "high" | "auto"; undefined leaves it to the engine).
+ */
+export interface ImagePart {
+  type: "image";
+  url: string;
+  detail?: "low" | "high" | "auto";
+}
+
+export type ContentPart = { type: "text"; text: string } | ImagePart;
+
 export interface Message {
   role: Role;
+  /** The message's text (text parts joined by newlines): what text-only code paths read. */
   content: string;
+  /**
+   * The message part by part, in the client's order, when it holds more than text (images).
+   * Absent for text-only messages. An engine that cannot read a part must refuse it, naming
+   * `prompt.messages[i].parts[j]`, never drop it.
+   */
+  parts?: ContentPart[];
   name?: string;
   /** Assistant turns in history that called tools. */
   toolCalls?: ToolCall[];
@@ -83,6 +102,12 @@ export interface GenerationRequest {
    * generation service from the request context, not by dialects.
    */
   isolationKey?: string;
+  /**
+   * The client gets the answer only once it is complete (not streamed). An engine may then hold
+   * output back and redo a choice that broke midway (a remote replica that died) where the client
+   * cannot see it. Undefined: streamed, every chunk is final once yielded.
+   */
+  wholeAnswer?: boolean;
   /** Reuse cached prompt state (default true); false evaluates the whole prompt afresh. */
   cachePrompt?: boolean;
   /** A routing hint: prefer the sequence last used with the same key. Not an isolation boundary. */

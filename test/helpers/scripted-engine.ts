@@ -1,3 +1,4 @@
+import { refuseImages } from "../../src/core/content-parts.ts";
 import type { ChoiceRun, Embedder, Engine, EngineChunk, PreparedGeneration } from "../../src/core/engine.ts";
 import { invalidField } from "../../src/core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../src/core/types.ts";
@@ -52,6 +53,8 @@ export class ScriptedEngine implements Engine<ScriptedPrepared> {
 
   async prepare(request: GenerationRequest): Promise<ScriptedPrepared> {
     this.prepared.push(request);
+    // A text-only model: images are refused by position, as the llama.cpp engine does.
+    if (request.prompt.kind === "chat") refuseImages(request.prompt.messages, this.id);
     for (const id of request.sampling.logitBias.keys())
       if (id >= this.vocabularySize) throw invalidField(`{field} names token ${id}, outside the scripted vocabulary.`, "logitBias");
     const promptTokens = (await this.tokenize(request.prompt, true)).length;

@@ -40,7 +40,25 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["a built-in tool", { tools: [{ type: "web_search" }] }, 400, "tools[0].type"],
   ["an unknown tool type", { tools: [{ type: "teleport" }] }, 400, "tools[0].type"],
   ["a stored prompt template", { prompt: { id: "pmpt_1" } }, 400, "prompt"],
-  ["an image part", { input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0].type"],
+  // The engine (a text-only model) refuses the image; the dialect names it by its input position,
+  // past the instructions and the merged call items.
+  [
+    "an image part, by its input position",
+    {
+      instructions: "Be brief.",
+      input: [
+        { role: "user", content: "hi" },
+        { type: "function_call", call_id: "c1", name: "f", arguments: "{}" },
+        { type: "function_call_output", call_id: "c1", output: "ok" },
+        { role: "user", content: [{ type: "input_text", text: "and this?" }, { type: "input_image", image_url: "http://x/y.png", detail: "low" }] },
+      ],
+    },
+    400,
+    "input[3].content[1]",
+  ],
+  ["an image by file id", { input: [{ role: "user", content: [{ type: "input_image", file_id: "file_1" }] }] }, 400, "input[0].content[0].file_id"],
+  ["an image in an assistant message", { input: [{ role: "assistant", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0]"],
+  ["a file part", { input: [{ role: "user", content: [{ type: "input_file", file_id: "file_1" }] }] }, 400, "input[0].content[0].type"],
   ["background without store", { background: true, store: false }, 400, "background"],
   ["top_logprobs without include", { top_logprobs: 3 }, 400, "top_logprobs"],
   ["an include Plinth cannot fill", { include: ["file_search_call.results"] }, 400, "include"],

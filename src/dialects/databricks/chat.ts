@@ -30,9 +30,25 @@ export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean, c
   };
 }
 
-/** A message's content items as the text a local model reads; what it cannot read is refused by name. */
-function itemsToText(items: ContentItem[], i: number, role: string): string {
-  const parts: string[] = [];
+/**
+ * A message's content items as OpenAI chat content: text when every item reads as text, else one
+ * part per item (so positions stay the client's) with images passed on for the engine to accept or
+ * refuse. What no engine here can read is refused by name.
+ */
+function itemsToContent(items: ContentItem[], i: number, role: string): string | ChatContentPart[] {
+  const texts = itemsToText(items.map((item) => (item.type === "image_url" ? { type: "text" as const, text: "" } : item)), i, role);
+  if (!items.some((item) => item.type === "image_url")) return texts.filter((t) => t !== null).join("\n");
+  if (role !== "user") throw unsupportedField(`messages[${i}].content[${items.findIndex((x) => x.type === "image_url")}]`, "is an image; images belong in user messages");
+  return items.map((item, j) =>
+    item.type === "image_url" ? { type: "image_url", image_url: { url: item.image_url.url, ...(item.image_url.detail !== undefined ? { detail: item.image_url.detail } : {}) } } : { type: "text", text: texts[j] ?? "" },
+  );
+}
+
+type ChatContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
+
+/** Each content item as the text a model reads (null: nothing to read); what it cannot read is refused by name. */
+function itemsToText(items: ContentItem[], i: number, role: string): Array<string | null> {
+  const parts: Array<string | null> = [];
   items.forEach((item, j) => {
     const at = `messages[${i}].content[${j}]`;
     if ("cache_control" in item && item.cache_control !== undefined)
@@ -44,6 +60,7 @@ function itemsToText(items: ContentItem[], i: number, role: string): string {
       case "reasoning":
         // Earlier turns' reasoning is not shown to the model again (as on every chat path here).
         if (role !== "assistant") throw badRequest(`${at}: reasoning content belongs to assistant messages.`, `${at}.type`);
+        parts.push(null);
         return;
       case "document": {
         const s = item.source;
@@ -64,14 +81,14 @@ function itemsToText(items: ContentItem[], i: number, role: string): string {
         return;
       }
       case "image_url":
-        throw unsupportedField(at, "is an image; the served model reads text only");
+        throw new Error("images are handled by itemsToContent");
       case "file":
         if (item.file.url !== undefined && item.file.file_data === undefined)
           throw unsupportedField(`${at}.file.url`, "is supported only for Gemini models; send file_data");
         throw unsupportedField(at, "is a file; the served model reads text only");
     }
   });
-  return parts.join("\n");
+  return parts;
 }
 
 /** Databricks' message rules, then the message as OpenAI's chat route takes it. */
@@ -84,7 +101,7 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
   if (m.tool_calls && m.role !== "assistant") throw badRequest(`messages[${i}].tool_calls belongs to assistant messages.`, `messages[${i}].tool_calls`);
   if (m.tool_calls && m.content != null)
     throw badRequest(`messages[${i}] has tool_calls, so its content must not be specified.`, `messages[${i}].content`);
-  const content = m.content == null ? undefined : typeof m.content === "string" ? m.content : itemsToText(m.content, i, m.role);
+  const content = m.content == null ? undefined : typeof m.content === "string" ? m.content : itemsToContent(m.content, i, m.role);
   switch (m.role) {
     case "system":
     case "user":

@@ -136,7 +136,8 @@ function toOpenAIItems(input: DatabricksResponsesRequest["input"], sealer: Seale
         typeof m.content === "string"
           ? m.content
           : m.content.map((b, j) => {
-              if (b.type === "input_image") throw unsupportedField(`${at}.content[${j}]`, "is an image; the served model reads text only");
+              // Images go on as they came; whether the served model can read them is its engine's call.
+              if (b.type === "input_image") return { type: b.type, image_url: b.image_url, ...(b.detail !== undefined ? { detail: b.detail } : {}) };
               if (b.type === "input_file") throw unsupportedField(`${at}.content[${j}]`, "is a file; the served model reads text only");
               return { type: b.type, text: b.text };
             });
@@ -260,7 +261,7 @@ class DatabricksResponseBuilder extends ResponseBuilder {
 export async function databricksResponses(body: DatabricksResponsesRequest, env: RouteEnv, routed: Routed, sealer: Sealer): Promise<RouteResult> {
   const reasons = modelReasons(env, routed.model);
   const { openai, items } = toOpenAIResponses(body, routed, reasons, sealer);
-  const { request } = responseToCanonical(openai, items);
+  const { request, fieldName } = responseToCanonical(openai, items);
   const echo = {
     instructions: body.instructions ?? null,
     max_output_tokens: body.max_output_tokens ?? null,
@@ -289,6 +290,6 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
       // Usage is in the stream only with stream_options.include_usage; a JSON answer always has it.
       { reasons, usage: !streamed || body.stream_options?.include_usage === true },
     );
-  const started = await startWithTruncation(env.service, { ...env.ctx }, request, env.signal, body.truncation === "auto");
+  const started = await startWithTruncation(env.service, { ...env.ctx }, request, env.signal, body.truncation === "auto", fieldName);
   return respondWithBuilder(streamed, builderFor, started.events, env.signal);
 }

@@ -1,5 +1,6 @@
+import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
-import type { GenerationRequest, Message } from "../../core/types.ts";
+import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
 
@@ -31,6 +32,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
+    wholeAnswer: body.stream !== true,
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
@@ -129,7 +131,7 @@ export function toMessage(m: ChatMessage, i: number): Message {
     case "developer":
       return { role: "system", content: flatten(m.content, i), name: m.name };
     case "user":
-      return { role: "user", content: flatten(m.content, i), name: m.name };
+      return { role: "user", ...userContent(m.content, i), name: m.name };
     case "assistant":
       if (m.function_call != null) throw unsupportedField(`messages[${i}].function_call`, "is deprecated; send tool_calls instead");
       if (m.audio != null) throw unsupportedField(`messages[${i}].audio`, "is not supported by this server");
@@ -146,24 +148,46 @@ export function toMessage(m: ChatMessage, i: number): Message {
   }
 }
 
-/** Text parts are joined by newlines (as vLLM does); anything else (images, audio, files) needs a capability this server lacks. */
+/** Text parts are joined by newlines (as vLLM does); anything else (images, audio, files) is refused here. */
 function flatten(content: string | Array<{ type: string; text?: unknown }>, i: number): string {
   if (typeof content === "string") return content;
-  return content
-    .map((part, j) => {
-      if (part.type === "text" && typeof part.text !== "string")
-        throw badRequest(
-          part.text === undefined
-            ? `messages[${i}].content[${j}].text is required: a text part carries its text as a string.`
-            : `messages[${i}].content[${j}].text must be a string.`,
-          `messages[${i}].content[${j}].text`,
-        );
-      if (part.type !== "text")
-        throw badRequest(
-          `messages[${i}].content[${j}] has type '${part.type}'; only text parts are supported by this server.`,
-          `messages[${i}].content[${j}].type`,
-        );
-      return part.text;
-    })
-    .join("\n");
+  return content.map((part, j) => textOf(part, i, j)).join("\n");
+}
+
+function textOf(part: { type: string; text?: unknown }, i: number, j: number): string {
+  if (part.type === "text" && typeof part.text !== "string")
+    throw badRequest(
+      part.text === undefined
+        ? `messages[${i}].content[${j}].text is required: a text part carries its text as a string.`
+        : `messages[${i}].content[${j}].text must be a string.`,
+      `messages[${i}].content[${j}].text`,
+    );
+  if (part.type === "image_url") throw badRequest(`messages[${i}].content[${j}] is an image; images belong in user messages.`, `messages[${i}].content[${j}]`);
+  if (part.type !== "text")
+    throw badRequest(`messages[${i}].content[${j}] has type '${part.type}'; only text and image_url parts are supported by this server.`, `messages[${i}].content[${j}].type`);
+  return part.text as string;
+}
+
+/**
+ * A user message may show images: they go into the canonical parts, and the engine decides
+ * whether its model can read them (a remote upstream may; a local text model refuses by position).
+ */
+function userContent(content: string | Array<{ type: string; text?: unknown }>, i: number): Pick<Message, "content" | "parts"> {
+  if (typeof content === "string") return { content };
+  return withParts(content.map((part, j): ContentPart => (part.type === "image_url" ? imagePart(part, `messages[${i}].content[${j}]`) : { type: "text", text: textOf(part, i, j) })));
+}
+
+const DETAILS = ["auto", "low", "high"];
+
+/** `{type: "image_url", image_url: {url, detail?}}`, checked field by field so nothing in it is lost. */
+function imagePart(part: Record<string, unknown>, at: string): ContentPart {
+  for (const key of Object.keys(part)) if (key !== "type" && key !== "image_url") throw unsupportedField(`${at}.${key}`, "is not a field of an image_url part");
+  const image = part.image_url as Record<string, unknown> | undefined;
+  if (image === null || typeof image !== "object" || Array.isArray(image))
+    throw badRequest(`${at}.image_url must be an object with a url.`, `${at}.image_url`);
+  for (const key of Object.keys(image)) if (key !== "url" && key !== "detail") throw unsupportedField(`${at}.image_url.${key}`, "is not a field of image_url");
+  if (typeof image.url !== "string" || image.url === "") throw badRequest(`${at}.image_url.url must be a non-empty string (an https: or data: URL).`, `${at}.image_url.url`);
+  if (image.detail !== undefined && !DETAILS.includes(image.detail as string))
+    throw badRequest(`${at}.image_url.detail must be one of ${DETAILS.join(", ")}.`, `${at}.image_url.detail`);
+  return { type: "image", url: image.url, ...(image.detail !== undefined ? { detail: image.detail as "auto" | "low" | "high" } : {}) };
 }

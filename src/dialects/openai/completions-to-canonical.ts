@@ -27,6 +27,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     cachePrompt: body.cache_prompt ?? true,
     logprobs: body.logprobs ?? undefined,
     echo: body.echo === true,
+    wholeAnswer: body.stream !== true,
   }));
   return { batch, namespace: isolationKey(body.user, body.cache_salt) };
 }

@@ -26,6 +26,8 @@ export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion
 function messageField(field: string): string {
   const args = /^toolCalls\[(\d+)\]\.arguments$/.exec(field);
   if (args) return `tool_calls[${args[1]}].function.arguments`;
+  const part = /^parts\[(\d+)\](.*)$/.exec(field);
+  if (part) return `content[${part[1]}]${part[2]}`;
   return snakeCasePath(field);
 }
 

@@ -1,4 +1,4 @@
-import { ApiError, badRequest } from "../../core/errors.ts";
+import { ApiError, badRequest, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
@@ -91,7 +91,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
   // Stored objects belong to the API key too; the request context carries the key separately.
   const ns = keyedStoreNamespace(env.ctx.apiKey, userNs);
   const input = await resolveInput(body, ns, deps);
-  const { request } = responseToCanonical(body, input.all as InputItem[]);
+  const { request, fieldName } = responseToCanonical(body, input.all as InputItem[], input.all.length - input.added.length);
   const ctx = { ...env.ctx, namespace: userNs || undefined };
   const store = body.store !== false;
   const include = new Set(body.include ?? []);
@@ -127,9 +127,9 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
       await deps.store.conversations.addItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
   };
 
-  if (body.background) return startBackground(body, env, deps, { ns, ctx, request, builderFor, persist, input });
+  if (body.background) return startBackground(body, env, deps, { ns, ctx, request, fieldName, builderFor, persist, input });
 
-  const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto");
+  const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto", fieldName);
   return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, (builder) => persist(builder, false));
 }
 
@@ -137,6 +137,7 @@ interface BackgroundSetup {
   ns: string;
   ctx: RouteEnv["ctx"];
   request: ReturnType<typeof responseToCanonical>["request"];
+  fieldName: ReturnType<typeof responseToCanonical>["fieldName"];
   builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
   persist: (builder: ResponseBuilder, created: boolean) => Promise<void>;
   input: ResolvedInput;
@@ -156,7 +157,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   });
   const id = builder.snapshot().id as string;
   run = deps.runs.add(id);
-  const started = await startWithTruncation(env.service, s.ctx, s.request, run.abort.signal, body.truncation === "auto").catch((err) => {
+  const started = await startWithTruncation(env.service, s.ctx, s.request, run.abort.signal, body.truncation === "auto", s.fieldName).catch((err) => {
     run!.end();
     throw err;
   });
@@ -277,8 +278,10 @@ export async function listInputItems(
 export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   const userNs = responsesNamespace(body);
   const input = await resolveInput(body, keyedStoreNamespace(env.ctx.apiKey, userNs), deps);
-  const { request } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[]);
-  const tokens = await env.service.measure({ ...env.ctx, namespace: userNs || undefined }, request);
+  const { request, fieldName } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[], input.all.length - input.added.length);
+  const tokens = await env.service.measure({ ...env.ctx, namespace: userNs || undefined }, request).catch((err) => {
+    throw withWireParam(err, fieldName);
+  });
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
 }
 

@@ -1,5 +1,5 @@
 import type { RequestContext } from "../../core/context.ts";
-import { ApiError, withWireParam } from "../../core/errors.ts";
+import { ApiError, type FieldNamer, withWireParam } from "../../core/errors.ts";
 import type { GenerationService, StartedGeneration } from "../../core/generation-service.ts";
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
@@ -19,6 +19,7 @@ export async function startWithTruncation(
   request: GenerationRequest,
   signal: AbortSignal,
   truncate: boolean,
+  fieldName: FieldNamer = responsesFieldName,
 ): Promise<StartedGeneration> {
   let req = request;
   for (;;) {
@@ -27,7 +28,7 @@ export async function startWithTruncation(
     } catch (err) {
       const overflow = err instanceof ApiError && err.code === "context_length_exceeded" && err.field === "prompt";
       const shorter = truncate && overflow ? dropOldestTurn(req) : undefined;
-      if (!shorter) throw withWireParam(err, responsesFieldName);
+      if (!shorter) throw withWireParam(err, fieldName);
       req = shorter;
     }
   }

@@ -1,6 +1,7 @@
 import { randomInt } from "node:crypto";
-import { badRequest, unsupportedField } from "../../core/errors.ts";
-import type { GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
+import { withParts } from "../../core/content-parts.ts";
+import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
+import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
 
@@ -17,17 +18,23 @@ const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined, xh
 export interface CanonicalResponse {
   request: GenerationRequest;
   namespace?: string;
+  /** This request's field names: like `responsesFieldName`, and a message's parts by input position. */
+  fieldName: FieldNamer;
 }
 
 /**
  * A Responses request, with its whole input already resolved (earlier responses, conversation
  * items and item references expanded into `items`), as a canonical chat request.
  */
-export function responseToCanonical(body: CreateResponseRequest, items: InputItem[]): CanonicalResponse {
+export function responseToCanonical(body: CreateResponseRequest, items: InputItem[], ownFrom = 0): CanonicalResponse {
   refuseUnsupported(body);
-  const messages = itemsToMessages(items);
+  const origins: Array<number | undefined> = [];
+  const messages = itemsToMessages(items, ownFrom, origins);
   // Instructions lead the prompt and are never carried over from an earlier response.
-  if (body.instructions) messages.unshift({ role: "system", content: body.instructions });
+  if (body.instructions) {
+    messages.unshift({ role: "system", content: body.instructions });
+    origins.unshift(undefined);
+  }
   if (messages.length === 0) throw badRequest("The request has no input; send 'input' or 'previous_response_id'.", "input");
   const logprobs = body.include?.includes("message.output_text.logprobs") ? (body.top_logprobs ?? 0) : undefined;
   const request: GenerationRequest = {
@@ -47,13 +54,30 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
     maxTokens: body.max_output_tokens ?? undefined,
     stop: [],
     n: 1,
+    // A background response's events are stored as they come and may be streamed from there.
+    wholeAnswer: body.stream !== true && body.background !== true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs,
     ...toolsToCanonical(body),
     responseFormat: responseFormat(body),
     ...reasoning(body),
   };
-  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, null) };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, null), fieldName: partFieldNamer(origins, body) };
+}
+
+/**
+ * Canonical message positions differ from input positions (instructions lead, calls merge into
+ * one assistant turn), so a part an engine refuses is named through the item it came from. Items
+ * of an earlier response are not in this request: the field that brought them in is named.
+ */
+function partFieldNamer(origins: Array<number | undefined>, body: CreateResponseRequest): FieldNamer {
+  return (field) => {
+    const m = /^prompt\.messages\[(\d+)\]\.parts\[(\d+)\](.*)$/.exec(field);
+    if (!m) return responsesFieldName(field);
+    const item = origins[Number(m[1])];
+    if (item === undefined) return body.previous_response_id ? "previous_response_id" : body.conversation ? "conversation" : "input";
+    return `input[${item}].content[${m[2]}]${m[3]}`;
+  };
 }
 
 /** Refusals that need nothing but the body; checked before any stored state is read. */
@@ -140,7 +164,7 @@ function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice
  * become tool messages; reasoning items are not re-rendered (the chat path does not render earlier
  * turns' reasoning either, so the prompt keeps the previous turn's prefix).
  */
-export function itemsToMessages(items: InputItem[]): Message[] {
+export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<number | undefined> = []): Message[] {
   const out: Message[] = [];
   const lastAssistant = (): Message => {
     const last = out.at(-1);
@@ -155,7 +179,10 @@ export function itemsToMessages(items: InputItem[]): Message[] {
       case "message": {
         const m = item as Extract<InputItem, { role: string }>;
         const role = m.role === "developer" ? "system" : m.role;
-        out.push({ role, content: flattenContent(m.content, `input[${i}].content`) });
+        // Positions are the client's only for this request's own items; earlier ones are its history.
+        const at = i >= ownFrom ? `input[${i - ownFrom}].content` : "input";
+        origins[out.length] = i >= ownFrom ? i - ownFrom : undefined;
+        out.push({ role, ...(role === "user" ? userContent(m.content, at) : { content: flattenContent(m.content, at) }) });
         return;
       }
       case "function_call":
@@ -169,7 +196,7 @@ export function itemsToMessages(items: InputItem[]): Message[] {
       case "function_call_output":
       case "custom_tool_call_output": {
         const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }> };
-        out.push({ role: "tool", content: typeof o.output === "string" ? o.output : flattenContent(o.output, `input[${i}].output`), toolCallId: o.call_id });
+        out.push({ role: "tool", content: typeof o.output === "string" ? o.output : flattenContent(o.output, i >= ownFrom ? `input[${i - ownFrom}].output` : "input"), toolCallId: o.call_id });
         return;
       }
       case "reasoning":
@@ -181,15 +208,38 @@ export function itemsToMessages(items: InputItem[]): Message[] {
   return out;
 }
 
-function flattenContent(content: string | Array<{ type: string; text?: unknown; refusal?: unknown }>, param: string): string {
+type WirePart = { type: string; text?: unknown; refusal?: unknown };
+
+function flattenContent(content: string | WirePart[], param: string): string {
   if (typeof content === "string") return content;
-  return content
-    .map((part, j) => {
-      if ((part.type === "input_text" || part.type === "output_text") && typeof part.text === "string") return part.text;
-      if (part.type === "refusal" && typeof part.refusal === "string") return part.refusal;
-      throw badRequest(`${param}[${j}] has type '${part.type}'; this server's models take text only.`, `${param}[${j}].type`);
-    })
-    .join("\n");
+  return content.map((part, j) => textOf(part, `${param}[${j}]`)).join("\n");
+}
+
+function textOf(part: WirePart, at: string): string {
+  if ((part.type === "input_text" || part.type === "output_text") && typeof part.text === "string") return part.text;
+  if (part.type === "refusal" && typeof part.refusal === "string") return part.refusal;
+  if (part.type === "input_image") throw badRequest(`${at} is an image; images belong in user messages.`, at);
+  throw badRequest(`${at} has type '${part.type}'; this server takes text and input_image parts only.`, `${at}.type`);
+}
+
+/** A user message's text and images; whether the model can read the images is the engine's call. */
+function userContent(content: string | WirePart[], param: string): Pick<Message, "content" | "parts"> {
+  if (typeof content === "string") return { content };
+  return withParts(content.map((part, j): ContentPart => (part.type === "input_image" ? inputImage(part, `${param}[${j}]`) : { type: "text", text: textOf(part, `${param}[${j}]`) })));
+}
+
+const DETAILS = ["auto", "low", "high"];
+
+/** `{type: "input_image", image_url, detail}`; a file_id would need a Files API this server lacks. */
+function inputImage(part: Record<string, unknown>, at: string): ContentPart {
+  for (const key of Object.keys(part)) {
+    if (key === "file_id") throw unsupportedField(`${at}.file_id`, "needs a Files API, which this server does not have; send image_url");
+    if (!["type", "image_url", "detail"].includes(key)) throw unsupportedField(`${at}.${key}`, "is not a field of an input_image part");
+  }
+  if (typeof part.image_url !== "string" || part.image_url === "")
+    throw badRequest(`${at}.image_url must be a non-empty string (an https: or data: URL).`, `${at}.image_url`);
+  if (part.detail != null && !DETAILS.includes(part.detail as string)) throw badRequest(`${at}.detail must be one of ${DETAILS.join(", ")}.`, `${at}.detail`);
+  return { type: "image", url: part.image_url, ...(part.detail != null ? { detail: part.detail as "auto" | "low" | "high" } : {}) };
 }
 
 /** Field names of this dialect for canonical fields (see core/errors.ts). */

@@ -71,6 +71,7 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     maxTokens: body.max_tokens ?? undefined,
     stop: normaliseStop(body.stop),
     n: 1,
+    wholeAnswer: body.stream !== true,
     cachePrompt: true,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
     ...tools(body),

@@ -4,6 +4,7 @@ import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import { refuseImages } from "../../core/content-parts.ts";
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
@@ -204,6 +205,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
     if (this.contexts.length === 0) throw embeddingOnlyModel(this.id);
+    if (req.prompt.kind === "chat") refuseImages(req.prompt.messages, this.id);
     // The reader relies on node-llama-cpp internals; a library that lacks them refuses logprobs.
     if (req.logprobs !== undefined && !logprobReaderSupported(this.sequences[0]))
       throw invalidField("Log probabilities are not available with this build of the inference engine.", "logprobs");
@@ -336,6 +338,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
+    if (prompt.kind === "chat") refuseImages(prompt.messages, this.id);
     // A prompt no request could use is not worth holding the event loop for.
     this.bound.check(prompt, this.contextSize);
     if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest).tokens;

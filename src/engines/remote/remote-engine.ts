@@ -1,8 +1,10 @@
 import { createHash } from "node:crypto";
 import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, ReplicaStatus } from "../../core/engine.ts";
+import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
+import { chatPromptBound } from "./prompt-bound.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
 import type { RemoteSource } from "./source.ts";
 import { chatBody, ChunkReader, completionBody, messagesToUpstream, refuseInexpressible, refusedByUpstream, UpstreamStreamError } from "./wire.ts";
@@ -20,11 +22,27 @@ interface RemotePrepared extends PreparedGeneration {
   /** Response headers shared with the request context: updated as replicas serve. */
   responseHeaders: Record<string, string>;
   /**
-   * The first choice's upstream request, already answered with 200 while preparing, so that what
-   * the upstream refuses is refused before the client's response starts. Taken by `generate`, or
-   * closed by `discard` when the request does not run.
+   * The first choice's upstream request, already streaming while preparing: the upstream answered
+   * 200 and sent its first output (or its end), so that what the upstream refuses is refused, and
+   * a replica that fails before its first token is failed over, before the client's response starts
+   * — the response head then names the replica that really serves. Taken by `generate`, or closed
+   * by `discard` when the request does not run.
    */
-  opened?: { lease: Lease; res: UpstreamResponse; seed: number };
+  opened?: Opened;
+  /** Which replica serves each choice (by its seed), for the response header. */
+  servedBy: Map<number, string>;
+}
+
+/** An upstream stream opened while preparing, read up to its first output. */
+interface Opened {
+  lease: Lease;
+  seed: number;
+  reader: ChunkReader;
+  /** The rest of the stream; `head` holds the chunks already read from it. */
+  chunks: AsyncGenerator<EngineChunk>;
+  head: EngineChunk[];
+  /** Cancels the upstream request (linked to the generation's signal once it runs). */
+  abort: AbortController;
 }
 
 /** What a pool-wide failure looks like to the client: try again later. */
@@ -56,6 +74,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   readonly slots: number;
   readonly embeddings?: Embedder;
   private hasTokenize: boolean | undefined;
+  /** The context the upstream's /tokenize last reported (its /v1/models may not say). */
+  private knownContext: number | undefined;
   private healthTimer?: NodeJS.Timeout;
   private readonly unsupported: ReadonlySet<string>;
 
@@ -103,8 +123,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const prefer = this.pool.choose(key);
     const responseHeaders: Record<string, string> = {};
     if (prefer) responseHeaders[UPSTREAM_HEADER] = prefer.name;
-    const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, promptTokens: 0, contextSize: undefined, formatStops: [] };
-    if (request.prompt.kind === "tokens" || this.hasTokenize === false) {
+    const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, servedBy: new Map(), promptTokens: 0, contextSize: undefined, formatStops: [] };
+    // An image's token cost depends on the upstream's vision encoder, which no text count knows,
+    // and tokenizers rarely take image parts: such prompts are left to the upstream's own check.
+    const images = request.prompt.kind === "chat" && hasImages(request.prompt.messages);
+    if (request.prompt.kind === "tokens" || this.hasTokenize === false || images || this.surelyFits(request)) {
       if (request.prompt.kind === "tokens") prep.promptTokens = request.prompt.tokens.length;
       prep.opened = await this.open(prep);
       return prep;
@@ -122,6 +145,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       throw counted.reason;
     }
     const contextSize = counted.value?.contextSize ?? this.info.contextSize;
+    if (counted.value?.contextSize !== undefined) this.knownContext = counted.value.contextSize;
     prep.promptTokens = counted.value?.count ?? 0;
     prep.contextSize = this.hasTokenize ? contextSize : undefined;
     const fits = prep.contextSize === undefined || prep.promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
@@ -135,14 +159,29 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   /**
-   * Sends the first choice upstream and waits for the response head, trying other replicas after
-   * failures that are not the client's. Upstreams check a request before they answer its head, so
-   * their refusals (context, features they lack) become a 400 here, before the client's stream
-   * starts. When every replica is busy this is left to `generate`, which waits its turn.
+   * Whether the prompt fits the upstream's known context without counting it: its upper bound
+   * (see prompt-bound.ts) and the budget together are within the context. The upstream still
+   * checks for itself, and reports the real count in its usage.
    */
-  private async open(prep: RemotePrepared): Promise<RemotePrepared["opened"]> {
+  private surelyFits(request: GenerationRequest): boolean {
+    const context = this.knownContext ?? this.info.contextSize;
+    if (context === undefined) return false;
+    const bound = chatPromptBound(request);
+    return bound !== undefined && bound + (request.maxTokens ?? 1) <= context;
+  }
+
+  /**
+   * Sends the first choice upstream and reads it up to its first output, trying other replicas
+   * after failures that are not the client's (an error status, a broken or silent stream).
+   * Upstreams check a request before they answer its head, so their refusals (context, features
+   * they lack) become a 400 here, before the client's response starts. When every replica is busy
+   * this is left to `generate`, which waits its turn.
+   */
+  private async open(prep: RemotePrepared): Promise<Opened | undefined> {
     const req = prep.request;
     const body = this.body(prep, req.sampling, req.maxTokens);
+    const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
+    const seed = req.sampling.seed >>> 0;
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
     for (let attempt = 0; attempt < this.source.attempts; attempt++) {
@@ -151,27 +190,31 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (this.pool.replicas.every((r) => tried.has(r) || r.state === "ejected")) throw unavailable(this.id, last);
         return undefined;
       }
-      this.noteReplica(prep, lease.replica, attempt);
+      this.noteReplica(prep, seed, lease.replica);
+      const reader = new ChunkReader(prep.mode);
+      const abort = new AbortController();
+      const chunks = this.stream(lease.replica, path, body, reader, abort.signal);
+      const head: EngineChunk[] = [];
       try {
-        const res = await call(this.url(lease.replica, prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions"), {
-          body,
-          headers: this.headers(),
-          headTimeoutMs: this.source.connectTimeoutMs,
-        });
-        if (res.status === 200) return { lease, res, seed: req.sampling.seed >>> 0 };
-        const failure = await statusFailure(res, lease.replica.name);
-        if (!failure.retryable) {
+        for (;;) {
+          const next = await chunks.next();
+          if (next.done) break;
+          head.push(next.value);
+          if (reader.sawOutput || next.value.kind === "end") break;
+        }
+        return { lease, seed, reader, chunks, head, abort };
+      } catch (err) {
+        abort.abort();
+        if (err instanceof ApiError) {
+          // The client's fault (a 4xx the upstream gave): the replica is fine.
           lease.success();
           lease.release();
-          throw refusedByUpstream(res.status, failure.body, upstreamMessage(failure.body) ?? failure.message, this.id);
+          throw err;
         }
-        throw failure;
-      } catch (err) {
-        if (!(err instanceof UpstreamFailure)) throw err;
         lease.failure();
         lease.release();
         tried.add(lease.replica);
-        last = err;
+        last = asFailure(err);
         await backoff(attempt);
       }
     }
@@ -183,7 +226,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const opened = prep.opened;
     prep.opened = undefined;
     if (!opened) return;
-    opened.res.body.destroy();
+    opened.abort.abort();
+    void opened.chunks.return(undefined);
     opened.lease.release();
   }
 
@@ -191,11 +235,13 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     return prep.mode === "chat" ? chatBody(prep.request, this.upstreamModel, sampling, maxTokens) : completionBody(prep.request, this.upstreamModel, sampling, maxTokens);
   }
 
-  /** Records in the response header which replicas served. */
-  private noteReplica(prep: RemotePrepared, replica: Replica, attempt: number): void {
-    const served = prep.responseHeaders[UPSTREAM_HEADER];
-    if (attempt === 0 || !served) prep.responseHeaders[UPSTREAM_HEADER] = replica.name;
-    else if (!served.split(", ").includes(replica.name)) prep.responseHeaders[UPSTREAM_HEADER] = `${served}, ${replica.name}`;
+  /**
+   * Records which replica a choice is on now, so the response header names the replicas that
+   * serve the choices (a failed attempt's replica is replaced by the one that took over).
+   */
+  private noteReplica(prep: RemotePrepared, seed: number, replica: Replica): void {
+    prep.servedBy.set(seed, replica.name);
+    prep.responseHeaders[UPSTREAM_HEADER] = [...new Set(prep.servedBy.values())].join(", ");
   }
 
   /**
@@ -275,29 +321,49 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
+    const seed = run.sampling.seed >>> 0;
     // The first choice takes the request opened while preparing (same seed, same budget).
-    let opened = prep.opened?.seed === run.sampling.seed ? prep.opened : undefined;
+    let opened = prep.opened?.seed === seed ? prep.opened : undefined;
     if (opened) prep.opened = undefined;
     for (let attempt = 0; ; attempt++) {
       let lease: Lease;
-      if (opened) lease = opened.lease;
-      else {
+      let reader: ChunkReader;
+      let chunks: AsyncGenerator<EngineChunk>;
+      let head: EngineChunk[] = [];
+      let stop: () => void = () => {};
+      if (opened) {
+        const o = opened;
+        ({ lease, reader, chunks, head } = o);
+        const onAbort = () => o.abort.abort(signal.reason);
+        if (signal.aborted) onAbort();
+        signal.addEventListener("abort", onAbort, { once: true });
+        stop = () => signal.removeEventListener("abort", onAbort);
+        opened = undefined;
+      } else {
         try {
           lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined);
         } catch (err) {
           if (err instanceof NoReplica) throw unavailable(this.id, last);
           throw err;
         }
-        this.noteReplica(prep, lease.replica, attempt === 0 && !prep.responseHeaders[UPSTREAM_HEADER] ? 0 : 1);
+        this.noteReplica(prep, seed, lease.replica);
+        reader = new ChunkReader(prep.mode);
+        chunks = this.stream(lease.replica, path, body, reader, signal);
       }
-      const reader = new ChunkReader(prep.mode);
-      const res = opened?.res;
-      opened = undefined;
+      // A whole answer is held back until its end, so a replica that dies midway is failed over
+      // like one that died before its first token: the client has seen nothing either way.
+      const held: EngineChunk[] | undefined = req.wholeAnswer ? [] : undefined;
       try {
-        for await (const chunk of this.stream(lease.replica, path, body, reader, signal, res)) {
+        for (const chunk of head) {
+          if (chunk.kind === "end") lease.success();
+          if (held && chunk.kind !== "end") held.push(chunk);
+          else yield* release(held, chunk);
+        }
+        for await (const chunk of chunks) {
           // The core stops reading at the end chunk, so success is recorded before it is handed over.
           if (chunk.kind === "end") lease.success();
-          yield chunk;
+          if (held && chunk.kind !== "end") held.push(chunk);
+          else yield* release(held, chunk);
         }
         return;
       } catch (err) {
@@ -307,15 +373,16 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           lease.success();
           throw err;
         }
-        const failure =
-          err instanceof UpstreamFailure ? err : new UpstreamFailure("protocol", err instanceof UpstreamStreamError ? err.message : `the upstream stream was malformed: ${(err as Error).message}`);
+        const failure = asFailure(err);
         lease.failure();
-        if (reader.sawOutput) throw brokeMidStream(this.id, failure);
+        if (reader.sawOutput && !held) throw brokeMidStream(this.id, failure);
         tried.add(lease.replica);
         last = failure;
         if (attempt + 1 >= this.source.attempts) throw unavailable(this.id, last);
         await backoff(attempt, signal);
       } finally {
+        stop();
+        void chunks.return(undefined);
         lease.release();
       }
     }
@@ -328,16 +395,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     body: unknown,
     reader: ChunkReader,
     signal: AbortSignal,
-    opened?: UpstreamResponse,
   ): AsyncGenerator<EngineChunk> {
-    let res: UpstreamResponse;
-    if (opened) {
-      res = opened;
-      const onAbort = () => res.body.destroy(new UpstreamFailure("aborted", "the request was cancelled"));
-      if (signal.aborted) onAbort();
-      signal.addEventListener("abort", onAbort, { once: true });
-      res.body.once("close", () => signal.removeEventListener("abort", onAbort));
-    } else res = await call(this.url(replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs, signal });
+    const res = await call(this.url(replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs, signal });
     if (res.status !== 200) {
       const failure = await statusFailure(res, replica.name);
       if (failure.retryable) throw failure;
@@ -474,6 +533,18 @@ export function affinityKey(req: GenerationRequest): string {
   else if (p.kind === "tokens") prefix = p.tokens.slice(0, 256).join(",");
   else prefix = p.prefix.slice(0, 1024);
   return `${ns}\u0000${p.kind}\u0000${prefix}`;
+}
+
+/** What was held back (if anything), then the chunk that ends it. */
+function* release(held: EngineChunk[] | undefined, last: EngineChunk): Generator<EngineChunk> {
+  if (held) yield* held.splice(0);
+  yield last;
+}
+
+/** Any error of an attempt that is not the client's fault, as a failure of the replica. */
+function asFailure(err: unknown): UpstreamFailure {
+  if (err instanceof UpstreamFailure) return err;
+  return new UpstreamFailure("protocol", err instanceof UpstreamStreamError ? err.message : `the upstream stream was malformed: ${(err as Error).message}`);
 }
 
 /** Jittered exponential back-off between attempts: about 25, 50, 100 ms …, at most 1 s. */

@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import type { EngineChunk } from "../../core/engine.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
-import type { GenerationRequest, Message, TokenLogprob } from "../../core/types.ts";
+import { imagesIn } from "../../core/content-parts.ts";
+import type { ContentPart, GenerationRequest, Message, TokenLogprob } from "../../core/types.ts";
 
 /**
  * The upstream's OpenAI-compatible HTTP, and only that: canonical requests become request bodies
@@ -40,19 +41,30 @@ export function refuseInexpressible(req: GenerationRequest, unsupported: Readonl
   lacks("reasoning", req.reasoning !== undefined);
   lacks("reasoning.budgetTokens", req.reasoning?.budgetTokens !== undefined);
   lacks("cacheKey", req.cacheKey !== undefined);
+  if (req.prompt.kind === "chat" && unsupported.has("images")) {
+    const first = imagesIn(req.prompt.messages).next();
+    if (!first.done)
+      throw invalidField(`{field} is an image; the upstream serving '${name}' reads text only.`, `prompt.messages[${first.value.message}].parts[${first.value.part}]`, "unsupported_content");
+  }
 }
 
 /** Messages in the upstream protocol's shape. */
 export function messagesToUpstream(messages: Message[]): UpstreamBody[] {
   return messages.map((m) => ({
     role: m.role,
-    content: m.role === "assistant" && m.content === "" && m.toolCalls?.length ? null : m.content,
+    content: m.parts ? m.parts.map(partToUpstream) : m.role === "assistant" && m.content === "" && m.toolCalls?.length ? null : m.content,
     ...(m.name ? { name: m.name } : {}),
     ...(m.toolCalls?.length
       ? { tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }
       : {}),
     ...(m.toolCallId ? { tool_call_id: m.toolCallId } : {}),
   }));
+}
+
+/** A content part as OpenAI-compatible servers (vLLM, SGLang, llama-server) read it. */
+function partToUpstream(p: ContentPart): UpstreamBody {
+  if (p.type === "text") return { type: "text", text: p.text };
+  return { type: "image_url", image_url: { url: p.url, ...(p.detail !== undefined ? { detail: p.detail } : {}) } };
 }
 
 /** Sampling and the fields chat and completions share; fields at their neutral value are left out. */

@@ -1,0 +1,51 @@
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+
+/**
+ * A stand-in upstream for checking what a router sends: a small real HTTP server that speaks just
+ * enough of OpenAI's API for a Plinth router to use it (GET /v1/models, /health, and streamed
+ * POST /v1/chat/completions), and records every chat body it receives. It has no /tokenize (404),
+ * as upstreams without one do. It is not a model: every answer is the same fixed text.
+ */
+export interface RecordingUpstream {
+  url: string;
+  /** Parsed bodies of the chat requests it received, oldest first. */
+  bodies: any[];
+  close(): Promise<void>;
+}
+
+export const RECORDED_ANSWER = "I see a picture.";
+
+export async function recordingUpstream(model = "vision"): Promise<RecordingUpstream> {
+  const state: RecordingUpstream = { url: "", bodies: [], close: async () => {} };
+  const server = http.createServer((req, res) => {
+    let raw = "";
+    req.on("data", (d: Buffer) => (raw += d.toString()));
+    req.on("end", () => {
+      if (req.method === "GET" && req.url === "/health") return void res.writeHead(200, { "content-type": "application/json" }).end('{"status":"ok"}');
+      if (req.method === "GET" && req.url === "/v1/models")
+        return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: [{ id: model, object: "model", owned_by: "test" }] }));
+      if (req.method === "POST" && req.url === "/v1/chat/completions") {
+        const body = JSON.parse(raw);
+        state.bodies.push(body);
+        const chunk = (delta: unknown, finish: string | null, usage?: unknown) =>
+          `data: ${JSON.stringify({ id: "chatcmpl-rec", object: "chat.completion.chunk", created: 0, model, choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(chunk({ role: "assistant", content: "" }, null));
+        res.write(chunk({ content: RECORDED_ANSWER }, null));
+        res.write(chunk({}, "stop"));
+        res.write(chunk(undefined, null, { prompt_tokens: 42, completion_tokens: 5, total_tokens: 47 }));
+        res.end("data: [DONE]\n\n");
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end('{"error":{"message":"not found","type":"not_found_error"}}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  state.close = async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  };
+  return state;
+}
