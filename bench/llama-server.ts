@@ -67,7 +67,9 @@ const round = (url: string, concurrency: number, maxTokens: number) =>
 export async function llamaServerBench(bin: string, modelPath: string, opts: { rounds: number; maxTokens: number; concurrency: number[]; ctx: number }) {
   const parallel = Math.max(...opts.concurrency);
   console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds:\n`);
-  const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel)]);
+  // BENCH_PLINTH_ARGS adds server flags (e.g. "--threads 2 --decode-contexts 1") to compare settings.
+  const extra = (process.env.BENCH_PLINTH_ARGS ?? "").split(/\s+/).filter(Boolean);
+  const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel), ...extra]);
   let llama: Awaited<ReturnType<typeof startLlamaServer>> | undefined;
   try {
     llama = await startLlamaServer(bin, modelPath, opts.ctx, parallel);

@@ -7,12 +7,12 @@ import { BatchGate } from "../../src/engines/llama-cpp/batch-gate.ts";
 function fakeContext() {
   const reached: string[] = [];
   const proto = {
-    async _decodeTokens(this: unknown, item: { name: string }) {
+    async _decodeTokens(this: unknown, item: { name: string; sequenceId?: number }) {
       reached.push(item.name);
       return item.name;
     },
   };
-  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string }) => Promise<string> };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId?: number }) => Promise<string> };
   return { context, reached };
 }
 
@@ -30,6 +30,18 @@ test("a step's decodes wait for every generating sequence, then go through toget
   const c = context._decodeTokens({ name: "c" });
   assert.deepEqual(reached, ["a", "b", "c"]);
   assert.deepEqual(await Promise.all([a, b, c]), ["a", "b", "c"]);
+  gate.dispose();
+});
+
+test("a step's decodes reach the batch in ascending sequence order, whatever order they came in", async () => {
+  // llama.cpp cuts a batch into micro-batches wherever the next token's sequence id is not the
+  // previous one's plus one, so arrival order would split one step into several decodes.
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  for (let i = 0; i < 4; i++) gate.enter();
+  const calls = [3, 0, 2, 1].map((id) => context._decodeTokens({ name: `s${id}`, sequenceId: id }));
+  assert.deepEqual(reached, ["s0", "s1", "s2", "s3"]);
+  assert.deepEqual(await Promise.all(calls), ["s3", "s0", "s2", "s1"]);
   gate.dispose();
 });
 
