@@ -31,7 +31,8 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
     else
       log(
         `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads` +
-          (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts)` : ")"),
+          (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts` : "") +
+          `; ${engine.runtime})`,
       );
     return engine;
   };

@@ -181,6 +181,16 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     return new LlamaCppEngine(opts, model, contexts, embedder(contexts[0].contextSize));
   }
 
+  /**
+   * Which llama.cpp binary runs the model, for the startup log: the package's prebuilt one, or one
+   * built on this machine (`npm run engine:build`), which is faster on the CPU (docs/benchmarks.md).
+   */
+  get runtime(): string {
+    const llama = this.model.llama;
+    const build = llama.buildType === "localBuild" ? "llama.cpp built on this machine" : "prebuilt llama.cpp";
+    return `${build}, ${llama.gpu === false ? "CPU" : llama.gpu}`;
+  }
+
   /** Generation contexts the sequences are spread over (0 for an embedding-only model). */
   get decodeContexts(): number {
     return this.contexts.length;
