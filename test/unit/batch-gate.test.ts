@@ -81,3 +81,35 @@ test("a single generating sequence is never held, and disposing restores the con
   gate.dispose();
   assert.equal(Object.hasOwn(context, "_decodeTokens"), false);
 });
+
+test("while a sequence prepares to join, the next step waits for it, so the context's lock comes free", async () => {
+  // node-llama-cpp's dispatch keeps the context's lock while decodes keep arriving; a newcomer's
+  // cache trim needs that lock. Holding the step back empties the queue, so the dispatch lets go.
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  gate.enter();
+  const joined = gate.join();
+  const a = context._decodeTokens({ name: "a", sequenceId: 0 });
+  const b = context._decodeTokens({ name: "b", sequenceId: 1 });
+  await new Promise((r) => setTimeout(r, 5));
+  assert.deepEqual(reached, [], "the step waits while the newcomer prepares");
+  joined();
+  assert.deepEqual(reached, ["a", "b"], "the step goes as soon as the newcomer is ready");
+  assert.deepEqual(await Promise.all([a, b]), ["a", "b"]);
+  gate.dispose();
+});
+
+test("a join that drags on holds a step only briefly", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  const joined = gate.join();
+  const started = performance.now();
+  assert.equal(await context._decodeTokens({ name: "a", sequenceId: 0 }), "a");
+  assert.deepEqual(reached, ["a"]);
+  // At most 100 ms (slack for a busy machine).
+  assert.ok(performance.now() - started < 1000);
+  joined();
+  gate.dispose();
+});

@@ -268,7 +268,15 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   async *generate(prepared: LlamaPrepared, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk> {
     const { slot, maxTokens } = run;
     const sequence = this.sequences[slot];
-    const cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
+    const gate = this.gates[laneOf(slot, this.lanes)];
+    // Preparing the cache takes the context's lock; the gate lets running steps give it up.
+    const joined = gate?.join();
+    let cached: number;
+    try {
+      cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
+    } finally {
+      joined?.();
+    }
     yield { kind: "cached", tokens: cached };
     let input = prepared.tokens.slice(cached);
     if (prepared.echo !== undefined) {
@@ -285,7 +293,6 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     }
 
     // From here on this sequence decodes every step; its context's gate waits for it.
-    const gate = this.gates[laneOf(slot, this.lanes)];
     gate?.enter();
     try {
       yield* this.decode(prepared, run, sequence, input, signal);
