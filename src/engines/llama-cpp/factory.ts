@@ -30,7 +30,7 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${s.threads} threads)`);
     else
       log(
-        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} threads` +
+        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} thread${s.threads === 1 ? "" : "s"}` +
           (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts` : "") +
           `; ${engine.runtime})`,
       );
