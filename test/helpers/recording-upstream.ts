@@ -4,27 +4,43 @@ import type { AddressInfo } from "node:net";
 /**
  * A stand-in upstream for checking what a router sends: a small real HTTP server that speaks just
  * enough of OpenAI's API for a Plinth router to use it (GET /v1/models, /health, and streamed
- * POST /v1/chat/completions), and records every chat body it receives. It has no /tokenize (404),
- * as upstreams without one do. It is not a model: every answer is the same fixed text.
+ * POST /v1/chat/completions), and records every chat body it receives and every path it is asked
+ * for. By default it has no /tokenize (404), as upstreams without one do; with `contextSize` it
+ * reports that context as `max_model_len` and answers a vLLM-style /tokenize whose count is the
+ * UTF-8 byte length of the messages' text (a stand-in tokenizer, never above the router's bound).
+ * It is not a model: every answer is the same fixed text.
  */
 export interface RecordingUpstream {
   url: string;
   /** Parsed bodies of the chat requests it received, oldest first. */
   bodies: any[];
+  /** "METHOD /path" of every request it received, oldest first. */
+  requests: string[];
   close(): Promise<void>;
 }
 
 export const RECORDED_ANSWER = "I see a picture.";
 
-export async function recordingUpstream(model = "vision"): Promise<RecordingUpstream> {
-  const state: RecordingUpstream = { url: "", bodies: [], close: async () => {} };
+export async function recordingUpstream(model = "vision", opts: { contextSize?: number } = {}): Promise<RecordingUpstream> {
+  const state: RecordingUpstream = { url: "", bodies: [], requests: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     let raw = "";
+    state.requests.push(`${req.method} ${req.url}`);
     req.on("data", (d: Buffer) => (raw += d.toString()));
     req.on("end", () => {
       if (req.method === "GET" && req.url === "/health") return void res.writeHead(200, { "content-type": "application/json" }).end('{"status":"ok"}');
-      if (req.method === "GET" && req.url === "/v1/models")
-        return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: [{ id: model, object: "model", owned_by: "test" }] }));
+      if (req.method === "GET" && req.url === "/v1/models") {
+        const entry = { id: model, object: "model", owned_by: "test", ...(opts.contextSize ? { max_model_len: opts.contextSize } : {}) };
+        return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: [entry] }));
+      }
+      if (req.method === "POST" && req.url === "/tokenize" && opts.contextSize) {
+        const body = JSON.parse(raw);
+        const text = body.messages ? body.messages.map((m: any) => (typeof m.content === "string" ? m.content : "")).join("") : String(body.prompt ?? "");
+        const count = Buffer.byteLength(text);
+        return void res
+          .writeHead(200, { "content-type": "application/json" })
+          .end(JSON.stringify({ count, max_model_len: opts.contextSize, tokens: Array.from({ length: count }, (_, i) => i) }));
+      }
       if (req.method === "POST" && req.url === "/v1/chat/completions") {
         const body = JSON.parse(raw);
         state.bodies.push(body);

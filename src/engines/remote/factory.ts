@@ -1,6 +1,7 @@
 import type { EngineFactory } from "../../core/engine-factory.ts";
 import { call, readJson } from "./http.ts";
 import { ReplicaPool } from "./pool.ts";
+import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
 import type { RemoteSource } from "./source.ts";
 
@@ -48,12 +49,15 @@ export function remoteFactory(): EngineFactory {
       throw new Error(`the upstream does not serve '${upstreamModel}' (it serves ${ids.join(", ")})`);
     }
     const entry = models.find((m) => String(m?.id) === upstreamModel) ?? {};
-    const contextSize = typeof entry.max_model_len === "number" && entry.max_model_len > 0 ? entry.max_model_len : undefined;
+    const llamaServer = isLlamaServerModel(entry);
+    const contextSize = typeof entry.max_model_len === "number" && entry.max_model_len > 0 ? entry.max_model_len : llamaServer ? llamaServerContext(entry) : undefined;
+    const lacks = llamaServer ? await llamaServerLacks(pool.replicas[0].url, headers, source.connectTimeoutMs) : [];
     const embedding = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
-    const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding });
+    const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks });
     log(
       `plinth: model '${spec.id}' ready: '${upstreamModel}' on ${pool.replicas.length} upstream replica(s), ` +
-        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}` : ""}`,
+        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}` : ""}` +
+        `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
     return engine;
   };

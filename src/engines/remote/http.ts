@@ -62,8 +62,25 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * A kept-alive socket the upstream had already closed (llama-server closes them after a few
+ * seconds idle, or after an error answer): the request never reached it, so it is safe to send
+ * again on another socket.
+ */
+class StaleSocket extends UpstreamFailure {}
+
 /** Sends a request and resolves once the response head is in (any status); the body is left to read. */
-export function call(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
+export async function call(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await callOnce(url, opts);
+    } catch (err) {
+      if (!(err instanceof StaleSocket) || attempt >= 3) throw err;
+    }
+  }
+}
+
+function callOnce(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
   return new Promise((resolve, reject) => {
     if (opts.signal?.aborted) return reject(new UpstreamFailure("aborted", "the request was cancelled"));
     const payload = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
@@ -92,7 +109,12 @@ export function call(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
       opts.headTimeoutMs,
     );
     opts.signal?.addEventListener("abort", onAbort, { once: true });
-    req.on("error", (err) => fail(new UpstreamFailure("connect", `cannot reach ${url.origin}: ${(err as NodeJS.ErrnoException).code ?? err.message}`)));
+    req.on("error", (err) => {
+      const code = (err as NodeJS.ErrnoException).code;
+      const message = `cannot reach ${url.origin}: ${code ?? err.message}`;
+      const stale = req.reusedSocket && (code === "ECONNRESET" || code === "EPIPE");
+      fail(stale ? new StaleSocket("connect", message) : new UpstreamFailure("connect", message));
+    });
     req.on("response", (res) => {
       if (settled) return void res.destroy();
       settled = true;
@@ -181,6 +203,7 @@ export function upstreamMessage(body: unknown): string | undefined {
 export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number; started: () => boolean }): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let buffer = "";
+  let complete = false;
   const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   try {
     for (;;) {
@@ -213,14 +236,33 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
           .map((l) => l.slice(5).replace(/^ /, ""))
           .join("\n");
         if (data === "") continue;
-        if (data === "[DONE]") return;
+        if (data === "[DONE]") {
+          complete = true;
+          return;
+        }
         yield data;
       }
     }
     if (buffer.trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
     throw new UpstreamFailure("protocol", "the upstream stream ended without [DONE]");
   } finally {
-    res.body.destroy();
+    // A stream read to its [DONE] is left to end by itself (only the body's last chunk is still
+    // to come), so its keep-alive socket goes back to the agent for the next request; destroying
+    // it would make every request pay a new connection to the upstream before it is sent.
+    if (complete) void drain(res, iterator);
+    else res.body.destroy();
+  }
+}
+
+/** Reads what is left of a finished body (through its iterator); one that does not end soon is torn down. */
+async function drain(res: UpstreamResponse, iterator: AsyncIterator<Buffer>): Promise<void> {
+  const timer = setTimeout(() => res.body.destroy(), 5_000);
+  try {
+    while (!(await iterator.next()).done);
+  } catch {
+    // A body that breaks after [DONE] lost nothing; its socket is gone either way.
+  } finally {
+    clearTimeout(timer);
   }
 }
 

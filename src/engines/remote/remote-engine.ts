@@ -4,6 +4,7 @@ import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
+import { llamaServerTokens, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
 import type { RemoteSource } from "./source.ts";
@@ -85,11 +86,18 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     readonly pool: ReplicaPool,
     /** The model's id on the upstream. */
     readonly upstreamModel: string,
-    private readonly info: { contextSize?: number; embedding?: { dimensions: number; pooling?: string } },
+    private readonly info: {
+      contextSize?: number;
+      embedding?: { dimensions: number; pooling?: string };
+      /** Which OpenAI-compatible server it is, where their protocols differ (see llama-server.ts). */
+      flavor?: "openai" | "llama-server";
+      /** Canonical features the upstream itself says it lacks (beside the operator's `unsupported`). */
+      lacks?: string[];
+    },
   ) {
     this.slots = pool.totalSlots;
     this.hasTokenize = source.tokenize ? undefined : false;
-    this.unsupported = new Set(source.unsupported);
+    this.unsupported = new Set([...source.unsupported, ...(info.lacks ?? [])]);
     if (info.embedding) this.embeddings = new RemoteEmbedder(this, info.embedding, info.contextSize);
     if (source.healthIntervalMs > 0) {
       this.healthTimer = setInterval(() => void this.checkHealth(), source.healthIntervalMs);
@@ -232,7 +240,17 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   private body(prep: RemotePrepared, sampling: GenerationRequest["sampling"], maxTokens: number | undefined) {
-    return prep.mode === "chat" ? chatBody(prep.request, this.upstreamModel, sampling, maxTokens) : completionBody(prep.request, this.upstreamModel, sampling, maxTokens);
+    const body = prep.mode === "chat" ? chatBody(prep.request, this.upstreamModel, sampling, maxTokens) : completionBody(prep.request, this.upstreamModel, sampling, maxTokens);
+    return this.info.flavor === "llama-server" ? toLlamaServerBody(body) : body;
+  }
+
+  private get llamaServer(): boolean {
+    return this.info.flavor === "llama-server";
+  }
+
+  /** llama-server's tokenizer endpoints, through the pool like every JSON call. */
+  private llamaTokens(prompt: PromptInput, addSpecial: boolean, prefer?: Replica): Promise<number[] | undefined> {
+    return llamaServerTokens((path, body) => this.request(path, body, prefer, true), prompt, addSpecial);
   }
 
   /**
@@ -249,6 +267,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * upstream without one is remembered, and the context check is left to it.
    */
   private async countTokens(prompt: PromptInput, prefer: Replica | undefined): Promise<{ count: number; contextSize?: number } | undefined> {
+    if (this.llamaServer) {
+      const tokens = await this.llamaTokens(prompt, true, prefer);
+      this.hasTokenize = tokens !== undefined;
+      return tokens && { count: tokens.length };
+    }
     const body = prompt.kind === "chat" ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages) } : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
     const json = (await this.request("/tokenize", body, prefer, true)) as any;
     if (json === undefined) return undefined;
@@ -285,7 +308,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (res.status === 200) {
           const json = await readJson(res);
           // A working tokenizer says little about generation: only real work clears failures.
-          if (!path.endsWith("tokenize")) lease.success();
+          if (!path.endsWith("tokenize") && path !== "/apply-template") lease.success();
           return json;
         }
         const failure = await statusFailure(res, lease.replica.name);
@@ -426,6 +449,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
     if (prompt.kind === "tokens") return prompt.tokens;
     if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
+    if (this.llamaServer) {
+      const tokens = await this.llamaTokens(prompt, addSpecial);
+      if (!tokens) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
+      return tokens;
+    }
     const body =
       prompt.kind === "chat"
         ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages), add_special_tokens: addSpecial }
@@ -438,6 +466,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
 
   async detokenize(tokens: number[]): Promise<string> {
     const json = (await this.request("/detokenize", { model: this.upstreamModel, tokens }, undefined, true)) as any;
+    // vLLM and Plinth answer `prompt`, llama-server `content`.
+    if (this.llamaServer && typeof json?.content === "string") return json.content;
     if (!json || typeof json.prompt !== "string")
       throw new ApiError(501, `The upstream serving '${this.id}' has no detokenizer endpoint.`, { code: "not_implemented" });
     return json.prompt;

@@ -210,7 +210,8 @@ export class ChunkReader {
     const choice = chunk.choices?.[0];
     if (!choice) return out;
     if (this.mode === "completion") {
-      const lp = legacyLogprobs(choice.logprobs);
+      // The legacy parallel arrays (vLLM, Plinth), or chat's entries (llama-server sends those here too).
+      const lp = legacyLogprobs(choice.logprobs) ?? chatLogprobs(choice.logprobs?.content);
       if (typeof choice.text === "string" && (choice.text !== "" || lp?.length)) {
         out.push({ kind: "text", text: choice.text, tokens: lp?.length ?? 1, ...(lp ? { logprobs: lp } : {}) });
       }
