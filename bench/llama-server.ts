@@ -8,57 +8,15 @@
  *
  * Building llama-server from the llama.cpp that node-llama-cpp bundles: see docs/benchmarks.md.
  */
-import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
+import { type LlamaServer, startLlamaServer } from "../test/helpers/llama-server.ts";
 import { startServerProcess } from "./server-process.ts";
 import { type ChatRound, chatRound } from "./sse-client.ts";
 import { fmt, median, percentile } from "./stats.ts";
 
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
 const PROMPT = "Tell me a long story about a king, a river and a city.";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function startLlamaServer(bin: string, modelPath: string, ctxPerSequence: number, parallel: number) {
-  const port = await freePort();
-  // -c is the whole KV cache, shared out over the slots.
-  const args = ["-m", modelPath, "--host", "127.0.0.1", "--port", String(port), "-np", String(parallel), "-c", String(ctxPerSequence * parallel)];
-  const child = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  child.stderr!.on("data", (d: Buffer) => {
-    log = (log + d.toString()).slice(-4000);
-  });
-  const exited = new Promise<never>((_, reject) => child.once("exit", (code) => reject(new Error(`llama-server exited (${code}): ${log}`))));
-  const url = `http://127.0.0.1:${port}`;
-  const ready = (async () => {
-    for (;;) {
-      const r = await fetch(`${url}/health`).catch(() => undefined);
-      if (r?.status === 200) return;
-      await new Promise((res) => setTimeout(res, 200));
-    }
-  })();
-  await Promise.race([ready, exited]);
-  exited.catch(() => {});
-  const stop = () =>
-    new Promise<void>((resolve) => {
-      if (child.exitCode !== null) return resolve();
-      child.once("exit", () => resolve());
-      child.kill("SIGTERM");
-    });
-  return { url, stop };
-}
-
 
 /** A round of `concurrency` streams of this benchmark's request. */
 const round = (url: string, concurrency: number, maxTokens: number) =>
@@ -70,9 +28,10 @@ export async function llamaServerBench(bin: string, modelPath: string, opts: { r
   // BENCH_PLINTH_ARGS adds server flags (e.g. "--threads 2 --decode-contexts 1") to compare settings.
   const extra = (process.env.BENCH_PLINTH_ARGS ?? "").split(/\s+/).filter(Boolean);
   const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel), ...extra]);
-  let llama: Awaited<ReturnType<typeof startLlamaServer>> | undefined;
+  let llama: LlamaServer | undefined;
   try {
-    llama = await startLlamaServer(bin, modelPath, opts.ctx, parallel);
+    // -c is the whole KV cache, shared out over the slots.
+    llama = await startLlamaServer(bin, modelPath, ["-np", String(parallel), "-c", String(opts.ctx * parallel)]);
     // One warm-up request each, so first-touch costs land in neither measurement.
     await round(plinth.url, 1, 8);
     await round(llama.url, 1, 8);
@@ -102,7 +61,7 @@ export async function llamaServerBench(bin: string, modelPath: string, opts: { r
     }
     console.log("\ntargets: tok/s ratio ≥ 1.0 at 1 and 8 streams; TTFT p50 ratio ≤ 1.0");
   } finally {
-    await llama?.stop();
+    await llama?.close();
     await plinth.stop();
   }
 }

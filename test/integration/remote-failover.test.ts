@@ -140,7 +140,16 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
   // The child decodes 4 requests at once; the rest of what the router sent it waits in its queue.
   const child = await spawnUpstream(a.modelPath, ["--parallel", "4"]);
   cleanup.push(() => child.close());
-  const r = await router([child.url, a.url, b.url], { balance: "least", "eject-after": "1", "eject-time": "30" });
+  // One request straight to the child first: a cold process on a busy machine can be slow enough
+  // on its first answer for the router to count a failure and eject it before the kill.
+  const warm = await fetch(`${child.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "warm up" }], max_tokens: 2 }),
+  });
+  assert.equal(warm.status, 200);
+  // Ejected after two failures: the kill makes many at once; one slow answer before it does not.
+  const r = await router([child.url, a.url, b.url], { balance: "least", "eject-after": "2", "eject-time": "30" });
   const dead = replicaOf(r, child.url);
   const TOTAL = 200;
   let streaming = 0;

@@ -1,4 +1,5 @@
 import assert from "../helpers/assert.ts";
+import { expectSchemaAnswers } from "../helpers/json-schema-check.ts";
 import { after, before, describe, test } from "node:test";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { type LlamaServer, startLlamaServer } from "../helpers/llama-server.ts";
@@ -130,21 +131,7 @@ describe("llama-server behind a Plinth router", { skip }, () => {
     assert.equal((await router.http.detokenize({ model: "ls", tokens: plain.tokens } as any)).prompt, "Hello world");
   });
 
-  test("json_schema: llama-server's grammar-constrained answer validates", async () => {
-    const schema = { type: "object", properties: { ok: { type: "boolean" }, n: { type: "integer", minimum: 0, maximum: 9 } }, required: ["ok", "n"], additionalProperties: false };
-    for (const seed of [1, 2]) {
-      const r = await router.http.chat({
-        model: "ls",
-        messages: [{ role: "user", content: "JSON please" }],
-        response_format: { type: "json_schema", json_schema: { name: "x", schema, strict: true } },
-        max_tokens: 60,
-        seed,
-      });
-      const value = JSON.parse(r.choices[0].message.content!);
-      assert.deepEqual(Object.keys(value).sort(), ["n", "ok"]);
-      assert.equal(typeof value.ok, "boolean");
-    }
-  });
+  test("json_schema: llama-server's grammar-constrained answer validates", () => expectSchemaAnswers(router.http, "ls"));
 
   test("repetition_penalty reaches llama-server under its own name (repeat_penalty)", async () => {
     const body = { messages, max_tokens: 40, temperature: 0, logit_bias: NO_EOG };
