@@ -113,3 +113,34 @@ test("a join that drags on holds a step only briefly", async () => {
   joined();
   gate.dispose();
 });
+
+test("sequences whose decode is still running are waited for, so a split step comes back together", async () => {
+  // A stand-in whose decodes finish only when the test says so.
+  const reached: string[] = [];
+  const finish: Array<() => void> = [];
+  const proto = {
+    _decodeTokens(this: unknown, item: { name: string; sequenceId: number }) {
+      reached.push(item.name);
+      return new Promise<string>((resolve) => finish.push(() => resolve(item.name)));
+    },
+  };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId: number }) => Promise<string> };
+  const gate = new BatchGate(context);
+  for (let i = 0; i < 4; i++) gate.enter();
+  // Two sequences went ahead (say, the hold ran out) and are decoding.
+  const first = [0, 1].map((id) => context._decodeTokens({ name: `a${id}`, sequenceId: id }));
+  await new Promise((r) => setTimeout(r, 40));
+  assert.deepEqual(reached, ["a0", "a1"]);
+  // The other two arrive while that decode runs: they wait for it instead of forming a batch of their own.
+  const second = [2, 3].map((id) => context._decodeTokens({ name: `b${id}`, sequenceId: id }));
+  await new Promise((r) => setTimeout(r, 40));
+  assert.deepEqual(reached, ["a0", "a1"], "held while the other two are still decoding");
+  for (const f of finish.splice(0)) f();
+  await Promise.all(first);
+  // The first two come back and ask again: all four go through as one step.
+  const third = [0, 1].map((id) => context._decodeTokens({ name: `c${id}`, sequenceId: id }));
+  assert.deepEqual(reached, ["a0", "a1", "c0", "c1", "b2", "b3"]);
+  for (const f of finish.splice(0)) f();
+  await Promise.all([...second, ...third]);
+  gate.dispose();
+});
