@@ -119,28 +119,52 @@ test("sequences whose decode is still running are waited for, so a split step co
   const reached: string[] = [];
   const finish: Array<() => void> = [];
   const proto = {
-    _decodeTokens(this: unknown, item: { name: string; sequenceId: number }) {
+    _decodeTokens(this: unknown, item: { name: string; sequenceId: number; tokens: number[] }) {
       reached.push(item.name);
       return new Promise<string>((resolve) => finish.push(() => resolve(item.name)));
     },
   };
-  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId: number }) => Promise<string> };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId: number; tokens: number[] }) => Promise<string> };
   const gate = new BatchGate(context);
   for (let i = 0; i < 4; i++) gate.enter();
   // Two sequences went ahead (say, the hold ran out) and are decoding.
-  const first = [0, 1].map((id) => context._decodeTokens({ name: `a${id}`, sequenceId: id }));
+  const first = [0, 1].map((id) => context._decodeTokens({ name: `a${id}`, sequenceId: id, tokens: [7] }));
   await new Promise((r) => setTimeout(r, 40));
   assert.deepEqual(reached, ["a0", "a1"]);
   // The other two arrive while that decode runs: they wait for it instead of forming a batch of their own.
-  const second = [2, 3].map((id) => context._decodeTokens({ name: `b${id}`, sequenceId: id }));
+  const second = [2, 3].map((id) => context._decodeTokens({ name: `b${id}`, sequenceId: id, tokens: [7] }));
   await new Promise((r) => setTimeout(r, 40));
   assert.deepEqual(reached, ["a0", "a1"], "held while the other two are still decoding");
   for (const f of finish.splice(0)) f();
   await Promise.all(first);
   // The first two come back and ask again: all four go through as one step.
-  const third = [0, 1].map((id) => context._decodeTokens({ name: `c${id}`, sequenceId: id }));
+  const third = [0, 1].map((id) => context._decodeTokens({ name: `c${id}`, sequenceId: id, tokens: [7] }));
   assert.deepEqual(reached, ["a0", "a1", "c0", "c1", "b2", "b3"]);
   for (const f of finish.splice(0)) f();
   await Promise.all([...second, ...third]);
+  gate.dispose();
+});
+
+test("a prompt being decoded does not hold a generating sequence back", async () => {
+  // A long prompt spans several batches; the generating sequence must keep getting a token into
+  // each of them rather than wait for the whole prompt.
+  const reached: string[] = [];
+  const proto = {
+    _decodeTokens(this: unknown, item: { name: string; sequenceId: number; tokens: number[] }) {
+      reached.push(item.name);
+      return item.tokens.length > 1 ? new Promise<string>(() => {}) : Promise.resolve(item.name);
+    },
+  };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId: number; tokens: number[] }) => Promise<string> };
+  const gate = new BatchGate(context);
+  gate.enter();
+  gate.enter();
+  void context._decodeTokens({ name: "prompt", sequenceId: 0, tokens: Array.from({ length: 500 }, (_, i) => i) });
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(reached, ["prompt"]);
+  const started = performance.now();
+  assert.equal(await context._decodeTokens({ name: "step", sequenceId: 1, tokens: [7] }), "step");
+  // Only the usual hold (at most 20 ms; slack for a busy machine).
+  assert.ok(performance.now() - started < 500);
   gate.dispose();
 });

@@ -39,7 +39,7 @@ export class BatchGate {
   private joining = 0;
   /** A step held back while someone joins, and the timer that lets it go if the join drags on. */
   private parked: NodeJS.Timeout | undefined;
-  /** Decodes let through whose results have not come back yet. */
+  /** Generation steps (one-token decodes) let through whose results have not come back yet. */
   private inFlight = 0;
   /** Smoothed time from letting a step through to its first result coming back. */
   private stepMs = 10;
@@ -55,22 +55,26 @@ export class BatchGate {
       writable: true,
       value: (...args: unknown[]) =>
         new Promise((resolve, reject) => {
-          const sequenceId = (args[0] as { sequenceId?: unknown } | undefined)?.sequenceId;
+          const item = args[0] as { sequenceId?: unknown; tokens?: unknown } | undefined;
+          const sequenceId = item?.sequenceId;
+          // Only a generation step (one token) is waited for while in flight. A prompt may span many
+          // batches, and the others must keep decoding a token per batch beside it, not stall.
+          const step = Array.isArray(item?.tokens) && item.tokens.length <= 1 ? 1 : 0;
           this.held.push({
             sequenceId: typeof sequenceId === "number" ? sequenceId : Number.MAX_SAFE_INTEGER,
             go: () => {
               const started = performance.now();
-              this.inFlight++;
+              this.inFlight += step;
               original.apply(context, args).then(
                 (value) => {
-                  this.inFlight--;
+                  this.inFlight -= step;
                   this.observe(performance.now() - started);
                   resolve(value);
                   // Those held for this one now wait only the usual hold for its next decode.
                   this.check();
                 },
                 (err: unknown) => {
-                  this.inFlight--;
+                  this.inFlight -= step;
                   reject(err);
                   this.check();
                 },
