@@ -11,7 +11,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { defaultThreads } from "../src/config/schema.ts";
+import { serverDefaultThreads } from "./threads.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { streamChat } from "./sse-client.ts";
@@ -29,7 +29,7 @@ const modelPath = await ensureFixtureModel(BENCH_SPEC, fileURLToPath(new URL("./
 // Inherited by the two server processes started below (this process has already started).
 process.env.PLINTH_TRACE_DIR = traceDir;
 process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ""} --import ${fileURLToPath(new URL("./router-trace.mjs", import.meta.url))}`;
-const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(defaultThreads(cpus().length)), "--ctx-size", "512", "--parallel", "8"]);
+const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(await serverDefaultThreads(cpus().length)), "--ctx-size", "512", "--parallel", "8"]);
 const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0", ...(process.env.PROFILE_ROUTER_ARGS?.split(" ").filter(Boolean) ?? [])]);
 const wall: { direct: number[]; routed: Array<{ sent: number; first: number }> } = { direct: [], routed: [] };
 try {

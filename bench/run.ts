@@ -9,7 +9,7 @@
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { getLlama, type LlamaContextSequence, LlamaLogLevel, type Token } from "node-llama-cpp";
-import { defaultThreads } from "../src/config/schema.ts";
+import { serverDefaultThreads } from "./threads.ts";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
@@ -151,7 +151,7 @@ async function main() {
   console.log(`model: ${spec.name} (${modelPath}), ready in ${fmt((performance.now() - genStart) / 1000)} s`);
   console.log(`${cores} cores, context ${CTX}/sequence, ${MAX_TOKENS} tokens per request, greedy, ${ROUNDS} rounds\n`);
   // `npm run bench -- --router`: only the scale-out overhead.
-  if (args.has("--router")) return routerBench(modelPath, defaultThreads(cores), ROUNDS, MAX_TOKENS);
+  if (args.has("--router")) return routerBench(modelPath, await serverDefaultThreads(cores), ROUNDS, MAX_TOKENS);
 
   const raw = await rawDecoder(modelPath);
   try {
@@ -186,8 +186,8 @@ async function main() {
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
   await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
   await tenancyBench(modelPath, ROUNDS);
-  await routerBench(modelPath, defaultThreads(cores), ROUNDS, MAX_TOKENS);
-  await embeddingsBenchmark(modelPath, defaultThreads(cores));
+  await routerBench(modelPath, await serverDefaultThreads(cores), ROUNDS, MAX_TOKENS);
+  await embeddingsBenchmark(modelPath, await serverDefaultThreads(cores));
 }
 
 await main();

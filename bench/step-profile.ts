@@ -12,14 +12,15 @@ import { availableParallelism, loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import type { GenerationRequest } from "../src/core/types.ts";
-import { defaultThreads } from "../src/config/schema.ts";
+import { serverDefaultThreads } from "./threads.ts";
 import { LlamaCppEngine } from "../src/engines/llama-cpp/llama-engine.ts";
 import { defaultDecodeContexts } from "../src/engines/llama-cpp/runtime.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS } from "../test/fixtures/models.ts";
 import { fmt, median } from "./stats.ts";
 
 const STREAMS = (process.env.PROFILE_STREAMS ?? "1,8").split(",").map(Number);
-const VARIANTS = (process.env.PROFILE_VARIANTS ?? `${defaultThreads()}:${defaultDecodeContexts(availableParallelism(), defaultThreads())}`)
+const DEFAULT_THREADS = await serverDefaultThreads();
+const VARIANTS = (process.env.PROFILE_VARIANTS ?? `${DEFAULT_THREADS}:${defaultDecodeContexts(availableParallelism(), DEFAULT_THREADS)}`)
   .split(",")
   .map((v) => v.split(":").map(Number) as [number, number, number?]);
 const TOKENS = Number(process.env.PROFILE_TOKENS ?? 96);

@@ -71,7 +71,7 @@ export function defaultEngines(config: PlinthConfig): EngineFactories {
 export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promise<RunningServer> {
   const log = hooks.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const specs = [...modelSpecs(config), ...upstreamSpecs(config)];
-  if (config.threads > availableParallelism())
+  if (config.threads !== undefined && config.threads > availableParallelism())
     log(`plinth: using ${availableParallelism()} threads; only ${availableParallelism()} cores are available`);
   const engines = hooks.engines ?? defaultEngines(config);
 

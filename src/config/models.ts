@@ -10,7 +10,7 @@ import type { ModelEntry, PlinthConfig, UpstreamEntry } from "./schema.ts";
 export function modelSpecs(config: PlinthConfig): Array<ModelSpec & { source: ModelSource }> {
   // A server that only fronts upstreams has no local model, not the default one.
   const entries: ModelEntry[] = config.model.length > 0 ? config.model : config.upstream.length > 0 ? [] : [DEFAULT_MODEL];
-  const threads = Math.min(config.threads, availableParallelism());
+  const threads = config.threads === undefined ? undefined : Math.min(config.threads, availableParallelism());
   return entries.map((entry) => {
     const own: Partial<Exclude<ModelEntry, string>> = typeof entry === "string" ? {} : entry;
     const arg = typeof entry === "string" ? entry : entry.name ? `${entry.name}=${entry.source}` : entry.source;

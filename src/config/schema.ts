@@ -3,18 +3,6 @@ import os from "node:os";
 import path from "node:path";
 import { z } from "zod";
 
-/**
- * llama.cpp's CPU threads by default: one core fewer than the machine has, so the JavaScript thread
- * (HTTP, streaming, sampling hand-offs) keeps a core of its own. The prebuilt engine synchronises its
- * threads with spinning barriers, so a decode thread that loses its core to anything else stalls the
- * others: on a 2-core VM one thread decodes ~2x faster than two, and 20-100x faster once other work
- * shares the machine (docs/benchmarks.md, "Where a decode step's time goes").
- */
-export function defaultThreads(cores = availableParallelism()): number {
-  return Math.max(1, cores - 1);
-}
-
-
 /** The user's data directory: $XDG_DATA_HOME/plinth, else ~/.local/share/plinth. */
 export function defaultDataDir(): string {
   return path.join(process.env.XDG_DATA_HOME || path.join(os.homedir(), ".local", "share"), "plinth");
@@ -112,7 +100,8 @@ export const configSchema = z.object({
   "embedding-contexts": z.int().min(1).max(64).default(2),
   /** Generation contexts per model that share its sequences; unset: cores / threads on the CPU (engines/llama-cpp/runtime.ts), 1 on a GPU. */
   "decode-contexts": z.int().min(1).max(64).optional(),
-  threads: z.int().min(1).default(() => defaultThreads()),
+  /** llama.cpp CPU threads per context; unset: by the engine binary (engines/llama-cpp/runtime.ts defaultThreads). */
+  threads: z.int().min(1).optional(),
   gpu: z.enum(["auto", "off", "cuda", "vulkan", "metal"]).default("auto"),
   "body-limit": z.int().min(1024).default(16 * 1024 * 1024),
   /** Origins allowed to call from a browser (CORS); "*" allows any; none: CORS off. */

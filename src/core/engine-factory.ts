@@ -20,7 +20,8 @@ export interface ModelSettings {
   parallel: number;
   /** Prompt format override, by name; undefined: the model's own template. */
   chatWrapper?: string;
-  threads: number;
+  /** CPU threads per context; undefined: the engine's own choice. */
+  threads?: number;
   gpu: string;
   embeddingContexts: number;
   /** Contexts the generation sequences are spread over; undefined: the engine's own choice. */

@@ -27,10 +27,10 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       cacheMinTokens: s.cacheMinTokens,
     });
     if (engine.slots === 0)
-      log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${s.threads} threads)`);
+      log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${engine.threads} threads)`);
     else
       log(
-        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${s.threads} thread${s.threads === 1 ? "" : "s"}` +
+        `plinth: model '${spec.id}' ready (context ${engine.contextSize} x ${s.parallel} sequences, ${engine.threads} thread${engine.threads === 1 ? "" : "s"}` +
           (engine.decodeContexts > 1 ? ` in each of ${engine.decodeContexts} decode contexts` : "") +
           `; ${engine.runtime})`,
       );

@@ -9,7 +9,7 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
-import { defaultDecodeContexts, getRuntime, type GpuChoice } from "./runtime.ts";
+import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate } from "./batch-gate.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
@@ -36,7 +36,8 @@ export interface LlamaEngineOptions {
   /** Per-sequence context; undefined = the model's trained size, capped at 4096. */
   contextSize?: number;
   parallel: number;
-  threads: number;
+  /** CPU threads per context; undefined: defaultThreads for the engine binary. */
+  threads?: number;
   gpu: GpuChoice;
   /** Bytes of RAM for saved prompt states; 0 keeps only what the sequences themselves hold. */
   cacheRam?: number;
@@ -108,6 +109,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly constraints: ConstraintPlanner;
   readonly embeddings?: LlamaEmbedder;
   private readonly fingerprint: string;
+  /** CPU threads per context, as resolved for the engine binary. */
+  readonly threads: number;
 
   private constructor(
     opts: LlamaEngineOptions,
@@ -117,6 +120,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     embeddings: LlamaEmbedder | undefined,
   ) {
     this.id = opts.id;
+    this.threads = opts.threads ?? 1;
     this.lanes = Math.max(1, contexts.length);
     this.slots = contexts.length > 0 ? opts.parallel : 0;
     this.sequences = contexts.length > 0 ? Array.from({ length: opts.parallel }, (_, slot) => contexts[laneOf(slot, this.lanes)].getSequence()) : [];
@@ -134,11 +138,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
-    const configuredLanes = opts.decodeContexts ?? defaultDecodeContexts(availableParallelism(), opts.threads);
+    // The defaults depend on the binary the runtime runs on (runtime.ts).
+    const build = engineBuild(await getRuntime({ gpu: opts.gpu, threads: 1 }));
+    const threads = opts.threads ?? defaultThreads(availableParallelism(), build);
+    const configuredLanes = opts.decodeContexts ?? defaultDecodeContexts(availableParallelism(), threads);
     // The runtime's thread budget covers every lane: node-llama-cpp makes a context wait for threads
     // another context holds, which would put the lanes back in single file. (It is one runtime per
     // process, so the budget must not depend on a model's own settings.)
-    const llama = await getRuntime({ gpu: opts.gpu, threads: opts.threads * configuredLanes });
+    const llama = await getRuntime({ gpu: opts.gpu, threads: threads * configuredLanes });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
     const model = await llama.loadModel({ modelPath: opts.modelPath });
     const trained = model.trainContextSize;
@@ -147,13 +154,13 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const embedder = (size: number) =>
       LlamaEmbedder.create(
         model,
-        { contexts: opts.embeddingContexts ?? 2, contextSize: size, threads: opts.threads },
+        { contexts: opts.embeddingContexts ?? 2, contextSize: size, threads },
         traits,
         vocabularySize(model),
       );
     if (traits.embeddingOnly) {
       // No generation context at all, and no stretching past the trained length (BERT's positions are learned).
-      return new LlamaCppEngine(opts, model, [], embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
+      return new LlamaCppEngine({ ...opts, threads }, model, [], embedder(trained > 0 ? Math.min(contextSize, trained) : contextSize));
     }
     // A GPU runs one decode at a time anyway; extra contexts would only cost memory there.
     const lanes = llama.gpu === false ? cpuLanes : Math.min(opts.parallel, opts.decodeContexts ?? 1);
@@ -165,7 +172,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
           await model.createContext({
             contextSize,
             sequences,
-            threads: opts.threads,
+            threads,
             ...(opts.batchSize ? { batchSize: opts.batchSize } : {}),
             // Without a fixed size the library may shrink the context to fit memory; a silently smaller
             // context would turn into surprising 400s, so creation fails loudly instead.
@@ -178,7 +185,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       throw err;
     }
     // Embedding inputs get the same room as prompts.
-    return new LlamaCppEngine(opts, model, contexts, embedder(contexts[0].contextSize));
+    return new LlamaCppEngine({ ...opts, threads }, model, contexts, embedder(contexts[0].contextSize));
   }
 
   /**
@@ -187,8 +194,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
    */
   get runtime(): string {
     const llama = this.model.llama;
-    const build = llama.buildType === "localBuild" ? "llama.cpp built on this machine" : "prebuilt llama.cpp";
-    return `${build}, ${llama.gpu === false ? "CPU" : llama.gpu}`;
+    const build = engineBuild(llama);
+    const name = build.decodeThread ? "llama.cpp built on this machine, one decode thread" : build.local ? "llama.cpp built on this machine" : "prebuilt llama.cpp";
+    return `${name}, ${llama.gpu === false ? "CPU" : llama.gpu}`;
   }
 
   /** Generation contexts the sequences are spread over (0 for an embedding-only model). */

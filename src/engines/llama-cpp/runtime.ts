@@ -1,3 +1,6 @@
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 
 export type GpuChoice = "auto" | "off" | "cuda" | "vulkan" | "metal";
@@ -26,12 +29,56 @@ export async function getRuntime(opts: { gpu: GpuChoice; threads: number }): Pro
   return llama;
 }
 
+/** Which llama.cpp binary a runtime runs on (see `npm run engine:build`, scripts/engine-build.mjs). */
+export interface EngineBuild {
+  /** Built on this machine rather than node-llama-cpp's prebuilt binary. */
+  local: boolean;
+  /** Every decode and sampling of the process runs on one native thread (Plinth's addon edit). */
+  decodeThread: boolean;
+}
+
+export function engineBuild(llama: Llama): EngineBuild {
+  const local = llama.buildType === "localBuild";
+  return { local, decodeThread: local && llama.gpu === false && hasDecodeThreadMarker() };
+}
+
+let marker: boolean | undefined;
+
+/** The marker scripts/engine-build.mjs leaves next to a build that has the decode thread. */
+function hasDecodeThreadMarker(): boolean {
+  if (marker !== undefined) return marker;
+  try {
+    let dir = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
+    while (!fs.existsSync(path.join(dir, "llama", "localBuilds")) && path.dirname(dir) !== dir) dir = path.dirname(dir);
+    const version = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).version;
+    const info = JSON.parse(fs.readFileSync(path.join(dir, "llama", "localBuilds", "plinth-engine.json"), "utf8"));
+    marker = info.decodeThread === true && info.nodeLlamaCpp === version;
+  } catch {
+    marker = false;
+  }
+  return marker;
+}
+
+/**
+ * llama.cpp's CPU threads per context when not set. With the decode thread (engine:build), all the
+ * cores: one OpenMP team does every decode, and the JavaScript thread's work falls between decodes
+ * (on 2 cores, 124-136 tok/s for one stream against 85-88 at one thread; docs/benchmarks.md). Else
+ * one core fewer than the machine has, so the JavaScript thread keeps a core of its own: the prebuilt
+ * engine synchronises its threads with barriers that only spin, so a decode thread that loses its
+ * core to anything else stalls the others (on a 2-core VM one thread decoded ~2x faster than two,
+ * and 20-100x faster once other work shared the machine; docs/benchmarks.md).
+ */
+export function defaultThreads(cores: number, build: EngineBuild): number {
+  return build.decodeThread ? cores : Math.max(1, cores - 1);
+}
+
 /**
  * Generation contexts per model on the CPU, when not set: as many as the cores hold at `threads`
  * each. Sequences are spread over them, and each context decodes its own batch on its own thread, so
  * the cores work side by side without the spinning barriers that one context with more threads needs
  * (on 2 cores: two 1-thread contexts, measured in docs/benchmarks.md). With the default thread count
- * that is 2 on a 2-core machine and 1 from 3 cores up.
+ * that is 2 on a 2-core machine and 1 from 3 cores up with the prebuilt engine, and 1 with the decode
+ * thread, where all of a process's decodes take turns on one thread anyway.
  */
 export function defaultDecodeContexts(cores: number, threads: number): number {
   return Math.max(1, Math.floor(cores / Math.max(1, threads)));

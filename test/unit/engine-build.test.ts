@@ -1,0 +1,43 @@
+import fs from "node:fs";
+import path from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { defaultDecodeContexts, defaultThreads } from "../../src/engines/llama-cpp/runtime.ts";
+// @ts-expect-error: a plain ES module of the build script, without types
+import { patchAddonContext } from "../../scripts/engine/addon-edits.mjs";
+import assert from "../helpers/assert.ts";
+
+function installedAddonContext(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
+  while (!fs.existsSync(path.join(dir, "llama", "addon"))) dir = path.dirname(dir);
+  return fs.readFileSync(path.join(dir, "llama", "addon", "AddonContext.cpp"), "utf8");
+}
+
+test("engine:build's edits apply to the installed node-llama-cpp addon: decode and sampling go through the decode thread", () => {
+  const source = installedAddonContext();
+  const edit = patchAddonContext(source) as { text?: string; error?: string };
+  assert.equal(edit.error, undefined);
+  const text = edit.text!;
+  assert.ok(text.includes('#include "plinth-decode-thread.h"'));
+  // The one llama_decode call of the addon, now inside the decode thread's job.
+  assert.equal(text.split("llama_decode(").length - 1, 1);
+  assert.ok(/plinth::onDecodeThread\(\[&\] \{\s*r = llama_decode\(ctx->ctx, ctx->batch\);/.test(text));
+  assert.ok(text.includes("plinth::onDecodeThread([&] { SampleToken(); });"));
+  // Applying them to something else fails by name instead of building a half-edited addon.
+  assert.match(patchAddonContext(source.replace("SampleToken();", "sample();")).error, /the sampling/);
+});
+
+test("default threads and decode contexts follow the engine binary", () => {
+  const prebuilt = { local: false, decodeThread: false };
+  const built = { local: true, decodeThread: true };
+  // Prebuilt: a core left for the JavaScript thread, the rest spread over single-threaded contexts.
+  assert.equal(defaultThreads(2, prebuilt), 1);
+  assert.equal(defaultDecodeContexts(2, defaultThreads(2, prebuilt)), 2);
+  assert.equal(defaultThreads(8, prebuilt), 7);
+  assert.equal(defaultDecodeContexts(8, defaultThreads(8, prebuilt)), 1);
+  assert.equal(defaultThreads(1, prebuilt), 1);
+  // With the decode thread: every core in one context.
+  assert.equal(defaultThreads(2, built), 2);
+  assert.equal(defaultDecodeContexts(2, defaultThreads(2, built)), 1);
+  assert.equal(defaultThreads(8, built), 8);
+});
