@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ConfigError, loadConfig } from "../../src/config/load.ts";
@@ -9,7 +9,8 @@ test("defaults", () => {
   const c = loadConfig({}, {});
   assert.equal(c.host, "127.0.0.1");
   assert.equal(c.port, 8080);
-  assert.equal(c.threads, Math.max(1, availableParallelism() - 1));
+  // Unset: the engine picks by the binary it runs on (runtime.ts defaultThreads, engine-build.test.ts).
+  assert.equal(c.threads, undefined);
   assert.equal(c.gpu, "auto");
   assert.deepEqual(c.model, []);
 });
