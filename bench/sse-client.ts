@@ -11,11 +11,7 @@ export interface StreamTiming {
  * client's own CPU use slows the server it measures, so chunks are scanned, not parsed.
  */
 export async function streamChat(url: string, body: Record<string, unknown>): Promise<StreamTiming> {
-  const res = await fetch(`${url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
-  });
+  const res = await postOnce(`${url}/v1/chat/completions`, JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }));
   if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
   let usageEvent = "";
   let first = 0;
@@ -60,6 +56,23 @@ export async function streamResponse(url: string, body: Record<string, unknown>)
   const data = JSON.parse(closing.slice(closing.indexOf("data: ") + "data: ".length));
   const u = data.response.usage;
   return { first, last, usage: { completion_tokens: u.output_tokens, prompt_tokens: u.input_tokens } };
+}
+
+/**
+ * POSTs JSON, sending it again once if the connection was closed before any answer: llama-server
+ * closes a keep-alive connection after a number of requests, and a request that the client put on
+ * it at that moment fails with "other side closed" without having reached the server (seen once in
+ * a 12-round run, which ended the whole benchmark).
+ */
+async function postOnce(url: string, body: string): Promise<Response> {
+  const send = () => fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
+  try {
+    return await send();
+  } catch (err) {
+    const code = (err as { cause?: { code?: string } }).cause?.code;
+    if (code !== "UND_ERR_SOCKET" && code !== "ECONNRESET") throw err;
+    return await send();
+  }
 }
 
 /** Calls `onEvent` with each raw SSE event (the text between blank lines) as it arrives. */
