@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
@@ -40,4 +41,16 @@ test("default threads and decode contexts follow the engine binary", () => {
   assert.equal(defaultThreads(2, built), 2);
   assert.equal(defaultDecodeContexts(2, defaultThreads(2, built)), 1);
   assert.equal(defaultThreads(8, built), 8);
+});
+
+test("engine:build without cmake: --if-possible keeps the prebuilt engine and succeeds, a plain run fails by name", () => {
+  const script = fileURLToPath(new URL("../../scripts/engine-build.mjs", import.meta.url));
+  // A PATH with no cmake and no compiler; node itself is run by its full path.
+  const env = { ...process.env, PATH: "/nonexistent" };
+  const soft = spawnSync(process.execPath, [script, "--if-possible"], { env, encoding: "utf8" });
+  assert.equal(soft.status, 0, soft.stderr);
+  assert.match(soft.stdout, /cmake not found; the prebuilt llama\.cpp stays in use/);
+  const hard = spawnSync(process.execPath, [script], { env, encoding: "utf8" });
+  assert.equal(hard.status, 1);
+  assert.match(hard.stderr, /cmake not found/);
 });
