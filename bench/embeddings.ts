@@ -5,6 +5,7 @@
  * `node --import tsx bench/embeddings.ts [--tiny]`.
  */
 import { availableParallelism } from "node:os";
+import { serverDefaultThreads } from "./threads.ts";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { BENCH_SPEC, ensureFixtureModel, TINY_SPEC } from "../test/fixtures/models.ts";
@@ -30,7 +31,9 @@ export function benchInputs(n = INPUTS): string[] {
  * (one context: the inputs one after another).
  */
 async function rawLoop(modelPath: string, inputs: string[], threads: number, contexts: number): Promise<{ rate: number; tokens: number }> {
-  const llama = await getLlama({ gpu: "auto", build: "never", maxThreads: availableParallelism(), logLevel: LlamaLogLevel.error });
+  // A budget for every context at once: held to the cores, node-llama-cpp makes contexts wait for
+  // each other's threads (with 2-thread contexts on 2 cores, two ran at 0.7x of one).
+  const llama = await getLlama({ gpu: "auto", build: "never", maxThreads: Math.max(availableParallelism(), threads * contexts), logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath });
   try {
     const pool = await Promise.all(Array.from({ length: contexts }, () => model.createEmbeddingContext({ contextSize: CTX, threads })));
@@ -118,5 +121,6 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const spec = process.argv.includes("--tiny") ? TINY_SPEC : BENCH_SPEC;
   const modelPath = await ensureFixtureModel(spec, fileURLToPath(new URL("./.models/", import.meta.url)));
   console.log(`model: ${spec.name} (${modelPath}), ${availableParallelism()} cores`);
-  await embeddingsBenchmark(modelPath);
+  // The server's default threads for the engine binary installed, as `npm run bench` uses.
+  await embeddingsBenchmark(modelPath, await serverDefaultThreads());
 }

@@ -144,8 +144,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const configuredLanes = opts.decodeContexts ?? defaultDecodeContexts(availableParallelism(), threads);
     // The runtime's thread budget covers every lane: node-llama-cpp makes a context wait for threads
     // another context holds, which would put the lanes back in single file. (It is one runtime per
-    // process, so the budget must not depend on a model's own settings.)
-    const llama = await getRuntime({ gpu: opts.gpu, threads: threads * configuredLanes });
+    // process, so the budget must not depend on a model's own settings.) With the decode thread every
+    // decode takes its turn on one thread anyway, so the budget also covers the embedding contexts:
+    // held to the lanes' budget, two 2-thread embedding contexts waited on each other's threads and
+    // embedded at 0.6x of one context (measured, docs/benchmarks.md "Embeddings").
+    const contextsSharing = build.decodeThread ? configuredLanes + (opts.embeddingContexts ?? 2) : configuredLanes;
+    const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
     const model = await llama.loadModel({ modelPath: opts.modelPath });
     const trained = model.trainContextSize;
