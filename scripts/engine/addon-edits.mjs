@@ -17,7 +17,7 @@ export const EDITS = [
   {
     what: "the sampling",
     from: "            try {\n                SampleToken();\n",
-    to: "            try {\n                plinth::onDecodeThread([&] { SampleToken(); });\n",
+    to: "            try {\n                plinth::sampleOnDecodeThreadIfIdle([&] { SampleToken(); });\n",
   },
 ];
 

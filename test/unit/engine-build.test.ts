@@ -23,7 +23,7 @@ test("engine:build's edits apply to the installed node-llama-cpp addon: decode a
   // The one llama_decode call of the addon, now inside the decode thread's job.
   assert.equal(text.split("llama_decode(").length - 1, 1);
   assert.ok(/plinth::onDecodeThread\(\[&\] \{\s*r = llama_decode\(ctx->ctx, ctx->batch\);/.test(text));
-  assert.ok(text.includes("plinth::onDecodeThread([&] { SampleToken(); });"));
+  assert.ok(text.includes("plinth::sampleOnDecodeThreadIfIdle([&] { SampleToken(); });"));
   // Applying them to something else fails by name instead of building a half-edited addon.
   assert.match(patchAddonContext(source.replace("SampleToken();", "sample();")).error, /the sampling/);
 });
