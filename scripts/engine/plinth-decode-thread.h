@@ -96,31 +96,10 @@ inline DecodeThread& decodeThread() {
     return *thread;
 }
 
-// Runs `work` on the process's decode thread, passing any exception back to the caller.
+// Runs `work` on the process's decode thread, passing any exception back to the caller; with
+// `onlyIfIdle` and the thread busy, runs it here instead.
 template <typename Work>
-void onDecodeThread(Work&& work) {
-    if (decodeInline()) {
-        work();
-        return;
-    }
-    std::exception_ptr failure;
-    decodeThread().run([&] {
-        try {
-            work();
-        } catch (...) {
-            failure = std::current_exception();
-        }
-    });
-    if (failure) std::rethrow_exception(failure);
-}
-
-// Sampling: on the decode thread when it is idle (one stream: between two decodes it always is, and
-// the token then needs no extra hop), else right here. Several samplings at once (eight streams, or
-// the log-probability reader's two or three per token) then run side by side on libuv's workers
-// instead of queueing on one thread: serialised, a JSON schema with logprobs fell from 0.57 to 0.39
-// of plain decoding.
-template <typename Work>
-void sampleOnDecodeThreadIfIdle(Work&& work) {
+void runOnDecodeThread(Work&& work, bool onlyIfIdle) {
     if (decodeInline()) {
         work();
         return;
@@ -132,12 +111,28 @@ void sampleOnDecodeThreadIfIdle(Work&& work) {
         } catch (...) {
             failure = std::current_exception();
         }
-    }, true);
+    }, onlyIfIdle);
     if (!ran) {
         work();
         return;
     }
     if (failure) std::rethrow_exception(failure);
+}
+
+// Decodes: always on the decode thread.
+template <typename Work>
+void onDecodeThread(Work&& work) {
+    runOnDecodeThread(work, false);
+}
+
+// Sampling: on the decode thread when it is idle (one stream: between two decodes it always is, and
+// the token then needs no extra hop), else right here. Several samplings at once (eight streams, or
+// the log-probability reader's two or three per token) then run side by side on libuv's workers
+// instead of queueing on one thread: serialised, a JSON schema with logprobs fell from 0.57 to 0.39
+// of plain decoding.
+template <typename Work>
+void sampleOnDecodeThreadIfIdle(Work&& work) {
+    runOnDecodeThread(work, true);
 }
 
 }  // namespace plinth
