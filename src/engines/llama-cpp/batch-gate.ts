@@ -20,6 +20,12 @@ import type { LlamaContext } from "node-llama-cpp";
 
 type DecodeTokens = (...args: unknown[]) => Promise<unknown>;
 
+/** A sequence's id as its decodes carry it (an internal of node-llama-cpp 3.21.1); undefined without it. */
+export function sequenceIdOf(sequence: object): number | undefined {
+  const id = (sequence as { _sequenceId?: unknown })._sequenceId;
+  return typeof id === "number" ? id : undefined;
+}
+
 interface ContextInternals {
   _decodeTokens?: DecodeTokens;
 }
@@ -35,8 +41,13 @@ export class BatchGate {
   private active = 0;
   private held: Array<{ sequenceId: number; go: () => void }> = [];
   private timer: NodeJS.Timeout | undefined;
-  /** Sequences getting ready to join (their cache being trimmed or loaded), which needs the context's lock. */
+  /**
+   * Sequences getting ready to join (their cache being trimmed or loaded, which needs the context's
+   * lock), and sequences that entered but whose first decode has not reached the gate yet.
+   */
   private joining = 0;
+  /** Sequences that entered and have not sent a decode yet. */
+  private readonly firstDecode = new Set<number>();
   /** A step held back while someone joins, and the timer that lets it go if the join drags on. */
   private parked: NodeJS.Timeout | undefined;
   /** Generation steps (one-token decodes) let through whose results have not come back yet. */
@@ -60,6 +71,7 @@ export class BatchGate {
           // Only a generation step (one token) is waited for while in flight. A prompt may span many
           // batches, and the others must keep decoding a token per batch beside it, not stall.
           const step = Array.isArray(item?.tokens) && item.tokens.length <= 1 ? 1 : 0;
+          const arrived = typeof sequenceId === "number" && this.firstDecode.delete(sequenceId);
           this.held.push({
             sequenceId: typeof sequenceId === "number" ? sequenceId : Number.MAX_SAFE_INTEGER,
             go: () => {
@@ -81,7 +93,8 @@ export class BatchGate {
               );
             },
           });
-          this.check();
+          if (arrived) this.joined();
+          else this.check();
         }),
     });
   }
@@ -91,9 +104,16 @@ export class BatchGate {
     return this.original !== undefined;
   }
 
-  /** A sequence of this context starts generating: its decodes are waited for from now on. */
-  enter(): void {
+  /**
+   * A sequence of this context starts generating: its decodes are waited for from now on. With its
+   * id, it also counts as joining until its first decode reaches the gate, so a step held back for
+   * newcomers (see join) takes that decode along instead of leaving just before it arrives.
+   */
+  enter(sequenceId?: number): void {
     this.active++;
+    if (sequenceId === undefined) return;
+    this.firstDecode.add(sequenceId);
+    this.joining++;
   }
 
   /**
@@ -112,15 +132,22 @@ export class BatchGate {
     return () => {
       if (done) return;
       done = true;
-      this.joining--;
-      if (this.joining === 0 && this.parked) this.unpark();
+      this.joined();
     };
   }
 
   /** A sequence stops generating (finished, failed or cancelled): the others stop waiting for it. */
-  leave(): void {
+  leave(sequenceId?: number): void {
     this.active = Math.max(0, this.active - 1);
-    this.check();
+    if (sequenceId !== undefined && this.firstDecode.delete(sequenceId)) this.joined();
+    else this.check();
+  }
+
+  /** One joining sequence is ready: once none is left, a step held back for them goes. */
+  private joined(): void {
+    this.joining--;
+    if (this.joining === 0 && this.parked) this.unpark();
+    else this.check();
   }
 
   dispose(): void {

@@ -10,7 +10,7 @@ import type { GenerationRequest, ModelDescription, PromptInput } from "../../cor
 import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
 import { embeddingOnlyModel, embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
-import { BatchGate } from "./batch-gate.ts";
+import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
@@ -281,35 +281,40 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const { slot, maxTokens } = run;
     const sequence = this.sequences[slot];
     const gate = this.gates[laneOf(slot, this.lanes)];
-    // Preparing the cache takes the context's lock; the gate lets running steps give it up.
+    // Preparing the cache takes the context's lock; the gate lets running steps give it up. The
+    // join lasts until this sequence's first decode reaches the gate (enter takes it over), so
+    // requests that arrive together start in one step: ended right after the preparation, it let a
+    // step go while the last newcomer was still handing its cached count to the HTTP side, and that
+    // one waited a whole step longer (measured with eight simultaneous streams).
     const joined = gate?.join();
-    let cached: number;
+    let input: Token[];
     try {
-      cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
+      const cached = await this.slotCache.prepare(slot, prepared.namespace, prepared.tokens, prepared.reuse, prepared.cacheKey);
+      yield { kind: "cached", tokens: cached };
+      input = prepared.tokens.slice(cached);
+      if (prepared.echo !== undefined) {
+        if (prepared.logprobs === undefined) yield { kind: "prompt", text: prepared.echo };
+        else {
+          // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
+          joined?.();
+          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces);
+          if (input.length > 1) input = input.slice(-1);
+          yield { kind: "prompt", text: prepared.echo, logprobs };
+        }
+      }
+      if (maxTokens === 0) {
+        yield { kind: "end", reason: "length" };
+        return;
+      }
+      // From here on this sequence decodes every step; its context's gate waits for it.
+      gate?.enter(sequenceIdOf(sequence));
     } finally {
       joined?.();
     }
-    yield { kind: "cached", tokens: cached };
-    let input = prepared.tokens.slice(cached);
-    if (prepared.echo !== undefined) {
-      if (prepared.logprobs === undefined) yield { kind: "prompt", text: prepared.echo };
-      else {
-        const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces);
-        if (input.length > 1) input = input.slice(-1);
-        yield { kind: "prompt", text: prepared.echo, logprobs };
-      }
-    }
-    if (maxTokens === 0) {
-      yield { kind: "end", reason: "length" };
-      return;
-    }
-
-    // From here on this sequence decodes every step; its context's gate waits for it.
-    gate?.enter();
     try {
       yield* this.decode(prepared, run, sequence, input, signal);
     } finally {
-      gate?.leave();
+      gate?.leave(sequenceIdOf(sequence));
     }
   }
 
