@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // `npm run engine:build`: builds the llama.cpp that node-llama-cpp bundles on this machine (OpenMP,
 // this CPU's instruction set; from the source inside the npm package, no download), with Plinth's
-// decode thread compiled into the addon (scripts/engine/plinth-decode-thread.h says why). Plinth
-// then uses it without any flag; `npm run engine:prebuilt` goes back to the prebuilt binary.
+// decode thread and per-thread sampler buffers compiled into the addon (scripts/engine/*.h say why;
+// the edits are in scripts/engine/addon-edits.mjs). Plinth then uses it without any flag;
+// `npm run engine:prebuilt` goes back to the prebuilt binary.
 //
 // The addon's sources are edited in place for the build and restored afterwards, whatever happens;
 // a marker next to the build tells the server that this build has the decode thread.
@@ -13,7 +14,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { patchAddonContext } from "./engine/addon-edits.mjs";
+import { ADDON_EDITS, patchAddonSource } from "./engine/addon-edits.mjs";
 
 const ifPossible = process.argv.includes("--if-possible");
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -42,30 +43,36 @@ const runs = (cmd, args) => spawnSync(cmd, args, { stdio: "ignore" }).status ===
 const pkg = packageRoot();
 const version = JSON.parse(fs.readFileSync(path.join(pkg, "package.json"), "utf8")).version;
 const addonDir = path.join(pkg, "llama", "addon");
-const contextFile = path.join(addonDir, "AddonContext.cpp");
-const header = path.join(addonDir, "plinth-decode-thread.h");
 const marker = path.join(pkg, "llama", "localBuilds", "plinth-engine.json");
 
 if (process.env.PLINTH_ENGINE === "prebuilt") give("PLINTH_ENGINE=prebuilt");
 if (!runs("cmake", ["--version"])) give("cmake not found");
 if (!["c++", "g++", "clang++"].some((cc) => runs(cc, ["--version"]))) give("no C++ compiler found (c++, g++ or clang++)");
 
-const original = fs.readFileSync(contextFile, "utf8");
-const edit = patchAddonContext(original);
-if (edit.error) give(edit.error);
+// Every edit is checked before any file is touched.
+const files = Object.keys(ADDON_EDITS).map((file) => {
+  const original = fs.readFileSync(path.join(addonDir, file), "utf8");
+  const edit = patchAddonSource(file, original);
+  if (edit.error) give(edit.error);
+  return { file, original, text: edit.text, headers: ADDON_EDITS[file].headers };
+});
 
 let status = 1;
 try {
-  fs.copyFileSync(path.join(here, "engine", "plinth-decode-thread.h"), header);
-  fs.writeFileSync(contextFile, edit.text);
+  for (const f of files) {
+    for (const h of f.headers) fs.copyFileSync(path.join(here, "engine", h), path.join(addonDir, h));
+    fs.writeFileSync(path.join(addonDir, f.file), f.text);
+  }
   fs.rmSync(marker, { force: true });
   const bin = JSON.parse(fs.readFileSync(path.join(pkg, "package.json"), "utf8")).bin;
   const cli = path.join(pkg, typeof bin === "string" ? bin : bin["node-llama-cpp"]);
   console.log("plinth engine:build: building llama.cpp for this machine (a few minutes on 2 cores)…");
   status = spawnSync(process.execPath, [cli, "source", "download", "--gpu", "false", "--noUsageExample"], { stdio: "inherit" }).status ?? 1;
 } finally {
-  fs.writeFileSync(contextFile, original);
-  fs.rmSync(header, { force: true });
+  for (const f of files) {
+    fs.writeFileSync(path.join(addonDir, f.file), f.original);
+    for (const h of f.headers) fs.rmSync(path.join(addonDir, h), { force: true });
+  }
 }
 if (status !== 0) give(`the build failed (exit ${status})`);
 fs.mkdirSync(path.dirname(marker), { recursive: true });

@@ -5,18 +5,18 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { defaultDecodeContexts, defaultThreads } from "../../src/engines/llama-cpp/runtime.ts";
 // @ts-expect-error: a plain ES module of the build script, without types
-import { patchAddonContext } from "../../scripts/engine/addon-edits.mjs";
+import { patchAddonSource } from "../../scripts/engine/addon-edits.mjs";
 import assert from "../helpers/assert.ts";
 
-function installedAddonContext(): string {
+function installedAddonSource(file: string): string {
   let dir = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
   while (!fs.existsSync(path.join(dir, "llama", "addon"))) dir = path.dirname(dir);
-  return fs.readFileSync(path.join(dir, "llama", "addon", "AddonContext.cpp"), "utf8");
+  return fs.readFileSync(path.join(dir, "llama", "addon", file), "utf8");
 }
 
 test("engine:build's edits apply to the installed node-llama-cpp addon: decode and sampling go through the decode thread", () => {
-  const source = installedAddonContext();
-  const edit = patchAddonContext(source) as { text?: string; error?: string };
+  const source = installedAddonSource("AddonContext.cpp");
+  const edit = patchAddonSource("AddonContext.cpp", source) as { text?: string; error?: string };
   assert.equal(edit.error, undefined);
   const text = edit.text!;
   assert.ok(text.includes('#include "plinth-decode-thread.h"'));
@@ -25,7 +25,19 @@ test("engine:build's edits apply to the installed node-llama-cpp addon: decode a
   assert.ok(/plinth::onDecodeThread\(\[&\] \{\s*r = llama_decode\(ctx->ctx, ctx->batch\);/.test(text));
   assert.ok(text.includes("plinth::sampleOnDecodeThreadIfIdle([&] { SampleToken(); });"));
   // Applying them to something else fails by name instead of building a half-edited addon.
-  assert.match(patchAddonContext(source.replace("SampleToken();", "sample();")).error, /the sampling/);
+  assert.match(patchAddonSource("AddonContext.cpp", source.replace("SampleToken();", "sample();")).error, /the sampling/);
+});
+
+test("engine:build's edits apply to the installed addon's sampler: candidates go to a per-thread buffer, none in the constructor", () => {
+  const source = installedAddonSource("AddonSampler.cpp");
+  const edit = patchAddonSource("AddonSampler.cpp", source) as { text?: string; error?: string };
+  assert.equal(edit.error, undefined);
+  const text = edit.text!;
+  assert.ok(text.includes('#include "plinth-sampler-buffer.h"'));
+  assert.ok(!text.includes("tokenCandidates.resize(llama_vocab_n_tokens(model->vocab));"));
+  assert.ok(text.includes("std::vector<llama_token_data>& tokenCandidates = plinth::samplerCandidates();"));
+  // Exactly one function fills the candidates, so one local buffer covers every use.
+  assert.equal(text.split("void AddonSampler::setTokenCandidates(").length - 1, 1);
 });
 
 test("default threads and decode contexts follow the engine binary", () => {
