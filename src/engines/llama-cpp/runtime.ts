@@ -51,8 +51,18 @@ function hasDecodeThreadMarker(): boolean {
     let dir = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
     while (!fs.existsSync(path.join(dir, "llama", "localBuilds")) && path.dirname(dir) !== dir) dir = path.dirname(dir);
     const version = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).version;
-    const info = JSON.parse(fs.readFileSync(path.join(dir, "llama", "localBuilds", "plinth-engine.json"), "utf8"));
-    marker = info.decodeThread === true && info.nodeLlamaCpp === version;
+    const builds = path.join(dir, "llama", "localBuilds");
+    const file = path.join(builds, "plinth-engine.json");
+    const info = JSON.parse(fs.readFileSync(file, "utf8"));
+    // A build made afterwards without the script (node-llama-cpp's own `source download`) has no
+    // decode thread: the marker must be newer than every addon binary it speaks for.
+    const written = fs.statSync(file).mtimeMs;
+    const addons = fs
+      .readdirSync(builds, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => path.join(builds, d.name, "Release", "llama-addon.node"))
+      .filter((f) => fs.existsSync(f));
+    marker = info.decodeThread === true && info.nodeLlamaCpp === version && addons.every((f) => fs.statSync(f).mtimeMs <= written);
   } catch {
     marker = false;
   }
