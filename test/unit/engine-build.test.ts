@@ -1,11 +1,13 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { defaultDecodeContexts, defaultThreads } from "../../src/engines/llama-cpp/runtime.ts";
 // @ts-expect-error: a plain ES module of the build script, without types
 import { patchAddonSource } from "../../scripts/engine/addon-edits.mjs";
+import { currentMarker, markerPath } from "../../scripts/engine/marker.mjs";
 import assert from "../helpers/assert.ts";
 
 function installedAddonSource(file: string): string {
@@ -65,4 +67,39 @@ test("engine:build without cmake: --if-possible keeps the prebuilt engine and su
   const hard = spawnSync(process.execPath, [script], { env, encoding: "utf8" });
   assert.equal(hard.status, 1);
   assert.match(hard.stderr, /cmake not found/);
+});
+
+test("engine:build --install (npm ci's postinstall): PLINTH_ENGINE=prebuilt skips the build and succeeds", () => {
+  const script = fileURLToPath(new URL("../../scripts/engine-build.mjs", import.meta.url));
+  const run = spawnSync(process.execPath, [script, "--install"], { env: { ...process.env, PLINTH_ENGINE: "prebuilt" }, encoding: "utf8" });
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stdout, /PLINTH_ENGINE=prebuilt; the prebuilt llama\.cpp stays in use/);
+});
+
+test("the build marker counts only for the installed node-llama-cpp and while newer than every local addon build", () => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "plinth-marker-"));
+  try {
+    fs.writeFileSync(path.join(root, "package.json"), JSON.stringify({ name: "node-llama-cpp", version: "3.21.1" }));
+    const addon = path.join(root, "llama", "localBuilds", "linux-x64-abc", "Release", "llama-addon.node");
+    fs.mkdirSync(path.dirname(addon), { recursive: true });
+    // No build, no marker.
+    assert.equal(currentMarker(root), undefined);
+    fs.writeFileSync(addon, "");
+    const info = { decodeThread: true, nodeLlamaCpp: "3.21.1", built: "now", cmakeOptions: { GGML_NATIVE: "OFF" } };
+    const write = (value: object) => fs.writeFileSync(markerPath(root), JSON.stringify(value));
+    const age = (file: string, seconds: number) => fs.utimesSync(file, new Date(Date.now() - seconds * 1000), new Date(Date.now() - seconds * 1000));
+    write(info);
+    age(addon, 60);
+    assert.deepEqual(currentMarker(root), info);
+    // A later build without the script (node-llama-cpp's own command) has no decode thread.
+    age(markerPath(root), 120);
+    assert.equal(currentMarker(root), undefined);
+    // A marker from another node-llama-cpp version, or a broken one, counts for nothing.
+    write({ ...info, nodeLlamaCpp: "3.20.0" });
+    assert.equal(currentMarker(root), undefined);
+    fs.writeFileSync(markerPath(root), "{");
+    assert.equal(currentMarker(root), undefined);
+  } finally {
+    fs.rmSync(root, { recursive: true, force: true });
+  }
 });

@@ -1,7 +1,5 @@
-import fs from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import { currentMarker, type EngineMarker } from "../../../scripts/engine/marker.mjs";
 
 export type GpuChoice = "auto" | "off" | "cuda" | "vulkan" | "metal";
 
@@ -20,6 +18,9 @@ export async function getRuntime(opts: { gpu: GpuChoice; threads: number }): Pro
     shared = getLlama({
       gpu: opts.gpu === "off" ? false : opts.gpu,
       build: "never",
+      // node-llama-cpp names a local build's folder by its CMake options (the portable build sets
+      // GGML_NATIVE=OFF), and only finds it when asked with the same ones.
+      ...(engineMarker()?.cmakeOptions ? { cmakeOptions: engineMarker()!.cmakeOptions } : {}),
       maxThreads: opts.threads,
       logLevel: LlamaLogLevel.error,
     });
@@ -42,31 +43,15 @@ export function engineBuild(llama: Llama): EngineBuild {
   return { local, decodeThread: local && llama.gpu === false && hasDecodeThreadMarker() };
 }
 
-let marker: boolean | undefined;
+let marker: EngineMarker | null | undefined;
+/** The marker of the build scripts/engine-build.mjs made, if it is current (scripts/engine/marker.mjs). */
+function engineMarker(): EngineMarker | undefined {
+  if (marker === undefined) marker = currentMarker() ?? null;
+  return marker ?? undefined;
+}
 
-/** The marker scripts/engine-build.mjs leaves next to a build that has the decode thread. */
 function hasDecodeThreadMarker(): boolean {
-  if (marker !== undefined) return marker;
-  try {
-    let dir = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
-    while (!fs.existsSync(path.join(dir, "llama", "localBuilds")) && path.dirname(dir) !== dir) dir = path.dirname(dir);
-    const version = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).version;
-    const builds = path.join(dir, "llama", "localBuilds");
-    const file = path.join(builds, "plinth-engine.json");
-    const info = JSON.parse(fs.readFileSync(file, "utf8"));
-    // A build made afterwards without the script (node-llama-cpp's own `source download`) has no
-    // decode thread: the marker must be newer than every addon binary it speaks for.
-    const written = fs.statSync(file).mtimeMs;
-    const addons = fs
-      .readdirSync(builds, { withFileTypes: true })
-      .filter((d) => d.isDirectory())
-      .map((d) => path.join(builds, d.name, "Release", "llama-addon.node"))
-      .filter((f) => fs.existsSync(f));
-    marker = info.decodeThread === true && info.nodeLlamaCpp === version && addons.every((f) => fs.statSync(f).mtimeMs <= written);
-  } catch {
-    marker = false;
-  }
-  return marker;
+  return engineMarker()?.decodeThread === true;
 }
 
 /**

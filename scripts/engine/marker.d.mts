@@ -1,0 +1,10 @@
+export interface EngineMarker {
+  decodeThread: boolean;
+  nodeLlamaCpp: string;
+  built: string;
+  /** The CMake options the build was made with, which name its folder for node-llama-cpp. */
+  cmakeOptions?: Record<string, string>;
+}
+export function nodeLlamaCppRoot(): string;
+export function markerPath(root?: string): string;
+export function currentMarker(root?: string): EngineMarker | undefined;
