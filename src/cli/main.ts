@@ -39,7 +39,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --drain-timeout <s>    on SIGTERM/SIGINT, seconds running requests may take to finish (default 30)
   --embedding-contexts <n>  embedding contexts per model, created on first use (default 2)
   --decode-contexts <n>  CPU generation contexts per model sharing its sequences (default: cores / threads)
-  --threads <n>          CPU threads for llama.cpp (default: all cores with engine:build's engine,
+  --threads <n>          CPU threads for llama.cpp (default: all cores with the engine npm ci builds,
                          else the cores available less one, at least 1)
   --gpu auto|off|cuda|vulkan|metal
   --body-limit <bytes>   largest accepted request body (default 16 MiB)

@@ -133,3 +133,12 @@ export const modelNotFound = (model: string) =>
 export function snakeCasePath(field: string): string {
   return field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 }
+
+/** The 400 a generation request gets from a model that can only embed. */
+export function embeddingOnlyModel(id: string): ApiError {
+  return new ApiError(
+    400,
+    `The model '${id}' is an embedding model; it serves embeddings only and cannot generate text.`,
+    { field: "model", code: "model_not_supported" },
+  );
+}

@@ -1,21 +1,23 @@
 import assert from "../helpers/assert.ts";
 import { expectSchemaAnswers } from "../helpers/json-schema-check.ts";
 import { after, before, test } from "node:test";
-import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, postJson, requestJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 // Two real Plinth servers on the fixture models are the upstreams; a third fronts them as "rt"
-// (the tiny model) and "rk" (the thinking/tool-calling model) and serves its own local "tiny" beside.
+// (the tiny model), "rk" (the thinking/tool-calling model) and "rb" (an embedding-only model on the
+// first) and serves its own local "tiny" beside.
 let up: TestServer[] = [];
 let router: TestServer;
 
 before(async () => {
-  up = [await startTestServer({ "ctx-size": "512" }, { think: true }), await startTestServer({ "ctx-size": "512" }, { think: true })];
+  up = [await startTestServer({ "ctx-size": "512" }, { think: true, bert: true }), await startTestServer({ "ctx-size": "512" }, { think: true })];
   const urls = up.map((u) => u.url);
   router = await startTestServer({
     upstream: [
       { name: "rt", url: urls, model: "tiny" },
       { name: "rk", url: urls.map((u) => `${u}/v1`), model: "think" },
       { name: "strict", url: urls[0], model: "tiny", unsupported: ["logitBias"] },
+      { name: "rb", url: urls[0], model: "bert" },
     ],
     "health-interval": "0",
   });
@@ -181,4 +183,31 @@ test("refusals: a prompt over the upstream's context, inexpressible and declared
   const refused = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, reasoning: { budget_tokens: 8 } });
   assert.equal(refused.status, 400, refused.text);
   assert.equal(refused.error!.param, "reasoning");
+});
+
+test("an embedding-only upstream model embeds through the router and refuses generation with the local model's 400", async () => {
+  const listed = (await requestJson(`${router.url}/v1/models`, "GET")).json.data.find((m: any) => m.id === "rb");
+  assert.equal(listed?.embedding?.embedding_only, true, JSON.stringify(listed));
+  const input = ["the river and the king", "a city"];
+  const direct = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input });
+  const routed = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input });
+  assert.equal(routed.status, 200, routed.text);
+  assert.equal(routed.json.data.length, 2);
+  for (const [i, d] of routed.json.data.entries()) {
+    const want = direct.json.data[i].embedding as number[];
+    assert.equal(d.embedding.length, want.length);
+    assert.ok(d.embedding.every((x: number, j: number) => Math.abs(x - want[j]) < 1e-5));
+  }
+  const local = await postJson(`${up[0].url}/v1/chat/completions`, { model: "bert", ...ask });
+  for (const [path, body] of [
+    ["/v1/chat/completions", { model: "rb", ...ask }],
+    ["/v1/completions", { model: "rb", prompt: "the river", max_tokens: 4 }],
+    ["/v1/responses", { model: "rb", input: "the river", max_output_tokens: 16 }],
+  ] as const) {
+    const r = await postJson(`${router.url}${path}`, body);
+    assert.equal(r.status, 400, `${path}: ${r.text}`);
+    assert.equal(r.json.error.code, local.json.error.code, r.text);
+    assert.equal(r.json.error.param, "model", r.text);
+    assert.match(r.json.error.message, /'rb' is an embedding model/);
+  }
 });

@@ -1,9 +1,9 @@
 import assert from "../helpers/assert.ts";
 import { expectSchemaAnswers } from "../helpers/json-schema-check.ts";
 import { after, before, describe, test } from "node:test";
-import { ensureFixtureModel } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel } from "../fixtures/models.ts";
 import { type LlamaServer, startLlamaServer } from "../helpers/llama-server.ts";
-import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, postJson, requestJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 // A real llama-server (built from the llama.cpp node-llama-cpp bundles) on the tiny fixture model,
 // two slots of 256 tokens each, behind a Plinth router as "ls". Every check compares what comes
@@ -156,5 +156,51 @@ describe("llama-server behind a Plinth router", { skip }, () => {
     const fim = await postJson(`${router.url}/v1/completions`, { model: "ls", prompt: "def f(", suffix: "return x", max_tokens: 2 });
     assert.equal(fim.status, 400, fim.text);
     assert.equal(fim.json.error.param, "suffix");
+  });
+});
+
+describe("an --embeddings llama-server behind a Plinth router", { skip }, () => {
+  let llama: LlamaServer;
+  let router: TestServer;
+
+  before(async () => {
+    llama = await startLlamaServer(bin!, await ensureBertFixtureModel(), ["--embeddings", "-c", "512", "-t", "1"]);
+    try {
+      router = await startTestServer({ upstream: [{ name: "le", url: [llama.url] }], "health-interval": "0" });
+    } catch (err) {
+      await llama.close();
+      throw err;
+    }
+  });
+  after(async () => {
+    await router?.close();
+    await llama?.close();
+  });
+
+  const messages = [{ role: "user" as const, content: "Tell me about the river and the king." }];
+
+  test("it embeds as llama-server does, is listed as embedding-only, and generation is refused before it reaches llama-server", async () => {
+    const input = ["the river and the king", "a city"];
+    const direct = await postJson(`${llama.url}/v1/embeddings`, { input });
+    const routed = await postJson(`${router.url}/v1/embeddings`, { model: "le", input });
+    assert.equal(routed.status, 200, routed.text);
+    for (const [i, d] of routed.json.data.entries()) {
+      const want = direct.json.data[i].embedding as number[];
+      assert.equal(d.embedding.length, want.length);
+      assert.ok(d.embedding.every((x: number, j: number) => Math.abs(x - want[j]) < 1e-5));
+    }
+    assert.equal(routed.json.usage.prompt_tokens, direct.json.usage.prompt_tokens);
+    const listed = (await requestJson(`${router.url}/v1/models`, "GET")).json.data.find((m: any) => m.id === "le");
+    assert.equal(listed?.embedding?.embedding_only, true, JSON.stringify(listed));
+    // llama-server itself answers a generation with a 500, which would count against the replica.
+    assert.equal((await postJson(`${llama.url}/v1/chat/completions`, { messages })).status, 500);
+    for (const path of ["/v1/chat/completions", "/v1/completions"]) {
+      const r = await postJson(`${router.url}${path}`, { model: "le", messages, prompt: "x", max_tokens: 2 });
+      assert.equal(r.status, 400, `${path}: ${r.text}`);
+      assert.equal(r.json.error.param, "model");
+      assert.match(r.json.error.message, /'le' is an embedding model/);
+    }
+    // The replica is still in service.
+    assert.equal((await postJson(`${router.url}/v1/embeddings`, { model: "le", input: "again" })).status, 200);
   });
 });

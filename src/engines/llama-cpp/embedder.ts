@@ -42,15 +42,6 @@ export function embeddingTraits(model: LlamaModel): EmbeddingTraits {
   return { declaredPooling, embeddingOnly };
 }
 
-/** The 400 a generation request gets from a model that can only embed. */
-export function embeddingOnlyModel(id: string): ApiError {
-  return new ApiError(
-    400,
-    `The model '${id}' is an embedding model; it serves embeddings only and cannot generate text.`,
-    { field: "model", code: "model_not_supported" },
-  );
-}
-
 /**
  * Embeddings through node-llama-cpp. A LlamaEmbeddingContext holds one sequence and embeds one
  * input at a time, so throughput comes from a small pool of them; slot i is context i. The pool is

@@ -52,11 +52,14 @@ export function remoteFactory(): EngineFactory {
     const llamaServer = isLlamaServerModel(entry);
     const contextSize = typeof entry.max_model_len === "number" && entry.max_model_len > 0 ? entry.max_model_len : llamaServer ? llamaServerContext(entry) : undefined;
     const lacks = llamaServer ? await llamaServerLacks(pool.replicas[0].url, headers, source.connectTimeoutMs) : [];
-    const embedding = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
+    const probed = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
+    // A llama-server that embeds was started with --embeddings, which turns generation off (its
+    // completions answer 500); a Plinth upstream says so in its model list.
+    const embedding = probed && { ...probed, only: llamaServer || entry.embedding?.embedding_only === true };
     const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks });
     log(
       `plinth: model '${spec.id}' ready: '${upstreamModel}' on ${pool.replicas.length} upstream replica(s), ` +
-        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}` : ""}` +
+        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
         `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
     return engine;

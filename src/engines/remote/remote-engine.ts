@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, ReplicaStatus } from "../../core/engine.ts";
 import { hasImages } from "../../core/content-parts.ts";
-import { ApiError, invalidField } from "../../core/errors.ts";
+import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
 import { llamaServerTokens, toLlamaServerBody } from "./llama-server.ts";
@@ -88,7 +88,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     readonly upstreamModel: string,
     private readonly info: {
       contextSize?: number;
-      embedding?: { dimensions: number; pooling?: string };
+      /** `only`: the upstream embeds and cannot generate (llama-server --embeddings, an embedding model on Plinth). */
+      embedding?: { dimensions: number; pooling?: string; only?: boolean };
       /** Which OpenAI-compatible server it is, where their protocols differ (see llama-server.ts). */
       flavor?: "openai" | "llama-server";
       /** Canonical features the upstream itself says it lacks (beside the operator's `unsupported`). */
@@ -125,6 +126,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   async prepare(request: GenerationRequest): Promise<RemotePrepared> {
+    // Refused here rather than sent: the upstream's own answer is a 500 (llama-server), which would
+    // count against a healthy replica.
+    if (this.info.embedding?.only) throw embeddingOnlyModel(this.id);
     refuseInexpressible(request, this.unsupported, this.id);
     const mode = request.prompt.kind === "chat" ? "chat" : "completion";
     const key = affinityKey(request);
@@ -509,7 +513,7 @@ class RemoteEmbedder implements Embedder {
 
   constructor(
     private readonly engine: RemoteEngine,
-    embedding: { dimensions: number; pooling?: string },
+    embedding: { dimensions: number; pooling?: string; only?: boolean },
     contextSize: number | undefined,
   ) {
     const pooling = embedding.pooling === "cls" || embedding.pooling === "last" || embedding.pooling === "mean" ? embedding.pooling : "mean";
@@ -520,7 +524,7 @@ class RemoteEmbedder implements Embedder {
       maxInputTokens: contextSize ?? 2 ** 31 - 1,
       vocabularySize: 2 ** 31 - 1,
       slots: engine.pool.totalSlots,
-      embeddingOnly: false,
+      embeddingOnly: embedding.only === true,
     };
   }
 
