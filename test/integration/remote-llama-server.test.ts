@@ -12,24 +12,38 @@ const bin = process.env.LLAMA_SERVER_BIN;
 const skip = bin ? false : "LLAMA_SERVER_BIN is not set: it names a llama-server binary to run as an upstream (CI has none)";
 const SLOT_CONTEXT = 256;
 
-describe("llama-server behind a Plinth router", { skip }, () => {
-  let llama: LlamaServer;
-  let router: TestServer;
-
+/**
+ * Registers hooks that start a llama-server on the model `model()` writes, with `args`, behind a
+ * Plinth router whose upstreams `upstreams(url)` lists, and stop both after the suite. The returned
+ * object is filled in when the hooks have run.
+ */
+function llamaBehindRouter(model: () => Promise<string>, args: string[], upstreams: (url: string) => object[]) {
+  const started = {} as { llama: LlamaServer; router: TestServer };
   before(async () => {
-    llama = await startLlamaServer(bin!, await ensureFixtureModel(), ["-np", "2", "-c", String(2 * SLOT_CONTEXT), "-t", "1"]);
+    started.llama = await startLlamaServer(bin!, await model(), args);
     try {
-      // "ls-own" never counts, so llama-server's own context error is what refuses.
-      router = await startTestServer({ upstream: [{ name: "ls", url: [llama.url] }, { name: "ls-own", url: [llama.url], tokenize: false }], "health-interval": "0" });
+      started.router = await startTestServer({ upstream: upstreams(started.llama.url), "health-interval": "0" });
     } catch (err) {
-      await llama.close();
+      await started.llama.close();
       throw err;
     }
   });
   after(async () => {
-    await router?.close();
-    await llama?.close();
+    await started.router?.close();
+    await started.llama?.close();
   });
+  return started;
+}
+
+describe("llama-server behind a Plinth router", { skip }, () => {
+  let llama: LlamaServer;
+  let router: TestServer;
+  // "ls-own" never counts, so llama-server's own context error is what refuses.
+  const started = llamaBehindRouter(ensureFixtureModel, ["-np", "2", "-c", String(2 * SLOT_CONTEXT), "-t", "1"], (url) => [
+    { name: "ls", url: [url] },
+    { name: "ls-own", url: [url], tokenize: false },
+  ]);
+  before(() => ({ llama, router } = started));
 
   const messages = [{ role: "user" as const, content: "Tell me about the river and the king." }];
   const ask = { messages, max_tokens: 8, temperature: 0, logit_bias: NO_EOG };
@@ -162,20 +176,8 @@ describe("llama-server behind a Plinth router", { skip }, () => {
 describe("an --embeddings llama-server behind a Plinth router", { skip }, () => {
   let llama: LlamaServer;
   let router: TestServer;
-
-  before(async () => {
-    llama = await startLlamaServer(bin!, await ensureBertFixtureModel(), ["--embeddings", "-c", "512", "-t", "1"]);
-    try {
-      router = await startTestServer({ upstream: [{ name: "le", url: [llama.url] }], "health-interval": "0" });
-    } catch (err) {
-      await llama.close();
-      throw err;
-    }
-  });
-  after(async () => {
-    await router?.close();
-    await llama?.close();
-  });
+  const started = llamaBehindRouter(ensureBertFixtureModel, ["--embeddings", "-c", "512", "-t", "1"], (url) => [{ name: "le", url: [url] }]);
+  before(() => ({ llama, router } = started));
 
   const messages = [{ role: "user" as const, content: "Tell me about the river and the king." }];
 
