@@ -14,7 +14,7 @@
 // PLINTH_ENGINE=prebuilt skips the build.
 //
 // The addon's sources are edited in place for the build and restored afterwards, whatever happens;
-// a marker next to the build (scripts/engine/marker.mjs) tells the server that this build has the
+// a marker next to the build (src/engines/llama-cpp/engine-marker.mjs) tells the server that this build has the
 // decode thread, and with which CMake options node-llama-cpp finds it.
 //
 // --if-possible: a machine without cmake or a C++ compiler, or a failed build, keeps the prebuilt
@@ -25,7 +25,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ADDON_EDITS, patchAddonSource } from "./engine/addon-edits.mjs";
-import { currentMarker, markerPath, nodeLlamaCppRoot } from "./engine/marker.mjs";
+import { currentMarker, markerPath, nodeLlamaCppRoot } from "../src/engines/llama-cpp/engine-marker.mjs";
 
 const install = process.argv.includes("--install");
 const ifPossible = install || process.argv.includes("--if-possible");

@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { defaultDecodeContexts, defaultThreads } from "../../src/engines/llama-cpp/runtime.ts";
 // @ts-expect-error: a plain ES module of the build script, without types
 import { patchAddonSource } from "../../scripts/engine/addon-edits.mjs";
-import { currentMarker, markerPath } from "../../scripts/engine/marker.mjs";
+import { currentMarker, markerPath } from "../../src/engines/llama-cpp/engine-marker.mjs";
 import assert from "../helpers/assert.ts";
 
 function installedAddonSource(file: string): string {

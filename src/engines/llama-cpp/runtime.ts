@@ -1,5 +1,5 @@
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
-import { currentMarker, type EngineMarker } from "../../../scripts/engine/marker.mjs";
+import { currentMarker, type EngineMarker } from "./engine-marker.mjs";
 
 export type GpuChoice = "auto" | "off" | "cuda" | "vulkan" | "metal";
 
@@ -44,7 +44,7 @@ export function engineBuild(llama: Llama): EngineBuild {
 }
 
 let marker: EngineMarker | null | undefined;
-/** The marker of the build scripts/engine-build.mjs made, if it is current (scripts/engine/marker.mjs). */
+/** The marker of the build scripts/engine-build.mjs made, if it is current (src/engines/llama-cpp/engine-marker.mjs). */
 function engineMarker(): EngineMarker | undefined {
   if (marker === undefined) marker = currentMarker() ?? null;
   return marker ?? undefined;
