@@ -18,13 +18,32 @@ import { fmt, median, percentile } from "./stats.ts";
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
 const PROMPT = "Tell me a long story about a king, a river and a city.";
 
-/** A round of `concurrency` streams of this benchmark's request. */
-const round = (url: string, concurrency: number, maxTokens: number) =>
-  chatRound(url, concurrency, { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG });
+/** Requests a one-stream round sends one after another (BENCH_SEQUENTIAL); the figure is their total. */
+const SEQUENTIAL = Math.max(1, Number(process.env.BENCH_SEQUENTIAL ?? 4));
+
+/**
+ * A round of `concurrency` streams of this benchmark's request. At one stream a single request of
+ * ~1 s was the noisiest figure of the table (its ratio moved 0.77–0.91 between rounds), so a
+ * one-stream round is SEQUENTIAL requests back to back: tok/s over the whole round, a TTFT each.
+ */
+async function round(url: string, concurrency: number, maxTokens: number): Promise<ChatRound> {
+  const body = { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG };
+  if (concurrency > 1) return chatRound(url, concurrency, body);
+  let busy = 0;
+  const ttfts: number[] = [];
+  for (let i = 0; i < SEQUENTIAL; i++) {
+    const r = await chatRound(url, 1, body);
+    // Every request decodes exactly maxTokens (end tokens are banned), so this is its wall time.
+    busy += maxTokens / r.aggregate;
+    ttfts.push(...r.ttfts);
+  }
+  // The client's own time between requests is left out: the servers are compared, not the client.
+  return { aggregate: (maxTokens * SEQUENTIAL) / busy, ttfts };
+}
 
 export async function llamaServerBench(bin: string, modelPath: string, opts: { rounds: number; maxTokens: number; concurrency: number[]; ctx: number }) {
   const parallel = Math.max(...opts.concurrency);
-  console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds:\n`);
+  console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds (${SEQUENTIAL} requests one after another per one-stream round):\n`);
   // BENCH_PLINTH_ARGS adds server flags (e.g. "--threads 2 --decode-contexts 1") to compare settings.
   const extra = (process.env.BENCH_PLINTH_ARGS ?? "").split(/\s+/).filter(Boolean);
   const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel), ...extra]);

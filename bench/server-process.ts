@@ -16,7 +16,10 @@ export async function startServerProcess(args: string[], checkout?: string): Pro
   const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-bench-"));
   // Another checkout (a baseline to compare against) runs its own sources with its own modules.
   const main = checkout ? path.join(checkout, "src/cli/main.ts") : MAIN;
-  const child = spawn(process.execPath, ["--import", "tsx", main, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
+  // BENCH_NODE_ARGS adds flags to the server's node (e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"), which
+  // NODE_OPTIONS does not accept.
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", main, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
     stdio: ["ignore", "inherit", "pipe"],
     ...(checkout ? { cwd: checkout } : {}),
   });
