@@ -52,7 +52,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --keep-alive-timeout <s>  seconds an idle connection is kept open (default 65)
   --max-connections <n>  open connections at most; more are refused (default 512; 0: no limit)
   --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
-  --cache-min-tokens <n> shortest prompt worth saving (default 64)
+  --cache-min-tokens <n> shortest prompt worth saving (default 16)
   --cache-dir <dir>      where downloaded models are kept
   --data-dir <dir>       where stored responses and conversations live (default ~/.local/share/plinth)
   --store-ttl <days>     days stored objects are kept (default 30; 0 keeps them)

@@ -118,8 +118,8 @@ export const configSchema = z.object({
   "max-connections": z.int().min(0).default(512),
   /** RAM for saved prompt states (prefix cache beyond what the sequences hold); 0 disables. */
   "cache-ram": z.int().min(0).default(256 * 1024 * 1024),
-  /** Shortest prompt worth saving. */
-  "cache-min-tokens": z.int().min(1).default(64),
+  /** Shortest prompt worth saving (shorter ones are cheap to evaluate again and would crowd the budget). */
+  "cache-min-tokens": z.int().min(1).default(16),
   "cache-dir": z.string().optional(),
   /** Where stored responses, conversations and the server's secret key live (SQLite). */
   "data-dir": z.string().min(1).default(() => defaultDataDir()),

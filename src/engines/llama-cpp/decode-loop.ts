@@ -67,7 +67,10 @@ export interface LoopSetup {
   /** A header the model may write at the start of its answer, which is not part of the answer. */
   answerHeader?: string;
   signal: AbortSignal;
-  /** Runs once the prompt is evaluated, before any generated token enters the sequence. */
+  /**
+   * Runs once the prompt is evaluated, before any generated token enters the sequence: after the
+   * first sampled token has been handed to the consumer (or the generation ended at it).
+   */
   onPromptEvaluated: () => Promise<void>;
 }
 
@@ -91,16 +94,23 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     yield* router.finish(reason);
   }
 
+  // The prompt's state is handed on (onPromptEvaluated: saved for other requests to reuse) once,
+  // after the first token's text has gone to the consumer and before any generated token enters
+  // the sequence, so saving it is not part of the time to the first token.
+  let sampled = false;
+  let promptHandedOn = false;
+  const handOnPrompt = async () => {
+    if (promptHandedOn || !sampled) return;
+    promptHandedOn = true;
+    await setup.onPromptEvaluated();
+  };
+
   edits.apply(router.start());
   try {
     let step = await steps.next(undefined);
-    let first = true;
     while (!step.done) {
+      sampled = true;
       if (signal.aborted) return;
-      if (first) {
-        first = false;
-        await setup.onPromptEvaluated();
-      }
       let { token, logprob } = step.value;
       let tokens: Token[] = [token];
       let forced = false;
@@ -134,11 +144,14 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
         generated.push(...edit.tokens);
         yield router.written(edit.tokens.length);
       }
+      await handOnPrompt();
       step = await steps.next(replacement);
     }
     // The sampler only stops by itself when it has nothing more to say.
     yield* finish("stop", 0);
   } finally {
+    // An answer that ended at its first token still leaves the prompt worth keeping.
+    await handOnPrompt();
     await steps.return(undefined);
   }
 }

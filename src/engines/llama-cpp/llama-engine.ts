@@ -133,7 +133,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.harmony = this.renderer.harmony;
     this.pieces = new TokenPieces(model);
     this.constraints = new ConstraintPlanner(model, this.renderer.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined);
-    this.prefixStore = new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 64, opts.id);
+    this.prefixStore = new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 16, opts.id);
     this.slotCache = new SlotCache(this.sequences, this.prefixStore);
   }
 
