@@ -30,6 +30,45 @@ test("a failed save (a full RAM disk) is skipped, not thrown", async () => {
   store.dispose();
 });
 
+test("the same prompt saved by several sequences at once is written once and counted once", async () => {
+  const store = new PrefixStore(1_000_000, 1, "unit-once", { baseDir: tempBase() });
+  let writes = 0;
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const save = async (path: string) => {
+    writes++;
+    await gate;
+    writeFileSync(path, "x".repeat(100));
+    return { fileSize: 100 };
+  };
+  const saves = Array.from({ length: 8 }, () => store.save("ns", fakeSequence(tokens(1, 2, 3), save)));
+  release();
+  await Promise.all(saves);
+  assert.equal(writes, 1, "one writer for one file");
+  assert.equal(store.size, 1);
+  assert.equal(store.bytesUsed, 100);
+  // Once written, later saves of the same prompt only mark it used.
+  await store.save("ns", fakeSequence(tokens(1, 2, 3), save));
+  assert.equal(writes, 1);
+  store.dispose();
+});
+
+test("forget drops an entry, its bytes and its file", async () => {
+  const store = new PrefixStore(1_000_000, 1, "unit-forget", { baseDir: tempBase() });
+  await store.save("ns", fakeSequence(tokens(1, 2, 3), async (path) => {
+    writeFileSync(path, "x".repeat(100));
+    return { fileSize: 100 };
+  }));
+  const found = store.best("ns", tokens(1, 2, 3, 4))!;
+  assert.ok(existsSync(found.entry.path));
+  store.forget(found.entry);
+  assert.equal(store.size, 0);
+  assert.equal(store.bytesUsed, 0);
+  assert.equal(existsSync(found.entry.path), false);
+  assert.equal(store.best("ns", tokens(1, 2, 3, 4)), undefined);
+  store.dispose();
+});
+
 test("entries are found only in their own namespace, and evicted oldest first", async () => {
   const store = new PrefixStore(250, 1, "unit-lru", { baseDir: tempBase() });
   const save = (path: string) => {

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
 
-interface SavedPrefix {
+export interface SavedPrefix {
   namespace: string;
   tokens: Token[];
   path: string;
@@ -41,6 +41,12 @@ export interface PrefixStoreOptions {
  */
 export class PrefixStore {
   private readonly entries = new Map<string, SavedPrefix>();
+  /**
+   * Keys being written now. Requests with the same prompt finish evaluating it together (eight
+   * identical chats at once), and without this each wrote the same file at the same time and the
+   * budget counted it once per writer.
+   */
+  private readonly saving = new Set<string>();
   private readonly dirPrefix: string;
   private dir: string | undefined;
   private disposed = false;
@@ -81,6 +87,17 @@ export class PrefixStore {
     return this.evicted;
   }
 
+  /** Drops an entry whose file could not be read back (removed from the RAM disk, damaged). */
+  forget(entry: SavedPrefix): void {
+    for (const [key, e] of this.entries) {
+      if (e !== entry) continue;
+      this.entries.delete(key);
+      this.used -= e.bytes;
+      rmSync(e.path, { force: true });
+      return;
+    }
+  }
+
   /** The saved state sharing the longest prefix with `prompt` in this namespace. */
   best(namespace: string, prompt: readonly Token[]): { entry: SavedPrefix; match: number } | undefined {
     let best: { entry: SavedPrefix; match: number } | undefined;
@@ -103,6 +120,8 @@ export class PrefixStore {
       existing.lastUsed = ++this.clock;
       return;
     }
+    if (this.saving.has(key)) return;
+    this.saving.add(key);
     let path: string | undefined;
     let fileSize: number;
     try {
@@ -117,6 +136,8 @@ export class PrefixStore {
       // the request: the state is simply not kept.
       if (path) rmSync(path, { force: true });
       return;
+    } finally {
+      this.saving.delete(key);
     }
     if (this.disposed || fileSize > this.budgetBytes) {
       rmSync(path, { force: true });

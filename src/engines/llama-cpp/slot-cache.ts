@@ -62,8 +62,17 @@ export class SlotCache {
 
     const saved = this.store.enabled ? this.store.best(namespace, prompt) : undefined;
     if (saved && Math.min(limit, saved.match) > cached) {
-      await sequence.loadStateFromFile(saved.entry.path, { acceptRisk: true });
-      cached = Math.min(limit, saved.match);
+      try {
+        await sequence.loadStateFromFile(saved.entry.path, { acceptRisk: true });
+        cached = Math.min(limit, saved.match);
+      } catch {
+        // The file went (evicted by a save that finished meanwhile, or removed from the RAM disk)
+        // or could not be read: the prompt is evaluated instead of failing the request. What a
+        // failed load left in the sequence is unknown, so it starts empty.
+        this.store.forget(saved.entry);
+        await sequence.clearHistory();
+        cached = 0;
+      }
     }
     if (sequence.nextTokenIndex > cached) await sequence.eraseContextTokenRanges([{ start: cached, end: sequence.nextTokenIndex }]);
     return cached;
