@@ -7,33 +7,13 @@ import { literal } from "./gbnf.ts";
 export function prefixRules(gbnf: string, prefix: string): string {
   const defined = new Set<string>();
   for (const m of gbnf.matchAll(/^([a-zA-Z0-9-]+)\s*::=/gm)) defined.add(m[1]);
-  let out = "";
-  let i = 0;
-  while (i < gbnf.length) {
-    const ch = gbnf[i];
-    if (ch === '"' || ch === "[") {
-      const close = ch === '"' ? '"' : "]";
-      let j = i + 1;
-      while (j < gbnf.length && gbnf[j] !== close) j += gbnf[j] === "\\" ? 2 : 1;
-      out += gbnf.slice(i, j + 1);
-      i = j + 1;
-      continue;
-    }
-    if (ch === "#") {
-      const end = gbnf.indexOf("\n", i);
-      i = end === -1 ? gbnf.length : end;
-      continue;
-    }
-    const ident = /^[a-zA-Z0-9-]+/.exec(gbnf.slice(i));
-    if (ident) {
-      out += defined.has(ident[0]) ? `${prefix}${ident[0]}` : ident[0];
-      i += ident[0].length;
-      continue;
-    }
-    out += ch;
-    i++;
-  }
-  return out;
+  // One pass over literals, classes, comments and names (a grammar may be megabytes long).
+  return gbnf.replace(/"(?:\\[^]|[^"\\])*"?|\[(?:\\[^]|[^\]\\])*\]?|#[^\n]*|[a-zA-Z0-9-]+/g, (token) => {
+    const c = token[0];
+    if (c === '"' || c === "[") return token;
+    if (c === "#") return "";
+    return defined.has(token) ? prefix + token : token;
+  });
 }
 
 export interface CallGrammarParts {

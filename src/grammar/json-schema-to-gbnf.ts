@@ -103,6 +103,7 @@ import {
   setMinus,
   cpSet,
 } from "./gbnf.ts";
+import { DEFAULT_MAX_LOAD_COST, grammarLoadCost } from "./load-cost.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import { ANY_STRING_FORMATS, FORMAT_REGEX, formatGrammar, isSupportedFormat, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
@@ -153,6 +154,8 @@ export type SchemaLimits = {
   maxGrammarChars: number;
   /** Most DFA states of one string's automaton (format ∩ pattern ∩ lengths). */
   maxAutomatonStates: number;
+  /** Most work llama.cpp may spend loading the grammar (load-cost.ts units). */
+  maxLoadCost: number;
 };
 
 export const DEFAULT_SCHEMA_LIMITS: Readonly<SchemaLimits> = {
@@ -168,6 +171,7 @@ export const DEFAULT_SCHEMA_LIMITS: Readonly<SchemaLimits> = {
   maxRules: 50_000,
   maxGrammarChars: 8 * 1024 * 1024,
   maxAutomatonStates: DEFAULT_AUTOMATON_LIMITS.maxDfaStates,
+  maxLoadCost: DEFAULT_MAX_LOAD_COST,
 };
 
 export type JsonSchemaToGbnfOptions = {
@@ -185,7 +189,8 @@ export type JsonSchemaToGbnfOptions = {
 /** A keyword that `strict: false` relaxed, and why. */
 export type Relaxation = { path: string; message: string };
 
-export type CompiledSchema = { gbnf: string; relaxed: Relaxation[] };
+/** `loadCost`: what llama.cpp will spend loading the grammar (see load-cost.ts). */
+export type CompiledSchema = { gbnf: string; relaxed: Relaxation[]; loadCost: number };
 
 type Schema = Record<string, unknown>;
 
@@ -940,10 +945,16 @@ class Converter {
       let tail = addlKv ? `(${seq(sep, addlKv)})*` : "";
       // first: the members when none is written before property i.
       let first: string | null = addlKv ? seq(addlKv, tail) : null;
+      // Whether a required property is still to come (from property i on).
+      let mustFollow = false;
       for (let i = n - 1; i >= 0; i--) {
         const withIt = named(seq(kvs[i].kv, tail));
         first = kvs[i].req || first === null ? withIt : this.b.rule(hint, alt(withIt, first));
-        tail = named(seq(kvs[i].req ? seq(sep, kvs[i].kv) : opt(seq(sep, kvs[i].kv)), tail));
+        mustFollow ||= kvs[i].req;
+        // A separator then first(i), rather than "property i or nothing, then tail(i + 1)": a rule
+        // that may start with the next one costs llama.cpp a walk down the whole chain when it
+        // loads the grammar (load-cost.ts), and this way only `first` chains.
+        tail = named(mustFollow ? seq(sep, first) : opt(seq(sep, first)));
       }
       body = first;
       emptyAllowed = requiredCount === 0;
@@ -1125,7 +1136,12 @@ export function compileJsonSchema(schema: unknown, opts: JsonSchemaToGbnfOptions
   checkSchemaLimits(schema, limits);
   const converter = new Converter(schema, maxWhitespace, opts.strict ?? true, limits);
   const gbnf = converter.convert();
-  return { gbnf, relaxed: converter.relaxed };
+  // llama.cpp loads a grammar on the JavaScript thread, for every request that uses it.
+  const loadCost = grammarLoadCost(gbnf);
+  if (loadCost > limits.maxLoadCost) {
+    throw new SchemaLimitError("", `its grammar would take the engine too long to load (${Math.round(loadCost / 1e6)} M units, the limit is ${Math.round(limits.maxLoadCost / 1e6)} M); long runs of optional properties cost the most`);
+  }
+  return { gbnf, relaxed: converter.relaxed, loadCost };
 }
 
 /**

@@ -12,7 +12,7 @@ import {
   UnsupportedSchemaError,
 } from "./json-schema-to-gbnf.ts";
 
-type Reply = { id: number; ok: true; gbnf: string; relaxed: CompiledSchema["relaxed"] } | { id: number; ok: false; code: string; path: string; message: string };
+type Reply = ({ id: number; ok: true } & CompiledSchema) | { id: number; ok: false; code: string; path: string; message: string };
 
 interface Job {
   id: number;
@@ -166,7 +166,7 @@ export class SchemaCompiler {
     if (!cur || cur.job.id !== m.id) return;
     clearTimeout(cur.timer);
     this.current = undefined;
-    if (m.ok) cur.job.resolve({ gbnf: m.gbnf, relaxed: m.relaxed });
+    if (m.ok) cur.job.resolve({ gbnf: m.gbnf, relaxed: m.relaxed, loadCost: m.loadCost });
     else if (m.code === "limit") cur.job.reject(new SchemaLimitError(m.path, m.message));
     else if (m.code === "unsupported") cur.job.reject(new UnsupportedSchemaError(m.path, m.message));
     else cur.job.reject(new Error(m.message));

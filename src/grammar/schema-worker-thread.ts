@@ -4,8 +4,8 @@ import { compileJsonSchema, UnsupportedSchemaError, type JsonSchemaToGbnfOptions
 
 const { schema, opts } = workerData as { schema: unknown; opts: JsonSchemaToGbnfOptions };
 try {
-  const { gbnf, relaxed } = compileJsonSchema(schema, opts);
-  parentPort!.postMessage({ ok: true, gbnf, relaxed });
+  const { gbnf, relaxed, loadCost } = compileJsonSchema(schema, opts);
+  parentPort!.postMessage({ ok: true, gbnf, relaxed, loadCost });
 } catch (e) {
   if (e instanceof UnsupportedSchemaError) {
     const prefix = `${e.path === "" ? "schema" : e.path}: `;

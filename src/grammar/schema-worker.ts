@@ -45,9 +45,9 @@ export function compileSchemaWithReportInWorker(schema: unknown, opts: JsonSchem
       void worker.terminate();
     };
     const timer = setTimeout(() => finish(() => reject(new SchemaLimitError("", `compiling the schema took longer than ${timeoutMs} ms`))), timeoutMs);
-    worker.once("message", (m: { ok: true; gbnf: string; relaxed: CompiledSchema["relaxed"] } | { ok: false; code: string; path: string; message: string }) => {
+    worker.once("message", (m: ({ ok: true } & CompiledSchema) | { ok: false; code: string; path: string; message: string }) => {
       finish(() => {
-        if (m.ok) resolve({ gbnf: m.gbnf, relaxed: m.relaxed });
+        if (m.ok) resolve({ gbnf: m.gbnf, relaxed: m.relaxed, loadCost: m.loadCost });
         else if (m.code === "limit") reject(new SchemaLimitError(m.path, m.message));
         else if (m.code === "unsupported") reject(new UnsupportedSchemaError(m.path, m.message));
         else reject(new Error(m.message));

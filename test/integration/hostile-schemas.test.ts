@@ -2,9 +2,10 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { useTestServer } from "../helpers/server.ts";
 
-// Grammar-heavy hostile bodies against the real engine: each answers a 4xx naming the field (or
-// compiles) within a few seconds, while /health keeps answering — schema grammars compile in a
-// worker thread with a deadline, never on the event loop.
+// Grammar-heavy (and template-heavy) hostile bodies against the real engine: each answers a 4xx
+// naming the field (or compiles) within a few seconds, while /health keeps answering. Schema
+// grammars compile in a worker thread with a deadline; what llama.cpp then does on the event loop
+// (loading the grammar, tokenizing the templated prompt) is bounded before it starts.
 
 const s = useTestServer({ "ctx-size": "512" });
 
@@ -16,8 +17,14 @@ const corpus: Array<[string, unknown, number, string | null]> = [
   ["a backtracking pattern against an enum", { ...chat, response_format: rf({ type: "string", enum: ["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"], pattern: "^(a+)+$" }) }, 400, "response_format.json_schema.schema"],
   ["maxLength of 100,000,000", { ...chat, response_format: rf({ type: "string", maxLength: 100_000_000 }) }, 400, "response_format.json_schema.schema"],
   ["a repetition of 99,999,999", { ...chat, response_format: rf({ type: "string", pattern: "^a{0,99999999}$" }) }, 400, "response_format.json_schema.schema"],
-  ["200 properties under maxProperties 100", { ...chat, response_format: rf({ type: "object", properties: props(200), maxProperties: 100 }) }, 200, null],
-  ["2,000 optional properties", { ...chat, response_format: rf({ type: "object", properties: props(2000) }) }, 200, null],
+  ["100 properties under maxProperties 50", { ...chat, response_format: rf({ type: "object", properties: props(100), maxProperties: 50 }) }, 200, null],
+  // Counting members makes a rule per (property, count): 1.2 MB of grammar, refused by load cost.
+  ["200 properties under maxProperties 100", { ...chat, response_format: rf({ type: "object", properties: props(200), maxProperties: 100 }) }, 400, "response_format.json_schema.schema"],
+  ["1,000 optional properties", { ...chat, response_format: rf({ type: "object", properties: props(1000) }) }, 200, null],
+  // Optional properties chain in the grammar; llama.cpp's load walks such chains over and over, so
+  // 5,000 of them would hold the event loop for seconds per request: refused by load cost.
+  ["5,000 optional properties", { ...chat, response_format: rf({ type: "object", properties: props(5000) }) }, 400, "response_format.json_schema.schema"],
+  ["5,000 required properties", { ...chat, response_format: rf({ type: "object", properties: props(5000), required: Object.keys(props(5000)) }) }, 200, null],
   [
     "nesting 2,000 deep",
     { ...chat, response_format: rf(Array.from({ length: 2000 }).reduce<Record<string, unknown>>((inner) => ({ type: "array", items: inner }), { type: "string" })) },
@@ -28,10 +35,30 @@ const corpus: Array<[string, unknown, number, string | null]> = [
   ["minItems of 3,000,000", { ...chat, response_format: rf({ type: "array", items: { type: "integer" }, minItems: 3_000_000 }) }, 400, "response_format.json_schema.schema"],
   // Its grammar compiles, but the template writes the tool into the prompt, which then cannot fit.
   [
-    "a tool with 5,000 parameters",
-    { ...chat, tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props(5000) }, strict: true } }] },
+    "a tool with 5,000 required parameters",
+    { ...chat, tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props(5000), required: Object.keys(props(5000)) }, strict: true } }] },
     400,
     "messages",
+  ],
+  [
+    "a tool with 5,000 optional parameters",
+    { ...chat, tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props(5000) }, strict: true } }] },
+    400,
+    "tools[0].function.parameters",
+  ],
+  // The template writes the description into the prompt; its length is checked before tokenizing
+  // (which would hold the event loop for seconds).
+  [
+    "a tool whose description is 4 MB",
+    { ...chat, tools: [{ type: "function", function: { name: "f", description: "word ".repeat(800_000), parameters: { type: "object", properties: {} } } }] },
+    400,
+    "messages",
+  ],
+  [
+    "two tools whose grammars are each within bounds but not together",
+    { ...chat, tools: [0, 1].map((i) => ({ type: "function", function: { name: `f${i}`, parameters: { type: "object", properties: props(1300) }, strict: true } })) },
+    400,
+    "tools",
   ],
 ];
 

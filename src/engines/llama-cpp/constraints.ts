@@ -13,7 +13,8 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
-import { JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { DEFAULT_MAX_LOAD_COST, grammarLoadCost } from "../../grammar/load-cost.ts";
 import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
@@ -96,7 +97,11 @@ export class ConstraintPlanner {
       const allowed = typeof choice === "object" && "allowed" in choice ? new Set(choice.allowed) : undefined;
       const offered = req.tools!.filter((t) => (named === undefined || t.name === named) && (!allowed || allowed.has(t.name)));
       out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: describeTool(t), params: toolParams(t) as never }]));
-      const args = await Promise.all(offered.map(async (t) => ({ name: t.name, argsGbnf: await this.argumentsGrammar(t, req.tools!.indexOf(t)) })));
+      const args = await Promise.all(offered.map(async (t) => ({ name: t.name, ...(await this.argumentsGrammar(t, req.tools!.indexOf(t))) })));
+      // Each tool's grammar is within bounds alone; together they must be too (one grammar is loaded).
+      const cost = args.reduce((sum, a) => sum + a.loadCost, 0);
+      if (cost > DEFAULT_MAX_LOAD_COST)
+        throw invalidField(`{field} are too large to enforce together: their grammars would take the engine too long to load (${Math.round(cost / 1e6)} M units, the limit is ${Math.round(DEFAULT_MAX_LOAD_COST / 1e6)} M).`, "tools");
       const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
       out.tools = {
         format: this.format,
@@ -119,15 +124,21 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<string> {
-    if (tool.input) return freeTextArguments(tool.input, i);
-    return schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
+  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<{ argsGbnf: string; loadCost: number }> {
+    if (tool.input) {
+      const argsGbnf = freeTextArguments(tool.input, i);
+      const loadCost = grammarLoadCost(argsGbnf);
+      if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField(`{field} is too large to enforce: its grammar would take the engine too long to load.`, `tools[${i}].input`);
+      return { argsGbnf, loadCost };
+    }
+    const { gbnf, loadCost } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
+    return { argsGbnf: gbnf, loadCost };
   }
 
   private async contentGrammar(req: GenerationRequest): Promise<string> {
     const rf = req.responseFormat!;
     if (rf.type === "json_object") return JSON_OBJECT_GBNF;
-    return schemaGrammar(rf.schema, rf.strict, "responseFormat.schema");
+    return (await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema")).gbnf;
   }
 
   /** Compiled grammars, most recently used last; bounded so distinct schemas cannot grow memory. */
@@ -157,9 +168,9 @@ const GRAMMAR_CACHE_ENTRIES = 128;
  * strict refuses what cannot be enforced exactly, and non-strict relaxes only the keywords that
  * cannot be (the rest of the schema still holds).
  */
-async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<string> {
+async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<CompiledSchema> {
   try {
-    return (await schemaCompiler.compile(schema, { strict })).gbnf;
+    return await schemaCompiler.compile(schema, { strict });
   } catch (err) {
     if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);

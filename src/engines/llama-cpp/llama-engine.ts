@@ -235,7 +235,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     this.bound.check(req.prompt, this.contextSize);
     const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
-    const rendered = this.renderer.render(req, constraints.functions);
+    const rendered = this.renderer.render(req, constraints.functions, this.textBound);
     const { stopTokens, formatStops } = rendered;
     const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined);
     // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
@@ -371,11 +371,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     return (slot) => (busy[laneOf(slot, this.lanes)] - least) * LANE_BALANCE_TOKENS;
   }
 
+  /** The templated text of a chat prompt, checked against the context before it is tokenized. */
+  private readonly textBound = (bytes: number): void => this.bound.checkText(bytes, this.contextSize);
+
   async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
     if (prompt.kind === "chat") refuseImages(prompt.messages, this.id);
     // A prompt no request could use is not worth holding the event loop for.
     this.bound.check(prompt, this.contextSize);
-    if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest).tokens;
+    if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest, undefined, this.textBound).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
     return this.renderer.render({ prompt } as GenerationRequest).tokens;
   }

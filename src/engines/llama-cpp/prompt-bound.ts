@@ -37,7 +37,15 @@ export class PromptBound {
 
   /** Refuses, before tokenizing, a prompt that cannot fit in `contextSize` tokens. */
   check(prompt: PromptInput, contextSize: number): void {
-    const least = this.minimumTokens(prompt);
+    this.refuse(this.minimumTokens(prompt), contextSize);
+  }
+
+  /** Refuses, before tokenizing, a templated text of `bytes` UTF-8 bytes that cannot fit. */
+  checkText(bytes: number, contextSize: number): void {
+    this.refuse(Number.isFinite(this.longest) ? Math.floor(bytes / this.longest) : 0, contextSize);
+  }
+
+  private refuse(least: number, contextSize: number): void {
     if (least >= contextSize)
       throw new ApiError(400, `This model's context is ${contextSize} tokens, but the prompt is at least ${least} tokens.`, {
         field: "prompt",

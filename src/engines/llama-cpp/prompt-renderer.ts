@@ -74,8 +74,12 @@ export class PromptRenderer {
     this.harmony = HarmonyLayout.of(wrapper, model, today);
   }
 
-  /** The prompt's tokens; chat prompts through the template, with the functions it should document. */
-  render(req: GenerationRequest, functions?: ChatModelFunctions): RenderedPrompt {
+  /**
+   * The prompt's tokens; chat prompts through the template, with the functions it should document.
+   * `beforeTokenize` sees the UTF-8 length of the templated text first and may throw: tokenizing runs
+   * on the event loop, and a template can make a short message list long (a tool's description).
+   */
+  render(req: GenerationRequest, functions?: ChatModelFunctions, beforeTokenize?: (bytes: number) => void): RenderedPrompt {
     const prompt = req.prompt;
     if (prompt.kind === "tokens") {
       prompt.tokens.forEach((t, i) => this.checkToken(t, `prompt.tokens[${i}]`));
@@ -97,6 +101,7 @@ export class PromptRenderer {
     const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
+    if (beforeTokenize) beforeTokenize(textBytes(state.contextText));
     return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
   }
 
@@ -166,4 +171,14 @@ export class PromptRenderer {
     }
     return { stopTokens, formatStops };
   }
+}
+
+/** UTF-8 bytes of a templated text's plain and special-token parts. */
+function textBytes(text: LlamaText): number {
+  let bytes = 0;
+  for (const part of text.values) {
+    if (typeof part === "string") bytes += Buffer.byteLength(part, "utf8");
+    else if (part instanceof SpecialTokensText) bytes += Buffer.byteLength(part.value, "utf8");
+  }
+  return bytes;
 }

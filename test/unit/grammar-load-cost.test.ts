@@ -1,0 +1,110 @@
+import assert from "../helpers/assert.ts";
+import { describe, test } from "node:test";
+import fc from "fast-check";
+import { compileJsonSchema, SchemaLimitError } from "../../src/grammar/json-schema-to-gbnf.ts";
+import { type GrammarRule, grammarLoadCost, leftRecursionWalk, parseGrammarRules } from "../../src/grammar/load-cost.ts";
+
+// llama.cpp's left-recursion check, ported step by step (it recurses from every rule without
+// remembering finished ones), counting the elements it visits. The counter under test computes
+// the same number in one pass; this is the slow reference it must agree with.
+function bruteForceWalk(rules: readonly GrammarRule[]): number {
+  const inProgress = rules.map(() => false);
+  const mayBeEmpty = rules.map(() => false);
+  let visited = 0;
+  const detect = (i: number): boolean => {
+    if (inProgress[i]) return true;
+    inProgress[i] = true;
+    visited += rules[i].size;
+    if (rules[i].alts.some((a) => a.length === 0)) mayBeEmpty[i] = true;
+    for (const alt of rules[i].alts) {
+      for (const e of alt) {
+        if (e === -1) break;
+        if (detect(e)) return true;
+        if (!mayBeEmpty[e]) break;
+      }
+    }
+    inProgress[i] = false;
+    return false;
+  };
+  for (let i = 0; i < rules.length; i++) if (detect(i)) throw new Error("left recursion");
+  return visited;
+}
+
+/** Random grammars without left recursion: rule i only refers to rules after it. */
+const ruleGraphs = fc
+  .integer({ min: 1, max: 12 })
+  .chain((n) =>
+    fc.tuple(
+      ...Array.from({ length: n }, (_, i) =>
+        fc.array(fc.array(i + 1 < n ? fc.oneof(fc.constant(-1), fc.integer({ min: i + 1, max: n - 1 })) : fc.constant(-1), { maxLength: 4 }), { minLength: 1, maxLength: 4 }),
+      ),
+    ),
+  )
+  .map((altsPerRule) => altsPerRule.map((alts): GrammarRule => ({ alts, size: alts.reduce((s, a) => s + a.length + 1, 0) })));
+
+describe("grammar load cost", () => {
+  test("the one-pass walk count equals llama.cpp's check run literally (fast-check)", () => {
+    fc.assert(fc.property(ruleGraphs, (rules) => leftRecursionWalk(rules) === bruteForceWalk(rules)), { numRuns: 500 });
+  });
+
+  test("the walk count of compiled schemas equals the literal check's", () => {
+    const props = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: i % 2 ? "string" : "integer" }]));
+    for (const schema of [
+      { type: "object", properties: props(40) },
+      { type: "object", properties: props(30), required: ["p3", "p17"], additionalProperties: { type: "number" } },
+      { type: "object", properties: props(20), maxProperties: 5 },
+      { type: "array", items: { anyOf: [{ type: "string", pattern: "^(ab|c)*d?$" }, { type: "boolean" }] }, minItems: 2, maxItems: 9 },
+    ]) {
+      const rules = parseGrammarRules(compileJsonSchema(schema).gbnf);
+      assert.equal(leftRecursionWalk(rules), bruteForceWalk(rules), JSON.stringify(schema).slice(0, 80));
+    }
+  });
+
+  test("groups and repetitions become rules the way llama.cpp's parser rewrites them", () => {
+    // root ::= "a" "a" r2; r2 ::= "a" r1 | ; r1 ::= "a" | — two optional copies after the two required.
+    const bounded = parseGrammarRules('root ::= "a"{2,4}');
+    assert.equal(bounded.length, 3);
+    assert.deepEqual(bounded[0].alts, [[-1, -1, 2]]);
+    assert.deepEqual(bounded[2].alts, [[-1, 1], []]);
+    assert.deepEqual(bounded[1].alts, [[-1], []]);
+    // x* is one recursive rule with an empty alternative; a group is a rule of its own.
+    const star = parseGrammarRules("root ::= (x | y)* x\nx ::= [a-z]\ny ::= \"yy\" # comment\n");
+    const rootAlts = star[0].alts[0];
+    assert.equal(rootAlts.length, 2);
+    const rec = star[rootAlts[0]];
+    assert.ok(rec.alts.some((a) => a.length === 0));
+    assert.ok(rec.alts.some((a) => a.includes(rootAlts[0])), "x* refers to itself");
+    // Literals count one element per character, escapes included; an empty literal is nothing.
+    assert.deepEqual(parseGrammarRules('root ::= "\\u00e9\\n" | ""').map((r) => r.alts), [[[-1], []]]);
+    assert.equal(parseGrammarRules('root ::= "\\u00e9\\n"')[0].size, 3);
+  });
+
+  test("a chain of optional properties costs quadratically, required ones linearly", () => {
+    const props = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: "integer" }]));
+    const walk = (schema: object) => leftRecursionWalk(parseGrammarRules(compileJsonSchema(schema, { limits: { maxLoadCost: Infinity } }).gbnf));
+    const optional = [walk({ type: "object", properties: props(200) }), walk({ type: "object", properties: props(400) })];
+    const required = [200, 400].map((n) => walk({ type: "object", properties: props(n), required: Object.keys(props(n)) }));
+    assert.ok(optional[1] / optional[0] > 3.5, `optional: ${optional}`);
+    assert.ok(required[1] / required[0] < 2.2, `required: ${required}`);
+  });
+
+  test("compileJsonSchema refuses a grammar past maxLoadCost, and reports the cost of one within it", () => {
+    const props = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: "integer" }]));
+    const small = compileJsonSchema({ type: "object", properties: props(10) });
+    assert.equal(small.loadCost, grammarLoadCost(small.gbnf));
+    assert.throws(
+      () => compileJsonSchema({ type: "object", properties: props(10) }, { limits: { maxLoadCost: small.loadCost - 1 } }),
+      (e: unknown) => e instanceof SchemaLimitError && /too long to load/.test(e.message),
+    );
+    // With the default bound: 1,000 optional properties load, 5,000 do not; 5,000 required ones do.
+    assert.ok(compileJsonSchema({ type: "object", properties: props(1000) }).loadCost > 0);
+    assert.throws(() => compileJsonSchema({ type: "object", properties: props(5000) }), SchemaLimitError);
+    assert.ok(compileJsonSchema({ type: "object", properties: props(5000), required: Object.keys(props(5000)) }).loadCost > 0);
+  });
+
+  test("text that is not a grammar throws rather than being costed", () => {
+    assert.throws(() => grammarLoadCost("root = x"));
+    assert.throws(() => grammarLoadCost('root ::= ("a"'));
+    assert.throws(() => grammarLoadCost("root ::= * x"));
+  });
+});
