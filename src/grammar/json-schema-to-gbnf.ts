@@ -103,7 +103,7 @@ import {
   setMinus,
   cpSet,
 } from "./gbnf.ts";
-import { DEFAULT_MAX_LOAD_COST, grammarLoadCost } from "./load-cost.ts";
+import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import { ANY_STRING_FORMATS, FORMAT_REGEX, formatGrammar, isSupportedFormat, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
@@ -1137,7 +1137,7 @@ export function compileJsonSchema(schema: unknown, opts: JsonSchemaToGbnfOptions
   const converter = new Converter(schema, maxWhitespace, opts.strict ?? true, limits);
   const gbnf = converter.convert();
   // llama.cpp loads a grammar on the JavaScript thread, for every request that uses it.
-  const loadCost = grammarLoadCost(gbnf);
+  const loadCost = estimateLoadCost(gbnf);
   if (loadCost > limits.maxLoadCost) {
     throw new SchemaLimitError("", `its grammar would take the engine too long to load (${Math.round(loadCost / 1e6)} M units, the limit is ${Math.round(limits.maxLoadCost / 1e6)} M); long runs of optional properties cost the most`);
   }

@@ -283,3 +283,15 @@ export function grammarLoadCost(gbnf: string): number {
   const cost = CHAR_COST * gbnf.length + leftRecursionWalk(parseGrammarRules(gbnf));
   return Number.isFinite(cost) ? cost : Infinity;
 }
+
+/**
+ * grammarLoadCost for grammars this server generated, which parse; should one not, its length alone
+ * is counted and llama.cpp's own parser reports the error as before.
+ */
+export function estimateLoadCost(gbnf: string): number {
+  try {
+    return grammarLoadCost(gbnf);
+  } catch {
+    return CHAR_COST * gbnf.length;
+  }
+}

@@ -2,6 +2,8 @@ import assert from "../helpers/assert.ts";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { compileJsonSchema, SchemaLimitError } from "../../src/grammar/json-schema-to-gbnf.ts";
+import { readdirSync, readFileSync } from "node:fs";
+import { customToolGrammar } from "../../src/grammar/custom-tool-grammar.ts";
 import { type GrammarRule, grammarLoadCost, leftRecursionWalk, parseGrammarRules } from "../../src/grammar/load-cost.ts";
 
 // llama.cpp's left-recursion check, ported step by step (it recurses from every rule without
@@ -100,6 +102,22 @@ describe("grammar load cost", () => {
     assert.ok(compileJsonSchema({ type: "object", properties: props(1000) }).loadCost > 0);
     assert.throws(() => compileJsonSchema({ type: "object", properties: props(5000) }), SchemaLimitError);
     assert.ok(compileJsonSchema({ type: "object", properties: props(5000), required: Object.keys(props(5000)) }).loadCost > 0);
+  });
+
+  test("the grammars this server writes parse (library schemas, formats, Lark and regex tools)", () => {
+    const dir = new URL("../fixtures/schemas/", import.meta.url);
+    const texts = readdirSync(dir)
+      .filter((f) => f.endsWith(".json"))
+      .map((f) => compileJsonSchema(JSON.parse(readFileSync(new URL(f, dir), "utf8"))).gbnf);
+    for (const format of ["date-time", "email", "uuid", "uri"]) texts.push(compileJsonSchema({ type: "string", format }).gbnf);
+    texts.push(customToolGrammar({ type: "grammar", syntax: "lark", definition: 'start: "SELECT " NAME (", " NAME)* " FROM " NAME\nNAME: /[a-z_][a-z0-9_]{0,30}/' }));
+    texts.push(customToolGrammar({ type: "grammar", syntax: "regex", definition: "^(\\d{3}-){2}\\d{4}$" }));
+    assert.ok(texts.length > 10);
+    for (const text of texts) {
+      const rules = parseGrammarRules(text);
+      assert.ok(rules.length > 0 && rules.every((r) => r.alts.length > 0), text.slice(0, 80));
+      assert.equal(leftRecursionWalk(rules), bruteForceWalk(rules));
+    }
   });
 
   test("text that is not a grammar throws rather than being costed", () => {

@@ -14,7 +14,7 @@ import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
-import { DEFAULT_MAX_LOAD_COST, grammarLoadCost } from "../../grammar/load-cost.ts";
+import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
 import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
@@ -127,7 +127,7 @@ export class ConstraintPlanner {
   private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<{ argsGbnf: string; loadCost: number }> {
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
-      const loadCost = grammarLoadCost(argsGbnf);
+      const loadCost = estimateLoadCost(argsGbnf);
       if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField(`{field} is too large to enforce: its grammar would take the engine too long to load.`, `tools[${i}].input`);
       return { argsGbnf, loadCost };
     }
