@@ -20,8 +20,10 @@ const round = (url: string, concurrency: number, maxTokens: number) =>
  * takes its turn in every round, so a change to the router is measured before/after side by side.
  */
 export async function routerBench(modelPath: string, threads: number, rounds: number, maxTokens = 128, baseline = process.env.BENCH_ROUTER_BASELINE): Promise<void> {
-  const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", "512", "--parallel", "8"]);
-  const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"]);
+  // BENCH_UPSTREAM_CPUS / BENCH_ROUTER_CPUS pin the two servers apart (taskset lists), so the router's
+  // own cost is measured without the upstream's decode threads taking its core.
+  const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", "512", "--parallel", "8"], undefined, process.env.BENCH_UPSTREAM_CPUS);
+  const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"], undefined, process.env.BENCH_ROUTER_CPUS);
   const before = baseline ? await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0"], baseline) : undefined;
   try {
     console.log(`\nScale-out: streaming through a router (--upstream) vs straight to the upstream, ${maxTokens} tokens, medians of ${rounds} rounds:\n`);

@@ -11,7 +11,12 @@ const MAIN = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
  * The server under test runs in its own process, as in production, so the benchmark client's own
  * work does not share its event loop.
  */
-export async function startServerProcess(args: string[], checkout?: string): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
+export async function startServerProcess(
+  args: string[],
+  checkout?: string,
+  /** CPUs to pin the server to (a `taskset -c` list such as "0" or "2-3"); unpinned when absent. */
+  cpus?: string,
+): Promise<{ url: string; child: ChildProcess; stop: () => Promise<void> }> {
   // Each server stores what it stores (responses) in a directory of its own, removed at stop.
   const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-bench-"));
   // Another checkout (a baseline to compare against) runs its own sources with its own modules.
@@ -19,7 +24,10 @@ export async function startServerProcess(args: string[], checkout?: string): Pro
   // BENCH_NODE_ARGS adds flags to the server's node (e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"), which
   // NODE_OPTIONS does not accept.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", main, "serve", "--port", "0", "--data-dir", dataDir, ...args], {
+  const command = [process.execPath, ...nodeArgs, "--import", "tsx", main, "serve", "--port", "0", "--data-dir", dataDir, ...args];
+  // taskset execs the server in place, so the child's pid is the server's.
+  if (cpus) command.unshift("taskset", "-c", cpus);
+  const child = spawn(command[0], command.slice(1), {
     stdio: ["ignore", "inherit", "pipe"],
     ...(checkout ? { cwd: checkout } : {}),
   });

@@ -37,3 +37,22 @@ for (const [route, body] of [
     assert.ok(worstHealth < 1000, `/health waited ${Math.round(worstHealth)} ms at worst`);
   });
 }
+
+// Many tiny items cost the event loop per item (validation, the template, a stored row each), so
+// their number is bounded before any of that; 10,000 still answer.
+for (const [route, field, body] of [
+  ["/v1/chat/completions", "messages", (n: number) => ({ model: "tiny", max_tokens: 1, messages: Array.from({ length: n }, () => ({ role: "user", content: "" })) })],
+  ["/v1/responses", "input", (n: number) => ({ model: "tiny", max_output_tokens: 16, input: Array.from({ length: n }, () => ({ role: "user", content: "" })) })],
+] as const) {
+  test(`${route}: 200,000 ${field} items are a 400 naming ${field}; 10,000 are answered`, async () => {
+    const t0 = performance.now();
+    const r = await s.http.postRaw(route, body(200_000));
+    const took = performance.now() - t0;
+    assert.equal(r.status, 400, r.text.slice(0, 300));
+    assert.equal(r.error?.param, field);
+    assert.match(r.error!.message, /at most 10000/);
+    assert.ok(took < 3000, `answered in ${Math.round(took)} ms`);
+    const ok = await s.http.postRaw(route, body(10_000));
+    assert.equal(ok.status, 200, ok.text.slice(0, 300));
+  });
+}

@@ -44,9 +44,16 @@ export const chatMessage = z.discriminatedUnion("role", [
 ]);
 export type ChatMessage = z.infer<typeof chatMessage>;
 
+/**
+ * Most messages in one request. Each costs the event loop parsing, template rendering and (for
+ * stored Responses) a row; 200,000 empty messages held it for 1.8 s. Far above any conversation a
+ * context window holds.
+ */
+export const MAX_MESSAGES = 10_000;
+
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
-  messages: z.array(chatMessage).min(1, "messages must contain at least one message"),
+  messages: z.array(chatMessage).min(1, "messages must contain at least one message").max(MAX_MESSAGES),
   stream: z.boolean().nullish(),
   stream_options: z
     .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional() })

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
+import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -143,7 +144,7 @@ const metadata = z
 
 export const createResponseRequest = z.object({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(inputItem)]).optional(),
+  input: z.union([z.string(), z.array(inputItem).max(MAX_MESSAGES)]).optional(),
   instructions: z.string().nullish(),
   max_output_tokens: z.int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
