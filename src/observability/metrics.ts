@@ -299,6 +299,13 @@ export class PlinthMetrics {
           return;
         }
         const { usage } = outcome;
+        // A remote engine may learn the prompt's size only from the upstream's final usage (it
+        // skips /tokenize when nothing needs the count up front): count what admission could not.
+        const unseen = usage.promptTokens - l.promptTokens;
+        if (unseen > 0) {
+          this.promptTokens.inc({ model_name }, unseen);
+          this.prefixQueries.inc({ model_name }, unseen);
+        }
         this.generationTokens.inc({ model_name }, usage.completionTokens);
         this.prefixHits.inc({ model_name }, usage.cachedTokens);
         this.success.inc({ model_name, finished_reason: l.finishReason ?? "stop" });
@@ -306,6 +313,7 @@ export class PlinthMetrics {
         this.requestPromptTokens.observe({ model_name }, usage.promptTokens);
         this.requestGenerationTokens.observe({ model_name }, usage.completionTokens);
         if (f) {
+          f.promptTokens = usage.promptTokens;
           f.cachedTokens = usage.cachedTokens;
           f.completionTokens = usage.completionTokens;
           f.finishReason = l.finishReason ?? "stop";

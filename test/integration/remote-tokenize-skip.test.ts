@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { recordingUpstream, type RecordingUpstream } from "../helpers/recording-upstream.ts";
+import { parsePrometheus, sum } from "../helpers/prometheus.ts";
 import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 // The router counts a prompt through the upstream's /tokenize only when its cheap upper bound
@@ -62,4 +63,16 @@ test("tools make the template's length unknown: such prompts are always counted"
     assert.equal(r.status, 200, r.text);
   });
   assert.deepEqual(calls.sort(), ["POST /tokenize", "POST /v1/chat/completions"]);
+});
+
+test("a prompt counted only by the upstream's usage still reaches the prompt-token metrics", async () => {
+  const promptTotal = async () => sum(parsePrometheus(await (await fetch(`${s.url}/metrics`)).text()), "vllm:prompt_tokens_total", { model_name: "counted" });
+  const before = await promptTotal();
+  const calls = await upstreamCalls(async () => {
+    const r = await chat({ max_tokens: 64 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.usage.prompt_tokens, 42); // the recording upstream's usage
+  });
+  assert.deepEqual(calls, ["POST /v1/chat/completions"], "admitted without a count");
+  assert.equal((await promptTotal()) - before, 42);
 });
