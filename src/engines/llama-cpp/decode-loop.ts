@@ -199,6 +199,23 @@ class SequenceEdits {
   }
 
   private activate(grammar: LlamaGrammar | undefined): void {
-    this.setup.grammar.state = grammar ? new LlamaGrammarEvaluationState({ model: this.setup.model, grammar }) : undefined;
+    this.setup.grammar.state = grammar ? freshGrammarState(this.setup.model, grammar) : undefined;
   }
+}
+
+/** One untouched state per compiled grammar, never sampled with: requests get copies of it. */
+const pristineStates = new WeakMap<LlamaGrammar, LlamaGrammarEvaluationState>();
+
+/**
+ * A new evaluation state for `grammar`. Building one from the grammar makes llama.cpp parse the
+ * grammar text again and re-run its left-recursion check, on the JavaScript thread, for every
+ * request (see grammar/load-cost.ts); copying a state built once copies the parsed rules instead.
+ */
+function freshGrammarState(model: LlamaModel, grammar: LlamaGrammar): LlamaGrammarEvaluationState {
+  let pristine = pristineStates.get(grammar);
+  if (!pristine) {
+    pristine = new LlamaGrammarEvaluationState({ model, grammar });
+    pristineStates.set(grammar, pristine);
+  }
+  return pristine.clone();
 }
