@@ -1,5 +1,6 @@
 import type { LlamaContextSequence, SequenceEvaluateOptions, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../core/types.ts";
+import { directSteps, directStepsAvailable } from "./direct-steps.ts";
 import { LogprobReader, tapLogits } from "./logprob-reader.ts";
 import type { TokenPieces } from "./token-pieces.ts";
 
@@ -14,8 +15,17 @@ export interface Step {
  */
 export type Steps = AsyncGenerator<Step, void, Token[] | undefined>;
 
-/** Plain decoding: llama.cpp samples natively; nothing per token but the token itself. */
-export async function* plainSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
+/**
+ * Plain decoding: llama.cpp samples natively; nothing per token but the token itself. Driven
+ * directly through the sequence's decode queue where node-llama-cpp's internals allow it
+ * (direct-steps.ts), else through `sequence.evaluate`.
+ */
+export function plainSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
+  return directStepsAvailable(sequence) ? directSteps(sequence, input, options) : evaluateSteps(sequence, input, options);
+}
+
+/** Plain decoding through node-llama-cpp's own per-token loop. */
+export async function* evaluateSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
   const it = sequence.evaluate(input, options);
   try {
     let step = await it.next();

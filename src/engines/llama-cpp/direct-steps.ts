@@ -1,0 +1,119 @@
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { LlamaContextSequence, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
+import type { Steps } from "./decode-steps.ts";
+
+// Plain decoding without `sequence.evaluate`'s per-token machinery (issue 14).
+//
+// For every token, node-llama-cpp's evaluate takes the sequence's lock, passes the token through
+// three nested async generators, rebuilds the whole sampler configuration (copying the logit bias
+// into fresh typed arrays) and hands it to the native sampler, which parses it again. On the 2-core
+// VM that is a good part of the JavaScript thread's ~1.1 ms per token, and with two decode threads
+// on two cores every millisecond the JavaScript thread spends is taken from a decode.
+//
+// This source keeps what matters of that path and drops the rest: each token still goes through the
+// sequence's own `_decodeTokens` (its queue, so the step is batched with the other sequences of the
+// context and passes the batch gate; its token bookkeeping, which the prompt cache reads; its
+// context-shift check), and is sampled by one native sampler per request. The sampler is configured
+// again only when something in its configuration can have changed: the grammar state was swapped,
+// or repetition penalties read the tokens generated so far.
+//
+// It uses internals of node-llama-cpp 3.21.1 (pinned exactly). `directStepsAvailable` checks them;
+// without them the engine keeps `sequence.evaluate` (test/unit/direct-steps.test.ts fails by name
+// on an upgrade that moves them).
+
+interface NativeSampler {
+  _sampler: unknown;
+  applyConfig(config: object): void;
+  dispose(): void;
+}
+
+interface SequenceInternals {
+  _decodeTokens(
+    tokens: Token[],
+    logits: boolean[],
+    priority: number,
+    tokenMeter: unknown,
+    contextShift: { size: unknown; strategy: unknown },
+    mapper: (batchLogitIndex: number) => Promise<number> | number,
+    afterBatch?: unknown,
+  ): Promise<unknown[]>;
+  _resolveSamplerConfig(options: object): object;
+  _ensureNotDisposed(): void;
+  _tokenMeter: unknown;
+  _contextShift: { size: unknown };
+  _takeIntervalCheckpointIfNeededAfterBatch?: unknown;
+  _context: { _ctx: { sampleToken(batchLogitIndex: number, sampler: unknown): Promise<number> } };
+}
+
+type SamplerClass = new (model: LlamaModel) => NativeSampler;
+
+/** node-llama-cpp's sampler class: not exported, it sits next to the context in the package's dist folder. */
+let samplerClass: SamplerClass | undefined;
+try {
+  const dist = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
+  const module = (await import(path.join(dist, "evaluator/LlamaContext/LlamaSampler.js"))) as { LlamaSampler?: SamplerClass };
+  samplerClass = typeof module.LlamaSampler === "function" ? module.LlamaSampler : undefined;
+} catch {
+  samplerClass = undefined;
+}
+
+/** node-llama-cpp's default evaluation priority (what `evaluate` uses when none is given). */
+const DEFAULT_PRIORITY = 5;
+
+/** Whether this sequence exposes what `directSteps` drives; when not, use `sequence.evaluate`. */
+export function directStepsAvailable(sequence: LlamaContextSequence): boolean {
+  const s = sequence as unknown as Partial<SequenceInternals>;
+  return (
+    samplerClass !== undefined &&
+    typeof s._decodeTokens === "function" &&
+    typeof s._resolveSamplerConfig === "function" &&
+    typeof s._ensureNotDisposed === "function" &&
+    typeof s._contextShift === "object" &&
+    typeof s._context?._ctx?.sampleToken === "function"
+  );
+}
+
+/**
+ * Plain decoding (no log probabilities): yields each sampled token, end-of-generation tokens
+ * included; `next(tokens)` puts those tokens into the sequence instead of the sampled one.
+ * Same contract as `sequence.evaluate` with `yieldEogToken`, at a fraction of its cost per token.
+ */
+export async function* directSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
+  const seq = sequence as unknown as SequenceInternals;
+  const sampler = new samplerClass!(sequence.model);
+  const native = seq._context._ctx;
+  const contextShift = { size: options.contextShift?.size ?? seq._contextShift.size, strategy: options.contextShift?.strategy };
+  const priority = options.evaluationPriority ?? DEFAULT_PRIORITY;
+  const grammarOf = () => (typeof options.grammarEvaluationState === "function" ? options.grammarEvaluationState() : options.grammarEvaluationState);
+  // Penalties read the tokens generated so far, which change every step.
+  const reconfigureEachStep = options.repeatPenalty != null;
+  let configured = false;
+  let configuredGrammar: unknown;
+  const sample = (batchLogitIndex: number) => {
+    const grammar = grammarOf();
+    if (!configured || reconfigureEachStep || grammar !== configuredGrammar) {
+      sampler.applyConfig(seq._resolveSamplerConfig(options));
+      configured = true;
+      configuredGrammar = grammar;
+    }
+    return native.sampleToken(batchLogitIndex, sampler._sampler);
+  };
+  try {
+    let tokens = input;
+    while (tokens.length > 0) {
+      seq._ensureNotDisposed();
+      const logits: boolean[] = [];
+      logits[tokens.length - 1] = true;
+      const results = await seq._decodeTokens(tokens, logits, priority, seq._tokenMeter, contextShift, sample, seq._takeIntervalCheckpointIfNeededAfterBatch);
+      const token = results[tokens.length - 1];
+      if (token === -1) throw new Error("Failed to sample next token");
+      if (typeof token !== "number") return;
+      const replacement = yield { token: token as Token };
+      tokens = replacement ? replacement.slice() : [token as Token];
+    }
+  } finally {
+    // No sampling is in flight here: the generator only stops at a yield, after its step's sampling.
+    sampler.dispose();
+  }
+}

@@ -1,0 +1,130 @@
+// The engine's own per-token loop (direct-steps.ts) against node-llama-cpp's `sequence.evaluate`, on
+// a real model: for the same prompt and options both must put the same tokens out, whatever the
+// sampling, penalties, grammar swaps and token replacements, and leave the sequence holding the same
+// tokens (the prompt cache reads them).
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import {
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaGrammar,
+  LlamaGrammarEvaluationState,
+  type LlamaModel,
+  type SequenceEvaluateOptions,
+  type Token,
+} from "node-llama-cpp";
+import { directSteps, directStepsAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
+import { evaluateSteps, type Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
+import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
+import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
+import { ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../fixtures/models.ts";
+
+let model: LlamaModel;
+let context: LlamaContext;
+let sequence: LlamaContextSequence;
+let grammar: LlamaGrammar;
+
+before(async () => {
+  const path = await ensureFixtureModel({ ...TINY_SPEC, name: "plinth-tiny-4k", vocabSize: 4096 });
+  const llama = await getRuntime({ gpu: "off", threads: 1 });
+  model = await llama.loadModel({ modelPath: path });
+  context = await model.createContext({ contextSize: 512, sequences: 1, threads: 1 });
+  sequence = context.getSequence();
+  grammar = await llama.createGrammar({ grammar: 'root ::= [a-e ]+' });
+});
+
+after(async () => {
+  await context?.dispose();
+  await model?.dispose();
+});
+
+const sampling = (over: Partial<Parameters<typeof buildEvaluateOptions>[1]> = {}) => ({
+  temperature: 0, topP: 1, topK: 0, minP: 0, seed: 7,
+  frequencyPenalty: 0, presencePenalty: 0, repetitionPenalty: 1,
+  // End tokens banned, so every run is exactly as long as asked.
+  logitBias: new Map<number, number>([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]),
+  ...over,
+});
+
+type Source = (sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions) => Steps;
+
+interface Plan {
+  /** Tokens to put in instead of the sampled one, by step. */
+  replace?: ReadonlyMap<number, Token[]>;
+  /** The step from which a grammar constrains sampling (a fresh state, as the decode loop swaps it in). */
+  grammarFrom?: number;
+}
+
+/** Runs `steps` tokens from a cleared sequence; returns what came out and what the sequence then holds. */
+async function run(source: Source, shaping: ReturnType<typeof sampling>, steps: number, plan: Plan = {}) {
+  await sequence.clearHistory();
+  const generated: Token[] = [];
+  const slot: { state?: LlamaGrammarEvaluationState } = {};
+  const options = { ...buildEvaluateOptions(model, shaping, generated, steps), grammarEvaluationState: () => slot.state };
+  const it = source(sequence, model.tokenize("Once upon a time, by the river"), options);
+  const out: Token[] = [];
+  try {
+    let step = await it.next(undefined);
+    while (!step.done) {
+      out.push(step.value.token);
+      const replacement = plan.replace?.get(out.length);
+      generated.push(...(replacement ?? [step.value.token]));
+      if (out.length >= steps) break;
+      if (plan.grammarFrom === out.length) slot.state = new LlamaGrammarEvaluationState({ model, grammar });
+      step = await it.next(replacement);
+    }
+  } finally {
+    await it.return(undefined);
+  }
+  return { out, held: sequence.contextTokens.slice(), next: sequence.nextTokenIndex };
+}
+
+async function same(shaping: ReturnType<typeof sampling>, steps: number, plan?: Plan) {
+  const viaEvaluate = await run(evaluateSteps, shaping, steps, plan);
+  const direct = await run(directSteps, shaping, steps, plan);
+  assert.equal(direct.out.length, steps);
+  assert.deepEqual(direct.out, viaEvaluate.out);
+  assert.deepEqual(direct.held, viaEvaluate.held);
+  assert.equal(direct.next, viaEvaluate.next);
+  return direct;
+}
+
+test("node-llama-cpp still has what the direct loop drives (an upgrade that moves it fails here)", () => {
+  assert.equal(directStepsAvailable(sequence), true);
+});
+
+test("greedy: the same tokens as sequence.evaluate, and the sequence holds the prompt and all but the last", async () => {
+  const r = await same(sampling(), 40);
+  const prompt = model.tokenize("Once upon a time, by the river");
+  assert.deepEqual(r.held, [...prompt, ...r.out.slice(0, -1)]);
+});
+
+test("seeded sampling: the same draws, step after step (the sampler is configured once, its random state carries on)", async () => {
+  const r = await same(sampling({ temperature: 1.3, topP: 0.95, seed: 1234 }), 48);
+  // Sampled at a high temperature, the run is not one token repeated.
+  assert.ok(new Set(r.out).size > 4, `only ${new Set(r.out).size} distinct tokens`);
+});
+
+test("penalties read the tokens generated so far at every step, as evaluate's do, put-in tokens included", async () => {
+  const penalised = sampling({ temperature: 0, frequencyPenalty: 1.5, presencePenalty: 0.8, repetitionPenalty: 1.2 });
+  const plain = await run(directSteps, sampling(), 40);
+  const r = await same(penalised, 40);
+  assert.notDeepEqual(r.out, plain.out, "the penalties changed nothing, so this test would prove nothing");
+  // The sampler itself only remembers the tokens it drew; tokens put in instead count only if the
+  // configuration is given the generated tokens again.
+  const injected = model.tokenize(" a a a a a a", false) as Token[];
+  await same(penalised, 40, { replace: new Map([[3, injected], [12, injected]]) });
+});
+
+test("a grammar swapped in mid-way takes hold at the next token", async () => {
+  const r = await same(sampling({ temperature: 0.9, seed: 99 }), 30, { grammarFrom: 10 });
+  const after = model.detokenize(r.out.slice(10));
+  assert.match(after, /^[a-e ]+$/);
+});
+
+test("tokens put in instead of the sampled one enter the sequence in its place", async () => {
+  const injected = model.tokenize(" and then", false) as Token[];
+  const r = await same(sampling(), 20, { replace: new Map([[5, injected]]) });
+  const prompt = model.tokenize("Once upon a time, by the river");
+  assert.deepEqual(r.held, [...prompt, ...r.out.slice(0, 4), ...injected, ...r.out.slice(5, -1)]);
+});
