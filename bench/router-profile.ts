@@ -20,6 +20,7 @@ import { fmt, percentile } from "./stats.ts";
 const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
 const BODY = { model: "bench", messages: [{ role: "user", content: "Tell me a long story about a king, a river and a city." }], max_tokens: 16, temperature: 0, logit_bias: NO_EOG };
 const rounds = Number(process.env.BENCH_ROUNDS ?? 30);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
 
 interface Call { path: string; created: number; socket?: number; newSocket?: boolean; connected?: number; sent?: number; head?: number; firstByte?: number; firstContent?: number; ended?: number }
 interface Served { path: string; arrived: number; bodyIn?: number; firstWrite?: number; firstContent?: number; finished: number; upstream: Call[] }
@@ -33,9 +34,11 @@ const upstream = await startServerProcess(["--model", `bench=${modelPath}`, "--t
 const router = await startServerProcess(["--upstream", `bench=${upstream.url}`, "--health-interval", "0", ...(process.env.PROFILE_ROUTER_ARGS?.split(" ").filter(Boolean) ?? [])]);
 const wall: { direct: number[]; routed: Array<{ sent: number; first: number }> } = { direct: [], routed: [] };
 try {
-  for (let i = 0; i < 3; i++) {
-    await streamChat(upstream.url, BODY);
-    await streamChat(router.url, BODY);
+  // Warm-up: until V8 has optimised the request path (a few hundred requests), parsing and
+  // preparing a request costs several times what it does in a server that has been up a while.
+  for (let i = 0; i < WARMUP; i++) {
+    await streamChat(upstream.url, { ...BODY, max_tokens: 1 });
+    await streamChat(router.url, { ...BODY, max_tokens: 1 });
   }
   for (let i = 0; i < rounds; i++) {
     let t = performance.timeOrigin + performance.now();
