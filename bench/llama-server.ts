@@ -21,6 +21,9 @@ const PROMPT = "Tell me a long story about a king, a river and a city.";
 /** Requests a one-stream round sends one after another (BENCH_SEQUENTIAL); the figure is their total. */
 const SEQUENTIAL = Math.max(1, Number(process.env.BENCH_SEQUENTIAL ?? 4));
 
+/** One-stream rounds per server before measuring (BENCH_WARMUP). */
+const WARMUP = Math.max(1, Number(process.env.BENCH_WARMUP ?? 10));
+
 /**
  * A round of `concurrency` streams of this benchmark's request. At one stream a single request of
  * ~1 s was the noisiest figure of the table (its ratio moved 0.77–0.91 between rounds), so a
@@ -51,9 +54,14 @@ export async function llamaServerBench(bin: string, modelPath: string, opts: { r
   try {
     // -c is the whole KV cache, shared out over the slots.
     llama = await startLlamaServer(bin, modelPath, ["-np", String(parallel), "-c", String(opts.ctx * parallel)]);
-    // One warm-up request each, so first-touch costs land in neither measurement.
-    await round(plinth.url, 1, 8);
-    await round(llama.url, 1, 8);
+    // Warm-up, the same for both: first-touch costs, and for Plinth the JIT. A fresh Node process
+    // runs its request and streaming path unoptimised for its first few dozen requests: the
+    // JavaScript thread's CPU per streamed token fell from 0.94 to 0.43 ms over the first 36
+    // requests of 96 tokens (docs/benchmarks.md). A long-running server is measured, not a cold one.
+    for (let i = 0; i < WARMUP; i++) {
+      await round(plinth.url, 1, opts.maxTokens);
+      await round(llama.url, 1, opts.maxTokens);
+    }
     console.log("| streams | Plinth tok/s | llama-server tok/s | tok/s ratio | Plinth TTFT p50 / p99 ms | llama-server TTFT p50 / p99 ms | TTFT p50 ratio |");
     console.log("|---|---|---|---|---|---|---|");
     for (const c of opts.concurrency) {
