@@ -44,6 +44,8 @@ interface SequenceInternals {
   _contextShift: { size: unknown };
   _takeIntervalCheckpointIfNeededAfterBatch?: unknown;
   _context: { _ctx: { sampleToken(batchLogitIndex: number, sampler: unknown): Promise<number> } };
+  /** Set when the sequence drafts tokens ahead (speculative decoding), which only `evaluate` drives. */
+  _tokenPredictor?: unknown;
 }
 
 type SamplerClass = new (model: LlamaModel) => NativeSampler;
@@ -61,7 +63,10 @@ try {
 /** node-llama-cpp's default evaluation priority (what `evaluate` uses when none is given). */
 const DEFAULT_PRIORITY = 5;
 
-/** Whether this sequence exposes what `directSteps` drives; when not, use `sequence.evaluate`. */
+/**
+ * Whether this sequence exposes what `directSteps` drives and drafts no tokens ahead; when not, use
+ * `sequence.evaluate`.
+ */
 export function directStepsAvailable(sequence: LlamaContextSequence): boolean {
   const s = sequence as unknown as Partial<SequenceInternals>;
   return (
@@ -70,7 +75,8 @@ export function directStepsAvailable(sequence: LlamaContextSequence): boolean {
     typeof s._resolveSamplerConfig === "function" &&
     typeof s._ensureNotDisposed === "function" &&
     typeof s._contextShift === "object" &&
-    typeof s._context?._ctx?.sampleToken === "function"
+    typeof s._context?._ctx?.sampleToken === "function" &&
+    s._tokenPredictor == null
   );
 }
 
