@@ -4,47 +4,32 @@
 // tokens (the prompt cache reads them).
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import {
-  type LlamaContext,
-  type LlamaContextSequence,
-  type LlamaGrammar,
-  LlamaGrammarEvaluationState,
-  type LlamaModel,
-  type SequenceEvaluateOptions,
-  type Token,
-} from "node-llama-cpp";
+import { type LlamaContextSequence, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type SequenceEvaluateOptions, type Token } from "node-llama-cpp";
+import type { SamplingParams } from "../../src/core/types.ts";
 import { directSteps, directStepsAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
 import { evaluateSteps, type Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
-import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
-import { ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../fixtures/models.ts";
+import { FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { openTinySequence, samplingParams, type TinySequence } from "../helpers/tiny-sequence.ts";
 
+let tiny: TinySequence;
 let model: LlamaModel;
-let context: LlamaContext;
 let sequence: LlamaContextSequence;
 let grammar: LlamaGrammar;
 
 before(async () => {
-  const path = await ensureFixtureModel({ ...TINY_SPEC, name: "plinth-tiny-4k", vocabSize: 4096 });
-  const llama = await getRuntime({ gpu: "off", threads: 1 });
-  model = await llama.loadModel({ modelPath: path });
-  context = await model.createContext({ contextSize: 512, sequences: 1, threads: 1 });
-  sequence = context.getSequence();
-  grammar = await llama.createGrammar({ grammar: 'root ::= [a-e ]+' });
+  tiny = await openTinySequence();
+  ({ model, sequence } = tiny);
+  grammar = await tiny.llama.createGrammar({ grammar: "root ::= [a-e ]+" });
 });
 
 after(async () => {
-  await context?.dispose();
-  await model?.dispose();
+  await tiny?.close();
 });
 
-const sampling = (over: Partial<Parameters<typeof buildEvaluateOptions>[1]> = {}) => ({
-  temperature: 0, topP: 1, topK: 0, minP: 0, seed: 7,
-  frequencyPenalty: 0, presencePenalty: 0, repetitionPenalty: 1,
-  // End tokens banned, so every run is exactly as long as asked.
-  logitBias: new Map<number, number>([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]),
-  ...over,
-});
+// End tokens banned, so every run is exactly as long as asked.
+const sampling = (over: Partial<SamplingParams> = {}) =>
+  samplingParams({ logitBias: new Map([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]), ...over });
 
 type Source = (sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions) => Steps;
 

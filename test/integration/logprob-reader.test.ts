@@ -3,41 +3,31 @@
 // of tokens far outside the top all matter.
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../src/core/types.ts";
 import { promptLogprobs } from "../../src/engines/llama-cpp/decode-steps.ts";
 import { LOGPROB_FLOOR, LogprobReader, logprobReaderSupported, tapLogits } from "../../src/engines/llama-cpp/logprob-reader.ts";
-import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
 import { TokenPieces } from "../../src/engines/llama-cpp/token-pieces.ts";
-import { ensureFixtureModel, TINY_SPEC } from "../fixtures/models.ts";
+import { openTinySequence, samplingParams, TINY_4K_VOCAB, type TinySequence } from "../helpers/tiny-sequence.ts";
 
-const VOCAB = 4096;
+const VOCAB = TINY_4K_VOCAB;
+let tiny: TinySequence;
 let model: LlamaModel;
-let context: LlamaContext;
 let sequence: LlamaContextSequence;
 let pieces: TokenPieces;
 
 before(async () => {
-  const path = await ensureFixtureModel({ ...TINY_SPEC, name: "plinth-tiny-4k", vocabSize: VOCAB });
-  const llama = await getRuntime({ gpu: "off", threads: 1 });
-  model = await llama.loadModel({ modelPath: path });
-  context = await model.createContext({ contextSize: 512, sequences: 1, threads: 1 });
-  sequence = context.getSequence();
+  tiny = await openTinySequence();
+  ({ model, sequence } = tiny);
   pieces = new TokenPieces(model);
 });
 
 after(async () => {
-  await context?.dispose();
-  await model?.dispose();
+  await tiny?.close();
 });
 
-const sampling = (over: Partial<Parameters<typeof buildEvaluateOptions>[1]> = {}) => ({
-  temperature: 0, topP: 1, topK: 0, minP: 0, seed: 7,
-  frequencyPenalty: 0, presencePenalty: 0, repetitionPenalty: 1,
-  logitBias: new Map<number, number>(),
-  ...over,
-});
+const sampling = samplingParams;
 
 const truth = (probs: ReadonlyMap<number, number>, token: number) => {
   const p = probs.get(token);
