@@ -1,5 +1,5 @@
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import type { LlamaContextSequence, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
 import type { Steps } from "./decode-steps.ts";
 
@@ -54,7 +54,7 @@ type SamplerClass = new (model: LlamaModel) => NativeSampler;
 let samplerClass: SamplerClass | undefined;
 try {
   const dist = path.dirname(fileURLToPath(import.meta.resolve("node-llama-cpp")));
-  const module = (await import(path.join(dist, "evaluator/LlamaContext/LlamaSampler.js"))) as { LlamaSampler?: SamplerClass };
+  const module = (await import(pathToFileURL(path.join(dist, "evaluator/LlamaContext/LlamaSampler.js")).href)) as { LlamaSampler?: SamplerClass };
   samplerClass = typeof module.LlamaSampler === "function" ? module.LlamaSampler : undefined;
 } catch {
   samplerClass = undefined;
