@@ -7,9 +7,10 @@ import type { Steps } from "./decode-steps.ts";
 //
 // For every token, node-llama-cpp's evaluate takes the sequence's lock, passes the token through
 // three nested async generators, rebuilds the whole sampler configuration (copying the logit bias
-// into fresh typed arrays) and hands it to the native sampler, which parses it again. On the 2-core
-// VM that is a good part of the JavaScript thread's ~1.1 ms per token, and with two decode threads
-// on two cores every millisecond the JavaScript thread spends is taken from a decode.
+// into fresh typed arrays) and hands it to the native sampler, which parses it again. Dropping that
+// saved 0.06–0.26 ms of the JavaScript thread's 0.8–1.4 ms per token on the 2-core VM
+// (docs/benchmarks.md), where every millisecond the JavaScript thread spends is taken from a decode
+// that uses both cores.
 //
 // This source keeps what matters of that path and drops the rest: each token still goes through the
 // sequence's own `_decodeTokens` (its queue, so the step is batched with the other sequences of the
@@ -19,7 +20,7 @@ import type { Steps } from "./decode-steps.ts";
 // or repetition penalties read the tokens generated so far.
 //
 // It uses internals of node-llama-cpp 3.21.1 (pinned exactly). `directStepsAvailable` checks them;
-// without them the engine keeps `sequence.evaluate` (test/unit/direct-steps.test.ts fails by name
+// without them the engine keeps `sequence.evaluate` (test/integration/direct-steps.test.ts fails by name
 // on an upgrade that moves them).
 
 interface NativeSampler {
@@ -41,7 +42,7 @@ interface SequenceInternals {
   _resolveSamplerConfig(options: object): object;
   _ensureNotDisposed(): void;
   _tokenMeter: unknown;
-  _contextShift: { size: unknown };
+  _contextShift: { size: unknown; strategy: unknown };
   _takeIntervalCheckpointIfNeededAfterBatch?: unknown;
   _context: { _ctx: { sampleToken(batchLogitIndex: number, sampler: unknown): Promise<number> } };
   /** Set when the sequence drafts tokens ahead (speculative decoding), which only `evaluate` drives. */
@@ -89,7 +90,11 @@ export async function* directSteps(sequence: LlamaContextSequence, input: Token[
   const seq = sequence as unknown as SequenceInternals;
   const sampler = new samplerClass!(sequence.model);
   const native = seq._context._ctx;
-  const contextShift = { size: options.contextShift?.size ?? seq._contextShift.size, strategy: options.contextShift?.strategy };
+  // What evaluate resolves: the request's own context-shift settings, else the sequence's.
+  const contextShift = {
+    size: options.contextShift?.size ?? seq._contextShift.size,
+    strategy: options.contextShift?.strategy ?? seq._contextShift.strategy,
+  };
   const priority = options.evaluationPriority ?? DEFAULT_PRIORITY;
   const grammarOf = () => (typeof options.grammarEvaluationState === "function" ? options.grammarEvaluationState() : options.grammarEvaluationState);
   // Penalties read the tokens generated so far, which change every step.
