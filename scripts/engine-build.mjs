@@ -18,13 +18,13 @@
 // decode thread, and with which CMake options node-llama-cpp finds it.
 //
 // --if-possible: a machine without cmake or a C++ compiler, or a failed build, keeps the prebuilt
-// binary and exits 0. --install: the same, and nothing is built where a current build is already
-// there, or where a GPU serves (macOS's Metal, an NVIDIA GPU: the prebuilt GPU binaries do).
+// binary and exits 0. --install: the same, and nothing is built where a current build with the
+// same edits is already there, or where a GPU serves (macOS's Metal, an NVIDIA GPU: the prebuilt GPU binaries do).
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { ADDON_EDITS, patchAddonSource } from "./engine/addon-edits.mjs";
+import { ADDON_EDITS, editsFingerprint, patchAddonSource } from "./engine/addon-edits.mjs";
 import { currentMarker, markerPath, nodeLlamaCppRoot } from "../src/engines/llama-cpp/engine-marker.mjs";
 
 const install = process.argv.includes("--install");
@@ -49,10 +49,13 @@ const marker = markerPath(pkg);
 
 if (process.env.PLINTH_ENGINE === "prebuilt") give("PLINTH_ENGINE=prebuilt");
 if (install) {
-  if (currentMarker(pkg)) {
+  const current = currentMarker(pkg);
+  if (current && current.edits === editsFingerprint()) {
     console.log("plinth engine:build: llama.cpp is already built on this machine (npm run engine:build builds it again).");
     process.exit(0);
   }
+  // A build with other edits (an older Plinth's) still runs, but without what the current ones add.
+  if (current) console.log("plinth engine:build: the llama.cpp built here has an older set of Plinth's edits; building it again.");
   if (process.platform === "darwin") give("macOS runs on the prebuilt Metal binary");
   if (runs("nvidia-smi", ["-L"])) give("an NVIDIA GPU is present, which the prebuilt CUDA binary serves");
 }
@@ -97,6 +100,6 @@ try {
 }
 if (status !== 0) give(`the build failed (exit ${status})`);
 fs.mkdirSync(path.dirname(marker), { recursive: true });
-const info = { decodeThread: true, nodeLlamaCpp: version, built: new Date().toISOString(), ...(Object.keys(cmakeOptions).length ? { cmakeOptions } : {}) };
+const info = { decodeThread: true, nodeLlamaCpp: version, edits: editsFingerprint(), built: new Date().toISOString(), ...(Object.keys(cmakeOptions).length ? { cmakeOptions } : {}) };
 fs.writeFileSync(marker, `${JSON.stringify(info, null, 2)}\n`);
 console.log("plinth engine:build: done; the server now runs on llama.cpp built on this machine, with one decode thread.");

@@ -1,22 +1,59 @@
 // The edits scripts/engine-build.mjs makes to node-llama-cpp's addon sources (3.21.1, pinned) for
 // the build, per file, with the headers each one includes: the decode thread
-// (plinth-decode-thread.h) and a per-thread sampler candidate buffer (plinth-sampler-buffer.h).
+// (plinth-decode-thread.h), sampling on it right after the decode (plinth-presample.h) and a
+// per-thread sampler candidate buffer (plinth-sampler-buffer.h).
 // Kept apart so a test can check them against the installed sources.
+import { createHash } from "node:crypto";
+import fs from "node:fs";
 
 /** Per addon source file: the headers it gets, and its edits (each anchor must occur exactly once). */
 export const ADDON_EDITS = {
   "AddonContext.cpp": {
-    headers: ["plinth-decode-thread.h"],
+    headers: ["plinth-decode-thread.h", "plinth-presample.h"],
     edits: [
       {
         what: "the header",
         from: '#include "AddonContext.h"\n',
-        to: '#include "AddonContext.h"\n#include "plinth-decode-thread.h"\n',
+        to: '#include "AddonContext.h"\n#include "plinth-decode-thread.h"\n#include "plinth-presample.h"\n',
       },
       {
         what: "the decode",
         from: "int r = llama_decode(ctx->ctx, ctx->batch);",
-        to: "int r = 0;\n                plinth::onDecodeThread([&] {\n                    r = llama_decode(ctx->ctx, ctx->batch);\n                    if (r == 0) llama_synchronize(ctx->ctx);\n                });",
+        to:
+          "int r = 0;\n                plinth::onDecodeThread([&] {\n                    r = llama_decode(ctx->ctx, ctx->batch);\n" +
+          "                    if (r == 0) {\n                        llama_synchronize(ctx->ctx);\n                        plinth::presampleAfterDecode(ctx);\n                    }\n                });",
+      },
+      {
+        what: "the batch's start",
+        from: "    batch = llama_batch_init(n_tokens, 0, 1);\n",
+        to: "    batch = llama_batch_init(n_tokens, 0, 1);\n    plinth::newBatch(this);\n",
+      },
+      {
+        what: "the batch's logit rows",
+        from: "            resLogitIndexes[l] = batch.n_tokens - 1;\n",
+        to: "            resLogitIndexes[l] = batch.n_tokens - 1;\n            plinth::noteLogitRow(this, sequenceId, batch.n_tokens - 1);\n",
+      },
+      {
+        what: "the sampling call",
+        from: "    AddonContextSampleTokenWorker* worker = new AddonContextSampleTokenWorker(info, this);\n",
+        to:
+          "    if (info.Length() == 2 && info[0].IsNumber() && info[1].IsObject()) {\n" +
+          "        llama_token presampled;\n" +
+          "        if (plinth::takePresampled(this, info[0].As<Napi::Number>().Int32Value(), Napi::ObjectWrap<AddonSampler>::Unwrap(info[1].As<Napi::Object>()), presampled)) {\n" +
+          "            auto deferred = Napi::Promise::Deferred::New(info.Env());\n" +
+          "            deferred.Resolve(presampled < 0 ? Napi::Number::New(info.Env(), -1) : Napi::Number::New(info.Env(), static_cast<uint32_t>(presampled)));\n" +
+          "            return deferred.Promise();\n" +
+          "        }\n" +
+          "    }\n" +
+          "    AddonContextSampleTokenWorker* worker = new AddonContextSampleTokenWorker(info, this);\n",
+      },
+      {
+        what: "the class's methods",
+        from: '                InstanceMethod("sampleToken", &AddonContext::SampleToken),\n',
+        to:
+          '                InstanceMethod("sampleToken", &AddonContext::SampleToken),\n' +
+          '                StaticMethod("plinthArmSampler", &plinth::armSampler<AddonContext>),\n' +
+          '                StaticMethod("plinthDisarmSampler", &plinth::disarmSampler<AddonContext>),\n',
       },
       {
         what: "the sampling",
@@ -60,4 +97,16 @@ export function patchAddonSource(file, source) {
     out = out.slice(0, at) + e.to + out.slice(at + e.from.length);
   }
   return { text: out };
+}
+
+/**
+ * A digest of these edits and the headers they include. The build's marker keeps it, so an install
+ * over a build made with other edits (an older Plinth) builds again instead of keeping it.
+ */
+export function editsFingerprint() {
+  const hash = createHash("sha256");
+  hash.update(fs.readFileSync(new URL(import.meta.url)));
+  const headers = [...new Set(Object.values(ADDON_EDITS).flatMap((plan) => plan.headers))].sort();
+  for (const h of headers) hash.update(h).update(fs.readFileSync(new URL(h, import.meta.url)));
+  return hash.digest("hex").slice(0, 16);
 }

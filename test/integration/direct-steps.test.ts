@@ -1,12 +1,18 @@
 // The engine's own per-token loop (direct-steps.ts) against node-llama-cpp's `sequence.evaluate`, on
 // a real model: for the same prompt and options both must put the same tokens out, whatever the
 // sampling, penalties, grammar swaps and token replacements, and leave the sequence holding the same
-// tokens (the prompt cache reads them).
+// tokens (the prompt cache reads them). With the engine `npm ci` builds, the direct loop's tokens are
+// sampled on the decode thread right after their decode (scripts/engine/plinth-presample.h); it is
+// run with and without that, and both must match evaluate.
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { type LlamaContextSequence, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type SequenceEvaluateOptions, type Token } from "node-llama-cpp";
 import type { SamplingParams } from "../../src/core/types.ts";
-import { directSteps, directStepsAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
+import { directSteps, directStepsAvailable, presampleAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
+import { currentMarker } from "../../src/engines/llama-cpp/engine-marker.mjs";
+import { engineBuild } from "../../src/engines/llama-cpp/runtime.ts";
+// @ts-expect-error: a plain ES module of the build script, without types
+import { editsFingerprint } from "../../scripts/engine/addon-edits.mjs";
 import { evaluateSteps, type Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
 import { FIXTURE_TOKENS } from "../fixtures/models.ts";
@@ -64,18 +70,37 @@ async function run(source: Source, shaping: ReturnType<typeof sampling>, steps: 
   return { out, held: sequence.contextTokens.slice(), next: sequence.nextTokenIndex };
 }
 
+/** The direct loop with sampling on the decode thread turned off (PLINTH_PRESAMPLE=0, read per generation). */
+const directStock: Source = (sequence, input, options) => {
+  process.env.PLINTH_PRESAMPLE = "0";
+  try {
+    return directSteps(sequence, input, options);
+  } finally {
+    delete process.env.PLINTH_PRESAMPLE;
+  }
+};
+
 async function same(shaping: ReturnType<typeof sampling>, steps: number, plan?: Plan) {
   const viaEvaluate = await run(evaluateSteps, shaping, steps, plan);
-  const direct = await run(directSteps, shaping, steps, plan);
-  assert.equal(direct.out.length, steps);
-  assert.deepEqual(direct.out, viaEvaluate.out);
-  assert.deepEqual(direct.held, viaEvaluate.held);
-  assert.equal(direct.next, viaEvaluate.next);
-  return direct;
+  const runs = [];
+  for (const source of presampleAvailable(sequence) ? [directSteps, directStock] : [directSteps]) {
+    const direct = await run(source, shaping, steps, plan);
+    assert.equal(direct.out.length, steps);
+    assert.deepEqual(direct.out, viaEvaluate.out);
+    assert.deepEqual(direct.held, viaEvaluate.held);
+    assert.equal(direct.next, viaEvaluate.next);
+    runs.push(direct);
+  }
+  return runs[0];
 }
 
 test("node-llama-cpp still has what the direct loop drives (an upgrade that moves it fails here)", () => {
   assert.equal(directStepsAvailable(sequence), true);
+});
+
+test("with the engine npm ci builds (these edits), tokens are sampled on the decode thread; with the prebuilt one, by the stock call", () => {
+  const built = engineBuild(tiny.llama).local && currentMarker()?.edits === editsFingerprint();
+  assert.equal(presampleAvailable(sequence), built);
 });
 
 test("greedy: the same tokens as sequence.evaluate, and the sequence holds the prompt and all but the last", async () => {

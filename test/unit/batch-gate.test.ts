@@ -3,21 +3,28 @@ import { test } from "node:test";
 import type { LlamaContext } from "node-llama-cpp";
 import { BatchGate } from "../../src/engines/llama-cpp/batch-gate.ts";
 
-/** A stand-in context whose `_decodeTokens` records when each call reached it. */
+/**
+ * A stand-in context whose `_decodeTokens` records when each call reached it, and whose
+ * `dispatchPendingBatch` records how many had reached it when a batch was dispatched.
+ */
 function fakeContext() {
   const reached: string[] = [];
+  const dispatched: number[] = [];
   const proto = {
     async _decodeTokens(this: unknown, item: { name: string; sequenceId?: number }) {
       reached.push(item.name);
       return item.name;
     },
+    dispatchPendingBatch() {
+      dispatched.push(reached.length);
+    },
   };
   const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId?: number }) => Promise<string> };
-  return { context, reached };
+  return { context, reached, dispatched };
 }
 
 test("a step's decodes wait for every generating sequence, then go through together", async () => {
-  const { context, reached } = fakeContext();
+  const { context, reached, dispatched } = fakeContext();
   const gate = new BatchGate(context);
   assert.equal(gate.engaged, true);
   gate.enter();
@@ -29,6 +36,8 @@ test("a step's decodes wait for every generating sequence, then go through toget
   assert.deepEqual(reached, []);
   const c = context._decodeTokens({ name: "c" });
   assert.deepEqual(reached, ["a", "b", "c"]);
+  // The batch is dispatched at once, with all three in it, not on a later event-loop turn.
+  assert.deepEqual(dispatched, [3]);
   assert.deepEqual(await Promise.all([a, b, c]), ["a", "b", "c"]);
   gate.dispose();
 });

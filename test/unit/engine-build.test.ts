@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { defaultDecodeContexts, defaultThreads } from "../../src/engines/llama-cpp/runtime.ts";
 // @ts-expect-error: a plain ES module of the build script, without types
-import { patchAddonSource } from "../../scripts/engine/addon-edits.mjs";
+import { ADDON_EDITS, editsFingerprint, patchAddonSource } from "../../scripts/engine/addon-edits.mjs";
 import { currentMarker, markerPath } from "../../src/engines/llama-cpp/engine-marker.mjs";
 import assert from "../helpers/assert.ts";
 
@@ -26,6 +26,16 @@ test("engine:build's edits apply to the installed node-llama-cpp addon: decode a
   assert.equal(text.split("llama_decode(").length - 1, 1);
   assert.ok(/plinth::onDecodeThread\(\[&\] \{\s*r = llama_decode\(ctx->ctx, ctx->batch\);/.test(text));
   assert.ok(text.includes("plinth::sampleOnDecodeThreadIfIdle([&] { SampleToken(); });"));
+  // Sampling ahead: armed sequences are sampled inside the decode job, after a successful decode;
+  // each batch starts with no rows and notes every row that has logits; sampleToken hands over a
+  // token sampled ahead before it would queue a worker; arming is on the class.
+  assert.ok(text.includes('#include "plinth-presample.h"'));
+  assert.ok(/llama_synchronize\(ctx->ctx\);\s*plinth::presampleAfterDecode\(ctx\);/.test(text));
+  assert.ok(/llama_batch_init\(n_tokens, 0, 1\);\s*plinth::newBatch\(this\);/.test(text));
+  assert.ok(/resLogitIndexes\[l\] = batch\.n_tokens - 1;\s*plinth::noteLogitRow\(this, sequenceId, batch\.n_tokens - 1\);/.test(text));
+  assert.ok(text.indexOf("plinth::takePresampled(") < text.indexOf("new AddonContextSampleTokenWorker(info, this)"));
+  assert.ok(text.includes('StaticMethod("plinthArmSampler", &plinth::armSampler<AddonContext>)'));
+  assert.ok(text.includes('StaticMethod("plinthDisarmSampler", &plinth::disarmSampler<AddonContext>)'));
   // Applying them to something else fails by name instead of building a half-edited addon.
   assert.match(patchAddonSource("AddonContext.cpp", source.replace("SampleToken();", "sample();")).error, /the sampling/);
 });
@@ -40,6 +50,14 @@ test("engine:build's edits apply to the installed addon's sampler: candidates go
   assert.ok(text.includes("std::vector<llama_token_data>& tokenCandidates = plinth::samplerCandidates();"));
   // Exactly one function fills the candidates, so one local buffer covers every use.
   assert.equal(text.split("void AddonSampler::setTokenCandidates(").length - 1, 1);
+});
+
+test("the edits' fingerprint, kept in the build's marker, covers every header the edits include", () => {
+  const fingerprint = editsFingerprint();
+  assert.match(fingerprint, /^[0-9a-f]{16}$/);
+  assert.equal(editsFingerprint(), fingerprint);
+  const headers = Object.values(ADDON_EDITS as Record<string, { headers: string[] }>).flatMap((plan) => plan.headers);
+  assert.ok(headers.includes("plinth-presample.h") && headers.includes("plinth-decode-thread.h") && headers.includes("plinth-sampler-buffer.h"));
 });
 
 test("default threads and decode contexts follow the engine binary", () => {

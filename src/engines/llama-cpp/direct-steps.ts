@@ -44,9 +44,26 @@ interface SequenceInternals {
   _tokenMeter: unknown;
   _contextShift: { size: unknown; strategy: unknown };
   _takeIntervalCheckpointIfNeededAfterBatch?: unknown;
-  _context: { _ctx: { sampleToken(batchLogitIndex: number, sampler: unknown): Promise<number> } };
+  _context: { _ctx: NativeContext };
+  _sequenceId?: number;
   /** Set when the sequence drafts tokens ahead (speculative decoding), which only `evaluate` drives. */
   _tokenPredictor?: unknown;
+}
+
+interface NativeContext {
+  sampleToken(batchLogitIndex: number, sampler: unknown): Promise<number>;
+  /** The addon's class: with the engine `npm ci` builds, it can sample on the decode thread (below). */
+  constructor: Partial<PresampleHooks>;
+}
+
+/**
+ * What the engine `npm ci` builds adds to the addon's context class (scripts/engine/plinth-presample.h):
+ * an armed sequence's next token is sampled on the decode thread right after its decode, so
+ * `sampleToken` answers at once instead of a round trip through a worker thread per token.
+ */
+interface PresampleHooks {
+  plinthArmSampler(context: NativeContext, sequenceId: number, sampler: unknown): void;
+  plinthDisarmSampler(context: NativeContext, sequenceId: number): void;
 }
 
 type SamplerClass = new (model: LlamaModel) => NativeSampler;
@@ -101,19 +118,33 @@ export async function* directSteps(sequence: LlamaContextSequence, input: Token[
   const reconfigureEachStep = options.repeatPenalty != null;
   let configured = false;
   let configuredGrammar: unknown;
-  const sample = (batchLogitIndex: number) => {
+  const configure = () => {
     const grammar = grammarOf();
     if (!configured || reconfigureEachStep || grammar !== configuredGrammar) {
       sampler.applyConfig(seq._resolveSamplerConfig(options));
       configured = true;
       configuredGrammar = grammar;
     }
+  };
+  // With the built engine the sampler is configured before each decode is queued and armed once, so
+  // the decode thread samples right after the decode; sampleToken then hands that token over.
+  // Nothing the configuration reads changes between queueing a step and sampling it: the decode
+  // loop waits for the step.
+  const presample = presampleHooks(native, seq._sequenceId);
+  let armed = false;
+  const sample = (batchLogitIndex: number) => {
+    if (!presample) configure();
     return native.sampleToken(batchLogitIndex, sampler._sampler);
   };
   try {
     let tokens = input;
     while (tokens.length > 0) {
       seq._ensureNotDisposed();
+      if (presample) {
+        configure();
+        if (!armed) presample.arm(sampler._sampler);
+        armed = true;
+      }
       const logits: boolean[] = [];
       logits[tokens.length - 1] = true;
       const results = await seq._decodeTokens(tokens, logits, priority, seq._tokenMeter, contextShift, sample, seq._takeIntervalCheckpointIfNeededAfterBatch);
@@ -125,6 +156,25 @@ export async function* directSteps(sequence: LlamaContextSequence, input: Token[
     }
   } finally {
     // No sampling is in flight here: the generator only stops at a yield, after its step's sampling.
+    // Disarmed first: the decode thread must not sample with a disposed sampler.
+    if (armed) presample?.disarm();
     sampler.dispose();
   }
+}
+
+/** Arms and disarms this sequence's sampler on the decode thread, when the addon can (see PresampleHooks). */
+function presampleHooks(native: NativeContext, sequenceId: number | undefined) {
+  const hooks = native.constructor;
+  if (typeof sequenceId !== "number" || typeof hooks?.plinthArmSampler !== "function" || typeof hooks.plinthDisarmSampler !== "function") return undefined;
+  if (process.env.PLINTH_PRESAMPLE === "0") return undefined;
+  return {
+    arm: (sampler: unknown) => hooks.plinthArmSampler!(native, sequenceId, sampler),
+    disarm: () => hooks.plinthDisarmSampler!(native, sequenceId),
+  };
+}
+
+/** Whether this sequence's tokens are sampled on the decode thread, right after their decode (the built engine). */
+export function presampleAvailable(sequence: LlamaContextSequence): boolean {
+  const s = sequence as unknown as Partial<SequenceInternals>;
+  return s._context?._ctx !== undefined && presampleHooks(s._context._ctx, s._sequenceId) !== undefined;
 }

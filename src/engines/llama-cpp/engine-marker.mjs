@@ -25,7 +25,7 @@ export function markerPath(root = nodeLlamaCppRoot()) {
  * The marker, when it speaks for the installed node-llama-cpp and for every local build there:
  * a build made afterwards without the script (node-llama-cpp's own `source download`) has no decode
  * thread, so the marker must be newer than every addon binary. Undefined otherwise.
- * @returns {{ decodeThread: boolean, nodeLlamaCpp: string, built: string, cmakeOptions?: Record<string, string> } | undefined}
+ * @returns {{ decodeThread: boolean, nodeLlamaCpp: string, edits?: string, built: string, cmakeOptions?: Record<string, string> } | undefined}
  */
 export function currentMarker(root = nodeLlamaCppRoot()) {
   try {
