@@ -11,7 +11,7 @@ function fakeContext() {
   const reached: string[] = [];
   const dispatched: number[] = [];
   const proto = {
-    async _decodeTokens(this: unknown, item: { name: string; sequenceId?: number }) {
+    async _decodeTokens(this: unknown, item: { name: string; sequenceId?: number; tokens?: number[] }) {
       reached.push(item.name);
       return item.name;
     },
@@ -19,7 +19,7 @@ function fakeContext() {
       dispatched.push(reached.length);
     },
   };
-  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId?: number }) => Promise<string> };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: { name: string; sequenceId?: number; tokens?: number[] }) => Promise<string> };
   return { context, reached, dispatched };
 }
 
@@ -30,15 +30,24 @@ test("a step's decodes wait for every generating sequence, then go through toget
   gate.enter();
   gate.enter();
   gate.enter();
-  const a = context._decodeTokens({ name: "a" });
-  const b = context._decodeTokens({ name: "b" });
+  const a = context._decodeTokens({ name: "a", tokens: [1] });
+  const b = context._decodeTokens({ name: "b", tokens: [2] });
   // Checked in the same tick: the hold ends on its own after a few ms.
   assert.deepEqual(reached, []);
-  const c = context._decodeTokens({ name: "c" });
+  const c = context._decodeTokens({ name: "c", tokens: [3] });
   assert.deepEqual(reached, ["a", "b", "c"]);
-  // The batch is dispatched at once, with all three in it, not on a later event-loop turn.
+  // A step of one-token decodes is dispatched at once, with all three in it, not on a later
+  // event-loop turn.
   assert.deepEqual(dispatched, [3]);
   assert.deepEqual(await Promise.all([a, b, c]), ["a", "b", "c"]);
+  // A step with a prompt in it is left to node-llama-cpp's own dispatch on the next turn, so that
+  // requests that arrived together can still join it.
+  const d = context._decodeTokens({ name: "d", tokens: [4] });
+  const e = context._decodeTokens({ name: "e", tokens: [5, 6, 7] });
+  const f = context._decodeTokens({ name: "f", tokens: [8] });
+  assert.deepEqual(reached.slice(3), ["d", "e", "f"]);
+  assert.deepEqual(dispatched, [3]);
+  await Promise.all([d, e, f]);
   gate.dispose();
 });
 
