@@ -3,28 +3,32 @@ import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
 import type { SamplingParams } from "../../src/core/types.ts";
 import { ensureFixtureModel, TINY_SPEC } from "../fixtures/models.ts";
 
-/** The tiny fixture with a 4,096-token vocabulary, one 512-token context, its one sequence. */
+/** The tiny fixture with a 4,096-token vocabulary, one 512-token context, its sequence (or several). */
 export interface TinySequence {
   llama: Llama;
   model: LlamaModel;
   context: LlamaContext;
   sequence: LlamaContextSequence;
+  /** Every sequence of the context, `sequence` first. */
+  sequences: LlamaContextSequence[];
   close(): Promise<void>;
 }
 
 export const TINY_4K_VOCAB = 4096;
 
 /** Loads the model straight through node-llama-cpp (no server), for tests of the engine's own loops. */
-export async function openTinySequence(): Promise<TinySequence> {
+export async function openTinySequence(sequences = 1): Promise<TinySequence> {
   const path = await ensureFixtureModel({ ...TINY_SPEC, name: "plinth-tiny-4k", vocabSize: TINY_4K_VOCAB });
   const llama = await getRuntime({ gpu: "off", threads: 1 });
   const model = await llama.loadModel({ modelPath: path });
-  const context = await model.createContext({ contextSize: 512, sequences: 1, threads: 1 });
+  const context = await model.createContext({ contextSize: 512, sequences, threads: 1 });
+  const all = Array.from({ length: sequences }, () => context.getSequence());
   return {
     llama,
     model,
     context,
-    sequence: context.getSequence(),
+    sequence: all[0],
+    sequences: all,
     async close() {
       await context.dispose();
       await model.dispose();
