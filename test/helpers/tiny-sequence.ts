@@ -1,7 +1,9 @@
 import type { Llama, LlamaContext, LlamaContextSequence, LlamaModel } from "node-llama-cpp";
 import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
 import type { SamplingParams } from "../../src/core/types.ts";
-import { ensureFixtureModel, TINY_SPEC } from "../fixtures/models.ts";
+import type { SequenceEvaluateOptions, Token } from "node-llama-cpp";
+import type { Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
+import { ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../fixtures/models.ts";
 
 /** The tiny fixture with a 4,096-token vocabulary, one 512-token context, its sequence (or several). */
 export interface TinySequence {
@@ -45,3 +47,11 @@ export function samplingParams(over: Partial<SamplingParams> = {}): SamplingPara
     ...over,
   };
 }
+
+/** samplingParams with the end tokens banned, so every run is exactly as long as asked. */
+export function endlessSampling(over: Partial<SamplingParams> = {}): SamplingParams {
+  return samplingParams({ logitBias: new Map([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]), ...over });
+}
+
+/** A step source under test: the engine's direct loop, or `sequence.evaluate`'s. */
+export type StepSource = (sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions) => Steps;

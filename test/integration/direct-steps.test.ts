@@ -6,17 +6,15 @@
 // run with and without that, and both must match evaluate.
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { type LlamaContextSequence, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type SequenceEvaluateOptions, type Token } from "node-llama-cpp";
-import type { SamplingParams } from "../../src/core/types.ts";
+import { type LlamaContextSequence, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type Token } from "node-llama-cpp";
 import { directSteps, directStepsAvailable, presampleAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
 import { currentMarker } from "../../src/engines/llama-cpp/engine-marker.mjs";
 import { engineBuild } from "../../src/engines/llama-cpp/runtime.ts";
 // @ts-expect-error: a plain ES module of the build script, without types
 import { editsFingerprint } from "../../scripts/engine/addon-edits.mjs";
-import { evaluateSteps, type Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
+import { evaluateSteps } from "../../src/engines/llama-cpp/decode-steps.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
-import { FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { openTinySequence, samplingParams, type TinySequence } from "../helpers/tiny-sequence.ts";
+import { endlessSampling, openTinySequence, type StepSource, type TinySequence } from "../helpers/tiny-sequence.ts";
 
 let tiny: TinySequence;
 let model: LlamaModel;
@@ -33,11 +31,8 @@ after(async () => {
   await tiny?.close();
 });
 
-// End tokens banned, so every run is exactly as long as asked.
-const sampling = (over: Partial<SamplingParams> = {}) =>
-  samplingParams({ logitBias: new Map([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]), ...over });
-
-type Source = (sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions) => Steps;
+const sampling = endlessSampling;
+type Source = StepSource;
 
 interface Plan {
   /** Tokens to put in instead of the sampled one, by step. */

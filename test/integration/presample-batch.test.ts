@@ -4,13 +4,12 @@
 // running side by side in one batch must give each generation exactly what it gives alone.
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import type { LlamaContextSequence, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
+import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { SamplingParams } from "../../src/core/types.ts";
 import { directSteps, presampleAvailable } from "../../src/engines/llama-cpp/direct-steps.ts";
-import { evaluateSteps, type Steps } from "../../src/engines/llama-cpp/decode-steps.ts";
+import { evaluateSteps } from "../../src/engines/llama-cpp/decode-steps.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
-import { FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { openTinySequence, samplingParams, type TinySequence } from "../helpers/tiny-sequence.ts";
+import { endlessSampling, openTinySequence, type StepSource, type TinySequence } from "../helpers/tiny-sequence.ts";
 
 let tiny: TinySequence;
 let model: LlamaModel;
@@ -24,10 +23,8 @@ after(async () => {
   await tiny?.close();
 });
 
-const sampling = (over: Partial<SamplingParams> = {}) =>
-  samplingParams({ logitBias: new Map([[FIXTURE_TOKENS.endOfSequence, -100], [FIXTURE_TOKENS.imEnd, -100]]), ...over });
-
-type Source = (sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions) => Steps;
+const sampling = endlessSampling;
+type Source = StepSource;
 
 interface Job {
   source: Source;
