@@ -149,8 +149,12 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
   });
   assert.equal(warm.status, 200);
   // Ejected after two failures: the kill makes many at once; one slow answer before it does not.
-  const r = await router([child.url, a.url, b.url], { balance: "least", "eject-after": "2", "eject-time": "30" });
+  const r = await router([child.url, a.url, b.url], { balance: "round-robin", "eject-after": "2", "eject-time": "30" });
   const dead = replicaOf(r, child.url);
+  // The child is stopped while the requests go out, so its share piles up as it would on a replica
+  // slower than its traffic: on its own it answers these 8-token requests as fast as the test can
+  // send them, and then holds nothing to fail over.
+  child.child.kill("SIGSTOP");
   const TOTAL = 200;
   let streaming = 0;
   const requests = Array.from({ length: TOTAL }, async (_, i) => {
@@ -172,8 +176,11 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
     }
     return { stream, status: res.status, text };
   });
-  // Kill the child once streams are under way and it holds more requests than it decodes.
-  for (let t = 0; t < 1000 && !(streaming > 0 && dead.outstanding > 4); t++) await new Promise((res) => setTimeout(res, 10));
+  // Once streams are under way and the child holds more requests than it decodes, it resumes and
+  // takes up what it holds (some of its own streams may start), then is killed.
+  for (let t = 0; t < 1000 && !(streaming > 0 && dead.outstanding > 8); t++) await new Promise((res) => setTimeout(res, 10));
+  child.child.kill("SIGCONT");
+  await new Promise((res) => setTimeout(res, 30));
   const heldAtKill = dead.outstanding;
   child.child.kill("SIGKILL");
   const results = await Promise.all(requests);
