@@ -447,11 +447,13 @@ test("keys: create one, use it from the playground, see its requests in the usag
   await send(page, "Hello with a key");
   assert.match(await finished(page), /completion tokens/);
 
-  // The ledger writes in batches; ask again until the key's row is there.
+  // The ledger writes in batches, and the key's model-list calls (no tokens) may land before the
+  // chat's row: ask again until the key's row counts tokens.
   await page.getByRole("link", { name: "Keys & usage" }).click();
   await page.getByLabel("group by").selectOption("key");
   const usage = page.locator("#usage-table tbody tr", { hasText: "browser-test" });
-  for (let i = 0; i < 20 && (await usage.count()) === 0; i++) {
+  const tokensShown = async () => (await usage.count()) > 0 && Number((await usage.locator("td").allTextContents())[5]) > 0;
+  for (let i = 0; i < 40 && !(await tokensShown()); i++) {
     await page.getByRole("button", { name: "Show" }).click();
     await page.waitForTimeout(250);
   }
