@@ -1,6 +1,7 @@
 // The edits scripts/engine-build.mjs makes to node-llama-cpp's addon sources (3.21.1, pinned) for
 // the build, per file, with the headers each one includes: the decode thread
-// (plinth-decode-thread.h), sampling on it right after the decode (plinth-presample.h) and a
+// (plinth-decode-thread.h), sampling on it right after the decode (plinth-presample.h), decodes
+// queued on it without a libuv worker (plinth-direct-decode.h) and a
 // per-thread sampler candidate buffer (plinth-sampler-buffer.h).
 // Kept apart so a test can check them against the installed sources.
 import { createHash } from "node:crypto";
@@ -9,12 +10,12 @@ import fs from "node:fs";
 /** Per addon source file: the headers it gets, and its edits (each anchor must occur exactly once). */
 export const ADDON_EDITS = {
   "AddonContext.cpp": {
-    headers: ["plinth-decode-thread.h", "plinth-presample.h"],
+    headers: ["plinth-decode-thread.h", "plinth-presample.h", "plinth-direct-decode.h"],
     edits: [
       {
         what: "the header",
         from: '#include "AddonContext.h"\n',
-        to: '#include "AddonContext.h"\n#include "plinth-decode-thread.h"\n#include "plinth-presample.h"\n',
+        to: '#include "AddonContext.h"\n#include "plinth-decode-thread.h"\n#include "plinth-presample.h"\n#include "plinth-direct-decode.h"\n',
       },
       {
         what: "the decode",
@@ -32,6 +33,16 @@ export const ADDON_EDITS = {
         what: "the batch's logit rows",
         from: "            resLogitIndexes[l] = batch.n_tokens - 1;\n",
         to: "            resLogitIndexes[l] = batch.n_tokens - 1;\n            plinth::noteLogitRow(this, sequenceId, batch.n_tokens - 1);\n",
+      },
+      {
+        what: "the decode call",
+        from: "    AddonContextDecodeBatchWorker* worker = new AddonContextDecodeBatchWorker(info.Env(), this);\n",
+        to:
+          "    if (!plinth::decodeInline() && !plinth::directDecodeOff()) {\n" +
+          "        Napi::Value direct = plinth::decodeBatchDirect(this, info);\n" +
+          "        if (!direct.IsEmpty()) return direct;\n" +
+          "    }\n" +
+          "    AddonContextDecodeBatchWorker* worker = new AddonContextDecodeBatchWorker(info.Env(), this);\n",
       },
       {
         what: "the sampling call",

@@ -58,6 +58,24 @@ class DecodeThread {
             return true;
         }
 
+        // Queues `work` on the decode thread and returns at once; `report` runs there right after it,
+        // once the thread no longer counts it as pending (as `run` does before its caller hears).
+        void post(std::function<void()> work, std::function<void()> report) {
+            {
+                std::lock_guard<std::mutex> lock(mutex);
+                pending++;
+                jobs.push_back([this, work = std::move(work), report = std::move(report)] {
+                    work();
+                    {
+                        std::lock_guard<std::mutex> lock(mutex);
+                        pending--;
+                    }
+                    report();
+                });
+            }
+            cv.notify_one();
+        }
+
     private:
         std::mutex mutex;
         std::condition_variable cv;

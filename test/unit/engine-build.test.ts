@@ -36,6 +36,11 @@ test("engine:build's edits apply to the installed node-llama-cpp addon: decode a
   assert.ok(text.indexOf("plinth::takePresampled(") < text.indexOf("new AddonContextSampleTokenWorker(info, this)"));
   assert.ok(text.includes('StaticMethod("plinthArmSampler", &plinth::armSampler<AddonContext>)'));
   assert.ok(text.includes('StaticMethod("plinthDisarmSampler", &plinth::disarmSampler<AddonContext>)'));
+  // Direct decode: decodeBatch queues on the decode thread before it would queue the stock worker,
+  // unless the decode thread or direct decode is turned off.
+  assert.ok(text.includes('#include "plinth-direct-decode.h"'));
+  assert.ok(/if \(!plinth::decodeInline\(\) && !plinth::directDecodeOff\(\)\) \{\s*Napi::Value direct = plinth::decodeBatchDirect\(this, info\);/.test(text));
+  assert.ok(text.indexOf("plinth::decodeBatchDirect(") < text.indexOf("new AddonContextDecodeBatchWorker(info.Env(), this)"));
   // Applying them to something else fails by name instead of building a half-edited addon.
   assert.match(patchAddonSource("AddonContext.cpp", source.replace("SampleToken();", "sample();")).error, /the sampling/);
 });
@@ -57,7 +62,7 @@ test("the edits' fingerprint, kept in the build's marker, covers every header th
   assert.match(fingerprint, /^[0-9a-f]{16}$/);
   assert.equal(editsFingerprint(), fingerprint);
   const headers = Object.values(ADDON_EDITS as Record<string, { headers: string[] }>).flatMap((plan) => plan.headers);
-  assert.ok(headers.includes("plinth-presample.h") && headers.includes("plinth-decode-thread.h") && headers.includes("plinth-sampler-buffer.h"));
+  for (const h of ["plinth-presample.h", "plinth-decode-thread.h", "plinth-direct-decode.h", "plinth-sampler-buffer.h"]) assert.ok(headers.includes(h), h);
 });
 
 test("default threads and decode contexts follow the engine binary", () => {
