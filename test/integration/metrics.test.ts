@@ -36,8 +36,9 @@ test("after a known sequence of requests the counters and histogram counts equal
   record((await s.http.chat(body("Hello there"))).usage);
   record((await s.http.chatStream(body("Hello again", { stream_options: { include_usage: true } }))).usage);
 
-  // A 429: one long stream holds the only sequence while a second request arrives.
-  const held = await s.http.send("/v1/chat/completions", body("Hold the line", { max_tokens: 48, stream: true, stream_options: { include_usage: true } }));
+  // A 429: one long stream holds the only sequence while a second request arrives (long enough that
+  // the tiny model cannot finish it first: 48 tokens sometimes did).
+  const held = await s.http.send("/v1/chat/completions", body("Hold the line", { max_tokens: 480, stream: true, stream_options: { include_usage: true } }));
   assert.equal(held.status, 200);
   const refused = await s.http.post("/v1/chat/completions", body("Am I refused?"));
   assert.equal(refused.status, 429);

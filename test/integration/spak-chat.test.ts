@@ -119,7 +119,8 @@ test("003-21 json_object: the answer is JSON", async () => {
   // The random model needs luck to close its object: every answer starts one, and one that finishes parses.
   const ask = { ...NO_THINKING, temperature: 2, max_tokens: 120, messages: [{ role: "user", content: "Reply with a JSON object." }], response_format: { type: "json_object" } };
   let complete = 0;
-  for (let i = 0; i < 10 && complete === 0; i++) {
+  // About 4 answers in 10 close it (22–28 of 60 measured); 10 tries once found none in CI.
+  for (let i = 0; i < 40 && complete === 0; i++) {
     const r = await chat(ask);
     const text: string = r.choices[0].message.content;
     assert.ok(text.trimStart().startsWith("{"), text);
@@ -129,7 +130,7 @@ test("003-21 json_object: the answer is JSON", async () => {
       assert.ok(typeof value === "object" && value !== null && !Array.isArray(value));
     }
   }
-  assert.equal(complete, 1, "no JSON answer finished in 10 tries");
+  assert.equal(complete, 1, "no JSON answer finished in 40 tries");
 });
 
 test("003-24 a stop string ends the answer with finish_reason stop", async () => {
