@@ -88,13 +88,13 @@ export interface ChildUpstream {
   close(): Promise<void>;
 }
 
-/** A Plinth server in a child process, serving the fixture model as "tiny"; resolves once it is ready. */
-export async function spawnUpstream(modelPath: string, extra: string[] = []): Promise<ChildUpstream> {
+/** A Plinth server in a child process, serving the fixture model as "tiny" (`env` adds to this process's environment); resolves once it is ready. */
+export async function spawnUpstream(modelPath: string, extra: string[] = [], env?: NodeJS.ProcessEnv): Promise<ChildUpstream> {
   const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-child-"));
   const child = spawn(
     process.execPath,
     ["--import", "tsx", "src/cli/main.ts", "serve", "--model", `tiny=${modelPath}`, "--port", "0", "--threads", "1", "--data-dir", dataDir, "--log-level", "silent", ...extra],
-    { stdio: ["ignore", "ignore", "pipe"] },
+    { stdio: ["ignore", "ignore", "pipe"], ...(env ? { env: { ...process.env, ...env } } : {}) },
   );
   const url = await childServerUrl(child);
   return {
