@@ -11,6 +11,7 @@
 // before the decode was even queued. Here the JavaScript thread queues the decode on the decode
 // thread itself, and the decode thread settles the promise through one thread-safe function.
 // PLINTH_DECODE_INLINE=1 (no decode thread) and PLINTH_DIRECT_DECODE=0 keep the stock worker.
+#include <cstdlib>
 #include <string>
 
 namespace plinth {
@@ -41,7 +42,8 @@ struct DirectDecodeChannel {
     int inFlight = 0;
 };
 
-// JavaScript thread only.
+// Its environment and count belong to the JavaScript thread; the decode thread only reads the
+// settler, which is set before the first decode is queued.
 inline DirectDecodeChannel& directDecodeChannel() {
     static DirectDecodeChannel* channel = new DirectDecodeChannel();
     return *channel;
