@@ -25,6 +25,16 @@ const SEQUENTIAL = Math.max(1, Number(process.env.BENCH_SEQUENTIAL ?? 4));
 const WARMUP = Math.max(1, Number(process.env.BENCH_WARMUP ?? 10));
 
 /**
+ * Unmeasured rounds a server runs right before each of its measured rounds (BENCH_SETTLE; 0: none).
+ * Alternating two servers on two cores makes each one's round after the other's slow at its start:
+ * 30 alternating rounds of eight streams gave first tokens at 33 / 56–60 ms (first request / the
+ * rest) for Plinth after its own round and 63 / 90 ms after llama-server's, and llama-server
+ * 33 / 54–62 after its own and 67 / 80–91 after Plinth's (docs/benchmarks.md). A user runs one
+ * server, so each is measured after a round of its own.
+ */
+const SETTLE = Math.max(0, Number(process.env.BENCH_SETTLE ?? 1));
+
+/**
  * A round of `concurrency` streams of this benchmark's request. At one stream a single request of
  * ~1 s was the noisiest figure of the table (its ratio moved 0.77–0.91 between rounds), so a
  * one-stream round is SEQUENTIAL requests back to back: tok/s over the whole round, a TTFT each.
@@ -46,7 +56,7 @@ async function round(url: string, concurrency: number, maxTokens: number): Promi
 
 export async function llamaServerBench(bin: string, modelPath: string, opts: { rounds: number; maxTokens: number; concurrency: number[]; ctx: number }) {
   const parallel = Math.max(...opts.concurrency);
-  console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds (${SEQUENTIAL} requests one after another per one-stream round):\n`);
+  console.log(`\nSide by side with llama-server (${bin}), both with default threads, ${parallel} sequences of ${opts.ctx} tokens, ${opts.maxTokens} tokens per request, ${opts.rounds} alternating rounds (${SEQUENTIAL} requests one after another per one-stream round), each after ${SETTLE} unmeasured round(s) of the same server:\n`);
   // BENCH_PLINTH_ARGS adds server flags (e.g. "--threads 2 --decode-contexts 1") to compare settings.
   const extra = (process.env.BENCH_PLINTH_ARGS ?? "").split(/\s+/).filter(Boolean);
   const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel), ...extra]);
@@ -67,14 +77,18 @@ export async function llamaServerBench(bin: string, modelPath: string, opts: { r
     for (const c of opts.concurrency) {
       const p: ChatRound[] = [];
       const l: ChatRound[] = [];
+      const measured = async (url: string) => {
+        for (let s = 0; s < SETTLE; s++) await round(url, c, opts.maxTokens);
+        return round(url, c, opts.maxTokens);
+      };
       for (let i = 0; i < opts.rounds; i++) {
         // Who goes first alternates too: a machine that slows down mid-run hits both.
         if (i % 2 === 0) {
-          p.push(await round(plinth.url, c, opts.maxTokens));
-          l.push(await round(llama.url, c, opts.maxTokens));
+          p.push(await measured(plinth.url));
+          l.push(await measured(llama.url));
         } else {
-          l.push(await round(llama.url, c, opts.maxTokens));
-          p.push(await round(plinth.url, c, opts.maxTokens));
+          l.push(await measured(llama.url));
+          p.push(await measured(plinth.url));
         }
       }
       const pAgg = median(p.map((r) => r.aggregate));

@@ -59,19 +59,21 @@ export async function streamResponse(url: string, body: Record<string, unknown>)
 }
 
 /**
- * POSTs JSON, sending it again once if the connection was closed before any answer: llama-server
- * closes a keep-alive connection after a number of requests, and a request that the client put on
- * it at that moment fails with "other side closed" without having reached the server (seen once in
- * a 12-round run, which ended the whole benchmark).
+ * POSTs JSON, sending it again (up to twice) when the connection was closed before any answer:
+ * llama-server closes a keep-alive connection after a number of requests, and a request that the
+ * client put on it at that moment fails with "other side closed" without having reached the server.
+ * With eight streams at once, the resend can land on another connection closing at the same moment
+ * (seen in two eight-stream runs in a row, each of which ended the whole benchmark).
  */
 async function postOnce(url: string, body: string): Promise<Response> {
   const send = () => fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
-  try {
-    return await send();
-  } catch (err) {
-    const code = (err as { cause?: { code?: string } }).cause?.code;
-    if (code !== "UND_ERR_SOCKET" && code !== "ECONNRESET") throw err;
-    return await send();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await send();
+    } catch (err) {
+      const code = (err as { cause?: { code?: string } }).cause?.code;
+      if ((code !== "UND_ERR_SOCKET" && code !== "ECONNRESET") || attempt >= 3) throw err;
+    }
   }
 }
 
