@@ -11,11 +11,12 @@ import type { AddressInfo } from "node:net";
  *
  * `faultyReplica` is a small HTTP server that passes every request through to a real Plinth
  * upstream, except generation requests (and /health), which it answers as its current `mode` says:
- * 500s, malformed SSE, a stream cut after one token, a stream that never produces a token.
+ * 500s, malformed SSE, a stream cut after one token, a stream that never produces a token, one event
+ * that never ends.
  * `spawnUpstream` runs a whole Plinth server as a child process, so a test can kill it with SIGKILL.
  */
 
-export type FaultMode = "ok" | "500" | "malformed" | "midstream" | "stall" | "down";
+export type FaultMode = "ok" | "500" | "malformed" | "midstream" | "stall" | "endless" | "down";
 
 export interface FaultyReplica {
   url: string;
@@ -54,6 +55,23 @@ export async function faultyReplica(target: string, mode: FaultMode = "ok"): Pro
           res.write('data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"tiny","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}\n\n');
           setTimeout(() => res.socket?.destroy(), 20);
           return;
+        case "endless": {
+          // The role chunk, then a content event that never ends: 64 KiB reads of one token's text
+          // without a blank line, up to 1 GiB, for as long as the reader keeps reading.
+          sse();
+          res.write(`${role}data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"tiny","choices":[{"index":0,"delta":{"content":"`);
+          const chunk = Buffer.alloc(64 * 1024, "a");
+          let left = 16_384;
+          const pump = () => {
+            while (left > 0 && !res.destroyed) {
+              left--;
+              if (!res.write(chunk)) return void res.once("drain", pump);
+            }
+            res.end();
+          };
+          pump();
+          return;
+        }
         case "stall":
           sse();
           res.write(role);

@@ -86,6 +86,26 @@ test("malformed SSE and a first-token timeout fail over before any output; the c
   assert.ok(replicaOf(r, broken.url).failed >= 1 && replicaOf(r, stalled.url).failed >= 1);
 });
 
+test("an upstream event that never ends fails over at once, and the router keeps serving meanwhile", async () => {
+  const endless = await faulty("endless");
+  const r = await router([endless.url, b.url], { balance: "round-robin", "eject-after": "10" });
+  const started = Date.now();
+  const answers = Promise.all([ask(r, { stream: true }), ask(r, { stream: true })]);
+  // While it reads, other requests get answers: the reader does not rescan the event on every read.
+  const models = await fetch(`${r.url}/v1/models`);
+  assert.equal(models.status, 200);
+  for (const res of await answers) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers.get("x-plinth-upstream"), b.url);
+    assert.ok(!res.text.includes('"error"'), res.text.slice(0, 400));
+    assert.ok(res.text.trimEnd().endsWith("data: [DONE]"));
+  }
+  assert.ok((endless.hits.endless ?? 0) >= 1, "the endless replica was tried");
+  assert.ok(replicaOf(r, endless.url).failed >= 1);
+  // Refused after its first 16 Mi characters, not at the first-token timeout (120 s by default).
+  assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
+});
+
 test("a stream cut after its first token ends in the dialect's mid-stream error form; a JSON answer is redone elsewhere", async () => {
   const cut = await faulty("midstream");
   const r = await router([cut.url]);

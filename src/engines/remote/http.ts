@@ -202,7 +202,13 @@ export function upstreamMessage(body: unknown): string | undefined {
  */
 export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number; started: () => boolean }): AsyncGenerator<string> {
   const decoder = new TextDecoder();
-  let buffer = "";
+  // What was read since the last complete event, kept as pieces and joined only once an event ends
+  // in them: one event that arrives over many reads then costs one copy, not a copy (and a rescan of
+  // everything so far) per read, which is what let one endless event hold the thread for minutes.
+  let pieces: string[] = [];
+  let pending = 0;
+  // The last three characters of what is pending: an event's end can straddle two reads.
+  let tail = "";
   let complete = false;
   const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   try {
@@ -225,11 +231,23 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
         clearTimeout(timer);
       }
       if (step.done) break;
-      buffer += decoder.decode(step.value, { stream: true });
+      const text = decoder.decode(step.value, { stream: true });
+      if (text === "") continue;
+      const probe = tail + text;
+      const ends = eventEnd(probe, 0) >= 0;
+      tail = probe.slice(-3);
+      pieces.push(text);
+      pending += text.length;
+      if (!ends) {
+        if (pending > MAX_EVENT_CHARS) throw oversized();
+        continue;
+      }
+      const buffer = pieces.length === 1 ? text : pieces.join("");
+      let at = 0;
       let end: number;
-      while ((end = eventEnd(buffer)) >= 0) {
-        const event = buffer.slice(0, end);
-        buffer = buffer.slice(end).replace(/^(\r?\n){1,2}/, "");
+      while ((end = eventEnd(buffer, at)) >= 0) {
+        const event = buffer.slice(at, end);
+        at = pastSeparator(buffer, end);
         const data = event
           .split(/\r?\n/)
           .filter((l) => l.startsWith("data:"))
@@ -242,8 +260,13 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
         }
         yield data;
       }
+      const rest = buffer.slice(at);
+      pieces = rest === "" ? [] : [rest];
+      pending = rest.length;
+      tail = rest.slice(-3);
+      if (pending > MAX_EVENT_CHARS) throw oversized();
     }
-    if (buffer.trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
+    if (pieces.join("").trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
     throw new UpstreamFailure("protocol", "the upstream stream ended without [DONE]");
   } finally {
     // A stream read to its [DONE] is left to end by itself (only the body's last chunk is still
@@ -266,10 +289,42 @@ async function drain(res: UpstreamResponse, iterator: AsyncIterator<Buffer>): Pr
   }
 }
 
-function eventEnd(buffer: string): number {
-  const a = buffer.indexOf("\n\n");
-  const b = buffer.indexOf("\r\n\r\n");
-  if (a < 0) return b;
-  if (b < 0) return a;
-  return Math.min(a, b);
+/**
+ * Where the first event at or after `from` ends (the index of the blank line after it: an LF pair or
+ * a CRLF pair), or -1. It walks the line breaks from `from` and stops at the first blank line, so
+ * reading every event of a buffer looks at each character about once, whichever line ending the
+ * upstream uses.
+ */
+function eventEnd(buffer: string, from: number): number {
+  for (let i = buffer.indexOf("\n", from); i >= 0; i = buffer.indexOf("\n", i + 1)) {
+    const next = buffer.charCodeAt(i + 1);
+    if (next === LF) return i;
+    if (next === CR && buffer.charCodeAt(i + 2) === LF && i > from && buffer.charCodeAt(i - 1) === CR) return i - 1;
+  }
+  return -1;
+}
+
+const LF = 10;
+const CR = 13;
+
+/** The index after the blank line that ends an event at `end` (up to two line breaks, LF or CRLF). */
+function pastSeparator(buffer: string, end: number): number {
+  let at = end;
+  for (let i = 0; i < 2; i++) {
+    if (buffer.startsWith("\r\n", at)) at += 2;
+    else if (buffer[at] === "\n") at += 1;
+    else break;
+  }
+  return at;
+}
+
+/**
+ * The longest event an upstream may send, in characters: far above any chunk of an OpenAI-style
+ * stream (a token's text, its log probabilities, a tool call's arguments), low enough that a broken
+ * or hostile upstream cannot fill the router's memory with one event that never ends.
+ */
+const MAX_EVENT_CHARS = 16 * 1024 * 1024;
+
+function oversized(): UpstreamFailure {
+  return new UpstreamFailure("protocol", `the upstream sent an event longer than ${MAX_EVENT_CHARS} characters`);
 }

@@ -1,0 +1,77 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { Readable } from "node:stream";
+import fc from "fast-check";
+import { sseData, UpstreamFailure, type UpstreamResponse } from "../../src/engines/remote/http.ts";
+
+// The remote engine's reader of an upstream's server-sent events, fed from in-memory streams.
+
+const timeouts = { firstMs: 5_000, idleMs: 5_000, started: () => true };
+
+function response(reads: Iterable<Buffer | string> | AsyncIterable<Buffer | string>): UpstreamResponse {
+  const body = Readable.from(reads, { objectMode: false });
+  return { status: 200, headers: {}, body } as unknown as UpstreamResponse;
+}
+
+async function collect(res: UpstreamResponse): Promise<string[]> {
+  const out: string[] = [];
+  for await (const d of sseData(res, timeouts)) out.push(d);
+  return out;
+}
+
+/** A stream of `events` payloads and [DONE], with the given line ending. */
+function stream(events: string[], eol: "\n" | "\r\n"): string {
+  return [...events, "[DONE]"].map((e) => `data: ${e}${eol}${eol}`).join("");
+}
+
+test("events come out whole and in order however the stream is cut into reads, LF or CRLF", async () => {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(fc.string({ minLength: 1, maxLength: 40 }).filter((s) => !/[\r\n]/.test(s) && s !== "[DONE]"), { minLength: 1, maxLength: 12 }),
+      fc.constantFrom<"\n" | "\r\n">("\n", "\r\n"),
+      fc.array(fc.nat(), { maxLength: 20 }),
+      async (events, eol, cuts) => {
+        const bytes = Buffer.from(stream(events, eol));
+        const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+        const reads: Buffer[] = [];
+        let from = 0;
+        for (const c of [...at, bytes.length]) {
+          if (c > from) reads.push(bytes.subarray(from, c));
+          from = Math.max(from, c);
+        }
+        assert.deepEqual(await collect(response(reads)), events);
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+test("many events in one read all come out, in one pass over the read", async () => {
+  const events = Array.from({ length: 50_000 }, (_, i) => `{"i":${i}}`);
+  for (const eol of ["\n", "\r\n"] as const) {
+    const out = await collect(response([Buffer.from(stream(events, eol))]));
+    assert.equal(out.length, events.length);
+    assert.equal(out[49_999], '{"i":49999}');
+  }
+});
+
+test("an event that never ends is refused once it passes the limit, not read until memory runs out", async () => {
+  let reads = 0;
+  async function* endless() {
+    yield Buffer.from('data: {"choices":[{"delta":{"content":"');
+    const chunk = Buffer.alloc(64 * 1024, "a");
+    // 1 GiB if nobody stopped reading.
+    for (let i = 0; i < 16_384; i++) {
+      reads++;
+      yield chunk;
+    }
+  }
+  await assert.rejects(collect(response(endless())), (err: unknown) => err instanceof UpstreamFailure && err.kind === "protocol" && /longer than/.test(err.message));
+  // 16 Mi characters in 64 KiB reads: 256 reads and a little more.
+  assert.ok(reads < 300, `read ${reads} chunks`);
+});
+
+test("a stream that ends inside an event, or without [DONE], is a protocol failure", async () => {
+  await assert.rejects(collect(response([Buffer.from('data: {"a":1}\n\ndata: {"b"')])), /ended inside an event/);
+  await assert.rejects(collect(response([Buffer.from('data: {"a":1}\n\n')])), /ended without \[DONE\]/);
+});
