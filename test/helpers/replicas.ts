@@ -12,11 +12,12 @@ import type { AddressInfo } from "node:net";
  * `faultyReplica` is a small HTTP server that passes every request through to a real Plinth
  * upstream, except generation requests (and /health), which it answers as its current `mode` says:
  * 500s, malformed SSE, a stream cut after one token, a stream that never produces a token, one event
- * that never ends.
+ * that never ends, a well-formed answer with numbers no real server sends (a tool call numbered a
+ * billion, a negative and an astronomic token count; embeddings of a billion tokens).
  * `spawnUpstream` runs a whole Plinth server as a child process, so a test can kill it with SIGKILL.
  */
 
-export type FaultMode = "ok" | "500" | "malformed" | "midstream" | "stall" | "endless" | "down";
+export type FaultMode = "ok" | "500" | "malformed" | "midstream" | "stall" | "endless" | "odd" | "down";
 
 export interface FaultyReplica {
   url: string;
@@ -33,6 +34,13 @@ export async function faultyReplica(target: string, mode: FaultMode = "ok"): Pro
     const generation = req.url === "/v1/chat/completions" || req.url === "/v1/completions";
     if (req.url === "/health" && state.mode === "down") {
       res.writeHead(503, { "content-type": "application/json" }).end('{"status":"down"}');
+      return;
+    }
+    if (req.url === "/v1/embeddings" && state.mode === "odd") {
+      // A vector, and a token count a billion long for a few words of input.
+      req.resume();
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ object: "list", model: "tiny", data: [{ object: "embedding", index: 0, embedding: [0.6, 0.8] }], usage: { prompt_tokens: 1e9, total_tokens: 1e9 } }));
       return;
     }
     if (generation && state.mode !== "ok") {
@@ -70,6 +78,20 @@ export async function faultyReplica(target: string, mode: FaultMode = "ok"): Pro
             res.end();
           };
           pump();
+          return;
+        }
+        case "odd": {
+          const chunk = (delta: object, finish: string | null = null, usage: object | null = null) =>
+            `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 0, model: "tiny", choices: [{ index: 0, delta, finish_reason: finish }], usage })}\n\n`;
+          const call = (index: number, name: string) => ({ tool_calls: [{ index, id: `call_${name}`, type: "function", function: { name, arguments: '{"a":1}' } }] });
+          sse();
+          res.end(
+            role +
+              chunk(call(1_000_000_000, "first")) +
+              chunk(call(-3, "second")) +
+              chunk({}, "tool_calls", { prompt_tokens: 1e300, completion_tokens: -5, total_tokens: 7, prompt_tokens_details: { cached_tokens: 2.5 } }) +
+              "data: [DONE]\n\n",
+          );
           return;
         }
         case "stall":

@@ -106,6 +106,33 @@ test("an upstream event that never ends fails over at once, and the router keeps
   assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
 });
 
+test("an upstream's own tool-call numbers and impossible token counts do not reach the client or the ledger", async () => {
+  const odd = await faulty("odd");
+  const r = await router([odd.url]);
+  const tools = [{ type: "function", function: { name: "first", parameters: { type: "object" } } }, { type: "function", function: { name: "second", parameters: { type: "object" } } }];
+  const started = Date.now();
+  const json = await ask(r, { tools });
+  assert.equal(json.status, 200, json.text);
+  const calls = json.json.choices[0].message.tool_calls;
+  assert.deepEqual(calls.map((c: any) => c.function.name), ["first", "second"]);
+  const usage = json.json.usage;
+  // Counts that are not counts are left out, as if the upstream had not sent them.
+  assert.ok(Number.isSafeInteger(usage.prompt_tokens) && usage.prompt_tokens >= 0 && usage.prompt_tokens < 1e9, JSON.stringify(usage));
+  assert.ok(Number.isSafeInteger(usage.completion_tokens) && usage.completion_tokens >= 0, JSON.stringify(usage));
+  assert.equal(usage.prompt_tokens_details.cached_tokens, 0);
+  const s = await ask(r, { tools, stream: true });
+  assert.equal(s.status, 200);
+  const indices = s.text.split("\n\n").filter((e) => e.startsWith("data: {")).flatMap((e) => JSON.parse(e.slice(6)).choices?.[0]?.delta?.tool_calls ?? []).map((c: any) => c.index);
+  assert.deepEqual([...new Set(indices)], [0, 1]);
+  // An embedding's count sizes the array that stands for its tokens: a billion of them was 8 GB.
+  const emb = await fetch(`${r.url}/v1/embeddings`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "r", input: "a few words" }) });
+  const embJson = (await emb.json()) as any;
+  assert.equal(emb.status, 200, JSON.stringify(embJson));
+  assert.ok(embJson.usage.prompt_tokens >= 1 && embJson.usage.prompt_tokens <= Buffer.byteLength("a few words") + 16, JSON.stringify(embJson.usage));
+  // A billion-long array of calls took the router's thread for longer than the client waited.
+  assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
+});
+
 test("a stream cut after its first token ends in the dialect's mid-stream error form; a JSON answer is redone elsewhere", async () => {
   const cut = await faulty("midstream");
   const r = await router([cut.url]);

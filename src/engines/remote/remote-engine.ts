@@ -536,8 +536,17 @@ class RemoteEmbedder implements Embedder {
     })) as any;
     const vector = json?.data?.[0]?.embedding;
     if (!Array.isArray(vector)) throw new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
-    const count = input.kind === "tokens" ? input.tokens.length : typeof json.usage?.prompt_tokens === "number" ? json.usage.prompt_tokens : 1;
-    const tokens = input.kind === "tokens" ? [...input.tokens] : new Array<number>(Math.max(1, count)).fill(0);
+    if (input.kind === "tokens") {
+      const tokens = [...input.tokens];
+      this.vectors.set(tokens, Float32Array.from(vector as number[]));
+      return tokens;
+    }
+    // The upstream's count stands for the input's tokens (usage, the ledger) and sizes the array that
+    // stands for them: a whole number, at most what the text could hold (a token covers at least a
+    // byte, plus a few special tokens), so a broken upstream's count cannot ask for gigabytes.
+    const reported = json.usage?.prompt_tokens;
+    const count = Number.isInteger(reported) && reported >= 1 ? Math.min(reported as number, Buffer.byteLength(input.text) + 16) : 1;
+    const tokens = new Array<number>(count).fill(0);
     this.vectors.set(tokens, Float32Array.from(vector as number[]));
     return tokens;
   }

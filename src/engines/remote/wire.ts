@@ -194,7 +194,12 @@ export class ChunkReader {
   readonly totals: StreamTotals = {};
   /** True once a chunk carried generated output (text, thinking, a tool call). */
   sawOutput = false;
-  private readonly calls = new Set<number>();
+  /**
+   * The upstream's tool-call indices, by the order their calls started: the engine contract numbers
+   * a choice's calls 0, 1, 2, …, and an upstream's own number (any integer it likes) must not become
+   * the length of an array downstream.
+   */
+  private readonly calls = new Map<number, number>();
 
   constructor(private readonly mode: "chat" | "completion") {}
 
@@ -228,11 +233,13 @@ export class ChunkReader {
       }
       if (Array.isArray(delta.tool_calls)) {
         for (const call of delta.tool_calls) {
-          const index = Number.isInteger(call?.index) ? call.index : 0;
-          if (!this.calls.has(index)) {
+          const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
+          let index = this.calls.get(upstreamIndex);
+          if (index === undefined) {
             const name = call?.function?.name;
             if (typeof name !== "string" || name === "") throw new UpstreamStreamError("the upstream started a tool call without a name");
-            this.calls.add(index);
+            index = this.calls.size;
+            this.calls.set(upstreamIndex, index);
             out.push({ kind: "tool-call", index, name });
           }
           const args = call?.function?.arguments;
@@ -246,13 +253,16 @@ export class ChunkReader {
     return out;
   }
 
+  /** The upstream's counts, where they are counts: anything else is left out, as if not sent. */
   private usage(u: any): void {
-    if (typeof u.prompt_tokens === "number") this.totals.promptTokens = u.prompt_tokens;
-    if (typeof u.completion_tokens === "number") this.totals.completionTokens = u.completion_tokens;
-    const cached = u.prompt_tokens_details?.cached_tokens;
-    if (typeof cached === "number") this.totals.cachedTokens = cached;
-    const reasoning = u.completion_tokens_details?.reasoning_tokens;
-    if (typeof reasoning === "number") this.totals.reasoningTokens = reasoning;
+    const prompt = tokenCount(u.prompt_tokens);
+    if (prompt !== undefined) this.totals.promptTokens = prompt;
+    const completion = tokenCount(u.completion_tokens);
+    if (completion !== undefined) this.totals.completionTokens = completion;
+    const cached = tokenCount(u.prompt_tokens_details?.cached_tokens);
+    if (cached !== undefined) this.totals.cachedTokens = cached;
+    const reasoning = tokenCount(u.completion_tokens_details?.reasoning_tokens);
+    if (reasoning !== undefined) this.totals.reasoningTokens = reasoning;
   }
 
   /** What ends the choice: the upstream's counts, then its finish reason. */
@@ -265,6 +275,15 @@ export class ChunkReader {
     out.push({ kind: "end", reason: t.finish ?? "stop" });
     return out;
   }
+}
+
+/**
+ * A token count an upstream reported, when it is one: a whole number from 0 up to a billion (far past
+ * any context). Counts go into the usage the client sees, the ledger and key budgets; a negative,
+ * fractional or astronomic one from a broken upstream must not.
+ */
+function tokenCount(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 1e9 ? v : undefined;
 }
 
 /** The upstream's stream was not what the protocol promises (bad JSON, an error event). */
