@@ -178,7 +178,8 @@ export async function statusFailure(res: UpstreamResponse, origin: string): Prom
     `${origin} answered ${res.status}: ${upstreamMessage(body) ?? (text.slice(0, 200) || "(no body)")}`,
     res.status,
     body,
-    Number.isFinite(retryAfter) ? retryAfter : undefined,
+    // Passed on to the client: a number of seconds within reason, whatever the upstream wrote.
+    Number.isFinite(retryAfter) && retryAfter >= 0 ? Math.min(Math.ceil(retryAfter), 3600) : undefined,
   );
 }
 
