@@ -140,7 +140,13 @@ export function completionBody(req: GenerationRequest, model: string, sampling: 
 const encoder = new TextEncoder();
 
 function logprobEntry(token: string, logprob: number | null, bytes: unknown, top: TokenLogprob["top"]): TokenLogprob {
-  return { token, bytes: Array.isArray(bytes) ? (bytes as number[]) : [...encoder.encode(token)], logprob, top };
+  return { token, bytes: byteList(bytes, token), logprob, top };
+}
+
+/** An upstream's `bytes` for a token when they are bytes (integers 0–255), else the token's UTF-8. */
+function byteList(bytes: unknown, token: string): number[] {
+  if (Array.isArray(bytes) && bytes.every((b) => Number.isInteger(b) && b >= 0 && b <= 255)) return bytes as number[];
+  return [...encoder.encode(token)];
 }
 
 /** Chat logprobs entries ({token, logprob, bytes, top_logprobs}) in canonical form. */
@@ -154,7 +160,7 @@ function chatLogprobs(entries: unknown): TokenLogprob[] | undefined {
       Array.isArray(e?.top_logprobs)
         ? e.top_logprobs.map((t: any) => ({
             token: String(t?.token ?? ""),
-            bytes: Array.isArray(t?.bytes) ? t.bytes : [...encoder.encode(String(t?.token ?? ""))],
+            bytes: byteList(t?.bytes, String(t?.token ?? "")),
             logprob: Number(t?.logprob ?? 0),
           }))
         : [],
@@ -165,14 +171,15 @@ function chatLogprobs(entries: unknown): TokenLogprob[] | undefined {
 /** Legacy completions logprobs (parallel arrays, alternatives as maps) in canonical form. */
 function legacyLogprobs(lp: any): TokenLogprob[] | undefined {
   if (!lp || !Array.isArray(lp.tokens)) return undefined;
-  return lp.tokens.map((token: string, i: number) => {
+  return lp.tokens.map((raw: unknown, i: number) => {
     const top = lp.top_logprobs?.[i];
+    const token = typeof raw === "string" ? raw : String(raw ?? "");
     return logprobEntry(
       token,
       typeof lp.token_logprobs?.[i] === "number" ? lp.token_logprobs[i] : null,
       undefined,
       top && typeof top === "object"
-        ? Object.entries(top as Record<string, number>).map(([t, l]) => ({ token: t, bytes: [...encoder.encode(t)], logprob: l }))
+        ? Object.entries(top as Record<string, unknown>).map(([t, l]) => ({ token: t, bytes: [...encoder.encode(t)], logprob: Number(l) }))
         : [],
     );
   });
