@@ -24,14 +24,24 @@ export interface FaultyReplica {
   mode: FaultMode;
   /** Generation requests it received, by the mode it was in. */
   hits: Record<string, number>;
+  /** Connections open to it now. */
+  connections(): Promise<number>;
   close(): Promise<void>;
 }
 
 export async function faultyReplica(target: string, mode: FaultMode = "ok"): Promise<FaultyReplica> {
   const stalled = new Set<http.ServerResponse>();
-  const state: FaultyReplica = { url: "", mode, hits: {}, close: async () => {} };
+  const state: FaultyReplica = { url: "", mode, hits: {}, connections: async () => 0, close: async () => {} };
   const server = http.createServer((req, res) => {
     const generation = req.url === "/v1/chat/completions" || req.url === "/v1/completions";
+    if (req.url === "/health" && state.mode === "endless") {
+      // Healthy by its status, then a body that never ends.
+      res.writeHead(200, { "content-type": "application/json" });
+      res.write('{"status":"ok","padding":"');
+      const drip = setInterval(() => res.write("a"), 50);
+      res.on("close", () => clearInterval(drip));
+      return;
+    }
     if (req.url === "/health" && state.mode === "down") {
       res.writeHead(503, { "content-type": "application/json" }).end('{"status":"down"}');
       return;
@@ -113,6 +123,7 @@ export async function faultyReplica(target: string, mode: FaultMode = "ok"): Pro
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  state.connections = () => new Promise((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
   state.close = async () => {
     for (const r of stalled) r.destroy();
     server.closeAllConnections();

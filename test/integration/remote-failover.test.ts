@@ -106,6 +106,16 @@ test("an upstream event that never ends fails over at once, and the router keeps
   assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
 });
 
+test("a health answer whose body never ends is cut, not read on one more socket each interval", async () => {
+  const endless = await faulty("endless");
+  const r = await router([endless.url], { "health-interval": "0.1" });
+  await new Promise((resolve) => setTimeout(resolve, 4_000));
+  // Forty checks in four seconds; each body is cut two seconds after its head.
+  const open = await endless.connections();
+  assert.ok(open <= 30, `${open} connections open to the replica`);
+  assert.equal(replicaOf(r, endless.url).state, "up");
+});
+
 test("an upstream's own tool-call numbers and impossible token counts do not reach the client or the ledger", async () => {
   const odd = await faulty("odd");
   const r = await router([odd.url]);

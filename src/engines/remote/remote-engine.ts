@@ -66,6 +66,9 @@ function brokeMidStream(name: string, err: Error): ApiError {
   return new ApiError(502, `The upstream serving '${name}' failed mid-answer: ${err.message}`, { code: "upstream_error" });
 }
 
+/** How long a health check's answer body may take to end after its head. */
+const HEALTH_BODY_MS = 2_000;
+
 /**
  * A model served by OpenAI-compatible upstreams (vLLM, SGLang, llama-server, another Plinth): one
  * pool of replicas behind one model id. It speaks the upstream's HTTP; the core above it schedules,
@@ -483,6 +486,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       this.pool.replicas.map(async (r) => {
         try {
           const res = await call(this.url(r, "/health"), { headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs });
+          // The status is the answer; the body is read off so the socket can be reused, but a body
+          // that does not end soon (a broken server streaming it forever) is cut, not read each
+          // interval on one more socket.
+          const cut = setTimeout(() => res.body.destroy(), HEALTH_BODY_MS);
+          res.body.once("close", () => clearTimeout(cut));
           res.body.resume();
           if (res.status === 200) this.pool.recordHealthy(r);
           else if (r.state === "up") this.pool.recordFailure(r);
