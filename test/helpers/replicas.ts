@@ -34,6 +34,14 @@ export async function faultyReplica(target: string, mode: FaultMode = "ok"): Pro
   const state: FaultyReplica = { url: "", mode, hits: {}, connections: async () => 0, close: async () => {} };
   const server = http.createServer((req, res) => {
     const generation = req.url === "/v1/chat/completions" || req.url === "/v1/completions";
+    if (req.url === "/tokenize" && state.mode === "endless") {
+      // The head of a count, then its body one byte a second.
+      req.resume();
+      res.writeHead(200, { "content-type": "application/json" });
+      const drip = setInterval(() => res.write(" "), 1_000);
+      res.on("close", () => clearInterval(drip));
+      return;
+    }
     if (req.url === "/health" && state.mode === "endless") {
       // Healthy by its status, then a body that never ends.
       res.writeHead(200, { "content-type": "application/json" });

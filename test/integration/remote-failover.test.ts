@@ -106,6 +106,16 @@ test("an upstream event that never ends fails over at once, and the router keeps
   assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
 });
 
+test("a count whose body drips in is given up after the idle timeout, not waited for", async () => {
+  const endless = await faulty("endless");
+  const r = await router([endless.url], { "idle-timeout": "1" });
+  // Too long to fit surely without a count, so the router asks the replica's /tokenize.
+  const started = Date.now();
+  const res = await ask(r, { messages: [{ role: "user", content: "word ".repeat(4_000) }] });
+  assert.equal(res.status, 503, res.text);
+  assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
+});
+
 test("a health answer whose body never ends is cut, not read on one more socket each interval", async () => {
   const endless = await faulty("endless");
   const r = await router([endless.url], { "health-interval": "0.1" });

@@ -132,10 +132,15 @@ function callOnce(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
   });
 }
 
-/** Reads a whole body as text, within a size cap. */
-export async function readText(res: UpstreamResponse, limit = 64 * 1024 * 1024): Promise<string> {
+/**
+ * Reads a whole body as text, within a size cap and a time limit from now: a server that sends its
+ * head and then drips the body (or never ends it) must not hold the request, and its replica's slot,
+ * for good.
+ */
+export async function readText(res: UpstreamResponse, limit = 64 * 1024 * 1024, timeoutMs = 60_000): Promise<string> {
   const parts: Buffer[] = [];
   let size = 0;
+  const timer = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `the upstream's answer did not arrive whole within ${timeoutMs} ms`)), timeoutMs);
   try {
     for await (const chunk of res.body as AsyncIterable<Buffer>) {
       size += chunk.length;
@@ -148,13 +153,15 @@ export async function readText(res: UpstreamResponse, limit = 64 * 1024 * 1024):
   } catch (err) {
     if (err instanceof UpstreamFailure) throw err;
     throw new UpstreamFailure("connect", `the upstream connection broke: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
   }
   return Buffer.concat(parts).toString("utf8");
 }
 
 /** Reads a JSON body; a 2xx answer that is not JSON is a protocol failure. */
-export async function readJson(res: UpstreamResponse): Promise<unknown> {
-  const text = await readText(res);
+export async function readJson(res: UpstreamResponse, timeoutMs?: number): Promise<unknown> {
+  const text = await readText(res, undefined, timeoutMs);
   try {
     return JSON.parse(text);
   } catch {
@@ -167,7 +174,8 @@ export async function statusFailure(res: UpstreamResponse, origin: string): Prom
   let body: unknown;
   let text = "";
   try {
-    text = await readText(res, 1024 * 1024);
+    // An error's body comes right after its head; one that does not is left out of the message.
+    text = await readText(res, 1024 * 1024, 5_000);
     body = JSON.parse(text);
   } catch {
     body = undefined;

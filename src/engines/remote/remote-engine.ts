@@ -313,7 +313,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       try {
         const res = await call(this.url(lease.replica, path), { body, headers: this.headers(), headTimeoutMs: this.source.connectTimeoutMs + this.source.firstTokenTimeoutMs, signal });
         if (res.status === 200) {
-          const json = await readJson(res);
+          const json = await readJson(res, this.source.idleTimeoutMs);
           // A working tokenizer says little about generation: only real work clears failures.
           if (!path.endsWith("tokenize") && path !== "/apply-template") lease.success();
           return json;
