@@ -75,3 +75,26 @@ test("a stream that ends inside an event, or without [DONE], is a protocol failu
   await assert.rejects(collect(response([Buffer.from('data: {"a":1}\n\ndata: {"b"')])), /ended inside an event/);
   await assert.rejects(collect(response([Buffer.from('data: {"a":1}\n\n')])), /ended without \[DONE\]/);
 });
+
+test("an upstream that drips bytes without completing an event is stalled all the same", async () => {
+  let stop = false;
+  async function* drip() {
+    yield Buffer.from('data: {"a":1}\n\ndata: {"b":"');
+    while (!stop) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      yield Buffer.from("x");
+    }
+  }
+  const started = Date.now();
+  const got: string[] = [];
+  await assert.rejects(
+    (async () => {
+      for await (const d of sseData(response(drip()), { firstMs: 5_000, idleMs: 300, started: () => true })) got.push(d);
+    })(),
+    (err: unknown) => err instanceof UpstreamFailure && err.kind === "timeout",
+  );
+  stop = true;
+  assert.deepEqual(got, ['{"a":1}']);
+  // 300 ms after the last whole event, however many bytes came since (a read every 20 ms).
+  assert.ok(Date.now() - started < 3_000, `took ${Date.now() - started} ms`);
+});

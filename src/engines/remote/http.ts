@@ -219,16 +219,20 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
   // The last three characters of what is pending: an event's end can straddle two reads.
   let tail = "";
   let complete = false;
+  // The time limits run from the last event with data, not from the last read: an upstream that
+  // drips bytes without ever completing an event is stalled all the same.
+  let lastEvent = performance.now();
   const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   try {
     for (;;) {
       const first = !timeouts.started();
       const ms = first ? timeouts.firstMs : timeouts.idleMs;
+      const stalled = () => new UpstreamFailure("timeout", first ? `no data from the upstream within ${ms} ms` : `the upstream stream stalled for ${ms} ms`);
+      const left = lastEvent + ms - performance.now();
+      if (left <= 0) throw stalled();
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          reject(new UpstreamFailure("timeout", first ? `no data from the upstream within ${ms} ms` : `the upstream stream stalled for ${ms} ms`));
-        }, ms);
+        timer = setTimeout(() => reject(stalled()), left);
       });
       let step: IteratorResult<Buffer>;
       try {
@@ -268,6 +272,9 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
           return;
         }
         yield data;
+        // Counted from when the caller asks for the next one: a client slow to take what was sent
+        // is not the upstream stalling.
+        lastEvent = performance.now();
       }
       const rest = buffer.slice(at);
       pieces = rest === "" ? [] : [rest];
