@@ -9,12 +9,14 @@ import {
   SpecialToken,
   SpecialTokensText,
   type Token,
+  type Tokenizer,
 } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
+import { memoTokenizer } from "./tokenize-memo.ts";
 
 // Everything about turning a canonical prompt into the tokens a model sees: which chat template
 // (node-llama-cpp chat wrapper) a model gets, how chat, text, infill and token prompts become tokens,
@@ -55,6 +57,8 @@ export class PromptRenderer {
   readonly harmony: HarmonyLayout | undefined;
   private readonly id: string;
   private readonly vocabSize: number;
+  /** The model's tokenizer, remembering recent template parts and messages (tokenize-memo.ts). */
+  private readonly tokenizer: Tokenizer;
 
   constructor(
     private readonly model: LlamaModel,
@@ -62,6 +66,7 @@ export class PromptRenderer {
   ) {
     this.id = opts.id;
     this.vocabSize = opts.vocabSize;
+    this.tokenizer = memoTokenizer(model);
     // Templates that stamp today's date would render a conversation differently after midnight and
     // lose its cached prefix; the date is pinned to the day the model was loaded.
     const today = new Date(new Date().toISOString().slice(0, 10));
@@ -102,7 +107,7 @@ export class PromptRenderer {
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     if (beforeTokenize) beforeTokenize(textBytes(state.contextText));
-    return { tokens: state.contextText.tokenize(this.model.tokenizer), stopTokens, formatStops };
+    return { tokens: state.contextText.tokenize(this.tokenizer), stopTokens, formatStops };
   }
 
   /**
@@ -127,8 +132,8 @@ export class PromptRenderer {
     // message, which the engine writes itself (see harmony.ts).
     const answerOpening = this.harmony?.answerOpening(modelMayCall);
     const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n"));
-    const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.model.tokenizer), ...(answerOpening ?? [])];
-    const promptSuffix = enabled ? prefix.tokenize(this.model.tokenizer) : closed;
+    const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.tokenizer), ...(answerOpening ?? [])];
+    const promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
     return {
       promptSuffix,
       answerOpening,
@@ -137,7 +142,7 @@ export class PromptRenderer {
         close: [...new Set([suffix.toString(), suffix.toString().trim()])],
         startsInside: enabled,
         budget: req.reasoning?.budgetTokens,
-        closeTokens: LlamaText([suffix, layout]).tokenize(this.model.tokenizer),
+        closeTokens: LlamaText([suffix, layout]).tokenize(this.tokenizer),
       },
     };
   }
@@ -161,7 +166,7 @@ export class PromptRenderer {
     const formatStops: string[] = [];
     for (const trigger of triggers) {
       const special = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
-      const tokens = trigger.tokenize(this.model.tokenizer);
+      const tokens = trigger.tokenize(this.tokenizer);
       if (special && tokens.length === 1) {
         stopTokens.add(tokens[0]);
         continue;
