@@ -19,12 +19,14 @@ function refused(r: { status: number; json: any; text: string }, word: string) {
   assert.ok(r.json.message.includes(word), `message should name ${word}: ${r.json.message}`);
 }
 
+// The strings are bounded: the fixtures sample at random, and an unbounded string argument can run
+// past max_tokens, leaving the arguments cut short (finish_reason "length").
 const TOOL = (name: string, properties = 1) => ({
   type: "function",
   function: {
     name,
     description: `tool ${name}`,
-    parameters: { type: "object", properties: Object.fromEntries(Array.from({ length: properties }, (_, i) => [`p${i}`, { type: "string" }])) },
+    parameters: { type: "object", properties: Object.fromEntries(Array.from({ length: properties }, (_, i) => [`p${i}`, { type: "string", maxLength: 16 }])) },
   },
 });
 
@@ -306,6 +308,7 @@ test("001-90 each choice has index, message with role assistant, and finish_reas
 
 test("001-91 returned tool_calls have id, type function and function {name, arguments as serialised JSON}", async () => {
   const r = await chat("think", { messages: [user("weather?")], tools: [TOOL("weather")], tool_choice: { type: "function", function: { name: "weather" } }, reasoning_effort: "low", max_tokens: 900 });
+  assert.equal(r.json.choices[0].finish_reason, "tool_calls", r.text);
   const call = r.json.choices[0].message.tool_calls[0];
   assert.equal(typeof call.id, "string");
   assert.equal(call.type, "function");
