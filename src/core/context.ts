@@ -70,7 +70,12 @@ export interface AdmittedInfo {
   choices: number;
 }
 
-export type Outcome = { usage: Usage; error?: undefined } | { error: unknown; usage?: undefined };
+/**
+ * How a generation ended: its usage, or the error that ended it with what it had used by then
+ * (`spent`: its prompt once a choice had started, the tokens generated before the end). A client
+ * that cancels a stream midway has still had those tokens computed for it.
+ */
+export type Outcome = { usage: Usage; error?: undefined; spent?: undefined } | { error: unknown; usage?: undefined; spent: Usage };
 
 /**
  * Observers of the generation lifecycle: a ledger, a quota, metrics, a store attach here instead of

@@ -142,3 +142,16 @@ export function embeddingOnlyModel(id: string): ApiError {
     { field: "model", code: "model_not_supported" },
   );
 }
+
+/**
+ * Why a generation stopped when its client went away before the response ended: nobody reads it,
+ * but metrics and logs count it under its own code (nginx's 499, "client closed request") rather
+ * than as a server error, and a stored response says it was cancelled.
+ */
+export function clientClosed(): ApiError {
+  return new ApiError(499, "The client closed the connection before the response was complete.", { code: "client_closed" });
+}
+
+export function isClientClosed(err: unknown): boolean {
+  return err instanceof ApiError && err.status === 499 && err.code === "client_closed";
+}

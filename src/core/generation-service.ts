@@ -142,7 +142,15 @@ export class GenerationService {
         // A failed or abandoned request still evaluated its prompt and generated what it did.
         ticket?.(promptTotal + run.generatedTokens);
         run.channel.close(error);
-        this.notify("finished", ctx, { error } satisfies Outcome);
+        const prompt = run.started ? promptTokens.reduce((sum, p, r) => sum + (run.reportedPrompt.get(r) ?? p), 0) : 0;
+        const spent: Usage = {
+          promptTokens: prompt,
+          completionTokens: run.generatedTokens,
+          totalTokens: prompt + run.generatedTokens,
+          cachedTokens: run.started ? run.cachedTokens : 0,
+          reasoningTokens: run.reasoningTokens,
+        };
+        this.notify("finished", ctx, { error, spent } satisfies Outcome);
       },
     );
     return { promptTokens, events: run.channel };
@@ -285,6 +293,12 @@ class BatchRun {
   readonly reportedPrompt = new Map<number, number>();
   /** Tokens generated so far over every choice (what a failed request still cost). */
   generatedTokens = 0;
+  /** Of those, thinking tokens. */
+  reasoningTokens = 0;
+  /** Prompt tokens found in the cache so far (the first choice's, as in the usage). */
+  cachedTokens = 0;
+  /** Whether any choice got its slot, so the prompt was (at least partly) evaluated. */
+  started = false;
   private readonly abort = new AbortController();
   private readonly parts = new PartTracker();
   private readonly running: Array<Promise<ChoiceCounts>> = [];
@@ -344,6 +358,7 @@ class BatchRun {
       engine.discard?.(prep);
       throw err;
     });
+    this.started = true;
     this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {
@@ -357,7 +372,10 @@ class BatchRun {
             break;
           case "cached":
             // The prompt is counted once per request, so is its cached part: the first choice's.
-            if (seedOffset === 0) counts.cachedTokens += chunk.tokens;
+            if (seedOffset === 0) {
+              counts.cachedTokens += chunk.tokens;
+              this.cachedTokens += chunk.tokens;
+            }
             continue;
           case "usage":
             if (chunk.reasoningTokens !== undefined) counts.reasoningTokens = chunk.reasoningTokens;
@@ -379,6 +397,7 @@ class BatchRun {
             counts.completionTokens += chunk.tokens;
             this.generatedTokens += chunk.tokens;
             if (chunk.channel === "reasoning") {
+              this.reasoningTokens += chunk.tokens;
               // Thinking is reported as it comes: stop strings apply to the answer only.
               if (chunk.text || chunk.logprobs) this.emit({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
               continue;

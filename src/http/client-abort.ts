@@ -1,4 +1,5 @@
 import type { FastifyReply } from "fastify";
+import { clientClosed } from "../core/errors.ts";
 
 /**
  * An AbortSignal that fires when the client goes away before the response is complete, so its
@@ -7,7 +8,7 @@ import type { FastifyReply } from "fastify";
 export function abortOnDisconnect(reply: FastifyReply): AbortSignal {
   const controller = new AbortController();
   reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) controller.abort(new Error("client disconnected"));
+    if (!reply.raw.writableFinished) controller.abort(clientClosed());
   });
   return controller.signal;
 }

@@ -62,6 +62,9 @@ export class PlinthMetrics {
   /** Facts per request id for the request log; filled by the hooks, taken by `takeFacts`. */
   private readonly facts = new Map<string, GenerationFacts>();
   private readonly live = new Map<RequestContext, Live>();
+  /** Generations admitted and not yet ended, by request id; and who waits for them to end. */
+  private readonly running = new Map<string, number>();
+  private readonly waiters = new Map<string, Array<() => void>>();
 
   private readonly promptTokens: Counter<"model_name">;
   private readonly generationTokens: Counter<"model_name">;
@@ -82,6 +85,7 @@ export class PlinthMetrics {
   private readonly embedTokens: Counter<"model_name">;
   private readonly loadSeconds: Gauge<"model_name">;
   private readonly errorCodes = new WeakMap<FastifyRequest, string>();
+  private readonly counted = new WeakSet<FastifyRequest>();
 
   constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: { sizeBytes(): number } } = {}) {
     const registers = [this.registry];
@@ -257,6 +261,7 @@ export class PlinthMetrics {
         this.promptTokens.inc({ model_name: info.model }, promptTokens);
         this.prefixQueries.inc({ model_name: info.model }, promptTokens);
         this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens });
+        this.running.set(ctx.requestId, (this.running.get(ctx.requestId) ?? 0) + 1);
       },
       started: (ctx) => {
         const l = this.live.get(ctx);
@@ -295,7 +300,16 @@ export class PlinthMetrics {
         if (outcome.usage === undefined) {
           const code = errorCode(outcome.error);
           this.failures.inc({ model_name, code });
-          if (f) f.errorCode = code;
+          // What it generated before it ended was generated all the same (vLLM counts it too).
+          const { spent } = outcome;
+          this.generationTokens.inc({ model_name }, spent.completionTokens);
+          this.prefixHits.inc({ model_name }, spent.cachedTokens);
+          if (f) {
+            f.errorCode = code;
+            f.completionTokens = spent.completionTokens;
+            f.cachedTokens = spent.cachedTokens;
+          }
+          this.ended(ctx.requestId);
           return;
         }
         const { usage } = outcome;
@@ -318,6 +332,7 @@ export class PlinthMetrics {
           f.completionTokens = usage.completionTokens;
           f.finishReason = l.finishReason ?? "stop";
         }
+        this.ended(ctx.requestId);
       },
       embedded: (ctx, info) => {
         this.embedInputs.inc({ model_name: info.model }, info.inputs);
@@ -325,6 +340,35 @@ export class PlinthMetrics {
         this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens: info.tokens });
       },
     };
+  }
+
+  /**
+   * Calls `then` once the request's generation has ended (at once if it has none running), so a
+   * line written for a client that went away carries what the generation used until it noticed.
+   * Called again after `maxWaitMs` whatever happens, so the line is never lost.
+   */
+  afterGeneration(requestId: string, then: () => void, maxWaitMs = 5_000): void {
+    if (!this.running.has(requestId)) return then();
+    let done = false;
+    const once = () => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      then();
+    };
+    const timer = setTimeout(once, maxWaitMs);
+    const waiting = this.waiters.get(requestId);
+    if (waiting) waiting.push(once);
+    else this.waiters.set(requestId, [once]);
+  }
+
+  private ended(requestId: string): void {
+    const left = (this.running.get(requestId) ?? 1) - 1;
+    if (left > 0) return void this.running.set(requestId, left);
+    this.running.delete(requestId);
+    const waiting = this.waiters.get(requestId);
+    this.waiters.delete(requestId);
+    for (const w of waiting ?? []) w();
   }
 
   /** The generation facts of a request, once (the request log takes them as the response ends). */
@@ -345,21 +389,34 @@ export class PlinthMetrics {
     return this.errorCodes.get(request);
   }
 
+  private countAnswer(request: FastifyRequest, status: number): void {
+    // Once: an answer that fails while being written can reach both onResponse and close.
+    if (this.counted.has(request)) return;
+    this.counted.add(request);
+    const route = request.routeOptions.url ?? "unmatched";
+    const dialect = dialectOf(route);
+    this.httpRequests.inc({ dialect, route, method: request.method, status: String(status) });
+    if (status >= 400) {
+      const code = status === 499 ? "client_closed" : (this.errorCodes.get(request) ?? (status === 404 ? "not_found" : `http_${status}`));
+      this.rejected.inc({ dialect, status: String(status), code });
+      if (status === 429) this.rateLimited.inc({ dialect, reason: code });
+    }
+  }
+
   /** GET /metrics, and the hooks that count HTTP requests and refusals. */
   install(app: FastifyInstance): void {
     app.addHook("onError", async (request, _reply, error) => {
       this.errorCodes.set(request, errorCode(error));
     });
-    app.addHook("onResponse", async (request, reply) => {
-      const route = request.routeOptions.url ?? "unmatched";
-      const dialect = dialectOf(route);
-      const status = reply.statusCode;
-      this.httpRequests.inc({ dialect, route, method: request.method, status: String(status) });
-      if (status >= 400) {
-        const code = this.errorCodes.get(request) ?? (status === 404 ? "not_found" : `http_${status}`);
-        this.rejected.inc({ dialect, status: String(status), code });
-        if (status === 429) this.rateLimited.inc({ dialect, reason: code });
-      }
+    app.addHook("onResponse", async (request, reply) => this.countAnswer(request, reply.statusCode));
+    // An answer its client left before it ended (a cancelled stream) never reaches onResponse: it
+    // is counted as the connection closes, with the status it had sent, or 499 (client closed
+    // request) when it had sent nothing.
+    app.addHook("onRequest", (request, reply, done) => {
+      reply.raw.once("close", () => {
+        if (!reply.raw.writableFinished) this.countAnswer(request, reply.raw.headersSent ? reply.statusCode : 499);
+      });
+      done();
     });
     app.get("/metrics", async (_request, reply) => {
       const text = await this.registry.metrics();

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Writable } from "node:stream";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { requestKey, requestKeyName } from "../http/access.ts";
 import { dialectOf, type PlinthMetrics } from "./metrics.ts";
 
@@ -33,7 +33,22 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       return payload;
     });
   }
-  app.addHook("onResponse", async (request, reply) => {
+  // A client that goes away before the response ends (a cancelled stream, a timeout on its side)
+  // never reaches onResponse, which runs when the response finishes: its line is written once the
+  // connection has closed and the generation has noticed, so cancelled requests are in the log
+  // with what they had used.
+  app.addHook("onRequest", (request, reply, done) => {
+    reply.raw.once("close", () => {
+      if (!reply.raw.writableFinished) metrics.afterGeneration(String(request.id), () => write(request, reply, true));
+    });
+    done();
+  });
+  app.addHook("onResponse", async (request, reply) => write(request, reply, false));
+
+  function write(request: FastifyRequest, reply: FastifyReply, clientClosed: boolean): void {
+    // Once: a response that fails while being written can reach both onResponse and close.
+    if (logged.has(request)) return;
+    logged.add(request);
     const route = request.routeOptions.url ?? "unmatched";
     if (route === "/metrics" || route === "/health") {
       request.log.debug({ route, status: reply.statusCode }, "request");
@@ -50,25 +65,27 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       namespace: namespaceHash(facts?.namespace),
       key: requestKey(request),
       key_name: requestKeyName(request),
-      status: reply.statusCode,
+      // What was sent, or nginx's 499 (client closed request) when nothing was.
+      status: clientClosed && !reply.raw.headersSent ? 499 : reply.statusCode,
       prompt_tokens: facts?.promptTokens,
       cached_tokens: facts?.cachedTokens,
       completion_tokens: facts?.completionTokens,
       ttft_ms: facts?.ttftMs,
       duration_ms: Math.round(reply.elapsedTime),
       finish_reason: facts?.finishReason,
-      error_code: metrics.errorCodeOf(request) ?? facts?.errorCode,
+      error_code: clientClosed ? "client_closed" : (metrics.errorCodeOf(request) ?? facts?.errorCode),
     };
     if (opts.bodies) {
       line.request_body = request.body;
       line.response_body = responseBodies.get(request);
     }
-    const level = reply.statusCode >= 500 ? "error" : "info";
+    const level = line.status as number >= 500 ? "error" : "info";
     request.log[level](line, "request");
-  });
+  }
 }
 
 const responseBodies = new WeakMap<object, string>();
+const logged = new WeakSet<FastifyRequest>();
 
 const LEVELS: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
 

@@ -57,7 +57,7 @@ export class Tracing {
   /** The request spans: opened as a request is routed, closed as its response ends. */
   install(app: FastifyInstance): void {
     const { api } = this;
-    app.addHook("onRequest", async (request) => {
+    app.addHook("onRequest", async (request, reply) => {
       const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
       const route = request.routeOptions.url ?? "unmatched";
       const span = this.tracer.startSpan(
@@ -75,6 +75,11 @@ export class Tracing {
         parent,
       );
       this.live.set(String(request.id), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [] });
+      // A client that goes away before the response ends (a cancelled stream) never reaches
+      // onResponse; Fastify's onRequestAbort only fires while the request body is still arriving.
+      reply.raw.once("close", () => {
+        if (!reply.raw.writableFinished) this.abandon(String(request.id));
+      });
     });
     app.addHook("onResponse", async (request, reply) => {
       const t = this.live.get(String(request.id));
@@ -85,7 +90,6 @@ export class Tracing {
       if (reply.statusCode >= 500) t.span.setStatus({ code: api.SpanStatusCode.ERROR });
       t.span.end();
     });
-    app.addHook("onRequestAbort", async (request) => this.abandon(String(request.id)));
   }
 
   /** Ends a request's spans as the client goes away before its answer ends. */

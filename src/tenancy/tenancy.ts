@@ -132,7 +132,8 @@ export class Tenancy {
     this.tracked.set(t.requestId, t);
     reply.raw.once("close", () => {
       t.lease?.release();
-      t.status = reply.raw.statusCode;
+      // A client that left before anything was sent is booked as nginx's 499 (client closed request).
+      t.status = reply.raw.headersSent ? reply.raw.statusCode : 499;
       this.maybeRecord(t);
     });
     return t;
@@ -202,12 +203,12 @@ export class Tenancy {
         const t = this.tracked.get(ctx.requestId);
         if (!t) return;
         t.running--;
-        if (outcome.usage) {
-          t.promptTokens += outcome.usage.promptTokens;
-          t.cachedTokens += outcome.usage.cachedTokens;
-          t.completionTokens += outcome.usage.completionTokens;
-          t.reasoningTokens += outcome.usage.reasoningTokens;
-        }
+        // A request that failed or was cancelled midway is booked with what it had used.
+        const used = outcome.usage ?? outcome.spent;
+        t.promptTokens += used.promptTokens;
+        t.cachedTokens += used.cachedTokens;
+        t.completionTokens += used.completionTokens;
+        t.reasoningTokens += used.reasoningTokens;
         this.maybeRecord(t);
       },
       embedded: (ctx, info) => {

@@ -8,7 +8,7 @@ import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { namespaceHash } from "../../src/observability/request-log.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
-import { waitFor } from "../helpers/server.ts";
+import { NO_EOG, waitFor } from "../helpers/server.ts";
 
 // The real server with its request log captured: one JSON object per line.
 const lines: Array<Record<string, any>> = [];
@@ -121,4 +121,36 @@ test("one log line per request with its facts and no prompt text", async () => {
   const all = lines.map((l) => JSON.stringify(l)).join("\n");
   assert.ok(!all.includes("purple elephant"), "a prompt reached the log");
   assert.ok(!all.includes("alice@example.com"), "a raw user reached the log");
+});
+
+test("a stream the client cancels midway is logged once, with what it had generated, and counted as client_closed", async () => {
+  const metric = async (pattern: RegExp) => Number(pattern.exec(await (await fetch(`${server.url}/metrics`)).text())?.[1] ?? 0);
+  const generatedBefore = await metric(/^vllm:generation_tokens_total\{model_name="tiny"\} (\d+)/m);
+  const closedBefore = await metric(/^plinth_generation_failures_total\{model_name="tiny",code="client_closed"\} (\d+)/m);
+  const answered = /^plinth_http_requests_total\{dialect="openai",route="\/v1\/chat\/completions",method="POST",status="200"\} (\d+)/m;
+  const answeredBefore = await metric(answered);
+  const controller = new AbortController();
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-request-id": "log-cancelled" },
+    body: JSON.stringify({ ...chat, max_tokens: 400, stream: true, logit_bias: NO_EOG }),
+    signal: controller.signal,
+  });
+  const reader = res.body!.getReader();
+  let text = "";
+  while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
+  controller.abort();
+  await reader.cancel().catch(() => {});
+  const line = await logOf("log-cancelled");
+  assert.equal(line.error_code, "client_closed");
+  assert.equal(line.status, 200, "the stream's head had gone out");
+  assert.ok(line.completion_tokens >= 4 && line.completion_tokens < 400, `completion_tokens ${line.completion_tokens}`);
+  assert.ok(line.prompt_tokens > 0);
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(lines.filter((l) => l.request_id === "log-cancelled").length, 1);
+  // Its tokens were generated all the same; the cancellation is the client's, not a server error.
+  assert.ok((await metric(/^vllm:generation_tokens_total\{model_name="tiny"\} (\d+)/m)) >= generatedBefore + line.completion_tokens);
+  assert.equal(await metric(/^plinth_generation_failures_total\{model_name="tiny",code="client_closed"\} (\d+)/m), closedBefore + 1);
+  // Its answer had started (200), and is counted with the others.
+  assert.equal(await metric(answered), answeredBefore + 1);
 });

@@ -217,6 +217,32 @@ test("background: queued at once, polled to completion; another cancelled while 
   assert.equal((await s.client.responses.retrieve(long.id)).status, "cancelled");
 });
 
+test("a stored stream whose client goes away midway is stored as cancelled, with what it had written", async () => {
+  const controller = new AbortController();
+  const res = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: "Long", stream: true, store: true, max_output_tokens: 3000, logit_bias: NO_END }),
+    signal: controller.signal,
+  });
+  const reader = res.body!.getReader();
+  let text = "";
+  while ((text.match(/response\.output_text\.delta/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
+  controller.abort();
+  await reader.cancel().catch(() => {});
+  const id = /"id":"(resp_[^"]+)"/.exec(text)![1];
+  // A response that is not in the background is stored once its run has ended.
+  let stored: { status: string; error: unknown; output_text: string } | undefined;
+  for (let i = 0; i < 100 && !stored; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    stored = (await s.client.responses.retrieve(id).catch(() => undefined)) as typeof stored;
+  }
+  assert.ok(stored, "the response was stored");
+  assert.equal(stored.status, "cancelled");
+  assert.equal(stored.error, null);
+  assert.ok(stored.output_text.length > 0);
+});
+
 test("a background stream can be resumed from a sequence number", async () => {
   const first = s.client.responses.stream({ model: "tiny", input: "Go", background: true, max_output_tokens: 6, logit_bias: NO_END } as never);
   const seen: number[] = [];

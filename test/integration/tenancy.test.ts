@@ -365,6 +365,32 @@ describe("usage ledger", () => {
     assert.ok(byDay.json.data.some((r: Obj) => r.day === new Date().toISOString().slice(0, 10)));
   });
 
+  test("a stream its client cancels midway is booked with the tokens it had used", async () => {
+    const k = await createKey({ name: "cancels" });
+    const controller = new AbortController();
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...bearer(k.key) },
+      body: JSON.stringify(chatBody({ max_tokens: 400, stream: true, logit_bias: NO_EOG })),
+      signal: controller.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    let text = "";
+    while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    await reader.cancel().catch(() => {});
+    let row: Obj | undefined;
+    for (let i = 0; i < 50 && !row; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      row = (await admin("GET", "/usage?group_by=key")).json.data.find((r: Obj) => r.key === k.id);
+    }
+    assert.equal(row?.requests, 1);
+    assert.ok(row!.prompt_tokens > 0, JSON.stringify(row));
+    assert.ok(row!.completion_tokens >= 4 && row!.completion_tokens < 400, JSON.stringify(row));
+    assert.equal((await admin("GET", `/keys/${k.id}`)).json.used_tokens, row!.total_tokens);
+  });
+
   test("keys never appear in clear in the database files or the logs", async () => {
     const k = await createKey({ name: "secret" });
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(k.key))).status, 200);

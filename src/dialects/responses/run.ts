@@ -1,5 +1,5 @@
 import type { RequestContext } from "../../core/context.ts";
-import { ApiError, type FieldNamer, withWireParam } from "../../core/errors.ts";
+import { ApiError, type FieldNamer, isClientClosed, withWireParam } from "../../core/errors.ts";
 import type { GenerationService, StartedGeneration } from "../../core/generation-service.ts";
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
@@ -66,7 +66,7 @@ export async function drive(
     }
     builder.finish();
   } catch (err) {
-    if (signal.aborted && !(err instanceof ApiError)) {
+    if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err))) {
       builder.cancel();
       return;
     }
