@@ -211,3 +211,32 @@ test("an embedding-only upstream model embeds through the router and refuses gen
     assert.match(r.json.error.message, /'rb' is an embedding model/);
   }
 });
+
+test("a client that cancels a stream through the router stops the upstream's generation too", async () => {
+  const scrape = async (url: string, pattern: RegExp) => Number(pattern.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0);
+  const closed = /^plinth_generation_failures_total\{model_name="tiny",code="client_closed"\} (\d+)/m;
+  const generated = /^vllm:generation_tokens_total\{model_name="tiny"\} (\d+)/m;
+  const before = await Promise.all(up.map(async (u) => [await scrape(u.url, closed), await scrape(u.url, generated)]));
+  const controller = new AbortController();
+  const res = await fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "rt", ...ask, max_tokens: 400, stream: true }),
+    signal: controller.signal,
+  });
+  const served = up.findIndex((u) => u.url === res.headers.get("x-plinth-upstream"));
+  assert.ok(served >= 0);
+  const reader = res.body!.getReader();
+  let text = "";
+  while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
+  controller.abort();
+  await reader.cancel().catch(() => {});
+  // The replica sees its own client (the router) go away and stops well short of the budget.
+  const deadline = Date.now() + 10_000;
+  while ((await scrape(up[served].url, closed)) === before[served][0] && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(await scrape(up[served].url, closed), before[served][0] + 1);
+  const spent = (await scrape(up[served].url, generated)) - before[served][1];
+  assert.ok(spent >= 5 && spent < 400, `the replica generated ${spent} tokens`);
+  // The router books what the replica had streamed to it.
+  assert.equal(await scrape(router.url, /^plinth_generation_failures_total\{model_name="rt",code="client_closed"\} (\d+)/m), 1);
+});
