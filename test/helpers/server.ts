@@ -120,3 +120,34 @@ export async function waitFor(predicate: () => boolean, timeoutMs = 10_000): Pro
 
 /** logit_bias that bans both end-of-generation tokens of the fixture, so answers run to max_tokens. */
 export const NO_EOG: Record<string, number> = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
+
+/**
+ * Posts a streaming request as a client that cancels it midway: reads until `marker` has come
+ * `count` times (default: five chat content deltas), then aborts and goes away. Returns what it had
+ * read and the response head.
+ */
+export async function streamThenCancel(
+  url: string,
+  body: unknown,
+  opts: { headers?: Record<string, string>; marker?: RegExp; count?: number } = {},
+): Promise<{ status: number; headers: Headers; text: string }> {
+  const marker = opts.marker ?? /"content":/g;
+  const controller = new AbortController();
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...opts.headers },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  while ((text.match(marker) ?? []).length < (opts.count ?? 5)) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`the stream ended before it could be cancelled: ${text.slice(-300)}`);
+    text += decoder.decode(value, { stream: true });
+  }
+  controller.abort();
+  await reader.cancel().catch(() => {});
+  return { status: res.status, headers: res.headers, text };
+}

@@ -1,7 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { expectSchemaAnswers } from "../helpers/json-schema-check.ts";
 import { after, before, test } from "node:test";
-import { NO_EOG, postJson, requestJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, postJson, requestJson, startTestServer, streamThenCancel, type TestServer } from "../helpers/server.ts";
 
 // Two real Plinth servers on the fixture models are the upstreams; a third fronts them as "rt"
 // (the tiny model), "rk" (the thinking/tool-calling model) and "rb" (an embedding-only model on the
@@ -217,20 +217,9 @@ test("a client that cancels a stream through the router stops the upstream's gen
   const closed = /^plinth_generation_failures_total\{model_name="tiny",code="client_closed"\} (\d+)/m;
   const generated = /^vllm:generation_tokens_total\{model_name="tiny"\} (\d+)/m;
   const before = await Promise.all(up.map(async (u) => [await scrape(u.url, closed), await scrape(u.url, generated)]));
-  const controller = new AbortController();
-  const res = await fetch(`${router.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: "rt", ...ask, max_tokens: 400, stream: true }),
-    signal: controller.signal,
-  });
+  const res = await streamThenCancel(`${router.url}/v1/chat/completions`, { model: "rt", ...ask, max_tokens: 400, stream: true });
   const served = up.findIndex((u) => u.url === res.headers.get("x-plinth-upstream"));
   assert.ok(served >= 0);
-  const reader = res.body!.getReader();
-  let text = "";
-  while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
-  controller.abort();
-  await reader.cancel().catch(() => {});
   // The replica sees its own client (the router) go away and stops well short of the budget.
   const deadline = Date.now() + 10_000;
   while ((await scrape(up[served].url, closed)) === before[served][0] && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

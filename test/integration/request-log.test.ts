@@ -8,7 +8,7 @@ import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { namespaceHash } from "../../src/observability/request-log.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
-import { NO_EOG, waitFor } from "../helpers/server.ts";
+import { NO_EOG, streamThenCancel, waitFor } from "../helpers/server.ts";
 
 // The real server with its request log captured: one JSON object per line.
 const lines: Array<Record<string, any>> = [];
@@ -129,18 +129,7 @@ test("a stream the client cancels midway is logged once, with what it had genera
   const closedBefore = await metric(/^plinth_generation_failures_total\{model_name="tiny",code="client_closed"\} (\d+)/m);
   const answered = /^plinth_http_requests_total\{dialect="openai",route="\/v1\/chat\/completions",method="POST",status="200"\} (\d+)/m;
   const answeredBefore = await metric(answered);
-  const controller = new AbortController();
-  const res = await fetch(`${server.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-request-id": "log-cancelled" },
-    body: JSON.stringify({ ...chat, max_tokens: 400, stream: true, logit_bias: NO_EOG }),
-    signal: controller.signal,
-  });
-  const reader = res.body!.getReader();
-  let text = "";
-  while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
-  controller.abort();
-  await reader.cancel().catch(() => {});
+  await streamThenCancel(`${server.url}/v1/chat/completions`, { ...chat, max_tokens: 400, stream: true, logit_bias: NO_EOG }, { headers: { "x-request-id": "log-cancelled" } });
   const line = await logOf("log-cancelled");
   assert.equal(line.error_code, "client_closed");
   assert.equal(line.status, 200, "the stream's head had gone out");

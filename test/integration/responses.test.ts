@@ -7,7 +7,7 @@ import { Ajv } from "ajv";
 import { zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { startTestServer, streamThenCancel, type TestServer } from "../helpers/server.ts";
 
 // The Responses API end to end: the real server, real inference on the fixture models, the official
 // `openai` client, and the SQLite store in a data directory of its own.
@@ -218,18 +218,11 @@ test("background: queued at once, polled to completion; another cancelled while 
 });
 
 test("a stored stream whose client goes away midway is stored as cancelled, with what it had written", async () => {
-  const controller = new AbortController();
-  const res = await fetch(`${s.url}/v1/responses`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: "tiny", input: "Long", stream: true, store: true, max_output_tokens: 3000, logit_bias: NO_END }),
-    signal: controller.signal,
-  });
-  const reader = res.body!.getReader();
-  let text = "";
-  while ((text.match(/response\.output_text\.delta/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
-  controller.abort();
-  await reader.cancel().catch(() => {});
+  const { text } = await streamThenCancel(
+    `${s.url}/v1/responses`,
+    { model: "tiny", input: "Long", stream: true, store: true, max_output_tokens: 3000, logit_bias: NO_END },
+    { marker: /response\.output_text\.delta/g },
+  );
   const id = /"id":"(resp_[^"]+)"/.exec(text)![1];
   // A response that is not in the background is stored once its run has ended.
   let stored: { status: string; error: unknown; output_text: string } | undefined;

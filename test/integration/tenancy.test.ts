@@ -8,7 +8,7 @@ import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
-import { NO_EOG, waitFor } from "../helpers/server.ts";
+import { NO_EOG, streamThenCancel, waitFor } from "../helpers/server.ts";
 
 // API keys, per-key limits and the usage ledger on the real server over HTTP: managed keys are made
 // through the admin API, rate windows are 2 s long so the limits can be waited out in a test.
@@ -367,19 +367,8 @@ describe("usage ledger", () => {
 
   test("a stream its client cancels midway is booked with the tokens it had used", async () => {
     const k = await createKey({ name: "cancels" });
-    const controller = new AbortController();
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", ...bearer(k.key) },
-      body: JSON.stringify(chatBody({ max_tokens: 400, stream: true, logit_bias: NO_EOG })),
-      signal: controller.signal,
-    });
+    const res = await streamThenCancel(`${server.url}/v1/chat/completions`, chatBody({ max_tokens: 400, stream: true, logit_bias: NO_EOG }), { headers: bearer(k.key) });
     assert.equal(res.status, 200);
-    const reader = res.body!.getReader();
-    let text = "";
-    while ((text.match(/"content":/g) ?? []).length < 5) text += new TextDecoder().decode((await reader.read()).value);
-    controller.abort();
-    await reader.cancel().catch(() => {});
     let row: Obj | undefined;
     for (let i = 0; i < 50 && !row; i++) {
       await new Promise((r) => setTimeout(r, 50));

@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { NO_EOG, startTestServer, type TestServer, waitFor } from "../helpers/server.ts";
+import { NO_EOG, startTestServer, streamThenCancel, type TestServer, waitFor } from "../helpers/server.ts";
 
 // A tiny OTLP/HTTP JSON receiver: it keeps every span it is sent.
 interface OtlpSpan {
@@ -77,18 +77,11 @@ test("a request without traceparent starts its own trace", async () => {
 
 test("a stream its client cancels midway still ends its span, marked as abandoned by the client", async () => {
   const traceId = "5cf92f3577b34da6a3ce929d0e0e4737";
-  const controller = new AbortController();
-  const res = await fetch(`${s.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json", traceparent: `00-${traceId}-00f067aa0ba902b8-01` },
-    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 400, stream: true, logit_bias: NO_EOG }),
-    signal: controller.signal,
-  });
-  const reader = res.body!.getReader();
-  let text = "";
-  while ((text.match(/"content":/g) ?? []).length < 3) text += new TextDecoder().decode((await reader.read()).value);
-  controller.abort();
-  await reader.cancel().catch(() => {});
+  await streamThenCancel(
+    `${s.url}/v1/chat/completions`,
+    { model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 400, stream: true, logit_bias: NO_EOG },
+    { headers: { traceparent: `00-${traceId}-00f067aa0ba902b8-01` }, count: 3 },
+  );
   await waitFor(() => spans.some((sp) => sp.traceId === traceId && sp.name === "POST /v1/chat/completions"), 15_000);
   const root = spans.find((sp) => sp.traceId === traceId && sp.name === "POST /v1/chat/completions")!;
   assert.equal(root.attributes.find((a) => a.key === "plinth.client_aborted")?.value.boolValue, true);
