@@ -54,7 +54,8 @@ export type EngineChunk =
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }
-  | { kind: "end"; reason: "stop" | "length" | "tool_calls" };
+  /** `content_filter`: a remote engine's upstream withheld output under its policy (a local model never does). */
+  | { kind: "end"; reason: "stop" | "length" | "tool_calls" | "content_filter" };
 
 /**
  * A model that can generate. An engine knows no dialect: it receives canonical requests and yields

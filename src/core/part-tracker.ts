@@ -18,7 +18,8 @@ export class PartTracker {
       case "tool-call":
         return [...this.close(ev.choice), ev].concat(this.opened(ev.choice, "tool-call", ev.index));
       case "finish":
-        return [...this.close(ev.choice, ev.reason === "length"), ev];
+        // Parts cut short by the token budget or by an upstream's content filter end incomplete.
+        return [...this.close(ev.choice, ev.reason === "length" || ev.reason === "content_filter"), ev];
       default:
         return [ev];
     }

@@ -8,7 +8,8 @@ import type { AddressInfo } from "node:net";
  * for. By default it has no /tokenize (404), as upstreams without one do; with `contextSize` it
  * reports that context as `max_model_len` and answers a vLLM-style /tokenize whose count is the
  * UTF-8 byte length of the messages' text (a stand-in tokenizer, never above the router's bound).
- * It is not a model: every answer is the same fixed text.
+ * It is not a model: every answer is the same fixed text, ending with `finishReason` (a filtering
+ * upstream's `content_filter`, say).
  */
 export interface RecordingUpstream {
   url: string;
@@ -21,7 +22,10 @@ export interface RecordingUpstream {
 
 export const RECORDED_ANSWER = "I see a picture.";
 
-export async function recordingUpstream(model = "vision", opts: { contextSize?: number } = {}): Promise<RecordingUpstream> {
+export async function recordingUpstream(
+  model = "vision",
+  opts: { contextSize?: number; /** The finish reason its answers end with ("stop" by default). */ finishReason?: string } = {},
+): Promise<RecordingUpstream> {
   const state: RecordingUpstream = { url: "", bodies: [], requests: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     let raw = "";
@@ -49,7 +53,7 @@ export async function recordingUpstream(model = "vision", opts: { contextSize?: 
         res.writeHead(200, { "content-type": "text/event-stream" });
         res.write(chunk({ role: "assistant", content: "" }, null));
         res.write(chunk({ content: RECORDED_ANSWER }, null));
-        res.write(chunk({}, "stop"));
+        res.write(chunk({}, opts.finishReason ?? "stop"));
         res.write(chunk(undefined, null, { prompt_tokens: 42, completion_tokens: 5, total_tokens: 47 }));
         res.end("data: [DONE]\n\n");
         return;

@@ -103,6 +103,7 @@ export class ResponseBuilder {
         return this.closePart(ev.part === "text" ? "message" : ev.part === "reasoning" ? "reasoning" : `call:${ev.index}`, ev.incomplete ? "incomplete" : "completed");
       case "finish":
         if (ev.reason === "length") this.incomplete = { reason: "max_output_tokens" };
+        else if (ev.reason === "content_filter") this.incomplete = { reason: "content_filter" };
         return;
       case "usage":
         this.usage = ev.usage;
@@ -110,7 +111,7 @@ export class ResponseBuilder {
     }
   }
 
-  /** The run ended normally: completed, or incomplete when the token budget cut it. */
+  /** The run ended normally: completed, or incomplete when the token budget (or a content filter) cut it. */
   finish(): void {
     for (const key of [...this.open.keys()]) this.closePart(key, this.incomplete ? "incomplete" : "completed");
     this.status = this.incomplete ? "incomplete" : "completed";

@@ -190,7 +190,7 @@ export interface StreamTotals {
   completionTokens?: number;
   cachedTokens?: number;
   reasoningTokens?: number;
-  finish?: "stop" | "length" | "tool_calls";
+  finish?: "stop" | "length" | "tool_calls" | "content_filter";
 }
 
 /**
@@ -256,7 +256,7 @@ export class ChunkReader {
     }
     if (out.length > 0) this.sawOutput = true;
     const reason = choice.finish_reason;
-    if (typeof reason === "string") this.totals.finish = reason === "length" ? "length" : reason === "tool_calls" ? "tool_calls" : "stop";
+    if (typeof reason === "string") this.totals.finish = finishReasonOf(reason);
     return out;
   }
 
@@ -348,4 +348,13 @@ export function refusedByUpstream(status: number, body: unknown, message: string
     field: field ?? null,
     code: "upstream_rejected",
   });
+}
+
+/**
+ * An upstream's finish reason in canonical terms. `content_filter` (a filtering upstream removed
+ * output) is passed on as itself, so each dialect can say so its own way; anything unknown (vLLM's
+ * `abort`, the legacy `function_call`) reads as a plain stop.
+ */
+function finishReasonOf(reason: string): "stop" | "length" | "tool_calls" | "content_filter" {
+  return reason === "length" || reason === "tool_calls" || reason === "content_filter" ? reason : "stop";
 }
