@@ -250,6 +250,32 @@ test("a background stream can be resumed from a sequence number", async () => {
   assert.deepEqual(again, seen.filter((n) => n > 3));
 });
 
+test("a background run's streams miss no event: the first one, and ones resumed while it runs", async () => {
+  const seqs = (text: string) => [...text.matchAll(/"sequence_number":(\d+)/g)].map((m) => Number(m[1]));
+  const contiguous = (list: number[], from: number) => list.every((n, i) => n === from + i);
+  // Its own stream: events are stored every 100 ms, so the first of them must not depend on the store.
+  const first = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: "Go", background: true, stream: true, max_output_tokens: 40, logit_bias: NO_END }),
+  });
+  const firstSeqs = seqs(await first.text());
+  assert.ok(contiguous(firstSeqs, 0) && firstSeqs.length > 40, `first stream: ${firstSeqs.join(",")}`);
+
+  // Streams joining a run at different moments, from the start and from midway.
+  const started = await create({ input: "Go", background: true, max_output_tokens: 200, logit_bias: NO_END });
+  const joins = [0, 60, 150, 300].map(async (delay, i) => {
+    await new Promise((r) => setTimeout(r, delay));
+    const after = i % 2 === 0 ? -1 : 2;
+    const r = await fetch(`${s.url}/v1/responses/${started.id}?stream=true&starting_after=${after}`);
+    return { after, seqs: seqs(await r.text()) };
+  });
+  const all = await Promise.all(joins);
+  const stored = seqs(await (await fetch(`${s.url}/v1/responses/${started.id}?stream=true`)).text());
+  assert.ok(contiguous(stored, 0) && stored.length > 200, `stored: ${stored.length}`);
+  for (const j of all) assert.deepEqual(j.seqs, stored.filter((n) => n > j.after), `joined after ${j.after}`);
+});
+
 test("namespaces: a response stored for one user is not found for another", async () => {
   const r = await create({ input: "Secret", user: "alice", max_output_tokens: 2 });
   const asAlice = await fetch(`${s.url}/v1/responses/${r.id}?user=alice`);

@@ -1,9 +1,9 @@
 import type { ResponseEvent } from "./to-wire.ts";
 
 /**
- * Responses running in the background in this process: each has its own abort (cancel), and
- * listeners that tail its events live (a resumed stream). Finished runs leave the registry; their
- * events stay in the store.
+ * Responses running in the background in this process: each has its own abort (cancel), its
+ * events so far, and listeners that tail them live (a resumed stream). Finished runs leave the
+ * registry; their events stay in the store.
  */
 export class BackgroundRuns {
   private readonly runs = new Map<string, Run>();
@@ -30,21 +30,40 @@ export class BackgroundRuns {
 export class Run {
   readonly abort = new AbortController();
   private readonly listeners = new Set<(ev: ResponseEvent | null) => void>();
+  /**
+   * Every event published so far. The store gets them in batches (every 100 ms), so a stream that
+   * joins the run must take what came before it from here: the events not yet written would
+   * otherwise be in neither place (measured: 3 to 32 events missing from resumed streams, and the
+   * first stream of a `background` + `stream` request missing `response.in_progress`).
+   */
+  private readonly log: ResponseEvent[] = [];
+  private ended = false;
   private finish!: () => void;
   readonly done = new Promise<void>((resolve) => (this.finish = resolve));
 
-  /** Sends an event to every tailing stream. */
+  /** Records an event and sends it to every tailing stream. */
   publish(ev: ResponseEvent): void {
+    this.log.push(ev);
     for (const l of this.listeners) l(ev);
   }
 
-  /** Tails the run: `listener` gets each event, then null when the run ends. Returns an unsubscribe. */
-  subscribe(listener: (ev: ResponseEvent | null) => void): () => void {
+  /**
+   * Tails the run from after sequence number `after`: returns the events published so far, and
+   * `listener` gets each later one, then null when the run ends (at once if it has ended). Both are
+   * taken in the same turn, so nothing falls between them.
+   */
+  tail(after: number, listener: (ev: ResponseEvent | null) => void): { earlier: ResponseEvent[]; unsubscribe: () => void } {
+    const earlier = this.log.filter((ev) => ev.sequence_number > after);
+    if (this.ended) {
+      listener(null);
+      return { earlier, unsubscribe: () => {} };
+    }
     this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return { earlier, unsubscribe: () => this.listeners.delete(listener) };
   }
 
   end(): void {
+    this.ended = true;
     for (const l of this.listeners) l(null);
     this.listeners.clear();
     this.finish();

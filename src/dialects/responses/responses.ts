@@ -192,33 +192,39 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   return { kind: "sse", write: (sse) => replay(sse, deps, s.ns, id, -1), errorEvent: () => ({ data: null }) };
 }
 
-/** Streams a background response's events after `after`: the stored ones, then live ones until it ends. */
+/**
+ * Streams a background response's events after `after`: a run of this process from its own record
+ * and then live until it ends; a finished one from the store (written whole before the run ends).
+ */
 async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: string, after: number): Promise<void> {
   const run = deps.runs.get(id);
+  if (!run) {
+    for (const { event } of (await deps.store.responseEvents.list(ns, id, after)) ?? []) {
+      await sse.event(event.type as string, event);
+      if (sse.closed) return;
+    }
+    return;
+  }
   const live: Array<ResponseEvent | null> = [];
   let wake: (() => void) | undefined;
-  const unsubscribe = run?.subscribe((ev) => {
+  const { earlier, unsubscribe } = run.tail(after, (ev) => {
     live.push(ev);
     wake?.();
   });
   try {
-    let last = after;
-    for (const { event, sequenceNumber } of (await deps.store.responseEvents.list(ns, id, after)) ?? []) {
-      await sse.event(event.type as string, event);
-      last = sequenceNumber;
+    for (const ev of earlier) {
+      await sse.event(ev.type, ev);
+      if (sse.closed) return;
     }
-    if (!run) return;
     for (;;) {
       while (live.length === 0) await new Promise<void>((r) => (wake = r));
       const ev = live.shift()!;
       if (ev === null) return;
-      if (ev.sequence_number <= last) continue;
       await sse.event(ev.type, ev);
-      last = ev.sequence_number;
       if (sse.closed) return;
     }
   } finally {
-    unsubscribe?.();
+    unsubscribe();
   }
 }
 
