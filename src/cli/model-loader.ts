@@ -43,6 +43,10 @@ export class RuntimeModelLoader implements ModelLoader {
       if (known.status === "loading" && !this.pending.has(source)) return this.whenLoaded(source);
       return this.start(source, () => this.specs.get(source));
     }
+    // Over the API only a model file or a hub reference is loaded: trying any path would tell the
+    // caller whether that file exists and, through the loader's complaint, what its first bytes are.
+    if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
+      throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
     let spec: ModelSpec;
     try {
       const parsed = parseModelArg(opts.name ? `${opts.name}=${source}` : source);

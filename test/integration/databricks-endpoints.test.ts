@@ -75,6 +75,40 @@ test("create validates: names, routes adding to 100, known entities; a second en
   const missing = await dbx(s, "GET", "/api/2.0/serving-endpoints/nope");
   assert.equal(missing.status, 404);
   assert.equal(missing.json.error_code, "RESOURCE_DOES_NOT_EXIST");
+  // Not a served model, a .gguf file or an hf: reference: refused before anything is opened (a
+  // load would report whether the file exists and its first bytes).
+  for (const source of ["/etc/passwd", "../../etc/hostname", "nosuchmodel"]) {
+    const r = await create({ name: "peek", config: { served_entities: [{ entity_name: source }] } });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error_code, "INVALID_PARAMETER_VALUE");
+    assert.ok(r.json.message.includes("config.served_entities[0].entity_name"), r.json.message);
+    assert.ok(!/root|GGUF magic/.test(r.json.message), r.json.message);
+  }
+  const adminPeek = await dbx(s, "POST", "/api/2.0/plinth/models", { source: "/etc/passwd" });
+  assert.equal(adminPeek.status, 400, adminPeek.text);
+  assert.equal((await dbx(s, "GET", "/api/2.0/serving-endpoints/peek")).status, 404);
+  // A default entity name (from the model and its version) keeps to the rule for names, so the
+  // endpoint's own config can be sent back as it is.
+  const versioned = await create({ name: "versioned", config: { served_entities: [{ entity_name: "tiny", entity_version: "a/b c?" + "v".repeat(300) }] } });
+  assert.equal(versioned.status, 200, versioned.text);
+  const ready = await waitForEndpoint(s, "versioned");
+  const entityName = ready.config.served_entities[0].name;
+  assert.match(entityName, /^tiny-[A-Za-z0-9_.-]+$/);
+  assert.ok(entityName.length <= 63, entityName);
+  const back = await dbx(s, "PUT", "/api/2.0/serving-endpoints/versioned/config", {
+    served_entities: ready.config.served_entities.map((e: any) => ({ name: e.name, entity_name: e.entity_name, entity_version: e.entity_version })),
+    traffic_config: ready.config.traffic_config,
+  });
+  assert.equal(back.status, 200, back.text);
+  // A PUT's body is the config itself: its fields are named from there.
+  await waitForEndpoint(s, "versioned");
+  const wrongSum = await dbx(s, "PUT", "/api/2.0/serving-endpoints/versioned/config", {
+    served_entities: [{ name: "one", entity_name: "tiny" }],
+    traffic_config: { routes: [{ served_model_name: "one", traffic_percentage: 99 }] },
+  });
+  assert.equal(wrongSum.status, 400, wrongSum.text);
+  assert.ok(wrongSum.json.message.includes("traffic_config.routes") && !wrongSum.json.message.includes("config.traffic_config"), wrongSum.json.message);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/versioned")).status, 200);
   const unknownEntity = await create({ name: "ghost", config: { served_entities: [{ entity_name: "/no/such/model.gguf" }] } });
   assert.equal(unknownEntity.status, 200, unknownEntity.text);
   const failed = await waitForEndpoint(s, "ghost", (ep) => ep.state.config_update === "UPDATE_FAILED");
@@ -82,7 +116,7 @@ test("create validates: names, routes adding to 100, known entities; a second en
   const refused = await ask("ghost");
   assert.equal(refused.status, 503, refused.text);
   assert.equal(refused.json.error_code, "TEMPORARILY_UNAVAILABLE");
-  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/ghost")).status, 200);
+  assert.ok(failed.state_message, "the failure says why");
 });
 
 test("two endpoints; 70/30 over two fixture models lands within ±4 points over 1,000 requests, and the answer names the entity", async () => {
@@ -211,6 +245,12 @@ test("delete, then a restart finds the stored endpoints again and loads them", a
   s = await startTestServer({ "data-dir": dataDir, "route-seed": "42" }, { think: true });
   const list = (await dbx(s, "GET", "/api/2.0/serving-endpoints")).json.endpoints.map((e: any) => e.name);
   assert.ok(list.includes("solo") && !list.includes("ab"), list.join());
+  // An endpoint whose entities never loaded is still failed, and says why, after the restart.
+  const ghost = (await dbx(s, "GET", "/api/2.0/serving-endpoints/ghost")).json;
+  assert.deepEqual(ghost.state, { ready: "NOT_READY", config_update: "UPDATE_FAILED" });
+  assert.ok(ghost.state_message?.includes("/no/such/model.gguf"), JSON.stringify(ghost));
+  assert.equal((await ask("ghost")).status, 503);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/ghost")).status, 200);
   const back = await waitForEndpoint(s, "solo");
   assert.equal(back.config.served_entities[0].name, "fresh");
   assert.equal(back.config.config_version, 2);

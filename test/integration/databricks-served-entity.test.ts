@@ -35,6 +35,14 @@ test("a named served entity answers even with 0% of the traffic; the split still
   assert.equal("reasoning_tokens" in (await entity("ab", "a")).json.usage, false);
   assert.equal(typeof (await entity("ab", "b")).json.usage.reasoning_tokens, "number");
   for (let i = 0; i < 5; i++) assert.equal((await dbx(s, "POST", "/serving-endpoints/ab/invocations", hi)).headers.get("served-model-name"), "a");
+  // 'model' naming an entity is honoured on /invocations too (it was checked, then the split decided).
+  for (let i = 0; i < 3; i++) {
+    const r = await dbx(s, "POST", "/serving-endpoints/ab/invocations", { ...hi, model: "b" });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get("served-model-name"), "b");
+    assert.equal(r.json.model, "b");
+  }
+  assert.equal((await dbx(s, "POST", "/serving-endpoints/ab/invocations", { ...hi, model: "ab" })).headers.get("served-model-name"), "a");
 });
 
 test("the entity route streams, takes the other tasks, and 'model' may name the endpoint or that entity", async () => {

@@ -52,37 +52,53 @@ export interface EndpointConfig {
   traffic_config: { routes: Array<{ served_model_name: string; traffic_percentage: number }> };
 }
 
-/** Checks a config and fills in Databricks' defaults (entity names, a single entity's whole route). */
-export function normaliseConfig(input: EndpointConfigInput): EndpointConfig {
+/**
+ * The name Databricks gives an entity that has none: its model's name (a path's file name without
+ * `.gguf`), then `-` and the version, cleaned to the characters a name may hold and cut to 63, so it
+ * passes the same rule as a name given explicitly (a GET's config can be PUT back as it is).
+ */
+function defaultEntityName(entityName: string, version: string | number | null | undefined): string {
+  const base = (entityName.split(/[\\/]/).pop() ?? entityName).replace(/\.gguf$/i, "");
+  const suffix = version != null ? `-${version}` : "";
+  const clean = (text: string) => text.replace(/[^A-Za-z0-9_.-]/g, "_");
+  const tail = clean(suffix).slice(0, 20);
+  return (clean(base).slice(0, 63 - tail.length) + tail) || "entity";
+}
+
+/**
+ * Checks a config and fills in Databricks' defaults (entity names, a single entity's whole route).
+ * `at` is where the config sits in the request body ("config." on create, "" on a PUT of the config).
+ */
+export function normaliseConfig(input: EndpointConfigInput, at = "config."): EndpointConfig {
   const entities = input.served_entities.map((e, i) => {
-    const name = e.name ?? `${e.entity_name.replace(/[^A-Za-z0-9_.-]/g, "_").slice(-50)}${e.entity_version != null ? `-${e.entity_version}` : ""}`;
+    const name = e.name ?? defaultEntityName(e.entity_name, e.entity_version);
     if (e.min_provisioned_throughput != null && e.max_provisioned_throughput != null && e.min_provisioned_throughput > e.max_provisioned_throughput)
-      throw badRequest("min_provisioned_throughput may not exceed max_provisioned_throughput.", `config.served_entities[${i}].min_provisioned_throughput`);
+      throw badRequest("min_provisioned_throughput may not exceed max_provisioned_throughput.", `${at}served_entities[${i}].min_provisioned_throughput`);
     if (e.environment_vars && Object.keys(e.environment_vars).length > 0)
-      throw badRequest("environment_vars cannot be set: local models read no environment.", `config.served_entities[${i}].environment_vars`);
+      throw badRequest("environment_vars cannot be set: local models read no environment.", `${at}served_entities[${i}].environment_vars`);
     if (e.workload_type != null && e.workload_type !== "CPU" && e.workload_type !== "GPU_SMALL")
-      throw badRequest(`workload_type '${e.workload_type}' is not offered; this server runs every entity on its own machine.`, `config.served_entities[${i}].workload_type`);
+      throw badRequest(`workload_type '${e.workload_type}' is not offered; this server runs every entity on its own machine.`, `${at}served_entities[${i}].workload_type`);
     return { ...e, name };
   });
   const names = new Set<string>();
   entities.forEach((e, i) => {
-    if (names.has(e.name)) throw badRequest(`Two served entities are named '${e.name}'.`, `config.served_entities[${i}].name`);
+    if (names.has(e.name)) throw badRequest(`Two served entities are named '${e.name}'.`, `${at}served_entities[${i}].name`);
     names.add(e.name);
   });
   let routes = input.traffic_config?.routes;
   if (!routes) {
-    if (entities.length > 1) throw badRequest("An endpoint with several served entities needs traffic_config.routes.", "config.traffic_config");
+    if (entities.length > 1) throw badRequest("An endpoint with several served entities needs traffic_config.routes.", `${at}traffic_config`);
     routes = [{ served_model_name: entities[0].name, traffic_percentage: 100 }];
   }
   const routed = new Set<string>();
   routes.forEach((r, i) => {
     if (!names.has(r.served_model_name))
-      throw badRequest(`traffic_config.routes[${i}] names '${r.served_model_name}', which is not a served entity of this config.`, `config.traffic_config.routes[${i}].served_model_name`);
-    if (routed.has(r.served_model_name)) throw badRequest(`'${r.served_model_name}' has two routes.`, `config.traffic_config.routes[${i}]`);
+      throw badRequest(`traffic_config.routes[${i}] names '${r.served_model_name}', which is not a served entity of this config.`, `${at}traffic_config.routes[${i}].served_model_name`);
+    if (routed.has(r.served_model_name)) throw badRequest(`'${r.served_model_name}' has two routes.`, `${at}traffic_config.routes[${i}]`);
     routed.add(r.served_model_name);
   });
   const total = routes.reduce((a, r) => a + r.traffic_percentage, 0);
-  if (total !== 100) throw badRequest(`The traffic percentages add up to ${total}; they must add up to 100.`, "config.traffic_config.routes");
+  if (total !== 100) throw badRequest(`The traffic percentages add up to ${total}; they must add up to 100.`, `${at}traffic_config.routes`);
   return { served_entities: entities, traffic_config: { routes } };
 }
 
@@ -160,7 +176,15 @@ export class EndpointManager {
   /** Brings back the stored endpoints and starts loading their entities. */
   async restore(): Promise<void> {
     for (const r of await this.store.list()) {
-      const b = r.body as { id: string; creator: string; config?: EndpointConfig; config_version?: number; pending_config?: EndpointConfig; tags?: Endpoint["tags"] };
+      const b = r.body as {
+        id: string;
+        creator: string;
+        config?: EndpointConfig;
+        config_version?: number;
+        pending_config?: EndpointConfig;
+        failure?: string;
+        tags?: Endpoint["tags"];
+      };
       const ep: Endpoint = {
         name: r.name,
         kind: "provisioned-throughput",
@@ -174,7 +198,11 @@ export class EndpointManager {
       };
       this.provisioned.set(r.name, ep);
       const target = b.pending_config ?? b.config;
-      if (target) this.startLoad(ep, target, b.pending_config ? (b.config_version ?? 1) + 1 : (b.config_version ?? 1));
+      // A failed update is still failed after a restart: the config that serves is loaded again,
+      // and the endpoint keeps saying UPDATE_FAILED and why until the next update.
+      ep.failure = b.failure;
+      if (target) this.startLoad(ep, target, b.pending_config ? (b.config_version ?? 1) + 1 : (b.config_version ?? 1), b.failure !== undefined);
+      else ep.configUpdate = "UPDATE_FAILED";
     }
   }
 
@@ -231,7 +259,7 @@ export class EndpointManager {
   }
 
   async create(body: z.infer<typeof createEndpointRequest>): Promise<Endpoint> {
-    const config = normaliseConfig(body.config);
+    const config = normaliseConfig(body.config, "config.");
     if (this.provisioned.has(body.name) || (this.payPerToken.has(body.name) && this.registry.has(body.name)))
       throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
     const now = Date.now();
@@ -246,7 +274,7 @@ export class EndpointManager {
       lastUsed: now,
       tags: body.tags ?? [],
     };
-    this.checkEntitiesExist(config);
+    this.checkEntitiesExist(config, "config.");
     if (!(await this.store.create({ name: ep.name, createdAt: now, updatedAt: now, body: this.record(ep, config) })))
       throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
     this.provisioned.set(ep.name, ep);
@@ -264,8 +292,8 @@ export class EndpointManager {
     }
     if (ep.configUpdate === "IN_PROGRESS")
       throw new ApiError(409, `The endpoint '${name}' is already being updated; wait until config_update is NOT_UPDATING.`, { code: "RESOURCE_CONFLICT" });
-    const config = normaliseConfig(input);
-    this.checkEntitiesExist(config);
+    const config = normaliseConfig(input, "");
+    this.checkEntitiesExist(config, "");
     ep.updatedAt = Date.now();
     ep.configUpdate = "IN_PROGRESS";
     ep.failure = undefined;
@@ -359,11 +387,19 @@ export class EndpointManager {
     return engine && engine.embeddings?.info.embeddingOnly ? "llm/v1/embeddings" : "llm/v1/chat";
   }
 
-  private checkEntitiesExist(config: EndpointConfig): void {
-    if (this.loader) return;
+  /**
+   * An entity names a model this server serves or, where models can be loaded at run time, a
+   * `.gguf` file or an `hf:` reference. Anything else is refused now rather than tried: a load of an
+   * arbitrary path would tell the caller whether that file exists and what its first bytes are.
+   */
+  private checkEntitiesExist(config: EndpointConfig, at: string): void {
     config.served_entities.forEach((e, i) => {
-      if (!this.registry.has(e.entity_name))
-        throw badRequest(`'${e.entity_name}' is not a model this server serves.`, `config.served_entities[${i}].entity_name`);
+      const source = e.entity_name;
+      if (this.registry.has(source)) return;
+      const field = `${at}served_entities[${i}].entity_name`;
+      if (!this.loader) throw badRequest(`'${source}' is not a model this server serves.`, field);
+      if (!/\.gguf$/i.test(source) && !source.startsWith("hf:"))
+        throw badRequest(`'${source}' is neither a model this server serves nor a .gguf path or hf: reference.`, field);
     });
   }
 
@@ -377,7 +413,7 @@ export class EndpointManager {
   }
 
   /** Loads a config's entities in the background, then swaps it in (the old one serves until then). */
-  private startLoad(ep: Endpoint, config: EndpointConfig, version: number): void {
+  private startLoad(ep: Endpoint, config: EndpointConfig, version: number, stillFailed = false): void {
     ep.pending = { config, version };
     ep.configUpdate = "IN_PROGRESS";
     const job = (async () => {
@@ -394,7 +430,8 @@ export class EndpointManager {
         const previous = ep.live;
         ep.live = this.liveConfig(config, version, models);
         ep.pending = undefined;
-        ep.configUpdate = "NOT_UPDATING";
+        ep.configUpdate = stillFailed ? "UPDATE_FAILED" : "NOT_UPDATING";
+        if (!stillFailed) ep.failure = undefined;
         ep.updatedAt = Date.now();
         await this.store.update(ep.name, this.record(ep, config), ep.updatedAt);
         if (previous) await this.releaseUnused([...previous.models.values()]);
@@ -410,7 +447,7 @@ export class EndpointManager {
     void job.finally(() => this.jobs.delete(job));
   }
 
-  /** What the store keeps of an endpoint: the serving config and the one being loaded. */
+  /** What the store keeps of an endpoint: the serving config, the one being loaded, why the last update failed. */
   private record(ep: Endpoint, config: EndpointConfig | undefined): JsonObject {
     const serving = ep.live?.config;
     const pending = config && config !== serving ? config : undefined;
@@ -420,6 +457,7 @@ export class EndpointManager {
       tags: ep.tags,
       ...(serving ? { config: serving, config_version: ep.live!.version } : {}),
       ...(pending ? { pending_config: pending } : {}),
+      ...(ep.configUpdate === "UPDATE_FAILED" && ep.failure !== undefined ? { failure: ep.failure } : {}),
     } as JsonObject;
   }
 

@@ -73,7 +73,11 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
   const invoke = async (request: FastifyRequest, reply: FastifyReply, name: string, entity?: string) => {
     const raw = request.body;
     if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
-    const routed = await endpoints.route(name, entity);
+    // A `model` that names one of the endpoint's served entities is honoured: that entity answers,
+    // as it would under /served-models/{entity}/, whatever the traffic split says.
+    let target = entity;
+    if (target === undefined && typeof raw.model === "string" && raw.model !== name && endpoints.get(name).live?.models.has(raw.model)) target = raw.model;
+    const routed = await endpoints.route(name, target);
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
     const task: Task | undefined =
       "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
