@@ -7,6 +7,7 @@ import { Worker } from "node:worker_threads";
 import {
   type CompiledSchema,
   type JsonSchemaToGbnfOptions,
+  checkSchemaLimits,
   SchemaLimitError,
   schemaCacheKey,
   UnsupportedSchemaError,
@@ -62,6 +63,14 @@ export class SchemaCompiler {
   }
 
   compile(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): Promise<CompiledSchema> {
+    // The size bounds first, here and without recursion: a schema nested thousands of levels deep
+    // cannot even be posted to the worker (the structured clone recurses and overflows the stack),
+    // and was refused only when the deadline passed, 5 s later.
+    try {
+      checkSchemaLimits(schema, opts.limits);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     let key: string | undefined;
     try {
       key = schemaCacheKey(schema, opts);
@@ -157,7 +166,15 @@ export class SchemaCompiler {
         void worker.terminate();
         this.pump();
       }, this.timeoutMs);
-      worker.postMessage({ id: job.id, schema: job.schema, opts: job.opts });
+      try {
+        worker.postMessage({ id: job.id, schema: job.schema, opts: job.opts });
+      } catch (err) {
+        // Not transferable (a value the structured clone refuses): refused now, the worker kept.
+        clearTimeout(cur.timer);
+        this.current = undefined;
+        job.reject(new SchemaLimitError("", `the schema cannot be compiled: ${(err as Error).message}`));
+        this.pump();
+      }
     });
   }
 
