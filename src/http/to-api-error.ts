@@ -37,6 +37,11 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
 
 function fromZod(err: z.ZodError, body: unknown): ApiError {
   const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path);
+  // A key a strict object does not define is named itself, not the object that holds it.
+  if (issue.code === "unrecognized_keys" && issue.keys.length > 0) {
+    const param = formatPath([...path, issue.keys[0]]);
+    return new ApiError(400, `Invalid '${param}': this request does not take that field here.`, { param, code: "invalid_value" });
+  }
   const param = formatPath(path);
   const found = lookUp(body, path);
   if (!param && found === ABSENT) return new ApiError(400, "The request body is empty; send a JSON object.", { code: "invalid_json" });

@@ -68,6 +68,11 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["top_logprobs without logprobs", { ...ok, top_logprobs: 2 }, 400, "top_logprobs"],
   ["metadata with 17 pairs", { ...ok, metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) }, 400, "metadata"],
   ["functions (deprecated)", { ...ok, functions: [{ name: "f" }] }, 400, "functions"],
+  // OpenAI's service fields: moderation and explicit cache breakpoints are refused, bad values named.
+  ["moderation", { ...ok, moderation: { model: "omni-moderation-latest" } }, 400, "moderation", "unsupported_parameter"],
+  ["prompt_cache_retention of an unknown value", { ...ok, prompt_cache_retention: "bogus" }, 400, "prompt_cache_retention"],
+  ["prompt_cache_options with explicit breakpoints", { ...ok, prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode", "unsupported_parameter"],
+  ["prompt_cache_options with an unknown ttl", { ...ok, prompt_cache_options: { ttl: "1h" } }, 400, "prompt_cache_options.ttl"],
   ["chat_template_kwargs other than enable_thinking", { ...ok, chat_template_kwargs: { foo: 1 } }, 400, "chat_template_kwargs.foo"],
   ["duplicate tool names", { ...ok, tools: [1, 2].map(() => ({ type: "function", function: { name: "f" } })) }, 400, "tools[1].function.name"],
   // Context checks are the core's: the scripted engine counts one token per character.
@@ -107,6 +112,13 @@ test("unknown routes → 404 in the error envelope, under /v1 and at the root", 
     const r = await s.app.inject({ method: "POST", url, payload: {} });
     assert.equal(r.statusCode, 404, url);
     assert.equal(r.json().error.code, "not_found", url);
+  }
+});
+
+test("prompt_cache_retention and implicit prompt_cache_options are taken (the cache is in memory either way)", async () => {
+  for (const extra of [{ prompt_cache_retention: "24h" }, { prompt_cache_retention: "in_memory" }, { prompt_cache_options: { ttl: "30m", mode: "implicit" } }, { moderation: null }]) {
+    const r = await post({ ...ok, ...extra });
+    assert.equal(r.statusCode, 200, `${JSON.stringify(extra)}: ${r.body}`);
   }
 });
 

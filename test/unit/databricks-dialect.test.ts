@@ -75,6 +75,10 @@ test("scripted engine: no request field is silently dropped; a model that names 
   const unknown = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }], frequency_penalty: 1 });
   assert.equal(unknown.statusCode, 400);
   assert.ok(unknown.json().message.includes("frequency_penalty"), unknown.body);
+  // A message's `name` is not in the reference's ChatMessage: named, not dropped.
+  const named = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "yo", name: "al" }, { role: "user", content: "x" }] });
+  assert.equal(named.statusCode, 400, named.body);
+  assert.ok(named.json().message.includes("messages[1].name"), named.body);
   const other = await post(app, "/serving-endpoints/scripted/invocations", { model: "elsewhere", messages: [{ role: "user", content: "hi" }] });
   assert.equal(other.statusCode, 400);
   assert.ok(other.json().message.includes("model"));

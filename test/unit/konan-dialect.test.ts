@@ -78,6 +78,13 @@ test("000-04 a message without role is rejected", async () => {
   await rejects({ model, messages: [{ role: "tool", content: "x" }] }, "messages[0].role");
 });
 
+test("a message holds role and content only: name, tool_calls, reasoning_content or an unknown key are 400s naming it", async () => {
+  await rejects({ model, messages: [{ role: "user", content: "hi", name: "bob" }] }, "messages[0].name");
+  await rejects({ model, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "", tool_calls: [] }] }, "messages[1].tool_calls");
+  await rejects({ model, messages: [{ role: "assistant", content: "x", reasoning_content: "y" }, ok.messages[0]] }, "messages[0].reasoning_content");
+  await rejects({ model, messages: [{ role: "system", content: "x", foo: 1 }] }, "messages[0].foo");
+});
+
 test("000-05 system, user and assistant messages with string content are accepted in one conversation", async () => {
   const j = await accepts({
     model,

@@ -73,6 +73,10 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["a prompt past the context", { input: "w".repeat(400) }, 400, "input"],
   ["reasoning sealed by someone else", { input: [{ type: "reasoning", summary: [], encrypted_content: "plinth-v1:AAAA" }, { role: "user", content: "x" }] }, 400, "input[0].encrypted_content"],
   ["an effort level that does not exist", { reasoning: { effort: "extreme" } }, 400, "reasoning.effort"],
+  ["moderation", { moderation: { model: "omni-moderation-latest" } }, 400, "moderation"],
+  ["context compaction", { context_management: [{ type: "compaction", compact_threshold: 2000 }] }, 400, "context_management"],
+  ["prompt_cache_retention of an unknown value", { prompt_cache_retention: "forever" }, 400, "prompt_cache_retention"],
+  ["prompt_cache_options with explicit breakpoints", { prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode"],
 ];
 
 for (const [name, extra, status, param] of refusals) {
@@ -131,6 +135,9 @@ test("the stream has OpenAI's events for reasoning, text, a function call and a 
   assert.equal(final.output[2].arguments, '{"q":"x"}');
   assert.equal(final.output[0].summary[0].text, "hmm");
   assert.equal(final.usage.output_tokens_details.reasoning_tokens, 1);
+  // OpenAI's schema requires both details; what was not read from the cache was written to it.
+  const details = final.usage.input_tokens_details;
+  assert.equal(details.cache_write_tokens, final.usage.input_tokens - details.cached_tokens);
 
   const whole = (await post(body)).json();
   const strip = (r: any) => JSON.parse(JSON.stringify({ ...r, id: "", created_at: 0, completed_at: 0, store: null }).replace(/"(msg|rs|fc|ctc|call)_[A-Za-z0-9_-]+"/g, '"id"'));

@@ -68,7 +68,6 @@ export const chatMessage = z.strictObject({
   content: z.union([z.string(), z.array(contentItem).min(1)]).nullish(),
   tool_calls: z.array(toolCall).min(1).optional(),
   tool_call_id: z.string().nullish(),
-  name: z.string().optional(),
 });
 export type DatabricksChatMessage = z.infer<typeof chatMessage>;
 

@@ -106,7 +106,7 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
     case "system":
     case "user":
       if (content === undefined) throw badRequest(`messages[${i}].content is required.`, `messages[${i}].content`);
-      return { role: m.role, content, ...(m.name ? { name: m.name } : {}) };
+      return { role: m.role, content };
     case "assistant":
       if (content === undefined && !m.tool_calls) throw badRequest(`messages[${i}].content is required without tool_calls.`, `messages[${i}].content`);
       return {

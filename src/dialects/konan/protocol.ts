@@ -8,10 +8,12 @@ import { metadataSchema } from "../openai/metadata.ts";
  * as the OpenAI schema drops unknown fields.
  */
 
+// A message holds its role and string content, nothing else: a `name`, an assistant's `tool_calls` or
+// `reasoning_content` would otherwise be dropped without a word, so they are 400s naming the key.
 const message = z.discriminatedUnion("role", [
-  z.object({ role: z.literal("system"), content: z.string() }),
-  z.object({ role: z.literal("user"), content: z.string() }),
-  z.object({ role: z.literal("assistant"), content: z.string() }),
+  z.strictObject({ role: z.literal("system"), content: z.string() }),
+  z.strictObject({ role: z.literal("user"), content: z.string() }),
+  z.strictObject({ role: z.literal("assistant"), content: z.string() }),
 ]);
 
 export const konanReasoning = z.object({

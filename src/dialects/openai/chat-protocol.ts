@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { metadataSchema } from "./metadata.ts";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
+import { serviceFieldsSchema } from "./service-fields.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -61,6 +62,7 @@ export const chatCompletionRequest = z.object({
   max_tokens: z.int().min(1).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),
   ...samplingFieldsSchema,
+  ...serviceFieldsSchema,
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),

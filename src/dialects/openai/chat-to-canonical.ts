@@ -2,6 +2,7 @@ import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
+import { refuseServiceFields } from "./service-fields.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
 
 /** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
@@ -123,6 +124,7 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
   if (body.stream_options?.continuous_usage_stats)
     throw unsupportedField("stream_options.continuous_usage_stats");
+  refuseServiceFields(body);
 }
 
 export function toMessage(m: ChatMessage, i: number): Message {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
+import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 
 /**
@@ -155,6 +156,9 @@ export const createResponseRequest = z.object({
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),
+  ...serviceFieldsSchema,
+  /** Accepted by the schema only so that it can be refused by name. */
+  context_management: z.unknown().optional(),
   service_tier: z.string().nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   max_tool_calls: z.int().min(0).nullish(),

@@ -3,6 +3,7 @@ import { withParts } from "../../core/content-parts.ts";
 import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
+import { refuseServiceFields } from "../openai/service-fields.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
 
 /** Built-in tools Plinth cannot run; refused by name rather than silently dropped. */
@@ -83,6 +84,8 @@ function partFieldNamer(origins: Array<number | undefined>, body: CreateResponse
 /** Refusals that need nothing but the body; checked before any stored state is read. */
 export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
+  if (body.context_management != null) throw unsupportedField("context_management", "is not supported: this server does not compact conversations");
+  refuseServiceFields(body);
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
   if (body.top_logprobs != null && !body.include?.includes("message.output_text.logprobs"))

@@ -156,7 +156,9 @@ export class ResponseBuilder {
       usage: u
         ? {
             input_tokens: u.promptTokens,
-            input_tokens_details: { cached_tokens: u.cachedTokens },
+            // Every input token evaluated (not taken from the cache) stays in its sequence's cache for
+            // the next request to reuse: that is what was written.
+            input_tokens_details: { cached_tokens: u.cachedTokens, cache_write_tokens: Math.max(0, u.promptTokens - u.cachedTokens) },
             output_tokens: u.completionTokens,
             output_tokens_details: { reasoning_tokens: u.reasoningTokens },
             total_tokens: u.totalTokens,

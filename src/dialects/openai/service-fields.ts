@@ -1,0 +1,27 @@
+import { z } from "zod";
+import { unsupportedField } from "../../core/errors.ts";
+
+/**
+ * Fields of OpenAI's Chat Completions and Responses requests that ask something of OpenAI's service
+ * around the generation (how long cached prefixes live, moderation) rather than of the model.
+ * Plinth's prompt cache keeps prefixes in memory and in its RAM-backed saved states until they are
+ * evicted, least recently used first, so the retention values are both taken and neither lifetime
+ * is promised; the cache works implicitly, so explicit breakpoints and moderation are refused.
+ */
+export const serviceFieldsSchema = {
+  prompt_cache_retention: z.enum(["in_memory", "24h"]).nullish(),
+  prompt_cache_options: z
+    .strictObject({
+      ttl: z.literal("30m").optional(),
+      mode: z.enum(["implicit", "explicit"]).optional(),
+    })
+    .nullish(),
+  /** Accepted by the schema only so that it can be refused by name. */
+  moderation: z.unknown().optional(),
+};
+
+export function refuseServiceFields(body: { moderation?: unknown; prompt_cache_options?: { mode?: string } | null }): void {
+  if (body.moderation != null) throw unsupportedField("moderation", "is not supported: this server runs no moderation model");
+  if (body.prompt_cache_options?.mode === "explicit")
+    throw unsupportedField("prompt_cache_options.mode", "'explicit' is not supported: the prompt cache finds shared prefixes by itself (mode 'implicit')");
+}
