@@ -14,6 +14,12 @@ export interface StartedGeneration {
   promptTokens: number[];
   /** The canonical events of every choice, merged in arrival order; throws if the generation fails. */
   events: AsyncIterable<GenerationEvent>;
+  /**
+   * What the generation has used so far: its prompt once a choice has started, what was cached and
+   * generated. For a request stopped before its end (a shutdown, say), whose events end with an
+   * error instead of a `usage` event; a dialect that reports such an end in band counts with it.
+   */
+  spent(): Usage;
 }
 
 /**
@@ -118,6 +124,16 @@ export class GenerationService {
     const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), () =>
       this.notify("started", ctx),
     );
+    const spent = (): Usage => {
+      const prompt = run.started ? promptTokens.reduce((sum, p, r) => sum + (run.reportedPrompt.get(r) ?? p), 0) : 0;
+      return {
+        promptTokens: prompt,
+        completionTokens: run.generatedTokens,
+        totalTokens: prompt + run.generatedTokens,
+        cachedTokens: run.started ? run.cachedTokens : 0,
+        reasoningTokens: run.reasoningTokens,
+      };
+    };
     reqs.forEach((req, r) => {
       for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
     });
@@ -141,19 +157,12 @@ export class GenerationService {
       (error) => {
         // A failed or abandoned request still evaluated its prompt and generated what it did.
         ticket?.(promptTotal + run.generatedTokens);
+        const used = spent();
         run.channel.close(error);
-        const prompt = run.started ? promptTokens.reduce((sum, p, r) => sum + (run.reportedPrompt.get(r) ?? p), 0) : 0;
-        const spent: Usage = {
-          promptTokens: prompt,
-          completionTokens: run.generatedTokens,
-          totalTokens: prompt + run.generatedTokens,
-          cachedTokens: run.started ? run.cachedTokens : 0,
-          reasoningTokens: run.reasoningTokens,
-        };
-        this.notify("finished", ctx, { error, spent } satisfies Outcome);
+        this.notify("finished", ctx, { error, spent: used } satisfies Outcome);
       },
     );
-    return { promptTokens, events: run.channel };
+    return { promptTokens, events: run.channel, spent };
   }
 
   /** True once the server is shutting down: new requests are refused. */

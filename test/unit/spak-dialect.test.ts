@@ -47,7 +47,7 @@ async function spakApp(opts: ScriptedEngineOptions & { queueTimeoutMs?: number }
   const app = buildApp(service, { bodyLimit: 1024 * 1024, store, sealer });
   app.addHook("onClose", dispose);
   await app.ready();
-  return { app, engine };
+  return { app, engine, service };
 }
 
 let app: FastifyInstance;
@@ -449,6 +449,30 @@ describe("insufficient_system_resource", () => {
     assert.deepEqual(events.at(-2).choices, []);
     assert.equal(events.at(-3).choices[0].finish_reason, "insufficient_system_resource");
     await first;
+  });
+
+  test("003-56 a request stopped midway by a shutdown reports what it had generated and reused, not zero", async () => {
+    for (const stream of [false, true]) {
+      // The scripted model takes 120 ms per step: cached prompt, two tokens of thinking, then the answer.
+      const slow = await spakApp({ delayMs: 120 });
+      const pending = post({ ...ok, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) }, {}, slow.app);
+      await new Promise((r) => setTimeout(r, 300));
+      await slow.service.shutdown(0);
+      const r = await pending;
+      assert.equal(r.status, 200, r.body);
+      const usage = stream ? (sseData(r.body) as any[]).at(-2).usage : r.json.usage;
+      const finish = stream ? (sseData(r.body) as any[]).at(-3).choices[0].finish_reason : r.json.choices[0].finish_reason;
+      assert.equal(finish, "insufficient_system_resource");
+      if (!stream) assert.equal(r.json.choices[0].message.reasoning_content, "hmm");
+      else assert.ok(r.body.includes('"reasoning_content":"hmm"'), r.body);
+      // Stopped at its next token: after the thinking, with or without the answer's one token.
+      assert.ok(usage.completion_tokens === 2 || usage.completion_tokens === 3, JSON.stringify(usage));
+      assert.equal(usage.completion_tokens_details.reasoning_tokens, 2);
+      assert.equal(usage.prompt_cache_hit_tokens, 3);
+      assert.equal(usage.prompt_tokens, usage.prompt_cache_hit_tokens + usage.prompt_cache_miss_tokens);
+      assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+      await slow.app.close();
+    }
   });
 
   test("the OpenAI dialect answers the same wait with 503 and Retry-After", async () => {

@@ -43,6 +43,7 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
     thinking: thinking && description?.reasoning === true,
     withLogprobs: request.logprobs !== undefined,
     promptTokens: started.promptTokens[0] ?? 0,
+    spent: started.spent,
   };
   if (!body.stream) return { kind: "json", body: await renderSpakCompletion(meta, started.events) };
   const includeUsage = body.stream_options?.include_usage === true;

@@ -15,6 +15,8 @@ export interface SpakMeta {
   thinking: boolean;
   withLogprobs: boolean;
   promptTokens: number;
+  /** What the generation had used when it was stopped (see StartedGeneration.spent). */
+  spent: () => Usage;
 }
 
 /** A log probability reported for a token outside what was kept (and OpenAI's value for it too). */
@@ -33,9 +35,14 @@ export function spakUsage(u: Usage) {
 }
 export type SpakUsage = ReturnType<typeof spakUsage>;
 
-/** Usage of a request the server stopped before it finished: its prompt, and nothing cached or generated. */
-function interruptedUsage(promptTokens: number): Usage {
-  return { promptTokens, completionTokens: 0, totalTokens: promptTokens, cachedTokens: 0, reasoningTokens: 0 };
+/**
+ * Usage of a request the server stopped before it finished: what it had generated (and cached) by
+ * then, and its prompt, counted even when no choice had started (a request that timed out waiting).
+ */
+function interruptedUsage(meta: SpakMeta): Usage {
+  const spent = meta.spent();
+  const promptTokens = spent.promptTokens || meta.promptTokens;
+  return { ...spent, promptTokens, totalTokens: promptTokens + spent.completionTokens };
 }
 
 const bytesOf = (b: number[]) => (b.length > 0 ? b : null);
@@ -96,7 +103,7 @@ export async function renderSpakCompletion(meta: SpakMeta, events: AsyncIterable
         : null,
       finish_reason: (state.interrupted && !state.finished.has(index) ? "insufficient_system_resource" : c.finishReason) as SpakFinishReason,
     })),
-    usage: spakUsage(usage ?? interruptedUsage(meta.promptTokens)),
+    usage: spakUsage(usage ?? interruptedUsage(meta)),
   };
 }
 export type SpakCompletion = Awaited<ReturnType<typeof renderSpakCompletion>>;
@@ -146,6 +153,6 @@ export async function streamSpakCompletion(sse: SseWriter, meta: SpakMeta, event
     else if (ev.type === "usage") usage = ev.usage;
   }
   if (state.interrupted && !state.finished.has(0)) await sse.data(chunk([delta(0, {}, "insufficient_system_resource")]));
-  if (includeUsage) await sse.data(chunk([], spakUsage(usage ?? interruptedUsage(meta.promptTokens))));
+  if (includeUsage) await sse.data(chunk([], spakUsage(usage ?? interruptedUsage(meta))));
   await sse.data("[DONE]");
 }
