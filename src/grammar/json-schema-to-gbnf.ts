@@ -54,8 +54,9 @@
 //   the intersection of the two, built as an automaton (automaton.ts); zod's own format names that
 //   its pattern defines (starts_with, cuid, nanoid, …) enforce the pattern. Length bounds that a
 //   pattern or format does not already imply are intersected the same way.
-// - `oneOf` is treated as `anyOf`: when two branches can match the same value the output may match
-//   more than one of them. Give branches distinct types or distinct `const`s where that matters.
+// - `oneOf` is generated as `anyOf`, which is exact only when no value can match two branches: that
+//   is proven first (distinct types, const/enum values, or a required property with distinct
+//   consts, as discriminated unions have); otherwise strict mode refuses the schema.
 // - Enum values and consts are written in one spelling each (JSON.stringify).
 // - `minProperties` with additional properties allowed: at most one additional property counts
 //   towards the minimum (two generated keys could be equal, and JSON.parse keeps one).
@@ -339,6 +340,7 @@ class Converter {
       if (!Array.isArray(branches) || branches.length === 0) throw new UnsupportedSchemaError(join(path, key), "must be a non-empty array");
       const rest: Schema = {};
       for (const k of keys) if (k !== key) rest[k] = schema[k];
+      if (key === "oneOf") this.checkExclusive(branches, join(path, key));
       const exprs = branches.map((branch, i) => {
         const p = join(join(path, key), i);
         if (Object.keys(rest).length === 0) return this.visit(branch, p, left);
@@ -450,6 +452,62 @@ class Converter {
     this.refNames.set(pointer, name);
     this.b.define(name, this.visit(target, targetPath, new Set([...left, pointer])));
     return name;
+  }
+
+  /**
+   * A grammar can let a value through one branch or another, not require that exactly one branch
+   * matches it. So `oneOf` is generated as `anyOf`, which is the same thing only when no value can
+   * match two branches. That is checked here, conservatively: two branches are disjoint when their
+   * JSON types cannot meet, when their const/enum values have none in common, or when both require
+   * a property whose const/enum values have none in common (the discriminated unions pydantic and
+   * zod emit). Otherwise strict mode refuses the schema and relaxed mode reports the keyword.
+   */
+  private checkExclusive(branches: unknown[], path: string): void {
+    const facts = branches.map((b) => this.branchFacts(b, path));
+    for (let i = 0; i < facts.length; i++) {
+      for (let j = i + 1; j < facts.length; j++) {
+        if (disjointFacts(facts[i], facts[j])) continue;
+        this.relax(
+          path,
+          `branches ${i} and ${j} can match the same value, and only one may; give them distinct types, or a required property with distinct const values`,
+        );
+        return;
+      }
+    }
+  }
+
+  /** What a oneOf branch says about its values, for checkExclusive ($ref followed, a few levels). */
+  private branchFacts(schema: unknown, path: string, depth = 0): BranchFacts {
+    const target = this.followRef(schema, path, depth);
+    if (!isObject(target)) return {};
+    const facts: BranchFacts = {};
+    const values = constValues(target);
+    if (values) facts.values = values;
+    const t = target.type;
+    const types = typeof t === "string" ? [t] : Array.isArray(t) ? t.filter((x): x is string => typeof x === "string") : undefined;
+    facts.types = types ? new Set(types.map((x) => (x === "integer" ? "number" : x))) : values ? new Set(values.map(jsonType)) : undefined;
+    const props = isObject(target.properties) ? target.properties : undefined;
+    const required = Array.isArray(target.required) ? target.required.filter((k): k is string => typeof k === "string") : [];
+    if (props && depth < 4) {
+      for (const k of required) {
+        const v = constValues(this.followRef(props[k], path, depth + 1));
+        if (v) (facts.tags ??= new Map()).set(k, v);
+      }
+    }
+    return facts;
+  }
+
+  /** `schema`, or what its (sibling-free) `$ref` points to, followed a few times. */
+  private followRef(schema: unknown, path: string, depth: number): unknown {
+    let at = schema;
+    for (let hops = 0; hops < 8 && isObject(at) && typeof at.$ref === "string" && Object.keys(at).length === 1 && depth < 8; hops++) {
+      try {
+        at = this.resolve(at.$ref, path).target;
+      } catch {
+        return undefined;
+      }
+    }
+    return at;
   }
 
   /** The schemas an allOf element stands for, with $ref and nested allOf flattened. */
@@ -1060,6 +1118,44 @@ class Converter {
     if (minItems >= 1) return this.b.rule(hint, seq('"["', ws, first, ws, '"]"'));
     return this.b.rule(hint, seq('"["', ws, opt(seq(first, ws)), '"]"'));
   }
+}
+
+/** What checkExclusive knows of a oneOf branch. */
+interface BranchFacts {
+  /** JSON types it admits ("integer" counted as "number"); undefined: any. */
+  types?: Set<string>;
+  /** The only values it admits (const/enum). */
+  values?: unknown[];
+  /** Required properties limited to const/enum values. */
+  tags?: Map<string, unknown[]>;
+}
+
+function disjointFacts(a: BranchFacts, b: BranchFacts): boolean {
+  if (a.types && b.types && ![...a.types].some((t) => b.types!.has(t))) return true;
+  if (a.values && b.values && !sharesValue(a.values, b.values)) return true;
+  for (const [k, va] of a.tags ?? []) {
+    const vb = b.tags?.get(k);
+    if (vb && !sharesValue(va, vb)) return true;
+  }
+  return false;
+}
+
+function constValues(schema: unknown): unknown[] | undefined {
+  if (!isObject(schema)) return undefined;
+  if (has(schema, "const")) return [schema.const];
+  if (Array.isArray(schema.enum)) return schema.enum;
+  return undefined;
+}
+
+function sharesValue(a: unknown[], b: unknown[]): boolean {
+  const keys = new Set(a.map((v) => JSON.stringify(v)));
+  return b.some((v) => keys.has(JSON.stringify(v)));
+}
+
+function jsonType(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  return typeof v === "object" ? "object" : typeof v === "bigint" ? "number" : typeof v;
 }
 
 function resolveLimits(opts: JsonSchemaToGbnfOptions): SchemaLimits {

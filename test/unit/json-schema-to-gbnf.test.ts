@@ -14,6 +14,7 @@ import {
   type Token,
 } from "node-llama-cpp";
 import {
+  compileJsonSchema,
   JSON_OBJECT_GBNF,
   jsonSchemaToGbnf,
   schemaCacheKey,
@@ -331,6 +332,21 @@ describe("grammar text", () => {
     await assertAccepts({ type: "array" }, ["[]", '[1,"a",[{}]]'], ["[,]"]);
   });
 
+  test("oneOf that provably admits one branch per value compiles: types, consts, a required discriminator (through $ref)", async () => {
+    await assertAccepts({ oneOf: [{ type: "integer" }, { type: "string" }, { type: "null" }] }, ["1", '"a"', "null"], ["true"]);
+    await assertAccepts({ oneOf: [{ const: 1 }, { enum: [2, 3] }] }, ["1", "3"], ["4"]);
+    const cat = { type: "object", properties: { pet_type: { const: "cat" }, lives: { type: "integer" } }, required: ["pet_type", "lives"], additionalProperties: false };
+    const dog = { type: "object", properties: { pet_type: { type: "string", enum: ["dog"] }, barks: { type: "boolean" } }, required: ["pet_type", "barks"], additionalProperties: false };
+    await assertAccepts(
+      { $defs: { Cat: cat, Dog: dog }, oneOf: [{ $ref: "#/$defs/Cat" }, { $ref: "#/$defs/Dog" }] },
+      ['{"pet_type":"cat","lives":9}', '{"pet_type":"dog","barks":true}'],
+      ['{"pet_type":"cat","barks":true}'],
+    );
+    // Relaxed (not strict), an overlapping oneOf compiles as anyOf and says so.
+    const relaxed = compileJsonSchema({ oneOf: [{ type: "number" }, { type: "integer" }] }, { strict: false });
+    assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["oneOf"]);
+  });
+
   test("enum, const, anyOf, oneOf, type arrays", async () => {
     await assertAccepts({ enum: [1, "two", null, true, { a: [1] }] }, ["1", '"two"', "null", "true", '{"a":[1]}'], ["2", "false", '"1"']);
     await assertAccepts({ type: "string", enum: ["a", 1, "bb"], maxLength: 1 }, ['"a"'], ["1", '"bb"']);
@@ -415,6 +431,10 @@ describe("grammar text", () => {
       [{ type: "string", enum: ["a"], format: "date" }, "format"],
       [{ type: "blob" }, "type"],
       [false, ""],
+      // oneOf whose branches can both match a value ({"x": 0} here): a grammar cannot say "only one".
+      [{ type: "object", properties: { x: { oneOf: [{ type: "integer", maximum: 5 }, { type: "number", minimum: 0 }] } } }, "properties.x.oneOf"],
+      [{ oneOf: [{ type: "string" }, { type: "string", maxLength: 3 }] }, "oneOf"],
+      [{ oneOf: [{ type: "object", properties: { k: { const: "a" } } }, { type: "object", properties: { k: { const: "b" } } }] }, "oneOf"],
     ];
     for (const [schema, path] of cases) {
       assert.throws(
