@@ -135,6 +135,19 @@ test("000-37 reasoning {budget_tokens: 64} bounds the thinking to 64 tokens", as
   assert.ok(r.choices[0].message.content.length > 0, "the answer continues after the budget");
 });
 
+test("000-39 a token budget that cuts into the forced closing marker shows none of the marker as reasoning", async () => {
+  const at = async (max: number) =>
+    (await think({ reasoning: { budget_tokens: 4 }, max_completion_tokens: max, temperature: 0 })) as Obj;
+  const whole = await at(40);
+  const thought = whole.choices[0].message.reasoning_content as string;
+  for (const max of [4, 5, 6, 7]) {
+    const r = await at(max);
+    const m = r.choices[0].message;
+    assert.equal(m.reasoning_content, thought, `max_completion_tokens ${max}: ${JSON.stringify(m)}`);
+    assert.ok(r.usage.completion_tokens <= max, JSON.stringify(r.usage));
+  }
+});
+
 test("000-41 the same seed gives the same output; 000-40 seed -1 is not pinned to one result", async () => {
   const a = await ask({ seed: 99, temperature: 1.5 });
   const b = await ask({ seed: 99, temperature: 1.5 });

@@ -123,6 +123,12 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
         tokens = reasoning!.closeTokens;
         forced = true;
         logprob = undefined;
+        if (generated.length + tokens.length > setup.maxTokens) {
+          // The closing marker does not fit in what is left of the token budget: the generation ends
+          // here rather than show the marker's first tokens as thinking text.
+          yield* finish("length", 0);
+          return;
+        }
       }
       for (const t of tokens) {
         generated.push(t);
