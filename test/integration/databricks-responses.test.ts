@@ -321,6 +321,11 @@ test("001-51 text.format json_schema needs its nested json_schema; the output va
   const r = await resp({ input: "hi", max_output_tokens: 30, text: { format: { type: "json_schema", json_schema: { name: "r", schema } } } });
   assert.equal(r.status, 200, r.text);
   assert.equal(typeof JSON.parse(r.json.output[0].content[0].text).ok, "boolean");
+  // A schema that cannot be enforced is named where this request put it, not where OpenAI's would.
+  const bad = await resp({ input: "hi", text: { format: { type: "json_schema", json_schema: { name: "r", schema: { type: "bogus" } } } } });
+  refused(bad, "text.format.json_schema.schema");
+  const badTool = await resp({ input: "hi", tools: [fn("f", { parameters: { type: "bogus" } })] });
+  refused(badTool, "tools[0].function.parameters");
 });
 
 test("001-52 a response has id, object, created_at, status, model, output and usage", async () => {

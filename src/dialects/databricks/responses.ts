@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { badRequest, unsupportedField } from "../../core/errors.ts";
+import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { CreateResponseRequest, InputItem } from "../responses/protocol.ts";
@@ -290,6 +290,24 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
       // Usage is in the stream only with stream_options.include_usage; a JSON answer always has it.
       { reasons, usage: !streamed || body.stream_options?.include_usage === true },
     );
-  const started = await startWithTruncation(env.service, { ...env.ctx }, request, env.signal, body.truncation === "auto", fieldName);
+  const started = await startWithTruncation(env.service, { ...env.ctx }, request, env.signal, body.truncation === "auto", databricksNames(body, fieldName));
   return respondWithBuilder(streamed, builderFor, started.events, env.signal);
+}
+
+/**
+ * Field names as this request spelled them. The OpenAI Responses names the shared code produces put
+ * a schema's settings right under `text.format` and a function's under `tools[i]`; Databricks nests
+ * them in `text.format.json_schema` and `tools[i].function` (custom tools stay flat).
+ */
+function databricksNames(body: DatabricksResponsesRequest, openaiName: FieldNamer): FieldNamer {
+  return (field) => {
+    const name = openaiName(field);
+    if (name === null) return name;
+    const format = /^text\.format\.(name|schema|strict|description)\b(.*)$/.exec(name);
+    if (format) return `text.format.json_schema.${format[1]}${format[2]}`;
+    const tool = /^tools\[(\d+)\]\.(name|description|parameters|strict)\b(.*)$/.exec(name);
+    if (tool && body.tools?.[Number(tool[1])]?.type === "function") return `tools[${tool[1]}].function.${tool[2]}${tool[3]}`;
+    if (/^tool_choice\.name$/.test(name) && typeof body.tool_choice === "object" && body.tool_choice?.type === "function") return "tool_choice.function.name";
+    return name;
+  };
 }
