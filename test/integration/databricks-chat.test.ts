@@ -145,6 +145,10 @@ test("001-66 n > 1 on a pay-per-token endpoint is rejected", async () => {
 test("001-67 tool_choice omitted: auto with tools (the schema is sent), none without (plain answer)", async () => {
   const plain = await chat("tiny", hi);
   assert.equal(plain.json.choices[0].message.tool_calls, undefined);
+  // "none" without tools says the same as leaving it out (as the Responses route already took it).
+  const none = await chat("tiny", { ...hi, tool_choice: "none" });
+  assert.equal(none.status, 200, none.text);
+  assert.equal(none.json.choices[0].message.tool_calls, undefined);
   const withTools = await chat("think", { messages: [user("weather?")], tools: [TOOL("weather")], reasoning_effort: "low", max_tokens: 700 });
   assert.equal(withTools.status, 200, withTools.text);
   assert.ok(["stop", "length", "tool_calls"].includes(withTools.json.choices[0].finish_reason));

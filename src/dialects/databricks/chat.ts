@@ -158,7 +158,8 @@ export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reason
     stop: body.stop,
     n: body.n,
     tools: body.tools?.map((t) => ({ type: "function" as const, function: { ...t.function, parameters: t.function.parameters } })),
-    tool_choice: body.tool_choice ?? (body.tools?.length ? "auto" : undefined),
+    // Without tools there is nothing to choose: "none" is what that already means (001-67).
+    tool_choice: body.tools?.length ? (body.tool_choice ?? "auto") : undefined,
     response_format: rf == null ? rf : rf.type === "json_schema" ? { type: "json_schema", json_schema: rf.json_schema } : rf,
     logprobs: body.logprobs,
     top_logprobs: body.top_logprobs,
