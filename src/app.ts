@@ -7,7 +7,8 @@ import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
 import { EndpointManager } from "./dialects/databricks/endpoints.ts";
-import { databricksPlugin } from "./dialects/databricks/plugin.ts";
+import { DATABRICKS_ENVELOPE } from "./dialects/databricks/errors.ts";
+import { DATABRICKS_PREFIXES, databricksPlugin } from "./dialects/databricks/plugin.ts";
 import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { consolePlugin } from "./console/plugin.ts";
@@ -52,7 +53,12 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
 export function buildApp(service: GenerationService, opts: AppOptions): FastifyInstance {
   // Routes no dialect owns (unknown paths at the root), and requests too malformed to reach a route,
   // answer in OpenAI's envelope, the one most clients of a local server speak.
-  const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE });
+  // Those whose URL can still be read answer in the envelope of the dialect that owns the path.
+  const app = createHttpServer({
+    ...opts,
+    envelope: OPENAI_ENVELOPE,
+    envelopesByPrefix: DATABRICKS_PREFIXES.map((prefix) => [prefix, DATABRICKS_ENVELOPE] as const),
+  });
   installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
   registerHealthRoute(app, service.registry, () => service.draining);
   opts.tracing?.install(app);

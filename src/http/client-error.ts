@@ -14,15 +14,15 @@ const answered = new WeakSet<Socket>();
  * request that took too long to arrive). Answers with a minimal response in `envelope` and closes the
  * connection once the answer is sent.
  */
-export function clientErrorHandler(envelope: ErrorEnvelope) {
-  return (err: Error & { code?: string }, socket: Socket): void => {
+export function clientErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope) {
+  return (err: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void => {
     if (err.code === "ECONNRESET" || socket.destroyed) return;
     if (answered.has(socket)) return;
     answered.add(socket);
     const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
     if (socket.writable && !inFlight?.headersSent) {
       const e = clientError(err);
-      const body = JSON.stringify(envelope.render(e));
+      const body = JSON.stringify(envelopeFor(requestLineUrl(err.rawPacket)).render(e));
       socket.end(
         `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\n` +
           `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
@@ -33,6 +33,13 @@ export function clientErrorHandler(envelope: ErrorEnvelope) {
       socket.destroy();
     }
   };
+}
+
+/** The URL of the request line at the start of what Node could not parse, when it is there. */
+function requestLineUrl(raw: unknown): string | undefined {
+  if (!Buffer.isBuffer(raw)) return undefined;
+  const m = /^[A-Z]{3,10} (\/[^ \r\n]*)/.exec(raw.subarray(0, 4096).toString("latin1"));
+  return m?.[1];
 }
 
 function clientError(err: Error & { code?: string }): ApiError {
@@ -74,9 +81,9 @@ function clientError(err: Error & { code?: string }): ApiError {
  * Fastify's `frameworkErrors`: a URL the router cannot take apart (a bad percent-encoding such as
  * `%ZZ`, a path segment over the length limit), answered in `envelope` like any other error.
  */
-export function frameworkErrorHandler(envelope: ErrorEnvelope) {
-  return (err: Error, _request: FastifyRequest, reply: FastifyReply): void => {
+export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope) {
+  return (err: Error, request: FastifyRequest, reply: FastifyReply): void => {
     const e = toApiError(err);
-    void reply.status(e.status).header("content-type", "application/json; charset=utf-8").send(envelope.render(e));
+    void reply.status(e.status).header("content-type", "application/json; charset=utf-8").send(envelopeFor(request.raw.url).render(e));
   };
 }

@@ -18,6 +18,11 @@ export interface HttpOptions {
    * requests Node refuses, URLs the router cannot take apart.
    */
   envelope: ErrorEnvelope;
+  /**
+   * Envelopes of the path prefixes a dialect owns, for those same errors when the URL could still be
+   * read (a path segment too long, a bad percent-encoding, headers too large after the request line).
+   */
+  envelopesByPrefix?: ReadonlyArray<readonly [prefix: string, envelope: ErrorEnvelope]>;
   /** The listen address: its name is accepted in the Host header (default 127.0.0.1). */
   host?: string;
   /** Other names accepted in the Host header; "*" turns the check off. */
@@ -60,6 +65,10 @@ export function drainLimit(bodyLimit: number): number {
 export function createHttpServer(opts: HttpOptions): FastifyInstance {
   const headersTimeout = opts.headersTimeoutMs ?? HTTP_DEFAULTS.headersTimeoutMs;
   const bodyTimeout = opts.bodyTimeoutMs ?? HTTP_DEFAULTS.bodyTimeoutMs;
+  const envelopeFor = (url: string | undefined): ErrorEnvelope => {
+    if (url !== undefined) for (const [prefix, envelope] of opts.envelopesByPrefix ?? []) if (url === prefix || url.startsWith(`${prefix}/`)) return envelope;
+    return opts.envelope;
+  };
   const app = Fastify({
     bodyLimit: opts.bodyLimit,
     logger: opts.logger ?? false,
@@ -81,8 +90,8 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     },
     // Model ids can be long; a longer path segment is a 414 in the envelope.
     routerOptions: { maxParamLength: 500 },
-    clientErrorHandler: clientErrorHandler(opts.envelope),
-    frameworkErrors: frameworkErrorHandler(opts.envelope),
+    clientErrorHandler: clientErrorHandler(envelopeFor),
+    frameworkErrors: frameworkErrorHandler(envelopeFor),
   });
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) app.server.maxConnections = maxConnections;

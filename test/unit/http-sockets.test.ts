@@ -164,6 +164,22 @@ describe("requests Node refuses before routing answer in the envelope", () => {
     assertEnvelope(answer.body, 431, answer.status);
   });
 
+  test("under a dialect's own paths, the same refusals answer in that dialect's envelope (Databricks here)", async () => {
+    const long = await rawExchange(s.port, [`POST /serving-endpoints/${"x".repeat(20_000)}/invocations HTTP/1.1\r\nHost: localhost\r\n\r\n`]);
+    const [answer] = responses(long.text);
+    assert.equal(answer.status, 431, long.text);
+    assert.equal(typeof answer.body.error_code, "string", long.text);
+    const segment = await fetch(`${s.url}/api/2.0/serving-endpoints/${"x".repeat(600)}`);
+    assert.equal(segment.status, 414);
+    assert.equal(typeof (await segment.json()).error_code, "string");
+    const encoding = await fetch(`${s.url}/serving-endpoints/%ZZ/invocations`, { method: "POST" });
+    assert.equal(encoding.status, 400);
+    assert.equal(typeof (await encoding.json()).error_code, "string");
+    // Elsewhere, OpenAI's.
+    const openai = await fetch(`${s.url}/v1/models/%ZZ`);
+    assert.equal(typeof (await openai.json()).error?.message, "string");
+  });
+
   test("64 KB of headers → 431", async () => {
     const r = await rawExchange(s.port, [`GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: ${"h".repeat(64 * 1024)}\r\n\r\n`]);
     const [answer] = responses(r.text);

@@ -15,6 +15,10 @@ import { createEndpointRequest, endpointConfig, type EndpointManager, type Route
 import { DATABRICKS_ENVELOPE } from "./errors.ts";
 import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
 
+
+/** Where the dialect's routes live: the data plane, the control plane, Plinth's model admin. */
+export const DATABRICKS_PREFIXES = ["/serving-endpoints", "/api/2.0/serving-endpoints", "/api/2.0/plinth/models"] as const;
+
 export interface DatabricksPluginOptions {
   service: GenerationService;
   endpoints: EndpointManager;
@@ -39,9 +43,9 @@ const isObject = (b: unknown): b is Record<string, unknown> => b !== null && typ
  * /api/2.0/plinth/models. Every error in Databricks' envelope.
  */
 export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksPluginOptions): Promise<void> {
-  await scope.register(dataPlane, { ...opts, prefix: "/serving-endpoints" });
-  await scope.register(controlPlane, { ...opts, prefix: "/api/2.0/serving-endpoints" });
-  await scope.register(modelAdmin, { ...opts, prefix: "/api/2.0/plinth/models" });
+  await scope.register(dataPlane, { ...opts, prefix: DATABRICKS_PREFIXES[0] });
+  await scope.register(controlPlane, { ...opts, prefix: DATABRICKS_PREFIXES[1] });
+  await scope.register(modelAdmin, { ...opts, prefix: DATABRICKS_PREFIXES[2] });
 }
 
 async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }: DatabricksPluginOptions): Promise<void> {
