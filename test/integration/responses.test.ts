@@ -293,6 +293,20 @@ test("namespaces: a response stored for one user is not found for another", asyn
   assert.equal(chained.status, 404);
 });
 
+test("a reasoning summary from a model that does not reason is refused, as effort is", async () => {
+  for (const reasoning of [{ summary: "auto" }, { effort: "low" }]) {
+    const r = await fetch(`${s.url}/v1/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", input: "x", max_output_tokens: 2, reasoning }),
+    });
+    assert.equal(r.status, 400, JSON.stringify(reasoning));
+    assert.match((await r.json()).error.param, /^reasoning\./);
+  }
+  const thinking = await create({ model: "think", input: "x", max_output_tokens: 4, reasoning: { effort: "low", summary: "auto" }, store: false });
+  assert.ok(["completed", "incomplete"].includes(thinking.status));
+});
+
 test("input_tokens counts the prompt without generating", async () => {
   const counted = await s.client.responses.inputTokens.count({ model: "tiny", input: "Count me" } as never);
   const r = await create({ input: "Count me", max_output_tokens: 1, store: false });

@@ -74,6 +74,8 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["reasoning sealed by someone else", { input: [{ type: "reasoning", summary: [], encrypted_content: "plinth-v1:AAAA" }, { role: "user", content: "x" }] }, 400, "input[0].encrypted_content"],
   ["an effort level that does not exist", { reasoning: { effort: "extreme" } }, 400, "reasoning.effort"],
   ["moderation", { moderation: { model: "omni-moderation-latest" } }, 400, "moderation"],
+  ["stream_options without stream", { stream_options: { include_obfuscation: false } }, 400, "stream_options"],
+  ["a required tool call with max_tool_calls 0", { tools: TOOLS, tool_choice: "required", max_tool_calls: 0 }, 400, "tool_choice"],
   ["context compaction", { context_management: [{ type: "compaction", compact_threshold: 2000 }] }, 400, "context_management"],
   ["prompt_cache_retention of an unknown value", { prompt_cache_retention: "forever" }, 400, "prompt_cache_retention"],
   ["prompt_cache_options with explicit breakpoints", { prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode"],

@@ -1,4 +1,4 @@
-import { ApiError, badRequest, withWireParam } from "../../core/errors.ts";
+import { ApiError, badRequest, unsupportedField, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
@@ -87,6 +87,11 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
 /** POST /v1/responses. */
 export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   refuseUnsupported(body);
+  // A summary of reasoning the model does not do would silently be none (effort is refused the same
+  // way, by the engine). Remote models do not say whether they reason, so only a known "no" refuses.
+  const summary = body.reasoning?.summary ?? body.reasoning?.generate_summary;
+  if (summary != null && env.service.registry.get(body.model)?.engine?.describe().reasoning === false)
+    throw unsupportedField("reasoning.summary", `is available only on models that reason; '${body.model}' does not`);
   const userNs = responsesNamespace(body);
   // Stored objects belong to the API key too; the request context carries the key separately.
   const ns = keyedStoreNamespace(env.ctx.apiKey, userNs);

@@ -84,6 +84,9 @@ function partFieldNamer(origins: Array<number | undefined>, body: CreateResponse
 /** Refusals that need nothing but the body; checked before any stored state is read. */
 export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
+  if (body.stream_options != null && body.stream !== true) throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
+  if (body.tool_choice === "required" && body.max_tool_calls === 0)
+    throw badRequest("tool_choice 'required' asks for a tool call, but max_tool_calls is 0.", "tool_choice");
   if (body.context_management != null) throw unsupportedField("context_management", "is not supported: this server does not compact conversations");
   refuseServiceFields(body);
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
