@@ -214,7 +214,11 @@ test("background: queued at once, polled to completion; another cancelled while 
   await new Promise((r) => setTimeout(r, 200));
   const cancelled = await s.client.responses.cancel(long.id);
   assert.equal(cancelled.status, "cancelled");
-  assert.equal((await s.client.responses.retrieve(long.id)).status, "cancelled");
+  const stored = await s.client.responses.retrieve(long.id);
+  assert.equal(stored.status, "cancelled");
+  // What it used before the cancel (and was booked for) is in its usage.
+  assert.ok(stored.usage && stored.usage.output_tokens > 0 && stored.usage.input_tokens > 0, JSON.stringify(stored.usage));
+  assert.equal(stored.usage.total_tokens, stored.usage.input_tokens + stored.usage.output_tokens);
 });
 
 test("a stored stream whose client goes away midway is stored as cancelled, with what it had written", async () => {

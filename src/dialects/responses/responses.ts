@@ -135,7 +135,7 @@ export async function createResponse(body: CreateResponseRequest, env: RouteEnv,
   if (body.background) return startBackground(body, env, deps, { ns, ctx, request, fieldName, builderFor, persist, input });
 
   const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto", fieldName);
-  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, (builder) => persist(builder, false));
+  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, (builder) => persist(builder, false), started.spent);
 }
 
 interface BackgroundSetup {
@@ -184,7 +184,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
     try {
       builder.running();
       await deps.store.responses.update(s.ns, id, { status: builder.status, body: builder.snapshot() });
-      await drive(started.events, builder, run.abort.signal);
+      await drive(started.events, builder, run.abort.signal, undefined, started.spent);
     } finally {
       clearInterval(timer);
       await flushEvents().catch(() => {});

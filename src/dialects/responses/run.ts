@@ -1,7 +1,7 @@
 import type { RequestContext } from "../../core/context.ts";
 import { ApiError, type FieldNamer, isClientClosed, withWireParam } from "../../core/errors.ts";
 import type { GenerationService, StartedGeneration } from "../../core/generation-service.ts";
-import type { GenerationRequest, Message } from "../../core/types.ts";
+import type { GenerationRequest, Message, Usage } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import { responsesFieldName } from "./to-canonical.ts";
 import type { RouteResult } from "../../http/respond.ts";
@@ -58,6 +58,7 @@ export async function drive(
   builder: ResponseBuilder,
   signal: AbortSignal,
   each: () => Promise<void> = async () => {},
+  spent?: () => Usage,
 ): Promise<void> {
   try {
     for await (const ev of events) {
@@ -67,7 +68,8 @@ export async function drive(
     builder.finish();
   } catch (err) {
     if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err))) {
-      builder.cancel();
+      // What the run had used when it stopped: it was booked, so the object says it too.
+      builder.cancel(spent?.());
       return;
     }
     const e = asWireError(err, responsesFieldName);
@@ -86,12 +88,13 @@ export function respondWithBuilder(
   events: AsyncIterable<GenerationEvent>,
   signal: AbortSignal,
   done: (builder: ResponseBuilder) => Promise<void> = async () => {},
+  spent?: () => Usage,
 ): Promise<RouteResult> | RouteResult {
   if (!stream) {
     return (async () => {
       const builder = builderFor();
       builder.start("in_progress");
-      await drive(events, builder, signal);
+      await drive(events, builder, signal, undefined, spent);
       await done(builder);
       const snapshot = builder.snapshot();
       if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
@@ -109,7 +112,7 @@ export function respondWithBuilder(
       builder.start("in_progress");
       await flush();
       try {
-        await drive(events, builder, signal, flush);
+        await drive(events, builder, signal, flush, spent);
       } finally {
         await done(builder);
       }

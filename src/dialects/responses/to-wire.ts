@@ -133,11 +133,12 @@ export class ResponseBuilder {
 
   /**
    * The run was cancelled (background responses). OpenAI's stream has no event for it: the stream
-   * simply ends, and the stored response says `cancelled`.
+   * simply ends, and the stored response says `cancelled`, with what it had used (`spent`).
    */
-  cancel(): void {
+  cancel(spent?: Usage): void {
     for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
     this.status = "cancelled";
+    if (!this.usage && spent) this.usage = spent;
   }
 
   /** The response object as it stands. */
