@@ -291,6 +291,10 @@ test("000-32 an error mid-stream is a chunk with finish_reason error whose delta
   assert.match(err.choices[0].delta.content, /model_unloaded/);
   assert.match(err.choices[0].delta.content, /The model was unloaded\./);
   assert.equal(err.id, (events[0] as Obj).id);
+  // 000-31: the chunk with the final finish_reason carries the usage, an error ending too (one token generated).
+  assert.equal(err.usage.completion_tokens, 1, JSON.stringify(err.usage));
+  assert.ok(err.usage.prompt_tokens > 0);
+  assert.equal(err.usage.total_tokens, err.usage.prompt_tokens + 1);
   // An unexpected failure gets a code too.
   script = () => [{ kind: "text", text: "Hel", tokens: 1 }, new Error("boom")];
   const other = (await stream(ok)).events;

@@ -2,6 +2,7 @@ import type { GenerationEvent } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import type { RouteResult } from "../../http/respond.ts";
 import type { ChatAnswer, ChatCodec } from "../openai/chat-codec.ts";
+import { usageToWire } from "../openai/chat-to-wire.ts";
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
 import { respondWithBuilder } from "../responses/run.ts";
 import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
@@ -68,7 +69,7 @@ export function konanCodec(body: KonanChatRequest): ChatCodec {
     idPrefix: "cmpl-",
     completionToWire: completionToKonan,
     chunkToWire: chunkToKonan,
-    streamError: (err, meta, names) => {
+    streamError: (err, meta, names, spent) => {
       const e = asWireError(err, names);
       return [
         {
@@ -77,7 +78,8 @@ export function konanCodec(body: KonanChatRequest): ChatCodec {
           created: meta.created,
           model: meta.model,
           choices: [{ index: 0, delta: { role: "assistant", content: `${e.code ?? e.type}: ${e.message}` }, finish_reason: "error" }],
-          usage: null,
+          // The finishing chunk carries the usage (000-31), an error ending too: what was used by then.
+          usage: usageToKonan(usageToWire(spent)),
         },
       ];
     },

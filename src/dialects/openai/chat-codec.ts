@@ -1,6 +1,6 @@
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
 import type { FieldNamer } from "../../core/errors.ts";
-import type { GenerationEvent } from "../../core/types.ts";
+import type { GenerationEvent, Usage } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { ChatCompletionRequest } from "./chat-protocol.ts";
 import type { CompletionMeta } from "./chat-to-wire.ts";
@@ -33,7 +33,8 @@ export interface ChatCodec {
    * A failure after the stream began, as data events the vendor sends instead of OpenAI's error event;
    * `[DONE]` follows them.
    */
-  streamError?: (err: unknown, meta: CompletionMeta, names: FieldNamer) => unknown[];
+  /** `spent`: what the generation had used when it failed (its prompt even if no choice had started). */
+  streamError?: (err: unknown, meta: CompletionMeta, names: FieldNamer, spent: Usage) => unknown[];
   /**
    * Answers in another format (Konan's `output_parser`), or undefined for the chat completion. Called
    * once the generation has started; the events are the generation's (stored as a chat completion

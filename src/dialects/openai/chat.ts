@@ -66,7 +66,11 @@ export async function chatCompletion(
             await streamChatCompletion(sse, meta, events, includeUsage, withLogprobs, shape);
           } catch (err) {
             if (env.signal.aborted) throw err;
-            for (const data of streamError(err, meta, names)) await sse.data(data);
+            const used = started.spent();
+            // A request that never started (it timed out waiting) still had its prompt counted.
+            const prompt = used.promptTokens || (started.promptTokens[0] ?? 0);
+            const spent = { ...used, promptTokens: prompt, totalTokens: prompt + used.completionTokens };
+            for (const data of streamError(err, meta, names, spent)) await sse.data(data);
             await sse.data("[DONE]");
           }
         },
