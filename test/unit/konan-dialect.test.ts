@@ -306,6 +306,8 @@ test("000-32 an error mid-stream is a chunk with finish_reason error whose delta
 test("000-33 delta.role is assistant on the first chunk", async () => {
   const chunks = (await stream(ok)).events as Obj[];
   assert.equal(chunks[0].choices[0].delta.role, "assistant");
+  // delta.content is a string in Konan's reference, on every chunk.
+  for (const c of chunks.slice(0, -1)) if ("content" in c.choices[0].delta) assert.equal(typeof c.choices[0].delta.content, "string", JSON.stringify(c));
 });
 
 test("000-34 reasoning omitted or null turns thinking off on the canonical request", async () => {

@@ -34,6 +34,11 @@ function messageToKonan(m: Obj): Obj {
   return rest;
 }
 
+/** A delta's `content` is a string in Konan's reference: the opening chunk's null (OpenAI's) is "". */
+function deltaToKonan(d: Obj): Obj {
+  return d.content === null ? { ...d, content: "" } : d;
+}
+
 /** The chat.completion object in Konan's field set. */
 export function completionToKonan(c: Obj): Obj {
   const choices = (c.choices as Obj[]).map((ch) => ({
@@ -48,7 +53,7 @@ export function completionToKonan(c: Obj): Obj {
 export function chunkToKonan(c: Obj): Obj {
   const choices = (c.choices as Obj[]).map((ch) => ({
     index: ch.index,
-    delta: messageToKonan(ch.delta as Obj),
+    delta: deltaToKonan(messageToKonan(ch.delta as Obj)),
     finish_reason: finishReason(ch.finish_reason),
   }));
   return { id: c.id, object: c.object, created: c.created, model: c.model, choices, usage: usageToKonan(c.usage as Obj | null) };
