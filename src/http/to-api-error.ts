@@ -100,7 +100,8 @@ function describeIssue(issue: Issue, found: unknown): string {
   switch (issue.code) {
     case "invalid_union": {
       const expected = unionTypes(issue);
-      if (absent && issue.message.endsWith("received undefined")) return "this field is required.";
+      // Nothing there at all (a message without its role, say): it is missing, whatever it should be.
+      if (absent && (issue.message.endsWith("received undefined") || expected === "a different value")) return "this field is required.";
       return absent ? `expected ${expected}.` : `expected ${expected}, got ${describeValue(found)}.`;
     }
     case "invalid_type": {

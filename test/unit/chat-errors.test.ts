@@ -122,6 +122,13 @@ test("prompt_cache_retention and implicit prompt_cache_options are taken (the ca
   }
 });
 
+test("a message without its role says the role is required", async () => {
+  const r = await post({ ...ok, messages: [{ content: "hi" }] });
+  assert.equal(r.statusCode, 400);
+  assert.equal(r.json().error.param, "messages[0].role");
+  assert.match(r.json().error.message, /required/);
+});
+
 test("unknown extra fields are ignored (clients send vendor extras)", async () => {
   const r = await post({ ...ok, some_vendor_extra: { a: 1 } });
   assert.equal(r.statusCode, 200, r.body);
