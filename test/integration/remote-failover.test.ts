@@ -203,6 +203,25 @@ test("ejection after consecutive failures, re-admission through a half-open tria
   assert.equal(w.state as string, "up");
 });
 
+test("a request that needs a token count is the trial that re-admits a lone replica (the count does not wait for the trial's slot)", async () => {
+  const lone = await faulty("500");
+  const r = await router([lone.url], { "eject-after": "2", "eject-time": "0.3" });
+  for (let i = 0; i < 2; i++) assert.equal((await ask(r)).status, 503);
+  const replica = replicaOf(r, lone.url);
+  assert.equal(replica.state, "ejected");
+  lone.mode = "ok";
+  await new Promise((res) => setTimeout(res, 400));
+  // Tools make the prompt's size unknown to the router's bound, so it asks the replica's /tokenize
+  // beside the generation, which holds the half-open replica's one slot. The count used to wait for
+  // that slot, and the trial for the count: the model hung for good.
+  const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
+  const answer = await Promise.race([ask(r, { tools }), new Promise<"hung">((res) => setTimeout(() => res("hung"), 15_000))]);
+  assert.notEqual(answer, "hung", "the request hung");
+  assert.equal((answer as Awaited<ReturnType<typeof ask>>).status, 200);
+  assert.equal(replica.state, "up");
+  assert.equal((await ask(r)).status, 200);
+});
+
 test("kill -9 of a replica during 200 concurrent requests, half streamed: none fails that had not started streaming", async () => {
   // The child decodes 4 requests at once; the rest of what the router sent it waits in its queue.
   const child = await spawnUpstream(a.modelPath, ["--parallel", "4"]);

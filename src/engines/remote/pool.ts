@@ -155,6 +155,20 @@ export class ReplicaPool {
     }
   }
 
+  /**
+   * A replica for a small auxiliary call (a token count, a template render), without a slot: such a
+   * call is part of a request that may already hold the only slot there is (a half-open replica's
+   * one trial), so waiting for a slot of its own could wait on itself for ever. `prefer` if it can
+   * serve at all, else the least loaded replica that is up (or due for its trial).
+   */
+  peek(exclude: ReadonlySet<Replica>, prefer?: Replica): Lease | undefined {
+    const now = Date.now();
+    const serviceable = this.serviceable(now, exclude);
+    const r = prefer && serviceable.includes(prefer) ? prefer : serviceable.length > 0 ? this.least(serviceable) : undefined;
+    if (!r) return undefined;
+    return { replica: r, success: () => {}, failure: () => this.recordFailure(r), release: () => {} };
+  }
+
   /** A slot on the best replica if one is free now; never waits. */
   tryAcquire(key: string | undefined, exclude: ReadonlySet<Replica>, prefer?: Replica): Lease | undefined {
     const r = prefer && !exclude.has(prefer) && this.available(prefer, Date.now()) ? prefer : this.choose(key, exclude);

@@ -302,10 +302,16 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   async request(path: string, body: unknown, prefer?: Replica, optional = false, signal = new AbortController().signal): Promise<unknown> {
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
+    // Token counts and template renders ride along with a request that may hold the replica's only
+    // slot: they take none (see ReplicaPool.peek). Embeddings are work of their own and queue.
+    const auxiliary = path !== "/v1/embeddings";
     for (let attempt = 0; attempt < this.source.attempts; attempt++) {
       let lease;
       try {
-        lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined);
+        if (auxiliary) {
+          lease = this.pool.peek(tried, attempt === 0 ? prefer : undefined);
+          if (!lease) throw new NoReplica();
+        } else lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined);
       } catch (err) {
         if (err instanceof NoReplica) throw unavailable(this.id, last);
         throw err;
