@@ -26,11 +26,20 @@ export class UpstreamFailure extends Error {
     this.name = "UpstreamFailure";
   }
 
-  /** Whether another replica may do better: dead sockets, timeouts, overload and server errors. */
+  /**
+   * Whether another replica may do better: dead sockets, timeouts, overload and server errors, and
+   * a replica that refuses the router itself (401/403: a wrong key in its entry; 404: the model is
+   * not there), which is the operator's setup, not the client's request.
+   */
   get retryable(): boolean {
     if (this.kind === "aborted") return false;
-    if (this.kind === "status") return this.status === 429 || (this.status ?? 0) >= 500;
+    if (this.kind === "status") return this.status === 429 || (this.status ?? 0) >= 500 || this.misconfigured;
     return true;
+  }
+
+  /** The replica refused the router's credentials or does not serve the model. */
+  get misconfigured(): boolean {
+    return this.kind === "status" && (this.status === 401 || this.status === 403 || this.status === 404);
   }
 }
 

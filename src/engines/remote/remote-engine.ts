@@ -54,6 +54,10 @@ function unavailable(name: string, last: UpstreamFailure | undefined): ApiError 
       reason: "overloaded",
       headers: { "retry-after": String(last.retryAfter ?? 1) },
     });
+  if (last?.misconfigured)
+    return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (api key, model).`, {
+      code: "upstream_misconfigured",
+    });
   return new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
     code: "upstream_unavailable",
     reason: "overloaded",
@@ -206,7 +210,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         return undefined;
       }
       this.noteReplica(prep, seed, lease.replica);
-      const reader = new ChunkReader(prep.mode);
+      const reader = new ChunkReader(prep.mode, this.id);
       const abort = new AbortController();
       const chunks = this.stream(lease.replica, path, body, reader, abort.signal);
       const head: EngineChunk[] = [];
@@ -383,7 +387,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           throw err;
         }
         this.noteReplica(prep, seed, lease.replica);
-        reader = new ChunkReader(prep.mode);
+        reader = new ChunkReader(prep.mode, this.id);
         chunks = this.stream(lease.replica, path, body, reader, signal);
       }
       // A whole answer is held back until its end, so a replica that dies midway is failed over

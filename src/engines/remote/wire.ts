@@ -208,11 +208,19 @@ export class ChunkReader {
    */
   private readonly calls = new Map<number, number>();
 
-  constructor(private readonly mode: "chat" | "completion") {}
+  constructor(
+    private readonly mode: "chat" | "completion",
+    /** The model's name here, for refusals. */
+    private readonly name = "this model",
+  ) {}
 
   read(chunk: any): EngineChunk[] {
     if (chunk && typeof chunk === "object" && chunk.error !== undefined) {
       const message = typeof chunk.error?.message === "string" ? chunk.error.message : JSON.stringify(chunk.error);
+      // vLLM reports a request it cannot take (a schema its guided decoding refuses, say) as an
+      // error event after a 200. Before any output that is the client's 400, as if it had come as
+      // the status: refusing it must not count against the replica.
+      if (!this.sawOutput && isClientFault(chunk.error)) throw refusedByUpstream(400, chunk, message, this.name);
       throw new UpstreamStreamError(`the upstream ended its stream with an error: ${message}`);
     }
     if (!chunk || typeof chunk !== "object" || (chunk.choices !== undefined && !Array.isArray(chunk.choices)))
@@ -238,6 +246,9 @@ export class ChunkReader {
         const lp = chatLogprobs(choice.logprobs?.content);
         out.push({ kind: "text", text: delta.content, tokens: lp?.length || 1, ...(lp ? { logprobs: lp } : {}) });
       }
+      // A model's refusal (OpenAI's `refusal` field, which some OpenAI-compatible servers pass on)
+      // has no part of its own in the engine contract: it is what the model answered, so it is text.
+      if (typeof delta.refusal === "string" && delta.refusal !== "") out.push({ kind: "text", text: delta.refusal, tokens: 1 });
       if (Array.isArray(delta.tool_calls)) {
         for (const call of delta.tool_calls) {
           const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
@@ -344,10 +355,18 @@ export function refusedByUpstream(status: number, body: unknown, message: string
       field: field === "maxTokens" ? "maxTokens" : "prompt",
       code: "context_length_exceeded",
     });
-  return new ApiError(400, field ? `{field}: the upstream serving '${name}' refused it: ${message}` : `The upstream serving '${name}' refused the request: ${message}`, {
+  // A body too large for the upstream keeps its status; any other refusal is the request's 400.
+  return new ApiError(status === 413 ? 413 : 400, field ? `{field}: the upstream serving '${name}' refused it: ${message}` : `The upstream serving '${name}' refused the request: ${message}`, {
     field: field ?? null,
     code: "upstream_rejected",
   });
+}
+
+/** An upstream error object that blames the request: a 4xx code (not 408 or 429) or a bad-request type. */
+function isClientFault(error: any): boolean {
+  const code = Number(error?.code ?? error?.status);
+  if (Number.isInteger(code) && code >= 400 && code < 500) return code !== 408 && code !== 429;
+  return /bad.?request|invalid_request|validation/i.test(String(error?.type ?? ""));
 }
 
 /**

@@ -1,0 +1,112 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
+import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+
+// How a router reads an upstream's refusals, against a stand-in upstream (a small real HTTP server
+// speaking just enough of OpenAI's chat API) whose answer each test sets: who is at fault decides
+// the status the client sees and whether the replica is charged a failure.
+
+type Answer = "ok" | "401" | "404" | "413" | "error-event-400" | "error-event-500" | "refusal";
+let answer: Answer = "ok";
+let upstream: http.Server;
+let url = "";
+let r: TestServer;
+
+const chunk = (delta: unknown, finish: string | null = null) =>
+  `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+
+before(async () => {
+  upstream = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
+      if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
+      const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+      if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
+      if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
+      if (answer === "413") return json(413, { error: { message: "request entity too large", type: "invalid_request_error" } });
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (answer === "error-event-400" || answer === "error-event-500") {
+        // vLLM's way: a 200, then the error as an event of the stream, before any output.
+        const code = answer === "error-event-400" ? 400 : 500;
+        res.write(`data: ${JSON.stringify({ error: { object: "error", message: "guided_json schema invalid", type: code === 400 ? "BadRequestError" : "InternalServerError", param: "response_format", code } })}\n\n`);
+        return void res.end("data: [DONE]\n\n");
+      }
+      res.write(chunk({ role: "assistant", content: "" }));
+      if (answer === "refusal") {
+        res.write(chunk({ refusal: "I can't help" }));
+        res.write(chunk({ refusal: " with that." }));
+      } else res.write(chunk({ content: "Hello" }));
+      res.write(chunk({}, "stop"));
+      res.end("data: [DONE]\n\n");
+    });
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+  url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  r = await startTestServer({ upstream: [{ name: "r", url: [url], model: "m", tokenize: false }], "health-interval": "0", "eject-after": "3" });
+});
+after(async () => {
+  await r?.close();
+  upstream.closeAllConnections();
+  await new Promise<void>((resolve) => upstream.close(() => resolve()));
+});
+
+const replica = () => (r.registry.resolve("r").engine as RemoteEngine).pool.replicas[0];
+const ask = (extra: Record<string, unknown> = {}) => postJson(`${r.url}/v1/chat/completions`, { model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 5, ...extra });
+
+test("an error event before any output that blames the request is the client's 400, naming its field, and never ejects the replica", async () => {
+  answer = "error-event-400";
+  for (let i = 0; i < 4; i++) {
+    for (const stream of [false, true]) {
+      const res = await ask({ stream });
+      assert.equal(res.status, 400, res.text);
+      assert.equal(res.json.error.param, "response_format", res.text);
+      assert.match(res.json.error.message, /guided_json schema invalid/);
+    }
+  }
+  assert.equal(replica().state, "up");
+  answer = "ok";
+  assert.equal((await ask()).status, 200);
+});
+
+test("an error event of the upstream's own (5xx) is still the replica's failure", async () => {
+  answer = "error-event-500";
+  const res = await ask();
+  assert.equal(res.status, 503, res.text);
+  assert.ok(replica().failures > 0);
+  answer = "ok";
+  assert.equal((await ask()).status, 200);
+  assert.equal(replica().failures, 0);
+});
+
+test("a replica that refuses the router's key, or lacks the model, is the operator's 502, not the client's 400", async () => {
+  for (const a of ["401", "404"] as const) {
+    answer = a;
+    const res = await ask();
+    assert.equal(res.status, 502, res.text);
+    assert.equal(res.json.error.code, "upstream_misconfigured");
+    assert.match(res.json.error.message, /check its entry/);
+    answer = "ok";
+    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      await ask();
+    }
+  }
+  answer = "413";
+  const big = await ask();
+  assert.equal(big.status, 413, big.text);
+  answer = "ok";
+});
+
+test("an upstream's refusal text reaches the client as the answer's text, not dropped", async () => {
+  answer = "refusal";
+  const json = await ask();
+  assert.equal(json.status, 200, json.text);
+  assert.equal(json.json.choices[0].message.content, "I can't help with that.");
+  const stream = await ask({ stream: true });
+  assert.ok(stream.text.includes("I can't help") && stream.text.includes(" with that."), stream.text);
+  answer = "ok";
+});
