@@ -81,6 +81,8 @@ export interface SamplingParams {
   minP: number;
   /** Base seed; choice i samples with seed + i so n choices differ yet stay reproducible. */
   seed: number;
+  /** The client gave no seed: `seed` was drawn here (an upstream may as well draw its own). */
+  seedDrawn?: boolean;
   frequencyPenalty: number;
   presencePenalty: number;
   /** Multiplicative penalty (1 = off), as vLLM and llama.cpp define it. */
@@ -120,8 +122,17 @@ export interface GenerationRequest {
   /**
    * Thinking control for models that think: `enabled` false closes the section before generation;
    * `budgetTokens` closes it by force after that many tokens. Undefined: the model's default.
+   * `fromEffort`: `enabled` and `budgetTokens` are only this server's reading of `effort` (the
+   * client sent an effort level, no switch or budget), so an engine that can pass the effort on
+   * as such (a remote upstream) sends that alone. `budgetFromEffort`: only the budget is.
    */
-  reasoning?: { enabled?: boolean; budgetTokens?: number; effort?: "minimal" | "low" | "medium" | "high" };
+  reasoning?: {
+    enabled?: boolean;
+    budgetTokens?: number;
+    effort?: "minimal" | "low" | "medium" | "high";
+    fromEffort?: boolean;
+    budgetFromEffort?: boolean;
+  };
   /** Constrains the answer: any JSON object, or JSON valid against a schema. */
   responseFormat?: { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
   tools?: ToolDefinition[];
@@ -199,7 +210,11 @@ export interface ModelDescription {
   /** Size the model was trained with, from its metadata. */
   trainedContextSize?: number;
   parallel: number;
-  /** The chat template has a thinking section that requests can switch off and bound. */
+  /**
+   * The chat template has a thinking section that requests can switch off and bound. Undefined:
+   * not known here (a remote upstream's model); dialects then let thinking controls through and
+   * leave refusing them to the upstream.
+   */
   reasoning?: boolean;
   /**
    * An opaque identity of the weights and the engine build serving them (e.g. a hash of the model

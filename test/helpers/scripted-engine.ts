@@ -25,6 +25,8 @@ export interface ScriptedEngineOptions {
   script?: (req: GenerationRequest, run: ChoiceRun) => Array<EngineChunk | Error>;
   /** Milliseconds between chunks (0: none). */
   delayMs?: number;
+  /** Whether it claims a thinking section (its script decides what it emits either way). */
+  reasoning?: boolean;
 }
 
 export interface ScriptedPrepared extends PreparedGeneration {
@@ -48,7 +50,8 @@ export class ScriptedEngine implements Engine<ScriptedPrepared> {
   }
 
   describe(): ModelDescription {
-    return { id: this.id, created: 0, ownedBy: "plinth", contextSize: this.contextSize, parallel: this.slots };
+    // A scripted model has no chat template, so no thinking section unless it is told to claim one.
+    return { id: this.id, created: 0, ownedBy: "plinth", contextSize: this.contextSize, parallel: this.slots, reasoning: this.opts.reasoning ?? false };
   }
 
   async prepare(request: GenerationRequest): Promise<ScriptedPrepared> {

@@ -18,6 +18,8 @@ before(async () => {
       { name: "rk", url: urls.map((u) => `${u}/v1`), model: "think" },
       { name: "strict", url: urls[0], model: "tiny", unsupported: ["logitBias"] },
       { name: "rb", url: urls[0], model: "bert" },
+      // Declared as the docs advise for vLLM: no thinking budget; and an upstream that takes no seed.
+      { name: "vk", url: urls[0], model: "think", unsupported: ["reasoning.budgetTokens", "seed"] },
     ],
     "health-interval": "0",
   });
@@ -106,6 +108,36 @@ test("thinking is passed through as reasoning, and switching it off reaches the 
   assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, direct.usage!.completion_tokens_details.reasoning_tokens);
   const off = await router.http.chat({ model: "rk", ...body, reasoning_effort: "none" } as any);
   assert.equal((off.choices[0].message as any).reasoning_content, undefined);
+});
+
+test("thinking controls reach the upstream as the client gave them: an effort alone, no seed it did not send", async () => {
+  const body = { messages: [{ role: "user" as const, content: "Think first." }], max_tokens: 12, temperature: 0 };
+  // An effort level is passed on as itself, not as a budget the client never sent (which the
+  // entry declares unsupported), and a seed nobody gave is not sent to an upstream that takes none.
+  for (const effort of ["minimal", "low", "medium"]) {
+    const r = await router.http.post("/v1/chat/completions", { model: "vk", ...body, reasoning_effort: effort });
+    assert.equal(r.status, 200, `${effort}: ${r.text}`);
+  }
+  const responses = await router.http.post("/v1/responses", { model: "vk", input: "Think first.", max_output_tokens: 12, reasoning: { effort: "low" }, store: false });
+  assert.equal(responses.status, 200, responses.text);
+  const seeded = await router.http.post("/v1/chat/completions", { model: "vk", ...body, seed: 3 });
+  assert.equal(seeded.status, 400, seeded.text);
+  assert.equal(seeded.error!.param, "seed");
+  const budget = await router.http.post("/v1/chat/completions", { model: "vk", ...body, reasoning: { budget_tokens: 8 } });
+  assert.equal(budget.status, 400, budget.text);
+});
+
+test("a remote model that may think: the DeepSeek-style and Databricks dialects let its thinking through", async () => {
+  const body = { model: "rk", messages: [{ role: "user", content: "Think first." }], max_tokens: 12, temperature: 0 };
+  const thinking = await postJson(`${router.url}/chat/completions`, body);
+  assert.equal(thinking.status, 200, thinking.text);
+  assert.ok(typeof thinking.json.choices[0].message.reasoning_content === "string" && thinking.json.choices[0].message.reasoning_content.length > 0, thinking.text);
+  const off = await postJson(`${router.url}/chat/completions`, { ...body, thinking: { type: "disabled" } });
+  assert.equal(off.status, 200, off.text);
+  assert.equal(off.json.usage.completion_tokens_details.reasoning_tokens, 0, off.text);
+  const dbx = await postJson(`${router.url}/serving-endpoints/rk/invocations`, { messages: body.messages, max_tokens: 12, reasoning_effort: "low" });
+  assert.equal(dbx.status, 200, dbx.text);
+  assert.equal(typeof dbx.json.usage.reasoning_tokens, "number", dbx.text);
 });
 
 test("completions (text and token prompts, logprobs) and embeddings through the router", async () => {

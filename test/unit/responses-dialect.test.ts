@@ -10,7 +10,7 @@ import { scriptedApp, sseEvents, type ScriptedApp } from "../helpers/scripted-ap
 let script: EngineChunk[] = [];
 let s: ScriptedApp;
 before(async () => {
-  s = await scriptedApp({ id: "m", contextSize: 300, script: () => script });
+  s = await scriptedApp({ id: "m", contextSize: 300, script: () => script, reasoning: true });
 });
 after(async () => {
   await s.app.close();

@@ -13,8 +13,9 @@ import { databricksErrorBody } from "./errors.ts";
 type Obj = Record<string, unknown>;
 
 /** Whether the served model has a thinking section (reasoning_effort applies, usage counts reasoning). */
+/** Whether the model may reason: it does, or (a remote upstream's) nobody here knows it does not. */
 export function modelReasons(env: RouteEnv, model: string): boolean {
-  return env.service.registry.get(model)?.engine?.describe().reasoning === true;
+  return env.service.registry.get(model)?.engine?.describe().reasoning !== false;
 }
 
 /** Databricks' usage: one shape for every task; reasoning_tokens only for reasoning models. */

@@ -101,11 +101,18 @@ function reasoningControl(body: ChatCompletionRequest): { reasoning?: Generation
 
   let enabled: boolean | undefined = body.reasoning?.enabled ?? (kwargs.enable_thinking as boolean | undefined);
   if (effort === "none") enabled = false;
-  const budget = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
+  const given = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
+  const budget = given ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
   if (enabled === false && budget !== undefined)
     throw badRequest("A thinking budget was given, but thinking is turned off.", params[0]);
+  const fromEffort = effort !== undefined && effort !== "none" && enabled === undefined && given === undefined;
   return {
-    reasoning: { enabled: enabled ?? (effort !== undefined ? true : undefined), budgetTokens: budget, effort: effort === "none" ? undefined : effort },
+    reasoning: {
+      enabled: enabled ?? (effort !== undefined ? true : undefined),
+      budgetTokens: budget,
+      effort: effort === "none" ? undefined : effort,
+      ...(fromEffort ? { fromEffort } : {}),
+    },
     reasoningParam: params[0],
   };
 }

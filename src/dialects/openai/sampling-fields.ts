@@ -50,6 +50,7 @@ export function toSamplingParams(w: WireSampling, defaults: SamplingDefaults = O
     topK: w.top_k == null || w.top_k < 0 ? 0 : w.top_k,
     minP: w.min_p ?? 0,
     seed: w.seed == null ? randomInt(2 ** 32) : toUint32(w.seed),
+    ...(w.seed == null ? { seedDrawn: true } : {}),
     frequencyPenalty: w.frequency_penalty ?? 0,
     presencePenalty: w.presence_penalty ?? 0,
     repetitionPenalty: w.repetition_penalty ?? 1,

@@ -47,6 +47,7 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
       topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
       minP: body.min_p ?? 0,
       seed: body.seed == null ? randomInt(2 ** 32) : ((body.seed % 2 ** 32) + 2 ** 32) % 2 ** 32,
+      ...(body.seed == null ? { seedDrawn: true } : {}),
       frequencyPenalty: 0,
       presencePenalty: 0,
       repetitionPenalty: 1,
@@ -112,7 +113,7 @@ function reasoning(body: CreateResponseRequest): Pick<GenerationRequest, "reason
   const effort = body.reasoning?.effort;
   if (effort == null) return {};
   if (effort === "none") return { reasoning: { enabled: false } };
-  return { reasoning: { enabled: true, budgetTokens: EFFORT_BUDGET[effort], effort: effort === "xhigh" ? "high" : effort } };
+  return { reasoning: { enabled: true, budgetTokens: EFFORT_BUDGET[effort], effort: effort === "xhigh" ? "high" : effort, fromEffort: true } };
 }
 
 function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {

@@ -30,7 +30,7 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
     throw badRequest(`The model '${body.model}' is not served here; use ${ids.join(" or ") || "a served model"}.`, "model", "model_not_found");
   }
   const description = served.engine?.describe();
-  const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description?.reasoning === true });
+  const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description !== undefined && description.reasoning !== false });
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {
     throw withWireParam(err, spakFieldNames);
@@ -40,7 +40,8 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
     created: Math.floor(Date.now() / 1000),
     model: body.model,
     systemFingerprint: systemFingerprint(description),
-    thinking: thinking && description?.reasoning === true,
+    // A remote model whose thinking is not known here counts as thinking, as the upstream decides.
+    thinking: thinking && description !== undefined && description.reasoning !== false,
     withLogprobs: request.logprobs !== undefined,
     promptTokens: started.promptTokens[0] ?? 0,
     spent: started.spent,

@@ -78,7 +78,7 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     ...(body.response_format?.type === "json_object" ? { responseFormat: { type: "json_object" as const } } : {}),
     // A model without a thinking section is always in non-thinking mode: nothing to switch.
     ...(facts.modelThinks
-      ? { reasoning: thinking ? { enabled: true, budgetTokens: THINKING_BUDGET[effort], effort: "high" as const } : { enabled: false } }
+      ? { reasoning: thinking ? { enabled: true, budgetTokens: THINKING_BUDGET[effort], effort: "high" as const, budgetFromEffort: true } : { enabled: false } }
       : {}),
   };
   return { request, namespace: body.user_id ? isolationKey(body.user_id, null) : undefined, thinking, effort };

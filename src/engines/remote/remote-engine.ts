@@ -120,6 +120,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       ownedBy: "upstream",
       contextSize: this.info.contextSize ?? 0,
       parallel: this.slots,
+      // Whether the upstream's model thinks is not known here, unless its entry says it cannot.
+      ...(this.unsupported.has("reasoning") ? { reasoning: false } : {}),
       fingerprint: `fp_${createHash("sha256").update(`${this.upstreamModel}|${this.pool.replicas.map((r) => r.name).join(",")}`).digest("hex").slice(0, 10)}`,
     };
   }

@@ -33,13 +33,13 @@ export function refuseInexpressible(req: GenerationRequest, unsupported: Readonl
   lacks("topK", s.topK > 0);
   lacks("minP", s.minP > 0);
   lacks("repetitionPenalty", s.repetitionPenalty !== 1);
-  lacks("seed", true);
+  lacks("seed", !s.seedDrawn);
   lacks("stop", req.stop.length > 0);
   lacks("logprobs", req.logprobs !== undefined);
   lacks("tools", (req.tools?.length ?? 0) > 0);
   lacks("responseFormat", req.responseFormat !== undefined);
   lacks("reasoning", req.reasoning !== undefined);
-  lacks("reasoning.budgetTokens", req.reasoning?.budgetTokens !== undefined);
+  lacks("reasoning.budgetTokens", req.reasoning?.budgetTokens !== undefined && !req.reasoning.fromEffort && !req.reasoning.budgetFromEffort);
   lacks("cacheKey", req.cacheKey !== undefined);
   if (req.prompt.kind === "chat" && unsupported.has("images")) {
     const first = imagesIn(req.prompt.messages).next();
@@ -77,7 +77,8 @@ function common(req: GenerationRequest, model: string, sampling: GenerationReque
     n: 1,
     temperature: s.temperature,
     top_p: s.topP,
-    seed: s.seed,
+    // A seed the client did not give is left to the upstream, which may not take seeds at all.
+    ...(s.seedDrawn ? {} : { seed: s.seed }),
   };
   if (maxTokens !== undefined) body.max_tokens = maxTokens;
   if (s.topK > 0) body.top_k = s.topK;
@@ -117,11 +118,14 @@ export function chatBody(req: GenerationRequest, model: string, sampling: Genera
   else if (rf?.type === "json_schema")
     body.response_format = { type: "json_schema", json_schema: { name: "response", schema: rf.schema, strict: rf.strict } };
   const r = req.reasoning;
-  if (r) {
+  if (r?.fromEffort) {
+    // Only an effort level was asked for: the upstream reads it its own way.
+    body.reasoning_effort = r.effort;
+  } else if (r) {
     if (r.enabled !== undefined) body.chat_template_kwargs = { enable_thinking: r.enabled };
     if (r.effort !== undefined) body.reasoning_effort = r.effort;
     else if (r.enabled === false) body.reasoning_effort = "none";
-    if (r.budgetTokens !== undefined) body.reasoning = { budget_tokens: r.budgetTokens };
+    if (r.budgetTokens !== undefined && !r.budgetFromEffort) body.reasoning = { budget_tokens: r.budgetTokens };
   }
   return body;
 }
