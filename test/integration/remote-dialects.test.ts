@@ -114,11 +114,11 @@ test("thinking controls reach the upstream as the client gave them: an effort al
   const body = { messages: [{ role: "user" as const, content: "Think first." }], max_tokens: 12, temperature: 0 };
   // An effort level is passed on as itself, not as a budget the client never sent (which the
   // entry declares unsupported), and a seed nobody gave is not sent to an upstream that takes none.
-  for (const effort of ["minimal", "low", "medium"]) {
+  for (const effort of ["minimal", "low", "medium"] as const) {
     const r = await router.http.post("/v1/chat/completions", { model: "vk", ...body, reasoning_effort: effort });
     assert.equal(r.status, 200, `${effort}: ${r.text}`);
   }
-  const responses = await router.http.post("/v1/responses", { model: "vk", input: "Think first.", max_output_tokens: 12, reasoning: { effort: "low" }, store: false });
+  const responses = await postJson(`${router.url}/v1/responses`, { model: "vk", input: "Think first.", max_output_tokens: 12, reasoning: { effort: "low" }, store: false });
   assert.equal(responses.status, 200, responses.text);
   const seeded = await router.http.post("/v1/chat/completions", { model: "vk", ...body, seed: 3 });
   assert.equal(seeded.status, 400, seeded.text);

@@ -211,6 +211,8 @@ export class ChunkReader {
    * the length of an array downstream.
    */
   private readonly calls = new Map<number, number>();
+  /** Arguments of calls whose name has not come yet, by the upstream's index. */
+  private readonly nameless = new Map<number, string>();
 
   constructor(
     private readonly mode: "chat" | "completion",
@@ -257,14 +259,25 @@ export class ChunkReader {
         for (const call of delta.tool_calls) {
           const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
           let index = this.calls.get(upstreamIndex);
+          const args = call?.function?.arguments;
           if (index === undefined) {
             const name = call?.function?.name;
-            if (typeof name !== "string" || name === "") throw new UpstreamStreamError("the upstream started a tool call without a name");
+            if (typeof name !== "string" || name === "") {
+              // Arguments before the call's name (some servers split the first delta): kept until
+              // the name comes, since a call is announced by its name.
+              if (this.nameless.size >= 64 && !this.nameless.has(upstreamIndex)) throw new UpstreamStreamError("the upstream sent tool-call arguments without names");
+              const held = (this.nameless.get(upstreamIndex) ?? "") + (typeof args === "string" ? args : "");
+              if (held.length > 16 * 1024 * 1024) throw new UpstreamStreamError("the upstream sent tool-call arguments without a name");
+              this.nameless.set(upstreamIndex, held);
+              continue;
+            }
             index = this.calls.size;
             this.calls.set(upstreamIndex, index);
             out.push({ kind: "tool-call", index, name });
+            const early = this.nameless.get(upstreamIndex);
+            this.nameless.delete(upstreamIndex);
+            if (early) out.push({ kind: "tool-call-arguments", index, text: early, tokens: 1 });
           }
-          const args = call?.function?.arguments;
           if (typeof args === "string" && args !== "") out.push({ kind: "tool-call-arguments", index, text: args, tokens: 1 });
         }
       }
@@ -289,6 +302,7 @@ export class ChunkReader {
 
   /** What ends the choice: the upstream's counts, then its finish reason. */
   finish(): EngineChunk[] {
+    if (this.nameless.size > 0) throw new UpstreamStreamError("the upstream ended a tool call that never had a name");
     const t = this.totals;
     const out: EngineChunk[] = [];
     if (t.cachedTokens) out.push({ kind: "cached", tokens: t.cachedTokens });
@@ -353,7 +367,7 @@ export function isContextError(status: number, body: unknown, message: string): 
 
 /** A 400 for a request the upstream refused as the client's fault, naming the field when it can. */
 export function refusedByUpstream(status: number, body: unknown, message: string, name: string): ApiError {
-  const field = canonicalField((body as any)?.error?.param ?? (body as any)?.param);
+  const field = canonicalField((body as any)?.error?.param ?? (body as any)?.param ?? validationLoc(body));
   if (isContextError(status, body, message))
     return new ApiError(400, `${field === "maxTokens" ? "{field} does not fit" : "The prompt does not fit"} the context of '${name}': ${message}`, {
       field: field === "maxTokens" ? "maxTokens" : "prompt",
@@ -364,6 +378,14 @@ export function refusedByUpstream(status: number, body: unknown, message: string
     field: field ?? null,
     code: "upstream_rejected",
   });
+}
+
+/** The field of a FastAPI validation error (vLLM's and SGLang's 422): `detail[0].loc` after "body". */
+function validationLoc(body: any): string | undefined {
+  const loc = Array.isArray(body?.detail) ? body.detail[0]?.loc : undefined;
+  if (!Array.isArray(loc)) return undefined;
+  const path = loc[0] === "body" ? loc.slice(1) : loc;
+  return typeof path[0] === "string" ? path[0] : undefined;
 }
 
 /** An upstream error object that blames the request: a 4xx code (not 408 or 429) or a bad-request type. */

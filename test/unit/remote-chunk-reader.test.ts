@@ -1,0 +1,53 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import type { EngineChunk } from "../../src/core/engine.ts";
+import { ChunkReader, UpstreamStreamError } from "../../src/engines/remote/wire.ts";
+import { ApiError } from "../../src/core/errors.ts";
+
+// The remote engine's reading of an upstream's chat chunks into engine chunks, one parsed chunk at a
+// time (no HTTP: the SSE reader and the wire are tested apart).
+
+const chunk = (delta: unknown, finish: string | null = null) => ({ choices: [{ index: 0, delta, finish_reason: finish }] });
+const readAll = (reader: ChunkReader, chunks: unknown[]): EngineChunk[] => [...chunks.flatMap((c) => reader.read(c)), ...reader.finish()];
+
+test("a tool call whose arguments come before its name is announced by its name, then its arguments in order", () => {
+  const out = readAll(new ChunkReader("chat", "m"), [
+    chunk({ tool_calls: [{ index: 0, id: "call_a", function: { arguments: '{"q":' } }] }),
+    chunk({ tool_calls: [{ index: 0, function: { name: "lookup", arguments: '"x"' } }] }),
+    chunk({ tool_calls: [{ index: 0, function: { arguments: "}" } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(
+    out.filter((c) => c.kind === "tool-call" || c.kind === "tool-call-arguments"),
+    [
+      { kind: "tool-call", index: 0, name: "lookup" },
+      { kind: "tool-call-arguments", index: 0, text: '{"q":', tokens: 1 },
+      { kind: "tool-call-arguments", index: 0, text: '"x"', tokens: 1 },
+      { kind: "tool-call-arguments", index: 0, text: "}", tokens: 1 },
+    ],
+  );
+  assert.deepEqual(out.at(-1), { kind: "end", reason: "tool_calls" });
+});
+
+test("a call that never gets a name is a protocol failure of the upstream", () => {
+  const reader = new ChunkReader("chat", "m");
+  reader.read(chunk({ tool_calls: [{ index: 0, function: { arguments: "{}" } }] }));
+  assert.throws(() => reader.finish(), UpstreamStreamError);
+});
+
+test("an error event before output: a 4xx is the client's refusal naming its field, anything else the upstream's failure", () => {
+  const refusal = () => new ChunkReader("chat", "m").read({ error: { message: "bad schema", type: "BadRequestError", param: "response_format", code: 400 } });
+  assert.throws(refusal, (e: unknown) => e instanceof ApiError && e.status === 400 && e.field === "responseFormat");
+  assert.throws(() => new ChunkReader("chat", "m").read({ error: { message: "boom", code: 500 } }), UpstreamStreamError);
+  // After output has gone out, even a 4xx ends the stream as the upstream's failure.
+  const started = new ChunkReader("chat", "m");
+  started.read(chunk({ content: "Hi" }));
+  assert.throws(() => started.read({ error: { message: "late", code: 400 } }), UpstreamStreamError);
+});
+
+test("a finish reason the engine contract knows is kept, content_filter included; others read as stop", () => {
+  for (const [given, kept] of [["length", "length"], ["content_filter", "content_filter"], ["abort", "stop"], ["function_call", "stop"]] as const) {
+    const out = readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given)]);
+    assert.deepEqual(out.at(-1), { kind: "end", reason: kept });
+  }
+});
