@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { type Readable, Transform, type TransformCallback } from "node:stream";
 import zlib from "node:zlib";
@@ -43,8 +44,8 @@ const cutOff = new WeakSet<IncomingMessage>();
  */
 export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "string" }, parseJsonBody);
-  app.addContentTypeParser(PLUS_JSON, { parseAs: "string" }, parseJsonBody);
+  app.addContentTypeParser("application/json", { parseAs: "buffer" }, parseJsonBody);
+  app.addContentTypeParser(PLUS_JSON, { parseAs: "buffer" }, parseJsonBody);
   // Every other type (and a body with no type at all) is refused without reading it.
   app.addContentTypeParser("*", (request, _payload, done) => {
     const type = request.headers["content-type"];
@@ -88,6 +89,10 @@ export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): vo
 }
 
 function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void): void {
+  // JSON is UTF-8: bytes that are not would otherwise become U+FFFD without a word, and the model
+  // would be asked something the client never wrote.
+  if (typeof body !== "string" && !isUtf8(body))
+    return done(new ApiError(400, "The request body is not valid UTF-8.", { code: "invalid_json" }));
   const text = typeof body === "string" ? body : body.toString("utf8");
   // An empty body is "no body": the route's schema says what it needed.
   if (text.trim() === "") return done(null, undefined);

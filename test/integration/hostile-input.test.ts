@@ -55,6 +55,13 @@ const CORPUS: HostileCase[] = [
   { name: "form body", headers: { "content-type": "application/x-www-form-urlencoded" }, body: JSON.stringify(ok), status: 415, param: null },
   { name: "multipart body", headers: { "content-type": "multipart/form-data; boundary=zz" }, body: "--zz\r\n\r\nx\r\n--zz--", status: 415, param: null },
   { name: "unknown Content-Encoding", headers: { ...JSON_TYPE, "content-encoding": "compress" }, body: JSON.stringify(ok), status: 415, param: null },
+  {
+    name: "a body that is not UTF-8 (would be read with U+FFFD in place of its bytes)",
+    headers: JSON_TYPE,
+    body: Buffer.concat([Buffer.from('{"model":"tiny","messages":[{"role":"user","content":"'), Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}]}')]),
+    status: 400,
+    param: null,
+  },
   { name: "corrupt gzip", headers: { ...JSON_TYPE, "content-encoding": "gzip" }, body: Buffer.from("not gzip at all"), status: 400, param: null },
   { name: "gzip bomb", headers: { ...JSON_TYPE, "content-encoding": "gzip" }, body: gzipSync(Buffer.alloc(32 * 1024 * 1024, 0x20)), status: 413, param: null },
   { name: "body over the limit", body: JSON.stringify({ ...ok, messages: [{ role: "user", content: "x".repeat(2 * BODY_LIMIT) }] }), status: 413, param: null },
