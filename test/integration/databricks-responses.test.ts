@@ -387,6 +387,21 @@ test("001-52 the openai client with base_url <host>/serving-endpoints: responses
 
 const embed = (body: Record<string, unknown>) => invoke("bert", body);
 
+test("an endpoint mixing a chat model and an embedding model that are both loaded is refused at once, not failed later", async () => {
+  const mixed = await dbx(s, "POST", "/api/2.0/serving-endpoints", {
+    name: "mixed",
+    config: {
+      served_entities: [
+        { name: "c", entity_name: "tiny" },
+        { name: "e", entity_name: "bert" },
+      ],
+      traffic_config: { routes: [{ served_model_name: "c", traffic_percentage: 50 }, { served_model_name: "e", traffic_percentage: 50 }] },
+    },
+  });
+  refused(mixed, "same API format");
+  assert.equal((await dbx(s, "GET", "/api/2.0/serving-endpoints/mixed")).status, 404);
+});
+
 test("001-05 embeddings usage has no completion_tokens", async () => {
   const r = await embed({ input: "hello" });
   assert.deepEqual(Object.keys(r.json.usage).sort(), ["prompt_tokens", "total_tokens"]);

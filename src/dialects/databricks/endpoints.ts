@@ -401,6 +401,10 @@ export class EndpointManager {
       if (!/\.gguf$/i.test(source) && !source.startsWith("hf:"))
         throw badRequest(`'${source}' is neither a model this server serves nor a .gguf path or hf: reference.`, field);
     });
+    // Entities that are all loaded already can be checked for one API format now, not after a load.
+    const loaded = config.served_entities.map((e) => e.entity_name).filter((m) => this.registry.get(m)?.engine);
+    if (loaded.length === config.served_entities.length && new Set(loaded.map((m) => this.taskOf(m))).size > 1)
+      throw badRequest("The served entities must expose the same API format (all chat models, or all embedding models).", `${at}served_entities`);
   }
 
   private liveConfig(config: EndpointConfig, version: number, models: Map<string, string>): LiveConfig {
