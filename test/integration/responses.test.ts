@@ -311,6 +311,16 @@ test("a reasoning summary from a model that does not reason is refused, as effor
   assert.ok(["completed", "incomplete"].includes(thinking.status));
 });
 
+test("a function_call_output that answers no call is a 400 naming its call_id", async () => {
+  const r = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: [{ role: "user", content: "hi" }, { type: "function_call_output", call_id: "nope", output: "x" }], max_output_tokens: 2 }),
+  });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, "input[1].call_id");
+});
+
 test("input_tokens counts the prompt without generating", async () => {
   const counted = await s.client.responses.inputTokens.count({ model: "tiny", input: "Count me" } as never);
   const r = await create({ input: "Count me", max_output_tokens: 1, store: false });

@@ -73,11 +73,18 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
  * of an earlier response are not in this request: the field that brought them in is named.
  */
 function partFieldNamer(origins: Array<number | undefined>, body: CreateResponseRequest): FieldNamer {
+  const elsewhere = () => (body.previous_response_id ? "previous_response_id" : body.conversation ? "conversation" : "input");
   return (field) => {
+    // A tool result's call id that answers no call: the function_call_output item's call_id.
+    const t = /^prompt\.messages\[(\d+)\]\.toolCallId$/.exec(field);
+    if (t) {
+      const item = origins[Number(t[1])];
+      return item === undefined ? elsewhere() : `input[${item}].call_id`;
+    }
     const m = /^prompt\.messages\[(\d+)\]\.parts\[(\d+)\](.*)$/.exec(field);
     if (!m) return responsesFieldName(field);
     const item = origins[Number(m[1])];
-    if (item === undefined) return body.previous_response_id ? "previous_response_id" : body.conversation ? "conversation" : "input";
+    if (item === undefined) return elsewhere();
     return `input[${item}].content[${m[2]}]${m[3]}`;
   };
 }
@@ -203,6 +210,7 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
       case "function_call_output":
       case "custom_tool_call_output": {
         const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }> };
+        origins[out.length] = i >= ownFrom ? i - ownFrom : undefined;
         out.push({ role: "tool", content: typeof o.output === "string" ? o.output : flattenContent(o.output, i >= ownFrom ? `input[${i - ownFrom}].output` : "input"), toolCallId: o.call_id });
         return;
       }
