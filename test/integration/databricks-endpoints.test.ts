@@ -210,9 +210,21 @@ test("scale to zero: an idle endpoint's model is unloaded, /health and the state
   // "solo" serves the tiny fixture's file without scale_to_zero_enabled: that model stays loaded.
   const solo = await dbx(s, "GET", "/api/2.0/serving-endpoints/solo");
   assert.equal((await dbx(s, "GET", "/health")).json.models[solo.json.config.served_entities[0].model], "ready");
-  // Deleting the endpoint unloads the model it loaded for itself; the server's own models stay.
+  // Deleting the endpoint unloads the model it loaded for itself (once its running requests are
+  // done, without the DELETE waiting for them); the server's own models stay.
+  const running = ask("sleepy", { max_tokens: 150, reasoning_effort: "low", temperature: 1 });
+  await new Promise((r) => setTimeout(r, 300));
+  const t0 = performance.now();
   assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/sleepy")).status, 200);
-  const models = (await dbx(s, "GET", "/health")).json.models;
+  const deleteMs = performance.now() - t0;
+  const finished = await running;
+  assert.equal(finished.status, 200, `the request running when the endpoint went finishes: ${finished.text}`);
+  assert.ok(deleteMs < 1500, `the DELETE took ${Math.round(deleteMs)} ms`);
+  let models = (await dbx(s, "GET", "/health")).json.models;
+  for (let i = 0; i < 100 && models[model] !== undefined; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    models = (await dbx(s, "GET", "/health")).json.models;
+  }
   assert.equal(models[model], undefined);
   assert.equal(models.think, "ready");
 });

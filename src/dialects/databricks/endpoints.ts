@@ -312,7 +312,13 @@ export class EndpointManager {
     this.provisioned.delete(name);
     ep.pending = undefined;
     await this.store.delete(name);
-    if (ep.live) await this.releaseUnused([...ep.live.models.values()]);
+    // The endpoint is gone now; a model it loaded for itself is unloaded once its running requests
+    // finish, which may take minutes: the DELETE does not wait for that.
+    if (ep.live) {
+      const job = this.releaseUnused([...ep.live.models.values()]).catch(() => {});
+      this.jobs.add(job);
+      void job.finally(() => this.jobs.delete(job));
+    }
   }
 
   /**
