@@ -9,7 +9,7 @@ import { postJson, startTestServer, type TestServer } from "../helpers/server.ts
 // speaking just enough of OpenAI's chat API) whose answer each test sets: who is at fault decides
 // the status the client sees and whether the replica is charged a failure.
 
-type Answer = "ok" | "401" | "404" | "413" | "error-event-400" | "error-event-500" | "refusal";
+type Answer = "ok" | "401" | "404" | "413" | "error-event-400" | "error-event-500" | "refusal" | "whole";
 let answer: Answer = "ok";
 let upstream: http.Server;
 let url = "";
@@ -28,6 +28,16 @@ before(async () => {
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
       if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
       if (answer === "413") return json(413, { error: { message: "request entity too large", type: "invalid_request_error" } });
+      if (answer === "whole")
+        // A server (or a proxy before it) that ignores stream: true and answers in one piece.
+        return json(200, {
+          id: "c",
+          object: "chat.completion",
+          created: 0,
+          model: "m",
+          choices: [{ index: 0, message: { role: "assistant", content: "Whole answer." }, finish_reason: "length" }],
+          usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
+        });
       res.writeHead(200, { "content-type": "text/event-stream" });
       if (answer === "error-event-400" || answer === "error-event-500") {
         // vLLM's way: a 200, then the error as an event of the stream, before any output.
@@ -108,5 +118,18 @@ test("an upstream's refusal text reaches the client as the answer's text, not dr
   assert.equal(json.json.choices[0].message.content, "I can't help with that.");
   const stream = await ask({ stream: true });
   assert.ok(stream.text.includes("I can't help") && stream.text.includes(" with that."), stream.text);
+  answer = "ok";
+});
+
+test("an upstream that ignores stream: true and answers whole is read all the same, streamed or not to the client", async () => {
+  answer = "whole";
+  const json = await ask();
+  assert.equal(json.status, 200, json.text);
+  assert.equal(json.json.choices[0].message.content, "Whole answer.");
+  assert.equal(json.json.choices[0].finish_reason, "length");
+  assert.equal(json.json.usage.completion_tokens, 3);
+  const stream = await ask({ stream: true });
+  assert.ok(stream.text.includes("Whole answer.") && stream.text.trimEnd().endsWith("[DONE]"), stream.text);
+  assert.equal(replica().failures, 0);
   answer = "ok";
 });

@@ -444,6 +444,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       if (failure.retryable) throw failure;
       throw refusedByUpstream(res.status, failure.body, upstreamMessage(failure.body) ?? failure.message, this.id);
     }
+    if (/^application\/json/i.test(String(res.headers["content-type"] ?? ""))) {
+      // An upstream (or a proxy before it) that ignored `stream: true` and answered whole: its answer
+      // is read as one chunk of the stream it did not send.
+      const whole = (await readJson(res, this.source.firstTokenTimeoutMs)) as any;
+      for (const c of reader.read(wholeAsChunk(whole))) yield c;
+      yield* reader.finish();
+      return;
+    }
     const ms = this.source.firstTokenTimeoutMs;
     const firstToken = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `no token from ${replica.name} within ${ms} ms`)), ms);
     try {
@@ -605,6 +613,23 @@ function* release(held: EngineChunk[] | undefined, last: EngineChunk): Generator
 }
 
 /** Any error of an attempt that is not the client's fault, as a failure of the replica. */
+/**
+ * A whole (not streamed) chat or completion answer as the one stream chunk that says the same:
+ * its first choice's message as a delta (tool calls numbered in order), its finish reason, its usage.
+ * An error body stays what it is, for the reader to judge.
+ */
+function wholeAsChunk(whole: any): unknown {
+  if (!whole || typeof whole !== "object" || whole.error !== undefined || !Array.isArray(whole.choices)) return whole;
+  const choices = whole.choices.slice(0, 1).map((c: any) => {
+    if (!c || typeof c !== "object") return c;
+    if (c.message === undefined) return c; // a completion's choice reads the same either way
+    const m = c.message ?? {};
+    const calls = Array.isArray(m.tool_calls) ? m.tool_calls.map((t: any, index: number) => ({ ...t, index })) : undefined;
+    return { index: 0, delta: { ...m, ...(calls ? { tool_calls: calls } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason };
+  });
+  return { ...whole, choices };
+}
+
 function asFailure(err: unknown): UpstreamFailure {
   if (err instanceof UpstreamFailure) return err;
   return new UpstreamFailure("protocol", err instanceof UpstreamStreamError ? err.message : `the upstream stream was malformed: ${(err as Error).message}`);
