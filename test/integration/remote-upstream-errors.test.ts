@@ -9,7 +9,7 @@ import { postJson, startTestServer, type TestServer } from "../helpers/server.ts
 // speaking just enough of OpenAI's chat API) whose answer each test sets: who is at fault decides
 // the status the client sees and whether the replica is charged a failure.
 
-type Answer = "ok" | "401" | "404" | "413" | "error-event-400" | "error-event-500" | "refusal" | "whole";
+type Answer = "ok" | "401" | "404" | "404-route" | "413" | "error-event-400" | "error-event-500" | "refusal" | "whole";
 let answer: Answer = "ok";
 let upstream: http.Server;
 let url = "";
@@ -27,6 +27,7 @@ before(async () => {
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
       if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
+      if (answer === "404-route") return json(404, { error: { message: "This is a chat model and not supported in this endpoint.", type: "invalid_request_error" } });
       if (answer === "413") return json(413, { error: { message: "request entity too large", type: "invalid_request_error" } });
       if (answer === "whole")
         // A server (or a proxy before it) that ignores stream: true and answers in one piece.
@@ -105,6 +106,11 @@ test("a replica that refuses the router's key, or lacks the model, is the operat
       await ask();
     }
   }
+  // A 404 that is not about the model (a route the upstream lacks) is the request's: no failure counted.
+  answer = "404-route";
+  const route = await ask();
+  assert.equal(route.status, 400, route.text);
+  assert.equal(replica().failures, 0);
   answer = "413";
   const big = await ask();
   assert.equal(big.status, 413, big.text);

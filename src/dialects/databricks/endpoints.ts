@@ -332,10 +332,11 @@ export class EndpointManager {
       for (const m of ep.live?.models.values() ?? []) used.add(m);
       for (const e of ep.pending?.config.served_entities ?? []) used.add(e.entity_name);
     }
-    for (const model of new Set(models)) {
-      if (used.has(model) || this.payPerToken.has(model) || !this.registry.has(model)) continue;
-      await this.loader.unload(model).catch(() => {});
-    }
+    // All of them at once, decided now: each unload takes the model off the registry at its start and
+    // then waits for its running requests, and a set of users decided before one such wait could be
+    // stale after it (a new endpoint may have taken the next model meanwhile).
+    const unused = [...new Set(models)].filter((m) => !used.has(m) && !this.payPerToken.has(m) && this.registry.has(m));
+    await Promise.all(unused.map((m) => this.loader!.unload(m).catch(() => {})));
   }
 
   /**

@@ -225,6 +225,8 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
       while (live.length === 0) await new Promise<void>((r) => (wake = r));
       const ev = live.shift()!;
       if (ev === null) return;
+      // Asked to start past where the run was when the stream joined: later events up to there too.
+      if (ev.sequence_number <= after) continue;
       await sse.event(ev.type, ev);
       if (sse.closed) return;
     }

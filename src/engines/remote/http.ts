@@ -28,8 +28,8 @@ export class UpstreamFailure extends Error {
 
   /**
    * Whether another replica may do better: dead sockets, timeouts, overload and server errors, and
-   * a replica that refuses the router itself (401/403: a wrong key in its entry; 404: the model is
-   * not there), which is the operator's setup, not the client's request.
+   * a replica that refuses the router itself (401/403: a wrong key in its entry; a 404 saying the
+   * model is not there), which is the operator's setup, not the client's request.
    */
   get retryable(): boolean {
     if (this.kind === "aborted") return false;
@@ -37,9 +37,14 @@ export class UpstreamFailure extends Error {
     return true;
   }
 
-  /** The replica refused the router's credentials or does not serve the model. */
+  /**
+   * The replica refused the router's credentials, or says it does not serve the model. Any other
+   * 404 (a route it lacks: completions on a chat-only server) is about the request, not the setup.
+   */
   get misconfigured(): boolean {
-    return this.kind === "status" && (this.status === 401 || this.status === 403 || this.status === 404);
+    if (this.kind !== "status") return false;
+    if (this.status === 401 || this.status === 403) return true;
+    return this.status === 404 && /model\b[^.]*\b(does not exist|not found|unknown|not served)|no such model|unknown model|model_not_found/i.test(this.message);
   }
 }
 
