@@ -464,16 +464,36 @@ class Converter {
    */
   private checkExclusive(branches: unknown[], path: string): void {
     const facts = branches.map((b) => this.branchFacts(b, path));
-    for (let i = 0; i < facts.length; i++) {
-      for (let j = i + 1; j < facts.length; j++) {
-        if (disjointFacts(facts[i], facts[j])) continue;
-        this.relax(
-          path,
-          `branches ${i} and ${j} can match the same value, and only one may; give them distinct types, or a required property with distinct const values`,
-        );
-        return;
-      }
+    const overlap = (i: number, j: number) =>
+      this.relax(path, `branches ${i} and ${j} can match the same value, and only one may; give them distinct types, or a required property with distinct const values`);
+    // The shapes long unions take are checked in one pass: every branch a list of values (an
+    // annotated enum), or every branch an object tagged by the same required property.
+    if (facts.every((f) => f.values)) {
+      const owner = new Map<string, number>();
+      for (const [i, f] of facts.entries())
+        for (const v of f.values!) {
+          const key = valueKey(v);
+          const j = owner.get(key);
+          if (j !== undefined && j !== i) return overlap(j, i);
+          owner.set(key, i);
+        }
+      return;
     }
+    const tag = [...(facts[0].tags?.keys() ?? [])].find((k) => facts.every((f) => f.tags?.has(k)));
+    if (tag !== undefined) {
+      const owner = new Map<string, number>();
+      for (const [i, f] of facts.entries())
+        for (const v of f.tags!.get(tag)!) {
+          const key = valueKey(v);
+          const j = owner.get(key);
+          if (j !== undefined && j !== i) return overlap(j, i);
+          owner.set(key, i);
+        }
+      return;
+    }
+    // Otherwise pairwise, which a few branches (distinct types, a handful of shapes) afford.
+    if (facts.length > 64) return this.relax(path, `${facts.length} branches that are not all tagged or all values are too many to prove apart`);
+    for (let i = 0; i < facts.length; i++) for (let j = i + 1; j < facts.length; j++) if (!disjointFacts(facts[i], facts[j])) return overlap(i, j);
   }
 
   /** What a oneOf branch says about its values, for checkExclusive ($ref followed, a few levels). */
@@ -488,7 +508,10 @@ class Converter {
     facts.types = types ? new Set(types.map((x) => (x === "integer" ? "number" : x))) : values ? new Set(values.map(jsonType)) : undefined;
     const props = isObject(target.properties) ? target.properties : undefined;
     const required = Array.isArray(target.required) ? target.required.filter((k): k is string => typeof k === "string") : [];
-    if (props && depth < 4) {
+    // A required property constrains objects only: a branch that also admits null (or any other
+    // type) can meet another there, whatever its tag says.
+    const objectsOnly = facts.types === undefined ? !values : facts.types.size === 1 && facts.types.has("object");
+    if (props && depth < 4 && objectsOnly) {
       for (const k of required) {
         const v = constValues(this.followRef(props[k], path, depth + 1));
         if (v) (facts.tags ??= new Map()).set(k, v);
@@ -1148,8 +1171,17 @@ function constValues(schema: unknown): unknown[] | undefined {
 }
 
 function sharesValue(a: unknown[], b: unknown[]): boolean {
-  const keys = new Set(a.map((v) => JSON.stringify(v)));
-  return b.some((v) => keys.has(JSON.stringify(v)));
+  const keys = new Set(a.map(valueKey));
+  return b.some((v) => keys.has(valueKey(v)));
+}
+
+/** A JSON value's identity: equal values (objects in any key order) have equal keys. */
+function valueKey(v: unknown): string {
+  try {
+    return stableStringify(v, new Set());
+  } catch {
+    return JSON.stringify(v) ?? "null";
+  }
 }
 
 function jsonType(v: unknown): string {

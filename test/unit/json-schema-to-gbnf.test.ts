@@ -342,6 +342,10 @@ describe("grammar text", () => {
       ['{"pet_type":"cat","lives":9}', '{"pet_type":"dog","barks":true}'],
       ['{"pet_type":"cat","barks":true}'],
     );
+    // Long unions of values or of tagged objects are checked in one pass, not pair by pair.
+    const t0 = performance.now();
+    jsonSchemaToGbnf({ oneOf: Array.from({ length: 8000 }, (_, i) => ({ const: `v${i}`, title: `V ${i}` })) });
+    assert.ok(performance.now() - t0 < 2000, `8,000 annotated values took ${Math.round(performance.now() - t0)} ms`);
     // Relaxed (not strict), an overlapping oneOf compiles as anyOf and says so.
     const relaxed = compileJsonSchema({ oneOf: [{ type: "number" }, { type: "integer" }] }, { strict: false });
     assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["oneOf"]);
@@ -435,6 +439,10 @@ describe("grammar text", () => {
       [{ type: "object", properties: { x: { oneOf: [{ type: "integer", maximum: 5 }, { type: "number", minimum: 0 }] } } }, "properties.x.oneOf"],
       [{ oneOf: [{ type: "string" }, { type: "string", maxLength: 3 }] }, "oneOf"],
       [{ oneOf: [{ type: "object", properties: { k: { const: "a" } } }, { type: "object", properties: { k: { const: "b" } } }] }, "oneOf"],
+      // A tag separates objects only: both branches also admit null.
+      [{ oneOf: [{ type: ["object", "null"], properties: { k: { const: "a" } }, required: ["k"] }, { type: ["object", "null"], properties: { k: { const: "b" } }, required: ["k"] }] }, "oneOf"],
+      // Equal values whatever their keys' order.
+      [{ oneOf: [{ const: { a: 1, b: 2 } }, { const: { b: 2, a: 1 } }] }, "oneOf"],
     ];
     for (const [schema, path] of cases) {
       assert.throws(
