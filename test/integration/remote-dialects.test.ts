@@ -138,6 +138,15 @@ test("a remote model that may think: the DeepSeek-style and Databricks dialects 
   const dbx = await postJson(`${router.url}/serving-endpoints/rk/invocations`, { messages: body.messages, max_tokens: 12, reasoning_effort: "low" });
   assert.equal(dbx.status, 200, dbx.text);
   assert.equal(typeof dbx.json.usage.reasoning_tokens, "number", dbx.text);
+  // Not knowing whether a remote model thinks adds no thinking setting the client did not send: a
+  // model that does not think (whose Plinth upstream refuses any) answers these dialects' defaults.
+  const plain = { messages: body.messages, max_tokens: 4 };
+  for (const [path, extra] of [["/chat/completions", { model: "rt" }], ["/serving-endpoints/rt/invocations", {}]] as const) {
+    const r = await postJson(`${router.url}${path}`, { ...plain, ...extra });
+    assert.equal(r.status, 200, `${path}: ${r.text}`);
+  }
+  const dbxResponses = await postJson(`${router.url}/serving-endpoints/responses`, { model: "rt", input: "hi", max_output_tokens: 4 });
+  assert.equal(dbxResponses.status, 200, dbxResponses.text);
 });
 
 test("completions (text and token prompts, logprobs) and embeddings through the router", async () => {

@@ -13,13 +13,16 @@ import { databricksErrorBody } from "./errors.ts";
 type Obj = Record<string, unknown>;
 
 /** Whether the served model has a thinking section (reasoning_effort applies, usage counts reasoning). */
-/** Whether the model may reason: it does, or (a remote upstream's) nobody here knows it does not. */
-export function modelReasons(env: RouteEnv, model: string): boolean {
-  return env.service.registry.get(model)?.engine?.describe().reasoning !== false;
+/**
+ * Whether the model reasons: true, false, or undefined when not known here (a remote upstream's
+ * model). Unknown lets the client's own reasoning fields through, but adds no default of ours.
+ */
+export function modelReasons(env: RouteEnv, model: string): boolean | undefined {
+  return env.service.registry.get(model)?.engine?.describe().reasoning;
 }
 
 /** Databricks' usage: one shape for every task; reasoning_tokens only for reasoning models. */
-export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean, completion = true): Obj | null {
+export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean | undefined, completion = true): Obj | null {
   if (!u) return null;
   const details = u.completion_tokens_details as { reasoning_tokens?: number } | undefined;
   const reasoning = (u.reasoning_tokens as number | undefined) ?? details?.reasoning_tokens ?? 0;
@@ -27,7 +30,7 @@ export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean, c
     prompt_tokens: u.prompt_tokens,
     ...(completion ? { completion_tokens: u.completion_tokens } : {}),
     total_tokens: u.total_tokens,
-    ...(reasons ? { reasoning_tokens: reasoning } : {}),
+    ...(reasons !== false ? { reasoning_tokens: reasoning } : {}),
   };
 }
 
@@ -134,7 +137,7 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
 }
 
 /** The Databricks request as the OpenAI chat request it runs as, against the routed model. */
-export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reasons: boolean): ChatCompletionRequest {
+export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reasons: boolean | undefined): ChatCompletionRequest {
   const systems = body.messages.filter((m) => m.role === "system").length;
   if (systems > 1) throw badRequest("Only one system message is allowed, as the first message.", "messages");
   if ((body.n ?? 1) > 1 && routed.endpoint.kind === "pay-per-token")
@@ -142,7 +145,7 @@ export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reason
   if (body.top_logprobs != null && !body.logprobs) throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.tool_choice != null && body.tool_choice !== "none" && !(body.tools?.length))
     throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
-  if (body.reasoning_effort != null && !reasons)
+  if (body.reasoning_effort != null && reasons === false)
     throw unsupportedField("reasoning_effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
   body.tools?.forEach((t, i) => {
     if (t.cache_control !== undefined) throw unsupportedField(`tools[${i}].cache_control`, "is accepted only by Databricks-hosted Claude models");
@@ -165,7 +168,7 @@ export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reason
     logprobs: body.logprobs,
     top_logprobs: body.top_logprobs,
     // Databricks' default effort is medium, on the models that take one.
-    reasoning_effort: reasons ? (body.reasoning_effort ?? "medium") : undefined,
+    reasoning_effort: body.reasoning_effort ?? (reasons === true ? "medium" : undefined),
   } as ChatCompletionRequest;
 }
 
@@ -195,7 +198,7 @@ function deltaToDatabricks(d: Obj): Obj {
 }
 
 /** OpenAI's chat route configured with Databricks' shapes: no fingerprint, one usage shape, the entity as model. */
-export function databricksChatCodec(routed: Routed, reasons: boolean, logprobs: boolean): ChatCodec {
+export function databricksChatCodec(routed: Routed, reasons: boolean | undefined, logprobs: boolean): ChatCodec {
   return {
     dialect: "databricks",
     samplingDefaults: OPENAI_SAMPLING_DEFAULTS,

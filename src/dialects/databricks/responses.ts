@@ -168,10 +168,10 @@ function openSealed(sealer: Sealer, sealed: string, param: string): void {
 }
 
 /** The Databricks request as the OpenAI Responses request the shared codec runs. */
-export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Routed, reasons: boolean, sealer: Sealer): { openai: CreateResponseRequest; items: InputItem[] } {
+export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Routed, reasons: boolean | undefined, sealer: Sealer): { openai: CreateResponseRequest; items: InputItem[] } {
   if (body.prompt !== undefined) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
   if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
-  if (body.reasoning?.effort != null && !reasons)
+  if (body.reasoning?.effort != null && reasons === false)
     throw unsupportedField("reasoning.effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
   if (body.reasoning?.encrypted_content) openSealed(sealer, body.reasoning.encrypted_content, "reasoning.encrypted_content");
   const tools = (body.tools ?? []).map((t, i) => {
@@ -211,7 +211,7 @@ export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Rout
     tools,
     tool_choice: tc == null || typeof tc === "string" ? tc : tc.type === "function" ? { type: "function", name: tc.function.name } : tc,
     text: f == null ? undefined : { format: f.type === "json_schema" ? { type: "json_schema", ...f.json_schema } : f },
-    reasoning: reasons ? { effort: body.reasoning?.effort ?? "medium" } : undefined,
+    reasoning: body.reasoning?.effort != null ? { effort: body.reasoning.effort } : reasons === true ? { effort: "medium" } : undefined,
     store: false,
     stream: body.stream,
   } as CreateResponseRequest;
@@ -224,7 +224,7 @@ class DatabricksResponseBuilder extends ResponseBuilder {
     seed: ConstructorParameters<typeof ResponseBuilder>[0],
     opts: ConstructorParameters<typeof ResponseBuilder>[1],
     emit: ((e: ResponseEvent) => void) | undefined,
-    private readonly shape: { reasons: boolean; usage: boolean },
+    private readonly shape: { reasons: boolean | undefined; usage: boolean },
   ) {
     super(seed, opts, emit);
   }
@@ -247,7 +247,7 @@ class DatabricksResponseBuilder extends ResponseBuilder {
               prompt_tokens: u.input_tokens,
               completion_tokens: u.output_tokens,
               total_tokens: u.total_tokens,
-              ...(this.shape.reasons ? { reasoning_tokens: u.output_tokens_details.reasoning_tokens } : {}),
+              ...(this.shape.reasons !== false ? { reasoning_tokens: u.output_tokens_details.reasoning_tokens } : {}),
             }
           : null,
       error: err ? { code: err.code, message: err.message, type: err.code === "server_error" ? "server_error" : "invalid_request_error", param: err.param ?? null } : null,
@@ -272,7 +272,7 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
     parallel_tool_calls: body.parallel_tool_calls ?? true,
     store: false,
     metadata: body.metadata ?? {},
-    reasoning: { effort: reasons ? (body.reasoning?.effort ?? "medium") : null },
+    reasoning: { effort: body.reasoning?.effort ?? (reasons === true ? "medium" : null) },
   };
   const include = new Set(openai.include ?? []);
   const streamed = body.stream === true;

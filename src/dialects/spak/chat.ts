@@ -30,7 +30,7 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
     throw badRequest(`The model '${body.model}' is not served here; use ${ids.join(" or ") || "a served model"}.`, "model", "model_not_found");
   }
   const description = served.engine?.describe();
-  const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description !== undefined && description.reasoning !== false });
+  const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description?.reasoning });
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {
     throw withWireParam(err, spakFieldNames);

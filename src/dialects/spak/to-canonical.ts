@@ -20,8 +20,8 @@ const AGENT_USER_AGENT = /\b(claude-cli|claude-code|opencode|codex|aider|cline|k
 export interface RequestFacts {
   /** The HTTP User-Agent header, if any. */
   userAgent?: string;
-  /** The served model has a thinking section to switch and bound. */
-  modelThinks: boolean;
+  /** The served model has a thinking section to switch and bound; undefined: not known here. */
+  modelThinks: boolean | undefined;
 }
 
 export interface CanonicalSpak {
@@ -76,8 +76,9 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
     ...tools(body),
     ...(body.response_format?.type === "json_object" ? { responseFormat: { type: "json_object" as const } } : {}),
-    // A model without a thinking section is always in non-thinking mode: nothing to switch.
-    ...(facts.modelThinks
+    // A model without a thinking section is always in non-thinking mode: nothing to switch. One
+    // whose thinking is not known here (a remote upstream's) gets only what the client asked for.
+    ...(facts.modelThinks === true || (facts.modelThinks === undefined && (body.thinking != null || body.reasoning_effort != null))
       ? { reasoning: thinking ? { enabled: true, budgetTokens: THINKING_BUDGET[effort], effort: "high" as const, budgetFromEffort: true } : { enabled: false } }
       : {}),
   };
