@@ -71,14 +71,15 @@ test("scripted engine: a chat or completions stream that fails mid-way ends with
 });
 
 test("scripted engine: no request field is silently dropped; a model that names another endpoint is refused", async () => {
-  const { app } = await scriptedApp();
+  const { app, engine } = await scriptedApp();
   const unknown = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }], frequency_penalty: 1 });
   assert.equal(unknown.statusCode, 400);
   assert.ok(unknown.json().message.includes("frequency_penalty"), unknown.body);
-  // A message's `name` is not in the reference's ChatMessage: named, not dropped.
-  const named = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "yo", name: "al" }, { role: "user", content: "x" }] });
-  assert.equal(named.statusCode, 400, named.body);
-  assert.ok(named.json().message.includes("messages[1].name"), named.body);
+  // A message's `name` (OpenAI clients send it) reaches the model on every role that takes one.
+  const named = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi", name: "bo" }, { role: "assistant", content: "yo", name: "al" }, { role: "user", content: "x" }] });
+  assert.equal(named.statusCode, 200, named.body);
+  const messages = (engine.prepared.at(-1)!.prompt as { messages: Array<{ name?: string }> }).messages;
+  assert.deepEqual(messages.map((m) => m.name), ["bo", "al", undefined]);
   const other = await post(app, "/serving-endpoints/scripted/invocations", { model: "elsewhere", messages: [{ role: "user", content: "hi" }] });
   assert.equal(other.statusCode, 400);
   assert.ok(other.json().message.includes("model"));

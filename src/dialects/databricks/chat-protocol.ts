@@ -68,6 +68,10 @@ export const chatMessage = z.strictObject({
   content: z.union([z.string(), z.array(contentItem).min(1)]).nullish(),
   tool_calls: z.array(toolCall).min(1).optional(),
   tool_call_id: z.string().nullish(),
+  // Not in the reference's ChatMessage, but OpenAI clients and agent frameworks send it: a
+  // participant's name for system, user and assistant messages; on a tool message it repeats the
+  // called function, which the call id already names, and is not used.
+  name: z.string().optional(),
 });
 export type DatabricksChatMessage = z.infer<typeof chatMessage>;
 

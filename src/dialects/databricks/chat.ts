@@ -110,12 +110,13 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
     case "system":
     case "user":
       if (content === undefined) throw badRequest(`messages[${i}].content is required.`, `messages[${i}].content`);
-      return { role: m.role, content };
+      return { role: m.role, content, ...(m.name ? { name: m.name } : {}) };
     case "assistant":
       if (content === undefined && !m.tool_calls) throw badRequest(`messages[${i}].content is required without tool_calls.`, `messages[${i}].content`);
       return {
         role: "assistant",
         content: content ?? null,
+        ...(m.name ? { name: m.name } : {}),
         ...(m.tool_calls
           ? {
               tool_calls: m.tool_calls.map((c, j) => {

@@ -9,7 +9,8 @@ import { unsupportedField } from "../../core/errors.ts";
  * is promised; the cache works implicitly, so explicit breakpoints and moderation are refused.
  */
 export const serviceFieldsSchema = {
-  prompt_cache_retention: z.enum(["in_memory", "24h"]).nullish(),
+  // "in-memory" is how some releases of OpenAI's Python SDK spelled it.
+  prompt_cache_retention: z.enum(["in_memory", "in-memory", "24h"]).nullish(),
   prompt_cache_options: z
     .strictObject({
       ttl: z.literal("30m").optional(),
