@@ -29,6 +29,6 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
     user: body.user ?? null,
     safety_identifier: body.safety_identifier ?? null,
     prompt_cache_key: body.prompt_cache_key ?? null,
-    prompt_cache_retention: body.prompt_cache_retention ?? null,
+    prompt_cache_retention: body.prompt_cache_retention === "in-memory" ? "in_memory" : (body.prompt_cache_retention ?? null),
   };
 }
