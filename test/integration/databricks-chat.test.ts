@@ -65,7 +65,8 @@ test("001-03 pay-per-token and provisioned endpoints take the same body, except 
 test("001-04 chat responses carry usage with prompt_tokens, completion_tokens and total_tokens", async () => {
   const r = await chat("tiny", hi);
   const u = r.json.usage;
-  assert.equal(u.completion_tokens, 4);
+  // Sampled at temperature 1 (the dialect's default), the model may end before max_tokens (4).
+  assert.ok(u.completion_tokens >= 1 && u.completion_tokens <= 4, JSON.stringify(u));
   assert.ok(u.prompt_tokens > 0);
   assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
   assert.equal(u.prompt_tokens_details, undefined, "no *_details objects");

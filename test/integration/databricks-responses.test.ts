@@ -90,7 +90,10 @@ test("001-19 stream_options.include_usage defaults to false; with true the strea
   const without = await resp({ input: "hi", stream: true });
   assert.equal(last(without.text).usage, null);
   const withUsage = await resp({ input: "hi", stream: true, stream_options: { include_usage: true } });
-  assert.equal(last(withUsage.text).usage.completion_tokens, 4);
+  // The model samples at temperature 1 here and may end before max_output_tokens (4).
+  const usage = last(withUsage.text).usage;
+  assert.ok(usage.completion_tokens >= 1 && usage.completion_tokens <= 4, JSON.stringify(usage));
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
   refused(await resp({ input: "hi", stream_options: { include_usage: true } }), "stream_options");
 });
 
