@@ -117,25 +117,32 @@ test("a replica that refuses the router's key, or lacks the model, is the operat
   answer = "ok";
 });
 
+/** With the upstream answering `mode`: the client's answer, whole and streamed (both must be 200). */
+async function bothWays(mode: Answer) {
+  answer = mode;
+  try {
+    const json = await ask();
+    assert.equal(json.status, 200, json.text);
+    const stream = await ask({ stream: true });
+    assert.equal(stream.status, 200, stream.text);
+    assert.ok(stream.text.trimEnd().endsWith("[DONE]"), stream.text);
+    return { message: json.json.choices[0].message, choice: json.json.choices[0], usage: json.json.usage, streamed: stream.text };
+  } finally {
+    answer = "ok";
+  }
+}
+
 test("an upstream's refusal text reaches the client as the answer's text, not dropped", async () => {
-  answer = "refusal";
-  const json = await ask();
-  assert.equal(json.status, 200, json.text);
-  assert.equal(json.json.choices[0].message.content, "I can't help with that.");
-  const stream = await ask({ stream: true });
-  assert.ok(stream.text.includes("I can't help") && stream.text.includes(" with that."), stream.text);
-  answer = "ok";
+  const r = await bothWays("refusal");
+  assert.equal(r.message.content, "I can't help with that.");
+  assert.ok(r.streamed.includes("I can't help") && r.streamed.includes(" with that."), r.streamed);
 });
 
 test("an upstream that ignores stream: true and answers whole is read all the same, streamed or not to the client", async () => {
-  answer = "whole";
-  const json = await ask();
-  assert.equal(json.status, 200, json.text);
-  assert.equal(json.json.choices[0].message.content, "Whole answer.");
-  assert.equal(json.json.choices[0].finish_reason, "length");
-  assert.equal(json.json.usage.completion_tokens, 3);
-  const stream = await ask({ stream: true });
-  assert.ok(stream.text.includes("Whole answer.") && stream.text.trimEnd().endsWith("[DONE]"), stream.text);
+  const r = await bothWays("whole");
+  assert.equal(r.message.content, "Whole answer.");
+  assert.equal(r.choice.finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 3);
+  assert.ok(r.streamed.includes("Whole answer."), r.streamed);
   assert.equal(replica().failures, 0);
-  answer = "ok";
 });
