@@ -63,14 +63,6 @@ export class SchemaCompiler {
   }
 
   compile(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): Promise<CompiledSchema> {
-    // The size bounds first, here and without recursion: a schema nested thousands of levels deep
-    // cannot even be posted to the worker (the structured clone recurses and overflows the stack),
-    // and was refused only when the deadline passed, 5 s later.
-    try {
-      checkSchemaLimits(schema, opts.limits);
-    } catch (err) {
-      return Promise.reject(err);
-    }
     let key: string | undefined;
     try {
       key = schemaCacheKey(schema, opts);
@@ -82,6 +74,14 @@ export class SchemaCompiler {
       this.cache.delete(key!);
       this.cache.set(key!, hit);
       return Promise.resolve(hit);
+    }
+    // The size bounds before the worker, here and without recursion: a schema nested thousands of
+    // levels deep cannot even be posted to it (the structured clone recurses and overflows the
+    // stack), and was refused only when the deadline passed, 5 s later. (A cached schema passed them.)
+    try {
+      checkSchemaLimits(schema, opts.limits);
+    } catch (err) {
+      return Promise.reject(err);
     }
     this.stopWhenIdle = false;
     return new Promise<CompiledSchema>((resolve, reject) => {
