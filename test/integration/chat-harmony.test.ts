@@ -207,7 +207,7 @@ test("a model that node-llama-cpp does not know as gpt-oss, but whose template w
   const path = await ensureFixtureModel({ ...HARMONY_SPEC, name: "plinth-channels", chatTemplate: template });
   const other = await startTestServer({ model: [`chan=${path}`] });
   try {
-    const r = await other.http.post("/v1/chat/completions", { ...base, model: "chan", reasoning: { budget_tokens: 6 }, max_tokens: 30 });
+    const r = await other.http.post("/v1/chat/completions", { ...base, model: "chan", reasoning: { budget_tokens: 6 }, max_tokens: 30, temperature: 0 });
     assert.equal(r.status, 200, r.text);
     const m = r.json.choices[0].message;
     assert.ok(m.reasoning_content!.length > 0, r.text);
