@@ -121,6 +121,8 @@ export interface Endpoint {
   updatedAt: number;
   live?: LiveConfig;
   pending?: { config: EndpointConfig; version: number };
+  /** A stored serving config that did not load after a restart: kept in the store until one does. */
+  unloaded?: { config: EndpointConfig; version: number };
   configUpdate: "NOT_UPDATING" | "IN_PROGRESS" | "UPDATE_FAILED";
   failure?: string;
   lastUsed: number;
@@ -197,11 +199,15 @@ export class EndpointManager {
         tags: b.tags ?? [],
       };
       this.provisioned.set(r.name, ep);
-      const target = b.pending_config ?? b.config;
       // A failed update is still failed after a restart: the config that serves is loaded again,
       // and the endpoint keeps saying UPDATE_FAILED and why until the next update.
       ep.failure = b.failure;
-      if (target) this.startLoad(ep, target, b.pending_config ? (b.config_version ?? 1) + 1 : (b.config_version ?? 1), b.failure !== undefined);
+      const version = b.config_version ?? 1;
+      // An update the server stopped in the middle of goes on after the serving config is back,
+      // as it did before: if the update then fails, the old config still serves.
+      const next = b.pending_config ? { config: b.pending_config, version: version + 1 } : undefined;
+      if (b.config) this.startLoad(ep, b.config, version, { stillFailed: b.failure !== undefined, restoring: true, next });
+      else if (next) this.startLoad(ep, next.config, next.version);
       else ep.configUpdate = "UPDATE_FAILED";
     }
   }
@@ -298,7 +304,7 @@ export class EndpointManager {
     ep.configUpdate = "IN_PROGRESS";
     ep.failure = undefined;
     await this.store.update(name, this.record(ep, config), ep.updatedAt);
-    this.startLoad(ep, config, (ep.live?.version ?? ep.pending?.version ?? 0) + 1);
+    this.startLoad(ep, config, (ep.live?.version ?? ep.unloaded?.version ?? ep.pending?.version ?? 0) + 1);
     return ep;
   }
 
@@ -423,8 +429,18 @@ export class EndpointManager {
     return { config, version, models, bounds, task: this.taskOf(first) };
   }
 
-  /** Loads a config's entities in the background, then swaps it in (the old one serves until then). */
-  private startLoad(ep: Endpoint, config: EndpointConfig, version: number, stillFailed = false): void {
+  /**
+   * Loads a config's entities in the background, then swaps it in (the old one serves until then).
+   * `restoring`: the stored serving config, loaded again after a restart; `next`: the update to
+   * carry on with once it is in (or has failed).
+   */
+  private startLoad(
+    ep: Endpoint,
+    config: EndpointConfig,
+    version: number,
+    opts: { stillFailed?: boolean; restoring?: boolean; next?: { config: EndpointConfig; version: number } } = {},
+  ): void {
+    const { stillFailed = false, restoring = false, next } = opts;
     ep.pending = { config, version };
     ep.configUpdate = "IN_PROGRESS";
     const job = (async () => {
@@ -440,9 +456,15 @@ export class EndpointManager {
         if (ep.pending?.version !== version || this.provisioned.get(ep.name) !== ep) return;
         const previous = ep.live;
         ep.live = this.liveConfig(config, version, models);
+        ep.unloaded = undefined;
         ep.pending = undefined;
         ep.configUpdate = stillFailed ? "UPDATE_FAILED" : "NOT_UPDATING";
         if (!stillFailed) ep.failure = undefined;
+        if (restoring) {
+          // The store already holds this config (and the update under way); it is not written again.
+          if (next) this.startLoad(ep, next.config, next.version);
+          return;
+        }
         ep.updatedAt = Date.now();
         await this.store.update(ep.name, this.record(ep, config), ep.updatedAt);
         if (previous) await this.releaseUnused([...previous.models.values()]);
@@ -451,7 +473,16 @@ export class EndpointManager {
         ep.pending = undefined;
         ep.configUpdate = "UPDATE_FAILED";
         ep.failure = err instanceof ApiError || err instanceof Error ? err.message : String(err);
-        if (this.provisioned.get(ep.name) === ep) await this.store.update(ep.name, this.record(ep, ep.live?.config), Date.now()).catch(() => {});
+        if (this.provisioned.get(ep.name) !== ep) return;
+        // A stored serving config that no longer loads stays stored as it is (nothing is written): a
+        // later restart, the file back in place say, serves it again. An update still to come is
+        // tried all the same.
+        if (restoring) {
+          ep.unloaded = { config, version };
+          if (next) this.startLoad(ep, next.config, next.version);
+          return;
+        }
+        await this.store.update(ep.name, this.record(ep, ep.live?.config), Date.now()).catch(() => {});
       }
     })();
     this.jobs.add(job);
@@ -460,13 +491,13 @@ export class EndpointManager {
 
   /** What the store keeps of an endpoint: the serving config, the one being loaded, why the last update failed. */
   private record(ep: Endpoint, config: EndpointConfig | undefined): JsonObject {
-    const serving = ep.live?.config;
-    const pending = config && config !== serving ? config : undefined;
+    const serving = ep.live ?? ep.unloaded;
+    const pending = config && config !== serving?.config ? config : undefined;
     return {
       id: ep.id,
       creator: ep.creator,
       tags: ep.tags,
-      ...(serving ? { config: serving, config_version: ep.live!.version } : {}),
+      ...(serving ? { config: serving.config, config_version: serving.version } : {}),
       ...(pending ? { pending_config: pending } : {}),
       ...(ep.configUpdate === "UPDATE_FAILED" && ep.failure !== undefined ? { failure: ep.failure } : {}),
     } as JsonObject;

@@ -1,0 +1,122 @@
+import assert from "../helpers/assert.ts";
+import Database from "better-sqlite3";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { DB_FILE } from "../../src/store/sqlite-store.ts";
+import { ensureFixtureModel } from "../fixtures/models.ts";
+import { dbx, waitForEndpoint } from "../helpers/databricks.ts";
+import { startTestServer, type TestServer } from "../helpers/server.ts";
+
+// A server that stops in the middle of a config update (a crash, a kill -9) finds the update in its
+// store when it starts again. The config that served before must serve again, whatever the update
+// then does. The stop is simulated by writing the stored row as an update under way leaves it: the
+// serving config and the pending one side by side.
+
+const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-dbx-restart-"));
+let s: TestServer | undefined;
+after(async () => {
+  await s?.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const start = async () => (s = await startTestServer({ "data-dir": dataDir }));
+const stop = async () => {
+  await s!.close();
+  s = undefined;
+};
+const single = (name: string, entity: string) => ({
+  served_entities: [{ name, entity_name: entity }],
+  traffic_config: { routes: [{ served_model_name: name, traffic_percentage: 100 }] },
+});
+const ask = (name: string) =>
+  dbx(s!, "POST", `/serving-endpoints/${name}/invocations`, { messages: [{ role: "user", content: "hi" }], max_tokens: 1, temperature: 0 });
+
+/** Rewrites a stored endpoint while no server runs, as a stop during an update would have left it. */
+function storeUpdateUnderWay(name: string, pending: unknown): void {
+  const db = new Database(path.join(dataDir, DB_FILE));
+  try {
+    const row = db.prepare<[string], { body: string }>("SELECT body FROM serving_endpoints WHERE name = ?").get(name)!;
+    const body = JSON.parse(row.body);
+    assert.ok(body.config && !body.pending_config && !body.failure, row.body);
+    db.prepare("UPDATE serving_endpoints SET body = ? WHERE name = ?").run(JSON.stringify({ ...body, pending_config: pending }), name);
+  } finally {
+    db.close();
+  }
+}
+
+test("an update under way when the server stopped: the old config serves again; a failing update leaves it serving, across restarts", async () => {
+  await start();
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "keep", config: single("old", "tiny") })).status, 200);
+  await waitForEndpoint(s!, "keep");
+  await stop();
+
+  storeUpdateUnderWay("keep", single("new", "/no/such/model.gguf"));
+  await start();
+  const failed = await waitForEndpoint(s!, "keep", (ep) => ep.state.config_update === "UPDATE_FAILED");
+  assert.equal(failed.state.ready, "READY", JSON.stringify(failed));
+  assert.equal(failed.config.served_entities[0].name, "old");
+  assert.equal(failed.config.config_version, 1);
+  assert.ok(failed.state_message?.includes("/no/such/model.gguf"), JSON.stringify(failed));
+  const r = await ask("keep");
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get("served-model-name"), "old");
+
+  // Once more: the serving config is still what the store holds.
+  await stop();
+  await start();
+  const again = await waitForEndpoint(s!, "keep", (ep) => ep.state.ready === "READY");
+  assert.equal(again.config.served_entities[0].name, "old");
+  assert.equal((await ask("keep")).status, 200);
+  await stop();
+});
+
+test("an update under way when the server stopped goes on after the restart, and its config serves once loaded", async () => {
+  await start();
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "carry", config: single("first", "tiny") })).status, 200);
+  await waitForEndpoint(s!, "carry");
+  await stop();
+
+  storeUpdateUnderWay("carry", single("second", "tiny"));
+  await start();
+  const done = await waitForEndpoint(s!, "carry", (ep) => ep.state.config_update === "NOT_UPDATING" && ep.config?.config_version === 2);
+  assert.equal(done.config.served_entities[0].name, "second");
+  assert.equal(done.pending_config, undefined);
+  const r = await ask("carry");
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get("served-model-name"), "second");
+  await stop();
+});
+
+test("a serving config that no longer loads after a restart stays stored; the update under way still serves when it loads", async () => {
+  // The serving entity is a model file of its own, removed while the server is down.
+  const copy = path.join(dataDir, "gone.gguf");
+  copyFileSync(await ensureFixtureModel(), copy);
+  await start();
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "moved", config: single("a", copy) })).status, 200);
+  await waitForEndpoint(s!, "moved");
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "lost", config: single("a", copy) })).status, 200);
+  await waitForEndpoint(s!, "lost");
+  await stop();
+  rmSync(copy);
+
+  storeUpdateUnderWay("moved", single("b", "tiny"));
+  await start();
+  const moved = await waitForEndpoint(s!, "moved", (ep) => ep.state.ready === "READY" && ep.state.config_update === "NOT_UPDATING");
+  assert.equal(moved.config.served_entities[0].name, "b");
+  assert.equal(moved.config.config_version, 2);
+  assert.equal((await ask("moved")).status, 200);
+
+  // Without an update, the endpoint says why it does not serve, and keeps its config for later.
+  const lost = await waitForEndpoint(s!, "lost", (ep) => ep.state.config_update === "UPDATE_FAILED");
+  assert.equal(lost.state.ready, "NOT_READY");
+  assert.ok(lost.state_message?.includes("gone.gguf"), JSON.stringify(lost));
+  await stop();
+
+  copyFileSync(await ensureFixtureModel(), copy);
+  await start();
+  const back = await waitForEndpoint(s!, "lost", (ep) => ep.state.ready === "READY");
+  assert.equal(back.config.served_entities[0].name, "a");
+  assert.equal((await ask("lost")).status, 200);
+});
