@@ -20,13 +20,20 @@ export interface EmbeddingResult {
 
 /**
  * The embeddings path shared by every dialect: check every input (vocabulary, length) before
- * anything runs, admit the request to the model's embedding scheduler, then spread the inputs over
+ * anything runs, reserve its tokens against the key's limits (`admit`), admit the request to the
+ * model's embedding scheduler, then spread the inputs over
  * the slots it grants. Vectors come back L2-normalised (after any truncation), as OpenAI's do.
  *
  * A request holds at most min(inputs, slots) slots, each for as long as inputs remain, and its
  * workers queue in arrival order with everyone else's; a full queue is a 429 before any work.
  */
-export async function embed(registry: ModelRegistry, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+export async function embed(
+  registry: ModelRegistry,
+  req: EmbeddingRequest,
+  signal: AbortSignal,
+  /** Called with the request's token count once every input is counted, before any runs (limits). */
+  admit: (promptTokens: number) => Promise<void> = async () => {},
+): Promise<EmbeddingResult> {
   const served = registry.resolve(req.model);
   const embedder = served.engine.embeddings;
   const scheduler = served.embeddingScheduler;
@@ -40,6 +47,7 @@ export async function embed(registry: ModelRegistry, req: EmbeddingRequest, sign
   const tokens: number[][] = [];
   for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
   const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);
+  await admit(promptTokens);
 
   const workers = Math.min(tokens.length, scheduler.slots);
   scheduler.admit(workers);

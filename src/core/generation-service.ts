@@ -155,9 +155,10 @@ export class GenerationService {
         this.notify("finished", ctx, { usage } satisfies Outcome);
       },
       (error) => {
-        // A failed or abandoned request still evaluated its prompt and generated what it did.
-        ticket?.(promptTotal + run.generatedTokens);
+        // A failed or abandoned request is charged what the ledger books for it: its prompt once it
+        // had started (one cancelled while it waited evaluated nothing) and what it generated.
         const used = spent();
+        ticket?.(used.totalTokens);
         run.channel.close(error);
         this.notify("finished", ctx, { error, spent: used } satisfies Outcome);
       },
@@ -204,11 +205,15 @@ export class GenerationService {
   /** Embeddings share the registry and the request context, not the generation schedulers. */
   async embed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
     this.gate?.authorize(ctx, req.model);
-    // Embeddings generate nothing; their input tokens are only known once embedded.
-    const ticket = await this.gate?.admit(ctx, { model: req.model, promptTokens: 0, maxCompletionTokens: 0 });
+    // Embeddings generate nothing: their input tokens are reserved once counted, before any input is
+    // embedded, so that requests running at once cannot each spend the same budget or rate.
+    let ticket: AdmissionTicket | undefined;
+    const admit = async (promptTokens: number) => {
+      ticket = await this.gate?.admit(ctx, { model: req.model, promptTokens, maxCompletionTokens: 0 });
+    };
     let result: EmbeddingResult;
     try {
-      result = await embed(this.registry, req, signal);
+      result = await embed(this.registry, req, signal, admit);
     } catch (err) {
       ticket?.(0);
       throw err;

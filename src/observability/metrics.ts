@@ -306,6 +306,8 @@ export class PlinthMetrics {
           this.prefixHits.inc({ model_name }, spent.cachedTokens);
           if (f) {
             f.errorCode = code;
+            // As the ledger books it: no prompt for a request that ended before it started.
+            f.promptTokens = spent.promptTokens;
             f.completionTokens = spent.completionTokens;
             f.cachedTokens = spent.cachedTokens;
           }
@@ -431,13 +433,22 @@ function errorCode(err: unknown): string {
   return e.code ?? e.type;
 }
 
-/** The dialect a route belongs to, from its pattern (requests no route takes: "none"). */
+/**
+ * The dialect a route belongs to, from its pattern (requests no route takes: "none"). The same name
+ * the dialect gives its requests once admitted (`databricks`), so a ledger row or a metric does not
+ * name one dialect for a refusal and another for a success. The server's own routes (health,
+ * metrics, the admin API, the console's files) are `server`.
+ */
 export function dialectOf(route: string): string {
   if (route === "unmatched") return "none";
   if (route.startsWith("/v1/responses") || route.startsWith("/v1/conversations")) return "responses";
   if (route.startsWith("/v1/") || route === "/tokenize" || route === "/detokenize") return "openai";
   if (route.startsWith("/v3/")) return "konan";
-  if (route === "/health" || route === "/metrics") return "server";
+  // Databricks' data plane, control plane and Plinth's model admin (DATABRICKS_PREFIXES).
+  if (route === "/serving-endpoints" || route.startsWith("/serving-endpoints/") || route.startsWith("/api/2.0/")) return "databricks";
+  if (route === "/health" || route === "/metrics" || route === "/admin" || route.startsWith("/admin/") || route === "/" || route.startsWith("/ui/")) {
+    return "server";
+  }
   return "spak";
 }
 

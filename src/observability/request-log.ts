@@ -56,7 +56,8 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
     }
     const facts = metrics.takeFacts(String(request.id));
     const body = request.body as { model?: unknown } | undefined;
-    const named = body && typeof body === "object" && typeof body.model === "string" ? body.model : undefined;
+    // The model a refused request named is the client's text: bounded like the ledger's column.
+    const named = body && typeof body === "object" && typeof body.model === "string" ? body.model.slice(0, MAX_NAMED_MODEL) : undefined;
     const line: Record<string, unknown> = {
       dialect: dialectOf(route),
       method: request.method,
@@ -75,7 +76,8 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       finish_reason: facts?.finishReason,
       error_code: clientClosed ? "client_closed" : (metrics.errorCodeOf(request) ?? facts?.errorCode),
     };
-    if (opts.bodies) {
+    // The admin API's bodies hold keys (a created key is in its answer): never logged.
+    if (opts.bodies && !route.startsWith("/admin")) {
       line.request_body = request.body;
       line.response_body = responseBodies.get(request);
     }
@@ -83,6 +85,9 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
     request.log[level](line, "request");
   }
 }
+
+/** Characters of a client-given model name a log line keeps (the ledger keeps as many). */
+const MAX_NAMED_MODEL = 200;
 
 const responseBodies = new WeakMap<object, string>();
 const logged = new WeakSet<FastifyRequest>();
@@ -117,7 +122,9 @@ function prettyLine(raw: string): string {
   const when = typeof time === "number" ? new Date(time).toISOString().slice(11, 23) : "";
   const fields = Object.entries(rest)
     .filter(([, v]) => v !== undefined)
-    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    // A string with spaces, quotes or control characters is quoted: a client-given value (a model
+    // name with a newline) must not be able to end the line and forge another.
+    .map(([k, v]) => `${k}=${typeof v === "string" && /^[\x21-\x7e]*$/.test(v) && !v.includes('"') ? v : JSON.stringify(v)}`)
     .join(" ");
   return [when, LEVELS[level as number] ?? String(level), request_id, msg, fields].filter((p) => p !== undefined && p !== "").join(" ");
 }

@@ -15,10 +15,19 @@ export interface AdminOptions {
 
 const limit = z.int().min(1).nullable().optional();
 
+/** Models one key may be limited to, at most: the list is read on every request the key makes. */
+const MAX_KEY_MODELS = 1000;
+
 /** POST /admin/keys: every field Plinth knows; anything else is refused (strict). */
 export const createKeyRequest = z.strictObject({
-  name: z.string().trim().min(1).max(200),
-  models: z.array(z.string().min(1)).min(1).nullable().optional(),
+  // Shown in logs (`key_name`), `plinth keys list` and the console: one printable line.
+  name: z
+    .string()
+    .trim()
+    .min(1)
+    .max(200)
+    .refine((v) => !/[\u0000-\u001f\u007f]/.test(v), "It must not contain control characters (such as a newline)."),
+  models: z.array(z.string().min(1).max(200)).min(1).max(MAX_KEY_MODELS).nullable().optional(),
   rpm: limit,
   tpm: limit,
   max_concurrency: limit,
@@ -27,18 +36,30 @@ export const createKeyRequest = z.strictObject({
   expires_at: z.union([z.int().min(0), z.string().min(1)]).nullable().optional(),
 });
 
+/** GET /admin/keys takes no parameters (every key fits one answer); an unknown one is a 400, as elsewhere. */
+export const listKeysQuery = z.strictObject({});
+
 export const usageQuery = z.strictObject({
   from: z.string().min(1).optional(),
   to: z.string().min(1).optional(),
   group_by: z.enum(["key", "model", "day"]).optional(),
 });
 
-/** A time as the admin API and the CLI take it: Unix seconds, or an ISO 8601 date/time. Unix ms out. */
+/** The latest time a JavaScript Date holds (the year 275760), in Unix ms. */
+const MAX_TIME_MS = 8.64e15;
+
+/**
+ * A time as the admin API and the CLI take it: Unix seconds, or an ISO 8601 date/time. Unix ms out.
+ * A time past what a Date holds is refused: it would be stored as a float and shown as `1e+23`.
+ */
 export function parseTime(value: string | number, param: string): number {
-  if (typeof value === "number" || /^\d+$/.test(value)) return Number(value) * 1000;
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms)) {
-    throw new ApiError(400, `Invalid '${param}': expected Unix seconds or an ISO 8601 date, got ${JSON.stringify(value)}.`, { param });
+  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : Date.parse(value);
+  if (!Number.isFinite(ms) || ms > MAX_TIME_MS) {
+    throw new ApiError(
+      400,
+      `Invalid '${param}': expected Unix seconds or an ISO 8601 date no later than the year 275760, got ${JSON.stringify(value)}.`,
+      { param, code: "invalid_value" },
+    );
   }
   return ms;
 }
@@ -79,6 +100,7 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
     if (given === undefined || !timingSafeEqual(digest(given), expected)) {
       throw new ApiError(401, "The admin API needs the admin key (--admin-key) as 'Authorization: Bearer KEY' or 'x-api-key'.", {
         code: "invalid_api_key",
+        headers: { "www-authenticate": 'Bearer realm="plinth-admin"' },
       });
     }
   });
@@ -97,7 +119,10 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
     });
     return reply.status(201).send({ ...keyToJson(record), key });
   });
-  scope.get("/keys", async () => ({ object: "list", data: store.listKeys().map((r) => keyToJson(r)) }));
+  scope.get("/keys", async (request) => {
+    listKeysQuery.parse(request.query ?? {});
+    return { object: "list", data: store.listKeys().map((r) => keyToJson(r)) };
+  });
   scope.get<{ Params: { id: string } }>("/keys/:id", async (request) => {
     const record = store.keyById(request.params.id);
     if (!record) throw noKey(request.params.id);

@@ -65,18 +65,21 @@ export class Tenancy {
   constructor(private readonly opts: TenancyOptions) {}
 
   /** Routes anyone may call: health, metrics when so configured, and the admin API (its own key). */
-  private isOpen(route: string | undefined): boolean {
+  private isOpen(route: string | undefined, url: string): boolean {
     if (route === "/health") return true;
     // The web console's page and files: public like any web page; its API calls carry their own key.
     if (route === "/" || route === "/ui/:file") return true;
     if (route === "/metrics") return !this.opts.metricsNeedKey;
-    return route !== undefined && (route === "/admin" || route.startsWith("/admin/"));
+    // The admin API checks the admin key itself, on its unknown paths too (its own 404 handler):
+    // an operator who mistypes a path with the admin key gets a 404, not "The API key is not valid".
+    const path = route ?? url.split("?", 1)[0];
+    return path === "/admin" || path.startsWith("/admin/");
   }
 
   install(app: FastifyInstance): void {
     app.addHook("onRequest", async (request, reply) => {
       const route = request.routeOptions.url;
-      if (this.isOpen(route)) return;
+      if (this.isOpen(route, request.url)) return;
       let principal: Principal | undefined;
       if (this.opts.keys.required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
         // The admin key, not an API key: no limits or ledger row for operators' calls.
@@ -237,13 +240,19 @@ const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
 
 function controlPlaneRefusal(adminKeySet: boolean): ApiError {
   return adminKeySet
-    ? new ApiError(401, "Changing serving endpoints or loaded models needs the admin key (--admin-key), not an API key.", { code: "invalid_api_key" })
+    ? new ApiError(401, "Changing serving endpoints or loaded models needs the admin key (--admin-key), not an API key.", {
+        code: "invalid_api_key",
+        headers: { "www-authenticate": WWW_AUTHENTICATE },
+      })
     : new ApiError(403, "Changing serving endpoints or loaded models is off while API keys are on and no --admin-key is set.", { code: "permission_denied" });
 }
 
 function unauthorized(check: Exclude<KeyCheck, { ok: true }>): ApiError {
-  return new ApiError(401, REASONS[check.reason], { code: "invalid_api_key", headers: { "www-authenticate": 'Bearer realm="plinth"' } });
+  return new ApiError(401, REASONS[check.reason], { code: "invalid_api_key", headers: { "www-authenticate": WWW_AUTHENTICATE } });
 }
+
+/** What every 401 says it wants (RFC 9110): a Bearer token. */
+const WWW_AUTHENTICATE = 'Bearer realm="plinth"';
 
 /**
  * A refusal as a 429: `Retry-After` (whole seconds) and `retry-after-ms` when waiting helps, which

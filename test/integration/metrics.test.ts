@@ -154,3 +154,25 @@ test("KV usage counts the cells of running requests only; prompt-cache and store
   assert.ok(sum(after, "plinth_prompt_cache_evictions_total", M) >= 0);
   assert.ok(sum(after, "plinth_store_bytes") > 0, "the SQLite file has a size");
 });
+
+test("a background response its client cancels is counted as cancelled, not as a server error", async () => {
+  const before = await scrape();
+  const created = await s.http.postRaw("/v1/responses", {
+    model: "tiny",
+    input: "Count the stars.",
+    background: true,
+    max_output_tokens: 900,
+    temperature: 0,
+    logit_bias: NO_EOG,
+  });
+  assert.equal(created.status, 200, created.text);
+  const id = (created.json as { id: string }).id;
+  await new Promise((r) => setTimeout(r, 100));
+  const cancelled = await s.http.postRaw(`/v1/responses/${id}/cancel`, {});
+  assert.equal((cancelled.json as { status: string }).status, "cancelled", cancelled.text);
+  const after = await scrape();
+  const delta = (code: string) => sum(after, "plinth_generation_failures_total", { ...M, code }) - sum(before, "plinth_generation_failures_total", { ...M, code });
+  // The run was stopped with a plain Error, which every failure counter reads as internal_error.
+  assert.equal(delta("internal_error"), 0);
+  assert.equal(delta("cancelled"), 1);
+});

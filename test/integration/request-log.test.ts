@@ -112,6 +112,12 @@ test("one log line per request with its facts and no prompt text", async () => {
   assert.equal(badLine.model, "tiny");
   assert.equal(typeof badLine.error_code, "string");
 
+  // The model a refused request names is the client's text: the line keeps as much as the ledger.
+  const huge = await post({ ...chat, model: "m".repeat(100_000) }, { "x-request-id": "log-huge-model" });
+  assert.equal(huge.status, 404);
+  await huge.text();
+  assert.equal((await logOf("log-huge-model")).model, "m".repeat(200));
+
   const stream = await post({ ...chat, stream: true }, { "x-request-id": "log-stream" });
   await stream.text();
   const streamLine = await logOf("log-stream");

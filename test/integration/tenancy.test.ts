@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
+import Database from "better-sqlite3";
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
@@ -38,6 +39,8 @@ before(async () => {
       "data-dir": dataDir,
       "log-format": "json",
       "log-level": "debug",
+      // Bodies are logged: keys must stay out of the log even so (the admin API's answers hold them).
+      "log-bodies": "true",
       "api-key": [STATIC_KEY],
       "admin-key": ADMIN,
       "rate-window": String(WINDOW_S),
@@ -72,6 +75,15 @@ async function call(method: string, route: string, body: unknown, headers: Recor
 }
 
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+/** Waits until an asynchronous check holds (ledger rows are committed every 200 ms). */
+async function until(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
+  const start = Date.now();
+  while (!(await check())) {
+    if (Date.now() - start > timeoutMs) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 const admin = (method: string, route: string, body?: unknown) => call(method, `/admin${route}`, body, bearer(ADMIN));
 
 async function createKey(settings: Obj): Promise<{ id: string; key: string }> {
@@ -166,6 +178,44 @@ describe("authentication", () => {
     const asAdmin = await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(ADMIN));
     assert.equal(asAdmin.status, 200, asAdmin.text);
     assert.equal((await call("DELETE", "/api/2.0/serving-endpoints/ep-admin-only", undefined, bearer(ADMIN))).status, 200);
+  });
+});
+
+describe("admin API input", () => {
+  test("hostile bodies, times and paths get a clear 4xx; unknown admin paths are a 404 for the admin key", async () => {
+    const refusals: Array<[Obj, string]> = [
+      [{ name: "two\nlines" }, "name"],
+      [{ name: "nul\u0000" }, "name"],
+      [{ name: "x", models: Array.from({ length: 1001 }, (_, i) => `m${i}`) }, "models"],
+      [{ name: "x", models: ["m".repeat(201)] }, "models[0]"],
+      // Past what a Date holds: it was stored as a float and listed as 99999999999999980000.
+      [{ name: "x", expires_at: "99999999999999999999" }, "expires_at"],
+      [{ name: "x", expires_at: 9007199254740991 }, "expires_at"],
+      [{ name: "x", expires_at: "not a date" }, "expires_at"],
+    ];
+    for (const [body, param] of refusals) {
+      const r = await admin("POST", "/keys", body);
+      assert.equal(r.status, 400, `${JSON.stringify(body).slice(0, 80)}: ${r.text}`);
+      assert.equal(r.json.error.param, param);
+      assert.equal(r.json.error.code, "invalid_value");
+    }
+    const far = await admin("GET", "/usage?from=99999999999999999999999");
+    assert.equal(far.status, 400, far.text);
+    assert.equal(far.json.error.param, "from");
+    const paged = await admin("GET", "/keys?limit=5");
+    assert.equal(paged.status, 400, "GET /admin/keys takes no parameters, as /admin/usage refuses unknown ones");
+    assert.equal(paged.json.error.param, "limit");
+    for (const route of ["/nothing", "", "/keys/x/y"]) {
+      const r = await admin("GET", route);
+      assert.equal(r.status, 404, `/admin${route}: ${r.text}`);
+      assert.equal(r.json.error.code, "not_found");
+    }
+    const asUser = await call("GET", "/admin/nothing", undefined, bearer(STATIC_KEY));
+    assert.equal(asUser.status, 401);
+    assert.match(asUser.headers.get("www-authenticate") ?? "", /^Bearer/);
+    const odd = await admin("GET", `/keys/${encodeURIComponent("'; DROP TABLE api_keys;--\u202e😀")}`);
+    assert.equal(odd.status, 404, odd.text);
+    assert.equal((await admin("GET", "/keys")).status, 200);
   });
 });
 
@@ -303,9 +353,80 @@ describe("limits", () => {
     const listed = (await admin("GET", `/keys/${k.id}`)).json;
     assert.equal(listed.used_tokens, spent);
   });
+
+  test("embeddings reserve their input tokens: requests at once cannot spend a budget twice", async () => {
+    // Many inputs a request, so that all twenty are in flight before the first one ends.
+    const input = Array.from({ length: 32 }, (_, i) => `Tell me about the river, the long and winding river number ${i}.`);
+    const probe = await call("POST", "/v1/embeddings", { model: "tiny", input }, bearer(STATIC_KEY));
+    assert.equal(probe.status, 200, probe.text);
+    const each = probe.json.usage.prompt_tokens as number;
+    const k = await createKey({ name: "embed budget", budget_tokens: each * 5 });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => call("POST", "/v1/embeddings", { model: "tiny", input }, bearer(k.key))));
+    const served = answers.filter((r) => r.status === 200);
+    // Every input token was charged only after the whole batch ran: 20 ran, 4 times the budget.
+    assert.equal(served.length, 5, answers.map((r) => r.status).join(","));
+    for (const r of answers.filter((a) => a.status !== 200)) {
+      assert.equal(r.status, 429, r.text);
+      assert.equal(r.json.error.code, "insufficient_quota");
+    }
+    await until(async () => (await admin("GET", `/keys/${k.id}`)).json.used_tokens === each * 5);
+  });
+
+  test("a request cancelled while it waits for a sequence is charged nothing, in the limiter as in the ledger", async () => {
+    const probe = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 1, temperature: 0 }), bearer(STATIC_KEY));
+    const prompt = probe.json.usage.prompt_tokens as number;
+    // Room for exactly one request of max_tokens 8.
+    const k = await createKey({ name: "queued budget", budget_tokens: prompt + 8 });
+    const filler = await createKey({ name: "filler" });
+    // Hold all four sequences, so the next request waits in the queue.
+    const holding = Array.from({ length: 4 }, () =>
+      call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, temperature: 0, logit_bias: NO_EOG }), bearer(filler.key)),
+    );
+    await new Promise((r) => setTimeout(r, 100));
+    const abort = new AbortController();
+    const waiting = fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...bearer(k.key) },
+      body: JSON.stringify(chatBody({ max_tokens: 8, temperature: 0 })),
+      signal: abort.signal,
+    }).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 150));
+    abort.abort();
+    await waiting;
+    await Promise.all(holding);
+    let row: Obj | undefined;
+    await until(async () => (row = (await admin("GET", "/usage?group_by=key")).json.data.find((r: Obj) => r.key === k.id)) !== undefined);
+    assert.equal(row!.total_tokens, 0, JSON.stringify(row));
+    // The limiter kept its prompt as spent, so this request, which needs the whole budget, was
+    // refused though the key had used nothing.
+    const whole = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 8, temperature: 0 }), bearer(k.key));
+    assert.equal(whole.status, 200, whole.text);
+    const line = logLines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Obj).find((e) => e.msg === "request" && e.key === k.id && e.status === 499);
+    assert.equal(line?.prompt_tokens, 0, "the log line books it as the ledger does");
+  });
 });
 
 describe("usage ledger", () => {
+  test("Databricks requests are booked under the databricks dialect, refused or served, in the ledger and the metrics", async () => {
+    const k = await createKey({ name: "dbx dialect", models: ["tiny"] });
+    const invoke = (model?: string) =>
+      call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2, temperature: 0, ...(model ? { model } : {}) }, bearer(k.key));
+    assert.equal((await invoke()).status, 200);
+    assert.equal((await invoke("no such entity")).status, 400);
+    const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });
+    let rows: Array<{ dialect: string; status: number }> = [];
+    try {
+      await until(() => (rows = db.prepare("SELECT dialect, status FROM usage_ledger WHERE key_id = ?").all(k.id) as typeof rows).length === 2);
+    } finally {
+      db.close();
+    }
+    assert.deepEqual(rows.map((r) => r.dialect), ["databricks", "databricks"]);
+    const metrics = (await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).text;
+    assert.match(metrics, /^plinth_http_requests_total\{dialect="databricks",route="\/serving-endpoints\/:name\/invocations",method="POST",status="400"\} \d+/m);
+    assert.match(metrics, /^plinth_http_requests_total\{dialect="server",route="\/admin\/keys",method="POST",status="201"\} \d+/m);
+    assert.doesNotMatch(metrics, /dialect="spak",route="\/(serving-endpoints|api|admin)/);
+  });
+
   test("after 200 mixed requests the ledger's totals equal the sum of the responses' usage", async () => {
     const k = await createKey({ name: "ledger" });
     const h = bearer(k.key);

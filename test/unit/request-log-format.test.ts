@@ -29,3 +29,19 @@ test("namespaces are hashed, never shown", () => {
   assert.match(h, /^[0-9a-f]{16}$/);
   assert.ok(!h.includes("alice"));
 });
+
+test("a pretty line quotes values a client chose, so a newline in one cannot forge another line", async () => {
+  let out = "";
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      out += chunk.toString("utf8");
+      done();
+    },
+  });
+  const { stream } = loggerOptions("info", "pretty", sink);
+  const forged = "x\n12:00:00.000 INFO req_forged request status=200";
+  const line = { level: 30, time: Date.UTC(2026, 0, 1, 12, 0, 0, 5), request_id: "req_1", model: forged, key_name: "a b", status: 404, msg: "request" };
+  await new Promise<void>((resolve) => stream.write(`${JSON.stringify(line)}\n`, () => resolve()));
+  assert.equal(out.split("\n").length, 2, out);
+  assert.equal(out, `12:00:00.005 INFO req_1 request model=${JSON.stringify(forged)} key_name="a b" status=404\n`);
+});

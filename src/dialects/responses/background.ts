@@ -1,4 +1,16 @@
+import { ApiError } from "../../core/errors.ts";
 import type { ResponseEvent } from "./to-wire.ts";
+
+/**
+ * Why a background run was stopped, as its abort reason. An ApiError with its own code, so the
+ * generation's failure is counted under it (`plinth_generation_failures_total`), not as the
+ * `internal_error` any plain Error would be; the run records the response as cancelled either way.
+ */
+export const stopReason = {
+  cancelled: () => new ApiError(499, "The response was cancelled.", { code: "cancelled" }),
+  deleted: () => new ApiError(499, "The response was deleted while it ran.", { code: "cancelled" }),
+  shutdown: () => new ApiError(503, "The server is shutting down.", { code: "server_shutting_down" }),
+};
 
 /**
  * Responses running in the background in this process: each has its own abort (cancel), its
@@ -22,7 +34,7 @@ export class BackgroundRuns {
   /** Cancels every run (server shutdown) and waits for them to record it. */
   async stopAll(): Promise<void> {
     const all = [...this.runs.values()];
-    for (const r of all) r.abort.abort(new Error("the server is shutting down"));
+    for (const r of all) r.abort.abort(stopReason.shutdown());
     await Promise.all(all.map((r) => r.done));
   }
 }

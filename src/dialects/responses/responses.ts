@@ -4,7 +4,7 @@ import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { keyedStoreNamespace } from "../../core/context.ts";
-import type { BackgroundRuns } from "./background.ts";
+import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
 import { drive, respondWithBuilder, startWithTruncation } from "./run.ts";
@@ -255,7 +255,7 @@ export async function retrieveResponse(
 export async function deleteResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   const run = deps.runs.get(id);
   if (run && (await deps.store.responses.get(ns, id))) {
-    run.abort.abort(new Error("deleted"));
+    run.abort.abort(stopReason.deleted());
     await run.done;
   }
   if (!(await deps.store.responses.delete(ns, id))) throw notFound("response", id);
@@ -269,7 +269,7 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
   if (!stored.background) throw badRequest("Only background responses can be cancelled.", null);
   const run = deps.runs.get(id);
   if (run) {
-    run.abort.abort(new Error("cancelled"));
+    run.abort.abort(stopReason.cancelled());
     await run.done;
   }
   return { kind: "json", body: (await deps.store.responses.get(ns, id))!.body };

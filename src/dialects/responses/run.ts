@@ -67,7 +67,8 @@ export async function drive(
     }
     builder.finish();
   } catch (err) {
-    if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err))) {
+    // Stopped from outside (the client left, a cancel, a shutdown: the signal's own reason), not failed.
+    if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err) || err === signal.reason)) {
       // What the run had used when it stopped: it was booked, so the object says it too.
       builder.cancel(spent?.());
       return;
