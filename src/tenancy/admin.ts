@@ -45,6 +45,9 @@ export const usageQuery = z.strictObject({
   group_by: z.enum(["key", "model", "day"]).optional(),
 });
 
+/** A date, or a date and time with an optional zone, as ISO 8601 writes them. */
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
+
 /** The latest time a JavaScript Date holds (the year 275760), in Unix ms. */
 const MAX_TIME_MS = 8.64e15;
 
@@ -53,7 +56,8 @@ const MAX_TIME_MS = 8.64e15;
  * A time past what a Date holds is refused: it would be stored as a float and shown as `1e+23`.
  */
 export function parseTime(value: string | number, param: string): number {
-  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : Date.parse(value);
+  // Date.parse alone also takes "Dec 25 1995" or "2024 13": anything but ISO 8601 is refused here.
+  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : ISO_8601.test(value) ? Date.parse(value) : NaN;
   if (!Number.isFinite(ms) || ms > MAX_TIME_MS) {
     throw new ApiError(
       400,

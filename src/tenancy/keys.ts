@@ -101,7 +101,9 @@ export function principalOf(record: KeyRecord): Principal {
 export function presentedKey(headers: Record<string, string | string[] | undefined>): string | undefined {
   const auth = headers.authorization;
   if (typeof auth === "string") {
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    // Everything after the scheme is the key: "Bearer KEY extra" is a wrong key (401 "not valid"),
+    // not a missing one.
+    const m = /^Bearer\s+(\S.*?)\s*$/i.exec(auth);
     if (m) return m[1];
   }
   const x = headers["x-api-key"];

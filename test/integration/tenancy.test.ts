@@ -192,6 +192,9 @@ describe("admin API input", () => {
       [{ name: "x", expires_at: "99999999999999999999" }, "expires_at"],
       [{ name: "x", expires_at: 9007199254740991 }, "expires_at"],
       [{ name: "x", expires_at: "not a date" }, "expires_at"],
+      // Date.parse reads these too, but they are not ISO 8601.
+      [{ name: "x", expires_at: "Dec 25 2030" }, "expires_at"],
+      [{ name: "x", expires_at: "2030 12" }, "expires_at"],
     ];
     for (const [body, param] of refusals) {
       const r = await admin("POST", "/keys", body);
@@ -240,9 +243,20 @@ describe("model lists and isolation", () => {
       assert.equal(one.status, 403, `${prefix}: ${one.text}`);
       assert.equal(one.json.error.param, "model");
     }
+    // Databricks' endpoint and model lists too: the endpoint is there, but not the key's to see.
+    const endpoints = await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(k.key));
+    assert.equal(endpoints.status, 200, endpoints.text);
+    assert.deepEqual(endpoints.json.endpoints, []);
+    const endpoint = await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(k.key));
+    assert.equal(endpoint.status, 403, endpoint.text);
+    assert.equal(endpoint.json.error_code, "PERMISSION_DENIED");
+    assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(k.key))).json.models, []);
     const allowed = await createKey({ name: "tiny only", models: ["tiny"] });
     const list = await call("GET", "/v1/models", undefined, bearer(allowed.key));
     assert.deepEqual(list.json.data.map((m: Obj) => m.id), ["tiny"]);
+    assert.ok((await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(allowed.key))).json.endpoints.some((e: Obj) => e.name === "tiny"));
+    assert.equal((await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(allowed.key))).status, 200);
+    assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(allowed.key))).json.models.map((m: Obj) => m.name), ["tiny"]);
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
   });
 

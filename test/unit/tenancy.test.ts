@@ -103,6 +103,8 @@ test("keys: presented as Bearer or x-api-key; static and managed keys checked; o
   assert.equal(presentedKey({ authorization: "bearer  abc " }), "abc");
   assert.equal(presentedKey({ "x-api-key": "xyz" }), "xyz");
   assert.equal(presentedKey({ authorization: "Basic abc" }), undefined);
+  // Something after the key makes a wrong key, not a missing one.
+  assert.equal(presentedKey({ authorization: "Bearer abc extra" }), "abc extra");
   assert.equal(presentedKey({}), undefined);
 
   const dir = mkdtempSync(path.join(tmpdir(), "plinth-keys-"));

@@ -228,6 +228,14 @@ export class EndpointManager {
     while (this.jobs.size > 0) await Promise.allSettled([...this.jobs]);
   }
 
+  /** The models behind an endpoint: those serving it, and those of a config being loaded or kept. */
+  modelsOf(ep: Endpoint): string[] {
+    if (ep.kind === "pay-per-token") return [ep.name];
+    const names = new Set(ep.live?.models.values() ?? []);
+    for (const c of [ep.pending?.config, ep.unloaded?.config]) for (const e of c?.served_entities ?? []) names.add(e.entity_name);
+    return [...names];
+  }
+
   list(): Endpoint[] {
     return [...this.payPerTokenEndpoints(), ...this.provisioned.values()];
   }

@@ -4,14 +4,14 @@ import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
 import type { ModelLoader } from "../../core/model-loader.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
-import { type RouteEnv, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
+import { type RouteEnv, type RouteResult, requestContext, routeEnv, sendResult } from "../../http/respond.ts";
 import type { Sealer } from "../responses/sealer.ts";
 import { databricksChat } from "./chat.ts";
 import { chatRequest } from "./chat-protocol.ts";
 import { completionRequest, databricksCompletion } from "./completions.ts";
 import { endpointView } from "./control.ts";
 import { databricksEmbeddings, embeddingsRequest } from "./embeddings.ts";
-import { createEndpointRequest, endpointConfig, type EndpointManager, type Routed } from "./endpoints.ts";
+import { createEndpointRequest, type Endpoint, endpointConfig, type EndpointManager, type Routed } from "./endpoints.ts";
 import { DATABRICKS_ENVELOPE } from "./errors.ts";
 import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
 
@@ -122,12 +122,27 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
 async function controlPlane(scope: FastifyInstance, { service, endpoints }: DatabricksPluginOptions): Promise<void> {
   installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
   const view = (name: string) => endpointView(endpoints.get(name), endpoints, service.registry);
+  // An API key limited to some models sees the endpoints it may query (one of their models is its),
+  // as /v1/models lists only its models: the others' names and models are not its to know.
+  const visible = (request: FastifyRequest, ep: Endpoint) => {
+    const ctx = requestContext(request, "databricks");
+    return endpoints.modelsOf(ep).some((m) => service.mayUse(ctx, m));
+  };
   scope.post("/", async (request) => {
     const ep = await endpoints.create(createEndpointRequest.parse(request.body));
     return view(ep.name);
   });
-  scope.get("/", async () => ({ endpoints: endpoints.list().map((ep) => endpointView(ep, endpoints, service.registry)) }));
-  scope.get<{ Params: { name: string } }>("/:name", async (request) => view(request.params.name));
+  scope.get("/", async (request) => ({
+    endpoints: endpoints
+      .list()
+      .filter((ep) => visible(request, ep))
+      .map((ep) => endpointView(ep, endpoints, service.registry)),
+  }));
+  scope.get<{ Params: { name: string } }>("/:name", async (request) => {
+    const ep = endpoints.get(request.params.name);
+    if (!visible(request, ep)) throw new ApiError(403, `This API key may not query the endpoint '${ep.name}'.`, { code: "model_not_allowed" });
+    return view(ep.name);
+  });
   scope.put<{ Params: { name: string } }>("/:name/config", async (request) => {
     await endpoints.updateConfig(request.params.name, endpointConfig.parse(request.body));
     return view(request.params.name);
@@ -151,7 +166,10 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
     if (!m) throw new ApiError(404, `No model named '${id}' is served here.`);
     return { name: m.id, status: m.status, ...(m.error ? { error: m.error } : {}) };
   };
-  scope.get("/", async () => ({ models: service.registry.list().map((m) => modelView(m.id)) }));
+  scope.get("/", async (request) => {
+    const ctx = requestContext(request, "databricks");
+    return { models: service.registry.list().filter((m) => service.mayUse(ctx, m.id)).map((m) => modelView(m.id)) };
+  });
   scope.post("/", async (request) => {
     const body = z.strictObject({ source: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/).optional() }).parse(request.body);
     const id = await needLoader().load(body.source, { name: body.name });
