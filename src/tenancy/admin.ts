@@ -95,6 +95,12 @@ const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
  */
 export async function adminPlugin(scope: FastifyInstance, { store, adminKey, envelope }: AdminOptions): Promise<void> {
   installErrorEnvelope(scope, envelope, { notFound: true });
+  // A created key is in its answer (once), and the lists name every key and its use: no browser or
+  // proxy cache may keep them (the console shows them; RFC 9111 no-store). Errors included.
+  scope.addHook("onSend", async (_request, reply, payload) => {
+    reply.header("cache-control", "no-store");
+    return payload;
+  });
   const expected = adminKey === undefined ? undefined : digest(adminKey);
   scope.addHook("onRequest", async (request) => {
     if (expected === undefined) {

@@ -133,6 +133,8 @@ export class AnswerView {
     this.tokInfo = el("div", { class: "tok-info", role: "tooltip", id: `tok-info-${++views}`, hidden: "" });
     this.root = el("div", { class: "answer" }, [this.reasoning, this.content, this.tokInfo, this.tools, this.json, this.error, this.stats]);
     this.renderedTokens = 0;
+    /** How much of the answer's text the token spans hold. */
+    this.shownChars = 0;
     /** @type {TokenLogprob[]} */
     this.tokenData = [];
     this.wireTokens();
@@ -152,7 +154,7 @@ export class AnswerView {
       const n = turn.stats?.reasoningTokens;
       this.reasoningLabel.textContent = state.done ? `Reasoning${n ? ` (${n} tokens)` : ""}` : "Reasoning…";
     }
-    if (turn.tokens?.length) this.renderTokens(turn.tokens);
+    if (turn.tokens?.length) this.renderTokens(turn.tokens, turn.content, state.done);
     else this.content.textContent = turn.content;
     this.content.classList.toggle("streaming", Boolean(state.streaming));
     this.renderCalls(turn, state.done);
@@ -208,23 +210,38 @@ export class AnswerView {
     });
   }
 
-  /** @param {TokenLogprob[]} tokens */
-  renderTokens(tokens) {
+  /**
+   * The answer's text cut at its tokens, each span with its token's probabilities. The text shown is
+   * the answer's own (`content`), not the tokens': the server cuts a stop sequence from the text but
+   * not from the logprobs (" t" answered, " tel" the token), and a token that is part of a UTF-8
+   * character is not the character. Once the answer is done it is drawn again whole, with any text
+   * the tokens did not cover.
+   * @param {TokenLogprob[]} tokens @param {string} content @param {boolean} done
+   */
+  renderTokens(tokens, content, done) {
+    if (done) this.renderedTokens = 0;
     if (this.renderedTokens === 0) {
       this.content.textContent = "";
+      this.shownChars = 0;
       this.content.setAttribute("role", "group");
       this.content.setAttribute("aria-label", "Answer, token by token: arrow keys move between tokens and show each one's probability");
     }
     this.tokenData = tokens;
     for (const [k, t] of tokens.slice(this.renderedTokens).entries()) {
       const i = this.renderedTokens + k;
-      const span = el("span", { class: "tok", text: t.token, "data-i": String(i), tabindex: i === 0 ? "0" : "-1", "aria-describedby": this.tokInfo.id });
+      const text = content.slice(this.shownChars, this.shownChars + t.token.length);
+      // Past the answer's end (cut by a stop sequence): nothing of it to show.
+      if (!text) continue;
+      this.shownChars += text.length;
+      const first = !this.content.querySelector(".tok");
+      const span = el("span", { class: "tok", text, "data-i": String(i), tabindex: first ? "0" : "-1", "aria-describedby": this.tokInfo.id });
       // Shade unlikely tokens so the uncertain spots stand out before hovering.
       const p = Math.exp(t.logprob);
       if (p < 0.5) span.classList.add(p < 0.1 ? "tok-low" : "tok-mid");
       this.content.append(span);
     }
     this.renderedTokens = tokens.length;
+    if (done && this.shownChars < content.length) this.content.append(content.slice(this.shownChars));
   }
 
   /** @param {Turn} turn @param {boolean} done */

@@ -53,6 +53,28 @@ export class LineChart {
   }
 }
 
+/** The width of the labels' column, left of the bars (SVG units). */
+const LABEL_WIDTH = 124;
+
+/** Characters a label keeps before it is measured (about what 124 units hold at 12 px). */
+const LABEL_CHARS = 20;
+
+/**
+ * Shortens a label to its column: key names run to 200 characters and model names in the ledger are
+ * whatever a client asked for, and a long one was drawn over the bars and their numbers. The whole
+ * label stays in the bar's <title> (a tooltip, and read by screen readers).
+ * @param {SVGTextElement} text @param {string} label
+ */
+function fitLabel(text, label) {
+  let shown = label.length > LABEL_CHARS ? `${label.slice(0, LABEL_CHARS - 1)}…` : label;
+  text.textContent = shown;
+  // Measured where the chart is laid out (0 while hidden): wide letters take more room.
+  while (shown.length > 2 && text.getComputedTextLength() > LABEL_WIDTH) {
+    shown = `${shown.slice(0, -2)}…`;
+    text.textContent = shown;
+  }
+}
+
 /**
  * Horizontal bars, one per row, labelled with the value.
  * @param {HTMLElement} host @param {{ label: string, value: number, note?: string }[]} rows @param {string} title
@@ -61,15 +83,20 @@ export function barChart(host, rows, title) {
   const max = Math.max(...rows.map((r) => r.value), 1);
   const height = rows.length * 26 + 4;
   const root = svg("svg", { viewBox: `0 0 600 ${height}`, role: "img", "aria-label": title, class: "bars", width: "100%" });
+  host.replaceChildren(root);
   rows.forEach((r, i) => {
     const y = 4 + i * 26;
-    const label = svg("text", { x: 0, y: y + 15, class: "bar-label" });
-    label.textContent = r.label;
+    const row = svg("g", { class: "bar-row" });
+    const tip = svg("title", {});
+    const valueText = `${r.value}${r.note ? ` ${r.note}` : ""}`;
+    tip.textContent = `${r.label}: ${valueText}`;
+    const label = /** @type {SVGTextElement} */ (svg("text", { x: 0, y: y + 15, class: "bar-label" }));
     const w = Math.max(1, (r.value / max) * 240);
     const bar = svg("rect", { x: 130, y, width: w.toFixed(1), height: 20, class: "bar" });
     const value = svg("text", { x: 134 + w, y: y + 15, class: "bar-value" });
-    value.textContent = `${r.value}${r.note ? ` ${r.note}` : ""}`;
-    root.append(label, bar, value);
+    value.textContent = valueText;
+    row.append(tip, label, bar, value);
+    root.append(row);
+    fitLabel(label, r.label);
   });
-  host.replaceChildren(root);
 }

@@ -24,12 +24,20 @@ export async function adminApiPresent() {
     await request("/admin/keys", { admin: true });
     return true;
   } catch (err) {
-    return err instanceof ApiError && err.status !== 404;
+    // An unreachable server (status 0) has shown nothing either way: no screen for it.
+    return err instanceof ApiError && err.status !== 404 && err.status !== 0;
   }
 }
 
 /** Key names by id, for the usage grouped by key. @type {Map<string, string>} */
 const names = new Map();
+
+/**
+ * A key's name set inside a sentence, isolated (FSI … PDI): a name may hold bidi controls such as
+ * U+202E, which would otherwise turn the rest of the sentence around it right to left.
+ * @param {string} name
+ */
+const isolate = (name) => `\u2068${name}\u2069`;
 
 /** @param {string} text @param {boolean} [error] */
 function status(text, error = false) {
@@ -76,8 +84,14 @@ export async function refreshKeys() {
       if (!revoked) {
         const b = el("button", { type: "button", class: "danger", text: "Revoke", "aria-label": `Revoke ${k.name}` });
         b.addEventListener("click", async () => {
-          if (!confirm(`Revoke the key '${k.name}'? Requests with it are refused from now on.`)) return;
-          await request(`/admin/keys/${encodeURIComponent(k.id)}`, { method: "DELETE", admin: true });
+          if (!confirm(`Revoke the key '${isolate(k.name)}'? Requests with it are refused from now on.`)) return;
+          try {
+            await request(`/admin/keys/${encodeURIComponent(k.id)}`, { method: "DELETE", admin: true });
+          } catch (err) {
+            // Said on the screen: the key is still live, and the operator must know it.
+            status(`The key '${isolate(k.name)}' was not revoked: ${/** @type {Error} */ (err).message}`, true);
+            return;
+          }
           await refreshKeys();
         });
         cell.append(b);
@@ -127,6 +141,8 @@ async function refreshUsage() {
     if (used.length === 0) chart.textContent = "No tokens used in this period.";
   } catch (err) {
     chart.textContent = /** @type {Error} */ (err).message;
+    // No older period's rows under the error, as if they were this one's.
+    tbody.replaceChildren();
   }
 }
 
@@ -161,7 +177,7 @@ export function initKeys() {
       /** @type {Key & { key: string }} */
       const created = await request("/admin/keys", { body, admin: true });
       out.hidden = false;
-      out.replaceChildren("New key for ", el("strong", { text: created.name }), " (shown once, copy it now): ", el("code", { class: "secret", text: created.key }));
+      out.replaceChildren("New key for ", el("strong", {}, [el("bdi", { text: created.name })]), " (shown once, copy it now): ", el("code", { class: "secret", text: created.key }));
       form.reset();
       await refreshKeys();
     } catch (err) {

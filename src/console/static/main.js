@@ -46,7 +46,8 @@ async function loadModels() {
     banner("");
   } catch (err) {
     const e = /** @type {Error} */ (err);
-    banner(e instanceof ApiError && e.status === 401 ? "This server needs an API key: set it with the API key button." : `Cannot list models: ${e.message}`);
+    const refused = apiKey.get() ? `The API key was refused (${e.message}): set another with the API key button.` : "This server needs an API key: set it with the API key button.";
+    banner(e instanceof ApiError && e.status === 401 ? refused : `Cannot list models: ${e.message}`);
     return;
   }
   const endpoints = await listEndpoints();

@@ -74,12 +74,15 @@ async function sample() {
   charts.kv.push(Math.max(0, max.get("vllm:kv_cache_usage_perc") ?? 0) * 100);
 }
 
-/** @param {string} text */
+/**
+ * The charts' own status line, under their description (which keeps its /metrics link): not the
+ * screen's first hint, which is the admin key form's.
+ * @param {string} text
+ */
 function status(text) {
-  const p = /** @type {HTMLElement} */ (document.querySelector("#screen-ops .hint"));
-  p.dataset.text ??= p.textContent ?? "";
-  p.classList.toggle("error", Boolean(text));
-  p.textContent = text || p.dataset.text;
+  const p = /** @type {HTMLElement} */ (document.getElementById("metrics-status"));
+  p.hidden = !text;
+  p.textContent = text;
 }
 
 /** Starts or stops the polling as the screen is shown or left. @param {boolean} visible */
