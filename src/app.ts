@@ -15,7 +15,7 @@ import { consolePlugin } from "./console/plugin.ts";
 import { installErrorEnvelope } from "./http/error-envelope.ts";
 import type { Store } from "./store/store.ts";
 import { registerHealthRoute } from "./http/health.ts";
-import { createHttpServer, type HttpOptions } from "./http/server.ts";
+import { createHttpServer, envelopeForUrl, type HttpOptions } from "./http/server.ts";
 import type { PlinthMetrics } from "./observability/metrics.ts";
 import { installRequestLog } from "./observability/request-log.ts";
 import type { Tracing } from "./observability/tracing.ts";
@@ -54,12 +54,11 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   // Routes no dialect owns (unknown paths at the root), and requests too malformed to reach a route,
   // answer in OpenAI's envelope, the one most clients of a local server speak.
   // Those whose URL can still be read answer in the envelope of the dialect that owns the path.
-  const app = createHttpServer({
-    ...opts,
-    envelope: OPENAI_ENVELOPE,
-    envelopesByPrefix: DATABRICKS_PREFIXES.map((prefix) => [prefix, DATABRICKS_ENVELOPE] as const),
-  });
-  installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true });
+  const envelopesByPrefix = DATABRICKS_PREFIXES.map((prefix) => [prefix, DATABRICKS_ENVELOPE] as const);
+  const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE, envelopesByPrefix });
+  // A path the dialect's own plugin does not see (`//serving-endpoints/…`, `/serving-endpoints;x`)
+  // still answers in that dialect's envelope.
+  installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true, notFoundEnvelope: (url) => envelopeForUrl(url, envelopesByPrefix, OPENAI_ENVELOPE) });
   registerHealthRoute(app, service.registry, () => service.draining);
   opts.tracing?.install(app);
   opts.metrics?.install(app);

@@ -136,6 +136,11 @@ export interface Embedder {
    * SEP). Token ids must already have been checked against `info.vocabularySize`.
    */
   tokenize(input: EmbedInput): Promise<number[]>;
+  /**
+   * The fewest tokens an input can take, found without tokenizing it (tokenizing runs on the event
+   * loop), so an input that can never fit is refused first; 0 when unknown.
+   */
+  minimumTokens?(input: EmbedInput): number;
   /** The model's raw (unnormalised) vector for tokenized input, computed in the given slot. */
   embed(tokens: number[], slot: number, signal: AbortSignal): Promise<Float32Array>;
 }

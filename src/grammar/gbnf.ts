@@ -146,6 +146,25 @@ export function isAtomic(expr: string): boolean {
   return false;
 }
 
+/** Whether `expr` holds a group or a postfix operator (outside literals and classes). */
+function generatesRules(expr: string): boolean {
+  for (let i = 1; i < expr.length - 1; i++) {
+    const c = expr[i];
+    if (c === '"' || c === "[") {
+      const close = c === '"' ? '"' : "]";
+      for (i++; i < expr.length && expr[i] !== close; i++) if (expr[i] === "\\") i++;
+      continue;
+    }
+    if (c === "(" || c === "*" || c === "+" || c === "?" || c === "{") return true;
+  }
+  return false;
+}
+
+/** A parenthesised group's inside (a rule body needs no parentheses); anything else as it is. */
+function ungroup(expr: string): string {
+  return expr.startsWith("(") && isAtomic(expr) ? expr.slice(1, -1) : expr;
+}
+
 /** `expr` wrapped in parentheses unless it already is one item. */
 export function group(expr: string): string {
   return isAtomic(expr) ? expr : `(${expr})`;
@@ -274,7 +293,10 @@ export class GrammarBuilder {
    */
   repeat(hint: string, item: string, min: number, max: number | undefined): string {
     if (max !== undefined && max < min) throw new Error("repeat: max < min");
-    const sym = this.atom(hint, item);
+    // llama.cpp multiplies a repeated group's own generated rules (one per operator or group inside
+    // it) by the count, against the same limit: `("d" "d"{0,999}){0,3}` is refused at load. Such a
+    // group is repeated through a rule of its own, which counts as one.
+    const sym = isAtomic(item) && !(item.startsWith("(") && generatesRules(item)) ? item : this.rule(hint, ungroup(item));
     const fixed = (n: number): string => {
       if (n === 0) return "";
       if (n === 1) return sym;

@@ -14,7 +14,11 @@ export interface ErrorEnvelope {
  * dialect's envelope: thrown ApiErrors, validation failures, Fastify's own body errors, and, with
  * `notFound`, unknown routes under the plugin's prefix.
  */
-export function installErrorEnvelope(scope: FastifyInstance, envelope: ErrorEnvelope, opts: { notFound: boolean }): void {
+export function installErrorEnvelope(
+  scope: FastifyInstance,
+  envelope: ErrorEnvelope,
+  opts: { notFound: boolean; notFoundEnvelope?: (url: string) => ErrorEnvelope },
+): void {
   scope.setErrorHandler((err, request, reply) => {
     const apiError = quoteRequestId(asWireError(err, envelope.fieldNames, request.body), String(request.id));
     if (apiError.status >= 500) request.log.error(err);
@@ -24,7 +28,7 @@ export function installErrorEnvelope(scope: FastifyInstance, envelope: ErrorEnve
     scope.setNotFoundHandler((request, reply) => {
       const url = request.url.length > 200 ? `${request.url.slice(0, 200)}…` : request.url;
       const e = new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
-      void reply.status(404).send(envelope.render(e));
+      void reply.status(404).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
     });
   }
 }

@@ -51,6 +51,22 @@ export function isValidRequestId(id: string): boolean {
   return /^[A-Za-z0-9._-]{1,128}$/.test(id);
 }
 
+/**
+ * The envelope of the dialect whose prefix `url` falls under, else `fallback`. Only the path counts,
+ * as the router reads it less its quirks: a query string (a 431 for a long one), doubled slashes
+ * (`//serving-endpoints/…` from a base URL ending in '/') and a ';' parameter still name the prefix.
+ */
+export function envelopeForUrl(
+  url: string | undefined,
+  byPrefix: ReadonlyArray<readonly [prefix: string, envelope: ErrorEnvelope]>,
+  fallback: ErrorEnvelope,
+): ErrorEnvelope {
+  if (url === undefined) return fallback;
+  const path = url.split("?", 1)[0].replace(/\/{2,}/g, "/");
+  for (const [prefix, envelope] of byPrefix) if (path.startsWith(prefix) && /^(?:$|[/;])/.test(path.slice(prefix.length))) return envelope;
+  return fallback;
+}
+
 /** The most bytes of a refused body read and discarded so the client reads the answer. */
 export function drainLimit(bodyLimit: number): number {
   return Math.min(Math.max(4 * bodyLimit, 1024 * 1024), 64 * 1024 * 1024);
@@ -65,10 +81,7 @@ export function drainLimit(bodyLimit: number): number {
 export function createHttpServer(opts: HttpOptions): FastifyInstance {
   const headersTimeout = opts.headersTimeoutMs ?? HTTP_DEFAULTS.headersTimeoutMs;
   const bodyTimeout = opts.bodyTimeoutMs ?? HTTP_DEFAULTS.bodyTimeoutMs;
-  const envelopeFor = (url: string | undefined): ErrorEnvelope => {
-    if (url !== undefined) for (const [prefix, envelope] of opts.envelopesByPrefix ?? []) if (url === prefix || url.startsWith(`${prefix}/`)) return envelope;
-    return opts.envelope;
-  };
+  const envelopeFor = (url: string | undefined) => envelopeForUrl(url, opts.envelopesByPrefix ?? [], opts.envelope);
   const app = Fastify({
     bodyLimit: opts.bodyLimit,
     logger: opts.logger ?? false,

@@ -17,6 +17,8 @@
 //
 // Times are Unix seconds (what the OpenAI objects carry in `created_at`).
 
+import { ApiError } from "../core/errors.ts";
+
 /** A JSON object as the store keeps it (a response body, a chat.completion, an item, …). */
 export type JsonObject = { [key: string]: unknown };
 
@@ -44,14 +46,16 @@ export interface Page<T> {
   has_more: boolean;
 }
 
-/** Why a store call was refused; `param` names the request field the caller should blame. */
-export class StoreError extends Error {
-  constructor(
-    message: string,
-    readonly code: "invalid_cursor" | "invalid_limit" | "invalid_order" | "conflict",
-    readonly param?: string,
-  ) {
-    super(message);
+/**
+ * Why a store call was refused; `param` names the request field the caller should blame. It is the
+ * client's error (400, or 409 for an id that exists), so any route that lets it through answers
+ * with it, not with a 500.
+ */
+export class StoreError extends ApiError {
+  declare readonly code: "invalid_cursor" | "invalid_limit" | "invalid_order" | "conflict";
+
+  constructor(message: string, code: StoreError["code"], param?: string) {
+    super(code === "conflict" ? 409 : 400, message, { param, code });
     this.name = "StoreError";
   }
 }

@@ -5,6 +5,7 @@ import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "../../src/app.ts";
+import type { Embedder } from "../../src/core/engine.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import { ScriptedEngine } from "../helpers/scripted-engine.ts";
@@ -171,6 +172,114 @@ describe("hostile-input corpus", () => {
     assert.deepEqual(failures, []);
     assert.ok(polls > 5, `the poller ran (${polls} polls)`);
     assert.ok(worst < 1000, `/health answered within ${Math.round(worst)} ms at worst`);
+  });
+});
+
+// ---- Defects black-box fuzzing of a real server found (each was a 500, a wrong envelope or a stall).
+
+describe("found by fuzzing a running server", () => {
+  let app: FastifyInstance;
+  let base: string;
+  const tokenized: string[] = [];
+  before(async () => {
+    // The scripted model also embeds, so the embeddings path runs: up to 8 tokens an input, and a
+    // lower bound of one token per 4 characters, as a real vocabulary's longest piece gives one.
+    const embedder: Embedder = {
+      info: { dimensions: 4, pooling: "mean", poolingDeclared: true, maxInputTokens: 8, vocabularySize: 1000, slots: 1, embeddingOnly: false },
+      tokenize: async (input) => {
+        tokenized.push(input.kind === "text" ? input.text.slice(0, 20) : "tokens");
+        return input.kind === "text" ? [...input.text].map((c) => c.codePointAt(0)! % 1000) : input.tokens;
+      },
+      minimumTokens: (input) => (input.kind === "text" ? Math.floor(input.text.length / 4) : input.tokens.length),
+      embed: async () => Float32Array.from([1, 0, 0, 0]),
+    };
+    class EmbeddingScripted extends ScriptedEngine {
+      override readonly embeddings = embedder;
+    }
+    const registry = new ModelRegistry(16);
+    const engine = new EmbeddingScripted({ id: "tiny", slots: 4, contextSize: 512 });
+    registry.register(engine.id);
+    registry.ready(engine);
+    const { store, sealer, dispose } = testStore();
+    app = buildApp(new GenerationService(registry), { bodyLimit: BODY_LIMIT, store, sealer });
+    app.addHook("onClose", dispose);
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const address = app.server.address();
+    base = `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`;
+  });
+  after(() => app.close());
+
+  const post = async (url: string, body: unknown) => {
+    const r = await send(`${base}${url}`, "POST", JSON_TYPE, JSON.stringify(body));
+    return { status: r.status, json: JSON.parse(r.text) };
+  };
+  const get = async (url: string) => {
+    const r = await send(`${base}${url}`, "GET", {}, undefined);
+    return { status: r.status, json: JSON.parse(r.text) };
+  };
+
+  test("a list cursor that names nothing is a 400 naming after on every stored list (Responses' and Conversations' were 500s)", async () => {
+    const response = await post("/v1/responses", { model: "tiny", input: "hi", store: true });
+    assert.equal(response.status, 200, JSON.stringify(response.json));
+    const conversation = await post("/v1/conversations", { items: [{ type: "message", role: "user", content: "hi" }] });
+    assert.equal(conversation.status, 200, JSON.stringify(conversation.json));
+    for (const url of [
+      `/v1/responses/${response.json.id}/input_items?after=nope`,
+      `/v1/conversations/${conversation.json.id}/items?after=%00`,
+      "/v1/chat/completions?after=nope",
+    ]) {
+      const r = await get(url);
+      assert.equal(r.status, 400, `${url}: ${JSON.stringify(r.json)}`);
+      assert.equal(r.json.error.param, "after", url);
+      assert.equal(r.json.error.code, "invalid_cursor", url);
+    }
+  });
+
+  test("an item id its conversation already holds is a 409 naming id, not a 500", async () => {
+    const item = { type: "message", id: "msg_twice", role: "user", content: "x" };
+    const conversation = await post("/v1/conversations", { items: [item] });
+    assert.equal(conversation.status, 200, JSON.stringify(conversation.json));
+    const again = await post(`/v1/conversations/${conversation.json.id}/items`, { items: [item] });
+    assert.equal(again.status, 409, JSON.stringify(again.json));
+    assert.equal(again.json.error.param, "id");
+    assert.match(again.json.error.message, /msg_twice/);
+    const both = await post("/v1/conversations", { items: [{ ...item, id: "msg_dup" }, { ...item, id: "msg_dup" }] });
+    assert.equal(both.status, 409, JSON.stringify(both.json));
+  });
+
+  test("a path under a Databricks prefix that no route matches answers in the Databricks envelope (404 and 431 alike)", async () => {
+    for (const [url, status] of [
+      ["//serving-endpoints/tiny/invocations", 404],
+      ["/serving-endpoints;x=1", 404],
+      ["/api/2.0/plinth/models;a", 404],
+      [`/api/2.0/serving-endpoints?filter=${"x".repeat(20_000)}`, 431],
+    ] as const) {
+      const r = await send(`${base}${url}`, "POST", JSON_TYPE, "{}");
+      const body = JSON.parse(r.text);
+      assert.equal(r.status, status, `${url.slice(0, 60)}: ${r.text}`);
+      assert.equal(typeof body.error_code, "string", `${url.slice(0, 60)}: ${r.text}`);
+      assert.equal(typeof body.message, "string");
+    }
+    // Paths outside every dialect's prefix keep OpenAI's envelope.
+    const other = await send(`${base}//v9/x`, "POST", JSON_TYPE, "{}");
+    assert.equal(other.status, 404);
+    assert.equal(typeof JSON.parse(other.text).error.message, "string");
+  });
+
+  test("an embeddings input that can never fit is refused before it is tokenized (a 10 MB one held the event loop 2 s)", async () => {
+    tokenized.length = 0;
+    const started = performance.now();
+    const r = await post("/v1/embeddings", { model: "tiny", input: ["fits", "x".repeat(400_000)] });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.equal(r.json.error.param, "input[1]");
+    assert.match(r.json.error.message, /at least 100000 tokens.*at most 8/);
+    assert.deepEqual(tokenized, ["fits"], "the long input was never tokenized");
+    assert.ok(performance.now() - started < 1000);
+    // An input the bound lets through is still measured exactly.
+    const exact = await post("/v1/embeddings", { model: "tiny", input: "x".repeat(20) });
+    assert.equal(exact.status, 400, JSON.stringify(exact.json));
+    assert.match(exact.json.error.message, /is 20 tokens/);
+    assert.equal((await post("/v1/embeddings", { model: "tiny", input: "ok" })).status, 200);
   });
 });
 

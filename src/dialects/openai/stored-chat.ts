@@ -5,7 +5,7 @@ import type { GenerationService } from "../../core/generation-service.ts";
 import { keyedStoreNamespace } from "../../core/context.ts";
 import { requestKey } from "../../http/access.ts";
 import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
-import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store, StoreError } from "../../store/store.ts";
+import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
 import { isolationKey } from "./sampling-fields.ts";
 
@@ -49,14 +49,6 @@ export async function storeChatCompletion(
 
 const notFound = (id: string) => new ApiError(404, `No stored chat completion with id '${id}' exists here.`, { code: "not_found" });
 
-/** StoreErrors (a bad cursor, limit or order) are the client's: 400 naming the query field. */
-function storeCall<T>(call: () => Promise<T>): Promise<T> {
-  return call().catch((err) => {
-    if (err instanceof StoreError) throw badRequest(err.message, err.param ?? null, err.code);
-    throw err;
-  });
-}
-
 /** The object as retrieved: the stored completion with its current metadata. */
 function toWire(record: ChatCompletionRecord) {
   return { ...record.body, metadata: record.metadata };
@@ -87,9 +79,7 @@ function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
 
 export async function listStoredChatCompletions(query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
   const q = listChatCompletionsQuery.parse(query);
-  const page = await storeCall(() =>
-    storage.store.chatCompletions.list(ns, { model: q.model, after: q.after, limit: q.limit, order: q.order, metadata: metadataFilter(query) }),
-  );
+  const page = await storage.store.chatCompletions.list(ns, { model: q.model, after: q.after, limit: q.limit, order: q.order, metadata: metadataFilter(query) });
   return { kind: "json", body: { object: "list", ...page, data: page.data.map(toWire) } };
 }
 
@@ -113,7 +103,7 @@ export async function deleteStoredChatCompletion(id: string, ns: string, storage
 
 export async function listStoredChatMessages(id: string, query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
   const q = listChatCompletionsQuery.pick({ after: true, limit: true, order: true }).parse(query);
-  const page = await storeCall(() => storage.store.chatCompletions.listMessages(ns, id, q));
+  const page = await storage.store.chatCompletions.listMessages(ns, id, q);
   if (!page) throw notFound(id);
   return { kind: "json", body: { object: "list", ...page } };
 }

@@ -1,6 +1,7 @@
 import { type LlamaEmbeddingContext, type LlamaModel, LlamaVocabularyType, type Token } from "node-llama-cpp";
 import { ApiError } from "../../core/errors.ts";
 import type { EmbedInput, Embedder, EmbeddingInfo, EmbeddingPooling } from "../../core/engine.ts";
+import { PromptBound } from "./prompt-bound.ts";
 
 export interface LlamaEmbedderOptions {
   /** Embedding contexts in the pool: inputs embedded at once. */
@@ -67,11 +68,19 @@ export class LlamaEmbedder implements Embedder {
     });
   }
 
+  private readonly bound: PromptBound;
+
   private constructor(
     private readonly model: LlamaModel,
     private readonly opts: LlamaEmbedderOptions,
     readonly info: EmbeddingInfo,
-  ) {}
+  ) {
+    this.bound = new PromptBound(model);
+  }
+
+  minimumTokens(input: EmbedInput): number {
+    return input.kind === "text" ? this.bound.minimumTokens(input) : input.tokens.length;
+  }
 
   async tokenize(input: EmbedInput): Promise<number[]> {
     const tokens = (input.kind === "text" ? this.model.tokenize(input.text, false) : input.tokens.slice()) as Token[];
