@@ -106,7 +106,7 @@ import {
 } from "./gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
-import { emitRegex, hasLookahead, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
+import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import { ANY_STRING_FORMATS, FORMAT_REGEX, formatGrammar, isSupportedFormat, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
 
 export class UnsupportedSchemaError extends Error {
@@ -842,7 +842,8 @@ class Converter {
         return quoted(f.expr);
       }
     }
-    if (pattern !== null && format === null && !hasLookahead(pattern)) {
+    // (A pattern whose grammar would read a text many ways at once takes the automaton below.)
+    if (pattern !== null && format === null && !hasLookahead(pattern) && !readsAmbiguously(pattern)) {
       const [lo, hi] = regexLengthRange(pattern);
       if (lengthsAddNothing(lo, hi)) return quoted(emitRegex(this.b, pattern, hint));
       // A single repeated class (^[a-z]+$, ^\d{3,}$): fold the bounds into the count.
@@ -884,7 +885,8 @@ class Converter {
         if (!(e instanceof AutomatonLimitError)) throw e;
         // Too large to intersect exactly: relax the last constraint (lengths, then the format).
         const dropped = parts.pop()!;
-        this.relax(join(path, dropped.key), `${dropped.key} together with ${parts.map((p) => p.key).join(" and ")}: ${e.message}`);
+        const others = parts.map((p) => p.key).join(" and ");
+        this.relax(join(path, dropped.key), others === "" ? e.message : `${dropped.key} together with ${others}: ${e.message}`);
         if (parts.length === 0) return this.string();
         if (dropped.key.endsWith("Length")) maxLength = undefined;
       }

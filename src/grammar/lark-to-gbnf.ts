@@ -49,7 +49,8 @@
 // and anything syntactically wrong. Limits (LarkLimits) are checked before any expansion.
 
 import { ALL_CHARS, alt, charClass, cpSet, group, GrammarBuilder, literal, seq, setIntersect, setIsEmpty, type CodePointSet } from "./gbnf.ts";
-import { compilePattern, PatternError } from "./regex-to-gbnf.ts";
+import { AutomatonLimitError, cachedDfa, type Dfa, dfaLengthRange, dfaToGbnf, langOfRegex } from "./automaton.ts";
+import { compilePattern, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError } from "./regex-to-gbnf.ts";
 
 /** A grammar that cannot be converted; `line`/`column` are 1-based (0 when not tied to a place). */
 export class GrammarConversionError extends Error {
@@ -692,6 +693,25 @@ function unescapeGbnfLiteral(body: string): string {
 }
 
 /**
+ * compilePattern's grammar, or for a pattern it would write ambiguously its DFA's, which llama.cpp
+ * reads one way only (see readsAmbiguously). One too large for an automaton is refused.
+ */
+function compileReadOneWay(b: GrammarBuilder, pattern: string, hint: string): { expr: string; minLength: number } {
+  const ast = parsePattern(pattern);
+  if (hasLookahead(ast) || !readsAmbiguously(ast)) return compilePattern(b, pattern, hint);
+  let dfa: Dfa;
+  try {
+    dfa = cachedDfa(`regex:${pattern}`, () => langOfRegex(ast));
+  } catch (e) {
+    if (e instanceof AutomatonLimitError) throw new PatternLimitError(`${e.message} (its grammar as written would read a text in many ways at once)`);
+    throw e;
+  }
+  const range = dfaLengthRange(dfa);
+  if (range === null) throw new PatternError("no string matches the pattern");
+  return { expr: dfaToGbnf(b, dfa, hint)!, minLength: range[0] };
+}
+
+/**
  * GBNF for the raw text a regex matches in full. regex-to-gbnf.ts writes GBNF for the JSON-encoded
  * form of the match (it serves JSON Schema string patterns): its classes hold only characters JSON
  * keeps raw, and its literals are JSON-encoded text. Compiled into a private builder, its rules
@@ -700,7 +720,7 @@ function unescapeGbnfLiteral(body: string): string {
  */
 export function rawRegexExpr(b: GrammarBuilder, pattern: string, hint: string): { expr: string; minLength: number } {
   const sub = new GrammarBuilder();
-  const compiled = compilePattern(sub, pattern, hint);
+  const compiled = compileReadOneWay(sub, pattern, hint);
   sub.shared("root", () => compiled.expr);
   const rules = sub
     .render()

@@ -468,6 +468,83 @@ export function hasLookahead(n: RegexNode): boolean {
   return n.kind === "look" || (n.kind === "alt" && n.alts.some(hasLookahead));
 }
 
+/**
+ * Whether a grammar written from the tree as it stands can be in many places of itself at once, in
+ * a way that multiplies under repetition. llama.cpp's sampler keeps one parse stack per place: for
+ * `(a{2,9}){2,9}` nested a few deep, hundreds of thousands, and every token of every model on the
+ * decode thread waits for them (a 60-token answer took 10 s). Such a tree is compiled as a DFA
+ * instead (automaton.ts), which is in one place only.
+ *
+ * The test: inside a repeat, a part that repeats a variable number of times (or a repeat whose body
+ * can be empty) where the character that would continue it could also begin what follows it:
+ * `(\w+\s?)+` (a word character continues the word or starts the next one), `(a{2,9}){2,9}`. A
+ * repeat whose iterations are told apart by their first character, `(x d{1,1000}){1,5}` or
+ * `(\d{1,3}\.){3}`, is read one way and stays as written (its DFA could be large: it counts).
+ */
+export function readsAmbiguously(n: Node): boolean {
+  return ambiguousIn(n, EMPTY_SET, false);
+}
+
+const EMPTY_SET: CodePointSet = cpSet();
+
+function nullable(n: Node): boolean {
+  switch (n.kind) {
+    case "set": return false;
+    case "seq": return n.items.every(nullable);
+    case "alt": return n.alts.some(nullable);
+    case "rep": return n.min === 0 || nullable(n.node);
+    case "look": return nullable(n.main);
+  }
+}
+
+/** The characters a match of `n` can begin with. */
+function firstChars(n: Node): CodePointSet {
+  switch (n.kind) {
+    case "set": return n.set;
+    case "seq": {
+      const parts: CodePointSet[] = [];
+      for (const item of n.items) {
+        parts.push(firstChars(item));
+        if (!nullable(item)) break;
+      }
+      return setUnion(EMPTY_SET, ...parts);
+    }
+    case "alt": return setUnion(EMPTY_SET, ...n.alts.map(firstChars));
+    case "rep": return firstChars(n.node);
+    case "look": return firstChars(n.main);
+  }
+}
+
+/** `follow`: the characters that may come right after `n`; `inRepeat`: `n` is inside a repeat that iterates. */
+function ambiguousIn(n: Node, follow: CodePointSet, inRepeat: boolean): boolean {
+  switch (n.kind) {
+    case "set":
+      return false;
+    case "look":
+      return [n.main, ...n.musts, ...n.mustNots].some((x) => ambiguousIn(x, follow, inRepeat));
+    case "alt":
+      return n.alts.some((a) => ambiguousIn(a, follow, inRepeat));
+    case "seq": {
+      // What follows each item: the first characters of the items after it, up to one that cannot be empty.
+      let after = follow;
+      for (let i = n.items.length - 1; i >= 0; i--) {
+        const item = n.items[i];
+        if (ambiguousIn(item, after, inRepeat)) return true;
+        after = nullable(item) ? setUnion(firstChars(item), after) : firstChars(item);
+      }
+      return false;
+    }
+    case "rep": {
+      const iterates = n.max === undefined || n.max > 1;
+      const variable = n.max === undefined || n.max > n.min;
+      const first = firstChars(n.node);
+      if (inRepeat && variable && !setIsEmpty(setIntersect(first, follow))) return true;
+      if (iterates && (inRepeat || variable) && nullable(n.node)) return true;
+      return ambiguousIn(n.node, iterates ? setUnion(first, follow) : follow, inRepeat || iterates);
+    }
+  }
+}
+
 /** Length range of the strings a regex tree matches (a superset where lookaheads are involved). */
 export function regexLengthRange(n: RegexNode): [number, number] {
   return lengthRange(n);

@@ -23,6 +23,11 @@ const withJson = (body: unknown, inner: string) => JSON.stringify(body).replace(
 // [name, body, status, param, and for what the size bounds refuse before any compiling, a limit in ms]
 const corpus: Array<[string, unknown, number, string | null, number?]> = [
   ["a backtracking pattern against an enum", { ...chat, response_format: rf({ type: "string", enum: ["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"], pattern: "^(a+)+$" }) }, 400, "response_format.json_schema.schema"],
+  // Nested counted repeats: one text reads many ways, and llama.cpp kept a parse stack for each (a
+  // 60-token answer took 10 s and held every other request on the decode thread). As a DFA it would
+  // need 9^6 states: refused. The same nesting two deep is a DFA and answers.
+  ["repeats nested six deep", { ...chat, response_format: rf({ type: "string", pattern: "((((((a{2,9}){2,9}){2,9}){2,9}){2,9}){2,9})" }) }, 400, "response_format.json_schema.schema"],
+  ["repeats nested two deep", { ...chat, response_format: rf({ type: "string", pattern: "^(a{2,9}){2,9}$" }) }, 200, null],
   ["maxLength of 100,000,000", { ...chat, response_format: rf({ type: "string", maxLength: 100_000_000 }) }, 400, "response_format.json_schema.schema"],
   ["a repetition of 99,999,999", { ...chat, response_format: rf({ type: "string", pattern: "^a{0,99999999}$" }) }, 400, "response_format.json_schema.schema"],
   ["100 properties under maxProperties 50", { ...chat, response_format: rf({ type: "object", properties: props(100), maxProperties: 50 }) }, 200, null],
