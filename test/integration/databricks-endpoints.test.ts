@@ -65,6 +65,9 @@ test("create validates: names, routes adding to 100, known entities; a second en
     assert.ok(r.json.message.includes(word), r.json.message);
   };
   await bad({ name: "x y", config: AB }, "name");
+  await bad({ name: "x", config: AB, tags: Array.from({ length: 51 }, (_, i) => ({ key: `k${i}` })) }, "tags");
+  await bad({ name: "x", config: AB, tags: [{ key: "team", value: "a" }, { key: "team", value: "b" }] }, "unique");
+  await bad({ name: "x", config: AB, tags: [{ key: "k".repeat(256) }] }, "tags");
   await bad({ name: "x", config: { ...AB, traffic_config: { routes: [{ served_model_name: "a", traffic_percentage: 70 }, { served_model_name: "b", traffic_percentage: 20 }] } } }, "100");
   await bad({ name: "x", config: { ...AB, traffic_config: { routes: [{ served_model_name: "zz", traffic_percentage: 100 }] } } }, "zz");
   await bad({ name: "x", config: { served_entities: AB.served_entities } }, "traffic_config");

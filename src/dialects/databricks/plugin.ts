@@ -126,7 +126,9 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
   // as /v1/models lists only its models: the others' names and models are not its to know.
   const visible = (request: FastifyRequest, ep: Endpoint) => {
     const ctx = requestContext(request, "databricks");
-    return endpoints.modelsOf(ep).some((m) => service.mayUse(ctx, m));
+    // An endpoint with no model behind it (its config never loaded) goes by its own name.
+    const models = endpoints.modelsOf(ep);
+    return (models.length > 0 ? models : [ep.name]).some((m) => service.mayUse(ctx, m));
   };
   scope.post("/", async (request) => {
     const ep = await endpoints.create(createEndpointRequest.parse(request.body));
