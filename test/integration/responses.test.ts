@@ -147,6 +147,13 @@ test("retrieve, input items, delete", async () => {
   const back = await s.client.responses.retrieve(r.id);
   assert.deepEqual(back.output, r.output);
   assert.deepEqual(back.metadata, { topic: "greeting" });
+  // The query is read whole: what it cannot honour is a 400 naming it, not a JSON answer instead.
+  for (const [query, param] of [["stream=1", "stream"], ["starting_after=2", "starting_after"], ["include[]=message.output_text.logprobs", "include[]"]]) {
+    const refused = await fetch(`${s.url}/v1/responses/${r.id}?${query}`);
+    assert.equal(refused.status, 400, query);
+    assert.equal(((await refused.json()) as any).error.param, param, query);
+  }
+  assert.equal((await fetch(`${s.url}/v1/responses/${r.id}?stream=false&include_obfuscation=false`)).status, 200);
   const items = await s.client.responses.inputItems.list(r.id);
   assert.equal(items.data.length, 1);
   assert.equal((items.data[0] as any).role, "user");
@@ -211,7 +218,19 @@ test("background: queued at once, polled to completion; another cancelled while 
   assert.equal(polled.usage?.output_tokens, 10);
 
   const long = await create({ input: "Long", background: true, max_output_tokens: 3000, logit_bias: NO_END });
-  await new Promise((r) => setTimeout(r, 200));
+  // Cancelled once it has written some text (read from its event stream), not after a fixed wait that
+  // a busy machine could spend before the first token.
+  const watching = new AbortController();
+  const events = await fetch(`${s.url}/v1/responses/${long.id}?stream=true`, { signal: watching.signal });
+  const reader = events.body!.getReader();
+  const decoder = new TextDecoder();
+  for (let seen = ""; !seen.includes("response.output_text.delta"); ) {
+    const { done, value } = await reader.read();
+    assert.ok(!done, `the run's events ended before any text: ${seen.slice(-300)}`);
+    seen += decoder.decode(value, { stream: true });
+  }
+  watching.abort();
+  await reader.cancel().catch(() => {});
   const cancelled = await s.client.responses.cancel(long.id);
   assert.equal(cancelled.status, "cancelled");
   const stored = await s.client.responses.retrieve(long.id);

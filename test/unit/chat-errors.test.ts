@@ -56,6 +56,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["presence_penalty out of range", { ...ok, presence_penalty: 2.5 }, 400, "presence_penalty"],
   ["repetition_penalty of 0", { ...ok, repetition_penalty: 0 }, 400, "repetition_penalty"],
   ["logit_bias key not a token id", { ...ok, logit_bias: { hello: 1 } }, 400, "logit_bias.hello"],
+  // "05" and "5" would name one token twice, the last one silently winning.
+  ["logit_bias key with a leading zero", { ...ok, logit_bias: { "05": 1 } }, 400, "logit_bias.05"],
   ["logit_bias value out of range", { ...ok, logit_bias: { "5": 150 } }, 400, "logit_bias.5"],
   ["logit_bias token outside the vocabulary (raised by the engine)", { ...ok, logit_bias: { "999999": 5 } }, 400, "logit_bias"],
   ["too many stop strings", { ...ok, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, 400, "stop"],
@@ -149,7 +151,8 @@ test("a full queue → 429 with Retry-After; nothing was started for the refused
   const busy = await scriptedApp({ id: "tiny", slots: 1, maxQueue: 0, delayMs: 50 });
   try {
     const first = busy.app.inject({ method: "POST", url: "/v1/chat/completions", payload: ok });
-    await new Promise((r) => setTimeout(r, 10));
+    // Until the first holds the one slot (a fixed 10 ms wait could end before it got there).
+    for (let i = 0; i < 5000 && busy.registry.resolve("tiny").scheduler.busy === 0; i++) await new Promise((r) => setTimeout(r, 1));
     const second = await busy.app.inject({ method: "POST", url: "/v1/chat/completions", payload: ok });
     assert.equal(second.statusCode, 429, second.body);
     assert.equal(second.headers["retry-after"], "1");

@@ -16,7 +16,7 @@ export const samplingFieldsSchema = {
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   logit_bias: z
-    .record(z.string().regex(/^\d+$/, "logit_bias keys must be token ids (integers as strings)"), z.number().min(-100).max(100))
+    .record(z.string().regex(/^(?:0|[1-9]\d{0,9})$/, "logit_bias keys must be token ids (integers as strings, without leading zeros: \"5\" and \"05\" would name one token twice)"), z.number().min(-100).max(100))
     .nullish(),
 };
 

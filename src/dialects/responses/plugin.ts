@@ -19,7 +19,7 @@ import {
   updateConversation,
   updateConversationRequest,
 } from "./conversations.ts";
-import { createResponseRequest, inputTokensRequest, listQuery } from "./protocol.ts";
+import { createResponseRequest, inputTokensRequest, listQuery, retrieveQuery } from "./protocol.ts";
 import {
   cancelResponse,
   countInputTokens,
@@ -61,7 +61,7 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   postRoute(scope, "/responses", (b) => createResponseRequest.parse(b), (body, env) => createResponse(body, env, deps), opts);
   postRoute(scope, "/responses/input_tokens", (b) => inputTokensRequest.parse(b), (body, env) => countInputTokens(body, env, deps), opts);
   scope.get<Id>("/responses/:id", async (request, reply) => {
-    const q = request.query as { stream?: string; starting_after?: string };
+    const q = retrieveQuery.parse(request.query ?? {});
     return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));
   });
   scope.delete<Id>("/responses/:id", async (request, reply) => send(reply, request, await deleteResponse(request.params.id, queryNamespace(request), deps)));

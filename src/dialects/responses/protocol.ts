@@ -191,6 +191,20 @@ export type CreateResponseRequest = z.infer<typeof createResponseRequest>;
 
 export const inputTokensRequest = createResponseRequest.partial({ model: true }).extend({ model: z.string().min(1) });
 
+/**
+ * GET /v1/responses/{id}: `stream=true` resumes a background stream after `starting_after`.
+ * `include_obfuscation` is taken as on create (Plinth pads no stream); anything else (`include`,
+ * which would need the response rendered again) is refused.
+ */
+export const retrieveQuery = z.strictObject({
+  stream: z.enum(["true", "false"]).optional(),
+  starting_after: z.string().optional(),
+  include_obfuscation: z.enum(["true", "false"]).optional(),
+  // The namespace the response was stored in (see queryNamespace).
+  user: z.string().optional(),
+  safety_identifier: z.string().optional(),
+});
+
 export const listQuery = z.object({
   after: z.string().optional(),
   limit: z.coerce.number().int().min(1).max(100).optional(),

@@ -244,7 +244,10 @@ export async function retrieveResponse(
 ): Promise<RouteResult> {
   const stored = await deps.store.responses.get(ns, id);
   if (!stored) throw notFound("response", id);
-  if (query.stream !== "true") return { kind: "json", body: stored.body };
+  if (query.stream !== "true") {
+    if (query.starting_after !== undefined) throw badRequest("starting_after applies to a stream: it needs stream=true.", "starting_after");
+    return { kind: "json", body: stored.body };
+  }
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
   const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
   if (!Number.isInteger(after) || after < -1) throw badRequest("starting_after must be a sequence number.", "starting_after");
