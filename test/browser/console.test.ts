@@ -28,10 +28,11 @@ async function open(): Promise<Page> {
   return page;
 }
 
-/** Sets the playground's fields: model, max tokens, extra request fields. */
-async function configure(page: Page, opts: { model?: string | { value: string }; maxTokens?: number; extra?: object }) {
+/** Sets the playground's fields: model, max tokens, temperature, extra request fields. */
+async function configure(page: Page, opts: { model?: string | { value: string }; maxTokens?: number; temperature?: number; extra?: object }) {
   if (opts.model) await page.getByLabel("Model", { exact: true }).selectOption(opts.model);
   if (opts.maxTokens !== undefined) await page.getByLabel("max tokens").fill(String(opts.maxTokens));
+  if (opts.temperature !== undefined) await page.getByLabel("temperature", { exact: true }).fill(String(opts.temperature));
   if (opts.extra) {
     await page.getByText("More request fields").click();
     await page.getByLabel("Merged into the request (JSON object)").fill(JSON.stringify(opts.extra));
@@ -279,7 +280,8 @@ function ensureAB() {
 test("the playground chats with a serving endpoint: the split's pick is named, View code calls the endpoint, a refused field is explained", { skip }, async () => {
   await ensureAB();
   const page = await open();
-  await configure(page, { model: { value: "endpoint:ab" }, maxTokens: 12 });
+  // Greedy: sampled, the answer may end at its first token, before any text (so no TTFT is shown).
+  await configure(page, { model: { value: "endpoint:ab" }, maxTokens: 12, temperature: 0 });
   // Fields Databricks' chat API lacks are greyed out, and the page says why.
   assert.ok(await page.getByLabel("min_p").isDisabled());
   assert.ok(await page.getByLabel("seed").isDisabled());
@@ -311,7 +313,8 @@ test("the playground chats with a serving endpoint: the split's pick is named, V
 test("side by side compares two served entities of one endpoint, prompt for prompt", { skip }, async () => {
   await ensureAB();
   const page = await open();
-  await configure(page, { maxTokens: 30 });
+  // Greedy: sampled, 'b' may end its turn at the first token, before any reasoning.
+  await configure(page, { maxTokens: 30, temperature: 0 });
   await page.getByRole("link", { name: "Side by side" }).click();
   await page.getByLabel("Model A").selectOption({ value: "entity:ab/a" });
   await page.getByLabel("Model B").selectOption({ value: "entity:ab/b" });

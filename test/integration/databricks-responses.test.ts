@@ -80,7 +80,8 @@ test("001-17 with stream omitted the answer is one JSON object with object: resp
 });
 
 test("001-18 with stream: true the answer is text/event-stream", async () => {
-  const r = await resp({ input: "hi", stream: true });
+  // Greedy, so it runs to max_output_tokens (sampled, it may end sooner: response.completed).
+  const r = await resp({ input: "hi", stream: true, temperature: 0 });
   assert.ok(r.headers.get("content-type")?.startsWith("text/event-stream"));
   assert.equal(sseEvents(r.text).at(-1)?.event, "response.incomplete");
 });
@@ -89,10 +90,11 @@ test("001-19 stream_options.include_usage defaults to false; with true the strea
   const last = (text: string) => (sseEvents(text).at(-1)!.data as any).response;
   const without = await resp({ input: "hi", stream: true });
   assert.equal(last(without.text).usage, null);
-  const withUsage = await resp({ input: "hi", stream: true, stream_options: { include_usage: true } });
-  // The model samples at temperature 1 here and may end before max_output_tokens (4).
+  // Greedy: sampled at temperature 1 the model may end before max_output_tokens (4); greedy it never
+  // ends by itself.
+  const withUsage = await resp({ input: "hi", stream: true, stream_options: { include_usage: true }, temperature: 0 });
   const usage = last(withUsage.text).usage;
-  assert.ok(usage.completion_tokens >= 1 && usage.completion_tokens <= 4, JSON.stringify(usage));
+  assert.equal(usage.completion_tokens, 4, JSON.stringify(usage));
   assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
   refused(await resp({ input: "hi", stream_options: { include_usage: true } }), "stream_options");
 });
@@ -116,7 +118,8 @@ test("001-22 max_output_tokens: 0 is rejected; null means no limit", async () =>
 });
 
 test("001-23 max_output_tokens bounds visible and reasoning tokens together", async () => {
-  const r = await resp({ ...THINK, input: "why?", max_output_tokens: 20 });
+  // Greedy: sampled, the model may end its turn at the first token, before any thinking.
+  const r = await resp({ ...THINK, input: "why?", max_output_tokens: 20, temperature: 0 });
   assert.equal(r.status, 200, r.text);
   assert.ok(r.json.usage.reasoning_tokens > 0);
   assert.ok(r.json.usage.completion_tokens <= 20, JSON.stringify(r.json.usage));
@@ -141,7 +144,8 @@ test("001-26 metadata with 16 pairs is echoed; 17 are rejected", async () => {
 });
 
 test("001-27 top_logprobs takes 0 to 20 (the output text then carries logprobs); 21 is rejected", async () => {
-  const r = await resp({ input: "hi", top_logprobs: 3 });
+  // Greedy, so the answer is 4 tokens long (sampled, it may end sooner, or at once with no output item).
+  const r = await resp({ input: "hi", top_logprobs: 3, temperature: 0 });
   const part = r.json.output[0].content[0];
   assert.equal(part.logprobs.length, 4);
   assert.equal(part.logprobs[0].top_logprobs.length, 3);
@@ -170,7 +174,8 @@ test("001-30 reasoning.effort takes low, medium and high; omitted, the effective
 });
 
 test("001-31 reasoning.encrypted_content from an earlier response is accepted later; an altered one is refused", async () => {
-  const first = await dbx(s, "POST", "/serving-endpoints/responses", { ...THINK, input: "why?", max_output_tokens: 12, include: ["reasoning.encrypted_content"] });
+  // Greedy: sampled, the model may end its turn at the first token, leaving no reasoning item.
+  const first = await dbx(s, "POST", "/serving-endpoints/responses", { ...THINK, input: "why?", max_output_tokens: 12, temperature: 0, include: ["reasoning.encrypted_content"] });
   assert.equal(first.status, 200, first.text);
   const sealed = first.json.output.find((o: any) => o.type === "reasoning").encrypted_content;
   assert.equal(typeof sealed, "string");
@@ -357,7 +362,8 @@ test("001-54 the response echoes instructions, max_output_tokens, temperature, t
 });
 
 test("001-55 output message items: type message, id, role assistant, output_text blocks", async () => {
-  const item = (await resp({ input: "hi" })).json.output[0];
+  // Greedy: sampled, the model may end its turn at once, and an empty answer has no output item.
+  const item = (await resp({ input: "hi", temperature: 0 })).json.output[0];
   assert.equal(item.type, "message");
   assert.equal(typeof item.id, "string");
   assert.equal(item.role, "assistant");
@@ -366,7 +372,8 @@ test("001-55 output message items: type message, id, role assistant, output_text
 });
 
 test("001-57 an incomplete response has status incomplete and incomplete_details.reason", async () => {
-  const r = await resp({ input: "hi", max_output_tokens: 2 });
+  // Greedy, so it runs out of tokens (sampled, it may end by itself first: completed).
+  const r = await resp({ input: "hi", max_output_tokens: 2, temperature: 0 });
   assert.equal(r.json.status, "incomplete");
   assert.equal(r.json.incomplete_details.reason, "max_output_tokens");
 });
@@ -377,10 +384,11 @@ test("001-58 the response's store is a boolean, always false", async () => {
 
 test("001-52 the openai client with base_url <host>/serving-endpoints: responses, plain and streamed", async () => {
   const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused", maxRetries: 0 });
-  const r = await client.responses.create({ model: "pt", input: "hello", max_output_tokens: 4 });
+  // Greedy: sampled, the model may end its turn at once, with no text.
+  const r = await client.responses.create({ model: "pt", input: "hello", max_output_tokens: 4, temperature: 0 });
   assert.equal(r.model, "tiny-pt");
   assert.ok(r.output_text.length > 0);
-  const stream = await client.responses.create({ model: "tiny", input: "hello", max_output_tokens: 4, stream: true });
+  const stream = await client.responses.create({ model: "tiny", input: "hello", max_output_tokens: 4, temperature: 0, stream: true });
   let text = "";
   for await (const ev of stream) if (ev.type === "response.output_text.delta") text += ev.delta;
   assert.ok(text.length > 0);

@@ -339,7 +339,9 @@ describe("limits", () => {
   test("concurrency cap: a second request while one runs gets 429; after it ends, it runs", async () => {
     const k = await createKey({ name: "conc", max_concurrency: 1 });
     const long = call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, logit_bias: NO_EOG }), bearer(k.key));
-    await new Promise((r) => setTimeout(r, 50));
+    // Once it is generating it holds the key's one place (a fixed 50 ms wait could end before it
+    // even arrived on a busy machine).
+    await waitFor(() => server.registry.resolve("tiny").scheduler.busy === 1);
     const second = await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key));
     assert.equal(second.status, 429, second.text);
     assert.match(second.json.error.message, /running/);

@@ -21,9 +21,10 @@ test("compiles in the worker, refuses what it cannot enforce, and caches", async
   assert.match(out.gbnf, /root ::=/);
   await assert.rejects(compiler.compile({ not: { type: "string" } }), (e: unknown) => e instanceof UnsupportedSchemaError);
   await assert.rejects(compiler.compile({ type: "string", maxLength: 100_000_000 }), (e: unknown) => e instanceof SchemaLimitError);
-  const t0 = performance.now();
-  await compiler.compile({ type: "object", properties: { a: { type: "string" } }, required: ["a"] });
-  assert.ok(performance.now() - t0 < 20, "a schema seen before is not compiled again");
+  // The very object compiled the first time (one from the worker is a new copy), not a time limit
+  // that a busy machine can miss.
+  const again = await compiler.compile({ type: "object", properties: { a: { type: "string" } }, required: ["a"] });
+  assert.equal(again, out, "a schema seen before is not compiled again");
 });
 
 test("the event loop keeps running while a costly schema compiles", async () => {

@@ -455,8 +455,11 @@ describe("insufficient_system_resource", () => {
     for (const stream of [false, true]) {
       // The scripted model takes 120 ms per step: cached prompt, two tokens of thinking, then the answer.
       const slow = await spakApp({ delayMs: 120 });
+      // Shut down as soon as the thinking is out, 120 ms before the answer's token (a fixed 300 ms
+      // wait was only 60 ms past the thinking's step, which a busy machine's late timers can use up).
+      const thought = new Promise<void>((resolve) => slow.service.addHooks({ event: (_c, ev) => void (ev.type === "reasoning" && resolve()) }));
       const pending = post({ ...ok, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) }, {}, slow.app);
-      await new Promise((r) => setTimeout(r, 300));
+      await thought;
       await slow.service.shutdown(0);
       const r = await pending;
       assert.equal(r.status, 200, r.body);
