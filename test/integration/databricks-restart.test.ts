@@ -46,14 +46,18 @@ function storeUpdateUnderWay(name: string, pending: unknown): void {
   }
 }
 
-test("an update under way when the server stopped: the old config serves again; a failing update leaves it serving, across restarts", async () => {
+/** An endpoint created and served, then the server stopped mid-update to `pending`, and started again. */
+async function stoppedMidUpdate(name: string, serving: unknown, pending: unknown): Promise<void> {
   await start();
-  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "keep", config: single("old", "tiny") })).status, 200);
-  await waitForEndpoint(s!, "keep");
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name, config: serving })).status, 200);
+  await waitForEndpoint(s!, name);
   await stop();
-
-  storeUpdateUnderWay("keep", single("new", "/no/such/model.gguf"));
+  storeUpdateUnderWay(name, pending);
   await start();
+}
+
+test("an update under way when the server stopped: the old config serves again; a failing update leaves it serving, across restarts", async () => {
+  await stoppedMidUpdate("keep", single("old", "tiny"), single("new", "/no/such/model.gguf"));
   const failed = await waitForEndpoint(s!, "keep", (ep) => ep.state.config_update === "UPDATE_FAILED");
   assert.equal(failed.state.ready, "READY", JSON.stringify(failed));
   assert.equal(failed.config.served_entities[0].name, "old");
@@ -73,13 +77,7 @@ test("an update under way when the server stopped: the old config serves again; 
 });
 
 test("an update under way when the server stopped goes on after the restart, and its config serves once loaded", async () => {
-  await start();
-  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "carry", config: single("first", "tiny") })).status, 200);
-  await waitForEndpoint(s!, "carry");
-  await stop();
-
-  storeUpdateUnderWay("carry", single("second", "tiny"));
-  await start();
+  await stoppedMidUpdate("carry", single("first", "tiny"), single("second", "tiny"));
   const done = await waitForEndpoint(s!, "carry", (ep) => ep.state.config_update === "NOT_UPDATING" && ep.config?.config_version === 2);
   assert.equal(done.config.served_entities[0].name, "second");
   assert.equal(done.pending_config, undefined);
