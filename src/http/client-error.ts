@@ -2,6 +2,7 @@ import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
+import { newId } from "../core/ids.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { toApiError } from "./to-api-error.ts";
 
@@ -23,8 +24,9 @@ export function clientErrorHandler(envelopeFor: (url: string | undefined) => Err
     if (socket.writable && !inFlight?.headersSent) {
       const e = clientError(err);
       const body = JSON.stringify(envelopeFor(requestLineUrl(err.rawPacket)).render(e));
+      // Every answer names a request id, these too (what a client quotes when it reports one).
       socket.end(
-        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\n` +
+        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\nX-Request-Id: ${newId("req_")}\r\n` +
           `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
       // Whatever the client still sends is read and ignored until it closes; give it a moment, no more.
@@ -84,6 +86,11 @@ function clientError(err: Error & { code?: string }): ApiError {
 export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope) {
   return (err: Error, request: FastifyRequest, reply: FastifyReply): void => {
     const e = toApiError(err);
-    void reply.status(e.status).header("content-type", "application/json; charset=utf-8").send(envelopeFor(request.raw.url).render(e));
+    // No onRequest hook runs for these: the request id is named here.
+    void reply
+      .status(e.status)
+      .header("content-type", "application/json; charset=utf-8")
+      .header("x-request-id", request.id)
+      .send(envelopeFor(request.raw.url).render(e));
   };
 }

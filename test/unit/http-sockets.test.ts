@@ -60,8 +60,8 @@ function rawExchange(port: number, chunks: Array<string | Buffer>, opts: { gapMs
 }
 
 /** The JSON bodies of the HTTP responses in a raw exchange, with their status codes. */
-function responses(text: string): Array<{ status: number; body: any }> {
-  const out: Array<{ status: number; body: any }> = [];
+function responses(text: string): Array<{ status: number; body: any; requestId?: string }> {
+  const out: Array<{ status: number; body: any; requestId?: string }> = [];
   let rest = text;
   while (rest.startsWith("HTTP/1.1 ")) {
     const headEnd = rest.indexOf("\r\n\r\n");
@@ -69,7 +69,7 @@ function responses(text: string): Array<{ status: number; body: any }> {
     const status = Number(head.slice(9, 12));
     const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
     const body = rest.slice(headEnd + 4, headEnd + 4 + length);
-    out.push({ status, body: JSON.parse(body) });
+    out.push({ status, body: JSON.parse(body), requestId: /^x-request-id: (\S+)/im.exec(head)?.[1] });
     rest = rest.slice(headEnd + 4 + length);
   }
   return out;
@@ -162,6 +162,8 @@ describe("requests Node refuses before routing answer in the envelope", () => {
     const r = await rawExchange(s.port, [`GET /v1/models?${"q".repeat(64 * 1024)} HTTP/1.1\r\nHost: localhost\r\n\r\n`]);
     const [answer] = responses(r.text);
     assertEnvelope(answer.body, 431, answer.status);
+    // Named like every other answer, though no route ever saw it.
+    assert.match(answer.requestId ?? "", /^req_/, r.text.slice(0, 300));
   });
 
   test("under a dialect's own paths, the same refusals answer in that dialect's envelope (Databricks here)", async () => {
@@ -174,6 +176,7 @@ describe("requests Node refuses before routing answer in the envelope", () => {
     assert.equal(typeof (await segment.json()).error_code, "string");
     const encoding = await fetch(`${s.url}/serving-endpoints/%ZZ/invocations`, { method: "POST" });
     assert.equal(encoding.status, 400);
+    assert.match(encoding.headers.get("x-request-id") ?? "", /^req_/);
     assert.equal(typeof (await encoding.json()).error_code, "string");
     // Elsewhere, OpenAI's.
     const openai = await fetch(`${s.url}/v1/models/%ZZ`);
