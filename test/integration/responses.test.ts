@@ -156,7 +156,8 @@ test("retrieve, input items, delete", async () => {
   assert.equal((await fetch(`${s.url}/v1/responses/${r.id}?stream=false&include_obfuscation=false`)).status, 200);
   const items = await s.client.responses.inputItems.list(r.id);
   assert.equal(items.data.length, 1);
-  assert.equal((items.data[0] as any).role, "user");
+  // OpenAI's item resource, not the shorthand sent: content as parts, and a status.
+  assert.deepEqual({ ...items.data[0], id: "" }, { id: "", type: "message", role: "user", content: [{ type: "input_text", text: "Hi" }], status: "completed" });
   const deleted: unknown = await s.client.responses.delete(r.id);
   assert.deepEqual(deleted, { id: r.id, object: "response", deleted: true });
   await assert.rejects(s.client.responses.retrieve(r.id), (e: any) => e.status === 404);
@@ -175,6 +176,8 @@ test("a conversation collects each turn's input and output", async () => {
   const items = await s.client.conversations.items.list(conv.id, { order: "asc" });
   const kinds = items.data.map((i: any) => `${i.type}:${i.role ?? ""}`);
   assert.deepEqual(kinds, ["message:user", "message:user", "message:assistant"]);
+  // The turn's input was the shorthand "And now?"; the item reads as OpenAI lists it.
+  assert.deepEqual(items.data[1], { ...items.data[1], content: [{ type: "input_text", text: "And now?" }], status: "completed" });
   const again = await create({ conversation: conv.id, input: "Third", max_output_tokens: 2, logit_bias: NO_END });
   assert.ok(again.usage.input_tokens > r.usage.input_tokens, "the conversation's items are part of the prompt");
   const got = await s.client.conversations.retrieve(conv.id);

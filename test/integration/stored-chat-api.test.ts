@@ -127,6 +127,22 @@ test("messages lists the request's messages with ids, oldest first", async () =>
   assert.equal(desc.has_more, true);
 });
 
+test("messages are listed in OpenAI's stored-message shape: content a string, parts in content_parts", async () => {
+  const parts = [
+    { type: "text" as const, text: "a" },
+    { type: "text" as const, text: "b" },
+  ];
+  const c = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", name: "bob", content: parts }, { role: "user", content: "hi" }], store: true });
+  const page = await client.chat.completions.messages.list(c.id);
+  assert.deepEqual(
+    page.data.map((m) => [m.content, m.content_parts, (m as { name?: string | null }).name]),
+    [
+      ["a\nb", parts, "bob"],
+      ["hi", null, null],
+    ],
+  );
+});
+
 test("stored completions are isolated by user: another user's id is not found", async () => {
   const c = await client.chat.completions.create({ model: "tiny", messages, store: true, user: "alice", metadata: { who: "alice" } });
   await assert.rejects(client.chat.completions.retrieve(c.id), (e: unknown) => e instanceof OpenAI.NotFoundError);

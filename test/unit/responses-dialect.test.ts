@@ -166,6 +166,9 @@ test("a failure after the stream began: an error event, then response.failed, st
   assert.deepEqual(events.slice(-2).map((e) => e.type), ["error", "response.failed"]);
   const failed = events.at(-1)!.response;
   assert.equal(failed.status, "failed");
+  // The response's error.code is one of OpenAI's (ResponseErrorCode); the error event keeps Plinth's own.
+  assert.equal(failed.error.code, "server_error");
+  assert.equal(events.at(-2)!.code, "internal_error");
   assert.equal(failed.output[0].status, "incomplete");
   const stored = await s.app.inject({ method: "GET", url: `/v1/responses/${failed.id}` });
   assert.equal(stored.json().status, "failed");

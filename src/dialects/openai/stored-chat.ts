@@ -105,7 +105,25 @@ export async function listStoredChatMessages(id: string, query: Record<string, u
   const q = listChatCompletionsQuery.pick({ after: true, limit: true, order: true }).parse(query);
   const page = await storage.store.chatCompletions.listMessages(ns, id, q);
   if (!page) throw notFound(id);
-  return { kind: "json", body: { object: "list", ...page } };
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map(messageToWire) } };
+}
+
+/**
+ * A kept request message in OpenAI's stored-message shape: `content` is always a string or null
+ * (text parts joined by newlines, as the prompt rendered them), a parts array moves to
+ * `content_parts` (null when the content was a string), and `name` is null when absent. The message
+ * is kept as sent; only its listing is reshaped, so completions stored earlier list the same way.
+ */
+function messageToWire(message: JsonObject): JsonObject {
+  const { content, ...rest } = message;
+  const parts = Array.isArray(content) ? (content as JsonObject[]) : null;
+  const text = parts
+    ? parts
+        .filter((p) => p.type === "text")
+        .map((p) => p.text)
+        .join("\n")
+    : (content ?? null);
+  return { ...rest, content: text, name: rest.name ?? null, content_parts: parts, ...(rest.role === "assistant" ? { refusal: rest.refusal ?? null } : {}) };
 }
 
 /** The namespace of a body-less request: its API key and the end user named in its query. */

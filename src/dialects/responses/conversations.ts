@@ -5,6 +5,7 @@ import type { RouteResult } from "../../http/respond.ts";
 import { inputItem } from "./protocol.ts";
 import type { ConversationRecord } from "../../store/store.ts";
 import type { ResponsesDeps } from "./responses.ts";
+import { itemToWire } from "./items.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
 
@@ -68,21 +69,21 @@ export async function addItems(id: string, body: z.infer<typeof addItemsRequest>
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",
-    body: { object: "list", data: added, first_id: added[0]?.id ?? null, last_id: added.at(-1)?.id ?? null, has_more: false },
+    body: { object: "list", data: added.map(itemToWire), first_id: added[0]?.id ?? null, last_id: added.at(-1)?.id ?? null, has_more: false },
   };
 }
 
 export async function listItems(id: string, q: { after?: string; limit?: number; order?: "asc" | "desc" }, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   const page = await deps.store.conversations.listItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("conversation", id);
-  return { kind: "json", body: { object: "list", ...page } };
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map(itemToWire) } };
 }
 
 export async function getItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
   const item = await deps.store.conversations.getItem(ns, id, itemId);
   if (!item) throw notFound("item", itemId);
-  return { kind: "json", body: item };
+  return { kind: "json", body: itemToWire(item) };
 }
 
 export async function deleteItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {

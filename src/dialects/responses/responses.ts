@@ -12,6 +12,7 @@ import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
+import { itemToWire } from "./items.ts";
 
 export interface ResponsesDeps {
   store: Store;
@@ -287,7 +288,7 @@ export async function listInputItems(
 ): Promise<RouteResult> {
   const page = await deps.store.responses.listInputItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("response", id);
-  return { kind: "json", body: { object: "list", ...page } };
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map(itemToWire) } };
 }
 
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */

@@ -127,7 +127,7 @@ export class ResponseBuilder {
     for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
     this.send("error", { code, message, param });
     this.status = "failed";
-    this.failure = { code, message };
+    this.failure = { code: responseErrorCode(code), message };
     this.send("response.failed", { response: this.snapshot() });
   }
 
@@ -268,6 +268,16 @@ export class ResponseBuilder {
     this.send("response.reasoning_summary_part.done", { ...ids, part: { type: "summary_text", text: open.text } });
     open.item.summary = [{ type: "summary_text", text: open.text }];
   }
+}
+
+/**
+ * The response object's `error.code` is one of OpenAI's fixed set (clients with typed enums reject
+ * others), so Plinth's own codes (`queue_timeout`, `server_shutting_down`, `internal_error`, …) read
+ * `server_error` there; the `error` event, whose code is free text, and the message keep the detail.
+ */
+const RESPONSE_ERROR_CODES = new Set(["server_error", "rate_limit_exceeded", "invalid_prompt"]);
+function responseErrorCode(code: string): string {
+  return RESPONSE_ERROR_CODES.has(code) ? code : "server_error";
 }
 
 function logprobToWire(e: TokenLogprob) {
