@@ -47,15 +47,15 @@ export async function collectGeneration(events: AsyncIterable<GenerationEvent>, 
       case "prompt":
         c.prompt ??= { text: "", logprobs: [] };
         c.prompt.text += ev.text;
-        if (ev.logprobs) c.prompt.logprobs.push(...ev.logprobs);
+        if (ev.logprobs) append(c.prompt.logprobs, ev.logprobs);
         break;
       case "text":
         c.text += ev.text;
-        if (ev.logprobs) c.logprobs.push(...ev.logprobs);
+        if (ev.logprobs) append(c.logprobs, ev.logprobs);
         break;
       case "reasoning":
         c.reasoning = (c.reasoning ?? "") + ev.text;
-        if (ev.logprobs) c.reasoningLogprobs.push(...ev.logprobs);
+        if (ev.logprobs) append(c.reasoningLogprobs, ev.logprobs);
         break;
       case "tool-call":
         c.toolCalls[ev.index] = { id: ev.id, name: ev.name, arguments: "" };
@@ -69,4 +69,13 @@ export async function collectGeneration(events: AsyncIterable<GenerationEvent>, 
     }
   }
   return { choices: out, usage };
+}
+
+/**
+ * Appends one by one: `push(...items)` passes every item as an argument, and one event's logprobs
+ * can be a whole answer's (an upstream that answered whole, 100,000 tokens and more), which is past
+ * what a call's arguments can hold ("Maximum call stack size exceeded").
+ */
+export function append<T>(target: T[], items: readonly T[]): void {
+  for (const item of items) target.push(item);
 }

@@ -75,6 +75,12 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   discard?(prepared: P): void;
   /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
   pickSlot?(prepared: P, free: readonly number[]): number;
+  /**
+   * Whether a choice's `generate` may be left unread for a while without holding up other requests.
+   * When so, a choice whose reader falls behind waits for it (see Channel); when not (a llama.cpp
+   * context decodes all its sequences in one step, which waits for each), its events are buffered.
+   */
+  readonly pausable?: boolean;
   /** Generates one choice. Ending iteration early stops the generation. */
   generate(prepared: P, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk>;
   /** Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template). */

@@ -380,6 +380,12 @@ class BatchRun {
       const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
       let reason: FinishReason = "stop";
       for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot }, signal)) {
+        // A reader slower than the engine (a remote upstream streams far faster than a slow client
+        // takes it) holds the engine here, so the events between them stay a bounded buffer.
+        if (engine.pausable && this.channel.full) {
+          await this.channel.room(signal);
+          signal.throwIfAborted();
+        }
         switch (chunk.kind) {
           case "end":
             reason = chunk.reason;

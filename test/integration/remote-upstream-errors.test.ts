@@ -9,7 +9,20 @@ import { postJson, startTestServer, type TestServer } from "../helpers/server.ts
 // speaking just enough of OpenAI's chat API) whose answer each test sets: who is at fault decides
 // the status the client sees and whether the replica is charged a failure.
 
-type Answer = "ok" | "401" | "404" | "404-route" | "413" | "error-event-400" | "error-event-500" | "refusal" | "whole";
+type Answer =
+  | "ok"
+  | "401"
+  | "404"
+  | "404-route"
+  | "413"
+  | "302"
+  | "204"
+  | "error-event-400"
+  | "error-event-500"
+  | "refusal"
+  | "whole"
+  | "logprobs-many"
+  | "bad-tokens";
 let answer: Answer = "ok";
 let upstream: http.Server;
 let url = "";
@@ -23,8 +36,11 @@ before(async () => {
     req.resume();
     req.on("end", () => {
       if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
-      if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+      if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
+      if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
+      if (answer === "302") return void res.writeHead(302, { location: "https://elsewhere.example/v1/chat/completions" }).end();
+      if (answer === "204") return void res.writeHead(204).end();
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
       if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
       if (answer === "404-route") return json(404, { error: { message: "This is a chat model and not supported in this endpoint.", type: "invalid_request_error" } });
@@ -47,7 +63,11 @@ before(async () => {
         return void res.end("data: [DONE]\n\n");
       }
       res.write(chunk({ role: "assistant", content: "" }));
-      if (answer === "refusal") {
+      if (answer === "logprobs-many") {
+        // One chunk with more log probabilities than a call can take as arguments.
+        const content = Array.from({ length: 150_000 }, () => ({ token: "a", logprob: -0.5, top_logprobs: [] }));
+        res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "a" }, logprobs: { content }, finish_reason: null }] })}\n\n`);
+      } else if (answer === "refusal") {
         res.write(chunk({ refusal: "I can't help" }));
         res.write(chunk({ refusal: " with that." }));
       } else res.write(chunk({ content: "Hello" }));
@@ -145,4 +165,47 @@ test("an upstream that ignores stream: true and answers whole is read all the sa
   assert.equal(r.usage.completion_tokens, 3);
   assert.ok(r.streamed.includes("Whole answer."), r.streamed);
   assert.equal(replica().failures, 0);
+});
+
+test("a redirect is the operator's 502 and a 204 the replica's failure: neither is the client's 400", async () => {
+  answer = "302";
+  try {
+    const moved = await ask();
+    assert.equal(moved.status, 502, moved.text);
+    assert.equal(moved.json.error.code, "upstream_misconfigured");
+    answer = "204";
+    const empty = await ask();
+    assert.equal(empty.status, 503, empty.text);
+    assert.equal(empty.json.error.code, "upstream_unavailable");
+  } finally {
+    answer = "ok";
+    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      await ask();
+    }
+  }
+});
+
+test("one chunk carrying 150,000 log probabilities is rendered whole (chat and Responses), not a 500", async () => {
+  answer = "logprobs-many";
+  try {
+    const chat = await ask({ logprobs: true });
+    assert.equal(chat.status, 200, chat.text.slice(0, 500));
+    assert.equal(chat.json.choices[0].logprobs.content.length, 150_000);
+    const responses = await postJson(`${r.url}/v1/responses`, { model: "r", input: "hi", max_output_tokens: 5 });
+    assert.equal(responses.status, 200, responses.text.slice(0, 500));
+  } finally {
+    answer = "ok";
+  }
+});
+
+test("a tokenizer answering values that are not token ids is the upstream's 502, not ids for the client", async () => {
+  answer = "bad-tokens";
+  try {
+    const res = await postJson(`${r.url}/tokenize`, { model: "r", prompt: "hi" });
+    assert.equal(res.status, 502, res.text);
+    assert.equal(res.json.error.code, "upstream_error");
+  } finally {
+    answer = "ok";
+  }
 });

@@ -1,4 +1,5 @@
 import { newId } from "../../core/ids.ts";
+import { append } from "../../core/collect.ts";
 import type { GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import { JsonStringStream } from "./json-string-stream.ts";
 
@@ -188,7 +189,7 @@ export class ResponseBuilder {
     const open = this.open.get(kind);
     if (!open) return;
     open.text += text;
-    if (logprobs) open.logprobs.push(...logprobs);
+    if (logprobs) append(open.logprobs, logprobs);
     const part = (open.item.content as Array<Record<string, unknown>>)[0];
     part.text = open.text;
     if (kind === "message") {

@@ -3,6 +3,7 @@ import { call, readJson } from "./http.ts";
 import { ReplicaPool } from "./pool.ts";
 import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
+import { contextLength } from "./wire.ts";
 import type { RemoteSource } from "./source.ts";
 
 /** Base URL of a replica: what was given, less a trailing `/v1` (the engine adds API paths itself). */
@@ -30,8 +31,13 @@ export function remoteFactory(): EngineFactory {
     for (const r of pool.replicas) {
       try {
         const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: source.connectTimeoutMs });
+        // The status first: a redirect or an error page is not "a body that is not JSON".
+        if (res.status !== 200) {
+          res.body.destroy();
+          throw new Error(`GET /v1/models answered ${res.status}`);
+        }
         const json = (await readJson(res)) as any;
-        if (res.status !== 200 || !Array.isArray(json?.data)) throw new Error(`GET /v1/models answered ${res.status}`);
+        if (!Array.isArray(json?.data)) throw new Error("GET /v1/models answered without a model list");
         models = json.data;
         break;
       } catch (err) {
@@ -39,18 +45,18 @@ export function remoteFactory(): EngineFactory {
       }
     }
     if (!models) throw new Error(`no replica of '${spec.id}' answered: ${errors.join("; ")}`);
-    const ids = models.map((m) => String(m?.id));
+    const ids: string[] = models.map((m) => m?.id).filter((id): id is string => typeof id === "string");
     let upstreamModel = source.model;
     if (upstreamModel === undefined) {
       if (ids.includes(spec.id)) upstreamModel = spec.id;
       else if (ids.length === 1) upstreamModel = ids[0];
-      else throw new Error(`the upstream serves ${ids.length} models (${ids.join(", ")}); name one with model: in the upstream's config entry`);
+      else throw new Error(`the upstream serves ${ids.length} models (${listed(ids)}); name one with model: in the upstream's config entry`);
     } else if (!ids.includes(upstreamModel)) {
-      throw new Error(`the upstream does not serve '${upstreamModel}' (it serves ${ids.join(", ")})`);
+      throw new Error(`the upstream does not serve ${shown(upstreamModel)} (it serves ${listed(ids)})`);
     }
-    const entry = models.find((m) => String(m?.id) === upstreamModel) ?? {};
+    const entry = models.find((m) => m?.id === upstreamModel) ?? {};
     const llamaServer = isLlamaServerModel(entry);
-    const contextSize = typeof entry.max_model_len === "number" && entry.max_model_len > 0 ? entry.max_model_len : llamaServer ? llamaServerContext(entry) : undefined;
+    const contextSize = contextLength(entry.max_model_len) ?? (llamaServer ? llamaServerContext(entry) : undefined);
     const lacks = llamaServer ? await llamaServerLacks(pool.replicas[0].url, headers, source.connectTimeoutMs) : [];
     const probed = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
     // A llama-server that embeds was started with --embeddings, which turns generation off (its
@@ -58,7 +64,7 @@ export function remoteFactory(): EngineFactory {
     const embedding = probed && { ...probed, only: llamaServer || entry.embedding?.embedding_only === true };
     const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks });
     log(
-      `plinth: model '${spec.id}' ready: '${upstreamModel}' on ${pool.replicas.length} upstream replica(s), ` +
+      `plinth: model '${spec.id}' ready: ${shown(upstreamModel)} on ${pool.replicas.length} upstream replica(s), ` +
         `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
         `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
@@ -91,4 +97,19 @@ async function probeEmbedding(
     }
   }
   return undefined;
+}
+
+/**
+ * An upstream's model id as messages and log lines show it: quoted, control characters escaped
+ * (a newline in an id must not start a forged log line), and cut when long.
+ */
+export function shown(id: string): string {
+  const cut = id.length > 100 ? `${id.slice(0, 100)}…` : id;
+  return `'${cut.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)}'`;
+}
+
+/** Some of an upstream's model ids, for a message: a list of 100,000 must not become a 1 MB log line. */
+function listed(ids: string[]): string {
+  const some = ids.slice(0, 10).map(shown).join(", ");
+  return ids.length > 10 ? `${some} and ${ids.length - 10} more` : some || "none";
 }

@@ -33,7 +33,9 @@ export class UpstreamFailure extends Error {
    */
   get retryable(): boolean {
     if (this.kind === "aborted") return false;
-    if (this.kind === "status") return this.status === 429 || (this.status ?? 0) >= 500 || this.misconfigured;
+    // Only a 4xx can blame the request; any other status where a 200 was due (a 204, a redirect,
+    // a 1xx) is the replica's doing, never the client's 400.
+    if (this.kind === "status") return this.status === 429 || !isClientStatus(this.status) || this.misconfigured;
     return true;
   }
 
@@ -43,10 +45,14 @@ export class UpstreamFailure extends Error {
    */
   get misconfigured(): boolean {
     if (this.kind !== "status") return false;
-    if (this.status === 401 || this.status === 403) return true;
+    // A redirect: the entry's URL is not the API's (http for https, a path the server moved); the
+    // router does not follow it, since the request and its key would go where nobody configured.
+    if (this.status === 401 || this.status === 403 || (this.status !== undefined && this.status >= 300 && this.status < 400)) return true;
     return this.status === 404 && /model\b[^.]*\b(does not exist|not found|unknown|not served)|no such model|unknown model|model_not_found/i.test(this.message);
   }
 }
+
+const isClientStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500;
 
 export interface UpstreamResponse {
   status: number;

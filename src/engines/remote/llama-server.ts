@@ -1,7 +1,7 @@
 import type { PromptInput } from "../../core/types.ts";
 import { call, readJson } from "./http.ts";
 import type { UpstreamBody } from "./wire.ts";
-import { messagesToUpstream } from "./wire.ts";
+import { contextLength, messagesToUpstream } from "./wire.ts";
 
 /**
  * llama-server (llama.cpp's HTTP server) speaks OpenAI's protocol with a few differences that
@@ -23,8 +23,7 @@ export function isLlamaServerModel(entry: any): boolean {
 
 /** The context one request can use: one slot's share. */
 export function llamaServerContext(entry: any): number | undefined {
-  const n = entry?.meta?.n_ctx;
-  return typeof n === "number" && n > 0 ? n : undefined;
+  return contextLength(entry?.meta?.n_ctx);
 }
 
 /** Canonical features the upstream's chat template lacks, from its /props (empty when unknown). */

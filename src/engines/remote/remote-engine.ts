@@ -6,9 +6,10 @@ import type { GenerationRequest, ModelDescription, PromptInput } from "../../cor
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
 import { llamaServerTokens, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
+import { TimeSlice } from "./time-slice.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
 import type { RemoteSource } from "./source.ts";
-import { chatBody, ChunkReader, completionBody, messagesToUpstream, refuseInexpressible, refusedByUpstream, UpstreamStreamError } from "./wire.ts";
+import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, UpstreamStreamError } from "./wire.ts";
 
 /** The response header that names the replica(s) that served a request. */
 export const UPSTREAM_HEADER = "x-plinth-upstream";
@@ -55,7 +56,7 @@ function unavailable(name: string, last: UpstreamFailure | undefined): ApiError 
       headers: { "retry-after": String(last.retryAfter ?? 1) },
     });
   if (last?.misconfigured)
-    return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (api key, model).`, {
+    return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (URL, api key, model).`, {
       code: "upstream_misconfigured",
     });
   return new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
@@ -70,6 +71,11 @@ function brokeMidStream(name: string, err: Error): ApiError {
   return new ApiError(502, `The upstream serving '${name}' failed mid-answer: ${err.message}`, { code: "upstream_error" });
 }
 
+/** The longest answer held back whole (see `generate`), in characters: as large as a whole JSON answer may be. */
+const MAX_WHOLE_ANSWER_CHARS = 64 * 1024 * 1024;
+/** What one held chunk costs beside its text, in characters' worth. */
+const HELD_CHUNK_COST = 32;
+
 /** How long a health check's answer body may take to end after its head. */
 const HEALTH_BODY_MS = 2_000;
 
@@ -80,6 +86,8 @@ const HEALTH_BODY_MS = 2_000;
  */
 export class RemoteEngine implements Engine<RemotePrepared> {
   readonly slots: number;
+  /** An upstream stream left unread just waits in its socket (its idle timer runs from each read). */
+  readonly pausable = true;
   readonly embeddings?: Embedder;
   private hasTokenize: boolean | undefined;
   /** The context the upstream's /tokenize last reported (its /v1/models may not say). */
@@ -288,7 +296,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const body = prompt.kind === "chat" ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages) } : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
     const json = (await this.request("/tokenize", body, prefer, true)) as any;
     if (json === undefined) return undefined;
-    const count = typeof json.count === "number" ? json.count : Array.isArray(json.tokens) ? json.tokens.length : undefined;
+    // A count that is not one (negative, fractional, astronomic) is no count: it would be the
+    // prompt's tokens in the usage, the ledger and the context check.
+    const count = json.count !== undefined ? tokenCount(json.count) : Array.isArray(json.tokens) ? json.tokens.length : undefined;
     // No count, or none for a prompt that has text (an endpoint of another shape, such as
     // llama-server's, which reads `content`): the upstream checks for itself instead.
     const hasText = prompt.kind === "chat" ? prompt.messages.length > 0 : prompt.kind === "text" && prompt.text !== "";
@@ -298,7 +308,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     }
     this.hasTokenize = true;
     // A context of 0 is an upstream that does not know its own (a router in front of another).
-    return { count, contextSize: typeof json.max_model_len === "number" && json.max_model_len > 0 ? json.max_model_len : undefined };
+    return { count, contextSize: contextLength(json.max_model_len) };
   }
 
   /**
@@ -395,17 +405,38 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // A whole answer is held back until its end, so a replica that dies midway is failed over
       // like one that died before its first token: the client has seen nothing either way.
       const held: EngineChunk[] | undefined = req.wholeAnswer ? [] : undefined;
+      let heldChars = 0;
+      const hold = (chunk: EngineChunk) => {
+        held!.push(chunk);
+        // Bounded like an answer that came whole (readText): an upstream that ignores the budget and
+        // streams on must not fill the router's memory before the end it never sends. Each chunk
+        // counts for what holding it costs besides its text, so millions of one-character chunks
+        // are stopped too (2 million at most: far past any model's longest answer).
+        heldChars += HELD_CHUNK_COST + (chunk.kind === "text" || chunk.kind === "tool-call-arguments" ? chunk.text.length : 0);
+        if (heldChars > MAX_WHOLE_ANSWER_CHARS) throw new UpstreamFailure("protocol", `the upstream's answer is longer than ${MAX_WHOLE_ANSWER_CHARS} characters`);
+      };
+      // What was held back goes out in one go at the end: a long answer is many chunks, each a few
+      // microtasks through the core, so the event loop gets its turns between them.
+      const slice = new TimeSlice();
       try {
         for (const chunk of head) {
           if (chunk.kind === "end") lease.success();
-          if (held && chunk.kind !== "end") held.push(chunk);
-          else yield* release(held, chunk);
+          if (held && chunk.kind !== "end") hold(chunk);
+          else
+            for (const c of release(held, chunk)) {
+              yield c;
+              await slice.breathe();
+            }
         }
         for await (const chunk of chunks) {
           // The core stops reading at the end chunk, so success is recorded before it is handed over.
           if (chunk.kind === "end") lease.success();
-          if (held && chunk.kind !== "end") held.push(chunk);
-          else yield* release(held, chunk);
+          if (held && chunk.kind !== "end") hold(chunk);
+          else
+            for (const c of release(held, chunk)) {
+              yield c;
+              await slice.breathe();
+            }
         }
         return;
       } catch (err) {
@@ -448,7 +479,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // An upstream (or a proxy before it) that ignored `stream: true` and answered whole: its answer
       // is read as one chunk of the stream it did not send.
       const whole = (await readJson(res, this.source.firstTokenTimeoutMs)) as any;
-      for (const c of reader.read(wholeAsChunk(whole))) yield c;
+      const slice = new TimeSlice();
+      for (const c of reader.read(wholeAsChunk(whole))) {
+        yield c;
+        await slice.breathe();
+      }
       yield* reader.finish();
       return;
     }
@@ -456,7 +491,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const firstToken = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `no token from ${replica.name} within ${ms} ms`)), ms);
     try {
       const timeouts = { firstMs: ms, idleMs: this.source.idleTimeoutMs, started: () => reader.sawOutput };
+      const slice = new TimeSlice();
       for await (const data of sseData(res, timeouts)) {
+        await slice.breathe();
         let json: unknown;
         try {
           json = JSON.parse(data);
@@ -465,7 +502,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         }
         const chunks = reader.read(json);
         if (reader.sawOutput) clearTimeout(firstToken);
-        for (const c of chunks) yield c;
+        for (const c of chunks) {
+          yield c;
+          await slice.breathe();
+        }
       }
     } finally {
       clearTimeout(firstToken);
@@ -488,6 +528,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const json = (await this.request("/tokenize", body, undefined, true)) as any;
     if (!json || !Array.isArray(json.tokens))
       throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
+    // Handed to the client as token ids: nulls, strings or fractions are the upstream's fault, not ids.
+    if (!json.tokens.every((t: unknown) => Number.isInteger(t) && (t as number) >= 0 && (t as number) < 2 ** 31))
+      throw new ApiError(502, `The upstream serving '${this.id}' answered its tokenizer with values that are not token ids.`, { code: "upstream_error" });
     return json.tokens;
   }
 

@@ -318,8 +318,17 @@ export class ChunkReader {
  * any context). Counts go into the usage the client sees, the ledger and key budgets; a negative,
  * fractional or astronomic one from a broken upstream must not.
  */
-function tokenCount(v: unknown): number | undefined {
+export function tokenCount(v: unknown): number | undefined {
   return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 1e9 ? v : undefined;
+}
+
+/**
+ * A context length an upstream reported (its /v1/models, its /tokenize), when it is one: a whole
+ * number of tokens up to 2^31. It is the model's `max_model_len` to clients and the bound of the
+ * context check; 0.5 or 1e300 from a broken upstream must be neither.
+ */
+export function contextLength(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isInteger(v) && v > 0 && v <= 2 ** 31 ? v : undefined;
 }
 
 /** The upstream's stream was not what the protocol promises (bad JSON, an error event). */

@@ -1,0 +1,97 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { ModelSettings } from "../../src/core/engine-factory.ts";
+import { remoteFactory } from "../../src/engines/remote/factory.ts";
+import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
+import type { RemoteSource } from "../../src/engines/remote/source.ts";
+
+// Discovery against an upstream whose model list is hostile: its ids become parts of log lines and
+// load errors (which the server prints and answers with), its numbers the model's context.
+
+let list: unknown = { data: [] };
+let status = 200;
+let upstream: http.Server;
+let url = "";
+
+before(async () => {
+  upstream = http.createServer((req, res) => {
+    req.resume();
+    if (req.url === "/v1/models") {
+      if (status !== 200) return void res.writeHead(status, { location: "http://127.0.0.1:1/" }).end("<html>moved</html>");
+      return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(list));
+    }
+    res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+  url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+});
+after(async () => {
+  upstream.closeAllConnections();
+  await new Promise<void>((resolve) => upstream.close(() => resolve()));
+});
+
+async function discover(): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
+  const source: RemoteSource = {
+    kind: "remote",
+    name: "r",
+    urls: [url],
+    slots: 4,
+    balance: "least",
+    attempts: 1,
+    connectTimeoutMs: 2_000,
+    firstTokenTimeoutMs: 2_000,
+    idleTimeoutMs: 2_000,
+    healthIntervalMs: 0,
+    ejectAfter: 3,
+    ejectMs: 1_000,
+    tokenize: false,
+    unsupported: [],
+  };
+  const lines: string[] = [];
+  try {
+    const engine = (await remoteFactory()({ id: "r", kind: "remote", source, settings: { parallel: 4 } as ModelSettings }, (l) => lines.push(l))) as RemoteEngine;
+    await engine.dispose();
+    return { engine, lines };
+  } catch (err) {
+    return { error: err as Error, lines };
+  }
+}
+
+test("an upstream model id with line breaks and control characters is logged escaped, on one line", async () => {
+  list = { data: [{ id: "m\nplinth: forged line\u001b[31m\u0000" }] };
+  const { engine, lines } = await discover();
+  assert.equal(engine?.upstreamModel, "m\nplinth: forged line\u001b[31m\u0000", "the id itself is used as the upstream's");
+  const ready = lines.find((l) => l.includes("ready"))!;
+  assert.ok(!/[\n\u001b\u0000]/.test(ready), ready);
+  assert.match(ready, /'m\\u000aplinth: forged line\\u001b\[31m\\u0000'/);
+});
+
+test("a list of 100,000 models (ids of 10 KB among them) makes a short load error, not a megabyte", async () => {
+  list = { data: [{ id: "x".repeat(10_000) }, ...Array.from({ length: 100_000 }, (_, i) => ({ id: `model-${i}` })), { id: { toString: 1 } }, { id: null }] };
+  const { error } = await discover();
+  assert.ok(error);
+  assert.ok(error.message.length < 2_000, `${error.message.length} characters`);
+  assert.match(error.message, /serves 100001 models .*and 99991 more/);
+});
+
+test("a context length that is not a whole number of tokens is not the model's context", async () => {
+  for (const bad of [0.5, 1e300, -4096, "4096"]) {
+    list = { data: [{ id: "m", max_model_len: bad }] };
+    const { engine } = await discover();
+    assert.equal(engine?.describe().contextSize, 0, `max_model_len ${bad}`);
+  }
+  list = { data: [{ id: "m", max_model_len: 4096 }] };
+  assert.equal((await discover()).engine?.describe().contextSize, 4096);
+});
+
+test("a model list answered with a redirect says so (not 'a body that is not JSON')", async () => {
+  status = 302;
+  try {
+    const { error } = await discover();
+    assert.match(error!.message, /GET \/v1\/models answered 302/);
+  } finally {
+    status = 200;
+  }
+});
