@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: generates the benchmark model, starts the server in its own process and measures,
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
- * decode loop on the same model and settings, then API keys and the ledger on ÷ off on short requests
+ * decode loop on the same model and settings, what running streams see while a long prompt arrives
+ * (bench/prefill-stall.ts), then API keys and the ledger on ÷ off on short requests
  * (bench/tenancy.ts), the overhead of a router in front of an upstream (bench/router.ts) and
  * embeddings throughput (bench/embeddings.ts).
  * Absolute numbers depend on the machine; the ratios are what to compare between runs.
@@ -16,6 +17,7 @@ import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { llamaServerBench } from "./llama-server.ts";
 import { metricsBench } from "./metrics.ts";
+import { prefillStallBench } from "./prefill-stall.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
 import { routerBench } from "./router.ts";
@@ -180,6 +182,12 @@ async function main() {
   const llamaServer = process.env.LLAMA_SERVER_BIN;
   if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
   else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
+  await prefillStallBench(modelPath, {
+    rounds: ROUNDS,
+    streams: Number(process.env.BENCH_STALL_STREAMS ?? 4),
+    words: Number(process.env.BENCH_STALL_WORDS ?? 600),
+    llamaServerBin: llamaServer,
+  });
 
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);

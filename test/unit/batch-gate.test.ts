@@ -186,3 +186,72 @@ test("a prompt being decoded does not hold a generating sequence back", async ()
   assert.ok(performance.now() - started < 500);
   gate.dispose();
 });
+
+test("a long prompt is let through a piece per step beside the generating sequences, and its results come back whole", async () => {
+  // The fake decodes a batch in a few ms and answers, like node-llama-cpp, with [token index,
+  // value] for each token whose logits were asked for.
+  const reached: string[] = [];
+  const proto = {
+    batchSize: 64,
+    _decodeTokens(this: unknown, item: { sequenceId: number; tokens: number[]; logits: Array<true | undefined>; firstTokenSequenceIndex: number }) {
+      reached.push(item.tokens.length === 1 ? `s${item.sequenceId}` : `p${item.tokens.length}@${item.firstTokenSequenceIndex}`);
+      const out = item.logits.flatMap((l, i) => (l ? [[item.firstTokenSequenceIndex + i, `v${item.tokens[i]}`]] : []));
+      return new Promise((r) => setTimeout(() => r(out), 2));
+    },
+  };
+  type Item = { sequenceId: number; tokens: number[]; logits: Array<true | undefined>; firstTokenSequenceIndex: number };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: Item) => Promise<unknown> };
+  const gate = new BatchGate(context);
+  gate.enter(0);
+  gate.enter(1);
+  // Sequence 0 generates: a token per step, each step asked for when the last one came back.
+  let promptDone = false;
+  const generating = (async () => {
+    let position = 10;
+    await context._decodeTokens({ sequenceId: 0, tokens: [1], logits: [true], firstTokenSequenceIndex: position++ });
+    while (!promptDone) await context._decodeTokens({ sequenceId: 0, tokens: [1], logits: [true], firstTokenSequenceIndex: position++ });
+  })();
+  const tokens = Array.from({ length: 400 }, (_, i) => 1000 + i);
+  const logits: Array<true | undefined> = tokens.map((_, i) => (i === 399 || i === 70 ? true : undefined));
+  const result = await context._decodeTokens({ sequenceId: 1, tokens, logits, firstTokenSequenceIndex: 5 });
+  promptDone = true;
+  gate.leave(1);
+  await generating;
+  // The whole batch less the generating sequence's token, each piece in the same step as a token of
+  // sequence 0 (queued right after it: ascending sequence order), until what is left is short
+  // enough to go whole (at most 256 tokens, what a prompt of a new request may be in one step).
+  const pieces = reached.filter((r) => r.startsWith("p"));
+  assert.deepEqual(pieces, ["p63@5", "p63@68", "p63@131", "p211@194"]);
+  for (const piece of pieces) assert.equal(reached[reached.indexOf(piece) - 1], "s0");
+  // Both logits asked for, at their positions in the sequence, as one answer.
+  assert.deepEqual(result, [
+    [75, "v1070"],
+    [404, "v1399"],
+  ]);
+  gate.dispose();
+});
+
+test("a prompt is not cut while nothing else generates, beyond the batch size, and a short one not at all", async () => {
+  const reached: number[] = [];
+  const proto = {
+    batchSize: 64,
+    _decodeTokens(this: unknown, item: { tokens: number[] }) {
+      reached.push(item.tokens.length);
+      return Promise.resolve([]);
+    },
+  };
+  const context = Object.create(proto) as LlamaContext & { _decodeTokens: (item: object) => Promise<unknown> };
+  const gate = new BatchGate(context);
+  gate.enter(3);
+  await context._decodeTokens({ sequenceId: 3, tokens: Array.from({ length: 600 }, () => 7), logits: new Array(600).fill(undefined), firstTokenSequenceIndex: 0 });
+  assert.deepEqual(reached, [64, 64, 64, 64, 64, 64, 216]);
+  // A prompt a new request might send (at most 256 tokens) goes in one piece, whatever the batch.
+  reached.length = 0;
+  gate.enter(4);
+  gate.enter(5);
+  const step = context._decodeTokens({ sequenceId: 5, tokens: [1], logits: [true], firstTokenSequenceIndex: 9 });
+  await context._decodeTokens({ sequenceId: 4, tokens: Array.from({ length: 200 }, () => 7), logits: new Array(200).fill(undefined), firstTokenSequenceIndex: 0 });
+  await step;
+  assert.deepEqual(reached, [200, 1]);
+  gate.dispose();
+});

@@ -15,10 +15,47 @@ import type { LlamaContext } from "node-llama-cpp";
 // same step. A sequence that is late (its client reads slowly, a grammar makes its sampling slow)
 // only holds the others for a fraction of a step, after which they go without it.
 //
+// A long prompt is cut into pieces, one per step (see `promptBudget`), so that sequences already
+// generating keep getting a token every step while it is read, instead of standing still for the
+// whole prompt (measured on the bench model: a 2,000-token prompt held four running streams for
+// 1.4-2.5 s; bench/prefill-stall.ts).
+//
 // It wraps one internal of node-llama-cpp 3.21.1 (pinned exactly): the context's `_decodeTokens`,
 // through which every sequence's decode passes. Without it the gate stands aside.
 
 type DecodeTokens = (...args: unknown[]) => Promise<unknown>;
+
+/** A decode as node-llama-cpp 3.21.1 queues it (the fields a prompt piece needs). */
+interface DecodeItem {
+  sequenceId: number;
+  tokens: readonly number[];
+  logits: readonly unknown[];
+  firstTokenSequenceIndex: number;
+}
+
+function isSplittable(item: unknown): item is DecodeItem {
+  const i = item as Partial<DecodeItem> | undefined;
+  return (
+    typeof i?.sequenceId === "number" &&
+    typeof i.firstTokenSequenceIndex === "number" &&
+    Array.isArray(i.tokens) &&
+    Array.isArray(i.logits) &&
+    i.logits.length === i.tokens.length
+  );
+}
+
+interface Held {
+  sequenceId: number;
+  /** Tokens it has left to decode. */
+  tokens: number;
+  /** Lets `count` of its tokens through (a decode that cannot be cut: all of them). */
+  go: (count: number) => void;
+  /** Comes back after one batch, so others wait for it while it is in flight. */
+  step: boolean;
+  /** A step of only such decodes is dispatched at once (see letThrough). */
+  eager: boolean;
+  prompt: boolean;
+}
 
 /** A sequence's id as its decodes carry it (an internal of node-llama-cpp 3.21.1); undefined without it. */
 export function sequenceIdOf(sequence: object): number | undefined {
@@ -36,10 +73,27 @@ const HOLD_MIN_MS = 1;
 const HOLD_MAX_MS = 20;
 /** Longest a step waits for a newcomer's cache preparation (a saved state being read from disk). */
 const PARK_MAX_MS = 100;
+/**
+ * While sequences generate, a step with prompt tokens in it aims to last at most this long, or
+ * PROMPT_STEP_SHARE generation steps if that is longer: the running streams' gap between two tokens
+ * while a long prompt is read. A fast machine (a GPU) reads a whole batch of prompt in that time,
+ * and nothing is cut.
+ */
+const PROMPT_STEP_MIN_MS = 100;
+const PROMPT_STEP_SHARE = 4;
+/**
+ * The fewest prompt tokens a step carries while sequences generate. On a CPU a prompt token costs
+ * far more in a small batch than in a large one (bench model, 2 cores, ms per token at 1,000 tokens
+ * of context: 7.5 with 4 in the batch, 4.0 with 16, 2.0 with 64, 1.6-1.7 from 96 to 512), so
+ * pieces cut to a time target there would read a prompt at half speed. With 256, a 2,000-token
+ * prompt beside four streams was read 7 % slower than llama-server reads it, and the streams'
+ * longest wait for a token was 0.5 s instead of llama-server's 2.9 s (128: 32 % slower, 0.3 s).
+ */
+const PIECE_MIN = 256;
 
 export class BatchGate {
   private active = 0;
-  private held: Array<{ sequenceId: number; go: () => void; step: boolean }> = [];
+  private held: Held[] = [];
   private timer: NodeJS.Timeout | undefined;
   /**
    * Sequences getting ready to join (their cache being trimmed or loaded, which needs the context's
@@ -52,11 +106,20 @@ export class BatchGate {
   private parked: NodeJS.Timeout | undefined;
   /** Generation steps (one-token decodes) let through whose results have not come back yet. */
   private inFlight = 0;
+  /** Of those, the one-token decodes (generating sequences). */
+  private tokensInFlight = 0;
   /** Smoothed time from letting a step through to its first result coming back. */
   private stepMs = 10;
+  /** The same for steps with no prompt tokens in them. */
+  private generationStepMs = 10;
+  /** Smoothed cost of one prompt token in a step, ms; unknown until a piece has been timed. */
+  private promptTokenMs: number | undefined;
+  private readonly batchSize: number;
   private readonly original: DecodeTokens | undefined;
 
   constructor(private readonly context: LlamaContext) {
+    const size = (context as { batchSize?: unknown }).batchSize;
+    this.batchSize = typeof size === "number" && size > 0 ? size : 512;
     const internals = context as unknown as ContextInternals;
     if (typeof internals._decodeTokens !== "function") return;
     const original = internals._decodeTokens;
@@ -68,36 +131,111 @@ export class BatchGate {
         new Promise((resolve, reject) => {
           const item = args[0] as { sequenceId?: unknown; tokens?: unknown } | undefined;
           const sequenceId = item?.sequenceId;
-          // Only a generation step (one token) is waited for while in flight. A prompt may span many
-          // batches, and the others must keep decoding a token per batch beside it, not stall.
-          const step = Array.isArray(item?.tokens) && item.tokens.length <= 1 ? 1 : 0;
           const arrived = typeof sequenceId === "number" && this.firstDecode.delete(sequenceId);
-          this.held.push({
-            sequenceId: typeof sequenceId === "number" ? sequenceId : Number.MAX_SAFE_INTEGER,
-            step: step === 1,
-            go: () => {
-              const started = performance.now();
-              this.inFlight += step;
-              original.apply(context, args).then(
-                (value) => {
-                  this.inFlight -= step;
-                  this.observe(performance.now() - started);
-                  resolve(value);
-                  // Those held for this one now wait only the usual hold for its next decode.
-                  this.check();
-                },
-                (err: unknown) => {
-                  this.inFlight -= step;
-                  reject(err);
-                  this.check();
-                },
-              );
-            },
-          });
+          if (Array.isArray(item?.tokens) && item.tokens.length > 1 && isSplittable(item)) this.holdPrompt(original, item, args.slice(1), resolve, reject);
+          else this.holdWhole(original, args, resolve, reject);
           if (arrived) this.joined();
           else this.check();
         }),
     });
+  }
+
+  /**
+   * A decode passed on as it is. Only a generation step (one token) is waited for while in flight:
+   * a prompt that could not be cut may span many batches, and the others must keep decoding a
+   * token per batch beside it, not stall.
+   */
+  private holdWhole(original: DecodeTokens, args: unknown[], resolve: (v: unknown) => void, reject: (e: unknown) => void): void {
+    const item = args[0] as { sequenceId?: unknown; tokens?: unknown } | undefined;
+    const step = Array.isArray(item?.tokens) && item.tokens.length <= 1;
+    this.held.push({
+      sequenceId: typeof item?.sequenceId === "number" ? item.sequenceId : Number.MAX_SAFE_INTEGER,
+      tokens: Array.isArray(item?.tokens) ? item.tokens.length : 1,
+      step,
+      eager: step,
+      prompt: !step,
+      go: () => {
+        const started = performance.now();
+        const mixed = this.stepHasPrompt;
+        if (step) {
+          this.inFlight++;
+          this.tokensInFlight++;
+        }
+        const settle = () => {
+          if (!step) return;
+          this.inFlight--;
+          this.tokensInFlight--;
+        };
+        original.apply(this.context, args).then(
+          (value) => {
+            settle();
+            this.observe(performance.now() - started, mixed);
+            resolve(value);
+            // Those held for this one now wait only the usual hold for its next decode.
+            this.check();
+          },
+          (err: unknown) => {
+            settle();
+            reject(err);
+            this.check();
+          },
+        );
+      },
+    });
+  }
+
+  /**
+   * A prompt, let through a piece per step: each piece is queued with the step's other decodes and
+   * comes back after one batch, and the next piece waits in the gate for the next step like any
+   * generating sequence. The pieces' results (the logits asked for, by token index) are put together
+   * as node-llama-cpp does for a prompt it cuts into batches itself.
+   */
+  private holdPrompt(original: DecodeTokens, item: DecodeItem, rest: unknown[], resolve: (v: unknown) => void, reject: (e: unknown) => void): void {
+    const results: unknown[] = [];
+    let offset = 0;
+    const hold = (first: boolean) =>
+      this.held.push({
+        sequenceId: item.sequenceId,
+        tokens: item.tokens.length - offset,
+        step: true,
+        // The first piece keeps node-llama-cpp's dispatch turn, so requests arriving together join it.
+        eager: !first,
+        prompt: true,
+        go: (count) => {
+          const remaining = item.tokens.length - offset;
+          const n = Math.min(remaining, Math.max(1, count));
+          const piece =
+            offset === 0 && n === remaining
+              ? item
+              : {
+                  ...item,
+                  tokens: item.tokens.slice(offset, offset + n),
+                  logits: item.logits.slice(offset, offset + n),
+                  firstTokenSequenceIndex: item.firstTokenSequenceIndex + offset,
+                };
+          const started = performance.now();
+          const generating = this.stepGenerating;
+          const promptTokens = this.stepPromptTokens;
+          this.inFlight++;
+          original.apply(this.context, [piece, ...rest]).then(
+            (value) => {
+              this.inFlight--;
+              this.observePrompt(performance.now() - started, generating, promptTokens);
+              if (Array.isArray(value)) for (const v of value) results.push(v);
+              offset += n;
+              if (offset >= item.tokens.length) resolve(results);
+              else hold(false);
+              this.check();
+            },
+            (err: unknown) => {
+              this.inFlight--;
+              reject(err);
+              this.check();
+            },
+          );
+        },
+      });
+    hold(true);
   }
 
   /** Whether decodes pass through the gate (node-llama-cpp has the internal it wraps). */
@@ -208,7 +346,19 @@ export class BatchGate {
     const held = this.held;
     this.held = [];
     held.sort((a, b) => a.sequenceId - b.sequenceId);
-    for (const h of held) h.go();
+    const prompts = held.filter((h) => h.prompt);
+    // Sequences generating in this step: those let through now and those whose token is still
+    // being decoded (they come back for the next step).
+    const generating = held.length - prompts.length + this.tokensInFlight;
+    // A prompt of up to PIECE_MIN tokens goes whole (requests arriving together start together, as
+    // before); longer ones share the step's budget.
+    const long = prompts.filter((h) => h.tokens > PIECE_MIN).length;
+    const share = long > 0 ? Math.max(1, Math.floor(this.promptBudget(generating) / long)) : 0;
+    const count = (h: Held) => (h.prompt && h.tokens > PIECE_MIN ? Math.min(h.tokens, share) : h.tokens);
+    this.stepGenerating = generating;
+    this.stepPromptTokens = prompts.reduce((a, h) => a + count(h), 0);
+    this.stepHasPrompt = prompts.length > 0;
+    for (const h of held) h.go(count(h));
     // A step of running sequences only is complete now, so its batch goes at once. Left to itself,
     // node-llama-cpp dispatches on the next event-loop turn (setImmediate) unless every sequence of
     // the context has queued: at one stream of eight that turn was 0.11 ms (median) between a
@@ -217,10 +367,39 @@ export class BatchGate {
     // arrived together are read in it and take the context's lock for their cache before the
     // dispatch does, so their prompts join this decode instead of waiting for it (dispatched at once,
     // 32 simultaneous requests' first tokens came 40-90 ms later).
-    if (held.length > 0 && held.every((h) => h.step)) this.context.dispatchPendingBatch?.();
+    if (held.length > 0 && held.every((h) => h.eager)) this.context.dispatchPendingBatch?.();
   }
 
-  private observe(ms: number): void {
+  /** What the step being let through holds, read by its decodes as they go (for the timings). */
+  private stepGenerating = 0;
+  private stepPromptTokens = 0;
+  private stepHasPrompt = false;
+
+  /**
+   * Prompt tokens for one step. With nothing generating, a whole batch: a prompt is read as fast
+   * as the context can. With sequences generating, as many as keep the step within
+   * PROMPT_STEP_MIN_MS (or PROMPT_STEP_SHARE generation steps), from the measured cost of a prompt
+   * token; each running stream then waits that long for a token instead of the whole prompt.
+   */
+  private promptBudget(generating: number): number {
+    const room = Math.max(1, this.batchSize - generating);
+    if (generating === 0) return room;
+    if (this.promptTokenMs === undefined) return Math.min(room, PIECE_MIN);
+    const target = Math.max(PROMPT_STEP_MIN_MS, PROMPT_STEP_SHARE * this.generationStepMs);
+    const fits = Math.floor((target - this.generationStepMs) / this.promptTokenMs);
+    return Math.min(room, Math.max(PIECE_MIN, fits));
+  }
+
+  private observe(ms: number, mixed: boolean): void {
     this.stepMs = this.stepMs * 0.8 + ms * 0.2;
+    if (!mixed) this.generationStepMs = this.generationStepMs * 0.8 + ms * 0.2;
+  }
+
+  /** A prompt piece's step took `ms`: what its prompt tokens cost, beyond the generation step. */
+  private observePrompt(ms: number, generating: number, promptTokens: number): void {
+    this.stepMs = this.stepMs * 0.8 + ms * 0.2;
+    if (promptTokens <= 0) return;
+    const perToken = Math.max(0.001, (ms - (generating > 0 ? this.generationStepMs : 0)) / promptTokens);
+    this.promptTokenMs = this.promptTokenMs === undefined ? perToken : this.promptTokenMs * 0.7 + perToken * 0.3;
   }
 }

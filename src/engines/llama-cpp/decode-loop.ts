@@ -153,6 +153,8 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       await handOnPrompt();
       step = await steps.next(replacement);
     }
+    // A step source also stops when the request was cancelled while its prompt was read.
+    if (signal.aborted) return;
     // The sampler only stops by itself when it has nothing more to say.
     yield* finish("stop", 0);
   } finally {

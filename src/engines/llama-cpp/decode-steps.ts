@@ -20,8 +20,8 @@ export type Steps = AsyncGenerator<Step, void, Token[] | undefined>;
  * directly through the sequence's decode queue where node-llama-cpp's internals allow it
  * (direct-steps.ts), else through `sequence.evaluate`.
  */
-export function plainSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions): Steps {
-  return directStepsAvailable(sequence) ? directSteps(sequence, input, options) : evaluateSteps(sequence, input, options);
+export function plainSteps(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions, signal?: AbortSignal): Steps {
+  return directStepsAvailable(sequence) ? directSteps(sequence, input, options, signal) : evaluateSteps(sequence, input, options);
 }
 
 /** Plain decoding through node-llama-cpp's own per-token loop. */

@@ -11,6 +11,7 @@ import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } 
 import { embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
+import { generationFirstStrategy } from "./batch-strategy.ts";
 import { ConstraintPlanner } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
@@ -178,6 +179,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
             sequences,
             threads,
             ...(opts.batchSize ? { batchSize: opts.batchSize } : {}),
+            batching: { itemPrioritizationStrategy: generationFirstStrategy },
             // Without a fixed size the library may shrink the context to fit memory; a silently smaller
             // context would turn into surprising 400s, so creation fails loudly instead.
             failedCreationRemedy: false,
@@ -332,7 +334,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       model: this.model,
       steps:
         prepared.logprobs === undefined
-          ? plainSteps(sequence, input, options)
+          ? plainSteps(sequence, input, options, signal)
           : logprobSteps(sequence, input, options, prepared.logprobs, this.pieces),
       decoder: new TokenTextDecoder(this.model, prepared.tokens),
       generated,
