@@ -73,6 +73,11 @@ const HOLD_MIN_MS = 1;
 const HOLD_MAX_MS = 20;
 /** Longest a step waits for a newcomer's cache preparation (a saved state being read from disk). */
 const PARK_MAX_MS = 100;
+/** How many of a held decode's tokens go in this step: a long prompt its share, anything else all. */
+function tokensLetThrough(h: Held, share: number): number {
+  return h.prompt && h.tokens > PIECE_MIN ? Math.min(h.tokens, share) : h.tokens;
+}
+
 /**
  * While sequences generate, a step with prompt tokens in it aims to last at most this long, or
  * PROMPT_STEP_SHARE generation steps if that is longer: the running streams' gap between two tokens
@@ -346,19 +351,25 @@ export class BatchGate {
     const held = this.held;
     this.held = [];
     held.sort((a, b) => a.sequenceId - b.sequenceId);
-    const prompts = held.filter((h) => h.prompt);
+    // Counted in one pass: this runs once per step, which at one stream is once per token.
+    let prompts = 0;
+    let long = 0;
+    for (const h of held) {
+      if (!h.prompt) continue;
+      prompts++;
+      if (h.tokens > PIECE_MIN) long++;
+    }
     // Sequences generating in this step: those let through now and those whose token is still
     // being decoded (they come back for the next step).
-    const generating = held.length - prompts.length + this.tokensInFlight;
+    const generating = held.length - prompts + this.tokensInFlight;
     // A prompt of up to PIECE_MIN tokens goes whole (requests arriving together start together, as
     // before); longer ones share the step's budget.
-    const long = prompts.filter((h) => h.tokens > PIECE_MIN).length;
     const share = long > 0 ? Math.max(1, Math.floor(this.promptBudget(generating) / long)) : 0;
-    const count = (h: Held) => (h.prompt && h.tokens > PIECE_MIN ? Math.min(h.tokens, share) : h.tokens);
     this.stepGenerating = generating;
-    this.stepPromptTokens = prompts.reduce((a, h) => a + count(h), 0);
-    this.stepHasPrompt = prompts.length > 0;
-    for (const h of held) h.go(count(h));
+    this.stepHasPrompt = prompts > 0;
+    this.stepPromptTokens = 0;
+    if (prompts > 0) for (const h of held) if (h.prompt) this.stepPromptTokens += tokensLetThrough(h, share);
+    for (const h of held) h.go(tokensLetThrough(h, share));
     // A step of running sequences only is complete now, so its batch goes at once. Left to itself,
     // node-llama-cpp dispatches on the next event-loop turn (setImmediate) unless every sequence of
     // the context has queued: at one stream of eight that turn was 0.11 ms (median) between a
