@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import http from "node:http";
+import zlib from "node:zlib";
 import type { AddressInfo } from "node:net";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
 import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
@@ -22,14 +23,42 @@ type Answer =
   | "refusal"
   | "whole"
   | "logprobs-many"
-  | "bad-tokens";
+  | "bad-tokens"
+  | "gzip"
+  | "deflate"
+  | "br"
+  | "zstd"
+  | "gzip-400";
 let answer: Answer = "ok";
+/** While set, a compressed stream holds its last chunks until the test calls it (see the gzip test). */
+let hold: Promise<void> | undefined;
 let upstream: http.Server;
 let url = "";
 let r: TestServer;
 
 const chunk = (delta: unknown, finish: string | null = null) =>
   `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+
+/**
+ * A server (or a proxy before it) that compresses whatever the client asked for, flushing after each
+ * event as a streaming server must. "zstd" is a coding Node 20 cannot read: it sends gzip bytes under
+ * that name.
+ */
+async function compressed(res: http.ServerResponse, mode: "gzip" | "deflate" | "br" | "zstd" | "gzip-400") {
+  const coder = mode === "deflate" ? zlib.createDeflate() : mode === "br" ? zlib.createBrotliCompress() : zlib.createGzip();
+  const flush = () => new Promise<void>((resolve) => (mode === "br" ? (coder as zlib.BrotliCompress).flush(zlib.constants.BROTLI_OPERATION_FLUSH, resolve) : coder.flush(resolve)));
+  const status = mode === "gzip-400" ? 400 : 200;
+  res.writeHead(status, { "content-type": status === 200 ? "text/event-stream" : "application/json", "content-encoding": mode === "gzip-400" ? "gzip" : mode });
+  coder.pipe(res);
+  if (status === 400) return void coder.end(JSON.stringify({ error: { message: "temperature must be at most 2", type: "invalid_request_error", param: "temperature" } }));
+  coder.write(chunk({ role: "assistant", content: "" }));
+  coder.write(chunk({ content: "Hello" }));
+  await flush();
+  await hold;
+  coder.write(chunk({ content: " there" }));
+  coder.write(chunk({}, "stop"));
+  coder.end("data: [DONE]\n\n");
+}
 
 before(async () => {
   upstream = http.createServer((req, res) => {
@@ -39,6 +68,7 @@ before(async () => {
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
       if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
+      if (answer === "gzip" || answer === "deflate" || answer === "br" || answer === "zstd" || answer === "gzip-400") return void compressed(res, answer);
       if (answer === "302") return void res.writeHead(302, { location: "https://elsewhere.example/v1/chat/completions" }).end();
       if (answer === "204") return void res.writeHead(204).end();
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
@@ -208,4 +238,67 @@ test("a tokenizer answering values that are not token ids is the upstream's 502,
   } finally {
     answer = "ok";
   }
+});
+
+test("an upstream that compresses its answer although asked not to (gzip, deflate, br) is read, and still streams", async () => {
+  for (const mode of ["gzip", "deflate", "br"] as const) {
+    const r = await bothWays(mode);
+    assert.equal(r.message.content, "Hello there", mode);
+    assert.ok(r.streamed.includes('"Hello"') && r.streamed.includes('" there"'), r.streamed);
+  }
+  // The first words reach the client while the upstream still holds the rest: the router passes on
+  // each flushed block instead of waiting for the compressed body to end.
+  answer = "gzip";
+  let release!: () => void;
+  hold = new Promise<void>((resolve) => (release = resolve));
+  const safety = setTimeout(() => release(), 20_000);
+  try {
+    const res = await fetch(`${r.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 5, stream: true }),
+    });
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let seen = "";
+    while (!seen.includes('"Hello"')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, seen);
+      seen += decoder.decode(value, { stream: true });
+    }
+    assert.ok(!seen.includes(" there"), "the rest was sent before the upstream let it go");
+    release();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      seen += decoder.decode(value, { stream: true });
+    }
+    assert.ok(seen.includes('" there"') && seen.trimEnd().endsWith("[DONE]"), seen);
+  } finally {
+    clearTimeout(safety);
+    hold = undefined;
+    answer = "ok";
+  }
+  assert.equal(replica().failures, 0);
+});
+
+test("a compressed error body is read as one (its message and field reach the client); a coding the router cannot read is the replica's failure", async () => {
+  answer = "gzip-400";
+  try {
+    const refused = await ask();
+    assert.equal(refused.status, 400, refused.text);
+    assert.match(refused.json.error.message, /temperature must be at most 2/);
+    assert.equal(refused.json.error.param, "temperature");
+    answer = "zstd";
+    const unreadable = await ask();
+    assert.equal(unreadable.status, 503, unreadable.text);
+    assert.ok(replica().failures > 0);
+  } finally {
+    answer = "ok";
+    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      await ask();
+    }
+  }
+  assert.equal((await ask()).status, 200);
 });

@@ -19,31 +19,65 @@ async function collect(res: UpstreamResponse): Promise<string[]> {
   return out;
 }
 
-/** A stream of `events` payloads and [DONE], with the given line ending. */
-function stream(events: string[], eol: "\n" | "\r\n"): string {
-  return [...events, "[DONE]"].map((e) => `data: ${e}${eol}${eol}`).join("");
+type Eol = "\n" | "\r\n" | "\r";
+
+/** A stream of `events` payloads and [DONE]; each line break is eol(i) for the i-th one written. */
+function stream(events: string[], eol: Eol | ((i: number) => Eol)): string {
+  let i = 0;
+  const br = () => (typeof eol === "string" ? eol : eol(i++));
+  return [...events, "[DONE]"].map((e) => `data: ${e}${br()}${br()}`).join("");
 }
 
-test("events come out whole and in order however the stream is cut into reads, LF or CRLF", async () => {
+/** `bytes` cut into reads at the given offsets. */
+function cut(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  const reads: Buffer[] = [];
+  let from = 0;
+  for (const c of [...at, bytes.length]) {
+    if (c > from) reads.push(bytes.subarray(from, c));
+    from = Math.max(from, c);
+  }
+  return reads;
+}
+
+const payloads = fc.array(fc.string({ minLength: 1, maxLength: 40 }).filter((s) => !/[\r\n]/.test(s) && s !== "[DONE]"), { minLength: 1, maxLength: 12 });
+
+test("events come out whole and in order however the stream is cut into reads, LF, CRLF or CR", async () => {
   await fc.assert(
-    fc.asyncProperty(
-      fc.array(fc.string({ minLength: 1, maxLength: 40 }).filter((s) => !/[\r\n]/.test(s) && s !== "[DONE]"), { minLength: 1, maxLength: 12 }),
-      fc.constantFrom<"\n" | "\r\n">("\n", "\r\n"),
-      fc.array(fc.nat(), { maxLength: 20 }),
-      async (events, eol, cuts) => {
-        const bytes = Buffer.from(stream(events, eol));
-        const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-        const reads: Buffer[] = [];
-        let from = 0;
-        for (const c of [...at, bytes.length]) {
-          if (c > from) reads.push(bytes.subarray(from, c));
-          from = Math.max(from, c);
-        }
-        assert.deepEqual(await collect(response(reads)), events);
-      },
-    ),
+    fc.asyncProperty(payloads, fc.constantFrom<Eol>("\n", "\r\n", "\r"), fc.array(fc.nat(), { maxLength: 20 }), async (events, eol, cuts) => {
+      assert.deepEqual(await collect(response(cut(Buffer.from(stream(events, eol)), cuts))), events);
+    }),
     { numRuns: 300 },
   );
+});
+
+test("line endings mixed within one stream, even within one blank line, still end events where SSE says", async () => {
+  await fc.assert(
+    fc.asyncProperty(payloads, fc.array(fc.constantFrom<Eol>("\n", "\r\n", "\r"), { minLength: 1, maxLength: 30 }), fc.array(fc.nat(), { maxLength: 20 }), async (events, eols, cuts) => {
+      // A CR and then an LF would be one CRLF, not two breaks; after a CR, a break that starts with
+      // LF is written as a CRLF instead (CR, CRLF: two breaks, as meant).
+      let last: Eol | undefined;
+      const text = stream(events, (i) => {
+        const eol = eols[i % eols.length];
+        last = last === "\r" && eol === "\n" ? "\r\n" : eol;
+        return last;
+      });
+      assert.deepEqual(await collect(response(cut(Buffer.from(text), cuts))), events);
+    }),
+    { numRuns: 300 },
+  );
+});
+
+test("a CRLF cut between its CR and its LF is one line break, not two (no event ends early)", async () => {
+  // "data: a\r" | "\ndata: b\r\n\r\n": were the CR and the LF two breaks, "a" would end there and
+  // "b" would come out as an event of its own; as one break, the two lines are one event.
+  const out = await collect(response([Buffer.from("data: a\r"), Buffer.from("\ndata: b\r\n\r\ndata: [DONE]\r\n\r\n")]));
+  assert.deepEqual(out, ["a\nb"]);
+});
+
+test("data lines: one space after the colon is dropped, a bare `data` is an empty line, other fields and comments are skipped", async () => {
+  const text = ": keep-alive\n\nevent: chunk\nid: 7\ndata:{\"a\":1}\n\ndata:  two spaces\ndata\ndata: end\n\nretry: 10\n\ndata: [DONE]\n\n";
+  assert.deepEqual(await collect(response([Buffer.from(text)])), ['{"a":1}', " two spaces\n\nend"]);
 });
 
 test("many events in one read all come out, in one pass over the read", async () => {

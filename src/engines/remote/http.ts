@@ -1,5 +1,7 @@
 import http from "node:http";
 import https from "node:https";
+import { pipeline, type Readable } from "node:stream";
+import zlib from "node:zlib";
 
 /**
  * A small HTTP client for upstream calls: keep-alive sockets per replica, a deadline for the
@@ -57,7 +59,8 @@ const isClientStatus = (status: number | undefined) => status !== undefined && s
 export interface UpstreamResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
-  body: http.IncomingMessage;
+  /** The body as sent, or decompressed when the upstream (or a proxy before it) compressed it. */
+  body: Readable;
 }
 
 const agents = new Map<string, http.Agent>();
@@ -111,6 +114,9 @@ function callOnce(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
       agent: agentFor(url),
       headers: {
         accept: "application/json, text/event-stream",
+        // A compressed stream arrives in bursts (each token waits for the compressor's block), so
+        // the router asks for none; one that compresses all the same is decompressed (see decoded).
+        "accept-encoding": "identity",
         ...(payload ? { "content-type": "application/json", "content-length": String(payload.length) } : {}),
         ...opts.headers,
       },
@@ -140,16 +146,55 @@ function callOnce(url: URL, opts: CallOptions): Promise<UpstreamResponse> {
       settled = true;
       clearTimeout(timer);
       opts.signal?.removeEventListener("abort", onAbort);
+      let body: Readable;
+      try {
+        body = decoded(res);
+      } catch (err) {
+        res.destroy();
+        return reject(err);
+      }
       // Later aborts tear the body down; readers see the stream end with an error.
       if (opts.signal) {
-        const onLateAbort = () => res.destroy(new UpstreamFailure("aborted", "the request was cancelled"));
+        const onLateAbort = () => body.destroy(new UpstreamFailure("aborted", "the request was cancelled"));
         opts.signal.addEventListener("abort", onLateAbort, { once: true });
-        res.once("close", () => opts.signal!.removeEventListener("abort", onLateAbort));
+        body.once("close", () => opts.signal!.removeEventListener("abort", onLateAbort));
       }
-      resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res });
+      resolve({ status: res.statusCode ?? 0, headers: res.headers, body });
     });
     req.end(payload);
   });
+}
+
+/**
+ * The body with its content coding undone. The router asks for none, but a server or proxy may
+ * compress regardless (an absent or ignored Accept-Encoding); gzip, deflate and brotli are read with
+ * each flushed block passed on at once, so a compressed stream still streams. A coding Node cannot
+ * read is the replica's protocol failure, named, rather than bytes parsed as garbage.
+ */
+function decoded(res: http.IncomingMessage): Readable {
+  const codings = String(res.headers["content-encoding"] ?? "")
+    .split(",")
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== "" && c !== "identity");
+  if (codings.length === 0) return res;
+  let body: Readable = res;
+  // Codings are listed in the order they were applied, so they are undone from the last.
+  for (const coding of codings.reverse()) {
+    const flush = { flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH };
+    const next =
+      coding === "gzip" || coding === "x-gzip"
+        ? zlib.createGunzip(flush)
+        : coding === "deflate"
+          ? zlib.createInflate(flush)
+          : coding === "br"
+            ? zlib.createBrotliDecompress({ flush: zlib.constants.BROTLI_OPERATION_FLUSH, finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH })
+            : undefined;
+    if (!next) throw new UpstreamFailure("protocol", `the upstream answered with a content coding the router cannot read: ${coding}`);
+    // Any stage that fails or is torn down takes the others with it (a destroyed reader frees the socket).
+    pipeline(body, next, () => {});
+    body = next;
+  }
+  return body;
 }
 
 /**
@@ -231,13 +276,14 @@ export function upstreamMessage(body: unknown): string | undefined {
  */
 export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: number; idleMs: number; started: () => boolean }): AsyncGenerator<string> {
   const decoder = new TextDecoder();
+  const lines = new LineEndings();
   // What was read since the last complete event, kept as pieces and joined only once an event ends
   // in them: one event that arrives over many reads then costs one copy, not a copy (and a rescan of
   // everything so far) per read, which is what let one endless event hold the thread for minutes.
   let pieces: string[] = [];
   let pending = 0;
-  // The last three characters of what is pending: an event's end can straddle two reads.
-  let tail = "";
+  // Whether what is pending ends in a line break: an event's blank line can straddle two reads.
+  let endsInBreak = false;
   let complete = false;
   // The time limits run from the last event with data, not from the last read: an upstream that
   // drips bytes without ever completing an event is stalled all the same.
@@ -264,11 +310,10 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
         clearTimeout(timer);
       }
       if (step.done) break;
-      const text = decoder.decode(step.value, { stream: true });
+      const text = lines.normalize(decoder.decode(step.value, { stream: true }));
       if (text === "") continue;
-      const probe = tail + text;
-      const ends = eventEnd(probe, 0) >= 0;
-      tail = probe.slice(-3);
+      const ends = (endsInBreak && text.charCodeAt(0) === LF) || text.includes("\n\n");
+      endsInBreak = text.charCodeAt(text.length - 1) === LF;
       pieces.push(text);
       pending += text.length;
       if (!ends) {
@@ -278,15 +323,10 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
       const buffer = pieces.length === 1 ? text : pieces.join("");
       let at = 0;
       let end: number;
-      while ((end = eventEnd(buffer, at)) >= 0) {
-        const event = buffer.slice(at, end);
-        at = pastSeparator(buffer, end);
-        const data = event
-          .split(/\r?\n/)
-          .filter((l) => l.startsWith("data:"))
-          .map((l) => l.slice(5).replace(/^ /, ""))
-          .join("\n");
-        if (data === "") continue;
+      while ((end = buffer.indexOf("\n\n", at)) >= 0) {
+        const data = eventData(buffer.slice(at, end));
+        at = end + 2;
+        if (data === undefined) continue;
         if (data === "[DONE]") {
           complete = true;
           return;
@@ -299,7 +339,7 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
       const rest = buffer.slice(at);
       pieces = rest === "" ? [] : [rest];
       pending = rest.length;
-      tail = rest.slice(-3);
+      endsInBreak = rest.charCodeAt(rest.length - 1) === LF;
       if (pending > MAX_EVENT_CHARS) throw oversized();
     }
     if (pieces.join("").trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
@@ -313,6 +353,42 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
   }
 }
 
+/**
+ * An event's data: its `data` lines joined by line breaks, each without the one space that may follow
+ * the colon (a bare `data` line is an empty one); undefined for an event with none (comments, `event:`
+ * or `id:` alone, keep-alive blank lines).
+ */
+function eventData(event: string): string | undefined {
+  let data: string | undefined;
+  for (const line of event.split("\n")) {
+    let value: string;
+    if (line.startsWith("data:")) value = line.charCodeAt(5) === SPACE ? line.slice(6) : line.slice(5);
+    else if (line === "data") value = "";
+    else continue;
+    data = data === undefined ? value : `${data}\n${value}`;
+  }
+  return data === "" ? undefined : data;
+}
+
+/**
+ * SSE lets a server end its lines with CRLF, LF or a lone CR, even mixed in one stream; this turns
+ * them all into LF as the text arrives, so the reader looks for one kind of blank line. A CR at the
+ * end of one read may be the first half of a CRLF that the next read completes.
+ */
+export class LineEndings {
+  private crPending = false;
+
+  normalize(text: string): string {
+    if (this.crPending && text.charCodeAt(0) === LF) text = text.slice(1);
+    this.crPending = text.charCodeAt(text.length - 1) === CR;
+    return text.includes("\r") ? text.replace(/\r\n?/g, "\n") : text;
+  }
+}
+
+const LF = 10;
+const CR = 13;
+const SPACE = 32;
+
 /** Reads what is left of a finished body (through its iterator); one that does not end soon is torn down. */
 async function drain(res: UpstreamResponse, iterator: AsyncIterator<Buffer>): Promise<void> {
   const timer = setTimeout(() => res.body.destroy(), 5_000);
@@ -323,35 +399,6 @@ async function drain(res: UpstreamResponse, iterator: AsyncIterator<Buffer>): Pr
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * Where the first event at or after `from` ends (the index of the blank line after it: an LF pair or
- * a CRLF pair), or -1. It walks the line breaks from `from` and stops at the first blank line, so
- * reading every event of a buffer looks at each character about once, whichever line ending the
- * upstream uses.
- */
-function eventEnd(buffer: string, from: number): number {
-  for (let i = buffer.indexOf("\n", from); i >= 0; i = buffer.indexOf("\n", i + 1)) {
-    const next = buffer.charCodeAt(i + 1);
-    if (next === LF) return i;
-    if (next === CR && buffer.charCodeAt(i + 2) === LF && i > from && buffer.charCodeAt(i - 1) === CR) return i - 1;
-  }
-  return -1;
-}
-
-const LF = 10;
-const CR = 13;
-
-/** The index after the blank line that ends an event at `end` (up to two line breaks, LF or CRLF). */
-function pastSeparator(buffer: string, end: number): number {
-  let at = end;
-  for (let i = 0; i < 2; i++) {
-    if (buffer.startsWith("\r\n", at)) at += 2;
-    else if (buffer[at] === "\n") at += 1;
-    else break;
-  }
-  return at;
 }
 
 /**
