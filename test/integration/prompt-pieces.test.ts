@@ -105,3 +105,29 @@ test("a request cancelled while its long prompt is read stops within a slice, an
   // the answer is the one given when the prompt was read whole.
   assert.equal(await run({ ...request(LONG, 8), cachePrompt: true }, 1), aloneLong);
 });
+
+test("with log probabilities too (of the answer, or of the prompt itself for echo), a cancel stops the prompt within a slice, and the slot then answers as before", async () => {
+  // Prompts no earlier test left in a slot, so the cancelled run has the whole prompt to read.
+  const long = (topic: string) => Array.from({ length: 110 }, (_, i) => `entry ${i} about the ${topic}`).join("; ");
+  const variants: Array<[string, GenerationRequest & { maxTokens: number }]> = [
+    ["logprobs of the answer", { ...request(long("harbour"), 8), logprobs: 2, cachePrompt: true }],
+    ["echo with the prompt's logprobs", { ...request("", 8), prompt: { kind: "text", text: long("orchard") }, echo: true, logprobs: 1, cachePrompt: false }],
+  ];
+  for (const [name, req] of variants) {
+    const cancel = new AbortController();
+    batches.length = 0;
+    onBatch = (b) => {
+      if (b.some(([seq, n]) => seq === 1 && n > 1)) cancel.abort();
+    };
+    const text = await run(req, 1, undefined, cancel.signal);
+    onBatch = undefined;
+    assert.equal(text, "", name);
+    const read = batches.reduce((a, b) => a + b.filter(([seq]) => seq === 1).reduce((x, [, n]) => x + n, 0), 0);
+    assert.ok(read > 0 && read <= 512, `${name}: prompt tokens read after the cancel: ${read}`);
+    // The same request on that slot (reusing what the cancel left, where the cache is on) and on the
+    // other slot from scratch answer alike.
+    const after = await run(req, 1);
+    assert.ok(after.length > 0, name);
+    assert.equal(after, await run({ ...req, cachePrompt: false }, 0), name);
+  }
+});

@@ -1,6 +1,6 @@
 import type { LlamaContextSequence, SequenceEvaluateOptions, Token } from "node-llama-cpp";
 import type { TokenLogprob } from "../../core/types.ts";
-import { directSteps, directStepsAvailable } from "./direct-steps.ts";
+import { directSteps, directStepsAvailable, feedPrompt } from "./direct-steps.ts";
 import { LogprobReader, tapLogits } from "./logprob-reader.ts";
 import type { TokenPieces } from "./token-pieces.ts";
 
@@ -48,7 +48,12 @@ export async function* logprobSteps(
   options: SequenceEvaluateOptions,
   top: number,
   pieces: TokenPieces,
+  signal?: AbortSignal,
 ): Steps {
+  // A long prompt is read in slices first, as plain decoding does, so a cancel stops it early; the
+  // last slice goes through evaluate with the rest, where its last row is read.
+  const rest = signal ? await feedPrompt(sequence, input, options, signal) : input;
+  if (rest === undefined) return;
   const { tokenBias, repeatPenalty, grammarEvaluationState } = options;
   const reader = new LogprobReader(sequence, { tokenBias, repeatPenalty, grammarEvaluationState }, top, pieces);
   let latest: TokenLogprob | undefined;
@@ -60,7 +65,7 @@ export async function* logprobSteps(
     () => reader.grammarBefore(),
   );
   try {
-    const it = sequence.evaluate(input, options);
+    const it = sequence.evaluate(rest, options);
     try {
       let step = await it.next();
       while (!step.done) {
@@ -77,6 +82,9 @@ export async function* logprobSteps(
   }
 }
 
+/** Prompt tokens per slice when their log probabilities are read (each row is read, so slices are short work). */
+const PROMPT_LOGPROB_SLICE = 512;
+
 /**
  * Log probabilities of the prompt's own tokens in one pass over the prompt: the distribution after
  * token i gives the probability of token i + 1. Evaluates all but the last prompt token into the
@@ -87,19 +95,25 @@ export async function promptLogprobs(
   prompt: Token[],
   top: number,
   pieces: TokenPieces,
+  signal?: AbortSignal,
 ): Promise<TokenLogprob[]> {
   const first = pieces.get(prompt[0]);
   const entries: TokenLogprob[] = [{ token: first.text, bytes: first.bytes, logprob: null, top: [] }];
   if (prompt.length < 2) return entries;
   const reader = new LogprobReader(sequence, {}, top, pieces);
+  // Where the slice being evaluated starts in the prompt: a row's position is counted within its slice.
+  let offset = 0;
   const untap = tapLogits(sequence, async (row, position) => {
-    if (position + 1 < prompt.length) entries[position + 1] = await reader.read(row, prompt[position + 1]);
+    const at = offset + position;
+    if (at + 1 < prompt.length) entries[at + 1] = await reader.read(row, prompt[at + 1]);
   });
   try {
-    // Each position needs its logits row; asking for a greedy next token is the cheapest way to get one.
-    await sequence.controlledEvaluate(
-      prompt.slice(0, -1).map((t) => [t, { generateNext: { token: true, options: { temperature: 0 } } }] as const),
-    );
+    // Each position needs its logits row; asking for a greedy next token is the cheapest way to get
+    // one. A slice at a time, so that a cancelled request stops reading its prompt at a slice's end.
+    const items = prompt.slice(0, -1).map((t): [Token, { generateNext: { token: true; options: { temperature: number } } }] => [t, { generateNext: { token: true, options: { temperature: 0 } } }]);
+    for (offset = 0; offset < items.length && !signal?.aborted; offset += PROMPT_LOGPROB_SLICE) {
+      await sequence.controlledEvaluate(items.slice(offset, offset + PROMPT_LOGPROB_SLICE));
+    }
   } finally {
     untap();
     reader.dispose();

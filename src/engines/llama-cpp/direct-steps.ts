@@ -140,20 +140,9 @@ export async function* directSteps(sequence: LlamaContextSequence, input: Token[
     return native.sampleToken(batchLogitIndex, sampler._sampler);
   };
   try {
-    let tokens = input;
-    // A long prompt goes into the sequence a slice at a time, so that a request cancelled while it
-    // is read stops at the end of the slice rather than after the whole prompt (on a CPU, ~2 s per
-    // 2,000 tokens that no one would read). Each slice updates the sequence's own bookkeeping, so
-    // what a stopped prompt left in the cache is known and reused or trimmed like any other. No
-    // logits are asked for (the holes of a sparse array) until the last slice, below.
-    while (signal !== undefined && tokens.length > PROMPT_SLICE) {
-      if (signal.aborted) return;
-      seq._ensureNotDisposed();
-      const slice = tokens.slice(0, PROMPT_SLICE);
-      await seq._decodeTokens(slice, new Array<boolean>(slice.length), priority, seq._tokenMeter, contextShift, sample, seq._takeIntervalCheckpointIfNeededAfterBatch);
-      tokens = tokens.slice(PROMPT_SLICE);
-    }
-    if (signal?.aborted) return;
+    const fed = signal ? await feedPrompt(sequence, input, options, signal) : input;
+    if (fed === undefined) return;
+    let tokens: Token[] = fed;
     while (tokens.length > 0) {
       seq._ensureNotDisposed();
       if (presample) {
@@ -176,6 +165,37 @@ export async function* directSteps(sequence: LlamaContextSequence, input: Token[
     if (armed) presample?.disarm();
     sampler.dispose();
   }
+}
+
+/**
+ * Feeds a long prompt into the sequence a slice at a time, so that a request cancelled while it is
+ * read stops at the end of the slice rather than after the whole prompt (on a CPU, ~2 s per 2,000
+ * tokens that no one would read). Returns the tokens still to evaluate (the last slice, whose end the
+ * caller asks logits for), or undefined when the signal stopped it. Each slice updates the
+ * sequence's own bookkeeping, so what a stopped prompt left in the cache is known and reused or
+ * trimmed like any other. No logits are asked for (the holes of a sparse array), so a logits tap
+ * sees none of these rows. Without node-llama-cpp's internals the prompt is left whole.
+ */
+export async function feedPrompt(sequence: LlamaContextSequence, input: Token[], options: SequenceEvaluateOptions, signal: AbortSignal): Promise<Token[] | undefined> {
+  if (signal.aborted) return undefined;
+  if (input.length <= PROMPT_SLICE || !directStepsAvailable(sequence)) return input;
+  const seq = sequence as unknown as SequenceInternals;
+  const contextShift = {
+    size: options.contextShift?.size ?? seq._contextShift.size,
+    strategy: options.contextShift?.strategy ?? seq._contextShift.strategy,
+  };
+  const priority = options.evaluationPriority ?? DEFAULT_PRIORITY;
+  // Never called: no row of a slice asks for logits.
+  const noSample = () => -1;
+  let tokens = input;
+  while (tokens.length > PROMPT_SLICE) {
+    if (signal.aborted) return undefined;
+    seq._ensureNotDisposed();
+    const slice = tokens.slice(0, PROMPT_SLICE);
+    await seq._decodeTokens(slice, new Array<boolean>(slice.length), priority, seq._tokenMeter, contextShift, noSample, seq._takeIntervalCheckpointIfNeededAfterBatch);
+    tokens = tokens.slice(PROMPT_SLICE);
+  }
+  return signal.aborted ? undefined : tokens;
 }
 
 /** Arms and disarms this sequence's sampler on the decode thread, when the addon can (see PresampleHooks). */

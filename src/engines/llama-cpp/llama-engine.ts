@@ -299,7 +299,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         else {
           // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
           joined?.();
-          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces);
+          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal);
           if (input.length > 1) input = input.slice(-1);
           yield { kind: "prompt", text: prepared.echo, logprobs };
         }
@@ -335,7 +335,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       steps:
         prepared.logprobs === undefined
           ? plainSteps(sequence, input, options, signal)
-          : logprobSteps(sequence, input, options, prepared.logprobs, this.pieces),
+          : logprobSteps(sequence, input, options, prepared.logprobs, this.pieces, signal),
       decoder: new TokenTextDecoder(this.model, prepared.tokens),
       generated,
       maxTokens,
