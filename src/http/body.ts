@@ -97,8 +97,17 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
   // An empty body is "no body": the route's schema says what it needed.
   if (text.trim() === "") return done(null, undefined);
   try {
-    // A "__proto__" key is an ordinary (ignored) key, never an object's prototype: it is dropped.
-    done(null, text.includes('"__proto__"') ? JSON.parse(text, dropProtoKeys) : JSON.parse(text));
+    // A "__proto__" key is an ordinary key, never an object's prototype: it is dropped, and the body
+    // marked, so surfaces that refuse unknown fields refuse this one too (see refuseDroppedProtoKeys).
+    if (!text.includes('"__proto__"')) return done(null, JSON.parse(text));
+    let dropped = false;
+    const parsed = JSON.parse(text, (key, value) => {
+      if (key !== "__proto__") return value;
+      dropped = true;
+      return undefined;
+    });
+    if (dropped && parsed !== null && typeof parsed === "object") Object.defineProperty(parsed, DROPPED_PROTO, { value: true });
+    done(null, parsed);
   } catch (err) {
     const message =
       err instanceof RangeError ? "it is nested too deeply" : (err as Error).message.replace(/^JSON\.parse: /, "");
@@ -106,8 +115,17 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
   }
 }
 
-function dropProtoKeys(key: string, value: unknown): unknown {
-  return key === "__proto__" ? undefined : value;
+/** Marks (not enumerable, not serialised) a parsed body from which "__proto__" keys were dropped. */
+const DROPPED_PROTO = Symbol("plinth.droppedProtoKeys");
+
+/**
+ * For surfaces that answer unknown fields with a 400 (Databricks, the admin API): a body that had a
+ * "__proto__" key is refused by that name, as any other unknown key is, rather than served without it.
+ */
+export function refuseDroppedProtoKeys(request: FastifyRequest): void {
+  const body = request.body as Record<symbol, unknown> | null | undefined;
+  if (body !== null && typeof body === "object" && body[DROPPED_PROTO] === true)
+    throw new ApiError(400, "Unrecognized key: '__proto__' is not a field of this request.", { param: "__proto__", code: "unknown_field" });
 }
 
 function hasBody(request: FastifyRequest): boolean {

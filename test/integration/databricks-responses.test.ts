@@ -161,6 +161,9 @@ test("001-28 prompt_cache_retention: 24h is accepted; another value is rejected"
 test("001-29 user (deprecated), safety_identifier and prompt_cache_key are accepted", async () => {
   const r = await resp({ input: "hi", user: "u1", safety_identifier: "s1", prompt_cache_key: "k1" });
   assert.equal(r.status, 200, r.text);
+  // prompt's documented default, null, is no template; a template itself is refused by name.
+  assert.equal((await resp({ input: "hi", prompt: null })).status, 200);
+  refused(await resp({ input: "hi", prompt: { id: "pmpt_1" } }), "prompt");
 });
 
 test("001-30 reasoning.effort takes low, medium and high; omitted, the effective effort is medium", async () => {
@@ -276,6 +279,20 @@ test("001-45 a custom tool call is an output item {type, id, call_id, name, inpu
   assert.equal(typeof call.id, "string");
   assert.equal(typeof call.call_id, "string");
   assert.ok(["completed", "in_progress"].includes(call.status));
+  // Cut by the token budget mid-input: its status is left out (the dialect knows only completed and
+  // in_progress), in the JSON answer and in every streamed item alike.
+  const cut = { input: "go", tools: [{ type: "custom", name: "code_exec", description: "x" }], tool_choice: { type: "custom", name: "code_exec" }, max_output_tokens: 16, temperature: 0 };
+  const whole = await resp(cut);
+  assert.equal(whole.status, 200, whole.text);
+  const cutCall = whole.json.output.find((o: any) => o.type === "custom_tool_call");
+  assert.equal(whole.json.status, "incomplete", whole.text);
+  assert.ok(cutCall && !("status" in cutCall), whole.text);
+  const streamed = await resp({ ...cut, stream: true });
+  assert.equal(streamed.status, 200, streamed.text);
+  const items = [...streamed.text.matchAll(/^data: (.*)$/gm)].map((m) => JSON.parse(m[1])).flatMap((e) => [e.item, ...(e.response?.output ?? [])]);
+  const calls = items.filter((i) => i?.type === "custom_tool_call");
+  assert.ok(calls.length > 0, streamed.text);
+  for (const c of calls) assert.ok(c.status === undefined || ["completed", "in_progress"].includes(c.status), JSON.stringify(c));
 });
 
 test("001-46 a custom_tool_call_output input item is accepted", async () => {

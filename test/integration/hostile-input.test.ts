@@ -23,6 +23,10 @@ async function scripted(): Promise<FastifyInstance> {
   const engine = new ScriptedEngine({ id: "tiny", slots: 4, contextSize: 512 });
   registry.register(engine.id);
   registry.ready(engine);
+  // The DeepSeek-style dialect's model is an enum of this one name.
+  const spak = new ScriptedEngine({ id: "SpAk-Aster-V1-MOE", slots: 4, contextSize: 512 });
+  registry.register(spak.id);
+  registry.ready(spak);
   const { store, sealer, dispose } = testStore();
   const app = buildApp(new GenerationService(registry), { bodyLimit: BODY_LIMIT, store, sealer });
   app.addHook("onClose", dispose);
@@ -383,7 +387,7 @@ const KONAN_PATHS: Path[] = [
   ["model"], ["messages"], ["messages", 0, "role"], ["messages", 0, "content"], ["max_completion_tokens"], ["temperature"], ["top_p"],
   ["repetition_penalty"], ["frequency_penalty"], ["seed"], ["stop"], ["reasoning"], ["response_format"], ["tools"], ["metadata"], ["output_parser"], ["user"],
 ];
-const SPAK_VALID = { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3, thinking: { type: "disabled" } };
+const SPAK_VALID = { model: "SpAk-Aster-V1-MOE", messages: [{ role: "user", content: "hi" }], max_tokens: 3, thinking: { type: "disabled" } };
 const SPAK_PATHS: Path[] = [
   ["model"], ["messages"], ["messages", 0, "role"], ["messages", 0, "content"], ["max_tokens"], ["thinking"], ["thinking", "type"],
   ["reasoning_effort"], ["stop"], ["response_format"], ["tools"], ["logprobs"], ["top_logprobs"], ["user_id"], ["stream_options"],

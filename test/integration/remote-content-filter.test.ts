@@ -13,7 +13,16 @@ let up: RecordingUpstream;
 let s: TestServer;
 before(async () => {
   up = await recordingUpstream("guarded-upstream", { finishReason: "content_filter" });
-  s = await startTestServer({ upstream: [{ name: "guarded", url: [up.url], model: "guarded-upstream" }], "health-interval": "0" });
+  s = await startTestServer(
+    {
+      upstream: [
+        { name: "guarded", url: [up.url], model: "guarded-upstream" },
+        // The same upstream under the DeepSeek-style dialect's one model name.
+        { name: "SpAk-Aster-V1-MOE", url: [up.url], model: "guarded-upstream" },
+      ],
+      "health-interval": "0",
+    },
+  );
 });
 after(async () => {
   await s?.close();
@@ -36,7 +45,7 @@ test("OpenAI chat: content_filter, streamed and not", async () => {
 });
 
 test("003-55 the DeepSeek-style dialect reports content_filter, streamed and not", async () => {
-  const body = { model: "guarded", messages, max_tokens: 20, thinking: { type: "disabled" } };
+  const body = { model: "SpAk-Aster-V1-MOE", messages, max_tokens: 20, thinking: { type: "disabled" } };
   const json = await postJson(`${s.url}/chat/completions`, body);
   assert.equal(json.status, 200, json.text);
   assert.equal(json.json.choices[0].finish_reason, "content_filter");

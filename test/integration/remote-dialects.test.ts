@@ -16,6 +16,8 @@ before(async () => {
     upstream: [
       { name: "rt", url: urls, model: "tiny" },
       { name: "rk", url: urls.map((u) => `${u}/v1`), model: "think" },
+      // The same upstream model under the DeepSeek-style dialect's one model name.
+      { name: "SpAk-Aster-V1-MOE", url: urls, model: "think" },
       { name: "strict", url: urls[0], model: "tiny", unsupported: ["logitBias"] },
       { name: "rb", url: urls[0], model: "bert" },
       // Declared as the docs advise for vLLM: no thinking budget; and an upstream that takes no seed.
@@ -128,22 +130,28 @@ test("thinking controls reach the upstream as the client gave them: an effort al
 });
 
 test("a remote model that may think: the DeepSeek-style and Databricks dialects let its thinking through", async () => {
-  const body = { model: "rk", messages: [{ role: "user", content: "Think first." }], max_tokens: 12, temperature: 0 };
+  const body = { model: "SpAk-Aster-V1-MOE", messages: [{ role: "user", content: "Think first." }], max_tokens: 12, temperature: 0 };
   const thinking = await postJson(`${router.url}/chat/completions`, body);
   assert.equal(thinking.status, 200, thinking.text);
   assert.ok(typeof thinking.json.choices[0].message.reasoning_content === "string" && thinking.json.choices[0].message.reasoning_content.length > 0, thinking.text);
   const off = await postJson(`${router.url}/chat/completions`, { ...body, thinking: { type: "disabled" } });
   assert.equal(off.status, 200, off.text);
   assert.equal(off.json.usage.completion_tokens_details.reasoning_tokens, 0, off.text);
-  const dbx = await postJson(`${router.url}/serving-endpoints/rk/invocations`, { messages: body.messages, max_tokens: 12, reasoning_effort: "low" });
+  const dbx = await postJson(`${router.url}/serving-endpoints/SpAk-Aster-V1-MOE/invocations`, { messages: body.messages, max_tokens: 12, reasoning_effort: "low" });
   assert.equal(dbx.status, 200, dbx.text);
   assert.equal(typeof dbx.json.usage.reasoning_tokens, "number", dbx.text);
   // Not knowing whether a remote model thinks adds no thinking setting the client did not send: a
   // model that does not think (whose Plinth upstream refuses any) answers these dialects' defaults.
   const plain = { messages: body.messages, max_tokens: 4 };
-  for (const [path, extra] of [["/chat/completions", { model: "rt" }], ["/serving-endpoints/rt/invocations", {}]] as const) {
-    const r = await postJson(`${router.url}${path}`, { ...plain, ...extra });
-    assert.equal(r.status, 200, `${path}: ${r.text}`);
+  const r = await postJson(`${router.url}/serving-endpoints/rt/invocations`, plain);
+  assert.equal(r.status, 200, r.text);
+  // The DeepSeek-style dialect's one model name on the model that does not think: a router of its own.
+  const other = await startTestServer({ upstream: [{ name: "SpAk-Aster-V1-MOE", url: up[0].url, model: "tiny" }], "health-interval": "0" });
+  try {
+    const spak = await postJson(`${other.url}/chat/completions`, { model: "SpAk-Aster-V1-MOE", ...plain });
+    assert.equal(spak.status, 200, spak.text);
+  } finally {
+    await other.close();
   }
   const dbxResponses = await postJson(`${router.url}/serving-endpoints/responses`, { model: "rt", input: "hi", max_output_tokens: 4 });
   assert.equal(dbxResponses.status, 200, dbxResponses.text);

@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { NO_EOG, startTestServer } from "../helpers/server.ts";
+import { ensureFixtureModel } from "../fixtures/models.ts";
 
 // Graceful shutdown on the real server: running streams in three dialects are given the drain
 // time, then ended in each dialect's own mid-stream form; new requests meanwhile get 503 with
@@ -26,10 +27,11 @@ async function openStream(url: string, body: unknown): Promise<{ rest: Promise<s
 }
 
 test("shutdown drains, then ends each dialect's stream in its own form; new requests get 503", async () => {
-  const s = await startTestServer();
+  // The DeepSeek-style dialect's one model name beside "tiny", on the same file.
+  const s = await startTestServer({ model: [`tiny=${await ensureFixtureModel()}`, `SpAk-Aster-V1-MOE=${await ensureFixtureModel()}`] });
   const long = { model: "tiny", messages: [{ role: "user", content: "go on" }], stream: true };
   const openai = await openStream(`${s.url}/v1/chat/completions`, { ...long, logit_bias: NO_EOG });
-  const spak = await openStream(`${s.url}/chat/completions`, { ...long, thinking: { type: "disabled" } });
+  const spak = await openStream(`${s.url}/chat/completions`, { ...long, model: "SpAk-Aster-V1-MOE", thinking: { type: "disabled" } });
   const konan = await openStream(`${s.url}/v3/chat/completions`, { ...long, temperature: 1, seed: 1 });
 
   const t0 = performance.now();

@@ -31,7 +31,8 @@ before(async () => {
   });
   const config = loadConfig(
     {
-      model: [`tiny=${await ensureFixtureModel()}`],
+      // The DeepSeek-style dialect's one model name, on the same file.
+      model: [`tiny=${await ensureFixtureModel()}`, `SpAk-Aster-V1-MOE=${await ensureFixtureModel()}`],
       port: "0",
       threads: "1",
       parallel: "4",
@@ -93,6 +94,8 @@ async function createKey(settings: Obj): Promise<{ id: string; key: string }> {
 }
 
 const chatBody = (extra: Obj = {}) => ({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], max_tokens: 4, ...extra });
+/** The same chat for the DeepSeek-style route, whose model is an enum of one name. */
+const spakBody = (extra: Obj = {}) => chatBody({ model: "SpAk-Aster-V1-MOE", ...extra });
 
 /** A request on each dialect's generation route, and one GET, each with the body that route takes. */
 const DIALECT_ROUTES: Array<[string, string, unknown]> = [
@@ -100,7 +103,7 @@ const DIALECT_ROUTES: Array<[string, string, unknown]> = [
   ["POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }],
   ["POST", "/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 16 }],
   ["POST", "/v3/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_completion_tokens: 2 }],
-  ["POST", "/chat/completions", chatBody()],
+  ["POST", "/chat/completions", spakBody()],
   ["POST", "/tokenize", { model: "tiny", prompt: "hello" }],
   ["GET", "/v1/models", undefined],
 ];
@@ -160,6 +163,10 @@ describe("authentication", () => {
     assert.equal(bad.json.error.param, "rpm");
     const unknown = await admin("POST", "/keys", { name: "x", colour: "red" });
     assert.equal(unknown.status, 400);
+    // "__proto__" too (an own key of this object, as JSON.parse makes it, so it is sent).
+    const proto = await admin("POST", "/keys", JSON.parse('{"name":"x","__proto__":{"rpm":1}}'));
+    assert.equal(proto.status, 400, proto.text);
+    assert.equal(proto.json.error.param, "__proto__");
     assert.equal((await admin("DELETE", "/keys/key_nope")).status, 404);
     const usage = await call("GET", "/admin/usage?group_by=week", undefined, bearer(ADMIN));
     assert.equal(usage.status, 400);
@@ -296,7 +303,7 @@ describe("limits", () => {
     assert.ok(retryAfter >= 1 && retryAfter <= WINDOW_S, `retry-after ${retryAfter}`);
     assert.equal(refused.headers.get("x-ratelimit-remaining-requests"), "0");
     // The same refusal in SpAk's and Databricks' routes.
-    assert.equal((await call("POST", "/chat/completions", chatBody(), bearer(k.key))).status, 429);
+    assert.equal((await call("POST", "/chat/completions", spakBody(), bearer(k.key))).status, 429);
     const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(k.key));
     assert.equal(dbx.status, 429, dbx.text);
     assert.equal(dbx.json.error_code, "REQUEST_LIMIT_EXCEEDED");
@@ -476,7 +483,7 @@ describe("usage ledger", () => {
           break;
         }
         default: {
-          const r = await call("POST", "/chat/completions", chatBody({ max_tokens: 2 }), h);
+          const r = await call("POST", "/chat/completions", spakBody({ max_tokens: 2 }), h);
           assert.equal(r.status, 200, r.text);
           prompt += r.json.usage.prompt_tokens;
           completion += r.json.usage.completion_tokens;
@@ -497,7 +504,9 @@ describe("usage ledger", () => {
     assert.equal(row?.completion_tokens, completion);
     assert.equal(row?.total_tokens, prompt + completion);
     const byModel = await admin("GET", `/usage?group_by=model&from=${new Date(Date.now() - 3600_000).toISOString()}`);
-    assert.ok(byModel.json.data.some((r: Obj) => r.model === "tiny" && r.requests >= 200));
+    // The DeepSeek-style requests ran on its own model name (the same file).
+    const served = (model: string) => byModel.json.data.filter((r: Obj) => r.model === model).reduce((a: number, r: Obj) => a + r.requests, 0);
+    assert.ok(served("SpAk-Aster-V1-MOE") > 0 && served("tiny") + served("SpAk-Aster-V1-MOE") >= 200, byModel.text);
     const byDay = await admin("GET", "/usage?group_by=day");
     assert.ok(byDay.json.data.some((r: Obj) => r.day === new Date().toISOString().slice(0, 10)));
   });

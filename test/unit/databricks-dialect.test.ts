@@ -88,6 +88,20 @@ test("scripted engine: no request field is silently dropped; a model that names 
   const badJson = await app.inject({ method: "POST", url: "/serving-endpoints/scripted/invocations", payload: "{", headers: { "content-type": "application/json" } });
   assert.equal(badJson.statusCode, 400);
   assert.equal(badJson.json().error_code, "INVALID_PARAMETER_VALUE");
+  // "__proto__" is an unknown key like any other here (the body parser drops it; the dialect says so),
+  // on every path and at any depth, and on the control plane too.
+  const withProto = [
+    ["/serving-endpoints/scripted/invocations", '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"__proto__":{"temperature":5}}'],
+    ["/serving-endpoints/chat/completions", '{"model":"scripted","messages":[{"role":"user","content":"hi","__proto__":{}}]}'],
+    ["/serving-endpoints/responses", '{"model":"scripted","input":"hi","__proto__":null}'],
+    ["/api/2.0/serving-endpoints", '{"name":"e","config":{"served_entities":[]},"__proto__":{}}'],
+  ];
+  for (const [url, payload] of withProto) {
+    const r = await app.inject({ method: "POST", url, payload, headers: { "content-type": "application/json" } });
+    assert.equal(r.statusCode, 400, `${url}: ${r.body}`);
+    assert.equal(r.json().error_code, "INVALID_PARAMETER_VALUE", r.body);
+    assert.match(r.json().message, /__proto__/);
+  }
   const unknownRoute = await app.inject({ method: "GET", url: "/api/2.0/serving-endpoints/a/b/c" });
   assert.equal(unknownRoute.statusCode, 404);
   assert.equal(unknownRoute.json().error_code, "RESOURCE_DOES_NOT_EXIST");

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
 import type { ModelLoader } from "../../core/model-loader.ts";
+import { refuseDroppedProtoKeys } from "../../http/body.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { type RouteEnv, type RouteResult, requestContext, routeEnv, sendResult } from "../../http/respond.ts";
 import type { Sealer } from "../responses/sealer.ts";
@@ -43,6 +44,8 @@ const isObject = (b: unknown): b is Record<string, unknown> => b !== null && typ
  * /api/2.0/plinth/models. Every error in Databricks' envelope.
  */
 export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksPluginOptions): Promise<void> {
+  // Unknown fields are a 400 here, "__proto__" included (the body parser drops that key).
+  scope.addHook("preHandler", async (request) => refuseDroppedProtoKeys(request));
   await scope.register(dataPlane, { ...opts, prefix: DATABRICKS_PREFIXES[0] });
   await scope.register(controlPlane, { ...opts, prefix: DATABRICKS_PREFIXES[1] });
   await scope.register(modelAdmin, { ...opts, prefix: DATABRICKS_PREFIXES[2] });

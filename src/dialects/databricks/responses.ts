@@ -169,7 +169,8 @@ function openSealed(sealer: Sealer, sealed: string, param: string): void {
 
 /** The Databricks request as the OpenAI Responses request the shared codec runs. */
 export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Routed, reasons: boolean | undefined, sealer: Sealer): { openai: CreateResponseRequest; items: InputItem[] } {
-  if (body.prompt !== undefined) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
+  // null is the documented default (no template); only an actual template is refused.
+  if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
   if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
   if (body.reasoning?.effort != null && reasons === false)
     throw unsupportedField("reasoning.effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
@@ -285,6 +286,7 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
         summary: false,
         customTools: new Set((openai.tools ?? []).filter((t) => t.type === "custom").map((t) => (t as { name: string }).name)),
         maxToolCalls: body.max_tool_calls ?? undefined,
+        customCallWithoutIncomplete: true,
       },
       emit,
       // Usage is in the stream only with stream_options.include_usage; a JSON answer always has it.

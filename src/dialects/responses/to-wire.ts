@@ -23,6 +23,12 @@ export interface BuilderOptions {
   customTools: ReadonlySet<string>;
   /** Calls past this many are ignored, as OpenAI documents for max_tool_calls. */
   maxToolCalls?: number;
+  /**
+   * A custom tool call cut short (by the token budget, a failure) loses its `status` instead of
+   * saying `incomplete`: for dialects whose custom call status is only `in_progress` or `completed`
+   * (Databricks documents those two, "if present").
+   */
+  customCallWithoutIncomplete?: boolean;
 }
 
 export type ResponseStatus = "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
@@ -252,7 +258,8 @@ export class ResponseBuilder {
     } else if (item.type === "custom_tool_call") {
       item.input = JsonStringStream.decode(open.text);
       this.send("response.custom_tool_call_input.done", { ...ids, input: item.input });
-      item.status = status;
+      if (status === "incomplete" && this.opts.customCallWithoutIncomplete) delete item.status;
+      else item.status = status;
     } else {
       this.send("response.function_call_arguments.done", { ...ids, name: item.name, arguments: open.text });
       item.status = status;

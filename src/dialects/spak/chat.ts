@@ -5,7 +5,7 @@ import type { ModelDescription } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { spakErrorEvent } from "./errors.ts";
 import { spakFieldNames } from "./field-names.ts";
-import type { SpakChatRequest } from "./protocol.ts";
+import { SPAK_MODEL, type SpakChatRequest } from "./protocol.ts";
 import { spakToCanonical } from "./to-canonical.ts";
 import { renderSpakCompletion, streamSpakCompletion } from "./to-wire.ts";
 
@@ -22,13 +22,18 @@ export interface SpakRequestInfo {
   userAgent?: string;
 }
 
+/** A client's value in a message: JSON-quoted (no line breaks or control characters) and cut short. */
+function quoted(value: string): string {
+  return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+}
+
 /** POST /chat/completions: checks the model, builds the canonical request, runs it, renders JSON or SSE. */
 export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, info: SpakRequestInfo = {}): Promise<RouteResult> {
+  // The API's model is an enum of one value (003-05): other models this server serves answer on
+  // their own dialects' routes, not under this one's name.
+  if (body.model !== SPAK_MODEL) throw badRequest(`'model' must be '${SPAK_MODEL}', the only model of this API; got ${quoted(body.model)}.`, "model", "invalid_value");
   const served = env.service.registry.list().find((m) => m.id === body.model);
-  if (!served) {
-    const ids = env.service.registry.list().map((m) => `'${m.id}'`);
-    throw badRequest(`The model '${body.model}' is not served here; use ${ids.join(" or ") || "a served model"}.`, "model", "model_not_found");
-  }
+  if (!served) throw badRequest(`The model '${SPAK_MODEL}' is not served here; the operator serves a model under that name.`, "model", "model_not_found");
   const description = served.engine?.describe();
   const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description?.reasoning });
   const ctx = { ...env.ctx, namespace };

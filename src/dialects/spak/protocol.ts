@@ -36,6 +36,8 @@ export const spakMessage = z.discriminatedUnion("role", [systemMessage, userMess
 export type SpakMessage = z.infer<typeof spakMessage>;
 
 export const FUNCTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+/** The one value the API's `model` takes (an enum of one): the operator serves a model under this name. */
+export const SPAK_MODEL = "SpAk-Aster-V1-MOE";
 export const USER_ID = /^[A-Za-z0-9_-]{1,512}$/;
 
 export const spakChatRequest = z.object({

@@ -137,7 +137,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
           yield* finish("stop", 1);
           return;
         }
-        edits.apply(yield* router.push(textOf(t), 1, logprob));
+        edits.apply(yield* router.push(textOf(t), 1, logprob, forced));
         if (generated.length >= setup.maxTokens) {
           yield* finish("length", 0);
           return;

@@ -114,8 +114,12 @@ export class TextRouter {
     return actions;
   }
 
-  /** Routes the text of `tokens` generated tokens (one logprob entry, when requested). */
-  *push(text: string, tokens: number, logprob?: TokenLogprob): Generator<EngineChunk, RouterAction[]> {
+  /**
+   * Routes the text of `tokens` generated tokens (one logprob entry, when requested). `forcedClose`:
+   * tokens of the closing marker written by force at the thinking budget, output (counted in the
+   * answer's tokens) but not thinking, so the thinking count never passes the budget.
+   */
+  *push(text: string, tokens: number, logprob?: TokenLogprob, forcedClose = false): Generator<EngineChunk, RouterAction[]> {
     const actions: RouterAction[] = [];
     const logprobs = logprob ? { logprobs: [logprob] } : {};
     const heldBefore = this.trigger?.heldLength ?? 0;
@@ -127,7 +131,7 @@ export class TextRouter {
     const wasThinking = splitter.thinking;
     const part = splitter.push(text);
     if (wasThinking || part.reasoning) {
-      this.thoughtTokens += tokens;
+      if (!forcedClose) this.thoughtTokens += tokens;
       yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
       if (wasThinking && !splitter.thinking) {
         // Reported now: a stop string in the answer can end the generation before `finish` runs.
