@@ -20,6 +20,7 @@ import { loggerOptions } from "../observability/request-log.ts";
 import type { Tracing } from "../observability/tracing.ts";
 import { schemaCompiler } from "../grammar/schema-compiler.ts";
 import { RuntimeModelLoader } from "./model-loader.ts";
+import { ModelLoading } from "./model-loading.ts";
 import { nativeMemoryPacer } from "./native-memory.ts";
 import { createProgressBar } from "./progress-bar.ts";
 
@@ -158,18 +159,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   schemaCompiler.acquire();
   schemaCompiler.warm();
 
-  const loaded = (async () => {
-    for (const spec of specs) {
-      try {
-        const loadStart = performance.now();
-        registry.ready(await engines.create(spec, log));
-        metrics.modelLoaded(spec.id, (performance.now() - loadStart) / 1000);
-      } catch (err) {
-        registry.failed(spec.id, (err as Error).message);
-        log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
-      }
-    }
-  })();
+  const loading = new ModelLoading(specs, engines, registry, metrics, log);
+  const loaded = loading.firstAttempts;
 
   return {
     url,
@@ -179,7 +170,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     loaded,
     close: async () => {
       await app.close();
-      await loaded;
+      await loading.stop();
       await registry.dispose();
       closeTenancy();
       await store.close();
@@ -189,7 +180,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
       await app.close();
-      await loaded;
+      await loading.stop();
       await registry.dispose();
       closeTenancy();
       await store.close();

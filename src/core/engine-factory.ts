@@ -30,6 +30,18 @@ export interface ModelSettings {
   cacheMinTokens: number;
 }
 
+/**
+ * A factory could not make the engine yet, for a reason that passes by itself (a remote upstream that
+ * has not started): the model stays loading and the server asks the factory again later, where any
+ * other error fails the model.
+ */
+export class EngineNotReady extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "EngineNotReady";
+  }
+}
+
 export type EngineFactory = (spec: ModelSpec, log: (line: string) => void) => Promise<Engine>;
 
 /** Engines by source kind, so the assembly (not the core) decides which engines exist. */

@@ -9,6 +9,8 @@ export interface ServedModel {
   id: string;
   status: ModelStatus;
   error?: string;
+  /** While loading: what it waits for (a remote upstream that has not started), when known. */
+  note?: string;
   engine?: Engine;
   scheduler?: Scheduler;
   /** Slots of the model's embedding contexts, when it embeds; separate from generation's. */
@@ -59,6 +61,11 @@ export class ModelRegistry {
     return this.models.get(id);
   }
 
+  /** Still loading, waiting for what `note` says (its upstream to start); asked for again later. */
+  waiting(id: string, note: string): void {
+    this.models.set(id, { id, status: "loading", note });
+  }
+
   /** A known model goes back to loading (a model loaded again after being unloaded). */
   loading(id: string): void {
     this.models.set(id, { id, status: "loading" });
@@ -95,7 +102,10 @@ export class ModelRegistry {
     if (m.status === "unloaded")
       throw new ApiError(503, `The model '${id}' is unloaded; load it again first.`, { code: "model_unloaded", headers: { "retry-after": "2" } });
     if (m.status === "loading")
-      throw new ApiError(503, `The model '${id}' is still loading.`, { code: "model_loading", headers: { "retry-after": "2" } });
+      throw new ApiError(503, m.note ? `The model '${id}' is not available yet: ${m.note}` : `The model '${id}' is still loading.`, {
+        code: "model_loading",
+        headers: { "retry-after": "2" },
+      });
     if (m.status === "failed" || !m.engine || !m.scheduler)
       throw new ApiError(503, `The model '${id}' failed to load: ${m.error ?? "unknown error"}`, { code: "model_unavailable" });
     return m as Required<Pick<ServedModel, "engine" | "scheduler">> & ServedModel;

@@ -1,10 +1,18 @@
-import type { EngineFactory } from "../../core/engine-factory.ts";
-import { call, readJson } from "./http.ts";
+import { type EngineFactory, EngineNotReady } from "../../core/engine-factory.ts";
+import { call, readJson, UpstreamFailure } from "./http.ts";
 import { ReplicaPool } from "./pool.ts";
 import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
 import { contextLength } from "./wire.ts";
 import type { RemoteSource } from "./source.ts";
+
+/**
+ * No replica of a remote model could be asked for its models, each for a reason that passes by
+ * itself (a refused or timed-out connection, a 5xx or 429): the upstream is not up yet. The model
+ * stays loading and is asked for again (an upstream fleet often starts after the router, and vLLM
+ * takes minutes to load a model), rather than failing for good.
+ */
+export class UpstreamNotReady extends EngineNotReady {}
 
 /** Base URL of a replica: what was given, less a trailing `/v1` (the engine adds API paths itself). */
 export function replicaBase(url: string): URL {
@@ -28,23 +36,35 @@ export function remoteFactory(): EngineFactory {
     const headers: Record<string, string> = source.apiKey ? { authorization: `Bearer ${source.apiKey}` } : {};
     let models: any[] | undefined;
     const errors: string[] = [];
+    // Whether every replica failed in a way that passes by itself (not started yet, still loading
+    // its model, overloaded): then the model waits for its upstream instead of failing for good.
+    let passing = true;
     for (const r of pool.replicas) {
       try {
         const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: source.connectTimeoutMs });
         // The status first: a redirect or an error page is not "a body that is not JSON".
         if (res.status !== 200) {
           res.body.destroy();
+          // llama-server answers 503 while it loads its model; vLLM's port is closed until it is up.
+          if (!(res.status >= 500 || res.status === 429)) passing = false;
           throw new Error(`GET /v1/models answered ${res.status}`);
         }
         const json = (await readJson(res)) as any;
-        if (!Array.isArray(json?.data)) throw new Error("GET /v1/models answered without a model list");
+        if (!Array.isArray(json?.data)) {
+          passing = false;
+          throw new Error("GET /v1/models answered without a model list");
+        }
         models = json.data;
         break;
       } catch (err) {
+        if (err instanceof UpstreamFailure && err.kind === "protocol") passing = false;
         errors.push(`${r.name}: ${(err as Error).message}`);
       }
     }
-    if (!models) throw new Error(`no replica of '${spec.id}' answered: ${errors.join("; ")}`);
+    if (!models) {
+      const message = `no replica of '${spec.id}' answered: ${errors.join("; ")}`;
+      throw passing ? new UpstreamNotReady(message) : new Error(message);
+    }
     const ids: string[] = models.map((m) => m?.id).filter((id): id is string => typeof id === "string");
     let upstreamModel = source.model;
     if (upstreamModel === undefined) {
