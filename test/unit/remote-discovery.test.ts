@@ -32,11 +32,11 @@ after(async () => {
   await new Promise<void>((resolve) => upstream.close(() => resolve()));
 });
 
-async function discover(): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
+async function discover(urls = [url]): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
   const source: RemoteSource = {
     kind: "remote",
     name: "r",
-    urls: [url],
+    urls,
     slots: 4,
     balance: "least",
     attempts: 1,
@@ -93,5 +93,23 @@ test("a model list answered with a redirect says so (not 'a body that is not JSO
     assert.match(error!.message, /GET \/v1\/models answered 302/);
   } finally {
     status = 200;
+  }
+});
+
+test("every replica is asked at once: one that never answers does not hold the model's start for the connect timeout", async () => {
+  list = { data: [{ id: "m" }] };
+  // Takes the connection and the request, and never answers (a host whose server hangs).
+  const silent = http.createServer(() => {});
+  await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  try {
+    const started = Date.now();
+    const { engine, error } = await discover([`http://127.0.0.1:${(silent.address() as AddressInfo).port}`, url]);
+    assert.equal(error, undefined);
+    assert.equal(engine?.upstreamModel, "m");
+    // The connect timeout here is 2 s; the answering replica's list came at once.
+    assert.ok(Date.now() - started < 1_500, `took ${Date.now() - started} ms`);
+  } finally {
+    silent.closeAllConnections();
+    await new Promise<void>((resolve) => silent.close(() => resolve()));
   }
 });

@@ -1,6 +1,6 @@
 import { type EngineFactory, EngineNotReady } from "../../core/engine-factory.ts";
 import { call, readJson, UpstreamFailure } from "./http.ts";
-import { ReplicaPool } from "./pool.ts";
+import { type Replica, ReplicaPool } from "./pool.ts";
 import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
 import { contextLength } from "./wire.ts";
@@ -34,34 +34,8 @@ export function remoteFactory(): EngineFactory {
       log,
     );
     const headers: Record<string, string> = source.apiKey ? { authorization: `Bearer ${source.apiKey}` } : {};
-    let models: any[] | undefined;
-    const errors: string[] = [];
-    // Whether every replica failed in a way that passes by itself (not started yet, still loading
-    // its model, overloaded): then the model waits for its upstream instead of failing for good.
-    let passing = true;
-    for (const r of pool.replicas) {
-      try {
-        const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: source.connectTimeoutMs });
-        // The status first: a redirect or an error page is not "a body that is not JSON".
-        if (res.status !== 200) {
-          res.body.destroy();
-          // llama-server answers 503 while it loads its model; vLLM's port is closed until it is up.
-          if (!(res.status >= 500 || res.status === 429)) passing = false;
-          throw new Error(`GET /v1/models answered ${res.status}`);
-        }
-        const json = (await readJson(res)) as any;
-        if (!Array.isArray(json?.data)) {
-          passing = false;
-          throw new Error("GET /v1/models answered without a model list");
-        }
-        models = json.data;
-        break;
-      } catch (err) {
-        if (err instanceof UpstreamFailure && err.kind === "protocol") passing = false;
-        errors.push(`${r.name}: ${(err as Error).message}`);
-      }
-    }
-    if (!models) {
+    const { models, replica, errors, passing } = await firstModelList(pool, headers, source.connectTimeoutMs);
+    if (!models || !replica) {
       const message = `no replica of '${spec.id}' answered: ${errors.join("; ")}`;
       throw passing ? new UpstreamNotReady(message) : new Error(message);
     }
@@ -77,8 +51,9 @@ export function remoteFactory(): EngineFactory {
     const entry = models.find((m) => m?.id === upstreamModel) ?? {};
     const llamaServer = isLlamaServerModel(entry);
     const contextSize = contextLength(entry.max_model_len) ?? (llamaServer ? llamaServerContext(entry) : undefined);
-    const lacks = llamaServer ? await llamaServerLacks(pool.replicas[0].url, headers, source.connectTimeoutMs) : [];
-    const probed = await probeEmbedding(pool, upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
+    // Asked of the replica that answered first (one that is down would hold these for its timeout).
+    const lacks = llamaServer ? await llamaServerLacks(replica.url, headers, source.connectTimeoutMs) : [];
+    const probed = await probeEmbedding([replica, ...pool.replicas.filter((r) => r !== replica)], upstreamModel, headers, source.connectTimeoutMs + source.firstTokenTimeoutMs, entry.embedding);
     // A llama-server that embeds was started with --embeddings, which turns generation off (its
     // completions answer 500); a Plinth upstream says so in its model list.
     const embedding = probed && { ...probed, only: llamaServer || entry.embedding?.embedding_only === true };
@@ -92,27 +67,79 @@ export function remoteFactory(): EngineFactory {
   };
 }
 
+/**
+ * The model list of whichever replica answers first: all are asked at once, so a replica that is
+ * down (its connection timing out) does not hold the model's start for the connect timeout, and the
+ * others' requests are dropped once one has answered. `passing`: every replica failed in a way that
+ * passes by itself (not started yet, still loading its model, overloaded), so the model should wait
+ * for its upstream rather than fail for good.
+ */
+async function firstModelList(
+  pool: ReplicaPool,
+  headers: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ models?: any[]; replica?: Replica; errors: string[]; passing: boolean }> {
+  const done = new AbortController();
+  const errors: string[] = [];
+  let passing = true;
+  const ask = async (r: Replica, i: number): Promise<{ models: any[]; replica: Replica }> => {
+    try {
+      const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: timeoutMs, signal: done.signal });
+      // The status first: a redirect or an error page is not "a body that is not JSON".
+      if (res.status !== 200) {
+        res.body.destroy();
+        // llama-server answers 503 while it loads its model; vLLM's port is closed until it is up.
+        if (!(res.status >= 500 || res.status === 429)) passing = false;
+        throw new Error(`GET /v1/models answered ${res.status}`);
+      }
+      const json = (await readJson(res)) as any;
+      if (!Array.isArray(json?.data)) {
+        passing = false;
+        throw new Error("GET /v1/models answered without a model list");
+      }
+      return { models: json.data, replica: r };
+    } catch (err) {
+      if (err instanceof UpstreamFailure && err.kind === "protocol") passing = false;
+      errors[i] = `${r.name}: ${(err as Error).message}`;
+      throw err;
+    }
+  };
+  try {
+    return { ...(await Promise.any(pool.replicas.map(ask))), errors: [], passing };
+  } catch {
+    return { errors: errors.filter((e) => e !== undefined), passing };
+  } finally {
+    done.abort();
+  }
+}
+
 /** Whether the upstream embeds with this model, and the vector size: one tiny request. */
 async function probeEmbedding(
-  pool: ReplicaPool,
+  replicas: Replica[],
   model: string,
   headers: Record<string, string>,
   timeoutMs: number,
   declared: any,
 ): Promise<{ dimensions: number; pooling?: string } | undefined> {
-  for (const r of pool.replicas) {
+  for (const r of replicas) {
     try {
       const res = await call(new URL("v1/embeddings", r.url), { body: { model, input: "plinth", encoding_format: "float" }, headers, headTimeoutMs: timeoutMs });
       if (res.status >= 500) {
         res.body.resume();
         continue;
       }
+      // Any other refusal (a 404 without a body, a 400 "not an embedding model") is the answer: no.
+      if (res.status !== 200) {
+        res.body.resume();
+        return undefined;
+      }
       const json = (await readJson(res)) as any;
-      if (res.status !== 200) return undefined;
       const v = json?.data?.[0]?.embedding;
       if (!Array.isArray(v)) return undefined;
       return { dimensions: v.length, pooling: typeof declared?.pooling === "string" && declared?.pooling_declared ? declared.pooling : undefined };
-    } catch {
+    } catch (err) {
+      // Only a replica that could not be asked leaves the question to the next one.
+      if (err instanceof UpstreamFailure && err.kind === "protocol") return undefined;
       continue;
     }
   }
