@@ -89,7 +89,8 @@ test("a router stopped while its model waits for an upstream stops at once; an u
   assert.equal(r.server.registry.get("r")?.status, "loading");
   const started = Date.now();
   await r.close();
-  assert.ok(Date.now() - started < 2_000, `close took ${Date.now() - started} ms`);
+  // Not the 30 s a pause between tries can reach.
+  assert.ok(Date.now() - started < 5_000, `close took ${Date.now() - started} ms`);
 
   // Something that answers, but not with a model list (a web page, a wrong path): the operator's
   // mistake, not a start-up in progress.

@@ -32,7 +32,7 @@ after(async () => {
   await new Promise<void>((resolve) => upstream.close(() => resolve()));
 });
 
-async function discover(urls = [url]): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
+async function discover(urls = [url], connectTimeoutMs = 2_000): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
   const source: RemoteSource = {
     kind: "remote",
     name: "r",
@@ -40,7 +40,7 @@ async function discover(urls = [url]): Promise<{ engine?: RemoteEngine; error?: 
     slots: 4,
     balance: "least",
     attempts: 1,
-    connectTimeoutMs: 2_000,
+    connectTimeoutMs,
     firstTokenTimeoutMs: 2_000,
     idleTimeoutMs: 2_000,
     healthIntervalMs: 0,
@@ -103,11 +103,11 @@ test("every replica is asked at once: one that never answers does not hold the m
   await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
   try {
     const started = Date.now();
-    const { engine, error } = await discover([`http://127.0.0.1:${(silent.address() as AddressInfo).port}`, url]);
+    const { engine, error } = await discover([`http://127.0.0.1:${(silent.address() as AddressInfo).port}`, url], 10_000);
     assert.equal(error, undefined);
     assert.equal(engine?.upstreamModel, "m");
-    // The connect timeout here is 2 s; the answering replica's list came at once.
-    assert.ok(Date.now() - started < 1_500, `took ${Date.now() - started} ms`);
+    // The connect timeout here is 10 s; the answering replica's list came at once.
+    assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
   } finally {
     silent.closeAllConnections();
     await new Promise<void>((resolve) => silent.close(() => resolve()));
