@@ -179,6 +179,7 @@ export class TenancyStore {
   readonly #insertRows: (rows: UsageRow[]) => void;
   readonly #prune: Database.Statement<[number]>;
   #closed = false;
+  #anyKey = false;
 
   constructor(dataDir: string, opts: { busyTimeoutMs?: number } = {}) {
     const db = new Database(join(dataDir, "plinth.db"), { timeout: opts.busyTimeoutMs ?? 5000, fileMustExist: true });
@@ -235,9 +236,14 @@ export class TenancyStore {
     return this.#all.all().map(keyRecord);
   }
 
-  /** True once any managed key has been created (revoked ones included). */
+  /**
+   * True once any managed key has been created (revoked ones included). Keys are never deleted, so
+   * once true it stays true and is not asked again; while false, every call asks, since the CLI may
+   * create the first key in another process at any moment.
+   */
   hasKeys(): boolean {
-    return this.#any.get() !== undefined;
+    if (!this.#anyKey) this.#anyKey = this.#any.get() !== undefined;
+    return this.#anyKey;
   }
 
   createKey(key: NewKey): KeyRecord {

@@ -81,12 +81,13 @@ export class Tenancy {
       const route = request.routeOptions.url;
       if (this.isOpen(route, request.url)) return;
       let principal: Principal | undefined;
-      if (this.opts.keys.required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
+      const required = this.opts.keys.required;
+      if (required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
         // The admin key, not an API key: no limits or ledger row for operators' calls.
         if (!this.isAdmin(request)) throw controlPlaneRefusal(this.opts.adminKey !== undefined);
         return;
       }
-      if (this.opts.keys.required) {
+      if (required) {
         const check = this.opts.keys.check(presentedKey(request.headers));
         if (!check.ok) throw unauthorized(check);
         principal = check.principal;
