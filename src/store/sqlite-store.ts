@@ -452,6 +452,13 @@ export class SqliteStore implements Store {
         if (!row) return undefined;
         return pageOfItems(parse<StoredItem[]>(row.input_items), query, "desc");
       },
+      withStatus: async (statuses) => {
+        if (statuses.length === 0) return [];
+        const rows = db
+          .prepare<string[], { namespace: string; id: string }>(`SELECT namespace, id FROM responses WHERE status IN (${statuses.map(() => "?").join(", ")})`)
+          .all(...statuses);
+        return rows.map((r) => ({ namespace: r.namespace, id: r.id }));
+      },
     };
   }
 

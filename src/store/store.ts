@@ -105,6 +105,8 @@ export interface ResponseStore {
   listInputItems(namespace: string, id: string, query?: PageQuery): Promise<Page<StoredItem> | undefined>;
   /** An item (input or output) of any response of the namespace, by its id (item references). */
   findItem(namespace: string, itemId: string): Promise<StoredItem | undefined>;
+  /** Every response, in any namespace, whose status is one of `statuses` (runs a stopped process left unfinished). */
+  withStatus(statuses: string[]): Promise<Array<{ namespace: string; id: string }>>;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -177,6 +177,21 @@ test("tool results in history render through the template and the conversation c
   assert.equal(next.choices.length, 1);
 });
 
+test("a call in history whose arguments are not JSON (one cut short by max_tokens) is kept as its text, and the conversation continues", async () => {
+  const cut = '{"city": "Par';
+  const messages: ChatMessageBody[] = [
+    ...base.messages,
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: cut } }] },
+    { role: "tool", tool_call_id: "call_1", content: "sunny" },
+  ];
+  const tok = await s.http.post("/tokenize", { model: "think", messages });
+  assert.equal(tok.status, 200, tok.text);
+  const text = await s.http.post("/detokenize", { model: "think", tokens: tok.json.tokens });
+  assert.ok(text.json.prompt.includes("Par"), text.json.prompt);
+  const next = await s.http.chat({ model: "think", messages, tools: TOOLS, reasoning_effort: "none", max_tokens: 4 });
+  assert.equal(next.choices.length, 1);
+});
+
 test("invalid tool definitions and choices are refused by name", async () => {
   const cases: Array<[Record<string, unknown>, string]> = [
     [{ tools: [{ type: "function", function: { name: "bad name!" } }] }, "tools[0].function.name"],

@@ -142,6 +142,19 @@ test("a three-turn chain through previous_response_id, with a function call and 
   assert.deepEqual(types.slice(0, 3), ["message", "function_call", "function_call_output"], types.join());
 });
 
+test("a function_call item whose arguments are not JSON (a call cut by max_output_tokens) is kept as its text, and the turn goes on", async () => {
+  const r = await create({
+    input: [
+      { role: "user", content: "Weather in Paris?" },
+      { type: "function_call", call_id: "c1", name: "get_weather", arguments: '{"city": "Par' },
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+    ],
+    tools: [WEATHER_TOOL],
+    max_output_tokens: 3,
+  });
+  assert.ok(["completed", "incomplete"].includes(r.status), r.status);
+});
+
 test("retrieve, input items, delete", async () => {
   const r = await create({ input: [{ role: "user", content: "Hi" }], max_output_tokens: 3, metadata: { topic: "greeting" }, logit_bias: NO_END });
   const back = await s.client.responses.retrieve(r.id);

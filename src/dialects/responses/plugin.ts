@@ -25,6 +25,7 @@ import {
   countInputTokens,
   createResponse,
   deleteResponse,
+  failAbandonedRuns,
   listInputItems,
   type ResponsesDeps,
   retrieveResponse,
@@ -51,6 +52,8 @@ function queryNamespace(request: FastifyRequest): string {
  * the prefix's not-found answer), in OpenAI's error envelope with this API's field names.
  */
 export async function responsesPlugin(scope: FastifyInstance, { service, deps }: ResponsesPluginOptions): Promise<void> {
+  // Before any request: what a killed process left running is over (see failAbandonedRuns).
+  await failAbandonedRuns(deps);
   installErrorEnvelope(scope, { render: openAIErrorBody, fieldNames: responsesFieldName }, { notFound: false });
   const opts = { service, dialect: "responses" };
   const send = (reply: FastifyReply, request: FastifyRequest, result: RouteResult) =>

@@ -55,6 +55,12 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   if (body.previous_response_id) {
     const prev = await deps.store.responses.get(ns, body.previous_response_id);
     if (!prev) throw notFound("response", body.previous_response_id, "previous_response_id");
+    // Its output is not there yet: continuing now would leave it out of the prompt without a word.
+    if (prev.status === "queued" || prev.status === "in_progress")
+      throw badRequest(
+        `The response '${body.previous_response_id}' is still ${prev.status === "queued" ? "queued" : "in progress"}; continue from it once it has finished, or cancel it first.`,
+        "previous_response_id",
+      );
     earlier = [...prev.inputItems, ...((prev.body.output as Item[] | undefined) ?? [])];
   } else if (body.conversation) {
     conversationId = typeof body.conversation === "string" ? body.conversation : body.conversation.id;
@@ -277,6 +283,36 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
     await run.done;
   }
   return { kind: "json", body: (await deps.store.responses.get(ns, id))!.body };
+}
+
+/**
+ * Background responses that a stopped process left running (killed, or crashed: a graceful shutdown
+ * ends its runs first) can never finish, and stayed `in_progress` for good, with a resumed stream
+ * that never ended. Run once at start, before any request: each is marked failed, and its stored
+ * stream gets the `error` and `response.failed` events that end it, so polling, resuming, cancelling
+ * and chaining all see it over. One server per data directory: a second live server on the same
+ * store would take the first one's running responses for abandoned ones.
+ */
+export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
+  const left = await deps.store.responses.withStatus(["queued", "in_progress"]);
+  let failed = 0;
+  for (const { namespace, id } of left) {
+    if (deps.runs.get(id)) continue;
+    const stored = await deps.store.responses.get(namespace, id);
+    if (!stored) continue;
+    const message = "The server stopped while this response was running, so it did not finish; create it again.";
+    const body = { ...stored.body, status: "failed", error: { code: "server_error", message }, incomplete_details: null };
+    if (stored.background) {
+      const last = ((await deps.store.responseEvents.list(namespace, id, -1)) ?? []).at(-1)?.sequenceNumber ?? -1;
+      await deps.store.responseEvents.appendMany(namespace, id, [
+        { sequenceNumber: last + 1, event: { type: "error", sequence_number: last + 1, code: "server_error", message, param: null } },
+        { sequenceNumber: last + 2, event: { type: "response.failed", sequence_number: last + 2, response: body } },
+      ]);
+    }
+    await deps.store.responses.update(namespace, id, { status: "failed", body });
+    failed++;
+  }
+  return failed;
 }
 
 /** GET /v1/responses/{id}/input_items. */

@@ -27,7 +27,9 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
           const item: ChatModelFunctionCall = {
             type: "functionCall",
             name: call.name,
-            params: parseArguments(call.arguments, `prompt.messages[${i}].toolCalls[${k}].arguments`),
+            // Arguments are a string on the wire, and not always JSON (a call cut short by a token
+            // budget, a model's slip) yet still part of the conversation: kept as text then.
+            params: parseOrKeep(call.arguments),
             result: undefined,
             startsNewChunk: k === 0,
           };
@@ -56,14 +58,6 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
   // A model turn left last is continued: either a client's prefill or a turn awaiting its tool results.
   if (history.at(-1)?.type !== "model") history.push({ type: "model", response: [] });
   return history;
-}
-
-function parseArguments(text: string, field: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw invalidField("{field} is not valid JSON.", field);
-  }
 }
 
 function parseOrKeep(text: string): unknown {

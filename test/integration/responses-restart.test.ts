@@ -1,0 +1,65 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { childServerUrl } from "../helpers/child-server.ts";
+import { postJson, startTestServer } from "../helpers/server.ts";
+import { sseEvents } from "../helpers/scripted-app.ts";
+
+// A background response running when its server is killed (SIGKILL: no shutdown runs), and the
+// server started again on the same data directory. Real processes: the first server is a child
+// process so it can be killed; the second runs in this one.
+
+const NO_END = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 };
+
+test("a background response its killed server left running is failed at the next start: polling, a resumed stream and cancel all see it end", async () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-restart-"));
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", "src/cli/main.ts", "serve", "--model", `tiny=${await ensureFixtureModel()}`, "--port", "0", "--threads", "1", "--data-dir", dataDir, "--log-level", "silent"],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  let second: Awaited<ReturnType<typeof startTestServer>> | undefined;
+  try {
+    const url = await childServerUrl(child);
+    const created = await postJson(`${url}/v1/responses`, { model: "tiny", input: "Tell a very long story.", background: true, max_output_tokens: 3000, temperature: 0, logit_bias: NO_END });
+    assert.equal(created.status, 200, created.text);
+    const id = created.json.id as string;
+    // Running, with events stored (they are written every 100 ms).
+    for (let i = 0; i < 100; i++) {
+      const now = await fetch(`${url}/v1/responses/${id}`).then((r) => r.json() as Promise<{ status: string }>);
+      if (now.status === "in_progress") break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await new Promise((r) => setTimeout(r, 400));
+    // Continuing from it now would leave its output out of the prompt: refused, naming the field.
+    const early = await postJson(`${url}/v1/responses`, { model: "tiny", previous_response_id: id, input: "next", max_output_tokens: 2 });
+    assert.equal(early.status, 400, early.text);
+    assert.equal(early.json.error.param, "previous_response_id");
+    child.kill("SIGKILL");
+    await new Promise((r) => child.once("exit", r));
+
+    second = await startTestServer({ "data-dir": dataDir });
+    const after = await second.client.responses.retrieve(id);
+    assert.equal(after.status, "failed");
+    assert.equal(after.error?.code, "server_error");
+    // A resumed stream ends, with the failure as its last event and no gap in the numbering.
+    const resumed = await fetch(`${second.url}/v1/responses/${id}?stream=true`);
+    const events = sseEvents(await resumed.text()).map((e) => e.data as { type: string; sequence_number: number });
+    assert.ok(events.length > 2, `${events.length} events`);
+    assert.equal(events.at(-1)!.type, "response.failed");
+    assert.equal(events.at(-2)!.type, "error");
+    events.forEach((e, i) => assert.equal(e.sequence_number, events[0].sequence_number + i));
+    assert.equal((await second.client.responses.cancel(id)).status, "failed");
+    // Over, so a new turn may continue from it.
+    const next = await postJson(`${second.url}/v1/responses`, { model: "tiny", previous_response_id: id, input: "next", max_output_tokens: 2 });
+    assert.equal(next.status, 200, next.text);
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await second?.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
