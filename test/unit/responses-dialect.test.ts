@@ -69,6 +69,7 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["tool_choice naming no tool", { tools: TOOLS, tool_choice: { type: "function", name: "other" } }, 400, "tool_choice"],
   ["metadata with too many pairs", { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) }, 400, "metadata"],
   ["a metadata value that is too long", { metadata: { k: "v".repeat(513) } }, 400, "metadata.k"],
+  ["an empty metadata key (the same rule as Chat Completions and Conversations)", { metadata: { "": "v" } }, 400, "metadata"],
   ["max_output_tokens past the context", { max_output_tokens: 295 }, 400, "max_output_tokens"],
   ["a prompt past the context", { input: "w".repeat(400) }, 400, "input"],
   ["reasoning sealed by someone else", { input: [{ type: "reasoning", summary: [], encrypted_content: "plinth-v1:AAAA" }, { role: "user", content: "x" }] }, 400, "input[0].encrypted_content"],

@@ -6,12 +6,12 @@ import { inputItem } from "./protocol.ts";
 import type { ConversationRecord } from "../../store/store.ts";
 import type { ResponsesDeps } from "./responses.ts";
 import { itemToWire } from "./items.ts";
+import { metadataSchema } from "../openai/metadata.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
 
-const metadata = z
-  .record(z.string().max(64), z.string().max(512))
-  .refine((m) => Object.keys(m).length <= 16, "metadata holds at most 16 pairs");
+// OpenAI's metadata rule, the same for every object that carries it.
+const metadata = metadataSchema;
 
 export const createConversationRequest = z.object({
   items: z.array(inputItem).max(20, "a conversation is created with at most 20 items").nullish(),

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
 import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
+import { metadataSchema } from "../openai/metadata.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -139,9 +140,8 @@ const textFormat = z.discriminatedUnion("type", [
 
 export const EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
 
-const metadata = z
-  .record(z.string().max(64, "metadata keys are at most 64 characters"), z.string().max(512, "metadata values are at most 512 characters"))
-  .refine((m) => Object.keys(m).length <= 16, "metadata holds at most 16 pairs");
+// OpenAI's metadata rule, the same for every object that carries it.
+const metadata = metadataSchema;
 
 export const createResponseRequest = z.object({
   model: z.string().min(1),
