@@ -42,12 +42,13 @@ function fromZod(err: z.ZodError, body: unknown): ApiError {
     const param = formatPath([...path, issue.keys[0]]);
     return new ApiError(400, `Invalid '${param}': this request does not take that field here.`, { param, code: "invalid_value" });
   }
-  // A record's key that breaks its rule (an empty metadata key): the record is named, with the key
-  // and the rule, not a path that ends in the key itself ('metadata.').
+  // A record's key that breaks its rule: the key's own rule is said (zod's issue says only "Invalid
+  // key in record"), and the field is the key's path, or the record's for an empty key (not
+  // 'metadata.').
   if (issue.code === "invalid_key") {
     const inner = (issue as { issues?: Issue[] }).issues?.[0];
-    const param = formatPath(path.slice(0, -1));
     const key = String(path.at(-1) ?? "");
+    const param = formatPath(key === "" ? path.slice(0, -1) : path);
     const shown = JSON.stringify(key.length > 80 ? `${key.slice(0, 80)}…` : key);
     return new ApiError(400, `Invalid '${param}': the key ${shown} is not allowed: ${inner ? sentence(inner.message) : "keys must be strings."}`, {
       param: param || null,
