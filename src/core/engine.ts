@@ -73,6 +73,13 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
    * only measured): frees what `prepare` may hold, such as an upstream request already sent.
    */
   discard?(prepared: P): void;
+  /**
+   * The prepared request must queue for a slot: frees what `prepare` holds that a running request
+   * may need (a remote replica's slot, with the upstream request opened on it), which `generate`
+   * takes again when the request's turn comes. Holding it while queued could leave every running
+   * request waiting for what the queued ones hold.
+   */
+  waiting?(prepared: P): void;
   /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
   pickSlot?(prepared: P, free: readonly number[]): number;
   /**

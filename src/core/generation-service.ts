@@ -368,7 +368,9 @@ class BatchRun {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
-    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey).catch((err: unknown) => {
+    // The first choice is the one whose upstream request `prepare` may have opened.
+    const onWait = seedOffset === 0 && engine.waiting ? () => engine.waiting!(prep) : undefined;
+    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait).catch((err: unknown) => {
       engine.discard?.(prep);
       throw err;
     });

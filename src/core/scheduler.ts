@@ -79,6 +79,8 @@ export class Scheduler {
     signal: AbortSignal,
     choose?: (free: readonly number[]) => number,
     key = "",
+    /** Called when the job has to queue, before it waits. */
+    onWait?: () => void,
   ): Promise<{ slot: number; release: () => void }> {
     if (this.reserved > 0) this.reserved--;
     signal.throwIfAborted();
@@ -88,6 +90,7 @@ export class Scheduler {
       const at = this.free.indexOf(picked);
       slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
     } else {
+      onWait?.();
       slot = await this.enqueue(signal, key);
     }
     let released = false;

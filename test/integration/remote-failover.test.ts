@@ -293,3 +293,15 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
   assert.equal(dead.state, "ejected");
   assert.ok(dead.failed >= 1);
 });
+
+test("more requests than replica slots queue and all finish: a queued request does not hold a replica slot the running ones need", async () => {
+  // Two slots on one replica, twelve requests at once (streamed and not). Queued requests used to
+  // keep the replica slot their early upstream request had taken, and the admitted ones waited for
+  // it until the queue timeout.
+  const r = await router([a.url], { "upstream-slots": "2", "queue-timeout": "30" });
+  const started = Date.now();
+  const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => ask(r, { max_tokens: 8, stream: i % 2 === 1 })));
+  for (const res of answers) assert.equal(res.status, 200, res.text);
+  assert.ok(answers.filter((_, i) => i % 2 === 1).every((res) => res.text.trimEnd().endsWith("[DONE]")));
+  assert.ok(Date.now() - started < 25_000, `took ${Date.now() - started} ms`);
+});

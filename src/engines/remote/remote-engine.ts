@@ -250,6 +250,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     throw unavailable(this.id, last);
   }
 
+  /**
+   * The request queues for a slot: the upstream request opened for it is closed and its replica
+   * slot given back, so the requests that run can have it; `generate` opens it again in its turn.
+   */
+  waiting(prep: RemotePrepared): void {
+    this.discard(prep);
+  }
+
   /** A prepared request that will not run: close the upstream request opened for it. */
   discard(prep: RemotePrepared): void {
     const opened = prep.opened;
