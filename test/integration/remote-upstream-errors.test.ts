@@ -4,7 +4,7 @@ import http from "node:http";
 import zlib from "node:zlib";
 import type { AddressInfo } from "node:net";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
-import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { postJson, startTestServer, type TestServer, waitFor } from "../helpers/server.ts";
 
 // How a router reads an upstream's refusals, against a stand-in upstream (a small real HTTP server
 // speaking just enough of OpenAI's chat API) whose answer each test sets: who is at fault decides
@@ -28,8 +28,13 @@ type Answer =
   | "deflate"
   | "br"
   | "zstd"
-  | "gzip-400";
+  | "gzip-400"
+  | "runaway"
+  | "done-only"
+  | "no-choices";
 let answer: Answer = "ok";
+/** Runaway streams the upstream has seen closed by the router. */
+let runawaysClosed = 0;
 /** While set, a compressed stream holds its last chunks until the test calls it (see the gzip test). */
 let hold: Promise<void> | undefined;
 let upstream: http.Server;
@@ -86,6 +91,18 @@ before(async () => {
           usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
         });
       res.writeHead(200, { "content-type": "text/event-stream" });
+      if (answer === "done-only") return void res.end("data: [DONE]\n\n");
+      if (answer === "no-choices") return void res.end('data: {"foo":1}\n\ndata: [DONE]\n\n');
+      if (answer === "runaway") {
+        // Ignores max_tokens: a token every 5 ms until the router hangs up.
+        res.write(chunk({ role: "assistant", content: "" }));
+        const timer = setInterval(() => res.write(chunk({ content: " word" })), 5);
+        res.on("close", () => {
+          clearInterval(timer);
+          runawaysClosed++;
+        });
+        return;
+      }
       if (answer === "error-event-400" || answer === "error-event-500") {
         // vLLM's way: a 200, then the error as an event of the stream, before any output.
         const code = answer === "error-event-400" ? 400 : 500;
@@ -219,10 +236,11 @@ test("a redirect is the operator's 502 and a 204 the replica's failure: neither 
 test("one chunk carrying 150,000 log probabilities is rendered whole (chat and Responses), not a 500", async () => {
   answer = "logprobs-many";
   try {
-    const chat = await ask({ logprobs: true });
+    // A budget that allows them (the router holds an upstream to the client's max_tokens).
+    const chat = await ask({ logprobs: true, max_tokens: 200_000 });
     assert.equal(chat.status, 200, chat.text.slice(0, 500));
     assert.equal(chat.json.choices[0].logprobs.content.length, 150_000);
-    const responses = await postJson(`${r.url}/v1/responses`, { model: "r", input: "hi", max_output_tokens: 5 });
+    const responses = await postJson(`${r.url}/v1/responses`, { model: "r", input: "hi", max_output_tokens: 200_000 });
     assert.equal(responses.status, 200, responses.text.slice(0, 500));
   } finally {
     answer = "ok";
@@ -298,6 +316,43 @@ test("a compressed error body is read as one (its message and field reach the cl
     for (let i = 0; i < 40 && replica().state !== "up"; i++) {
       await new Promise((res) => setTimeout(res, 100));
       await ask();
+    }
+  }
+  assert.equal((await ask()).status, 200);
+});
+
+test("an upstream that ignores max_tokens is cut at the budget (length), streamed or not, and its stream is closed", async () => {
+  answer = "runaway";
+  try {
+    const whole = await ask({ max_tokens: 5 });
+    assert.equal(whole.status, 200, whole.text);
+    assert.equal(whole.json.choices[0].finish_reason, "length");
+    assert.equal(whole.json.choices[0].message.content, " word".repeat(5));
+    assert.equal(whole.json.usage.completion_tokens, 5);
+    const streamed = await ask({ max_tokens: 5, stream: true });
+    assert.equal(streamed.status, 200, streamed.text);
+    assert.ok(streamed.text.trimEnd().endsWith("[DONE]"), streamed.text);
+    assert.equal((streamed.text.match(/ word/g) ?? []).length, 5, streamed.text);
+    await waitFor(() => runawaysClosed >= 2, 5_000);
+  } finally {
+    answer = "ok";
+  }
+  assert.equal(replica().failures, 0);
+});
+
+test("a stream without any choice ([DONE] alone, or chunks with no choices) is the replica's failure, not an empty answer", async () => {
+  for (const mode of ["done-only", "no-choices"] as const) {
+    answer = mode;
+    try {
+      const res = await ask();
+      assert.equal(res.status, 503, `${mode}: ${res.text}`);
+      assert.ok(replica().failures > 0, mode);
+    } finally {
+      answer = "ok";
+      for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        await ask();
+      }
     }
   }
   assert.equal((await ask()).status, 200);

@@ -426,8 +426,23 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // What was held back goes out in one go at the end: a long answer is many chunks, each a few
       // microtasks through the core, so the event loop gets its turns between them.
       const slice = new TimeSlice();
+      // The client's budget, held here too: an upstream that ignores max_tokens must not stream on
+      // (or, not streamed, hold the request) for as long as it likes. Each delta counts as one token
+      // at least (as many as its log probabilities), never more than it holds, so an upstream that
+      // keeps to the budget is never cut.
+      let produced = 0;
+      const pastBudget = (chunk: EngineChunk) => {
+        if (maxTokens === undefined || (chunk.kind !== "text" && chunk.kind !== "tool-call-arguments")) return false;
+        produced += chunk.tokens;
+        return produced > maxTokens;
+      };
       try {
         for (const chunk of head) {
+          if (pastBudget(chunk)) {
+            lease.success();
+            yield* release(held, { kind: "end", reason: "length" });
+            return;
+          }
           if (chunk.kind === "end") lease.success();
           if (held && chunk.kind !== "end") hold(chunk);
           else
@@ -437,6 +452,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
             }
         }
         for await (const chunk of chunks) {
+          if (pastBudget(chunk)) {
+            lease.success();
+            yield* release(held, { kind: "end", reason: "length" });
+            return;
+          }
           // The core stops reading at the end chunk, so success is recorded before it is handed over.
           if (chunk.kind === "end") lease.success();
           if (held && chunk.kind !== "end") hold(chunk);

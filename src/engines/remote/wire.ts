@@ -205,6 +205,8 @@ export class ChunkReader {
   readonly totals: StreamTotals = {};
   /** True once a chunk carried generated output (text, thinking, a tool call). */
   sawOutput = false;
+  /** True once a chunk carried a choice at all (even an empty one, with only a finish reason). */
+  private sawChoice = false;
   /**
    * The upstream's tool-call indices, by the order their calls started: the engine contract numbers
    * a choice's calls 0, 1, 2, …, and an upstream's own number (any integer it likes) must not become
@@ -235,6 +237,7 @@ export class ChunkReader {
     if (chunk.usage) this.usage(chunk.usage);
     const choice = chunk.choices?.[0];
     if (!choice) return out;
+    this.sawChoice = true;
     if (this.mode === "completion") {
       // The legacy parallel arrays (vLLM, Plinth), or chat's entries (llama-server sends those here too).
       const lp = legacyLogprobs(choice.logprobs) ?? chatLogprobs(choice.logprobs?.content);
@@ -303,6 +306,9 @@ export class ChunkReader {
   /** What ends the choice: the upstream's counts, then its finish reason. */
   finish(): EngineChunk[] {
     if (this.nameless.size > 0) throw new UpstreamStreamError("the upstream ended a tool call that never had a name");
+    // Every real answer has a choice (its finish reason comes in one): a stream of nothing but
+    // [DONE], or of chunks without choices, is a broken replica, not an empty answer.
+    if (!this.sawChoice) throw new UpstreamStreamError("the upstream's stream ended without any choice in it");
     const t = this.totals;
     const out: EngineChunk[] = [];
     if (t.cachedTokens) out.push({ kind: "cached", tokens: t.cachedTokens });
