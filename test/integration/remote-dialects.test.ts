@@ -142,14 +142,22 @@ test("a remote model that may think: the DeepSeek-style and Databricks dialects 
   assert.equal(typeof dbx.json.usage.reasoning_tokens, "number", dbx.text);
   // Not knowing whether a remote model thinks adds no thinking setting the client did not send: a
   // model that does not think (whose Plinth upstream refuses any) answers these dialects' defaults.
+  // A Plinth upstream's model list says whether the model thinks, so a model that does not answers
+  // through the router as it does straight: no thinking fields, and the thinking controls that these
+  // dialects ignore on such a model are ignored, not refused.
   const plain = { messages: body.messages, max_tokens: 4 };
   const r = await postJson(`${router.url}/serving-endpoints/rt/invocations`, plain);
   assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.usage.reasoning_tokens, undefined, r.text);
   // The DeepSeek-style dialect's one model name on the model that does not think: a router of its own.
   const other = await startTestServer({ upstream: [{ name: "SpAk-Aster-V1-MOE", url: up[0].url, model: "tiny" }], "health-interval": "0" });
   try {
-    const spak = await postJson(`${other.url}/chat/completions`, { model: "SpAk-Aster-V1-MOE", ...plain });
-    assert.equal(spak.status, 200, spak.text);
+    for (const extra of [{}, { thinking: { type: "disabled" } }, { reasoning_effort: "high" }, { logprobs: true }]) {
+      const spak = await postJson(`${other.url}/chat/completions`, { model: "SpAk-Aster-V1-MOE", ...plain, ...extra });
+      assert.equal(spak.status, 200, `${JSON.stringify(extra)}: ${spak.text}`);
+      assert.equal(spak.json.choices[0].message.reasoning_content, null, spak.text);
+      if ("logprobs" in extra) assert.equal(spak.json.choices[0].logprobs.reasoning_content, null, spak.text);
+    }
   } finally {
     await other.close();
   }

@@ -14,6 +14,8 @@ export function modelToWire(m: ServedModel) {
     // Extensions, as vLLM and llama-server report them: what a client needs to size its prompts.
     max_model_len: d?.contextSize ?? null,
     status: m.status,
+    // Whether the model thinks, when known (a router in front of this server reads it).
+    ...(d?.reasoning !== undefined ? { reasoning: d.reasoning } : {}),
     ...(m.engine?.embeddings ? { embedding: embeddingToWire(m.engine.embeddings.info) } : {}),
   };
 }

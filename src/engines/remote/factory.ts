@@ -57,7 +57,10 @@ export function remoteFactory(): EngineFactory {
     // A llama-server that embeds was started with --embeddings, which turns generation off (its
     // completions answer 500); a Plinth upstream says so in its model list.
     const embedding = probed && { ...probed, only: llamaServer || entry.embedding?.embedding_only === true };
-    const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks });
+    // A Plinth upstream says whether the model thinks (others do not): the dialects then answer as
+    // they would for that model served here (no thinking fields for a model that cannot think).
+    const reasoning = typeof entry.reasoning === "boolean" ? entry.reasoning : undefined;
+    const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks, reasoning });
     log(
       `plinth: model '${spec.id}' ready: ${shown(upstreamModel)} on ${pool.replicas.length} upstream replica(s), ` +
         `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +

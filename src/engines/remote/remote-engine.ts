@@ -109,6 +109,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       flavor?: "openai" | "llama-server";
       /** Canonical features the upstream itself says it lacks (beside the operator's `unsupported`). */
       lacks?: string[];
+      /** Whether the model thinks, when its upstream says (a Plinth upstream's model list does). */
+      reasoning?: boolean;
     },
   ) {
     this.slots = pool.totalSlots;
@@ -128,8 +130,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       ownedBy: "upstream",
       contextSize: this.info.contextSize ?? 0,
       parallel: this.slots,
-      // Whether the upstream's model thinks is not known here, unless its entry says it cannot.
-      ...(this.unsupported.has("reasoning") ? { reasoning: false } : {}),
+      // Whether the upstream's model thinks: what its entry or its model list says, else not known.
+      ...(this.unsupported.has("reasoning") ? { reasoning: false } : this.info.reasoning !== undefined ? { reasoning: this.info.reasoning } : {}),
       fingerprint: `fp_${createHash("sha256").update(`${this.upstreamModel}|${this.pool.replicas.map((r) => r.name).join(",")}`).digest("hex").slice(0, 10)}`,
     };
   }
