@@ -45,7 +45,12 @@ export async function embed(
     throw invalidField(`{field} must be between 1 and ${size}, this model's embedding size; got ${req.dimensions}.`, "dimensions");
 
   const tokens: number[][] = [];
-  for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
+  if (embedder.tokenizeMany) {
+    // All inputs in one go (a remote upstream embeds them in one request rather than one each).
+    req.inputs.forEach((input, i) => checkInput(embedder, input, `inputs[${i}]`));
+    const all = await embedder.tokenizeMany(req.inputs);
+    all.forEach((t, i) => tokens.push(checkTokens(embedder, t, `inputs[${i}]`)));
+  } else for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
   const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);
   await admit(promptTokens);
 
@@ -89,6 +94,12 @@ export async function embed(
 }
 
 async function tokenizeInput(embedder: Embedder, input: EmbedInput, field: string): Promise<number[]> {
+  checkInput(embedder, input, field);
+  return checkTokens(embedder, await embedder.tokenize(input), field);
+}
+
+/** What can be refused before tokenizing: token ids outside the vocabulary, empty input, input that can never fit. */
+function checkInput(embedder: Embedder, input: EmbedInput, field: string): void {
   const { vocabularySize, maxInputTokens } = embedder.info;
   if (input.kind === "tokens") {
     if (input.tokens.length === 0) throw invalidField("{field} is empty; send at least one token.", field);
@@ -102,9 +113,11 @@ async function tokenizeInput(embedder: Embedder, input: EmbedInput, field: strin
   // A 10 MB text took 2.4 s to tokenize, all of it on the event loop, only to be refused.
   const least = embedder.minimumTokens?.(input) ?? 0;
   if (least > maxInputTokens) throw tooLong(`at least ${least}`, maxInputTokens, field);
-  const tokens = await embedder.tokenize(input);
+}
+
+function checkTokens(embedder: Embedder, tokens: number[], field: string): number[] {
   if (tokens.length === 0) throw invalidField("{field} has no tokens to embed.", field);
-  if (tokens.length > maxInputTokens) throw tooLong(String(tokens.length), maxInputTokens, field);
+  if (tokens.length > embedder.info.maxInputTokens) throw tooLong(String(tokens.length), embedder.info.maxInputTokens, field);
   return tokens;
 }
 

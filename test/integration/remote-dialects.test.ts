@@ -255,6 +255,23 @@ test("an embedding-only upstream model embeds through the router and refuses gen
     assert.equal(d.embedding.length, want.length);
     assert.ok(d.embedding.every((x: number, j: number) => Math.abs(x - want[j]) < 1e-5));
   }
+  // Token-id input: the usage is the upstream's count (its special tokens included), and so is a
+  // batch's; many inputs go up in one request, in order.
+  for (const tokenInput of [[[101, 200, 102], [101, 102]], [101, 200, 102]]) {
+    const straight = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input: tokenInput });
+    const through = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input: tokenInput });
+    assert.equal(through.status, 200, through.text);
+    assert.equal(through.json.usage.prompt_tokens, straight.json.usage.prompt_tokens, JSON.stringify(tokenInput));
+  }
+  const many = Array.from({ length: 300 }, (_, i) => `line ${i} of the river`);
+  const straight = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input: many });
+  const through = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input: many });
+  assert.equal(through.status, 200, through.text.slice(0, 300));
+  assert.equal(through.json.usage.prompt_tokens, straight.json.usage.prompt_tokens);
+  for (const i of [0, 150, 299]) {
+    const want = straight.json.data[i].embedding as number[];
+    assert.ok((through.json.data[i].embedding as number[]).every((x: number, j: number) => Math.abs(x - want[j]) < 1e-5), `input ${i}`);
+  }
   const local = await postJson(`${up[0].url}/v1/chat/completions`, { model: "bert", ...ask });
   for (const [path, body] of [
     ["/v1/chat/completions", { model: "rb", ...ask }],

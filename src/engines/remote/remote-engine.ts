@@ -630,26 +630,36 @@ class RemoteEmbedder implements Embedder {
   }
 
   async tokenize(input: EmbedInput): Promise<number[]> {
+    return (await this.tokenizeMany([input]))[0];
+  }
+
+  /**
+   * Every input in one upstream request (one each made a 2,048-input request 7x slower than
+   * straight). The vectors are kept for `embed`; the token counts come from the upstream's usage,
+   * which covers the whole request, shared out over the inputs by their size (see shareTokens).
+   */
+  async tokenizeMany(inputs: EmbedInput[]): Promise<number[][]> {
     const json = (await this.engine.request("/v1/embeddings", {
       model: this.engine.upstreamModel,
-      input: input.kind === "text" ? input.text : input.tokens,
+      input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
       encoding_format: "float",
     })) as any;
-    const vector = json?.data?.[0]?.embedding;
-    if (!Array.isArray(vector)) throw new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
-    if (input.kind === "tokens") {
-      const tokens = [...input.tokens];
-      this.vectors.set(tokens, Float32Array.from(vector as number[]));
+    const unknownShape = () => new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
+    const data = json?.data;
+    if (!Array.isArray(data) || data.length !== inputs.length) throw unknownShape();
+    const vectors = new Array<number[] | undefined>(inputs.length);
+    data.forEach((d: any, k: number) => {
+      // Placed by their index (an upstream may list them in any order), each input exactly once.
+      const i = d?.index === undefined ? k : d.index;
+      if (!Number.isInteger(i) || i < 0 || i >= inputs.length || vectors[i] !== undefined || !Array.isArray(d?.embedding)) throw unknownShape();
+      vectors[i] = d.embedding;
+    });
+    const counts = shareTokens(tokenCount(json.usage?.prompt_tokens), inputs);
+    return counts.map((count, i) => {
+      const tokens = new Array<number>(count).fill(0);
+      this.vectors.set(tokens, Float32Array.from(vectors[i]!));
       return tokens;
-    }
-    // The upstream's count stands for the input's tokens (usage, the ledger) and sizes the array that
-    // stands for them: a whole number, at most what the text could hold (a token covers at least a
-    // byte, plus a few special tokens), so a broken upstream's count cannot ask for gigabytes.
-    const reported = json.usage?.prompt_tokens;
-    const count = Number.isInteger(reported) && reported >= 1 ? Math.min(reported as number, Buffer.byteLength(input.text) + 16) : 1;
-    const tokens = new Array<number>(count).fill(0);
-    this.vectors.set(tokens, Float32Array.from(vector as number[]));
-    return tokens;
+    });
   }
 
   async embed(tokens: number[]): Promise<Float32Array> {
@@ -657,6 +667,31 @@ class RemoteEmbedder implements Embedder {
     if (!v) throw new ApiError(500, "An embedding was asked for input that was not sent upstream.", { code: "internal_error" });
     return v;
   }
+}
+
+/**
+ * Each input's share of an embeddings request's reported token count: the count stands for the
+ * inputs' tokens in the usage, the ledger and key budgets, and sizes the arrays that stand for them.
+ * Shared by size (token ids: their number; text: its UTF-8 bytes), each at least 1 and at most what
+ * the input could hold (a token covers at least a byte, plus a few special tokens), so a broken
+ * upstream's count cannot ask for gigabytes. Without a count: token ids count as themselves, a text
+ * as 1.
+ */
+export function shareTokens(reported: number | undefined, inputs: EmbedInput[]): number[] {
+  const most = inputs.map((input) => (input.kind === "text" ? Buffer.byteLength(input.text) : input.tokens.length) + 16);
+  if (reported === undefined) return inputs.map((input) => (input.kind === "text" ? 1 : Math.max(1, input.tokens.length)));
+  const weights = most.map((m) => m - 16);
+  const weightSum = weights.reduce((a, b) => a + b, 0) || 1;
+  const total = Math.max(inputs.length, Math.min(reported, most.reduce((a, b) => a + b, 0)));
+  const counts = weights.map((w, i) => Math.min(most[i], Math.max(1, Math.floor((total * w) / weightSum))));
+  // What the rounding left over goes to the inputs that can still take it, in order.
+  let left = total - counts.reduce((a, b) => a + b, 0);
+  for (let i = 0; left > 0 && i < counts.length; i++) {
+    const add = Math.min(left, most[i] - counts[i]);
+    counts[i] += add;
+    left -= add;
+  }
+  return counts;
 }
 
 /**
