@@ -1,7 +1,8 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { EngineChunk } from "../../src/core/engine.ts";
-import { ChunkReader, UpstreamStreamError } from "../../src/engines/remote/wire.ts";
+import { ChunkReader, refusedByUpstream, UpstreamStreamError } from "../../src/engines/remote/wire.ts";
+import { chatFieldNames, completionFieldNames } from "../../src/dialects/openai/field-names.ts";
 import { ApiError } from "../../src/core/errors.ts";
 
 // The remote engine's reading of an upstream's chat chunks into engine chunks, one parsed chunk at a
@@ -50,4 +51,23 @@ test("a finish reason the engine contract knows is kept, content_filter included
     const out = readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given)]);
     assert.deepEqual(out.at(-1), { kind: "end", reason: kept });
   }
+});
+
+test("an upstream's refusal keeps the exact place it names, which the dialect names back in its own terms", () => {
+  const cases: Array<[unknown, string, string]> = [
+    [{ error: { param: "messages[1].tool_calls[0].function.arguments" } }, "prompt.messages[1].toolCalls[0].arguments", "messages[1].tool_calls[0].function.arguments"],
+    [{ error: { param: "messages[1].tool_call_id" } }, "prompt.messages[1].toolCallId", "messages[1].tool_call_id"],
+    [{ error: { param: "messages[0].content[0]" } }, "prompt.messages[0].parts[0]", "messages[0].content[0]"],
+    [{ error: { param: "tools[0].function.parameters" } }, "tools[0].parameters", "tools[0].function.parameters"],
+    [{ error: { param: "temperature" } }, "temperature", "temperature"],
+    // FastAPI's 422 (vLLM, SGLang): the union member pydantic tried is not a field.
+    [{ detail: [{ loc: ["body", "messages", 1, "ChatCompletionUserMessageParam", "content"], msg: "x" }] }, "prompt.messages[1].content", "messages[1].content"],
+  ];
+  for (const [body, canonical, wire] of cases) {
+    const err = refusedByUpstream(400, body, "refused", "r");
+    assert.equal(err.field, canonical, JSON.stringify(body));
+    assert.equal(chatFieldNames({})(err.field!), wire);
+  }
+  assert.equal(refusedByUpstream(400, { error: { param: "prompt[3]" } }, "bad token", "r").field, "prompt.tokens[3]");
+  assert.equal(completionFieldNames({ prompt: [1, 2] })("prompt.tokens[3]"), "prompt[3]");
 });

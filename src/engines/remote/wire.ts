@@ -340,9 +340,20 @@ export function contextLength(v: unknown): number | undefined {
 /** The upstream's stream was not what the protocol promises (bad JSON, an error event). */
 export class UpstreamStreamError extends Error {}
 
-/** The canonical field an upstream's wire parameter stands for; undefined when there is none. */
+/**
+ * The canonical field an upstream's wire parameter stands for; undefined when there is none. A path
+ * into a message, a tool's parameters or a token of the prompt keeps its place (the dialect names it
+ * back in its own terms: `messages[1].tool_calls[0].function.arguments`, not just `messages`); the
+ * router sends the messages in the client's order, so the indices are the client's.
+ */
 export function canonicalField(param: unknown): string | undefined {
   if (typeof param !== "string" || param === "") return undefined;
+  const message = /^messages\[(\d+)\]\.(.+)$/.exec(param);
+  if (message) return `prompt.messages[${message[1]}].${canonicalMessageField(message[2])}`;
+  const tool = /^tools\[(\d+)\]\.function\.parameters(?:[.[].*)?$/.exec(param);
+  if (tool) return `tools[${tool[1]}].parameters`;
+  const token = /^prompt\[(\d+)\]$/.exec(param);
+  if (token) return `prompt.tokens[${token[1]}]`;
   const root = param.split(/[.[]/)[0];
   const map: Record<string, string> = {
     messages: "prompt",
@@ -395,12 +406,32 @@ export function refusedByUpstream(status: number, body: unknown, message: string
   });
 }
 
+/** A path within an OpenAI chat message, in canonical terms (the inverse of the dialect's naming). */
+function canonicalMessageField(field: string): string {
+  const args = /^tool_calls\[(\d+)\]\.function\.arguments$/.exec(field);
+  if (args) return `toolCalls[${args[1]}].arguments`;
+  const part = /^content\[(\d+)\](.*)$/.exec(field);
+  if (part) return `parts[${part[1]}]${part[2]}`;
+  return field.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
 /** The field of a FastAPI validation error (vLLM's and SGLang's 422): `detail[0].loc` after "body". */
 function validationLoc(body: any): string | undefined {
   const loc = Array.isArray(body?.detail) ? body.detail[0]?.loc : undefined;
   if (!Array.isArray(loc)) return undefined;
   const path = loc[0] === "body" ? loc.slice(1) : loc;
-  return typeof path[0] === "string" ? path[0] : undefined;
+  if (typeof path[0] !== "string") return undefined;
+  // ["messages", 1, "content"] → "messages[1].content". pydantic puts the union member it tried in
+  // the path ("ChatCompletionUserMessageParam", "function-after[…]"): skipped, not a field; anything
+  // else odd ends the path where it is.
+  let out = path[0];
+  for (const part of path.slice(1)) {
+    if (typeof part === "number" && Number.isInteger(part) && part >= 0) out += `[${part}]`;
+    else if (typeof part === "string" && /^[a-z_][a-z0-9_]*$/.test(part)) out += `.${part}`;
+    else if (typeof part === "string" && /^([A-Z]|[a-z-]+\[)/.test(part)) continue;
+    else break;
+  }
+  return out;
 }
 
 /** An upstream error object that blames the request: a 4xx code (not 408 or 429) or a bad-request type. */
