@@ -69,7 +69,7 @@ export class ModelLoading {
     for (let round = 0; ; round++) {
       const waitMs = Math.min(30_000, 1_000 * 2 ** round);
       // What the clients and /health see names no upstream address; the log has the details.
-      this.registry.waiting(spec.id, `waiting for its upstream to answer (next try in ${waitMs / 1000} s)`);
+      this.registry.waiting(spec.id, `waiting for its upstream to answer (next try in ${waitMs / 1000} s)`, Math.ceil(waitMs / 1000));
       this.log(`plinth: model '${spec.id}' is waiting for its upstream: ${why.message}; next try in ${waitMs / 1000} s`);
       if (!(await pause(waitMs, this.stopping.signal))) return;
       const outcome = await this.attempt(spec);

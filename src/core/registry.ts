@@ -11,6 +11,8 @@ export interface ServedModel {
   error?: string;
   /** While loading: what it waits for (a remote upstream that has not started), when known. */
   note?: string;
+  /** While waiting: seconds until it is tried again (the Retry-After its 503s carry). */
+  retryAfterS?: number;
   engine?: Engine;
   scheduler?: Scheduler;
   /** Slots of the model's embedding contexts, when it embeds; separate from generation's. */
@@ -62,8 +64,8 @@ export class ModelRegistry {
   }
 
   /** Still loading, waiting for what `note` says (its upstream to start); asked for again later. */
-  waiting(id: string, note: string): void {
-    this.models.set(id, { id, status: "loading", note });
+  waiting(id: string, note: string, retryAfterS?: number): void {
+    this.models.set(id, { id, status: "loading", note, retryAfterS });
   }
 
   /** A known model goes back to loading (a model loaded again after being unloaded). */
@@ -104,7 +106,7 @@ export class ModelRegistry {
     if (m.status === "loading")
       throw new ApiError(503, m.note ? `The model '${id}' is not available yet: ${m.note}` : `The model '${id}' is still loading.`, {
         code: "model_loading",
-        headers: { "retry-after": "2" },
+        headers: { "retry-after": String(m.retryAfterS ?? 2) },
       });
     if (m.status === "failed" || !m.engine || !m.scheduler)
       throw new ApiError(503, `The model '${id}' failed to load: ${m.error ?? "unknown error"}`, { code: "model_unavailable" });

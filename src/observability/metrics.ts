@@ -145,16 +145,17 @@ export class PlinthMetrics {
         for (const r of replicas()) this.set({ model_name: r.model, replica: r.name }, r.outstanding);
       },
     });
-    new Gauge({
-      name: "plinth_upstream_replica_requests",
+    // A counter (it only grows), read from the pool's own totals at each scrape.
+    new Counter({
+      name: "plinth_upstream_replica_requests_total",
       help: "Requests each upstream replica completed (result=served) and attempts it failed (result=failed), since start.",
       labelNames: ["model_name", "replica", "result"],
       registers,
       collect() {
         this.reset();
         for (const r of replicas()) {
-          this.set({ model_name: r.model, replica: r.name, result: "served" }, r.served);
-          this.set({ model_name: r.model, replica: r.name, result: "failed" }, r.failed);
+          this.inc({ model_name: r.model, replica: r.name, result: "served" }, r.served);
+          this.inc({ model_name: r.model, replica: r.name, result: "failed" }, r.failed);
         }
       },
     });

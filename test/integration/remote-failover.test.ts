@@ -52,7 +52,7 @@ test("a replica that answers 500 is failed over and ejected: every request succe
   assert.equal(bad.hits["500"], hits, "an ejected replica gets no traffic");
   const metrics = await (await fetch(`${r.url}/metrics`)).text();
   assert.match(metrics, new RegExp(`plinth_upstream_replica_state\\{model_name="r",replica="${bad.url}",state="ejected"\\} 1`));
-  assert.match(metrics, new RegExp(`plinth_upstream_replica_requests\\{model_name="r",replica="${a.url}",result="served"\\} 12`));
+  assert.match(metrics, new RegExp(`plinth_upstream_replica_requests_total\\{model_name="r",replica="${a.url}",result="served"\\} 12`));
 });
 
 test("malformed SSE and a first-token timeout fail over before any output; the client sees a clean answer", async () => {

@@ -65,7 +65,8 @@ test("a remote model whose upstream is not up yet waits (503 model_loading, /hea
     const early = await postJson(`${r.server.url}/v1/chat/completions`, { model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
     assert.equal(early.status, 503, early.text);
     assert.equal(early.json.error.code, "model_loading");
-    assert.ok(early.headers.get("retry-after"), "Retry-After tells clients when to ask again");
+    // When the model is tried again (the first pause is 1 s; later ones grow), not a fixed guess.
+    assert.ok(Number(early.headers.get("retry-after")) >= 1, `Retry-After: ${early.headers.get("retry-after")}`);
     // The client is not told where the upstream lives; the operator's log is.
     assert.ok(!early.text.includes(String(port)), early.text);
     assert.ok(r.lines.some((l) => l.includes("'r' is waiting for its upstream") && l.includes(String(port))), r.lines.join("\n"));
