@@ -263,6 +263,14 @@ test("an embedding-only upstream model embeds through the router and refuses gen
     assert.equal(through.status, 200, through.text);
     assert.equal(through.json.usage.prompt_tokens, straight.json.usage.prompt_tokens, JSON.stringify(tokenInput));
   }
+  // Refusals name the same field as straight: a token outside the vocabulary, an input too long.
+  for (const bad of [[[101, 2000, 102]], [[101, 102], [101, 2000, 102]], ["word ".repeat(3000)]]) {
+    const straight = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input: bad });
+    const through = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input: bad });
+    assert.equal(straight.status, 400, straight.text);
+    assert.equal(through.status, 400, through.text);
+    assert.equal(through.json.error.param, straight.json.error.param, `${through.text} / ${straight.text}`);
+  }
   const many = Array.from({ length: 300 }, (_, i) => `line ${i} of the river`);
   const straight = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input: many });
   const through = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input: many });

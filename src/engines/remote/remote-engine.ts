@@ -639,11 +639,19 @@ class RemoteEmbedder implements Embedder {
    * which covers the whole request, shared out over the inputs by their size (see shareTokens).
    */
   async tokenizeMany(inputs: EmbedInput[]): Promise<number[][]> {
-    const json = (await this.engine.request("/v1/embeddings", {
-      model: this.engine.upstreamModel,
-      input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
-      encoding_format: "float",
-    })) as any;
+    const json = (await this.engine
+      .request("/v1/embeddings", {
+        model: this.engine.upstreamModel,
+        input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
+        encoding_format: "float",
+      })
+      .catch((err: unknown) => {
+        // An input too long for the upstream is the input's fault, as when embedded here (the wire
+        // reader calls any context refusal the prompt's).
+        if (err instanceof ApiError && err.field === "prompt")
+          throw new ApiError(err.status, err.message, { field: inputs.length === 1 ? "inputs[0]" : "input", code: err.code ?? undefined });
+        throw err;
+      })) as any;
     const unknownShape = () => new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
     const data = json?.data;
     if (!Array.isArray(data) || data.length !== inputs.length) throw unknownShape();

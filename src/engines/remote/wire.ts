@@ -354,6 +354,9 @@ export function canonicalField(param: unknown): string | undefined {
   if (tool) return `tools[${tool[1]}].parameters`;
   const token = /^prompt\[(\d+)\]$/.exec(param);
   if (token) return `prompt.tokens[${token[1]}]`;
+  // Embeddings: the router sends every request's inputs as a list, so input[i] is the i-th input.
+  const input = /^input((?:\[\d+\]){1,2})$/.exec(param);
+  if (input) return `inputs${input[1]}`;
   const root = param.split(/[.[]/)[0];
   const map: Record<string, string> = {
     messages: "prompt",
