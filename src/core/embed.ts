@@ -33,6 +33,8 @@ export async function embed(
   signal: AbortSignal,
   /** Called with the request's token count once every input is counted, before any runs (limits). */
   admit: (promptTokens: number) => Promise<void> = async () => {},
+  /** Headers the engine wants on the response (see RequestContext.responseHeaders). */
+  responseHeaders?: Record<string, string>,
 ): Promise<EmbeddingResult> {
   const served = registry.resolve(req.model);
   const embedder = served.engine.embeddings;
@@ -48,7 +50,7 @@ export async function embed(
   if (embedder.tokenizeMany) {
     // All inputs in one go (a remote upstream embeds them in one request rather than one each).
     req.inputs.forEach((input, i) => checkInput(embedder, input, `inputs[${i}]`));
-    const all = await embedder.tokenizeMany(req.inputs);
+    const all = await embedder.tokenizeMany(req.inputs, responseHeaders);
     all.forEach((t, i) => tokens.push(checkTokens(embedder, t, `inputs[${i}]`)));
   } else for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
   const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);

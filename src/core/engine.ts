@@ -149,8 +149,11 @@ export interface Embedder {
    * SEP). Token ids must already have been checked against `info.vocabularySize`.
    */
   tokenize(input: EmbedInput): Promise<number[]>;
-  /** `tokenize` for every input of a request at once, when the engine does better that way (one upstream request). */
-  tokenizeMany?(inputs: EmbedInput[]): Promise<number[][]>;
+  /**
+   * `tokenize` for every input of a request at once, when the engine does better that way (one
+   * upstream request). `responseHeaders`: headers the engine wants on the response (which replica served).
+   */
+  tokenizeMany?(inputs: EmbedInput[], responseHeaders?: Record<string, string>): Promise<number[][]>;
   /**
    * The fewest tokens an input can take, found without tokenizing it (tokenizing runs on the event
    * loop), so an input that can never fit is refused first; 0 when unknown.

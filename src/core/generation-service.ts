@@ -213,7 +213,7 @@ export class GenerationService {
     };
     let result: EmbeddingResult;
     try {
-      result = await embed(this.registry, req, signal, admit);
+      result = await embed(this.registry, req, signal, admit, ctx.responseHeaders);
     } catch (err) {
       ticket?.(0);
       throw err;

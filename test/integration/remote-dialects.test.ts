@@ -276,6 +276,7 @@ test("an embedding-only upstream model embeds through the router and refuses gen
   const through = await postJson(`${router.url}/v1/embeddings`, { model: "rb", input: many });
   assert.equal(through.status, 200, through.text.slice(0, 300));
   assert.equal(through.json.usage.prompt_tokens, straight.json.usage.prompt_tokens);
+  assert.equal(through.headers.get("x-plinth-upstream"), up[0].url, "the replica that embedded is named, as for generation");
   for (const i of [0, 150, 299]) {
     const want = straight.json.data[i].embedding as number[];
     assert.ok((through.json.data[i].embedding as number[]).every((x: number, j: number) => Math.abs(x - want[j]) < 1e-5), `input ${i}`);

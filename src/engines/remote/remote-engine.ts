@@ -325,7 +325,15 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * A JSON call with failover (tokenize, detokenize, embeddings). With `optional`, an upstream
    * that has no such route (404/405) answers undefined.
    */
-  async request(path: string, body: unknown, prefer?: Replica, optional = false, signal = new AbortController().signal): Promise<unknown> {
+  async request(
+    path: string,
+    body: unknown,
+    prefer?: Replica,
+    optional = false,
+    signal = new AbortController().signal,
+    /** Told the replica that answered (for the response's x-plinth-upstream). */
+    onServed?: (replica: Replica) => void,
+  ): Promise<unknown> {
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
     // Token counts and template renders ride along with a request that may hold the replica's only
@@ -348,6 +356,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           const json = await readJson(res, this.source.idleTimeoutMs);
           // A working tokenizer says little about generation: only real work clears failures.
           if (!path.endsWith("tokenize") && path !== "/apply-template") lease.success();
+          onServed?.(lease.replica);
           return json;
         }
         const failure = await statusFailure(res, lease.replica.name);
@@ -638,12 +647,15 @@ class RemoteEmbedder implements Embedder {
    * straight). The vectors are kept for `embed`; the token counts come from the upstream's usage,
    * which covers the whole request, shared out over the inputs by their size (see shareTokens).
    */
-  async tokenizeMany(inputs: EmbedInput[]): Promise<number[][]> {
+  async tokenizeMany(inputs: EmbedInput[], responseHeaders?: Record<string, string>): Promise<number[][]> {
+    const body = {
+      model: this.engine.upstreamModel,
+      input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
+      encoding_format: "float",
+    };
     const json = (await this.engine
-      .request("/v1/embeddings", {
-        model: this.engine.upstreamModel,
-        input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
-        encoding_format: "float",
+      .request("/v1/embeddings", body, undefined, false, undefined, (replica) => {
+        if (responseHeaders) responseHeaders[UPSTREAM_HEADER] = replica.name;
       })
       .catch((err: unknown) => {
         // An input too long for the upstream is the input's fault, as when embedded here (the wire
