@@ -16,8 +16,8 @@ export interface ScriptedApp {
  * The real HTTP app (every dialect, the generation service, the scheduler) over a scripted engine,
  * driven with Fastify's `inject()`: no socket, no model, milliseconds per request.
  */
-export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number } = {}): Promise<ScriptedApp> {
-  const registry = new ModelRegistry(opts.maxQueue ?? 8);
+export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number } = {}): Promise<ScriptedApp> {
+  const registry = new ModelRegistry(opts.maxQueue ?? 8, opts.queueTimeoutMs ?? 0);
   const engine = new ScriptedEngine(opts);
   registry.register(engine.id);
   registry.ready(engine);

@@ -207,3 +207,20 @@ test("a call cut short by max_output_tokens is an incomplete item in an incomple
   assert.equal(r.output[0].type, "function_call");
   assert.equal(r.output[0].status, "incomplete");
 });
+
+test("a request that waits past the queue timeout is a 503 with Retry-After, as on Chat Completions (not a 500)", async () => {
+  const busy = await scriptedApp({ id: "m", slots: 1, delayMs: 50, queueTimeoutMs: 100, script: () => Array.from({ length: 20 }, () => ({ kind: "text" as const, text: "a", tokens: 1 })) });
+  try {
+    const send = (url: string, payload: object) => busy.app.inject({ method: "POST", url, payload });
+    const occupier = send("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "go" }] });
+    await new Promise((r) => setTimeout(r, 20));
+    const [responses, chat] = await Promise.all([send("/v1/responses", { model: "m", input: "hi" }), send("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] })]);
+    assert.equal(chat.statusCode, 503, chat.body);
+    assert.equal(responses.statusCode, 503, responses.body);
+    assert.ok(responses.headers["retry-after"], JSON.stringify(responses.headers));
+    assert.equal(responses.json().error.code, chat.json().error.code);
+    assert.equal((await occupier).statusCode, 200);
+  } finally {
+    await busy.app.close();
+  }
+});

@@ -51,7 +51,8 @@ function dropOldestTurn(req: GenerationRequest): GenerationRequest | undefined {
 
 /**
  * Feeds a generation's events into a builder and closes it the way the run ended; `each` runs after
- * every event (a stream writes what the builder emitted there).
+ * every event (a stream writes what the builder emitted there). Returns the error a failed run
+ * ended with, so an answer not yet started can carry its status (a queue timeout's 503).
  */
 export async function drive(
   events: AsyncIterable<GenerationEvent>,
@@ -59,7 +60,7 @@ export async function drive(
   signal: AbortSignal,
   each: () => Promise<void> = async () => {},
   spent?: () => Usage,
-): Promise<void> {
+): Promise<ApiError | undefined> {
   try {
     for await (const ev of events) {
       builder.push(ev);
@@ -71,11 +72,13 @@ export async function drive(
     if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err) || err === signal.reason)) {
       // What the run had used when it stopped: it was booked, so the object says it too.
       builder.cancel(spent?.());
-      return;
+      return undefined;
     }
     const e = asWireError(err, responsesFieldName);
     builder.fail(e.code ?? "server_error", e.message, e.param);
+    return e;
   }
+  return undefined;
 }
 
 /**
@@ -95,10 +98,16 @@ export function respondWithBuilder(
     return (async () => {
       const builder = builderFor();
       builder.start("in_progress");
-      await drive(events, builder, signal, undefined, spent);
+      const failure = await drive(events, builder, signal, undefined, spent);
       await done(builder);
       const snapshot = builder.snapshot();
-      if (builder.status === "failed") throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+      // Nothing was sent yet, so the failure keeps its own status: a request that waited past the
+      // queue timeout (or was refused as overloaded) is a 503 with Retry-After, as on every route;
+      // only a fault of the server's is a 500.
+      if (builder.status === "failed") {
+        if (failure && failure.status !== 500) throw failure;
+        throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+      }
       return { kind: "json" as const, body: snapshot };
     })();
   }
