@@ -49,9 +49,17 @@ export async function embed(
   const tokens: number[][] = [];
   if (embedder.tokenizeMany) {
     // All inputs in one go (a remote upstream embeds them in one request rather than one each).
+    // That is the request's work, so it takes its turn like any: a slot (the queue's limit and
+    // timeout apply), and a client that leaves while it waits costs the upstream nothing.
     req.inputs.forEach((input, i) => checkInput(embedder, input, `inputs[${i}]`));
-    const all = await embedder.tokenizeMany(req.inputs, responseHeaders);
-    all.forEach((t, i) => tokens.push(checkTokens(embedder, t, `inputs[${i}]`)));
+    scheduler.admit(1);
+    const { release } = await scheduler.acquire(signal);
+    try {
+      const all = await embedder.tokenizeMany(req.inputs, responseHeaders, signal);
+      all.forEach((t, i) => tokens.push(checkTokens(embedder, t, `inputs[${i}]`)));
+    } finally {
+      release();
+    }
   } else for (const [i, input] of req.inputs.entries()) tokens.push(await tokenizeInput(embedder, input, `inputs[${i}]`));
   const promptTokens = tokens.reduce((sum, t) => sum + t.length, 0);
   await admit(promptTokens);

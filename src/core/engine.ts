@@ -153,7 +153,7 @@ export interface Embedder {
    * `tokenize` for every input of a request at once, when the engine does better that way (one
    * upstream request). `responseHeaders`: headers the engine wants on the response (which replica served).
    */
-  tokenizeMany?(inputs: EmbedInput[], responseHeaders?: Record<string, string>): Promise<number[][]>;
+  tokenizeMany?(inputs: EmbedInput[], responseHeaders?: Record<string, string>, signal?: AbortSignal): Promise<number[][]>;
   /**
    * The fewest tokens an input can take, found without tokenizing it (tokenizing runs on the event
    * loop), so an input that can never fit is refused first; 0 when unknown.

@@ -647,14 +647,14 @@ class RemoteEmbedder implements Embedder {
    * straight). The vectors are kept for `embed`; the token counts come from the upstream's usage,
    * which covers the whole request, shared out over the inputs by their size (see shareTokens).
    */
-  async tokenizeMany(inputs: EmbedInput[], responseHeaders?: Record<string, string>): Promise<number[][]> {
+  async tokenizeMany(inputs: EmbedInput[], responseHeaders?: Record<string, string>, signal?: AbortSignal): Promise<number[][]> {
     const body = {
       model: this.engine.upstreamModel,
       input: inputs.map((input) => (input.kind === "text" ? input.text : input.tokens)),
       encoding_format: "float",
     };
     const json = (await this.engine
-      .request("/v1/embeddings", body, undefined, false, undefined, (replica) => {
+      .request("/v1/embeddings", body, undefined, false, signal, (replica) => {
         if (responseHeaders) responseHeaders[UPSTREAM_HEADER] = replica.name;
       })
       .catch((err: unknown) => {

@@ -246,18 +246,31 @@ export class ChunkReader {
       }
     } else {
       const delta = choice.delta ?? {};
+      // A delta is at least one token, and its log probabilities say how many; its parts (thinking
+      // and text, text and a call) are not a token each, or a stream that used its whole budget would
+      // be counted past it (and cut: see the remote engine's budget).
+      let counted = false;
+      const tokensOf = (lp: unknown[] | undefined) => {
+        if (lp?.length) {
+          counted = true;
+          return lp.length;
+        }
+        if (counted) return 0;
+        counted = true;
+        return 1;
+      };
       const reasoning = typeof delta.reasoning_content === "string" ? delta.reasoning_content : typeof delta.reasoning === "string" ? delta.reasoning : undefined;
       if (reasoning) {
         const lp = chatLogprobs(choice.logprobs?.reasoning_content);
-        out.push({ kind: "text", channel: "reasoning", text: reasoning, tokens: lp?.length || 1, ...(lp ? { logprobs: lp } : {}) });
+        out.push({ kind: "text", channel: "reasoning", text: reasoning, tokens: tokensOf(lp), ...(lp ? { logprobs: lp } : {}) });
       }
       if (typeof delta.content === "string" && delta.content !== "") {
         const lp = chatLogprobs(choice.logprobs?.content);
-        out.push({ kind: "text", text: delta.content, tokens: lp?.length || 1, ...(lp ? { logprobs: lp } : {}) });
+        out.push({ kind: "text", text: delta.content, tokens: tokensOf(lp), ...(lp ? { logprobs: lp } : {}) });
       }
       // A model's refusal (OpenAI's `refusal` field, which some OpenAI-compatible servers pass on)
       // has no part of its own in the engine contract: it is what the model answered, so it is text.
-      if (typeof delta.refusal === "string" && delta.refusal !== "") out.push({ kind: "text", text: delta.refusal, tokens: 1 });
+      if (typeof delta.refusal === "string" && delta.refusal !== "") out.push({ kind: "text", text: delta.refusal, tokens: tokensOf(undefined) });
       if (Array.isArray(delta.tool_calls)) {
         for (const call of delta.tool_calls) {
           const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
@@ -279,9 +292,10 @@ export class ChunkReader {
             out.push({ kind: "tool-call", index, name });
             const early = this.nameless.get(upstreamIndex);
             this.nameless.delete(upstreamIndex);
+            // Held from earlier deltas (the call had no name yet): their token, not this delta's.
             if (early) out.push({ kind: "tool-call-arguments", index, text: early, tokens: 1 });
           }
-          if (typeof args === "string" && args !== "") out.push({ kind: "tool-call-arguments", index, text: args, tokens: 1 });
+          if (typeof args === "string" && args !== "") out.push({ kind: "tool-call-arguments", index, text: args, tokens: tokensOf(undefined) });
         }
       }
     }
