@@ -285,6 +285,9 @@ export class ResponseBuilder {
  */
 const RESPONSE_ERROR_CODES = new Set(["server_error", "rate_limit_exceeded", "invalid_prompt"]);
 function responseErrorCode(code: string): string {
+  // Waiting past the queue timeout is the server being at capacity, not at fault: the code that says
+  // to come back later (the error event before it keeps Plinth's own code).
+  if (code === "queue_timeout") return "rate_limit_exceeded";
   return RESPONSE_ERROR_CODES.has(code) ? code : "server_error";
 }
 
