@@ -10,7 +10,6 @@
  */
 export type ErrorType =
   | "invalid_request_error"
-  | "not_found_error"
   | "rate_limit_error"
   | "service_unavailable_error"
   | "server_error";
@@ -78,8 +77,8 @@ export function quoteRequestId(err: ApiError, requestId: string): ApiError {
   });
 }
 
+/** OpenAI's types: a 404 (unknown model, response, file) is an invalid_request_error there too. */
 function defaultType(status: number): ErrorType {
-  if (status === 404) return "not_found_error";
   if (status === 429) return "rate_limit_error";
   if (status === 503) return "service_unavailable_error";
   if (status >= 500) return "server_error";

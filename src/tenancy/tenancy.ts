@@ -84,8 +84,12 @@ export class Tenancy {
       const required = this.opts.keys.required;
       if (required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
         // The admin key, not an API key: no limits or ledger row for operators' calls.
-        if (!this.isAdmin(request)) throw controlPlaneRefusal(this.opts.adminKey !== undefined);
-        return;
+        if (this.isAdmin(request)) return;
+        // Who is asking decides the status: no key or a bad one is a 401 (authenticate), a good API
+        // key is a 403 (known, but not allowed to change this).
+        const check = this.opts.keys.check(presentedKey(request.headers));
+        if (!check.ok) throw unauthorized(check);
+        throw controlPlaneRefusal(this.opts.adminKey !== undefined);
       }
       if (required) {
         const check = this.opts.keys.check(presentedKey(request.headers));
@@ -239,11 +243,11 @@ const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
   expired: "The API key has expired.",
 };
 
+/** A valid API key asked to change serving endpoints or loaded models: only the admin key may. */
 function controlPlaneRefusal(adminKeySet: boolean): ApiError {
   return adminKeySet
-    ? new ApiError(401, "Changing serving endpoints or loaded models needs the admin key (--admin-key), not an API key.", {
-        code: "invalid_api_key",
-        headers: { "www-authenticate": WWW_AUTHENTICATE },
+    ? new ApiError(403, "Changing serving endpoints or loaded models needs the admin key (--admin-key); an API key may read them, not change them.", {
+        code: "permission_denied",
       })
     : new ApiError(403, "Changing serving endpoints or loaded models is off while API keys are on and no --admin-key is set.", { code: "permission_denied" });
 }

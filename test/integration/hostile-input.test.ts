@@ -270,6 +270,19 @@ describe("found by fuzzing a running server", () => {
     assert.equal(typeof JSON.parse(other.text).error.message, "string");
   });
 
+  test("a Databricks request the server cannot take as sent (too large, not JSON) is BAD_REQUEST with its own status", async () => {
+    for (const [url, headers, body, status] of [
+      ["/serving-endpoints/tiny/invocations", JSON_TYPE, JSON.stringify({ messages: [{ role: "user", content: "x".repeat(BODY_LIMIT) }] }), 413],
+      ["/serving-endpoints/tiny/invocations", { "content-type": "text/plain" }, "{}", 415],
+      ["/api/2.0/serving-endpoints", { "content-type": "text/plain" }, "{}", 415],
+    ] as const) {
+      const r = await send(`${base}${url}`, "POST", headers, body);
+      assert.equal(r.status, status, `${url}: ${r.text}`);
+      // INVALID_PARAMETER_VALUE would say a parameter is at fault, and is Databricks' 400.
+      assert.equal(JSON.parse(r.text).error_code, "BAD_REQUEST", r.text);
+    }
+  });
+
   test("an embeddings input that can never fit is refused before it is tokenized (a 10 MB one held the event loop 2 s)", async () => {
     tokenized.length = 0;
     const started = performance.now();

@@ -37,3 +37,22 @@ test("bad values name the setting", () => {
   assert.throws(() => loadConfig({ gpu: "tpu" }, {}), (e: unknown) => e instanceof ConfigError && /gpu/.test(e.message));
   assert.throws(() => loadConfig({ config: "/nonexistent/plinth.yaml" }, {}), ConfigError);
 });
+
+test("every setting has a serve flag and a line of --help, and the README's option table names it", async () => {
+  const { configSchema } = await import("../../src/config/schema.ts");
+  const { SERVE_OPTIONS, USAGE } = await import("../../src/cli/serve-options.ts");
+  const { readFileSync } = await import("node:fs");
+  const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+  // `ui` is the one setting whose flag is its negation.
+  const flags = Object.keys(configSchema.shape).map((key) => (key === "ui" ? "no-ui" : key));
+  const missing = flags.filter((flag) => !(flag in SERVE_OPTIONS));
+  assert.deepEqual(missing, [], "settings without a flag");
+  const undocumented = flags.filter((flag) => !USAGE.includes(`--${flag}`));
+  assert.deepEqual(undocumented, [], "flags missing from --help");
+  const notInReadme = flags.filter((flag) => !readme.includes(`\`--${flag}`));
+  assert.deepEqual(notInReadme, [], "flags missing from the README");
+  // A flag parses into the setting: the two that were missing once.
+  const c = loadConfig({ "route-seed": "7", "scale-to-zero-after": "2.5" }, {});
+  assert.equal(c["route-seed"], 7);
+  assert.equal(c["scale-to-zero-after"], 2.5);
+});

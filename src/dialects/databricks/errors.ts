@@ -12,8 +12,10 @@ const BY_STATUS: Record<number, string> = {
   404: "RESOURCE_DOES_NOT_EXIST",
   405: "BAD_REQUEST",
   409: "RESOURCE_ALREADY_EXISTS",
-  413: "INVALID_PARAMETER_VALUE",
-  414: "INVALID_PARAMETER_VALUE",
+  // A request the server cannot take as sent (too large, wrong media type, wrong method): no
+  // parameter is at fault, so Databricks' generic 400-class code, not INVALID_PARAMETER_VALUE.
+  413: "BAD_REQUEST",
+  414: "BAD_REQUEST",
   415: "BAD_REQUEST",
   429: "REQUEST_LIMIT_EXCEEDED",
   503: "TEMPORARILY_UNAVAILABLE",
