@@ -65,14 +65,19 @@ function assertSpells(entries: Entry[], content: string, what: string, greedy = 
   }
 }
 
-/** Legacy logprobs: tokens concatenate to the text and each offset points at its token in it. */
+/**
+ * Legacy logprobs: tokens concatenate to the text and each offset points at its token in it, counted
+ * in characters (code points, as a Python client indexes the text), not UTF-16 units.
+ */
 function assertLegacy(lp: { tokens: string[]; text_offset: number[] }, text: string, what: string, from = 0) {
-  assert.equal(lp.tokens.join(""), text.slice(from), `${what}: tokens spell the text`);
+  const chars = Array.from(text);
+  assert.equal(lp.tokens.join(""), chars.slice(from).join(""), `${what}: tokens spell the text`);
   let at = from;
   lp.tokens.forEach((t, i) => {
     assert.equal(lp.text_offset[i], at, `${what}: text_offset[${i}]`);
-    assert.equal(text.slice(at, at + t.length), t);
-    at += t.length;
+    const length = Array.from(t).length;
+    assert.equal(chars.slice(at, at + length).join(""), t);
+    at += length;
   });
 }
 
@@ -195,4 +200,41 @@ test("spm: a text's first piece loses the space prefix; a piece after the prompt
   const first = c.choices[0].logprobs!.content![0];
   assert.ok(c.choices[0].message.content!.startsWith(first.token));
   if (first.token.startsWith(" ")) assert.equal(first.bytes![0], 0x20);
+});
+
+test("spm: token ids after BOS read as their text: /detokenize gives /tokenize's text back, and an echo matches its tokens", async () => {
+  for (const text of ["Hello world", "the the", "café 世界 😀 naïve"]) {
+    const t = await postJson(`${s.url}/tokenize`, { model: "spm", prompt: text });
+    assert.equal(t.status, 200, t.text);
+    const d = await postJson(`${s.url}/detokenize`, { model: "spm", tokens: t.json.tokens });
+    // llama.cpp's detokenizer gave " Hello world": the space prefix came back after BOS.
+    assert.equal(d.json.prompt, text);
+    const echo = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt: t.json.tokens, echo: true, logprobs: 0, max_tokens: 0 });
+    assert.equal(echo.status, 200, echo.text);
+    assert.equal(echo.json.choices[0].text, text);
+    assertLegacy(echo.json.choices[0].logprobs, text, "spm token echo");
+  }
+  // A character left unfinished at the end of the ids is what a decoder reads there: U+FFFD.
+  const partial = await postJson(`${s.url}/detokenize`, { model: "spm", tokens: [byteTokenId(0xe4), byteTokenId(0xb8)] });
+  assert.equal(partial.json.prompt, "\uFFFD");
+  // Echoed, the same bytes are left to the token that completes them: prompt and answer together
+  // read as the bytes do, with nothing doubled.
+  const joined = await postJson(`${s.url}/v1/completions`, {
+    model: "spm",
+    prompt: [byteTokenId(0xe4), byteTokenId(0xb8)],
+    echo: true,
+    max_tokens: 1,
+    logit_bias: { [byteTokenId(0x96)]: 100 },
+  });
+  assert.equal(joined.json.choices[0].text, "世");
+});
+
+test("legacy text_offset counts characters: a token after an emoji starts where a Python client finds it", async () => {
+  const prompt = "Hello 😀 world";
+  const r = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt, echo: true, logprobs: 0, max_tokens: 0 });
+  assert.equal(r.status, 200, r.text);
+  const lp = r.json.choices[0].logprobs;
+  const world = lp.tokens.indexOf(" world");
+  assert.ok(world > 0, JSON.stringify(lp.tokens));
+  assert.equal(lp.text_offset[world], Array.from("Hello 😀").length);
 });

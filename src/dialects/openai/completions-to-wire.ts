@@ -12,8 +12,9 @@ interface LegacyLogprobs {
 }
 
 /**
- * Builds legacy logprobs for one choice. Offsets advance by each token's own text, so they index the
- * returned text exactly except inside characters split over byte tokens.
+ * Builds legacy logprobs for one choice. Offsets advance by each token's own text, counted in
+ * characters (code points, as Python's len() and OpenAI's and vLLM's offsets count), not UTF-16 units:
+ * `text[offset:]` in a Python client starts at the token, past an emoji too.
  */
 class LegacyLogprobBuilder {
   private offset = 0;
@@ -27,10 +28,20 @@ class LegacyLogprobBuilder {
       out.token_logprobs.push(e.logprob);
       out.top_logprobs.push(e.logprob === null ? null : this.withTop ? Object.fromEntries(e.top.map((t) => [t.token, t.logprob])) : {});
       out.text_offset.push(this.offset);
-      this.offset += e.token.length;
+      this.offset += codePoints(e.token);
     }
     return out;
   }
+}
+
+/** Characters in `s`: UTF-16 units less the second half of each surrogate pair. */
+function codePoints(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xdc00 && c <= 0xdfff && i > 0 && s.charCodeAt(i - 1) >= 0xd800 && s.charCodeAt(i - 1) <= 0xdbff) n--;
+  }
+  return n;
 }
 
 const empty = (): LegacyLogprobs => ({ tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] });

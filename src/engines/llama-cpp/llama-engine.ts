@@ -258,7 +258,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       promptTokens: tokens.length,
       contextSize: this.contextSize,
       logprobs: req.logprobs,
-      echo: req.echo ? this.renderer.promptText(req.prompt, tokens) : undefined,
+      echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, false)) : undefined,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -387,7 +387,16 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
 
   async detokenize(tokens: number[]): Promise<string> {
     tokens.forEach((t, i) => this.renderer.checkToken(t, `tokens[${i}]`));
-    return this.model.detokenize(tokens as Token[], false);
+    return this.textOf(tokens, true);
+  }
+
+  /**
+   * Token ids as text, spelled as generated text and logprob tokens are (see TokenPieces), so that
+   * `/tokenize` then `/detokenize` gives the text back and an echo matches its own token list;
+   * llama.cpp's detokenizer for vocabularies TokenPieces cannot spell exactly.
+   */
+  private textOf(tokens: number[], flush: boolean): string {
+    return this.pieces.exact ? this.pieces.textOf(tokens, flush) : this.model.detokenize(tokens as Token[], false);
   }
 
   async dispose(): Promise<void> {

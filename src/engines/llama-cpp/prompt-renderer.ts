@@ -147,11 +147,11 @@ export class PromptRenderer {
     };
   }
 
-  /** The prompt text to report back (echo). */
-  promptText(prompt: PromptInput, tokens: Token[]): string {
+  /** The prompt text to report back (echo); token prompts are spelled by `spell`. */
+  promptText(prompt: PromptInput, tokens: Token[], spell: (tokens: Token[]) => string): string {
     if (prompt.kind === "text") return prompt.text;
     if (prompt.kind === "infill") return prompt.prefix;
-    return this.model.detokenize(tokens, false);
+    return spell(tokens);
   }
 
   /** Refuses a token id outside the vocabulary, naming the field it came from. */

@@ -97,6 +97,25 @@ export class TokenPieces {
     return { text, bytes };
   }
 
+  /**
+   * The text `tokens` spell from the start of a text, by the same rules as generated text, so an
+   * echoed or detokenized prompt reads as its logprob tokens do ("Hello world" after BOS, not
+   * " Hello world"). An unfinished character at the end is left out (`flush` false: the token that
+   * completes it carries it, as in an echo followed by its completion) or read as U+FFFD (`flush`
+   * true: nothing follows). Only for `exact` vocabularies.
+   */
+  textOf(tokens: readonly number[], flush: boolean): string {
+    let state = EMPTY_STATE;
+    let text = "";
+    for (const token of tokens) {
+      const piece = this.spell(state, token);
+      text += piece.text;
+      state = piece.state;
+    }
+    if (flush && state.pending.length > 0) text += this.utf8.decode(Uint8Array.from(state.pending));
+    return text;
+  }
+
   /** The state after the tokens `at(0) .. at(length - 1)`, read from the end. */
   stateAfter(length: number, at: (index: number) => number): SpellState {
     const tail: number[][] = [];
