@@ -85,11 +85,10 @@ export class Tenancy {
       if (required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
         // The admin key, not an API key: no limits or ledger row for operators' calls.
         if (this.isAdmin(request)) return;
-        // Who is asking decides the status: no key or a bad one is a 401 (authenticate), a good API
-        // key is a 403 (known, but not allowed to change this).
-        const check = this.opts.keys.check(presentedKey(request.headers));
-        if (!check.ok) throw unauthorized(check);
-        throw controlPlaneRefusal(this.opts.adminKey !== undefined);
+        // Who is asking decides the status: no key or a bad one is a 401 (authenticate, with the
+        // admin key), a good API key a 403 (known, but not allowed to change this).
+        const known = this.opts.keys.check(presentedKey(request.headers)).ok;
+        throw controlPlaneRefusal(this.opts.adminKey !== undefined, known);
       }
       if (required) {
         const check = this.opts.keys.check(presentedKey(request.headers));
@@ -243,13 +242,18 @@ const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
   expired: "The API key has expired.",
 };
 
-/** A valid API key asked to change serving endpoints or loaded models: only the admin key may. */
-function controlPlaneRefusal(adminKeySet: boolean): ApiError {
-  return adminKeySet
-    ? new ApiError(403, "Changing serving endpoints or loaded models needs the admin key (--admin-key); an API key may read them, not change them.", {
-        code: "permission_denied",
-      })
-    : new ApiError(403, "Changing serving endpoints or loaded models is off while API keys are on and no --admin-key is set.", { code: "permission_denied" });
+/** A change of serving endpoints or loaded models without the admin key, which alone may make one. */
+function controlPlaneRefusal(adminKeySet: boolean, apiKeyKnown: boolean): ApiError {
+  if (!adminKeySet)
+    return new ApiError(403, "Changing serving endpoints or loaded models is off while API keys are on and no --admin-key is set.", { code: "permission_denied" });
+  if (apiKeyKnown)
+    return new ApiError(403, "Changing serving endpoints or loaded models needs the admin key (--admin-key); an API key may read them, not change them.", {
+      code: "permission_denied",
+    });
+  return new ApiError(401, "Changing serving endpoints or loaded models needs the admin key (--admin-key).", {
+    code: "invalid_api_key",
+    headers: { "www-authenticate": WWW_AUTHENTICATE },
+  });
 }
 
 function unauthorized(check: Exclude<KeyCheck, { ok: true }>): ApiError {

@@ -138,11 +138,17 @@ test("a forced tool call is drawn with its arguments, and a hand-entered result 
   const args = JSON.parse((await call.locator(".tool-args").textContent()) ?? "");
   assert.equal(typeof args.city, "string");
 
-  // Answer the call by hand; the model goes on without tools forced.
+  // Answer the calls by hand; the model goes on without tools forced once every call has its result
+  // (the API refuses a turn with a call left unanswered).
   await page.getByLabel("tool_choice").selectOption("none");
-  await call.getByLabel("Result of get_weather").fill('{"temperature": 21}');
-  await call.getByRole("button", { name: "Send result" }).click();
-  await page.locator(".turn-tool").waitFor();
+  const calls = await page.locator(".turn-assistant").first().locator(".tool-call").count();
+  for (let i = 0; i < calls; i++) {
+    const card = page.locator(".turn-assistant").first().locator(".tool-call").nth(i);
+    await card.getByLabel("Result of get_weather").fill(`{"temperature": ${21 + i}}`);
+    await card.getByRole("button", { name: "Send result" }).click();
+    await page.locator(".turn-tool").nth(i).waitFor();
+  }
+  assert.equal(await page.locator(".turn-tool").count(), calls);
   assert.match((await page.locator(".turn-tool .content").textContent()) ?? "", /temperature/);
   await page.locator(".turn-assistant").nth(1).locator(".stats", { hasText: "finish:" }).waitFor();
 });

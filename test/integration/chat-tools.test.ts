@@ -192,6 +192,53 @@ test("a call in history whose arguments are not JSON (one cut short by max_token
   assert.equal(next.choices.length, 1);
 });
 
+/** An assistant turn calling get_weather under each id. */
+function calling(...ids: string[]): ChatMessageBody {
+  return { role: "assistant", content: null, tool_calls: ids.map((id) => ({ id, type: "function" as const, function: { name: "get_weather", arguments: '{"city":"Paris","unit":"c"}' } })) };
+}
+const answer = (id: string): ChatMessageBody => ({ role: "tool", tool_call_id: id, content: "sunny" });
+const ask = base.messages[0];
+
+test("a tool call left unanswered before the next turn is a 400 naming the message that came too early, in OpenAI's words", async () => {
+  const cases: Array<[ChatMessageBody[], string, string]> = [
+    [[ask, calling("call_1"), { role: "user", content: "Well?" }], "messages[2].role", "call_1"],
+    [[ask, calling("call_1", "call_2"), answer("call_2"), { role: "user", content: "Well?" }], "messages[3].role", "call_1"],
+    [[ask, calling("call_1"), { role: "assistant", content: "It is sunny." }], "messages[2].role", "call_1"],
+    [[ask, calling("call_1"), { role: "system", content: "Be brief." }, { role: "user", content: "Well?" }], "messages[2].role", "call_1"],
+    [[ask, calling("call_1"), { role: "developer", content: "Be brief." }], "messages[2].role", "call_1"],
+    // The answers stop short and the list ends: the call's own message is at fault.
+    [[ask, calling("call_1", "call_2", "call_3"), answer("call_1")], "messages[1].tool_calls", "call_2, call_3"],
+  ];
+  for (const stream of [false, true]) {
+    for (const [messages, param, ids] of cases) {
+      const r = await s.http.postRaw("/v1/chat/completions", { ...base, messages, stream });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.error?.type, "invalid_request_error", r.text);
+      assert.equal(r.error?.param, param, r.text);
+      assert.equal(
+        r.error?.message,
+        `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${ids}`,
+      );
+    }
+  }
+});
+
+test("every call answered (in any order) goes on; a trailing assistant turn with calls is still a prefill", async () => {
+  const answered = await s.http.chat({ ...base, messages: [ask, calling("call_1", "call_2"), answer("call_2"), answer("call_1"), { role: "user", content: "And?" }], max_tokens: 4 });
+  assert.equal(answered.choices.length, 1);
+  const twoTurns = await s.http.chat({ ...base, messages: [ask, calling("call_1"), answer("call_1"), calling("call_2"), answer("call_2")], max_tokens: 4 });
+  assert.equal(twoTurns.choices.length, 1);
+  const prefill = await s.http.chat({ ...base, messages: [ask, calling("call_1")], max_tokens: 4 });
+  assert.equal(prefill.choices.length, 1);
+});
+
+test("a tool message answering no earlier call is refused by the dialect, naming its tool_call_id", async () => {
+  const r = await s.http.postRaw("/v1/chat/completions", { ...base, messages: [ask, calling("call_1"), answer("call_1"), answer("call_9")] });
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.error?.type, "invalid_request_error");
+  assert.equal(r.error?.param, "messages[3].tool_call_id", r.text);
+});
+
 test("invalid tool definitions and choices are refused by name", async () => {
   const cases: Array<[Record<string, unknown>, string]> = [
     [{ tools: [{ type: "function", function: { name: "bad name!" } }] }, "tools[0].function.name"],

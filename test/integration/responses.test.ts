@@ -121,6 +121,36 @@ test("the stream: OpenAI's event order, sequence numbers, and the same response 
   assert.equal(final.usage?.output_tokens, whole.usage.output_tokens);
 });
 
+test("stream_options.include_obfuscation pads every delta event to a multiple of 32 characters; without it nothing is added", async () => {
+  const deltas = async (extra: Record<string, unknown>, url = `${s.url}/v1/responses`, init?: RequestInit) => {
+    const res = await fetch(url, init ?? {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", input: "Tell me", max_output_tokens: 8, logit_bias: NO_END, stream: true, ...extra }),
+    });
+    assert.equal(res.status, 200);
+    const events = (await res.text()).split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)));
+    return events.filter((e) => e.type.endsWith(".delta"));
+  };
+  const padded = await deltas({ stream_options: { include_obfuscation: true } });
+  assert.ok(padded.length > 0);
+  for (const e of padded) {
+    assert.equal(typeof e.obfuscation, "string", JSON.stringify(e));
+    assert.ok(e.obfuscation.length >= 1 && (e.delta.length + e.obfuscation.length) % 32 === 0, JSON.stringify(e));
+  }
+  assert.ok((await deltas({})).every((e) => !("obfuscation" in e)));
+  assert.ok((await deltas({ stream_options: { include_obfuscation: false } })).every((e) => !("obfuscation" in e)));
+  // A resumed background stream pads when its query asks.
+  const bg = await create({ input: "Tell me", max_output_tokens: 6, logit_bias: NO_END, background: true });
+  for (let i = 0; i < 100 && (await s.client.responses.retrieve(bg.id)).status !== "incomplete"; i++) await new Promise((r) => setTimeout(r, 100));
+  const resumed = await deltas({}, `${s.url}/v1/responses/${bg.id}?stream=true&include_obfuscation=true`, { method: "GET" });
+  assert.ok(resumed.length > 0 && resumed.every((e) => typeof e.obfuscation === "string"));
+  // The tier that served it, whatever the request said, as OpenAI reports it.
+  assert.equal((await create({ input: "hi", max_output_tokens: 2 })).service_tier, "default");
+  const chat = await s.client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+  assert.equal(chat.service_tier, "default");
+});
+
 test("a three-turn chain through previous_response_id, with a function call and its output; turns 2 and 3 hit the cache", async () => {
   const first = await create({ input: "Weather in Paris?", tools: [WEATHER_TOOL], tool_choice: "required", max_output_tokens: 80, temperature: 0 });
   const call = first.output.find((o: any) => o.type === "function_call");
@@ -354,6 +384,63 @@ test("a function_call_output that answers no call is a 400 naming its call_id", 
   });
   assert.equal(r.status, 400);
   assert.equal((await r.json()).error.param, "input[1].call_id");
+});
+
+/** A raw POST /v1/responses: what the official client would refuse to send is sent as it is. */
+async function postResponse(body: Record<string, unknown>, path = "/v1/responses") {
+  const r = await fetch(`${s.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", max_output_tokens: 2, ...body }) });
+  return { status: r.status, json: (await r.json()) as any };
+}
+
+function assertNoToolOutput(r: { status: number; json: any }, what: string) {
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.deepEqual(r.json.error, { message: `No tool output found for ${what}.`, type: "invalid_request_error", param: "input", code: null });
+}
+
+test("a call with no output anywhere in the conversation is a 400, as OpenAI answers it: in the input, the previous response or the conversation", async () => {
+  const call = { type: "function_call", call_id: "call_a", name: "get_weather", arguments: '{"city":"Paris","unit":"c"}' };
+  const ask = { role: "user", content: "Weather in Paris?" };
+  assertNoToolOutput(await postResponse({ input: [ask, call, { role: "user", content: "Well?" }], tools: [WEATHER_TOOL] }), "function call call_a");
+  // One of two calls answered is not enough; a trailing call is refused too (no prefill here, unlike chat).
+  const answered = { type: "function_call_output", call_id: "call_a", output: "sunny" };
+  assertNoToolOutput(await postResponse({ input: [ask, call, { ...call, call_id: "call_b" }, answered], tools: [WEATHER_TOOL] }), "function call call_b");
+  assertNoToolOutput(await postResponse({ input: [ask, call], tools: [WEATHER_TOOL] }), "function call call_a");
+  const custom = { type: "custom_tool_call", call_id: "call_c", name: "dial", input: "555-0100" };
+  assertNoToolOutput(await postResponse({ input: [ask, custom, { role: "user", content: "Well?" }] }), "custom tool call call_c");
+  assertNoToolOutput(await postResponse({ input: [ask, call, { role: "user", content: "Well?" }], tools: [WEATHER_TOOL] }, "/v1/responses/input_tokens"), "function call call_a");
+
+  // A previous response that ended with calls: a new message without their outputs is refused.
+  const first = await create({ input: "Weather in Paris?", tools: [WEATHER_TOOL], tool_choice: "required", max_output_tokens: 80, temperature: 0 });
+  const calls = first.output.filter((o: any) => o.type === "function_call");
+  assert.ok(calls.length > 0, JSON.stringify(first.output));
+  assertNoToolOutput(await postResponse({ previous_response_id: first.id, input: "And tomorrow?", tools: [WEATHER_TOOL] }), `function call ${calls[0].call_id}`);
+
+  // A conversation holding a call whose output never came.
+  const conv = await s.client.conversations.create({ items: [ask, call] as never });
+  assertNoToolOutput(await postResponse({ conversation: conv.id, input: "Well?", tools: [WEATHER_TOOL] }), "function call call_a");
+  const resumed = await postResponse({ conversation: conv.id, input: [answered], tools: [WEATHER_TOOL] });
+  assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+});
+
+test("the tool loop without storage: reasoning, calls and every output sent back as input go on", async () => {
+  const first = await create({
+    model: "think",
+    store: false,
+    input: "Weather in Paris?",
+    // The random model thinks until its budget runs out: a small one leaves room for the call.
+    reasoning: { effort: "minimal" },
+    include: ["reasoning.encrypted_content"],
+    tools: [WEATHER_TOOL],
+    tool_choice: "required",
+    max_output_tokens: 200,
+    temperature: 0,
+  });
+  assert.equal(typeof first.output.find((o: any) => o.type === "reasoning")?.encrypted_content, "string", JSON.stringify(first.output));
+  const calls = first.output.filter((o: any) => o.type === "function_call");
+  assert.ok(calls.length > 0, JSON.stringify(first.output));
+  const outputs = calls.map((c: any) => ({ type: "function_call_output", call_id: c.call_id, output: '{"temp": 21}' }));
+  const next = await create({ model: "think", store: false, input: [{ role: "user", content: "Weather in Paris?" }, ...first.output, ...outputs], tools: [WEATHER_TOOL], reasoning: { effort: "none" }, max_output_tokens: 2 });
+  assert.ok(["completed", "incomplete"].includes(next.status), next.status);
 });
 
 test("input_tokens counts the prompt without generating", async () => {

@@ -359,3 +359,17 @@ test("003-59 thinking mode: completion_tokens_details.reasoning_tokens is an int
   assert.ok(u.completion_tokens_details.reasoning_tokens > 0);
   assert.ok(u.completion_tokens_details.reasoning_tokens <= u.completion_tokens);
 });
+
+test("a tool call left unanswered before the next message is a 400 naming that message, in the OpenAI-shaped envelope; every call answered goes on", async () => {
+  const calling = { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] };
+  const bad = await postJson(`${server.url}/chat/completions`, { ...base, ...withTools, messages: [base.messages[0], calling, { role: "user", content: "Well?" }] });
+  assert.equal(bad.status, 400, bad.text);
+  assert.equal(bad.json.error.type, "invalid_request_error");
+  assert.equal(bad.json.error.param, "messages[2].role");
+  assert.match(bad.json.error.message, /did not have response messages: c1$/);
+  const stray = await postJson(`${server.url}/chat/completions`, { ...base, ...withTools, messages: [base.messages[0], { role: "tool", tool_call_id: "c9", content: "x" }] });
+  assert.equal(stray.status, 400, stray.text);
+  assert.equal(stray.json.error.param, "messages[1].tool_call_id");
+  const r = await chat({ ...withTools, messages: [base.messages[0], calling, { role: "tool", tool_call_id: "c1", content: "done" }], max_tokens: 4 });
+  assert.equal(r.choices.length, 1);
+});

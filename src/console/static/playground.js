@@ -97,13 +97,21 @@ function editTurn(/** @type {HTMLLIElement} */ li, /** @type {number} */ index) 
   });
 }
 
-/** A hand-entered tool result joins the conversation as a tool message, and the model goes on. */
+/**
+ * A hand-entered tool result joins the conversation as a tool message; the model goes on once every
+ * call of that turn has its result (the API refuses a turn with a call left unanswered, as OpenAI's
+ * does). A call answered again replaces its earlier result.
+ */
 async function toolResult(/** @type {number} */ index, /** @type {ToolCall} */ call, /** @type {string} */ result) {
   if (running) return;
+  const calls = conv.messages[index].toolCalls ?? [];
+  const others = conv.messages
+    .slice(index + 1)
+    .filter((t) => t.role === "tool" && t.toolCallId !== call.id && calls.some((c) => c.id === t.toolCallId));
   conv.messages.splice(index + 1);
-  conv.messages.push({ role: "tool", toolCallId: call.id, content: result });
+  conv.messages.push(...others, { role: "tool", toolCallId: call.id, content: result });
   render();
-  await generate();
+  if (calls.every((c) => conv.messages.some((t) => t.role === "tool" && t.toolCallId === c.id))) await generate();
 }
 
 /** Streams the model's answer to the conversation as it stands. */

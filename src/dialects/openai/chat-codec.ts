@@ -41,6 +41,8 @@ export interface ChatCodec {
    * when they run to the end and the request asked for storage).
    */
   respond?: (answer: ChatAnswer) => Promise<RouteResult | undefined> | RouteResult | undefined;
+  /** The `service_tier` every answer names (OpenAI always sends one); absent: only when the request names one. */
+  serviceTier?: string;
 }
 
 /** A started chat completion, as `ChatCodec.respond` gets it. */
@@ -57,4 +59,5 @@ export const OPENAI_CHAT_CODEC: ChatCodec = {
   samplingDefaults: OPENAI_SAMPLING_DEFAULTS,
   streamUsage: "on-request",
   systemFingerprint: () => SYSTEM_FINGERPRINT,
+  serviceTier: "default",
 };

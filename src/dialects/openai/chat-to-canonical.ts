@@ -3,6 +3,7 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
 import { refuseServiceFields } from "./service-fields.ts";
+import { refuseUnansweredToolCalls } from "./tool-answers.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
 
 /** Fields whose capability has not landed yet; `null` (and a few neutral values) count as absent. */
@@ -26,9 +27,11 @@ export interface CanonicalChat {
 export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): CanonicalChat {
   refuseUnsupported(body);
   const { reasoning, reasoningParam } = reasoningControl(body);
+  const messages = body.messages.map(toMessage);
+  refuseUnansweredToolCalls(messages);
   const request: GenerationRequest = {
     model: body.model,
-    prompt: { kind: "chat", messages: body.messages.map(toMessage) },
+    prompt: { kind: "chat", messages },
     sampling: toSamplingParams(body, defaults),
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     stop: normaliseStop(body.stop),

@@ -34,7 +34,7 @@ export async function chatCompletion(
     created: Math.floor(Date.now() / 1000),
     model: body.model,
     systemFingerprint: codec.systemFingerprint(),
-    serviceTier: body.service_tier ? "default" : undefined,
+    serviceTier: codec.serviceTier ?? (body.service_tier ? "default" : undefined),
     n: request.n,
   };
   const withLogprobs = request.logprobs !== undefined;

@@ -25,7 +25,8 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
     metadata: body.metadata ?? {},
     store: body.store ?? true,
     background: body.background ?? false,
-    service_tier: body.service_tier ? "default" : "auto",
+    // The tier that served it, as OpenAI reports it: "auto" resolves to "default", the only one here.
+    service_tier: "default",
     user: body.user ?? null,
     safety_identifier: body.safety_identifier ?? null,
     prompt_cache_key: body.prompt_cache_key ?? null,

@@ -193,7 +193,7 @@ export const inputTokensRequest = createResponseRequest.partial({ model: true })
 
 /**
  * GET /v1/responses/{id}: `stream=true` resumes a background stream after `starting_after`.
- * `include_obfuscation` is taken as on create (Plinth pads no stream); anything else (`include`,
+ * `include_obfuscation` pads the delta events as on create; anything else (`include`,
  * which would need the response rendered again) is refused.
  */
 export const retrieveQuery = z.strictObject({

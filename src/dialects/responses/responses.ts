@@ -7,6 +7,7 @@ import { keyedStoreNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
+import { withObfuscation } from "./obfuscation.ts";
 import { drive, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
@@ -93,6 +94,11 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
 
 /** POST /v1/responses. */
 export async function createResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+  const result = await answerResponse(body, env, deps);
+  return body.stream_options?.include_obfuscation === true ? withObfuscation(result) : result;
+}
+
+async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   refuseUnsupported(body);
   // A summary of reasoning the model does not do would silently be none (effort is refused the same
   // way, by the engine). Remote models do not say whether they reason, so only a known "no" refuses.
@@ -245,7 +251,7 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
 /** GET /v1/responses/{id}, with `?stream=true&starting_after=N` to resume a background stream. */
 export async function retrieveResponse(
   id: string,
-  query: { stream?: string; starting_after?: string },
+  query: { stream?: string; starting_after?: string; include_obfuscation?: string },
   ns: string,
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
@@ -258,7 +264,8 @@ export async function retrieveResponse(
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
   const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
   if (!Number.isInteger(after) || after < -1) throw badRequest("starting_after must be a sequence number.", "starting_after");
-  return { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after), errorEvent: () => ({ data: null }) };
+  const result: RouteResult = { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after), errorEvent: () => ({ data: null }) };
+  return query.include_obfuscation === "true" ? withObfuscation(result) : result;
 }
 
 /** DELETE /v1/responses/{id}; a running background response is cancelled first. */

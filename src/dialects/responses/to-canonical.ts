@@ -29,6 +29,7 @@ export interface CanonicalResponse {
  */
 export function responseToCanonical(body: CreateResponseRequest, items: InputItem[], ownFrom = 0): CanonicalResponse {
   refuseUnsupported(body);
+  refuseUnansweredCalls(items);
   const origins: Array<number | undefined> = [];
   const messages = itemsToMessages(items, ownFrom, origins);
   // Instructions lead the prompt and are never carried over from an earlier response.
@@ -88,6 +89,22 @@ function partFieldNamer(origins: Array<number | undefined>, body: CreateResponse
     return `input[${item}].content[${m[2]}]${m[3]}`;
   };
 }
+
+const CALL_KINDS = new Map([["function_call", "function call"], ["custom_tool_call", "custom tool call"]]);
+
+/**
+ * OpenAI refuses a conversation with a tool call that has no output anywhere in it (from the
+ * earlier response, the conversation or this input), and so does Plinth: otherwise the model would
+ * be prompted with a call that has no result. An output answers its call wherever it stands: a
+ * previous response's calls are answered in the next request's input.
+ */
+function refuseUnansweredCalls(items: InputItem[]): void {
+  const answered = new Set(items.filter((i) => i.type === "function_call_output" || i.type === "custom_tool_call_output").map(callId));
+  const open = items.find((i) => CALL_KINDS.has(i.type ?? "") && !answered.has(callId(i)));
+  if (open) throw badRequest(`No tool output found for ${CALL_KINDS.get(open.type!)} ${callId(open)}.`, "input");
+}
+
+const callId = (item: InputItem): string => (item as { call_id: string }).call_id;
 
 /** Refusals that need nothing but the body; checked before any stored state is read. */
 export function refuseUnsupported(body: CreateResponseRequest): void {

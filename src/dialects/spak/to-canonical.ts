@@ -1,6 +1,7 @@
 import { badRequest } from "../../core/errors.ts";
 import type { GenerationRequest, Message } from "../../core/types.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "../openai/sampling-fields.ts";
+import { refuseUnansweredToolCalls } from "../openai/tool-answers.ts";
 import type { SpakChatRequest, SpakMessage } from "./protocol.ts";
 
 /** The document's defaults: temperature 1, top_p 1. */
@@ -63,9 +64,11 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   const thinking = (body.thinking?.type ?? "enabled") === "enabled";
   const effort = effectiveEffort(body, facts.userAgent);
+  const messages = body.messages.map(toMessage);
+  refuseUnansweredToolCalls(messages);
   const request: GenerationRequest = {
     model: body.model,
-    prompt: { kind: "chat", messages: body.messages.map(toMessage) },
+    prompt: { kind: "chat", messages },
     // frequency_penalty and presence_penalty are deprecated by the vendor and have no effect.
     sampling: toSamplingParams({ temperature: body.temperature, top_p: body.top_p }, SPAK_SAMPLING_DEFAULTS),
     maxTokens: body.max_tokens ?? undefined,
