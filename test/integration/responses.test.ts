@@ -308,11 +308,15 @@ test("a stored stream whose client goes away midway is stored as cancelled, with
 test("a background stream can be resumed from a sequence number", async () => {
   const first = s.client.responses.stream({ model: "tiny", input: "Go", background: true, max_output_tokens: 6, logit_bias: NO_END } as never);
   const seen: number[] = [];
+  const types: string[] = [];
   let id = "";
   for await (const ev of first) {
     seen.push(ev.sequence_number);
+    types.push(ev.type);
     if (ev.type === "response.created") id = ev.response.id;
   }
+  // As OpenAI's background streams open: created and queued, then in progress once it runs.
+  assert.deepEqual(types.slice(0, 3), ["response.created", "response.queued", "response.in_progress"]);
   const resumed = s.client.responses.stream({ response_id: id, starting_after: 3 } as never);
   const again: number[] = [];
   for await (const ev of resumed) again.push(ev.sequence_number);

@@ -82,11 +82,14 @@ export class ResponseBuilder {
     this.emit({ type, sequence_number: this.sequence++, ...payload });
   }
 
-  /** The opening events: created (queued or in progress), then in_progress for a run that starts. */
+  /**
+   * The opening events: created, then `response.queued` for a background response that waits for
+   * its run (as OpenAI's background streams begin) or `response.in_progress` for one that starts.
+   */
   start(status: "queued" | "in_progress"): void {
     this.status = status;
     this.send("response.created", { response: this.snapshot() });
-    if (status === "in_progress") this.send("response.in_progress", { response: this.snapshot() });
+    this.send(status === "queued" ? "response.queued" : "response.in_progress", { response: this.snapshot() });
   }
 
   /** A queued response starts running. */
