@@ -133,8 +133,8 @@ export interface GenerationRequest {
     fromEffort?: boolean;
     budgetFromEffort?: boolean;
   };
-  /** Constrains the answer: any JSON object, or JSON valid against a schema. */
-  responseFormat?: { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
+  /** Constrains the answer: any JSON object, JSON valid against a schema, or text a regex matches in full. */
+  responseFormat?: { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean } | { type: "regex"; pattern: string };
   tools?: ToolDefinition[];
   toolChoice?: ToolChoice;
   /** False: at most one call per answer. */

@@ -81,6 +81,73 @@ test("json_object gives a JSON object", async () => {
   assert.ok(complete >= 3, `only ${complete} of 6 answers finished`);
 });
 
+test("vLLM's and llama-server's structured-output fields are honoured, or refused by name; never dropped", async () => {
+  const SMALL = { type: "object", properties: { ok: { type: "boolean" }, n: { enum: [1, 2, 3] } }, required: ["ok", "n"], additionalProperties: false };
+  const validSmall = ajv.compile(SMALL);
+  const schemaFields: Array<[string, Record<string, unknown>]> = [
+    ["guided_json (object)", { guided_json: SMALL }],
+    ["guided_json (JSON text)", { guided_json: JSON.stringify(SMALL) }],
+    ["structured_outputs.json", { structured_outputs: { json: SMALL } }],
+    ["llama-server json_schema", { json_schema: SMALL }],
+    ["llama-server json_object with a schema", { response_format: { type: "json_object", schema: SMALL } }],
+  ];
+  for (const [what, field] of schemaFields) {
+    for (const seed of [1, 2]) {
+      const r = await chat({ seed, max_tokens: 60, ...field } as Partial<ChatBody>);
+      assert.equal(r.status, 200, `${what}: ${r.text}`);
+      const value = JSON.parse(r.json.choices[0].message.content!);
+      assert.ok(validSmall(value), `${what}: ${r.json.choices[0].message.content}`);
+    }
+  }
+  const choices = ["yes", "no (maybe)", "a.b*"];
+  for (const field of [{ guided_choice: choices }, { structured_outputs: { choice: choices } }]) {
+    for (const seed of [1, 2, 3]) {
+      const r = await chat({ seed, max_tokens: 20, ...field } as Partial<ChatBody>);
+      assert.equal(r.status, 200, r.text);
+      assert.ok(choices.includes(r.json.choices[0].message.content!), JSON.stringify(r.json.choices[0].message.content));
+    }
+  }
+  for (const field of [{ guided_regex: "[0-9]{3}-[a-z]{2}" }, { structured_outputs: { regex: "[0-9]{3}-[a-z]{2}" } }]) {
+    const r = await chat({ seed: 4, max_tokens: 20, ...field } as Partial<ChatBody>);
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.json.choices[0].message.content!, /^[0-9]{3}-[a-z]{2}$/);
+  }
+  // Streamed, the regex holds too.
+  const streamed = await s.client.chat.completions.create({
+    model: "tiny",
+    messages: [{ role: "user", content: "Code?" }],
+    max_tokens: 20,
+    stream: true,
+    guided_regex: "[A-Z]{4}",
+  } as never);
+  let text = "";
+  for await (const c of streamed as unknown as AsyncIterable<any>) text += c.choices[0]?.delta?.content ?? "";
+  assert.match(text, /^[A-Z]{4}$/);
+
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ guided_grammar: 'root ::= "a"' }, "guided_grammar"],
+    [{ grammar: 'root ::= "a"' }, "grammar"],
+    [{ structured_outputs: { grammar: "start: /a/" } }, "structured_outputs.grammar"],
+    [{ guided_whitespace_pattern: " *" }, "guided_whitespace_pattern"],
+    [{ guided_regex: "(a" }, "guided_regex"],
+    [{ guided_json: "not json" }, "guided_json"],
+    [{ guided_json: { type: "objectx" } }, "guided_json"],
+    [{ guided_json: SMALL, response_format: { type: "json_object" } }, "guided_json"],
+    [{ guided_choice: ["a"], guided_regex: "b" }, "guided_choice"],
+    [{ structured_outputs: { json: SMALL, regex: "a" } }, "structured_outputs.regex"],
+    [{ structured_outputs: { colour: "red" } }, "structured_outputs.colour"],
+  ];
+  for (const [field, param] of refused) {
+    const r = await chat({ max_tokens: 4, ...field } as Partial<ChatBody>);
+    assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
+    assert.equal((r.json as unknown as { error: { param: string } }).error.param, param, r.text);
+  }
+  // Text completions take no grammar here: refused by name rather than answered unconstrained.
+  const completion = await s.http.post("/v1/completions", { model: "tiny", prompt: "a", guided_json: SMALL });
+  assert.equal(completion.status, 400, completion.text);
+  assert.equal((completion.json as unknown as { error: { param: string } }).error.param, "guided_json");
+});
+
 test("client.chat.completions.parse with a zod schema", async () => {
   const Answer = z.object({ verdict: z.enum(["yes", "no", "maybe"]), confidence: z.number().int().min(0).max(10), tags: z.array(z.enum(["a", "b"])).max(2) });
   const r = await s.client.chat.completions.parse({

@@ -312,3 +312,18 @@ test("a client that cancels a stream through the router stops the upstream's gen
   // The router books what the replica had streamed to it.
   assert.equal(await scrape(router.url, /^plinth_generation_failures_total\{model_name="rt",code="client_closed"\} (\d+)/m), 1);
 });
+
+test("a regex-held answer (guided_regex, guided_choice) goes upstream as structured_outputs and holds there", async () => {
+  for (const [field, shape] of [
+    [{ guided_regex: "[0-9]{2}-[a-z]{3}" }, /^[0-9]{2}-[a-z]{3}$/],
+    [{ guided_choice: ["red", "green (dark)"] }, /^(red|green \(dark\))$/],
+  ] as const) {
+    const r = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, max_tokens: 20, ...field } as never);
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.json.choices[0].message.content!, shape);
+  }
+  // A pattern the upstream cannot enforce comes back named as the client sent it.
+  const bad = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, guided_regex: "(a" } as never);
+  assert.equal(bad.status, 400, bad.text);
+  assert.equal((bad.json as unknown as { error: { param: string } }).error.param, "guided_regex");
+});

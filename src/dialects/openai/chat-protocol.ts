@@ -2,6 +2,7 @@ import { z } from "zod";
 import { metadataSchema } from "./metadata.ts";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
 import { serviceFieldsSchema } from "./service-fields.ts";
+import { structuredFieldsSchema } from "./structured-fields.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -63,6 +64,7 @@ export const chatCompletionRequest = z.object({
   max_completion_tokens: z.int().min(1).nullish(),
   ...samplingFieldsSchema,
   ...serviceFieldsSchema,
+  ...structuredFieldsSchema,
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),
@@ -96,7 +98,8 @@ export const chatCompletionRequest = z.object({
   response_format: z
     .discriminatedUnion("type", [
       z.object({ type: z.literal("text") }),
-      z.object({ type: z.literal("json_object") }),
+      // llama-server lets a json_object carry the schema the object must follow.
+      z.object({ type: z.literal("json_object"), schema: z.record(z.string(), z.unknown()).nullish() }),
       z.object({
         type: z.literal("json_schema"),
         json_schema: z.object({

@@ -3,6 +3,7 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
 import { refuseServiceFields } from "./service-fields.ts";
+import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
 
@@ -22,6 +23,8 @@ export interface CanonicalChat {
   namespace?: string;
   /** The field that asked for reasoning control, so an error about it names what the client sent. */
   reasoningParam?: string;
+  /** The field that asked for a structured answer (response_format, guided_json, …), likewise. */
+  formatParam?: string;
 }
 
 export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): CanonicalChat {
@@ -29,6 +32,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
   const { reasoning, reasoningParam } = reasoningControl(body);
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
+  const format = answerFormat(body);
   const request: GenerationRequest = {
     model: body.model,
     prompt: { kind: "chat", messages },
@@ -41,18 +45,27 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
     ...toolsToCanonical(body),
-    responseFormat: responseFormat(body),
+    responseFormat: format?.format,
     ...(reasoning ? { reasoning } : {}),
   };
-  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), reasoningParam };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), reasoningParam, formatParam: format?.param };
 }
 
-function responseFormat(body: ChatCompletionRequest): GenerationRequest["responseFormat"] {
-  const rf = body.response_format;
+/** What `response_format`, or one of the other servers' structured-output fields, asks of the answer. */
+function answerFormat(body: ChatCompletionRequest): RequestedFormat | undefined {
+  const own = responseFormat(body.response_format);
+  return structuredFormat(body, own) ?? own;
+}
+
+function responseFormat(rf: ChatCompletionRequest["response_format"]): RequestedFormat | undefined {
   if (rf == null || rf.type === "text") return undefined;
-  if (rf.type === "json_object") return { type: "json_object" };
+  if (rf.type === "json_object") {
+    if (rf.schema == null) return { format: { type: "json_object" }, param: "response_format" };
+    return { format: { type: "json_schema", schema: rf.schema, strict: true }, param: "response_format.schema" };
+  }
   // A schema-less json_schema is any JSON object, as with json_object.
-  return { type: "json_schema", schema: rf.json_schema.schema ?? { type: "object" }, strict: rf.json_schema.strict === true };
+  const format = { type: "json_schema" as const, schema: rf.json_schema.schema ?? { type: "object" }, strict: rf.json_schema.strict === true };
+  return { format, param: "response_format.json_schema.schema" };
 }
 
 function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {

@@ -23,8 +23,8 @@ export async function chatCompletion(
   storage?: ChatStorage,
 ): Promise<RouteResult> {
   if (body.store === true && !storage) throw unsupportedField("store", "needs a store, and this server was started without one");
-  const { request, namespace, reasoningParam } = chatToCanonical(body, codec.samplingDefaults);
-  const names = chatFieldNames(body, reasoningParam);
+  const { request, namespace, reasoningParam, formatParam } = chatToCanonical(body, codec.samplingDefaults);
+  const names = chatFieldNames(body, reasoningParam, formatParam);
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {
     throw withWireParam(err, names);

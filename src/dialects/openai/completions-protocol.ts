@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
+import { structuredFieldsSchema } from "./structured-fields.ts";
 
 /** Wire schema of POST /v1/completions (OpenAI's legacy text completions). */
 
@@ -25,5 +26,8 @@ export const completionRequest = z.object({
   cache_prompt: z.boolean().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  // Other servers' structured-output fields, declared so they are refused by name, not dropped.
+  ...structuredFieldsSchema,
+  response_format: z.unknown().optional(),
 });
 export type CompletionRequest = z.infer<typeof completionRequest>;

@@ -1,7 +1,10 @@
-import { badRequest } from "../../core/errors.ts";
+import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
+
+/** Structured-output fields (OpenAI's and other servers'): the grammar is applied to chat answers only. */
+const CHAT_ONLY = ["response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern", "grammar", "structured_outputs", "json_schema"] as const;
 
 /** One canonical request per prompt of the batch; they share everything but the prompt. */
 export function completionToCanonical(body: CompletionRequest): { batch: GenerationRequest[]; namespace?: string } {
@@ -10,6 +13,9 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
+  for (const field of CHAT_ONLY) {
+    if (body[field] != null) throw unsupportedField(field, "constrains answers to chat requests only here; send it to /v1/chat/completions");
+  }
 
   const prompts = toPrompts(body.prompt);
   if (body.suffix != null) {

@@ -9,12 +9,14 @@ import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
  * budget is whichever of `max_tokens` / `max_completion_tokens` the client sent.
  */
 
-export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion_tokens">, reasoningParam?: string): FieldNamer {
+export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion_tokens">, reasoningParam?: string, formatParam?: string): FieldNamer {
   return (field) => {
     if (field === "prompt") return "messages";
     if (field === "maxTokens") return body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
     if (field === "reasoning") return reasoningParam ?? "reasoning_effort";
-    if (field === "responseFormat.schema") return "response_format.json_schema.schema";
+    // The schema or pattern is named by the field the client sent it in (guided_json, …).
+    if (field === "responseFormat.schema" || field === "responseFormat.pattern") return formatParam ?? "response_format.json_schema.schema";
+    if (field === "responseFormat") return formatParam === undefined || formatParam.startsWith("response_format") ? "response_format" : formatParam;
     const tool = /^tools\[(\d+)\]\.parameters$/.exec(field);
     if (tool) return `tools[${tool[1]}].function.parameters`;
     const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);

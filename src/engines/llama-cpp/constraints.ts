@@ -15,6 +15,7 @@ import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.t
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
+import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
 import { schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
@@ -138,6 +139,7 @@ export class ConstraintPlanner {
   private async contentGrammar(req: GenerationRequest): Promise<string> {
     const rf = req.responseFormat!;
     if (rf.type === "json_object") return JSON_OBJECT_GBNF;
+    if (rf.type === "regex") return patternGrammar(rf.pattern);
     return (await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema")).gbnf;
   }
 
@@ -168,6 +170,20 @@ const GRAMMAR_CACHE_ENTRIES = 128;
  * strict refuses what cannot be enforced exactly, and non-strict relaxes only the keywords that
  * cannot be (the rest of the schema still holds).
  */
+/** An answer the regex matches in full, bounded as a custom tool's regex is (custom-tool-grammar.ts). */
+function patternGrammar(pattern: string): string {
+  let gbnf: string;
+  try {
+    gbnf = regexGrammar(pattern);
+  } catch (err) {
+    if (err instanceof GrammarConversionError) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.pattern");
+    throw err;
+  }
+  if (estimateLoadCost(gbnf) > DEFAULT_MAX_LOAD_COST)
+    throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", "responseFormat.pattern");
+  return gbnf;
+}
+
 async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<CompiledSchema> {
   try {
     return await schemaCompiler.compile(schema, { strict });

@@ -1,3 +1,5 @@
+import { invalidField } from "../../core/errors.ts";
+import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
 import type { PromptInput } from "../../core/types.ts";
 import { call, readJson } from "./http.ts";
 import type { UpstreamBody } from "./wire.ts";
@@ -45,12 +47,28 @@ export function toLlamaServerBody(body: UpstreamBody): UpstreamBody {
     out.repeat_penalty = out.repetition_penalty;
     delete out.repetition_penalty;
   }
+  // llama-server has no regex field but takes a GBNF grammar, the form Plinth enforces a regex in.
+  const regex = (out.structured_outputs as { regex?: string } | undefined)?.regex;
+  if (regex !== undefined) {
+    out.grammar = regexAsGbnf(regex);
+    delete out.structured_outputs;
+  }
   const budget = (out.reasoning as any)?.budget_tokens;
   if (budget !== undefined) {
     out.thinking_budget_tokens = budget;
     delete out.reasoning;
   }
   return out;
+}
+
+/** A regex answer format as the GBNF grammar llama-server takes; a pattern it cannot become is a 400. */
+export function regexAsGbnf(pattern: string): string {
+  try {
+    return regexGrammar(pattern);
+  } catch (err) {
+    if (err instanceof GrammarConversionError) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.pattern");
+    throw err;
+  }
 }
 
 /** A JSON POST to the upstream (with failover), as the remote engine makes them. */

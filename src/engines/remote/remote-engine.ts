@@ -4,7 +4,7 @@ import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
-import { llamaServerTokens, toLlamaServerBody } from "./llama-server.ts";
+import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
 import { TimeSlice } from "./time-slice.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
@@ -149,6 +149,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // count against a healthy replica.
     if (this.info.embedding?.only) throw embeddingOnlyModel(this.id);
     refuseInexpressible(request, this.unsupported, this.id);
+    // Converted now so that a pattern llama-server could not take is a 400 before anything is sent.
+    if (this.info.flavor === "llama-server" && request.responseFormat?.type === "regex") regexAsGbnf(request.responseFormat.pattern);
     const mode = request.prompt.kind === "chat" ? "chat" : "completion";
     const key = affinityKey(request);
     const prefer = this.pool.choose(key);

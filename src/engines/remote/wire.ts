@@ -117,6 +117,8 @@ export function chatBody(req: GenerationRequest, model: string, sampling: Genera
   if (rf?.type === "json_object") body.response_format = { type: "json_object" };
   else if (rf?.type === "json_schema")
     body.response_format = { type: "json_schema", json_schema: { name: "response", schema: rf.schema, strict: rf.strict } };
+  // vLLM's current name for a regex-held answer (Plinth takes it too); llama-server gets it as GBNF.
+  else if (rf?.type === "regex") body.structured_outputs = { regex: rf.pattern };
   const r = req.reasoning;
   if (r?.fromEffort) {
     // Only an effort level was asked for: the upstream reads it its own way.
@@ -381,6 +383,7 @@ export function canonicalField(param: unknown): string | undefined {
     logprobs: "logprobs",
     top_logprobs: "logprobs",
     response_format: "responseFormat",
+    structured_outputs: "responseFormat",
     tool_choice: "toolChoice",
     tools: "tools",
     reasoning: "reasoning",
