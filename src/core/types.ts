@@ -110,6 +110,11 @@ export interface GenerationRequest {
    * cannot see it. Undefined: streamed, every chunk is final once yielded.
    */
   wholeAnswer?: boolean;
+  /**
+   * End-of-turn tokens do not end the answer (vLLM's and llama-server's `ignore_eos`): it runs to
+   * its token budget or a stop string. Not with tools or a response format, whose grammars end there.
+   */
+  ignoreEos?: boolean;
   /** Reuse cached prompt state (default true); false evaluates the whole prompt afresh. */
   cachePrompt?: boolean;
   /** A routing hint: prefer the sequence last used with the same key. Not an isolation boundary. */

@@ -207,3 +207,51 @@ test("logit_bias reaches end-of-sequence: +100 ends at once, a +100 token repeat
   assert.ok(text.length > 0);
   assert.equal(text, "ssssss");
 });
+
+test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and repeat_penalty are honoured; the rest at their neutral values only", async () => {
+  const END = { [FIXTURE_TOKENS.eos]: 100 };
+  const post = (path: "/v1/chat/completions" | "/v1/completions", body: Record<string, unknown>) => s.http.post(path, { model: "tiny", ...body } as never) as Promise<any>;
+  // The end-of-turn token is all the model wants; ignore_eos runs to the budget regardless.
+  const ended = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 12, logit_bias: END });
+  assert.equal(ended.json.choices[0].finish_reason, "stop");
+  for (const stream of [false, true]) {
+    const ran = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 12, logit_bias: END, ignore_eos: true, stream, stream_options: stream ? { include_usage: true } : undefined });
+    assert.equal(ran.status, 200, ran.text);
+    if (!stream) {
+      assert.equal(ran.json.choices[0].finish_reason, "length");
+      assert.equal(ran.json.usage.completion_tokens, 12);
+    } else assert.match(ran.text, /"finish_reason":"length"/);
+  }
+  const completion = await post("/v1/completions", { prompt: "Hi", max_tokens: 9, logit_bias: END, ignore_eos: true });
+  assert.equal(completion.json.usage.completion_tokens, 9);
+  // llama-server's names for the budget and the repetition penalty.
+  const predicted = await post("/v1/completions", { prompt: "Hi", n_predict: 7, logit_bias: NO_EOG, repeat_penalty: 1.1 });
+  assert.equal(predicted.json.usage.completion_tokens, 7);
+  assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), n_predict: 5, logit_bias: NO_EOG })).json.usage.completion_tokens, 5);
+  // llama-server's web UI sends every sampler setting, switched off: all accepted.
+  const webUi = {
+    samplers: "edkypmxt", dynatemp_range: 0, dynatemp_exponent: 1, typical_p: 1, xtc_probability: 0, xtc_threshold: 0.1,
+    repeat_last_n: 64, repeat_penalty: 1, dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: -1,
+    timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5,
+  };
+  assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...webUi })).status, 200);
+  // Asking for what is not done here is a 400 naming the field, never an answer as if unasked.
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ mirostat: 2 }, "mirostat"],
+    [{ dry_multiplier: 0.8 }, "dry_multiplier"],
+    [{ min_tokens: 4 }, "min_tokens"],
+    [{ use_beam_search: true }, "use_beam_search"],
+    [{ stop_token_ids: [5] }, "stop_token_ids"],
+    [{ include_stop_str_in_output: true }, "include_stop_str_in_output"],
+    [{ chat_template: "{{ messages }}" }, "chat_template"],
+    [{ repeat_penalty: 1.2, repeat_last_n: 128 }, "repeat_last_n"],
+    [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
+    [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],
+    [{ ignore_eos: true, response_format: { type: "json_object" } }, "ignore_eos"],
+  ];
+  for (const [field, param] of refused) {
+    const r = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 3, ...field });
+    assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
+    assert.equal(r.json.error.param, param, r.text);
+  }
+});

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { metadataSchema } from "./metadata.ts";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
 import { serviceFieldsSchema } from "./service-fields.ts";
+import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 
 /**
@@ -65,6 +66,7 @@ export const chatCompletionRequest = z.object({
   ...samplingFieldsSchema,
   ...serviceFieldsSchema,
   ...structuredFieldsSchema,
+  ...foreignFieldsSchema,
   user: z.string().nullish(),
   safety_identifier: z.string().nullish(),
   prompt_cache_key: z.string().nullish(),

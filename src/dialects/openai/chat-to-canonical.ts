@@ -3,6 +3,7 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
 import { refuseServiceFields } from "./service-fields.ts";
+import { foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
@@ -33,11 +34,17 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
   const format = answerFormat(body);
+  const budget = body.max_completion_tokens ?? body.max_tokens;
+  const foreign = foreignFields(body, "chat", budget, body.repetition_penalty);
+  if (foreign.maxTokens === 0) throw badRequest("n_predict must be at least 1 on a chat request (or -1: no limit).", "n_predict");
+  if (foreign.ignoreEos && (format || body.tools?.length))
+    throw badRequest("ignore_eos cannot be combined with tools or a structured answer: their grammars end the answer.", "ignore_eos");
   const request: GenerationRequest = {
     model: body.model,
     prompt: { kind: "chat", messages },
-    sampling: toSamplingParams(body, defaults),
-    maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+    sampling: { ...toSamplingParams(body, defaults), ...(foreign.repetitionPenalty !== undefined ? { repetitionPenalty: foreign.repetitionPenalty } : {}) },
+    maxTokens: budget ?? foreign.maxTokens,
+    ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
     wholeAnswer: body.stream !== true,

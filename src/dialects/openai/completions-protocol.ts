@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
+import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 
 /** Wire schema of POST /v1/completions (OpenAI's legacy text completions). */
@@ -28,6 +29,7 @@ export const completionRequest = z.object({
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   // Other servers' structured-output fields, declared so they are refused by name, not dropped.
   ...structuredFieldsSchema,
+  ...foreignFieldsSchema,
   response_format: z.unknown().optional(),
 });
 export type CompletionRequest = z.infer<typeof completionRequest>;

@@ -1,6 +1,7 @@
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
+import { foreignFields } from "./foreign-fields.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** Structured-output fields (OpenAI's and other servers'): the grammar is applied to chat answers only. */
@@ -22,12 +23,14 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     if (prompts.some((p) => p.kind !== "text"))
       throw badRequest("'suffix' needs text prompts; token-id prompts cannot be split around it.", "suffix");
   }
-  const sampling = toSamplingParams(body);
+  const foreign = foreignFields(body, "completion", body.max_tokens, body.repetition_penalty);
+  const sampling = { ...toSamplingParams(body), ...(foreign.repetitionPenalty !== undefined ? { repetitionPenalty: foreign.repetitionPenalty } : {}) };
   const batch = prompts.map((prompt): GenerationRequest => ({
     model: body.model,
     prompt: body.suffix != null && prompt.kind === "text" ? { kind: "infill", prefix: prompt.text, suffix: body.suffix } : prompt,
     sampling,
-    maxTokens: body.max_tokens ?? 16,
+    maxTokens: body.max_tokens ?? (foreign.noLimit ? undefined : (foreign.maxTokens ?? 16)),
+    ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
     stop: normaliseStop(body.stop),
     n,
     cachePrompt: body.cache_prompt ?? true,

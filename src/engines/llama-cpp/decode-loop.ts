@@ -50,6 +50,8 @@ export interface LoopSetup {
   generated: Token[];
   maxTokens: number;
   stopTokens: Set<Token>;
+  /** End-of-turn tokens do not end the answer (ignore_eos): it runs to its budget or a stop string. */
+  ignoreEos?: boolean;
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   /** Constrains the answer (structured output); starts where the answer starts. */
@@ -83,7 +85,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const { model, steps, decoder, generated, reasoning, tools, signal } = setup;
   const router = new TextRouter({ reasoning, tools, answerHeader: setup.answerHeader });
   const edits = new SequenceEdits(setup);
-  const ends = (t: Token) => !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
+  const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
     return marker === undefined ? decoder.push(t) : decoder.flush() + marker;

@@ -60,6 +60,7 @@ export interface LlamaPrepared extends PreparedGeneration {
   tokens: Token[];
   /** Tokens that end a turn in this prompt format, besides the model's end-of-generation tokens. */
   stopTokens: Set<Token>;
+  ignoreEos?: boolean;
   logprobs?: number;
   /** The prompt text to report back (echo), when asked for. */
   echo?: string;
@@ -255,6 +256,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       tokens,
       stopTokens,
       formatStops,
+      ignoreEos: req.ignoreEos,
       promptTokens: tokens.length,
       contextSize: this.contextSize,
       logprobs: req.logprobs,
@@ -340,6 +342,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       generated,
       maxTokens,
       stopTokens: prepared.stopTokens,
+      ignoreEos: prepared.ignoreEos,
       reasoning: prepared.reasoning,
       tools: prepared.tools,
       contentGrammar: prepared.contentGrammar,

@@ -88,6 +88,8 @@ function common(req: GenerationRequest, model: string, sampling: GenerationReque
   if (s.repetitionPenalty !== 1) body.repetition_penalty = s.repetitionPenalty;
   if (s.logitBias.size > 0) body.logit_bias = Object.fromEntries([...s.logitBias].map(([k, v]) => [String(k), v]));
   if (req.stop.length > 0) body.stop = req.stop;
+  // vLLM's and llama-server's name, which Plinth takes too.
+  if (req.ignoreEos) body.ignore_eos = true;
   // The isolation namespace becomes the upstream's cache salt (vLLM, SGLang and Plinth keep prompt
   // caches apart by it); hashed so that the user names inside it do not travel upstream.
   if (req.isolationKey !== undefined) body.cache_salt = createHash("sha256").update(req.isolationKey).digest("hex").slice(0, 32);

@@ -1,0 +1,183 @@
+import { z } from "zod";
+import { badRequest, unsupportedField } from "../../core/errors.ts";
+
+/**
+ * Sampling and generation fields of vLLM's and llama-server's OpenAI-compatible APIs that OpenAI
+ * does not define. Clients written for those servers send them, often with their neutral value on
+ * every request (llama-server's web UI sends all its sampler settings). Dropping them as unknown
+ * would answer a request for `ignore_eos` or `mirostat` as if it had not asked, so each is read
+ * here: honoured (`ignore_eos`; `n_predict` and `repeat_penalty` as the budget and repetition
+ * penalty under their llama-server names), accepted at its neutral value (the behaviour Plinth
+ * has anyway), or refused with a 400 naming it.
+ */
+
+/** A field's value that asks for nothing Plinth does not do already. */
+type Neutral = (value: unknown) => boolean;
+
+const isNull: Neutral = (v) => v == null;
+const is = (neutral: unknown): Neutral => (v) => v == null || v === neutral;
+const isEmpty: Neutral = (v) => v == null || (Array.isArray(v) && v.length === 0);
+const atMost = (limit: number): Neutral => (v) => v == null || (typeof v === "number" && v <= limit);
+/** Settings of a sampler that is off unless `switch` turns it on: any value while it is off. */
+const whenOff = (body: Record<string, unknown>, sw: string, off: Neutral): Neutral => () => off(body[sw]);
+
+export const FOREIGN_FIELDS = [
+  "use_beam_search",
+  "length_penalty",
+  "min_tokens",
+  "stop_token_ids",
+  "bad_words",
+  "allowed_token_ids",
+  "prompt_logprobs",
+  "include_stop_str_in_output",
+  "skip_special_tokens",
+  "spaces_between_special_tokens",
+  "truncate_prompt_tokens",
+  "logits_processors",
+  "add_generation_prompt",
+  "continue_final_message",
+  "add_special_tokens",
+  "chat_template",
+  "documents",
+  "return_tokens_as_token_ids",
+  "return_token_ids",
+  "n_probs",
+  "mirostat",
+  "mirostat_tau",
+  "mirostat_eta",
+  "typical_p",
+  "tfs_z",
+  "dynatemp_range",
+  "dynatemp_exponent",
+  "dry_multiplier",
+  "dry_base",
+  "dry_allowed_length",
+  "dry_penalty_last_n",
+  "dry_sequence_breakers",
+  "xtc_probability",
+  "xtc_threshold",
+  "top_n_sigma",
+  "repeat_last_n",
+  "penalize_nl",
+  "post_sampling_probs",
+  "n_cmpl",
+  "lora",
+  "t_max_predict_ms",
+  "samplers",
+  "id_slot",
+  "n_keep",
+  "n_indent",
+  "timings_per_token",
+  "return_progress",
+  "priority",
+  "request_id",
+] as const;
+type ForeignField = (typeof FOREIGN_FIELDS)[number];
+
+/** Why each field is refused when it asks for more than its neutral value. */
+function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion"): Record<ForeignField, [Neutral, string]> {
+  const noPrompt = "returns prompt log probabilities, which chat requests here do not (use /v1/completions with echo and logprobs)";
+  return {
+    // vLLM
+    use_beam_search: [is(false), "is not supported: no beam search here"],
+    length_penalty: [is(1), "applies to beam search, which is not done here"],
+    min_tokens: [is(0), "is not supported; use ignore_eos to run to max_tokens"],
+    stop_token_ids: [isEmpty, "is not supported; stop on text with stop"],
+    bad_words: [isEmpty, "is not supported; ban tokens with logit_bias"],
+    allowed_token_ids: [isNull, "is not supported; shape the answer with a JSON schema, guided_regex or guided_choice"],
+    prompt_logprobs: [isNull, noPrompt],
+    include_stop_str_in_output: [is(false), "is not supported: the answer ends before the stop string"],
+    skip_special_tokens: [is(true), "is not supported: special tokens are never part of the text"],
+    spaces_between_special_tokens: [is(true), "is not supported: special tokens are never part of the text"],
+    truncate_prompt_tokens: [isNull, "is not supported: a prompt longer than the context is a 400, never cut"],
+    logits_processors: [isNull, "is not supported"],
+    add_generation_prompt: [is(true), "is not supported: the assistant turn is always opened (send a last assistant message to continue it)"],
+    continue_final_message: [is(false), "is not needed: a last assistant message is continued as it stands"],
+    // Chat templates place their own special tokens; a text completion gets the model's BOS.
+    add_special_tokens: kind === "chat" ? [is(false), "is not supported on chat requests: the template places the special tokens"] : [is(true), "is not supported: a text prompt always gets the model's BOS token (send token ids to choose)"],
+    chat_template: [isNull, "is not supported: the model's own template (or --chat-wrapper) renders the prompt"],
+    documents: [isNull, "is not supported by the chat templates here"],
+    return_tokens_as_token_ids: [is(false), "is not supported"],
+    return_token_ids: [is(false), "is not supported"],
+    // llama-server
+    n_probs: [is(0), "is not supported; use logprobs and top_logprobs"],
+    mirostat: [is(0), "is not supported: no mirostat sampling here"],
+    mirostat_tau: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
+    mirostat_eta: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
+    typical_p: [is(1), "is not supported: no typical sampling here"],
+    tfs_z: [is(1), "is not supported: no tail-free sampling here"],
+    dynatemp_range: [is(0), "is not supported: no dynamic temperature here"],
+    dynatemp_exponent: [whenOff(body, "dynatemp_range", is(0)), "applies to dynamic temperature, which is not done here"],
+    dry_multiplier: [is(0), "is not supported: no DRY sampling here"],
+    dry_base: [whenOff(body, "dry_multiplier", is(0)), "applies to DRY sampling, which is not done here"],
+    dry_allowed_length: [whenOff(body, "dry_multiplier", is(0)), "applies to DRY sampling, which is not done here"],
+    dry_penalty_last_n: [whenOff(body, "dry_multiplier", is(0)), "applies to DRY sampling, which is not done here"],
+    dry_sequence_breakers: [whenOff(body, "dry_multiplier", is(0)), "applies to DRY sampling, which is not done here"],
+    xtc_probability: [is(0), "is not supported: no XTC sampling here"],
+    xtc_threshold: [whenOff(body, "xtc_probability", is(0)), "applies to XTC sampling, which is not done here"],
+    top_n_sigma: [atMost(0), "is not supported: no top-n-sigma sampling here"],
+    // llama.cpp's default window; a repetition penalty of 1 reads no window at all.
+    repeat_last_n: [(v) => v == null || v === 64 || (body.repeat_penalty ?? body.repetition_penalty ?? 1) === 1, "is supported only as 64 (llama.cpp's default window)"],
+    penalize_nl: [is(false), "is not supported"],
+    post_sampling_probs: [is(false), "is not supported; logprobs are before truncation"],
+    n_cmpl: [is(1), "is not supported; use n"],
+    lora: [isEmpty, "is not supported: no LoRA adapters here"],
+    t_max_predict_ms: [atMost(0), "is not supported; bound the answer with max_tokens"],
+    // Accepted as they are: they change nothing about the answer here.
+    samplers: [() => true, ""],
+    id_slot: [() => true, ""],
+    n_keep: [() => true, ""],
+    n_indent: [is(0), "is not supported"],
+    timings_per_token: [() => true, ""],
+    return_progress: [() => true, ""],
+    priority: [() => true, ""],
+    request_id: [() => true, ""],
+  };
+}
+
+const anyValue = z.unknown().optional();
+
+/** The fields as the schema declares them: any JSON value, read by `foreignFields`. */
+export const foreignFieldsSchema = {
+  ...(Object.fromEntries(FOREIGN_FIELDS.map((k) => [k, anyValue])) as { [K in ForeignField]: typeof anyValue }),
+  ignore_eos: z.boolean().nullish(),
+  n_predict: z.int().min(-1).nullish(),
+  repeat_penalty: z.number().gt(0).max(10).nullish(),
+};
+
+export interface ForeignSettings {
+  ignoreEos: boolean;
+  /** llama-server's budget, when the request gave no OpenAI one. */
+  maxTokens?: number;
+  /** llama-server's `n_predict: -1`: no budget but the context. */
+  noLimit?: boolean;
+  repetitionPenalty?: number;
+}
+
+/**
+ * Refuses the fields that ask for what Plinth does not do, and returns what the honoured ones ask
+ * for. `budget` and `penalty` are the OpenAI-style fields the request also set, which must agree
+ * with their llama-server names.
+ */
+export function foreignFields(
+  body: Record<string, unknown>,
+  kind: "chat" | "completion",
+  budget: number | null | undefined,
+  penalty: number | null | undefined,
+): ForeignSettings {
+  for (const [field, [neutral, why]] of Object.entries(neutralValues(body, kind))) {
+    if (!neutral(body[field])) throw unsupportedField(field, why);
+  }
+  const nPredict = body.n_predict as number | null | undefined;
+  if (nPredict != null && budget != null && nPredict !== budget)
+    throw badRequest("n_predict and max_tokens disagree; send one of them.", "n_predict");
+  const repeat = body.repeat_penalty as number | null | undefined;
+  if (repeat != null && penalty != null && repeat !== penalty)
+    throw badRequest("repeat_penalty and repetition_penalty disagree; send one of them.", "repeat_penalty");
+  return {
+    ignoreEos: body.ignore_eos === true,
+    ...(nPredict != null && nPredict >= 0 && budget == null ? { maxTokens: nPredict } : {}),
+    ...(nPredict === -1 && budget == null ? { noLimit: true } : {}),
+    ...(repeat != null ? { repetitionPenalty: repeat } : {}),
+  };
+}
