@@ -68,6 +68,12 @@ export interface AdmittedInfo {
   promptTokens: number[];
   /** Choices that will run (n per request). */
   choices: number;
+  /**
+   * When the service got the request (performance.now()), before the engine prepared it: a remote
+   * engine's preparation already waits for the upstream's first token, so times to the first token
+   * are counted from here, not from admission.
+   */
+  receivedAt: number;
 }
 
 /**

@@ -76,6 +76,7 @@ export class GenerationService {
    */
   async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
     if (this.stopping) throw shuttingDown();
+    const receivedAt = performance.now();
     const { engine, scheduler } = this.registry.resolve(batch[0].model);
     this.gate?.authorize(ctx, batch[0].model);
     const reqs = batch.map((r) => ({ ...r, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }));
@@ -119,7 +120,7 @@ export class GenerationService {
       discardAll();
       throw err;
     }
-    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs } satisfies AdmittedInfo);
+    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
 
     const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), () =>
       this.notify("started", ctx),

@@ -30,6 +30,8 @@ interface Live {
   model: string;
   promptTokens: number;
   admittedAt: number;
+  /** When the service got the request: the start of the time to first token and of the whole request. */
+  receivedAt: number;
   startedAt: number;
   firstTokenAt: number;
   lastTokenAt: number;
@@ -253,6 +255,7 @@ export class PlinthMetrics {
           model: info.model,
           promptTokens,
           admittedAt: t,
+          receivedAt: info.receivedAt,
           startedAt: 0,
           firstTokenAt: 0,
           lastTokenAt: 0,
@@ -275,9 +278,9 @@ export class PlinthMetrics {
         if (!l) return;
         l.firstTokenAt = now();
         l.lastTokenAt = -1; // the event that carries the first token follows: it starts the intervals
-        this.ttft.observe({ model_name: l.model }, (l.firstTokenAt - l.admittedAt) / 1000);
+        this.ttft.observe({ model_name: l.model }, (l.firstTokenAt - l.receivedAt) / 1000);
         const f = this.facts.get(ctx.requestId);
-        if (f) f.ttftMs = Math.round(l.firstTokenAt - l.admittedAt);
+        if (f) f.ttftMs = Math.round(l.firstTokenAt - l.receivedAt);
       },
       event: (ctx, ev) => {
         // Per token: a map lookup, a timestamp and one histogram observation; nothing else.
@@ -326,7 +329,7 @@ export class PlinthMetrics {
         this.generationTokens.inc({ model_name }, usage.completionTokens);
         this.prefixHits.inc({ model_name }, usage.cachedTokens);
         this.success.inc({ model_name, finished_reason: l.finishReason ?? "stop" });
-        this.e2e.observe({ model_name }, (now() - l.admittedAt) / 1000);
+        this.e2e.observe({ model_name }, (now() - l.receivedAt) / 1000);
         this.requestPromptTokens.observe({ model_name }, usage.promptTokens);
         this.requestGenerationTokens.observe({ model_name }, usage.completionTokens);
         if (f) {
