@@ -107,7 +107,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     frameworkErrors: frameworkErrorHandler(envelopeFor),
   });
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
-  if (maxConnections > 0) app.server.maxConnections = maxConnections;
+  if (maxConnections > 0) makeRoomAtTheCap(app.server, maxConnections);
 
   // Every answer names its request, refusals and streams included (a raw header survives writeHead).
   app.addHook("onRequest", async (request, reply) => {
@@ -116,4 +116,23 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
   installGuards(app, { host: opts.host ?? "127.0.0.1", allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [] });
   installBodyHandling(app, { bodyLimit: opts.bodyLimit, bodyTimeoutMs: bodyTimeout, drainLimit: drainLimit(opts.bodyLimit) });
   return app;
+}
+
+/**
+ * Caps open connections. Connections that sit idle between requests (keep-alive) are closed as the
+ * cap comes near, so clients that open connections and leave them idle cannot lock working clients
+ * out until their keep-alive timeout: 520 idle sockets held the default cap of 512 for 65 s, and every
+ * new client was dropped meanwhile. A connection with a request in flight is never closed here.
+ */
+function makeRoomAtTheCap(server: import("node:http").Server, max: number): void {
+  server.maxConnections = max;
+  let open = 0;
+  server.on("connection", (socket) => {
+    open++;
+    socket.once("close", () => open--);
+    // Room for the next one: at the cap Node drops new sockets before any handler sees them.
+    if (open >= max - 1) server.closeIdleConnections();
+  });
+  // Dropped anyway (a burst of new connections): free the idle ones for the client's next try.
+  server.on("drop", () => server.closeIdleConnections());
 }

@@ -264,3 +264,36 @@ describe("timeouts and the connection limit", () => {
     }
   });
 });
+
+describe("idle keep-alive connections at the connection limit", () => {
+  let s: Awaited<ReturnType<typeof listening>>;
+  before(async () => {
+    s = await listening({ keepAliveTimeoutMs: 60_000, maxConnections: 4 });
+  });
+  after(() => s.app.close());
+
+  test("connections left idle after a request make room for new clients, instead of holding the limit for the keep-alive timeout", async () => {
+    const idle: Socket[] = [];
+    try {
+      for (let i = 0; i < 6; i++) {
+        const sock = connect(s.port, "127.0.0.1");
+        sock.on("error", () => {});
+        await new Promise((r) => sock.once("connect", r));
+        sock.write("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        // Answered, then left open and idle, as a keep-alive client leaves it (or refused: closed).
+        const answered = await new Promise((r) => {
+          sock.once("data", () => r(true));
+          sock.once("close", () => r(false));
+        });
+        assert.ok(answered, `connection ${i + 1} was refused`);
+        idle.push(sock);
+      }
+      const started = Date.now();
+      const r = await fetch(`${s.url}/health`, { headers: { connection: "close" }, signal: AbortSignal.timeout(3000) });
+      assert.equal(r.status, 200);
+      assert.ok(Date.now() - started < 1000, `answered after ${Date.now() - started} ms`);
+    } finally {
+      for (const sock of idle) sock.destroy();
+    }
+  });
+});
