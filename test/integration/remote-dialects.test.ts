@@ -327,3 +327,16 @@ test("a regex-held answer (guided_regex, guided_choice) goes upstream as structu
   assert.equal(bad.status, 400, bad.text);
   assert.equal((bad.json as unknown as { error: { param: string } }).error.param, "guided_regex");
 });
+
+test("the router's model list describes an upstream's embeddings as the upstream does (pooling, input limit)", async () => {
+  const list = async (s: TestServer) => ((await (await fetch(`${s.url}/v1/models`)).json()) as { data: Array<{ id: string; embedding?: unknown }> }).data;
+  const upstream = await list(up[0]);
+  const routed = await list(router);
+  for (const [mine, theirs] of [["rb", "bert"], ["rt", "tiny"]]) {
+    const a = routed.find((m) => m.id === mine)?.embedding;
+    const b = upstream.find((m) => m.id === theirs)?.embedding;
+    assert.ok(b, `the upstream's ${theirs} embeds`);
+    // A router claimed "mean" pooling and one token more than the upstream takes.
+    assert.deepEqual(a, b, mine);
+  }
+});

@@ -123,7 +123,7 @@ async function probeEmbedding(
   headers: Record<string, string>,
   timeoutMs: number,
   declared: any,
-): Promise<{ dimensions: number; pooling?: string } | undefined> {
+): Promise<{ dimensions: number; pooling?: string; poolingDeclared?: boolean; maxInputTokens?: number } | undefined> {
   for (const r of replicas) {
     try {
       const res = await call(new URL("v1/embeddings", r.url), { body: { model, input: "plinth", encoding_format: "float" }, headers, headTimeoutMs: timeoutMs });
@@ -139,7 +139,14 @@ async function probeEmbedding(
       const json = (await readJson(res)) as any;
       const v = json?.data?.[0]?.embedding;
       if (!Array.isArray(v)) return undefined;
-      return { dimensions: v.length, pooling: typeof declared?.pooling === "string" && declared?.pooling_declared ? declared.pooling : undefined };
+      // A Plinth upstream describes its embeddings in its model list: passed on as it says them.
+      const limit = declared?.max_input_tokens;
+      return {
+        dimensions: v.length,
+        pooling: typeof declared?.pooling === "string" ? declared.pooling : undefined,
+        poolingDeclared: typeof declared?.pooling_declared === "boolean" ? declared.pooling_declared : undefined,
+        maxInputTokens: Number.isSafeInteger(limit) && limit > 0 ? limit : undefined,
+      };
     } catch (err) {
       // Only a replica that could not be asked leaves the question to the next one.
       if (err instanceof UpstreamFailure && err.kind === "protocol") return undefined;

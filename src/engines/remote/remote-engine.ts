@@ -76,6 +76,15 @@ const MAX_WHOLE_ANSWER_CHARS = 64 * 1024 * 1024;
 /** What one held chunk costs beside its text, in characters' worth. */
 const HELD_CHUNK_COST = 32;
 
+/** What the router knows of an upstream model's embeddings (a Plinth upstream's model list says it all). */
+export interface RemoteEmbedding {
+  dimensions: number;
+  pooling?: string;
+  poolingDeclared?: boolean;
+  maxInputTokens?: number;
+  only?: boolean;
+}
+
 /** How long a health check's answer body may take to end after its head. */
 const HEALTH_BODY_MS = 2_000;
 
@@ -104,7 +113,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     private readonly info: {
       contextSize?: number;
       /** `only`: the upstream embeds and cannot generate (llama-server --embeddings, an embedding model on Plinth). */
-      embedding?: { dimensions: number; pooling?: string; only?: boolean };
+      embedding?: RemoteEmbedding;
       /** Which OpenAI-compatible server it is, where their protocols differ (see llama-server.ts). */
       flavor?: "openai" | "llama-server";
       /** Canonical features the upstream itself says it lacks (beside the operator's `unsupported`). */
@@ -625,15 +634,15 @@ class RemoteEmbedder implements Embedder {
 
   constructor(
     private readonly engine: RemoteEngine,
-    embedding: { dimensions: number; pooling?: string; only?: boolean },
+    embedding: RemoteEmbedding,
     contextSize: number | undefined,
   ) {
-    const pooling = embedding.pooling === "cls" || embedding.pooling === "last" || embedding.pooling === "mean" ? embedding.pooling : "mean";
+    const known = embedding.pooling === "cls" || embedding.pooling === "last" || embedding.pooling === "mean";
     this.info = {
       dimensions: embedding.dimensions,
-      pooling,
-      poolingDeclared: embedding.pooling !== undefined,
-      maxInputTokens: contextSize ?? 2 ** 31 - 1,
+      pooling: known ? (embedding.pooling as EmbeddingInfo["pooling"]) : "mean",
+      poolingDeclared: known ? (embedding.poolingDeclared ?? true) : false,
+      maxInputTokens: embedding.maxInputTokens ?? contextSize ?? 2 ** 31 - 1,
       vocabularySize: 2 ** 31 - 1,
       slots: engine.pool.totalSlots,
       embeddingOnly: embedding.only === true,
