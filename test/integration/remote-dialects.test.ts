@@ -340,3 +340,22 @@ test("the router's model list describes an upstream's embeddings as the upstream
     assert.deepEqual(a, b, mine);
   }
 });
+
+test("an upstream's refusal of the answer's schema names the field as each dialect spells it", async () => {
+  const bogus = { type: "bogus" };
+  const chat = await router.http.post("/v1/chat/completions", {
+    model: "rt",
+    ...ask,
+    response_format: { type: "json_schema", json_schema: { name: "x", schema: bogus } },
+  } as never);
+  assert.equal(chat.status, 400, chat.text);
+  assert.equal((chat.json as any).error.param, "response_format.json_schema.schema");
+  const responses = await fetch(`${router.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "rt", input: "hi", text: { format: { type: "json_schema", name: "x", schema: bogus } } }),
+  });
+  const body = (await responses.json()) as any;
+  assert.equal(responses.status, 400, JSON.stringify(body));
+  assert.equal(body.error.param, "text.format.schema");
+});

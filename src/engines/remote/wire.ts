@@ -372,6 +372,9 @@ export function canonicalField(param: unknown): string | undefined {
   if (tool) return `tools[${tool[1]}].parameters`;
   const token = /^prompt\[(\d+)\]$/.exec(param);
   if (token) return `prompt.tokens[${token[1]}]`;
+  // The answer's schema or pattern, as the router sent it: the dialect names it its own way.
+  if (/^response_format\.json_schema\.schema(?:[.[].*)?$/.test(param) || param === "response_format.schema") return "responseFormat.schema";
+  if (param === "structured_outputs.regex" || param === "guided_regex") return "responseFormat.pattern";
   // Embeddings: the router sends every request's inputs as a list, so input[i] is the i-th input.
   const input = /^input((?:\[\d+\]){1,2})$/.exec(param);
   if (input) return `inputs${input[1]}`;
