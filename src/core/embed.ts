@@ -74,16 +74,22 @@ export async function embed(
   if (signal.aborted) onAbort();
   else signal.addEventListener("abort", onAbort, { once: true });
   let next = 0;
+  // Each input takes its own turn at a slot: a worker gives its slot back after every input, so a
+  // request of 2,048 inputs does not hold every slot until it is done while a one-input request
+  // waits (22 s behind two such batches). Requests take turns (a group each); with nobody waiting,
+  // taking the slot again costs nothing.
+  const group = `embed-${++requests}`;
   const work = async () => {
-    const { slot, release } = await scheduler.acquire(stop.signal);
-    try {
-      while (next < tokens.length) {
+    while (next < tokens.length) {
+      const { slot, release } = await scheduler.acquire(stop.signal, undefined, "", undefined, group);
+      try {
         stop.signal.throwIfAborted();
+        if (next >= tokens.length) return;
         const i = next++;
         vectors[i] = normalise(await embedder.embed(tokens[i], slot, stop.signal), dimensions);
+      } finally {
+        release();
       }
-    } finally {
-      release();
     }
   };
   try {
@@ -102,6 +108,9 @@ export async function embed(
   }
   return { vectors, promptTokens };
 }
+
+/** Numbers the embedding requests, so each has its own turn at the slots. */
+let requests = 0;
 
 async function tokenizeInput(embedder: Embedder, input: EmbedInput, field: string): Promise<number[]> {
   checkInput(embedder, input, field);

@@ -122,7 +122,7 @@ export class GenerationService {
     }
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
 
-    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), () =>
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), ctx.requestId, () =>
       this.notify("started", ctx),
     );
     const spent = (): Usage => {
@@ -325,6 +325,8 @@ class BatchRun {
     private readonly observe: (ev: GenerationEvent) => void,
     /** Whose turn this request waits in (see Scheduler). */
     private readonly queueKey: string,
+    /** The request's own turn among that key's requests, so its n choices do not queue ahead of the next request's. */
+    private readonly queueGroup: string,
     /** Called as each choice gets its slot. */
     private readonly onStarted: () => void = () => {},
   ) {
@@ -371,7 +373,7 @@ class BatchRun {
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     // The first choice is the one whose upstream request `prepare` may have opened.
     const onWait = seedOffset === 0 && engine.waiting ? () => engine.waiting!(prep) : undefined;
-    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait).catch((err: unknown) => {
+    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait, this.queueGroup).catch((err: unknown) => {
       engine.discard?.(prep);
       throw err;
     });

@@ -2,9 +2,11 @@ import { ApiError, invalidField } from "./errors.ts";
 
 /**
  * Hands out a fixed number of slots (one per engine sequence) to jobs. Waiting jobs are served
- * fairly by key (the request's namespace: its end user, later its API key): keys take turns, and
- * within a key jobs keep their arrival order, so one user's burst of fifty requests does not put
- * another user's single request behind all fifty.
+ * fairly by key (the request's namespace: its end user, later its API key), then by group (the
+ * request) within a key: keys take turns, a key's requests take turns, and a request's own jobs keep
+ * their arrival order. So one user's burst of fifty requests does not put another user's single
+ * request behind all fifty, and one request's sixty choices (n = 60) do not put the next request
+ * behind all sixty.
  *
  * Admission is decided for a whole request up front (all of its `n` choices), so a request is either
  * accepted entirely or refused with 429 before anything is sent to the client; an accepted job is
@@ -12,8 +14,8 @@ import { ApiError, invalidField } from "./errors.ts";
  */
 export class Scheduler {
   private readonly free: number[];
-  /** Waiting jobs per key, each queue in arrival order; `turns` is the order keys are served in. */
-  private readonly waiting = new Map<string, Array<{ grant: (slot: number) => void }>>();
+  /** Waiting jobs per key, per group within it; `turns` is the order keys are served in. */
+  private readonly waiting = new Map<string, KeyQueue>();
   private readonly turns: string[] = [];
   private waitingCount = 0;
   private reserved = 0;
@@ -81,6 +83,8 @@ export class Scheduler {
     key = "",
     /** Called when the job has to queue, before it waits. */
     onWait?: () => void,
+    /** The job's group within its key (its request): groups of a key take turns. */
+    group = "",
   ): Promise<{ slot: number; release: () => void }> {
     if (this.reserved > 0) this.reserved--;
     signal.throwIfAborted();
@@ -91,7 +95,7 @@ export class Scheduler {
       slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
     } else {
       onWait?.();
-      slot = await this.enqueue(signal, key);
+      slot = await this.enqueue(signal, key, group);
     }
     let released = false;
     return {
@@ -104,10 +108,10 @@ export class Scheduler {
     };
   }
 
-  private enqueue(signal: AbortSignal, key: string): Promise<number> {
+  private enqueue(signal: AbortSignal, key: string, group: string): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
-      const entry = {
+      const entry: Entry = {
         grant: (slot: number) => {
           signal.removeEventListener("abort", onAbort);
           clearTimeout(timer);
@@ -115,13 +119,17 @@ export class Scheduler {
         },
       };
       const leave = () => {
-        const queue = this.waiting.get(key);
+        const kq = this.waiting.get(key);
+        const queue = kq?.groups.get(group);
         const i = queue ? queue.indexOf(entry) : -1;
-        if (i !== -1) {
-          queue!.splice(i, 1);
-          this.waitingCount--;
-          if (queue!.length === 0) this.dropKey(key);
+        if (i === -1) return;
+        queue!.splice(i, 1);
+        this.waitingCount--;
+        if (queue!.length === 0) {
+          kq!.groups.delete(group);
+          kq!.order.splice(kq!.order.indexOf(group), 1);
         }
+        if (kq!.order.length === 0) this.dropKey(key);
       };
       const onAbort = () => {
         clearTimeout(timer);
@@ -137,11 +145,17 @@ export class Scheduler {
         }, this.queueTimeoutMs);
         timer.unref();
       }
-      let queue = this.waiting.get(key);
+      let kq = this.waiting.get(key);
+      if (!kq) {
+        kq = { groups: new Map(), order: [] };
+        this.waiting.set(key, kq);
+        this.turns.push(key);
+      }
+      let queue = kq.groups.get(group);
       if (!queue) {
         queue = [];
-        this.waiting.set(key, queue);
-        this.turns.push(key);
+        kq.groups.set(group, queue);
+        kq.order.push(group);
       }
       queue.push(entry);
       this.waitingCount++;
@@ -154,20 +168,37 @@ export class Scheduler {
     if (at !== -1) this.turns.splice(at, 1);
   }
 
-  /** A freed slot goes to the next key in turn (which then moves to the back), else back to the pool. */
+  /**
+   * A freed slot goes to the next key in turn, to the next group in that key's turn, to that group's
+   * oldest job; the key and the group move to the back of their turns. No one waiting: back to the pool.
+   */
   private release(slot: number): void {
     const key = this.turns.shift();
     if (key === undefined) {
       this.free.push(slot);
       return;
     }
-    const queue = this.waiting.get(key)!;
+    const kq = this.waiting.get(key)!;
+    const group = kq.order.shift()!;
+    const queue = kq.groups.get(group)!;
     const next = queue.shift()!;
     this.waitingCount--;
-    if (queue.length > 0) this.turns.push(key);
+    if (queue.length > 0) kq.order.push(group);
+    else kq.groups.delete(group);
+    if (kq.order.length > 0) this.turns.push(key);
     else this.waiting.delete(key);
     next.grant(slot);
   }
+}
+
+interface Entry {
+  grant: (slot: number) => void;
+}
+
+/** One key's waiting jobs: a queue per group, and the order the groups are served in. */
+interface KeyQueue {
+  groups: Map<string, Entry[]>;
+  order: string[];
 }
 
 /**

@@ -43,3 +43,35 @@ test("embedding-contexts defaults to 2 and comes from flags and the environment"
   assert.equal(loadConfig({ "embedding-contexts": "4" }, { PLINTH_EMBEDDING_CONTEXTS: "3" })["embedding-contexts"], 4);
   assert.throws(() => loadConfig({ "embedding-contexts": "0" }, {}), /embedding-contexts/);
 });
+
+test("a one-input request is not held behind a large batch: each input takes its own turn at the slots (scripted embedder)", async () => {
+  const { embed } = await import("../../src/core/embed.ts");
+  const { ModelRegistry } = await import("../../src/core/registry.ts");
+  const { ScriptedEngine } = await import("../helpers/scripted-engine.ts");
+  const embedder = {
+    info: { dimensions: 2, pooling: "mean" as const, poolingDeclared: true, maxInputTokens: 64, vocabularySize: 1000, slots: 2, embeddingOnly: false },
+    tokenize: async () => [1, 2],
+    // Each input costs 5 ms of a slot.
+    embed: async () => {
+      await new Promise((r) => setTimeout(r, 5));
+      return Float32Array.from([1, 0]);
+    },
+  };
+  class Embedding extends ScriptedEngine {
+    override readonly embeddings = embedder;
+  }
+  const registry = new ModelRegistry(64);
+  const engine = new Embedding({ id: "e" });
+  registry.register(engine.id);
+  registry.ready(engine);
+  const signal = new AbortController().signal;
+  const order: string[] = [];
+  const big = embed(registry, { model: "e", inputs: Array.from({ length: 200 }, () => ({ kind: "text" as const, text: "x" })) }, signal).then(() => order.push("big"));
+  await new Promise((r) => setTimeout(r, 20));
+  const started = performance.now();
+  await embed(registry, { model: "e", inputs: [{ kind: "text", text: "y" }] }, signal).then(() => order.push("small"));
+  // The 200 inputs take ~500 ms on two slots; the small request waits for about one input, not all.
+  assert.ok(performance.now() - started < 200, `the small request took ${Math.round(performance.now() - started)} ms`);
+  await big;
+  assert.deepEqual(order, ["small", "big"]);
+});

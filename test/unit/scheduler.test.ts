@@ -104,3 +104,19 @@ test("a waiting job that gives up leaves its key's turn when it was the last", a
   assert.equal(next.slot, first.slot);
   assert.equal(s.queued, 0);
 });
+
+test("within one key, requests take turns: one request's many choices do not queue ahead of the next request", async () => {
+  const s = new Scheduler(1, 16);
+  const never = new AbortController().signal;
+  const granted: string[] = [];
+  const first = await s.acquire(never, undefined, "", undefined, "big");
+  // The big request's other three choices wait, then a small request arrives.
+  const big = [1, 2, 3].map((i) => s.acquire(never, undefined, "", undefined, "big").then((g) => (granted.push(`big${i}`), g)));
+  const small = s.acquire(never, undefined, "", undefined, "small").then((g) => (granted.push("small"), g));
+  first.release();
+  (await big[0]).release();
+  (await small).release();
+  for (const b of big.slice(1)) (await b).release();
+  // The small request had its turn after one of the big one's, not after all three.
+  assert.deepEqual(granted, ["big1", "small", "big2", "big3"]);
+});
