@@ -1,7 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { expectSchemaAnswers } from "../helpers/json-schema-check.ts";
 import { after, before, describe, test } from "node:test";
-import { ensureBertFixtureModel, ensureFixtureModel } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import { type LlamaServer, startLlamaServer } from "../helpers/llama-server.ts";
 import { NO_EOG, postJson, requestJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
@@ -69,6 +69,23 @@ describe("llama-server behind a Plinth router", { skip }, () => {
     assert.equal(r.json.usage.prompt_tokens, d.json.usage.prompt_tokens);
     assert.equal(r.json.usage.completion_tokens, 8);
     assert.equal(r.headers.get("x-plinth-upstream"), llama.url);
+  });
+
+  test("a regex or a list of choices reaches llama-server as a GBNF grammar, and its answer holds to it; ignore_eos passes on", async () => {
+    for (const [field, shape] of [
+      [{ guided_regex: "[0-9]{2}-[a-z]{3}" }, /^[0-9]{2}-[a-z]{3}$/],
+      [{ guided_choice: ["red", "green (dark)"] }, /^(red|green \(dark\))$/],
+    ] as const) {
+      const r = await postJson(`${router.url}/v1/chat/completions`, { model: "ls", messages, max_tokens: 20, ...field });
+      assert.equal(r.status, 200, r.text);
+      assert.match(r.json.choices[0].message.content, shape);
+    }
+    const bad = await postJson(`${router.url}/v1/chat/completions`, { model: "ls", messages, guided_regex: "(a" });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.param, "guided_regex");
+    const ran = await postJson(`${router.url}/v1/chat/completions`, { model: "ls", messages, max_tokens: 6, ignore_eos: true, logit_bias: { [FIXTURE_TOKENS.eos]: 100 } });
+    assert.equal(ran.status, 200, ran.text);
+    assert.equal(ran.json.usage.completion_tokens, 6);
   });
 
   test("chat, streamed, with logprobs: the same tokens and log probabilities, usage at the end", async () => {
