@@ -173,12 +173,17 @@ export class GenerationService {
   }
 
   /**
-   * Graceful shutdown: refuse new requests (503 with Retry-After, or each dialect's own form), let
-   * the running ones finish for up to `timeoutMs`, then end the rest with the same error, which each
-   * dialect renders in its own mid-stream form. Resolves once every request has ended.
+   * Graceful shutdown: refuse new requests (503 with Retry-After, or each dialect's own form), end the
+   * ones still queued, let the running ones finish for up to `timeoutMs`, then end the rest with the
+   * same error, which each dialect renders in its own mid-stream form. Resolves once every request
+   * has ended.
    */
   async shutdown(timeoutMs: number): Promise<void> {
     this.stopping = true;
+    // Requests still waiting for a sequence end now, not after the drain time: they would only start
+    // as running ones finish, likely too late to finish themselves, and their clients can retry
+    // elsewhere at once.
+    for (const run of this.active) if (!run.started) run.stop(shuttingDown());
     const settled = () => Promise.allSettled([...this.active].map((r) => r.whenDone()));
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), timeoutMs)));

@@ -59,3 +59,22 @@ test("shutdown drains, then ends each dialect's stream in its own form; new requ
   // SpAk: the request ends with finish_reason insufficient_system_resource.
   assert.ok(/"finish_reason":"insufficient_system_resource"/.test(d) || /"finish_reason":"(stop|length)"/.test(d), d.slice(-400));
 });
+
+test("shutdown ends the requests still waiting for a sequence at once, not after the drain time", async () => {
+  const s = await startTestServer({ parallel: "1" });
+  const running = await openStream(`${s.url}/v1/chat/completions`, { model: "tiny", messages: [{ role: "user", content: "go on" }], stream: true, logit_bias: NO_EOG });
+  const queued = fetch(`${s.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "and me" }], max_tokens: 4 }),
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const t0 = performance.now();
+  const stopped = s.shutdown(3000);
+  const answer = await queued;
+  assert.ok(performance.now() - t0 < 2000, `the queued request waited ${Math.round(performance.now() - t0)} ms`);
+  assert.equal(answer.status, 503);
+  assert.equal((await answer.json()).error.code, "server_shutting_down");
+  await running.rest;
+  await stopped;
+});
