@@ -235,8 +235,8 @@ test("refusals: a prompt over the upstream's context, inexpressible and declared
   assert.equal(suffix.status, 400, suffix.text);
   assert.equal(suffix.error!.param, "suffix");
 
-  // What the upstream itself refuses comes back as a 400 naming the field (the tiny model has no
-  // thinking section, so its upstream refuses a thinking budget).
+  // A thinking budget for the tiny model, which has no thinking section: a 400 naming the field (the
+  // router refuses it itself, since the upstream's model list says the model does not think).
   const refused = await router.http.post("/v1/chat/completions", { model: "rt", ...ask, reasoning: { budget_tokens: 8 } });
   assert.equal(refused.status, 400, refused.text);
   assert.equal(refused.error!.param, "reasoning");
@@ -358,4 +358,16 @@ test("an upstream's refusal of the answer's schema names the field as each diale
   const body = (await responses.json()) as any;
   assert.equal(responses.status, 400, JSON.stringify(body));
   assert.equal(body.error.param, "text.format.schema");
+});
+
+test("reasoning controls on a model the upstream says does not think are refused as a local model refuses them", async () => {
+  const body = { ...ask, reasoning_effort: "low" };
+  const direct = await up[0].http.post("/v1/chat/completions", { model: "tiny", ...body } as never);
+  const routed = await router.http.post("/v1/chat/completions", { model: "rt", ...body } as never);
+  assert.equal(direct.status, 400, direct.text);
+  assert.equal(routed.status, 400, routed.text);
+  const [d, r] = [direct.json as any, routed.json as any];
+  assert.equal(r.error.param, d.error.param);
+  assert.equal(r.error.code, d.error.code);
+  assert.equal(r.error.message, d.error.message.replace("'tiny'", "'rt'"));
 });

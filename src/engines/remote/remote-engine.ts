@@ -158,6 +158,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // count against a healthy replica.
     if (this.info.embedding?.only) throw embeddingOnlyModel(this.id);
     refuseInexpressible(request, this.unsupported, this.id);
+    // A Plinth upstream said the model does not think: refused here in the words a local model uses,
+    // not passed up to come back as the upstream's refusal.
+    if (this.info.reasoning === false && request.reasoning !== undefined && request.prompt.kind === "chat")
+      throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning");
     // Converted now so that a pattern llama-server could not take is a 400 before anything is sent.
     if (this.info.flavor === "llama-server" && request.responseFormat?.type === "regex") regexAsGbnf(request.responseFormat.pattern);
     const mode = request.prompt.kind === "chat" ? "chat" : "completion";
