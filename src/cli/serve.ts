@@ -92,7 +92,8 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   const tenancyStore = new TenancyStore(config["data-dir"]);
-  const keys = new KeyRing(staticKeys, tenancyStore);
+  const key = loadOrCreateSecretKey(config["data-dir"]);
+  const keys = new KeyRing(staticKeys, tenancyStore, undefined, key);
   if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
     tenancyStore.close();
     await store.close();
@@ -120,7 +121,6 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   };
   const metrics = new PlinthMetrics(registry, { store });
   observeService(service, metrics);
-  const key = loadOrCreateSecretKey(config["data-dir"]);
   const sealer = {
     seal: (text: string) => sealText(key, text, REASONING_AAD),
     open: (sealed: string) => openText(key, sealed, REASONING_AAD),

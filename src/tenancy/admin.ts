@@ -19,6 +19,9 @@ const limit = z.int().min(1).nullable().optional();
 /** Models one key may be limited to, at most: the list is read on every request the key makes. */
 const MAX_KEY_MODELS = 1000;
 
+/** C0 and C1 control characters and Unicode's line and paragraph separators: each can break a log line. */
+const LINE_BREAKING = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
+
 /** POST /admin/keys: every field Plinth knows; anything else is refused (strict). */
 export const createKeyRequest = z.strictObject({
   // Shown in logs (`key_name`), `plinth keys list` and the console: one printable line.
@@ -27,8 +30,14 @@ export const createKeyRequest = z.strictObject({
     .trim()
     .min(1)
     .max(200)
-    .refine((v) => !/[\u0000-\u001f\u007f]/.test(v), "It must not contain control characters (such as a newline)."),
-  models: z.array(z.string().min(1).max(200)).min(1).max(MAX_KEY_MODELS).nullable().optional(),
+    .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028)."),
+  models: z
+    .array(z.string().min(1).max(200).refine((v) => !LINE_BREAKING.test(v), "A model name must not contain control characters or line breaks."))
+    .min(1)
+    .max(MAX_KEY_MODELS)
+    .refine((v) => new Set(v).size === v.length, "A model is named twice.")
+    .nullable()
+    .optional(),
   rpm: limit,
   tpm: limit,
   max_concurrency: limit,
@@ -49,6 +58,13 @@ export const usageQuery = z.strictObject({
 /** A date, or a date and time with an optional zone, as ISO 8601 writes them. */
 const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
 
+/** Whether the date part names a real day: Date.parse rolls 2027-02-30 over to 2 March. */
+function isCalendarDate(value: string): boolean {
+  const [y, m, d] = value.slice(0, 10).split("-").map(Number);
+  const day = new Date(Date.UTC(y, m - 1, d));
+  return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
+}
+
 /** The latest time a JavaScript Date holds (the year 275760), in Unix ms. */
 const MAX_TIME_MS = 8.64e15;
 
@@ -58,7 +74,7 @@ const MAX_TIME_MS = 8.64e15;
  */
 export function parseTime(value: string | number, param: string): number {
   // Date.parse alone also takes "Dec 25 1995" or "2024 13": anything but ISO 8601 is refused here.
-  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : ISO_8601.test(value) ? Date.parse(value) : NaN;
+  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : ISO_8601.test(value) && isCalendarDate(value) ? Date.parse(value) : NaN;
   if (!Number.isFinite(ms) || ms > MAX_TIME_MS) {
     throw new ApiError(
       400,

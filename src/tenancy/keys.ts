@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { KeyRecord, TenancyStore } from "../store/tenancy-store.ts";
 
 /** What a managed key looks like: `pk-` and 32 random bytes in base64url (43 characters). */
@@ -60,11 +60,10 @@ export class KeyRing {
     staticKeys: readonly string[],
     private readonly store: TenancyStore | undefined,
     private readonly now: () => number = Date.now,
+    /** The server's secret key: static keys' ids are keyed hashes of them (see staticKeyId). */
+    secret?: Buffer,
   ) {
-    this.statics = staticKeys.map((k) => {
-      const hash = hashKey(k);
-      return { hash, id: `static-${hash.slice(0, 12)}` };
-    });
+    this.statics = staticKeys.map((k) => ({ hash: hashKey(k), id: staticKeyId(k, secret) }));
   }
 
   /** Whether requests need a key: true once any key is configured or has been created. */
@@ -160,4 +159,16 @@ export function keyToJson(r: KeyRecord, now = Date.now()) {
     budget_tokens: r.budgetTokens,
     used_tokens: r.usedTokens,
   };
+}
+
+/**
+ * The id a key given with --api-key goes by in logs, the ledger and usage reports. Operators choose
+ * these keys and may choose weak ones, so the id is a hash keyed with the server's secret (the data
+ * directory's key file): a plain hash's prefix in a log line let anyone holding the log test guesses
+ * of the key offline. Stable for as long as the data directory keeps its key.
+ */
+export function staticKeyId(key: string, secret: Buffer | undefined): string {
+  if (secret === undefined) return `static-${hashKey(key).slice(0, 12)}`;
+  const idKey = createHmac("sha256", secret).update("plinth static key id").digest();
+  return `static-${createHmac("sha256", idKey).update(key, "utf8").digest("hex").slice(0, 12)}`;
 }

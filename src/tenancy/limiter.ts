@@ -230,8 +230,10 @@ export class InProcessLimiter implements Limiter {
 export function formatReset(ms: number): string {
   const v = Math.max(0, Math.ceil(ms));
   if (v < 1000) return `${v}ms`;
-  const minutes = Math.floor(v / 60_000);
-  const seconds = Math.round((v % 60_000) / 100) / 10;
+  // Rounded to tenths of a second before splitting, so 119.96 s is 2m0s, not 1m60s.
+  const tenths = Math.round(v / 100);
+  const minutes = Math.floor(tenths / 600);
+  const seconds = (tenths % 600) / 10;
   return minutes > 0 ? `${minutes}m${seconds}s` : `${seconds}s`;
 }
 

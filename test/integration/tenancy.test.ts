@@ -207,6 +207,14 @@ describe("admin API input", () => {
       // Date.parse reads these too, but they are not ISO 8601.
       [{ name: "x", expires_at: "Dec 25 2030" }, "expires_at"],
       [{ name: "x", expires_at: "2030 12" }, "expires_at"],
+      // Days that do not exist: Date.parse rolled them over (2027-02-30 was stored as 2 March).
+      [{ name: "x", expires_at: "2027-02-30" }, "expires_at"],
+      [{ name: "x", expires_at: "2027-04-31T10:00Z" }, "expires_at"],
+      // Unicode's own line breaks and C1 controls break a log line as a newline does.
+      [{ name: "a\u2028b" }, "name"],
+      [{ name: "a\u0085b" }, "name"],
+      [{ name: "x", models: ["tiny\n"] }, "models[0]"],
+      [{ name: "x", models: ["tiny", "tiny"] }, "models"],
     ];
     for (const [body, param] of refusals) {
       const r = await admin("POST", "/keys", body);
@@ -214,6 +222,10 @@ describe("admin API input", () => {
       assert.equal(r.json.error.param, param);
       assert.equal(r.json.error.code, "invalid_value");
     }
+    const leap = await admin("GET", "/usage?from=2027-02-29");
+    assert.equal(leap.status, 400, "2027 is not a leap year");
+    assert.equal(leap.json.error.param, "from");
+    assert.equal((await admin("GET", "/usage?from=2028-02-29")).status, 200);
     const far = await admin("GET", "/usage?from=99999999999999999999999");
     assert.equal(far.status, 400, far.text);
     assert.equal(far.json.error.param, "from");

@@ -91,6 +91,9 @@ test("reset durations and headers are written the way OpenAI writes them", () =>
   assert.equal(formatReset(20), "20ms");
   assert.equal(formatReset(1500), "1.5s");
   assert.equal(formatReset(360_000), "6m0s");
+  // Rounded before it is split: 59.95 s is a minute, 119.96 s two (it was "1m60s").
+  assert.equal(formatReset(59_950), "1m0s");
+  assert.equal(formatReset(119_960), "2m0s");
   assert.deepEqual(rateHeaders({ requests: { limit: 5, remaining: 4, resetMs: 12_000 } }), {
     "x-ratelimit-limit-requests": "5",
     "x-ratelimit-remaining-requests": "4",
@@ -224,4 +227,17 @@ test("plinth keys create/list/revoke and plinth usage work on the data directory
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+
+test("a key given with --api-key goes by an id keyed with the server's secret, not a plain hash of it", async () => {
+  const { createHash } = await import("node:crypto");
+  const { staticKeyId } = await import("../../src/tenancy/keys.ts");
+  const secret = Buffer.alloc(32, 7);
+  const id = staticKeyId("sk-weak-key", secret);
+  assert.match(id, /^static-[0-9a-f]{12}$/);
+  // A log reader holding a guess cannot check it against the id without the secret.
+  assert.notEqual(id, `static-${createHash("sha256").update("sk-weak-key").digest("hex").slice(0, 12)}`);
+  assert.equal(staticKeyId("sk-weak-key", secret), id, "stable for the same data directory");
+  assert.notEqual(staticKeyId("sk-weak-key", Buffer.alloc(32, 8)), id);
 });
