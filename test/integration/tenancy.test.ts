@@ -193,6 +193,36 @@ describe("authentication", () => {
   });
 });
 
+describe("model-limited keys and A/B endpoints", () => {
+  test("a key limited to one model of an A/B endpoint is always answered by that model's entity, never refused on the other draws", async () => {
+    const endpoint = {
+      name: "ab-limited",
+      config: {
+        served_entities: [
+          { name: "s", entity_name: "SpAk-Aster-V1-MOE" },
+          { name: "t", entity_name: "tiny" },
+        ],
+        traffic_config: { routes: [{ served_model_name: "s", traffic_percentage: 50 }, { served_model_name: "t", traffic_percentage: 50 }] },
+      },
+    };
+    assert.equal((await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(ADMIN))).status, 200);
+    try {
+      const limited = await createKey({ name: "tiny-only", models: ["tiny"] });
+      for (let i = 0; i < 8; i++) {
+        const r = await call("POST", "/serving-endpoints/ab-limited/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(limited.key));
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers.get("served-model-name"), "t");
+      }
+      // A key that may use neither model is refused, in the Databricks envelope.
+      const neither = await createKey({ name: "other-only", models: ["some-other-model"] });
+      const refused = await call("POST", "/serving-endpoints/ab-limited/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(neither.key));
+      assert.equal(refused.status, 403, refused.text);
+    } finally {
+      await call("DELETE", "/api/2.0/serving-endpoints/ab-limited", undefined, bearer(ADMIN));
+    }
+  });
+});
+
 describe("admin API input", () => {
   test("hostile bodies, times and paths get a clear 4xx; unknown admin paths are a 404 for the admin key", async () => {
     const refusals: Array<[Obj, string]> = [

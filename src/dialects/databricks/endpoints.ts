@@ -364,7 +364,7 @@ export class EndpointManager {
    * entity of an A/B pair can be queried alone). A pay-per-token endpoint has one entity, named
    * like the endpoint. A scaled-to-zero model is loaded again first (the request waits).
    */
-  async route(name: string, entity?: string): Promise<Routed> {
+  async route(name: string, entity?: string, mayUse: (model: string) => boolean = () => true): Promise<Routed> {
     const ep = this.get(name);
     const live = ep.live;
     if (!live) {
@@ -375,7 +375,7 @@ export class EndpointManager {
         headers: { "retry-after": "2" },
       });
     }
-    const chosen = entity === undefined ? this.draw(live) : this.entityOf(ep, live, entity);
+    const chosen = entity === undefined ? this.draw(live, mayUse) : this.entityOf(ep, live, entity);
     ep.lastUsed = Date.now();
     const model = live.models.get(chosen)!;
     const m = this.registry.get(model);
@@ -387,10 +387,28 @@ export class EndpointManager {
     return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : chosen, model };
   }
 
-  /** The entity the traffic split picks for one request. */
-  private draw(live: LiveConfig): string {
-    const draw = this.random() * 100;
-    return (live.bounds.find((b) => draw < b.upTo) ?? live.bounds[live.bounds.length - 1]).entity;
+  /**
+   * The entity the traffic split picks for one request, among those whose model the caller may use
+   * (their shares scaled up to fill the split): a key limited to one model of an A/B pair is always
+   * answered by it, not refused on every other draw. When it may use none, the split as it stands
+   * (the model check then refuses).
+   */
+  private draw(live: LiveConfig, mayUse: (model: string) => boolean): string {
+    let lower = 0;
+    const shares = live.bounds.map((b) => {
+      const share = { entity: b.entity, weight: b.upTo - lower };
+      lower = b.upTo;
+      return share;
+    });
+    const usable = shares.filter((s) => s.weight > 0 && mayUse(live.models.get(s.entity)!));
+    const pool = usable.length > 0 ? usable : shares;
+    const total = pool.reduce((sum, s) => sum + s.weight, 0);
+    let draw = this.random() * total;
+    for (const s of pool) {
+      if (draw < s.weight) return s.entity;
+      draw -= s.weight;
+    }
+    return pool[pool.length - 1].entity;
   }
 
   /** A served entity asked for by name: it must be in the serving config (routed share or not). */

@@ -84,7 +84,8 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
     // as it would under /served-models/{entity}/, whatever the traffic split says.
     let target = entity;
     if (target === undefined && typeof raw.model === "string" && raw.model !== name && endpoints.get(name).live?.models.has(raw.model)) target = raw.model;
-    const routed = await endpoints.route(name, target);
+    const caller = requestContext(request, "databricks");
+    const routed = await endpoints.route(name, target, (model) => service.mayUse(caller, model));
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
     const task: Task | undefined =
       "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
@@ -111,7 +112,8 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
       if (task === "responses") refuseResponsesParameters(raw);
       if (typeof raw.model !== "string" || raw.model === "")
         throw badRequest("'model' is required here: it names the serving endpoint.", "model");
-      const routed = await endpoints.route(raw.model);
+      const caller = requestContext(request, "databricks");
+      const routed = await endpoints.route(raw.model, undefined, (model) => service.mayUse(caller, model));
       const e = env(request, reply);
       return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
     });
