@@ -36,8 +36,11 @@ type MaybePromise<T> = T | Promise<T>;
  * several Plinth instances enforce the same limits, which is why the methods may be asynchronous.
  */
 export interface Limiter {
-  /** A request of the key arrives: counts against its request rate, concurrency and budget. */
-  begin(key: Principal): MaybePromise<Decision<Lease>>;
+  /**
+   * A request of the key arrives: counts against its request rate and budget, and, when it may
+   * generate (`concurrent`), takes one of its concurrent places until the lease is released.
+   */
+  begin(key: Principal, concurrent?: boolean): MaybePromise<Decision<Lease>>;
   /** The request was admitted with this many tokens at most (prompt + the most it may generate). */
   reserve(key: Principal, tokens: number): MaybePromise<Decision<Reservation>>;
 }
@@ -75,7 +78,7 @@ export class InProcessLimiter implements Limiter {
     private readonly now: () => number = Date.now,
   ) {}
 
-  begin(key: Principal): Decision<Lease> {
+  begin(key: Principal, concurrent = true): Decision<Lease> {
     const s = this.stateOf(key);
     const now = this.now();
     this.prune(s, now);
@@ -88,7 +91,7 @@ export class InProcessLimiter implements Limiter {
         message: `Rate limit reached for this API key: ${rpm} requests per ${this.windowWords()}.`,
       });
     }
-    if (maxConcurrency !== null && s.active >= maxConcurrency) {
+    if (concurrent && maxConcurrency !== null && s.active >= maxConcurrency) {
       return refuse({
         limit: "concurrency",
         retryAfterMs: 1000,
@@ -99,8 +102,8 @@ export class InProcessLimiter implements Limiter {
       return refuse({ limit: "budget", retryAfterMs: null, message: `This API key has used its budget of ${budgetTokens} tokens.` });
     }
     s.requests.push(now);
-    s.active++;
-    let released = false;
+    if (concurrent) s.active++;
+    let released = !concurrent;
     const lease: Lease = {
       release: () => {
         if (released) return;

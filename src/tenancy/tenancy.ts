@@ -101,7 +101,9 @@ export class Tenancy {
       if (!principal && !this.opts.ledger) return;
       const t = this.track(request, reply, route, principal);
       if (!principal) return;
-      const decision = await this.opts.limiter.begin(principal);
+      // Reads (a model list, polling a background response) take no concurrent place: only requests
+      // that may generate or embed do, so a key at its limit can still watch what it runs.
+      const decision = await this.opts.limiter.begin(principal, request.method === "POST");
       setRateHeaders(reply, decision.state);
       if (!decision.ok) throw limitError(decision.refusal, decision.state);
       t.lease = decision.value;
@@ -138,7 +140,6 @@ export class Tenancy {
     };
     this.tracked.set(t.requestId, t);
     reply.raw.once("close", () => {
-      t.lease?.release();
       // A client that left before anything was sent is booked as nginx's 499 (client closed request).
       t.status = reply.raw.headersSent ? reply.raw.statusCode : 499;
       this.maybeRecord(t);
@@ -146,9 +147,15 @@ export class Tenancy {
     return t;
   }
 
-  /** Writes the request's ledger row once its response has ended and its generations have finished. */
+  /**
+   * Once the response has ended and its generations have finished: gives the key's concurrent place
+   * back and writes the request's ledger row. Both wait for the generations: a background response
+   * answers at once and runs on, and gave its place back with its answer, so a key limited to one
+   * request at a time could run any number of them.
+   */
   private maybeRecord(t: Tracked): void {
     if (t.status === undefined || t.running > 0) return;
+    t.lease?.release();
     this.tracked.delete(t.requestId);
     this.opts.ledger?.write({
       at: Date.now(),

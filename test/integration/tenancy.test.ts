@@ -404,6 +404,28 @@ describe("limits", () => {
     assert.equal((await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key))).status, 200);
   });
 
+  test("concurrency cap: a background response holds the key's place until its run ends, and reads take none", async () => {
+    const k = await createKey({ name: "conc-bg", max_concurrency: 1 });
+    const body = { model: "tiny", input: "Write a very long story", max_output_tokens: 300, background: true, logit_bias: NO_EOG };
+    const first = await call("POST", "/v1/responses", body, bearer(k.key));
+    assert.equal(first.status, 200, first.text);
+    const second = await call("POST", "/v1/responses", body, bearer(k.key));
+    assert.equal(second.status, 429, `a second background run while the first runs: ${second.text}`);
+    // Polling takes no place: the key can watch its run while it holds the only one.
+    let status = "queued";
+    for (let i = 0; i < 300 && (status === "queued" || status === "in_progress"); i++) {
+      const polled = await call("GET", `/v1/responses/${first.json.id}`, undefined, bearer(k.key));
+      assert.equal(polled.status, 200, polled.text);
+      status = polled.json.status;
+      if (status === "queued" || status === "in_progress") await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.notEqual(status, "in_progress");
+    // Once the run has ended, the place is free again.
+    await new Promise((r) => setTimeout(r, 50));
+    const third = await call("POST", "/v1/responses", { ...body, max_output_tokens: 2 }, bearer(k.key));
+    assert.equal(third.status, 200, third.text);
+  });
+
   test("token budget: requests run until the budget is spent, then 429 insufficient_quota", async () => {
     const k = await createKey({ name: "budget", budget_tokens: 120 });
     let spent = 0;
