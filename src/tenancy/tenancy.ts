@@ -101,9 +101,10 @@ export class Tenancy {
       if (!principal && !this.opts.ledger) return;
       const t = this.track(request, reply, route, principal);
       if (!principal) return;
-      // Reads (a model list, polling a background response) take no concurrent place: only requests
-      // that may generate or embed do, so a key at its limit can still watch what it runs.
-      const decision = await this.opts.limiter.begin(principal, request.method === "POST");
+      // Reads (a model list, polling a background response) and cancels take no concurrent place:
+      // only requests that may generate or embed do, so a key at its limit can still watch and stop
+      // what it runs.
+      const decision = await this.opts.limiter.begin(principal, request.method === "POST" && !route?.endsWith("/cancel"));
       setRateHeaders(reply, decision.state);
       if (!decision.ok) throw limitError(decision.refusal, decision.state);
       t.lease = decision.value;

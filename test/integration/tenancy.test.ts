@@ -411,6 +411,11 @@ describe("limits", () => {
     assert.equal(first.status, 200, first.text);
     const second = await call("POST", "/v1/responses", body, bearer(k.key));
     assert.equal(second.status, 429, `a second background run while the first runs: ${second.text}`);
+    // A cancel takes no place either: a key at its limit can stop what it runs.
+    const other = await createKey({ name: "conc-bg-cancel", max_concurrency: 1 });
+    const running = await call("POST", "/v1/responses", body, bearer(other.key));
+    const cancelled = await call("POST", `/v1/responses/${running.json.id}/cancel`, undefined, bearer(other.key));
+    assert.equal(cancelled.status, 200, cancelled.text);
     // Polling takes no place: the key can watch its run while it holds the only one.
     let status = "queued";
     for (let i = 0; i < 300 && (status === "queued" || status === "in_progress"); i++) {
