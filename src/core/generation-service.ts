@@ -77,8 +77,10 @@ export class GenerationService {
   async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
     if (this.stopping) throw shuttingDown();
     const receivedAt = performance.now();
-    const { engine, scheduler } = this.registry.resolve(batch[0].model);
+    // The key's model list first: a key limited to some models learns nothing about the others (a
+    // 404 for an unknown one and a 403 for a known one told them apart).
     this.gate?.authorize(ctx, batch[0].model);
+    const { engine, scheduler } = this.registry.resolve(batch[0].model);
     const reqs = batch.map((r) => ({ ...r, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
     const discardAll = () => prepared.forEach((p) => engine.discard?.(p.prep));
@@ -200,8 +202,8 @@ export class GenerationService {
    * API's input_tokens). Throws the same refusals `start` would.
    */
   async measure(ctx: RequestContext, req: GenerationRequest): Promise<number> {
-    const { engine } = this.registry.resolve(req.model);
     this.gate?.authorize(ctx, req.model);
+    const { engine } = this.registry.resolve(req.model);
     const prep = await engine.prepare({ ...req, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) });
     engine.discard?.(prep);
     checkContext(req, prep);

@@ -37,8 +37,9 @@ type MaybePromise<T> = T | Promise<T>;
  */
 export interface Limiter {
   /**
-   * A request of the key arrives: counts against its request rate and budget, and, when it may
-   * generate (`concurrent`), takes one of its concurrent places until the lease is released.
+   * A request of the key arrives: counts against its request rate and, when it may generate
+   * (`concurrent`), is checked against its budget and takes one of its concurrent places until the
+   * lease is released.
    */
   begin(key: Principal, concurrent?: boolean): MaybePromise<Decision<Lease>>;
   /** The request was admitted with this many tokens at most (prompt + the most it may generate). */
@@ -98,7 +99,8 @@ export class InProcessLimiter implements Limiter {
         message: `This API key already has ${s.active} requests running, its limit; retry when one has finished.`,
       });
     }
-    if (budgetTokens !== null && this.budgetLeft(key, s) <= 0) {
+    // A spent budget refuses what could spend more; reads still answer.
+    if (concurrent && budgetTokens !== null && this.budgetLeft(key, s) <= 0) {
       return refuse({ limit: "budget", retryAfterMs: null, message: `This API key has used its budget of ${budgetTokens} tokens.` });
     }
     s.requests.push(now);
@@ -124,7 +126,7 @@ export class InProcessLimiter implements Limiter {
       return refuse({
         limit: "tokens",
         retryAfterMs: null,
-        message: `This request needs up to ${tokens} tokens (its prompt and max tokens), more than this API key's ${tpm} tokens per ${this.windowWords()}; lower max_tokens.`,
+        message: `This request needs up to ${tokens} tokens (its prompt and max tokens), more than this API key's ${tpm} tokens per ${this.windowWords()}; lower max_tokens or send less input.`,
       });
     }
     if (tpm !== null && s.tokenSum + tokens > tpm) {

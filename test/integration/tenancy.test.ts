@@ -288,6 +288,11 @@ describe("model lists and isolation", () => {
     const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, bearer(k.key));
     assert.equal(dbx.status, 403, dbx.text);
     assert.equal(dbx.json.error_code, "PERMISSION_DENIED");
+    // A model that does not exist at all is refused the same way: a limited key cannot tell the
+    // served models it may not use from names that are served nowhere.
+    const unknown = await call("POST", "/v1/chat/completions", { ...chatBody({ max_tokens: 2 }), model: "no-such-model" }, bearer(k.key));
+    assert.equal(unknown.status, 403, unknown.text);
+    assert.equal(unknown.json.error.code, "model_not_allowed");
     // Model lists show only the key's models; asking for another one by id is a 403 too.
     for (const prefix of ["/v1", "/v3", ""]) {
       const list = await call("GET", `${prefix}/models`, undefined, bearer(k.key));
@@ -445,6 +450,8 @@ describe("limits", () => {
     assert.equal(refused.json.error.code, "insufficient_quota");
     assert.equal(refused.headers.get("x-should-retry"), "false");
     assert.ok(spent <= 120 && spent > 60, `spent ${spent}`);
+    // Reads still answer: the key can see its models, it just cannot spend more.
+    assert.equal((await call("GET", "/v1/models", undefined, bearer(k.key))).status, 200);
     // The ledger charges the key what it used.
     await new Promise((r) => setTimeout(r, 400));
     const listed = (await admin("GET", `/keys/${k.id}`)).json;
