@@ -27,13 +27,17 @@ export function customToolGrammar(format: CustomToolFormat, options: LarkToGbnfO
   if (format.type === "text") return `root ::= ${charClass(ALL_CHARS)}*\n`;
   if (format.type !== "grammar") throw new GrammarConversionError(`format type ${JSON.stringify((format as { type: unknown }).type)}`, "expected text or grammar");
   if (typeof format.definition !== "string") throw new GrammarConversionError("definition", "must be a string");
-  if (format.syntax === "lark") return larkToGbnf(format.definition, options);
+  if (format.syntax === "lark") {
+    refuseUngeneratable(format.definition, "lark");
+    return larkToGbnf(format.definition, options);
+  }
   if (format.syntax === "regex") return regexGrammar(format.definition, options);
   throw new GrammarConversionError(`syntax ${JSON.stringify(format.syntax)}`, "expected lark or regex");
 }
 
 /** GBNF for strings the regex matches in full. */
 export function regexGrammar(pattern: string, options: LarkToGbnfOptions = {}): string {
+  refuseUngeneratable(pattern, "regex");
   const limits = { ...DEFAULT_LARK_LIMITS, ...options.limits };
   const total = checkRegexLimits(pattern, limits);
   if (total > limits.maxTotalRepeat) throw new GrammarConversionError("regex", `repetition counts add up to more than ${limits.maxTotalRepeat}`);
@@ -46,4 +50,21 @@ export function regexGrammar(pattern: string, options: LarkToGbnfOptions = {}): 
     throw err;
   }
   return b.render();
+}
+
+/** NUL, written as itself or as a regex or Lark escape (\0, \x00, \u0000, \x{0}, \u{0}). */
+const NUL = /\u0000|\\(?:0(?![0-7])|x0{2}|u0{4}|x\{0+\}|u\{0+\})/;
+/** A surrogate half, written as itself (alone) or as an escape (\uD800-\uDFFF). */
+const SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]|\\u[dD][89a-fA-F][0-9a-fA-F]{2}/;
+
+/**
+ * Refuses a definition that mentions a character no model output can contain: NUL, which llama.cpp's
+ * grammar never sees (it reads a token's text up to its first NUL, so a grammar that requires one
+ * matches no token and aborts the whole process), or a surrogate half, which no UTF-8 decodes to.
+ * Refused wherever it appears (a class that also allows other characters would be harmless, but
+ * telling the two apart is not worth a server that can be stopped by one request).
+ */
+function refuseUngeneratable(definition: string, syntax: string): void {
+  if (NUL.test(definition)) throw new GrammarConversionError(syntax, "U+0000 (NUL) can never be generated; leave it out");
+  if (SURROGATE.test(definition)) throw new GrammarConversionError(syntax, "a surrogate half can never be generated; leave it out");
 }

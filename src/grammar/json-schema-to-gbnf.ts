@@ -794,7 +794,20 @@ class Converter {
     }
   }
 
+  /**
+   * A string schema's grammar. A pattern that parsed but cannot be emitted (a character class that
+   * matches nothing, say) is the schema's fault: a 400 naming it, not a server error.
+   */
   private stringExpr(s: Schema, path: string): string {
+    try {
+      return this.stringGrammar(s, path);
+    } catch (e) {
+      if (e instanceof PatternError) throw new UnsupportedSchemaError(join(path, "pattern"), e.message);
+      throw e;
+    }
+  }
+
+  private stringGrammar(s: Schema, path: string): string {
     const minLength = this.nonNegativeInt(s, "minLength", path) ?? 0;
     let maxLength = this.nonNegativeInt(s, "maxLength", path);
     if (maxLength !== undefined && maxLength < minLength) throw new UnsupportedSchemaError(join(path, "maxLength"), "maxLength is below minLength");

@@ -228,6 +228,16 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const predicted = await post("/v1/completions", { prompt: "Hi", n_predict: 7, logit_bias: NO_EOG, repeat_penalty: 1.1 });
   assert.equal(predicted.json.usage.completion_tokens, 7);
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), n_predict: 5, logit_bias: NO_EOG })).json.usage.completion_tokens, 5);
+  // With tool_choice "none" no tool grammar has to end the answer: ignore_eos runs on.
+  const noTools = await post("/v1/chat/completions", {
+    messages: user("Hi"),
+    max_tokens: 6,
+    logit_bias: END,
+    ignore_eos: true,
+    tool_choice: "none",
+    tools: [{ type: "function", function: { name: "f" } }],
+  });
+  assert.equal(noTools.json.usage.completion_tokens, 6, noTools.text);
   // llama-server's web UI sends every sampler setting, switched off: all accepted.
   const webUi = {
     samplers: "edkypmxt", dynatemp_range: 0, dynatemp_exponent: 1, typical_p: 1, xtc_probability: 0, xtc_threshold: 0.1,
@@ -248,6 +258,8 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],
     [{ ignore_eos: true, response_format: { type: "json_object" } }, "ignore_eos"],
+    // A budget too large for the context names the field it came in.
+    [{ max_tokens: undefined, n_predict: 100_000 }, "n_predict"],
   ];
   for (const [field, param] of refused) {
     const r = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 3, ...field });

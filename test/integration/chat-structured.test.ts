@@ -136,12 +136,21 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
     [{ guided_choice: ["a"], guided_regex: "b" }, "guided_choice"],
     [{ structured_outputs: { json: SMALL, regex: "a" } }, "structured_outputs.regex"],
     [{ structured_outputs: { colour: "red" } }, "structured_outputs.colour"],
+    [{ structured_outputs: { json: SMALL, disable_any_whitespace: true } }, "structured_outputs.disable_any_whitespace"],
+    // Text no model output can hold: a NUL (llama.cpp's grammar never sees one, and a grammar that
+    // requires it aborted the process) or a lone surrogate half.
+    [{ guided_regex: "a\u0000b" }, "guided_regex"],
+    [{ guided_regex: "a\\x00b" }, "guided_regex"],
+    [{ guided_choice: ["a\u0000b", "c"] }, "guided_choice"],
+    [{ guided_regex: "\ud800" }, "guided_regex"],
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: { type: "string", pattern: "^[^\\s\\S]$" } } } }, "response_format.json_schema.schema"],
   ];
   for (const [field, param] of refused) {
     const r = await chat({ max_tokens: 4, ...field } as Partial<ChatBody>);
     assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
     assert.equal((r.json as unknown as { error: { param: string } }).error.param, param, r.text);
   }
+  assert.equal((await fetch(`${s.url}/health`)).status, 200, "the server is still up");
   // Text completions take no grammar here: refused by name rather than answered unconstrained.
   const completion = await s.http.post("/v1/completions", { model: "tiny", prompt: "a", guided_json: SMALL });
   assert.equal(completion.status, 400, completion.text);

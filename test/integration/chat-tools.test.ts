@@ -237,6 +237,14 @@ test("a tool message answering no earlier call is refused by the dialect, naming
   assert.equal(r.status, 400, r.text);
   assert.equal(r.error?.type, "invalid_request_error");
   assert.equal(r.error?.param, "messages[3].tool_call_id", r.text);
+  // A result for a call made before a later user message answers nothing either (it was answered
+  // already; a late result would be a stray one in the prompt).
+  const late = await s.http.postRaw("/v1/chat/completions", {
+    ...base,
+    messages: [ask, calling("call_1"), answer("call_1"), { role: "user", content: "again" }, answer("call_1")],
+  });
+  assert.equal(late.status, 400, late.text);
+  assert.equal(late.error?.param, "messages[4].tool_call_id", late.text);
 });
 
 test("invalid tool definitions and choices are refused by name", async () => {

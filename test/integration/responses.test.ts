@@ -490,4 +490,10 @@ test("custom tools: a Lark grammar and a regex hold the tool's input; the item c
 test("custom tools: a grammar that cannot be converted is a 400 naming its definition", async () => {
   const bad = { type: "custom", name: "x", format: { type: "grammar", syntax: "lark", definition: "start: a\n%declare A" } };
   await assert.rejects(create({ model: "think", input: "x", tools: [bad] }), (e: any) => e.status === 400 && e.error?.param === "tools[0].format.definition");
+  // A grammar that requires a NUL matched no token and aborted the whole server: refused now.
+  for (const [syntax, definition] of [["regex", "a\u0000b"], ["regex", "a\\x00b"], ["lark", 'start: "a\\0"']]) {
+    const nul = { type: "custom", name: "x", format: { type: "grammar", syntax, definition } };
+    await assert.rejects(create({ input: "x", tools: [nul], tool_choice: "required" }), (e: any) => e.status === 400 && e.error?.param === "tools[0].format.definition");
+  }
+  assert.equal((await fetch(`${s.url}/health`)).status, 200);
 });

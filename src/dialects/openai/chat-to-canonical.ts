@@ -35,9 +35,10 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
   refuseUnansweredToolCalls(messages);
   const format = answerFormat(body);
   const budget = body.max_completion_tokens ?? body.max_tokens;
-  const foreign = foreignFields(body, "chat", budget, body.repetition_penalty);
+  const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens");
   if (foreign.maxTokens === 0) throw badRequest("n_predict must be at least 1 on a chat request (or -1: no limit).", "n_predict");
-  if (foreign.ignoreEos && (format || body.tools?.length))
+  // With tool_choice "none" no tool is offered, so no call grammar has to end the answer.
+  if (foreign.ignoreEos && (format || (body.tools?.length && body.tool_choice !== "none")))
     throw badRequest("ignore_eos cannot be combined with tools or a structured answer: their grammars end the answer.", "ignore_eos");
   const request: GenerationRequest = {
     model: body.model,

@@ -9,10 +9,14 @@ import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
  * budget is whichever of `max_tokens` / `max_completion_tokens` the client sent.
  */
 
-export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion_tokens">, reasoningParam?: string, formatParam?: string): FieldNamer {
+export function chatFieldNames(
+  body: Pick<ChatCompletionRequest, "max_completion_tokens"> & { max_tokens?: number | null; n_predict?: number | null },
+  reasoningParam?: string,
+  formatParam?: string,
+): FieldNamer {
   return (field) => {
     if (field === "prompt") return "messages";
-    if (field === "maxTokens") return body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+    if (field === "maxTokens") return budgetField(body);
     if (field === "reasoning") return reasoningParam ?? "reasoning_effort";
     // The schema or pattern is named by the field the client sent it in (guided_json, …).
     if (field === "responseFormat.schema" || field === "responseFormat.pattern") return formatParam ?? "response_format.json_schema.schema";
@@ -25,6 +29,13 @@ export function chatFieldNames(body: Pick<ChatCompletionRequest, "max_completion
   };
 }
 
+/** The field the request's token budget came in: OpenAI's two names, or llama-server's n_predict. */
+export function budgetField(body: { max_completion_tokens?: number | null; max_tokens?: number | null; n_predict?: number | null }): string {
+  if (body.max_completion_tokens != null) return "max_completion_tokens";
+  if (body.max_tokens == null && body.n_predict != null) return "n_predict";
+  return "max_tokens";
+}
+
 function messageField(field: string): string {
   const args = /^toolCalls\[(\d+)\]\.arguments$/.exec(field);
   if (args) return `tool_calls[${args[1]}].function.arguments`;
@@ -34,12 +45,13 @@ function messageField(field: string): string {
 }
 
 /** Completions batches: `batch[r].prompt.tokens[i]` is `prompt[r][i]`; a single prompt drops the `[r]`. */
-export function completionFieldNames(_body: Pick<CompletionRequest, "prompt">): FieldNamer {
+export function completionFieldNames(body: Pick<CompletionRequest, "prompt"> & { max_tokens?: number | null; n_predict?: number | null }): FieldNamer {
   return (field) => {
     const m = /^(?:batch\[(\d+)\]\.)?(.*)$/.exec(field)!;
     const at = m[1] === undefined ? "" : `[${m[1]}]`;
     const rest = m[2];
     if (rest === "prompt") return `prompt${at}`;
+    if (rest === "maxTokens") return budgetField(body);
     if (rest === "prompt.suffix") return "suffix";
     const token = /^prompt\.tokens\[(\d+)\]$/.exec(rest);
     if (token) return `prompt${at}[${token[1]}]`;

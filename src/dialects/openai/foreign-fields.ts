@@ -164,13 +164,15 @@ export function foreignFields(
   kind: "chat" | "completion",
   budget: number | null | undefined,
   penalty: number | null | undefined,
+  /** The field `budget` came in (max_tokens or max_completion_tokens), for the message. */
+  budgetName = "max_tokens",
 ): ForeignSettings {
   for (const [field, [neutral, why]] of Object.entries(neutralValues(body, kind))) {
     if (!neutral(body[field])) throw unsupportedField(field, why);
   }
   const nPredict = body.n_predict as number | null | undefined;
   if (nPredict != null && budget != null && nPredict !== budget)
-    throw badRequest("n_predict and max_tokens disagree; send one of them.", "n_predict");
+    throw badRequest(`n_predict and ${budgetName} disagree; send one of them.`, "n_predict");
   const repeat = body.repeat_penalty as number | null | undefined;
   if (repeat != null && penalty != null && repeat !== penalty)
     throw badRequest("repeat_penalty and repetition_penalty disagree; send one of them.", "repeat_penalty");

@@ -62,6 +62,9 @@ export function structuredFormat(body: StructuredFields, fromResponseFormat?: Re
   if (so?.grammar != null) throw foreignGrammar("structured_outputs.grammar");
   if (so?.structural_tag != null) throw unsupportedField("structured_outputs.structural_tag", "is not supported; use tools for calls inside an answer");
   if (so?.whitespace_pattern != null) throw unsupportedField("structured_outputs.whitespace_pattern", "is not supported: JSON answers follow the grammar's own whitespace");
+  if (so?.disable_any_whitespace) throw unsupportedField("structured_outputs.disable_any_whitespace", "is not supported: JSON answers may hold the grammar's bounded whitespace");
+  if (so?.disable_additional_properties)
+    throw unsupportedField("structured_outputs.disable_additional_properties", "is not supported; say additionalProperties: false in the schema");
   const asked: RequestedFormat[] = fromResponseFormat ? [fromResponseFormat] : [];
   const add = (param: string, format: AnswerFormat | undefined) => {
     if (!format) return;

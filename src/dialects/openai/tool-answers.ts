@@ -14,16 +14,17 @@ import type { Message } from "../../core/types.ts";
  * engines/llama-cpp/chat-history.ts), so its calls may still be open.
  */
 export function refuseUnansweredToolCalls(messages: Message[]): void {
-  const called = new Set<string>();
   let turn: OpenTurn | undefined;
   messages.forEach((m, i) => {
     if (m.role === "tool") {
-      if (m.toolCallId === undefined || !called.has(m.toolCallId)) throw strayResult(i);
-      turn?.open.delete(m.toolCallId);
+      // A result answers a call of the assistant message right before its run of tool messages: one
+      // for a call made before a later user message (answered already, or not) answers nothing.
+      if (m.toolCallId === undefined || !turn?.ids.has(m.toolCallId)) throw strayResult(i);
+      turn.open.delete(m.toolCallId);
       return;
     }
     if (turn && turn.open.size > 0) throw unanswered(turn.open, `messages[${i}].role`);
-    turn = m.role === "assistant" && m.toolCalls?.length ? openTurn(m, i, called) : undefined;
+    turn = m.role === "assistant" && m.toolCalls?.length ? openTurn(m, i) : undefined;
   });
   // Some answers but not all, then the end: not a prefill, since the assistant message is not last.
   if (turn && turn.open.size > 0 && turn.at !== messages.length - 1) throw unanswered(turn.open, `messages[${turn.at}].tool_calls`);
@@ -32,14 +33,15 @@ export function refuseUnansweredToolCalls(messages: Message[]): void {
 interface OpenTurn {
   /** Position of the assistant message that made the calls. */
   at: number;
-  /** Its call ids no tool message has answered yet. */
+  /** Its call ids. */
+  ids: Set<string>;
+  /** Those no tool message has answered yet. */
   open: Set<string>;
 }
 
-function openTurn(m: Message, at: number, called: Set<string>): OpenTurn {
+function openTurn(m: Message, at: number): OpenTurn {
   const ids = (m.toolCalls ?? []).map((c) => c.id);
-  for (const id of ids) called.add(id);
-  return { at, open: new Set(ids) };
+  return { at, ids: new Set(ids), open: new Set(ids) };
 }
 
 /** OpenAI's wording, so clients that match on it recognise the refusal. */
@@ -50,10 +52,10 @@ function unanswered(open: Set<string>, param: string): ApiError {
   );
 }
 
-/** The wording the local engine uses for the same refusal (chat-history.ts), raised before any engine. */
+/** A tool result that answers no call of the assistant message before it, raised before any engine. */
 function strayResult(i: number): ApiError {
   return badRequest(
-    `Message ${i} is a tool result whose messages[${i}].tool_call_id does not match any earlier assistant tool call.`,
+    `Message ${i} is a tool result whose messages[${i}].tool_call_id does not match a tool call of the assistant message before it.`,
     `messages[${i}].tool_call_id`,
   );
 }
