@@ -371,3 +371,16 @@ test("reasoning controls on a model the upstream says does not think are refused
   assert.equal(r.error.code, d.error.code);
   assert.equal(r.error.message, d.error.message.replace("'tiny'", "'rt'"));
 });
+
+test("an upstream's refusal keeps the upstream's own error code (a straight request's), not only that it was refused", async () => {
+  const body = {
+    ...ask,
+    messages: [{ role: "user", content: [{ type: "text", text: "and this?" }, { type: "image_url", image_url: { url: "https://example.com/a.png" } }] }],
+  };
+  const direct = await up[0].http.post("/v1/chat/completions", { model: "tiny", ...body } as never);
+  const routed = await router.http.post("/v1/chat/completions", { model: "rt", ...body } as never);
+  assert.equal(direct.status, 400, direct.text);
+  assert.equal(routed.status, 400, routed.text);
+  assert.equal((routed.json as any).error.code, (direct.json as any).error.code);
+  assert.equal((routed.json as any).error.param, (direct.json as any).error.param);
+});

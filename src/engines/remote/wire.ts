@@ -424,10 +424,13 @@ export function refusedByUpstream(status: number, body: unknown, message: string
       field: field === "maxTokens" ? "maxTokens" : "prompt",
       code: "context_length_exceeded",
     });
-  // A body too large for the upstream keeps its status; any other refusal is the request's 400.
+  // A body too large for the upstream keeps its status; any other refusal is the request's 400. The
+  // upstream's own code (unsupported_parameter, invalid_value, …) is kept, so a client that acts on
+  // codes reads what a straight request gives; upstream_rejected says only that one refused.
+  const own = (body as any)?.error?.code ?? (body as any)?.code;
   return new ApiError(status === 413 ? 413 : 400, field ? `{field}: the upstream serving '${name}' refused it: ${message}` : `The upstream serving '${name}' refused the request: ${message}`, {
     field: field ?? null,
-    code: "upstream_rejected",
+    code: typeof own === "string" && /^[a-z][a-z0-9_]{0,63}$/.test(own) ? own : "upstream_rejected",
   });
 }
 
