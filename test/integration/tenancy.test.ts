@@ -479,25 +479,37 @@ describe("limits", () => {
   test("a request cancelled while it waits for a sequence is charged nothing, in the limiter as in the ledger", async () => {
     const probe = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 1, temperature: 0 }), bearer(STATIC_KEY));
     const prompt = probe.json.usage.prompt_tokens as number;
-    // Room for exactly one request of max_tokens 8.
-    const k = await createKey({ name: "queued budget", budget_tokens: prompt + 8 });
     const filler = await createKey({ name: "filler" });
-    // Hold all four sequences, so the next request waits in the queue.
-    const holding = Array.from({ length: 4 }, () =>
-      call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, temperature: 0, logit_bias: NO_EOG }), bearer(filler.key)),
-    );
-    await new Promise((r) => setTimeout(r, 100));
-    const abort = new AbortController();
-    const waiting = fetch(`${server.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", ...bearer(k.key) },
-      body: JSON.stringify(chatBody({ max_tokens: 8, temperature: 0 })),
-      signal: abort.signal,
-    }).catch(() => undefined);
-    await new Promise((r) => setTimeout(r, 150));
-    abort.abort();
-    await waiting;
-    await Promise.all(holding);
+    const queuedOnTiny = async () => {
+      const text = (await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).text;
+      return Number(/^vllm:num_requests_waiting\{model_name="tiny"\} (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    // The four holders run ~0.4 s on this fixture, so on a loaded machine they can end before the
+    // request under test is seen waiting; such a try proves nothing and is made again with a new key.
+    let k: { id: string; key: string } | undefined;
+    for (let attempt = 0; attempt < 5 && !k; attempt++) {
+      // Room for exactly one request of max_tokens 8.
+      const candidate = await createKey({ name: `queued budget ${attempt}`, budget_tokens: prompt + 8 });
+      // Hold all four sequences, so the next request waits in the queue.
+      const holding = Array.from({ length: 4 }, () =>
+        call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, temperature: 0, logit_bias: NO_EOG }), bearer(filler.key)),
+      );
+      await new Promise((r) => setTimeout(r, 50));
+      const abort = new AbortController();
+      const waiting = fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...bearer(candidate.key) },
+        body: JSON.stringify(chatBody({ max_tokens: 8, temperature: 0 })),
+        signal: abort.signal,
+      }).catch(() => undefined);
+      // Cancelled only once the metrics show it waiting for a sequence.
+      const seenWaiting = await until(async () => (await queuedOnTiny()) > 0, 1_000).then(() => true, () => false);
+      abort.abort();
+      await waiting;
+      await Promise.all(holding);
+      if (seenWaiting) k = candidate;
+    }
+    assert.ok(k, "the request was seen waiting for a sequence in one of five tries");
     let row: Obj | undefined;
     await until(async () => (row = (await admin("GET", "/usage?group_by=key")).json.data.find((r: Obj) => r.key === k.id)) !== undefined);
     assert.equal(row!.total_tokens, 0, JSON.stringify(row));
