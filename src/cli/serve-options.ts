@@ -20,7 +20,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
                          another Plinth); several URLs form a replica pool (repeatable)
   --balance prefix|least|round-robin  how replicas share requests (default prefix: prompt-prefix
                          affinity with bounded load, else fewest outstanding)
-  --upstream-slots <n>   requests one replica runs at once (default 64)
+  --upstream-slots <n>   requests one replica runs at once (default: what the replica reports, else 64)
   --upstream-attempts <n>  replicas one request may try before any output (default 3)
   --connect-timeout <s>  seconds until an upstream's response head (default 10)
   --first-token-timeout <s>  seconds until an upstream's first token (default 120)

@@ -36,6 +36,12 @@ export function modelSpecs(config: PlinthConfig): Array<ModelSpec & { source: Mo
 }
 
 /**
+ * Requests Plinth sends one replica at once when neither the configuration nor the replica says how
+ * many it runs (vLLM and SGLang do not report it): they queue upstream past its own batch.
+ */
+export const DEFAULT_UPSTREAM_SLOTS = 64;
+
+/**
  * The remote models a configuration serves (kind "remote"): each upstream entry with the
  * server-wide upstream settings filled in. The remote engine's factory reads the source.
  */
@@ -52,7 +58,8 @@ export function upstreamSpecs(config: PlinthConfig): ModelSpec[] {
       }
       if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new Error(`upstream '${own.name}': '${u}' is not an http(s) URL`);
     }
-    const slots = own.slots ?? config["upstream-slots"];
+    const configuredSlots = own.slots ?? config["upstream-slots"];
+    const slots = configuredSlots ?? DEFAULT_UPSTREAM_SLOTS;
     const source = {
       kind: "remote",
       name: own.name,
@@ -60,6 +67,8 @@ export function upstreamSpecs(config: PlinthConfig): ModelSpec[] {
       model: own.model,
       apiKey: own["api-key"],
       slots,
+      learnSlots: configuredSlots === undefined,
+      queueTimeoutMs: config["queue-timeout"] * 1000,
       balance: config.balance,
       attempts: config["upstream-attempts"],
       connectTimeoutMs: (own["connect-timeout"] ?? config["connect-timeout"]) * 1000,

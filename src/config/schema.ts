@@ -71,8 +71,11 @@ export const configSchema = z.object({
   upstream: z.array(upstreamEntry).default([]),
   /** How a remote model's replicas share requests. */
   balance: z.enum(["prefix", "least", "round-robin"]).default("prefix"),
-  /** Requests one replica runs at once, unless its entry says otherwise. */
-  "upstream-slots": z.int().min(1).max(4096).default(64),
+  /**
+   * Requests one replica runs at once, unless its entry says otherwise. Unset: what each replica
+   * reports (a Plinth's model list, llama-server's /props), else 64.
+   */
+  "upstream-slots": z.int().min(1).max(4096).optional(),
   /** Replicas one request may try before it fails (failover happens only before any output). */
   "upstream-attempts": z.int().min(1).max(16).default(3),
   /** Seconds until an upstream's response head must arrive. */

@@ -96,6 +96,11 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   detokenize(tokens: number[]): Promise<string>;
   /** The upstream replicas behind a remote model, for metrics and health reporting. */
   replicas?(): ReplicaStatus[];
+  /**
+   * Requests the core counts as running that in fact wait inside the engine (a remote model whose
+   * replicas are all full queues them itself): metrics report them as waiting.
+   */
+  waitingInside?(): number;
   /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
   readonly embeddings?: Embedder;
   /** What the engine holds right now, for metrics (read at scrape time; must be cheap). */
@@ -171,6 +176,8 @@ export interface ReplicaStatus {
   state: "up" | "ejected" | "half-open";
   /** Requests it is running now. */
   outstanding: number;
+  /** Requests it runs at once (configured, or as the replica reports it). */
+  slots: number;
   /** Requests it completed, and attempts it failed, since the server started. */
   served: number;
   failed: number;

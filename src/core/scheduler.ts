@@ -205,7 +205,7 @@ interface KeyQueue {
  * A job that waited past the queue limit: the server lacks the capacity to serve it in time. Dialects
  * with a finish reason for this (SpAk's insufficient_system_resource) map `reason`; others answer 503.
  */
-function queueTimeout(ms: number): ApiError {
+export function queueTimeout(ms: number): ApiError {
   return new ApiError(503, `The request waited ${ms / 1000} s for a free sequence, longer than this server allows; retry later.`, {
     code: "queue_timeout",
     reason: "overloaded",

@@ -100,7 +100,7 @@ export class PlinthMetrics {
       registers,
       collect() {
         this.reset();
-        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.busy);
+        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.busy - (m.engine?.waitingInside?.() ?? 0));
       },
     });
     new Gauge({
@@ -110,7 +110,7 @@ export class PlinthMetrics {
       registers,
       collect() {
         this.reset();
-        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.queued);
+        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.queued + (m.engine?.waitingInside?.() ?? 0));
       },
     });
     new Gauge({
@@ -145,6 +145,16 @@ export class PlinthMetrics {
       collect() {
         this.reset();
         for (const r of replicas()) this.set({ model_name: r.model, replica: r.name }, r.outstanding);
+      },
+    });
+    new Gauge({
+      name: "plinth_upstream_replica_slots",
+      help: "Requests each upstream replica runs at once (configured, or as the replica reports it); more wait in Plinth.",
+      labelNames: ["model_name", "replica"],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of replicas()) this.set({ model_name: r.model, replica: r.name }, r.slots);
       },
     });
     // A counter (it only grows), read from the pool's own totals at each scrape.

@@ -235,7 +235,9 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
   });
   assert.equal(warm.status, 200);
   // Ejected after two failures: the kill makes many at once; one slow answer before it does not.
-  const r = await router([child.url, a.url, b.url], { balance: "round-robin", "eject-after": "2", "eject-time": "30" });
+  // Slots set: a replica that does not report its own (vLLM, SGLang) is sent up to 64 requests,
+  // which queue in it; what it held there when killed must fail over too.
+  const r = await router([child.url, a.url, b.url], { balance: "round-robin", "eject-after": "2", "eject-time": "30", "upstream-slots": "64" });
   const dead = replicaOf(r, child.url);
   // The child is stopped while the requests go out, so its share piles up as it would on a replica
   // slower than its traffic: on its own it answers these 8-token requests as fast as the test can
@@ -292,6 +294,49 @@ test("kill -9 of a replica during 200 concurrent requests, half streamed: none f
   }
   assert.equal(dead.state, "ejected");
   assert.ok(dead.failed >= 1);
+});
+
+test("a replica is sent only as many requests as it reports running at once: the rest wait in the router, where waiting is no replica failure", async () => {
+  const u = await startTestServer({ parallel: "1" });
+  cleanup.push(() => u.close());
+  // One-second timeouts: a request waiting in the replica's own queue would get no response head
+  // (and no first token) for longer than that, and count as the replica's failure.
+  const r = await router([u.url], { "connect-timeout": "1", "first-token-timeout": "1", "eject-after": "1" });
+  const replica = replicaOf(r, u.url);
+  assert.equal(replica.slots, 1, "read from the upstream's model list");
+  const listed = await (await fetch(`${r.url}/v1/models`)).json();
+  assert.equal(listed.data.find((m: { id: string }) => m.id === "r").parallel, 1);
+  const engine = r.registry.resolve("r").engine as RemoteEngine;
+  let most = 0;
+  let waited = 0;
+  const sampler = setInterval(() => {
+    most = Math.max(most, replica.outstanding);
+    waited = Math.max(waited, engine.waitingInside());
+  }, 5);
+  const started = Date.now();
+  const burst = Promise.all(Array.from({ length: 8 }, (_, i) => ask(r, { max_tokens: 400, stream: i % 2 === 1 })));
+  // Metrics tell running from waiting: the requests held in the router count as waiting.
+  let metrics = "";
+  const gauge = (name: string) => Number(new RegExp(`^${name}\\{model_name="r"\\} (\\d+)`, "m").exec(metrics)?.[1]);
+  for (let t = 0; t < 100 && !(gauge("vllm:num_requests_waiting") >= 5); t++) {
+    await new Promise((res) => setTimeout(res, 30));
+    metrics = await (await fetch(`${r.url}/metrics`)).text();
+  }
+  assert.ok(gauge("vllm:num_requests_waiting") >= 5, metrics);
+  assert.equal(gauge("vllm:num_requests_running"), 1, metrics);
+  assert.match(metrics, new RegExp(`plinth_upstream_replica_slots\\{model_name="r",replica="${u.url}"\\} 1`));
+  const answers = await burst;
+  const elapsed = Date.now() - started;
+  clearInterval(sampler);
+  for (const res of answers) {
+    assert.equal(res.status, 200, res.text);
+    assert.ok(!res.text.includes('"error"'), res.text.slice(-300));
+  }
+  assert.ok(elapsed > 1_500, `the burst took ${elapsed} ms, not longer than the timeouts: it proves nothing`);
+  assert.equal(most, 1, "never more than the replica's one slot upstream");
+  assert.ok(waited >= 5, `${waited} requests waited in the router at once`);
+  assert.equal(replica.failed, 0);
+  assert.equal(replica.state, "up");
 });
 
 test("more requests than replica slots queue and all finish: a queued request does not hold a replica slot the running ones need", async () => {

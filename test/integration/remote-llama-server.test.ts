@@ -49,10 +49,11 @@ describe("llama-server behind a Plinth router", { skip }, () => {
   const ask = { messages, max_tokens: 8, temperature: 0, logit_bias: NO_EOG };
   const direct = (path: string, body: unknown) => postJson(`${llama.url}${path}`, body);
 
-  test("discovery: llama-server's only model, one slot's context, no embeddings", async () => {
+  test("discovery: llama-server's only model, one slot's context, its slot count, no embeddings", async () => {
     const r = await fetch(`${router.url}/v1/models`).then((x) => x.json());
     const m = r.data.find((e: any) => e.id === "ls");
     assert.equal(m.max_model_len, SLOT_CONTEXT, "meta.n_ctx of llama-server's /v1/models, the context one request can use");
+    assert.equal(m.parallel, 2, "total_slots of llama-server's /props: the router sends it no more than its -np");
     assert.equal(m.embedding, undefined, "a llama-server without --embeddings does not embed");
     const e = await postJson(`${router.url}/v1/embeddings`, { model: "ls", input: "hello" });
     assert.equal(e.status, 400, e.text);

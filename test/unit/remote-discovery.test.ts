@@ -11,6 +11,7 @@ import type { RemoteSource } from "../../src/engines/remote/source.ts";
 // load errors (which the server prints and answers with), its numbers the model's context.
 
 let list: unknown = { data: [] };
+let props: unknown = {};
 let status = 200;
 let upstream: http.Server;
 let url = "";
@@ -22,6 +23,7 @@ before(async () => {
       if (status !== 200) return void res.writeHead(status, { location: "http://127.0.0.1:1/" }).end("<html>moved</html>");
       return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(list));
     }
+    if (req.url === "/props") return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(props));
     res.writeHead(404).end();
   });
   await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
@@ -32,12 +34,14 @@ after(async () => {
   await new Promise<void>((resolve) => upstream.close(() => resolve()));
 });
 
-async function discover(urls = [url], connectTimeoutMs = 2_000): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
+async function discover(urls = [url], connectTimeoutMs = 2_000, learnSlots = false): Promise<{ engine?: RemoteEngine; error?: Error; lines: string[] }> {
   const source: RemoteSource = {
     kind: "remote",
     name: "r",
     urls,
     slots: 4,
+    learnSlots,
+    queueTimeoutMs: 0,
     balance: "least",
     attempts: 1,
     connectTimeoutMs,
@@ -112,4 +116,35 @@ test("every replica is asked at once: one that never answers does not hold the m
     silent.closeAllConnections();
     await new Promise<void>((resolve) => silent.close(() => resolve()));
   }
+});
+
+test("each replica's slot count is what it reports: a Plinth's model list `parallel`, llama-server's /props `total_slots`", async () => {
+  // A Plinth upstream: its entry for the model says how many requests it runs at once.
+  list = { data: [{ id: "other", parallel: 99 }, { id: "r", parallel: 3 }] };
+  let { engine, lines, error } = await discover([url], 2_000, true);
+  assert.equal(error, undefined);
+  assert.equal(engine!.pool.replicas[0].slots, 3);
+  assert.equal(engine!.describe().parallel, 3, "a router in front of this one is told the replicas' total");
+  // The core still admits the configured default per replica: the rest wait in the pool, not in a 429.
+  assert.equal(engine!.slots, 4);
+  assert.match(lines.find((l) => l.includes("ready"))!, /3 slots each \(as reported; 4 where not\)/);
+  // llama-server (its model list has `meta.n_ctx`): /props.
+  list = { data: [{ id: "m", owned_by: "llamacpp", meta: { n_ctx: 512 } }] };
+  props = { total_slots: 6 };
+  ({ engine } = await discover([url], 2_000, true));
+  assert.equal(engine!.pool.replicas[0].slots, 6);
+  assert.equal(engine!.slots, 6, "a replica that runs more than the default is admitted in full");
+  // Configured slots win: nothing is asked.
+  ({ engine } = await discover([url], 2_000, false));
+  assert.equal(engine!.pool.replicas[0].slots, 4);
+});
+
+test("a reported slot count that is not a whole number from 1 up is not believed; a huge one is capped", async () => {
+  for (const bad of [0, -2, 2.5, "8", null, 1e300, Number.MAX_SAFE_INTEGER + 2]) {
+    list = { data: [{ id: "m", parallel: bad }] };
+    const { engine } = await discover([url], 2_000, true);
+    assert.equal(engine!.pool.replicas[0].slots, 4, `parallel ${bad}`);
+  }
+  list = { data: [{ id: "m", parallel: 1_000_000 }] };
+  assert.equal((await discover([url], 2_000, true)).engine!.pool.replicas[0].slots, 4096);
 });

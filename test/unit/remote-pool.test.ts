@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { loadConfig } from "../../src/config/load.ts";
 import { modelSpecs, upstreamSpecs } from "../../src/config/models.ts";
-import { ReplicaPool } from "../../src/engines/remote/pool.ts";
+import { ReplicaPool, ReplicaWaitTimeout } from "../../src/engines/remote/pool.ts";
 
 const opts = { balance: "prefix" as const, slots: 8, ejectAfter: 2, ejectMs: 50, loadFactor: 1.25 };
 const urls = (n: number) => Array.from({ length: n }, (_, i) => new URL(`http://10.0.0.${i + 1}:8000/`));
@@ -65,6 +65,15 @@ test("--upstream NAME=URL[,URL…] from flags, PLINTH_UPSTREAM and config object
     ],
   );
   assert.deepEqual(modelSpecs(config), []);
+  // No slot count configured: each replica's own is asked for, 64 until it answers.
+  assert.deepEqual(
+    specs.map((s) => [(s.source as { slots: number }).slots, (s.source as { learnSlots: boolean }).learnSlots]),
+    [
+      [64, true],
+      [64, true],
+    ],
+  );
+  assert.equal((upstreamSpecs(loadConfig({ upstream: ["a=http://h1:8000"], "upstream-slots": "5" }, {}))[0].source as { learnSlots: boolean }).learnSlots, false);
   const fromEnv = loadConfig({}, { PLINTH_UPSTREAM: "a=http://h1:8000,http://h2:8000;b=http://h3:9000" });
   assert.deepEqual(upstreamSpecs(fromEnv).map((s) => s.id), ["a", "b"]);
   const objects = loadConfig({ upstream: [{ name: "c", url: ["http://h4:1"], model: "m", "api-key": "k", slots: 3, "first-token-timeout": 2, unsupported: ["logitBias"] }] }, {});
@@ -72,8 +81,34 @@ test("--upstream NAME=URL[,URL…] from flags, PLINTH_UPSTREAM and config object
   assert.equal(c.model, "m");
   assert.equal(c.apiKey, "k");
   assert.equal(c.slots, 3);
+  assert.equal(c.learnSlots, false, "configured slots are not asked of the replica");
   assert.equal(c.firstTokenTimeoutMs, 2000);
   assert.deepEqual(c.unsupported, ["logitBias"]);
   assert.throws(() => loadConfig({ upstream: ["no-url-here"] }, {}), /NAME=URL/);
   assert.throws(() => upstreamSpecs(loadConfig({ upstream: ["a=ftp://x"] }, {})), /not an http/);
+});
+
+test("a request waits for a full replica's slot, moves to whichever frees first, and gives up after the wait limit", async () => {
+  const pool = new ReplicaPool(urls(2), { ...opts, slots: 1 });
+  const signal = new AbortController().signal;
+  const first = await pool.acquire("k", new Set(), signal);
+  const second = await pool.acquire("k", new Set(), signal);
+  assert.notEqual(first.replica, second.replica, "the hot key spills to the free replica");
+  // Both full: the next waits, counted as waiting, and takes the slot the second gives back.
+  const third = pool.acquire("k", new Set(), signal, undefined, 5_000);
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(pool.waitingCount, 1);
+  second.release();
+  assert.equal((await third).replica, second.replica);
+  assert.equal(pool.waitingCount, 0);
+  // Past its limit a waiter gives up (the engine answers the queue timeout's 503).
+  const started = Date.now();
+  await assert.rejects(pool.acquire("k", new Set(), signal, undefined, 120), ReplicaWaitTimeout);
+  assert.ok(Date.now() - started < 1_000, `${Date.now() - started} ms`);
+  assert.equal(pool.waitingCount, 0);
+  // A replica that reports more room than it was given wakes the waiters at once.
+  const fourth = pool.acquire("k", new Set(), signal, undefined, 5_000);
+  await new Promise((r) => setTimeout(r, 20));
+  pool.setSlots(pool.replicas[0], 2);
+  assert.equal((await fourth).replica, pool.replicas[0]);
 });

@@ -13,6 +13,9 @@ export function modelToWire(m: ServedModel) {
     owned_by: d?.ownedBy ?? "plinth",
     // Extensions, as vLLM and llama-server report them: what a client needs to size its prompts.
     max_model_len: d?.contextSize ?? null,
+    // Requests the model runs at once: a router in front of this server sends it no more than that
+    // and queues the rest itself.
+    ...(d?.parallel ? { parallel: d.parallel } : {}),
     status: m.status,
     // Whether the model thinks, when known (a router in front of this server reads it).
     ...(d?.reasoning !== undefined ? { reasoning: d.reasoning } : {}),

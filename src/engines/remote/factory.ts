@@ -3,6 +3,7 @@ import { call, readJson, UpstreamFailure } from "./http.ts";
 import { type Replica, ReplicaPool } from "./pool.ts";
 import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
+import { askReplicaSlots } from "./replica-slots.ts";
 import { contextLength } from "./wire.ts";
 import type { RemoteSource } from "./source.ts";
 
@@ -60,14 +61,42 @@ export function remoteFactory(): EngineFactory {
     // A Plinth upstream says whether the model thinks (others do not): the dialects then answer as
     // they would for that model served here (no thinking fields for a model that cannot think).
     const reasoning = typeof entry.reasoning === "boolean" ? entry.reasoning : undefined;
+    if (source.learnSlots) await learnSlots(pool, llamaServer ? "llama-server" : "openai", upstreamModel, headers, source.connectTimeoutMs);
     const engine = new RemoteEngine(spec.id, source, pool, upstreamModel, { contextSize, embedding, flavor: llamaServer ? "llama-server" : "openai", lacks, reasoning });
     log(
       `plinth: model '${spec.id}' ready: ${shown(upstreamModel)} on ${pool.replicas.length} upstream replica(s), ` +
-        `${source.slots} slots each, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
+        `${slotsShown(pool, source.learnSlots, source.slots)}, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
         `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
     return engine;
   };
+}
+
+/** How long a model's start waits for its replicas to tell their slot counts. */
+const LEARN_SLOTS_WAIT_MS = 2_000;
+
+/**
+ * Asks every replica at once how many requests it runs (see askReplicaSlots). The model's start
+ * waits for the answers for a short while only: a replica that is down or slow keeps the default,
+ * and the engine asks it again once it serves or passes a health check.
+ */
+async function learnSlots(pool: ReplicaPool, flavor: "openai" | "llama-server", model: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
+  const asked = pool.replicas.map(async (r) => {
+    const slots = await askReplicaSlots(r.url, flavor, model, headers, timeoutMs);
+    if (slots === undefined) return;
+    r.slotsAsked = true;
+    if (slots !== null) pool.setSlots(r, slots);
+  });
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(asked), new Promise((resolve) => (timer = setTimeout(resolve, LEARN_SLOTS_WAIT_MS)))]);
+  clearTimeout(timer);
+}
+
+/** "4 slots each", or each replica's count when they differ; "(reported)" when learned. */
+function slotsShown(pool: ReplicaPool, learned: boolean, fallback: number): string {
+  const counts = [...new Set(pool.replicas.map((r) => r.slots))];
+  const said = counts.length === 1 ? `${counts[0]} slots each` : `slots ${pool.replicas.map((r) => r.slots).join("/")}`;
+  return learned ? `${said} (as reported; ${fallback} where not)` : said;
 }
 
 /**

@@ -11,7 +11,10 @@ import { createHash } from "node:crypto";
  * - Health: `ejectAfter` consecutive failures eject a replica for `ejectMs` (doubling on each
  *   failed re-admission, up to 16 times); then it is half-open: one request (or a passing active
  *   check) decides whether it comes back. Active checks run every `healthIntervalMs`.
- * - Slots: a replica runs at most `slots` requests at once; a request waits for a free slot.
+ * - Slots: a replica runs at most `slots` requests at once; a request waits here for a free slot
+ *   (up to `waitLimitMs`), not in the replica's own queue, where the router's timeouts would count
+ *   the wait as the replica's failure and a request could not move to whichever replica frees first.
+ *   A replica's count may be learned from the replica after the pool is built (`setSlots`).
  */
 
 export type Balance = "prefix" | "least" | "round-robin";
@@ -39,10 +42,12 @@ export class Replica {
   failed = 0;
   /** A half-open replica lets one trial request through. */
   trial = false;
+  /** Whether the replica has been asked how many requests it runs (see ReplicaPool.setSlots). */
+  slotsAsked = false;
 
   constructor(
     readonly url: URL,
-    readonly slots: number,
+    public slots: number,
   ) {}
 
   get name(): string {
@@ -67,6 +72,8 @@ export class ReplicaPool {
   private readonly ring: Array<{ point: number; replica: Replica }> = [];
   private next = 0;
   private readonly waiters: Array<() => void> = [];
+  /** Requests waiting in `acquire` for a replica slot. */
+  waitingCount = 0;
 
   constructor(
     urls: URL[],
@@ -81,6 +88,13 @@ export class ReplicaPool {
 
   get totalSlots(): number {
     return this.replicas.reduce((s, r) => s + r.slots, 0);
+  }
+
+  /** What the replica says it runs at once; waiters look again when it has more room than assumed. */
+  setSlots(r: Replica, slots: number): void {
+    const more = slots > r.slots;
+    r.slots = slots;
+    if (more) this.wake();
   }
 
   /** A replica may take a request now: up (or half-open with no trial running) and with a free slot. */
@@ -144,14 +158,23 @@ export class ReplicaPool {
    * Takes a slot on the best replica, waiting while every serviceable replica is full. Rejects with
    * `NoReplica` when none can serve (all ejected, or all already tried by this request).
    */
-  async acquire(key: string | undefined, exclude: ReadonlySet<Replica>, signal: AbortSignal, prefer?: Replica): Promise<Lease> {
-    for (;;) {
-      signal.throwIfAborted();
-      const now = Date.now();
-      const r = prefer && !exclude.has(prefer) && this.available(prefer, now) ? prefer : this.choose(key, exclude);
-      if (r) return this.lease(r);
-      if (this.serviceable(now, exclude).length === 0) throw new NoReplica();
-      await this.waitForChange(signal);
+  async acquire(key: string | undefined, exclude: ReadonlySet<Replica>, signal: AbortSignal, prefer?: Replica, waitLimitMs = 0): Promise<Lease> {
+    let since: number | undefined;
+    try {
+      for (;;) {
+        signal.throwIfAborted();
+        const now = Date.now();
+        const r = prefer && !exclude.has(prefer) && this.available(prefer, now) ? prefer : this.choose(key, exclude);
+        if (r) return this.lease(r);
+        if (this.serviceable(now, exclude).length === 0) throw new NoReplica();
+        if (since === undefined) {
+          since = now;
+          this.waitingCount++;
+        } else if (waitLimitMs > 0 && now - since >= waitLimitMs) throw new ReplicaWaitTimeout(waitLimitMs);
+        await this.waitForChange(signal, waitLimitMs > 0 ? since + waitLimitMs - now : undefined);
+      }
+    } finally {
+      if (since !== undefined) this.waitingCount--;
     }
   }
 
@@ -228,7 +251,8 @@ export class ReplicaPool {
     }
   }
 
-  private waitForChange(signal: AbortSignal): Promise<void> {
+  /** Resolves on a change that may free a slot, after 250 ms at most (or `limitMs`, if sooner). */
+  private waitForChange(signal: AbortSignal, limitMs?: number): Promise<void> {
     return new Promise((resolve, reject) => {
       const done = () => {
         signal.removeEventListener("abort", onAbort);
@@ -246,7 +270,7 @@ export class ReplicaPool {
         const i = this.waiters.indexOf(done);
         if (i >= 0) this.waiters.splice(i, 1);
         done();
-      }, 250);
+      }, Math.max(1, Math.min(250, limitMs ?? 250)));
       this.waiters.push(done);
       signal.addEventListener("abort", onAbort, { once: true });
     });
@@ -254,6 +278,13 @@ export class ReplicaPool {
 
   private wake(): void {
     for (const w of this.waiters.splice(0)) w();
+  }
+}
+
+/** A request waited longer than the queue timeout for a free replica slot. */
+export class ReplicaWaitTimeout extends Error {
+  constructor(readonly waitedMs: number) {
+    super(`waited ${waitedMs} ms for a replica slot`);
   }
 }
 

@@ -7,7 +7,9 @@ import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessag
 import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
 import { TimeSlice } from "./time-slice.ts";
-import { type Lease, NoReplica, type Replica, ReplicaPool } from "./pool.ts";
+import { type Lease, NoReplica, type Replica, ReplicaPool, ReplicaWaitTimeout } from "./pool.ts";
+import { askReplicaSlots } from "./replica-slots.ts";
+import { queueTimeout } from "../../core/scheduler.ts";
 import type { RemoteSource } from "./source.ts";
 import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, UpstreamStreamError } from "./wire.ts";
 
@@ -103,6 +105,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   private knownContext: number | undefined;
   private healthTimer?: NodeJS.Timeout;
   private readonly unsupported: ReadonlySet<string>;
+  /** Replicas being asked for their slot count right now. */
+  private readonly asking = new Set<Replica>();
 
   constructor(
     readonly id: string,
@@ -122,7 +126,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       reasoning?: boolean;
     },
   ) {
-    this.slots = pool.totalSlots;
+    // What the core admits: every replica's slots, and for replicas that report fewer than the
+    // configured default, the default still: those requests wait here for a replica slot (see
+    // ReplicaPool), as they would have waited in the replica's own queue, rather than being refused
+    // by this server's queue bound first.
+    this.slots = pool.replicas.reduce((s, r) => s + Math.max(r.slots, source.slots), 0);
     this.hasTokenize = source.tokenize ? undefined : false;
     this.unsupported = new Set([...source.unsupported, ...(info.lacks ?? [])]);
     if (info.embedding) this.embeddings = new RemoteEmbedder(this, info.embedding, info.contextSize);
@@ -138,7 +146,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       created: 0,
       ownedBy: "upstream",
       contextSize: this.info.contextSize ?? 0,
-      parallel: this.slots,
+      // What the replicas run at once (a router in front of this one sends no more than that).
+      parallel: this.pool.totalSlots,
       // Whether the upstream's model thinks: what its entry or its model list says, else not known.
       ...(this.unsupported.has("reasoning") ? { reasoning: false } : this.info.reasoning !== undefined ? { reasoning: this.info.reasoning } : {}),
       fingerprint: `fp_${createHash("sha256").update(`${this.upstreamModel}|${this.pool.replicas.map((r) => r.name).join(",")}`).digest("hex").slice(0, 10)}`,
@@ -304,6 +313,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * serve the choices (a failed attempt's replica is replaced by the one that took over).
    */
   private noteReplica(prep: RemotePrepared, seed: number, replica: Replica): void {
+    this.learnSlots(replica);
     prep.servedBy.set(seed, replica.name);
     prep.responseHeaders[UPSTREAM_HEADER] = [...new Set(prep.servedBy.values())].join(", ");
   }
@@ -360,9 +370,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (auxiliary) {
           lease = this.pool.peek(tried, attempt === 0 ? prefer : undefined);
           if (!lease) throw new NoReplica();
-        } else lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined);
+        } else lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined, this.source.queueTimeoutMs);
       } catch (err) {
         if (err instanceof NoReplica) throw unavailable(this.id, last);
+        if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
         throw err;
       }
       try {
@@ -427,9 +438,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         opened = undefined;
       } else {
         try {
-          lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined);
+          lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, this.source.queueTimeoutMs);
         } catch (err) {
           if (err instanceof NoReplica) throw unavailable(this.id, last);
+          if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
           throw err;
         }
         this.noteReplica(prep, seed, lease.replica);
@@ -597,6 +609,26 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     return json.prompt;
   }
 
+  /**
+   * Asks a replica that has not told its slot count yet (it was down when the model loaded) for it;
+   * once it answers, with a count or without, it is not asked again.
+   */
+  learnSlots(r: Replica): void {
+    if (!this.source.learnSlots || r.slotsAsked || this.asking.has(r)) return;
+    this.asking.add(r);
+    void askReplicaSlots(r.url, this.info.flavor ?? "openai", this.upstreamModel, this.headers(), this.source.connectTimeoutMs).then((slots) => {
+      this.asking.delete(r);
+      if (slots === undefined) return;
+      r.slotsAsked = true;
+      if (slots !== null) this.pool.setSlots(r, slots);
+    });
+  }
+
+  /** Requests the core admitted that wait here for a replica slot (all replicas are full). */
+  waitingInside(): number {
+    return this.pool.waitingCount;
+  }
+
   /** Active checks: /health on every replica; a failure counts like a failed request. */
   async checkHealth(): Promise<void> {
     await Promise.all(
@@ -609,7 +641,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           const cut = setTimeout(() => res.body.destroy(), HEALTH_BODY_MS);
           res.body.once("close", () => clearTimeout(cut));
           res.body.resume();
-          if (res.status === 200) this.pool.recordHealthy(r);
+          if (res.status === 200) {
+            this.pool.recordHealthy(r);
+            this.learnSlots(r);
+          }
           else if (r.state === "up") this.pool.recordFailure(r);
         } catch {
           if (r.state === "up") this.pool.recordFailure(r);
@@ -619,7 +654,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   replicas(): ReplicaStatus[] {
-    return this.pool.replicas.map((r) => ({ name: r.name, state: r.state, outstanding: r.outstanding, served: r.served, failed: r.failed }));
+    return this.pool.replicas.map((r) => ({ name: r.name, state: r.state, outstanding: r.outstanding, slots: r.slots, served: r.served, failed: r.failed }));
   }
 
   async dispose(): Promise<void> {
@@ -648,7 +683,7 @@ class RemoteEmbedder implements Embedder {
       poolingDeclared: known ? (embedding.poolingDeclared ?? true) : false,
       maxInputTokens: embedding.maxInputTokens ?? contextSize ?? 2 ** 31 - 1,
       vocabularySize: 2 ** 31 - 1,
-      slots: engine.pool.totalSlots,
+      slots: engine.slots,
       embeddingOnly: embedding.only === true,
     };
   }

@@ -13,8 +13,15 @@ export interface RemoteSource {
   /** The model's id on the upstream; undefined: discovered from its /v1/models. */
   model?: string;
   apiKey?: string;
-  /** Requests one replica runs at once. */
+  /**
+   * Requests one replica runs at once: configured, or (`learnSlots`) the starting value until a
+   * replica reports its own.
+   */
   slots: number;
+  /** No slot count was configured: each replica's is read from the replica itself. */
+  learnSlots: boolean;
+  /** Longest a request waits in Plinth for a free replica slot (the server's queue timeout); 0: no limit. */
+  queueTimeoutMs: number;
   balance: Balance;
   /** Replicas one request may try (the first included) before it fails. */
   attempts: number;

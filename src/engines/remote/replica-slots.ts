@@ -1,0 +1,40 @@
+import { call, readJson } from "./http.ts";
+
+/** Beyond this a reported count is not believed (the configuration's own ceiling). */
+const MAX_SLOTS = 4096;
+
+/**
+ * How many requests a replica runs at once, as the replica itself reports it:
+ * - llama-server: `total_slots` in `GET /props` (its `--parallel`);
+ * - a Plinth: `parallel` in its model list entry for the model (what its scheduler runs at once;
+ *   a Plinth router reports the slots of its own replicas);
+ * - vLLM and SGLang report no such number.
+ *
+ * Answers the count; null when the replica answered without one (nothing more to learn from it);
+ * undefined when it could not be asked now (down, slow, an error status), so it is asked again later.
+ */
+export async function askReplicaSlots(
+  base: URL,
+  flavor: "openai" | "llama-server",
+  model: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+): Promise<number | null | undefined> {
+  try {
+    const res = await call(new URL(flavor === "llama-server" ? "props" : "v1/models", base), { headers, headTimeoutMs: timeoutMs });
+    if (res.status !== 200) {
+      res.body.resume();
+      return undefined;
+    }
+    const json = (await readJson(res, timeoutMs)) as any;
+    const reported = flavor === "llama-server" ? json?.total_slots : Array.isArray(json?.data) ? json.data.find((m: any) => m?.id === model)?.parallel : undefined;
+    return slotCount(reported);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A reported slot count when it is a whole number in range, else null. */
+export function slotCount(reported: unknown): number | null {
+  return typeof reported === "number" && Number.isSafeInteger(reported) && reported >= 1 ? Math.min(reported, MAX_SLOTS) : null;
+}
