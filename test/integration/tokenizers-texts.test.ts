@@ -238,3 +238,25 @@ test("legacy text_offset counts characters: a token after an emoji starts where 
   assert.ok(world > 0, JSON.stringify(lp.tokens));
   assert.equal(lp.text_offset[world], Array.from("Hello 😀").length);
 });
+
+test("a chat prompt opens with BOS only on a model that adds one: byte-level BPE (add_bos_token false, as Qwen) starts at <|im_start|>, as llama-server renders it", async () => {
+  const messages = [
+    { role: "system", content: "A" },
+    { role: "user", content: "Hi" },
+  ];
+  const tokens = async (model: string) => {
+    const r = await postJson(`${s.url}/tokenize`, { model, messages });
+    assert.equal(r.status, 200, r.text);
+    return r.json.tokens as number[];
+  };
+  // The BPE fixture's BOS is <s> (id 1) and it says not to add it; llama-server's tokens for this
+  // chat on that file are [3, 951, 15, 70, 4, 15, 3, 930, …]: <|im_start|> first.
+  const bpe = await tokens("bpe");
+  assert.equal(bpe[0], 3, JSON.stringify(bpe));
+  assert.ok(!bpe.includes(1), JSON.stringify(bpe));
+  // The generation's usage counts the same prompt.
+  const answer = await postJson(`${s.url}/v1/chat/completions`, { model: "bpe", messages, max_tokens: 1 });
+  assert.equal(answer.json.usage.prompt_tokens, bpe.length);
+  // Models that add BOS keep it in front.
+  for (const model of ["tiny", "spm"]) assert.equal((await tokens(model))[0], 1, model);
+});

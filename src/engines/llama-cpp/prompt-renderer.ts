@@ -2,6 +2,7 @@ import {
   type ChatModelFunctions,
   type ChatWrapper,
   HarmonyChatWrapper,
+  JinjaTemplateChatWrapper,
   type LlamaModel,
   LlamaText,
   type ResolvableChatWrapperTypeName,
@@ -106,8 +107,13 @@ export class PromptRenderer {
     const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    if (beforeTokenize) beforeTokenize(textBytes(state.contextText));
-    return { tokens: state.contextText.tokenize(this.tokenizer), stopTokens, formatStops };
+    // node-llama-cpp's built-in wrappers (ChatML among them) open every prompt with the BOS token,
+    // whatever the model says: a Qwen-style model (add_bos_token false, its BOS <|endoftext|>) saw
+    // a token it was not trained to see first, and counted one prompt token more than llama-server
+    // or vLLM give. The model's own template (the Jinja wrapper) places BOS where it asks for it.
+    const text = !this.model.tokens.shouldPrependBosToken && !(wrapper instanceof JinjaTemplateChatWrapper) ? withoutLeadingBos(state.contextText) : state.contextText;
+    if (beforeTokenize) beforeTokenize(textBytes(text));
+    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops };
   }
 
   /**
@@ -176,6 +182,12 @@ export class PromptRenderer {
     }
     return { stopTokens, formatStops };
   }
+}
+
+/** The templated text without a BOS token in front (nested texts flattened by LlamaText already). */
+function withoutLeadingBos(text: LlamaText): LlamaText {
+  const first = text.values[0];
+  return first instanceof SpecialToken && first.value === "BOS" ? LlamaText(text.values.slice(1)) : text;
 }
 
 /** UTF-8 bytes of a templated text's plain and special-token parts. */
