@@ -80,6 +80,14 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["context compaction", { context_management: [{ type: "compaction", compact_threshold: 2000 }] }, 400, "context_management"],
   ["prompt_cache_retention of an unknown value", { prompt_cache_retention: "forever" }, 400, "prompt_cache_retention"],
   ["prompt_cache_options with explicit breakpoints", { prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode"],
+  // A malformed function or custom tool is its own type's refusal, not a built-in tool's pass.
+  ["a function tool without a name", { tools: [{ type: "function" }] }, 400, "tools[0].name"],
+  ["a function tool whose name is a number", { tools: [{ type: "function", name: 5 }] }, 400, "tools[0].name"],
+  ["a function tool whose name has a space", { tools: [{ type: "function", name: "a b" }] }, 400, "tools[0].name"],
+  ["a custom tool without a name", { tools: [{ type: "custom" }] }, 400, "tools[0].name"],
+  ["tool_choice of a function without its name", { tools: TOOLS, tool_choice: { type: "function" } }, 400, "tool_choice.name"],
+  ["a message with an unknown role", { input: [{ role: "bot", content: "x" }] }, 400, "input[0].role"],
+  ["an item of an unknown type", { input: [{ type: "foo" }] }, 400, "input[0].type"],
 ];
 
 for (const [name, extra, status, param] of refusals) {
@@ -194,6 +202,49 @@ test("conversations: create, items, namespaces", async () => {
   const bad = await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items?user=ann&limit=500` });
   assert.equal(bad.statusCode, 400);
   assert.equal(bad.json().error.param, "limit");
+});
+
+test("conversations: an item already in the conversation is refused before generating, and a reference to one is not added twice", async () => {
+  script = [
+    { kind: "text", text: "ok", tokens: 1 },
+    { kind: "end", reason: "stop" },
+  ];
+  const c = (await post({ items: [{ role: "user", content: "hello" }] }, "/v1/conversations")).json();
+  const itemsOf = async () => (await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items?order=asc` })).json().data;
+  const [first] = await itemsOf();
+  // A resent message with the id it already has there: a 400 naming it (it was a 409 after the
+  // response had been generated and stored, with the conversation left as it was).
+  for (const stream of [false, true]) {
+    const dup = await post({ model: "m", conversation: c.id, stream, input: [{ type: "message", id: first.id, role: "user", content: "hello" }] });
+    assert.equal(dup.statusCode, 400, dup.body);
+    assert.equal(dup.json().error.param, "input[0].id");
+  }
+  // Referring to it is fine: it is in the prompt where it stands, and not added again.
+  const r = await post({ model: "m", conversation: c.id, input: [{ type: "item_reference", id: first.id }, { role: "user", content: "x" }] });
+  assert.equal(r.statusCode, 200, r.body);
+  const after = await itemsOf();
+  assert.deepEqual(
+    after.map((i: { type: string; role?: string }) => i.role ?? i.type),
+    ["user", "user", "assistant"],
+  );
+  assert.equal(new Set(after.map((i: { id: string }) => i.id)).size, after.length);
+});
+
+test("completed_at is set only on a completed response (null when incomplete)", async () => {
+  script = [
+    { kind: "text", text: "abc", tokens: 3 },
+    { kind: "end", reason: "length" },
+  ];
+  const cut = (await post({ model: "m", input: "go", max_output_tokens: 3, store: false })).json();
+  assert.equal(cut.status, "incomplete");
+  assert.equal(cut.completed_at, null);
+  script = [
+    { kind: "text", text: "abc", tokens: 3 },
+    { kind: "end", reason: "stop" },
+  ];
+  const done = (await post({ model: "m", input: "go", store: false })).json();
+  assert.equal(done.status, "completed");
+  assert.equal(typeof done.completed_at, "number");
 });
 
 test("a call cut short by max_output_tokens is an incomplete item in an incomplete response", async () => {

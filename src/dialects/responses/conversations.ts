@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ApiError } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
+import { ITEM_ID_PREFIX } from "./responses.ts";
 import type { RouteResult } from "../../http/respond.ts";
 import { inputItem } from "./protocol.ts";
 import type { ConversationRecord } from "../../store/store.ts";
@@ -30,7 +31,7 @@ type Item = Record<string, unknown>;
 function normalise(items: Item[]): Item[] {
   return items.map((item) => {
     const type = (item.type as string | undefined) ?? "message";
-    const id = typeof item.id === "string" && item.id ? item.id : newId(type === "message" ? "msg_" : `${type.split("_").map((w) => w[0]).join("")}_`);
+    const id = typeof item.id === "string" && item.id ? item.id : newId(ITEM_ID_PREFIX[type] ?? `${type.split("_").map((w) => w[0]).join("")}_`);
     const out: Item = { ...item, type, id };
     if (type === "message" && typeof out.content === "string") out.content = [{ type: out.role === "assistant" ? "output_text" : "input_text", text: out.content }];
     return out;

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { byType } from "../zod-by-type.ts";
 import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
 import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
@@ -78,15 +79,25 @@ const reasoning = z
 
 const itemReference = z.object({ type: z.literal("item_reference"), id: z.string().min(1) }).loose();
 
-export const inputItem = z.union([
-  functionCall,
-  functionCallOutput,
-  customToolCall,
-  customToolCallOutput,
-  reasoning,
-  itemReference,
+const itemTypes = {
   message,
-]);
+  function_call: functionCall,
+  function_call_output: functionCallOutput,
+  custom_tool_call: customToolCall,
+  custom_tool_call_output: customToolCallOutput,
+  reasoning,
+  item_reference: itemReference,
+};
+
+// Told apart by type, so that an item's refusal names its own field (`input[0].role`); an item
+// without a type is a message, and an unknown type is refused with the list of known ones.
+export const inputItem = byType(
+  itemTypes,
+  z
+    .object({ type: z.enum(Object.keys(itemTypes) as [keyof typeof itemTypes, ...Array<keyof typeof itemTypes>]).optional() })
+    .loose()
+    .pipe(message),
+);
 export type InputItem = z.infer<typeof inputItem>;
 
 const functionTool = z.object({
@@ -112,19 +123,23 @@ const customTool = z.object({
 /** Built-in tools are recognised so the refusal can name the type. */
 const otherTool = z.object({ type: z.string() }).loose();
 
-export const tool = z.union([functionTool, customTool, otherTool]);
+// Told apart by type: a malformed function or custom tool is refused with its own field named, and
+// cannot pass as a built-in one (it would have reached the model without its name checked).
+export const tool = byType({ function: functionTool, custom: customTool }, otherTool);
 
-const toolChoice = z.union([
-  z.enum(["none", "auto", "required"]),
-  z.object({ type: z.literal("function"), name: z.string().min(1) }),
-  z.object({ type: z.literal("custom"), name: z.string().min(1) }),
-  z.object({
-    type: z.literal("allowed_tools"),
-    mode: z.enum(["auto", "required"]),
-    tools: z.array(z.object({ type: z.string(), name: z.string().optional() }).loose()).min(1),
-  }),
-  z.object({ type: z.string() }).loose(),
-]);
+const toolChoice = byType(
+  {
+    function: z.object({ type: z.literal("function"), name: z.string().min(1) }),
+    custom: z.object({ type: z.literal("custom"), name: z.string().min(1) }),
+    allowed_tools: z.object({
+      type: z.literal("allowed_tools"),
+      mode: z.enum(["auto", "required"]),
+      tools: z.array(z.object({ type: z.string(), name: z.string().optional() }).loose()).min(1),
+    }),
+  },
+  // A mode, or a built-in tool's type (refused by name later).
+  z.union([z.enum(["none", "auto", "required"]), z.object({ type: z.string() }).loose()]),
+);
 
 const textFormat = z.discriminatedUnion("type", [
   z.object({ type: z.literal("text") }),

@@ -30,12 +30,14 @@ const notFound = (what: string, id: string, param: string | null = null) =>
 export const responsesNamespace = (body: { user?: string | null; safety_identifier?: string | null }) =>
   isolationKey(body.safety_identifier ?? body.user, null) ?? "";
 
+/** The id prefix of each item type, as OpenAI's ids have them. */
+export const ITEM_ID_PREFIX: Record<string, string> = { message: "msg_", function_call: "fc_", function_call_output: "fco_", custom_tool_call: "ctc_", custom_tool_call_output: "ctco_", reasoning: "rs_" };
+
 /** An id for an input item that came without one, in the prefix style of its type. */
 function withId(item: Item): Item {
   if (typeof item.id === "string" && item.id) return item;
-  const prefix: Record<string, string> = { function_call: "fc_", function_call_output: "fco_", custom_tool_call: "ctc_", custom_tool_call_output: "ctco_", reasoning: "rs_" };
   const type = (item.type as string | undefined) ?? "message";
-  return { ...item, type, id: newId(prefix[type] ?? "msg_") };
+  return { ...item, type, id: newId(ITEM_ID_PREFIX[type] ?? "msg_") };
 }
 
 interface ResolvedInput {
@@ -70,14 +72,32 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   }
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
   const added: Item[] = [];
+  const earlierIds = new Set(earlier.map((e) => e.id).filter((id) => typeof id === "string"));
+  // Ids this turn adds to the conversation: each may be there once (checked now, not when the
+  // finished turn is stored, which would refuse a response already generated).
+  const addedIds = new Set<string>();
+  const addOnce = (item: Item, i: number) => {
+    if (conversationId !== undefined && typeof item.id === "string" && item.id) {
+      if (earlierIds.has(item.id) || addedIds.has(item.id))
+        throw new ApiError(400, `An item with id '${item.id}' is already in the conversation '${conversationId}'; refer to it with an item_reference, or leave the id out.`, {
+          param: `input[${i}].id`,
+          code: "conflict",
+        });
+      addedIds.add(item.id);
+    }
+    added.push(item);
+  };
   for (const [i, item] of raw.entries()) {
     if (item.type === "item_reference") {
-      // An item of the response being continued, else of any stored response of this namespace
-      // (clients such as the AI SDK send earlier output by reference, without previous_response_id).
       const id = item.id as string;
-      const found = earlier.find((e) => e.id === id) ?? (await deps.store.responses.findItem(ns, id));
+      // An item already before this turn (of the response continued, or of the conversation) is in
+      // the prompt once, where it stands; it is not added again.
+      if (earlierIds.has(id)) continue;
+      // Else an item of any stored response of this namespace (clients such as the AI SDK send
+      // earlier output by reference, without previous_response_id).
+      const found = await deps.store.responses.findItem(ns, id);
       if (!found) throw notFound("item", id, `input[${i}].id`);
-      added.push(found);
+      addOnce(found, i);
       continue;
     }
     if (item.type === "reasoning" && typeof item.encrypted_content === "string") {
@@ -87,7 +107,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
         throw badRequest(`input[${i}].encrypted_content was not produced by this server, or was altered.`, `input[${i}].encrypted_content`);
       }
     }
-    added.push(withId(item));
+    addOnce(withId(item), i);
   }
   return { all: [...earlier, ...added], added, conversationId };
 }

@@ -111,11 +111,14 @@ export function respondWithBuilder(
       return { kind: "json" as const, body: snapshot };
     })();
   }
+  // The stream's builder, for the sequence number of an error event written after a failure.
+  let current: ResponseBuilder | undefined;
   return {
     kind: "sse",
     write: async (sse) => {
       const pending: ResponseEvent[] = [];
       const builder = builderFor((e) => pending.push(e));
+      current = builder;
       const flush = async () => {
         for (const e of pending.splice(0)) await sse.event(e.type, e);
       };
@@ -130,7 +133,7 @@ export function respondWithBuilder(
     },
     errorEvent: (err) => {
       const e = err instanceof ApiError ? err : new ApiError(500, "The server failed while generating this response.");
-      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: 0 } };
+      return { event: "error", data: { type: "error", code: e.code, message: e.message, param: e.param, sequence_number: current?.nextSequence ?? 0 } };
     },
   };
 }

@@ -78,6 +78,11 @@ export class ResponseBuilder {
     this.sequence = startSequence;
   }
 
+  /** The sequence number the next event gets (an error event written outside the builder takes it). */
+  get nextSequence(): number {
+    return this.sequence;
+  }
+
   private send(type: string, payload: Record<string, unknown>): void {
     this.emit({ type, sequence_number: this.sequence++, ...payload });
   }
@@ -125,7 +130,8 @@ export class ResponseBuilder {
   finish(): void {
     for (const key of [...this.open.keys()]) this.closePart(key, this.incomplete ? "incomplete" : "completed");
     this.status = this.incomplete ? "incomplete" : "completed";
-    this.completedAt = Math.floor(Date.now() / 1000);
+    // OpenAI sets it only when the response completed (an incomplete one has null).
+    if (!this.incomplete) this.completedAt = Math.floor(Date.now() / 1000);
     this.send(this.incomplete ? "response.incomplete" : "response.completed", { response: this.snapshot() });
   }
 
