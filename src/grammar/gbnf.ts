@@ -177,6 +177,70 @@ export function seq(...parts: string[]): string {
   return items.map((p) => (hasTopLevelAlternation(p) ? `(${p})` : p)).join(" ");
 }
 
+/**
+ * Alternatives between literal texts (an enum's values), with common prefixes factored out as a
+ * trie: `"ab" ("c" | "d")` rather than `"abc" | "abd"`. The text matched is the same, but llama.cpp
+ * follows one grammar stack per alternative that is still possible, for every candidate token of
+ * every step: a flat list of 10,000 values kept 10,000 stacks alive at the start and slowed every
+ * sequence on the model for seconds, where the trie keeps one per distinct next character.
+ * `ruleFor` names a branching point's continuation as a rule, so parentheses never nest deeply
+ * (llama.cpp's parser recurses into groups).
+ */
+export function literalAlternatives(texts: readonly string[], ruleFor: (expr: string) => string): string {
+  interface Node {
+    end: boolean;
+    kids: Map<string, Node>;
+  }
+  const root: Node = { end: false, kids: new Map() };
+  for (const text of new Set(texts)) {
+    let node = root;
+    for (const ch of text) {
+      let kid = node.kids.get(ch);
+      if (!kid) node.kids.set(ch, (kid = { end: false, kids: new Map() }));
+      node = kid;
+    }
+    node.end = true;
+  }
+  // Post-order without recursion: a node's expression is built once all of its children's are.
+  const exprOf = new Map<Node, string>();
+  const stack: Array<{ node: Node; expanded: boolean }> = [{ node: root, expanded: false }];
+  const follow = (ch: string, kid: Node): { run: string; node: Node } => {
+    let run = ch;
+    let node = kid;
+    while (!node.end && node.kids.size === 1) {
+      const [[next, only]] = node.kids;
+      run += next;
+      node = only;
+    }
+    return { run, node };
+  };
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1];
+    if (!top.expanded) {
+      top.expanded = true;
+      for (const [ch, kid] of top.node.kids) {
+        const { node } = follow(ch, kid);
+        if (!exprOf.has(node)) stack.push({ node, expanded: false });
+      }
+      continue;
+    }
+    stack.pop();
+    const parts = [...top.node.kids].map(([ch, kid]) => {
+      const { run, node } = follow(ch, kid);
+      return seq(literal(run), exprOf.get(node)!);
+    });
+    let expr: string;
+    if (parts.length === 0) expr = '""';
+    else if (parts.length === 1 && !top.node.end) expr = parts[0];
+    else {
+      const choice = parts.length === 1 ? parts[0] : ruleFor(alt(...parts));
+      expr = top.node.end ? `${group(choice)}?` : choice;
+    }
+    exprOf.set(top.node, expr);
+  }
+  return exprOf.get(root)!;
+}
+
 /** Alternatives; duplicates are dropped. */
 export function alt(...parts: string[]): string {
   const unique = [...new Set(parts)];

@@ -99,6 +99,7 @@ import {
   GrammarLimitError,
   JSON_RAW_CHARS,
   literal,
+  literalAlternatives,
   seq,
   setHas,
   setMinus,
@@ -341,6 +342,10 @@ class Converter {
       const rest: Schema = {};
       for (const k of keys) if (k !== key) rest[k] = schema[k];
       if (key === "oneOf") this.checkExclusive(branches, join(path, key));
+      // Branches that are only values (`{"const": …}`, `{"enum": […]}`, annotations aside) are one
+      // enum of all their values, so that they share prefixes too.
+      const values = Object.keys(rest).length === 0 ? valuesOnly(branches) : undefined;
+      if (values) return this.enumExpr({ enum: values }, join(path, key));
       const exprs = branches.map((branch, i) => {
         const p = join(join(path, key), i);
         if (Object.keys(rest).length === 0) return this.visit(branch, p, left);
@@ -744,7 +749,10 @@ class Converter {
       values = values.filter(check);
     }
     if (values.length === 0) throw new UnsupportedSchemaError(where, "no value satisfies the schema");
-    return this.b.atom(hintOf(path, "enum"), alt(...values.map((v) => literal(JSON.stringify(v)))));
+    // Shared prefixes factored out (see literalAlternatives): what each step costs llama.cpp grows
+    // with the alternatives still open, not with the enum's size.
+    const hint = hintOf(path, "enum");
+    return this.b.atom(hint, literalAlternatives(values.map((v) => JSON.stringify(v)), (expr) => this.b.rule(hint, expr)));
   }
 
   private nonNegativeInt(s: Schema, key: string, path: string): number | undefined {
@@ -1156,6 +1164,25 @@ class Converter {
     if (minItems >= 1) return this.b.rule(hint, seq('"["', ws, first, ws, '"]"'));
     return this.b.rule(hint, seq('"["', ws, opt(seq(first, ws)), '"]"'));
   }
+}
+
+/** Keywords a value-only branch may carry beside const/enum without saying more about the value. */
+const VALUE_BRANCH_ANNOTATIONS = new Set(["title", "description", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly"]);
+
+/** All values of anyOf/oneOf branches that are each just `const` or `enum`; undefined if any is more. */
+function valuesOnly(branches: unknown[]): unknown[] | undefined {
+  const values: unknown[] = [];
+  for (const b of branches) {
+    if (typeof b !== "object" || b === null || Array.isArray(b)) return undefined;
+    const keys = Object.keys(b);
+    const own = b as Record<string, unknown>;
+    if (!keys.every((k) => k === "const" || k === "enum" || VALUE_BRANCH_ANNOTATIONS.has(k))) return undefined;
+    if (Object.hasOwn(own, "const") && Object.hasOwn(own, "enum")) return undefined;
+    if (Object.hasOwn(own, "const")) values.push(own.const);
+    else if (Array.isArray(own.enum) && own.enum.length > 0) values.push(...own.enum);
+    else return undefined;
+  }
+  return values;
 }
 
 /** What checkExclusive knows of a oneOf branch. */

@@ -355,6 +355,17 @@ describe("grammar text", () => {
     await assertAccepts({ enum: [1, "two", null, true, { a: [1] }] }, ["1", '"two"', "null", "true", '{"a":[1]}'], ["2", "false", '"1"']);
     await assertAccepts({ type: "string", enum: ["a", 1, "bb"], maxLength: 1 }, ['"a"'], ["1", '"bb"']);
     await assertAccepts({ const: { x: "é" } }, ['{"x":"é"}'], ['{"x":"e"}']);
+    // Values that are prefixes of one another, share prefixes, or differ only by an escape: the
+    // prefix-factored alternation matches exactly the values.
+    const close = ["a", "ab", "abc", "abd", "b", "ba", 'q"x', "q\\x", "", 12, 123, 1.5];
+    await assertAccepts({ enum: close }, close.map((v) => JSON.stringify(v)), ['"abcd"', '"c"', '"q"', "1", "124", '"ba "', '"a"b"']);
+    // Branches that are only values are one enum, factored the same way.
+    await assertAccepts({ anyOf: [{ const: "red" }, { const: "reed", title: "R" }, { enum: ["rest", "red"] }] }, ['"red"', '"reed"', '"rest"'], ['"re"', '"reds"']);
+    // A wide enum is a trie, not 2,000 alternatives side by side (each an open grammar stack).
+    const wide = Array.from({ length: 2000 }, (_, i) => `value-${i}-x`);
+    const g = compileJsonSchema({ enum: wide }).gbnf;
+    assert.ok(!g.includes('"\\"value-1999-x\\""'), "values are not listed whole");
+    await assertAccepts({ enum: wide }, ['"value-0-x"', '"value-1999-x"', '"value-1000-x"'], ['"value-2000-x"', '"value-1-"', '"value--x"']);
     await assertAccepts({ anyOf: [{ type: "integer", minimum: 0, maximum: 9 }, { type: "string", maxLength: 1 }] }, ["5", '"x"'], ["10", '"xy"']);
     await assertAccepts({ oneOf: [{ type: "boolean" }, { type: "null" }] }, ["true", "null"], ["0"]);
     await assertAccepts({ type: ["integer", "null"], maximum: 3 }, ["3", "-7", "null"], ["4", "1.5"]);
