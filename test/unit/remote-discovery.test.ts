@@ -3,7 +3,7 @@ import { after, before, test } from "node:test";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { ModelSettings } from "../../src/core/engine-factory.ts";
-import { remoteFactory } from "../../src/engines/remote/factory.ts";
+import { remoteFactory, UpstreamNotReady } from "../../src/engines/remote/factory.ts";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
 import type { RemoteSource } from "../../src/engines/remote/source.ts";
 
@@ -147,4 +147,14 @@ test("a reported slot count that is not a whole number from 1 up is not believed
   }
   list = { data: [{ id: "m", parallel: 1_000_000 }] };
   assert.equal((await discover([url], 2_000, true)).engine!.pool.replicas[0].slots, 4096);
+});
+
+test("a Plinth upstream still loading the model is not ready here either: the model waits instead of starting without its context and slots", async () => {
+  list = { data: [{ id: "r", status: "loading" }] };
+  const { error } = await discover([url], 2_000, true);
+  assert.ok(error instanceof UpstreamNotReady, String(error));
+  list = { data: [{ id: "r", status: "ready", parallel: 2, max_model_len: 512 }] };
+  const { engine } = await discover([url], 2_000, true);
+  assert.equal(engine!.pool.replicas[0].slots, 2);
+  assert.equal(engine!.describe().contextSize, 512);
 });

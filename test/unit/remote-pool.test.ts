@@ -112,3 +112,36 @@ test("a request waits for a full replica's slot, moves to whichever frees first,
   pool.setSlots(pool.replicas[0], 2);
   assert.equal((await fourth).replica, pool.replicas[0]);
 });
+
+test("waiters are served in arrival order, and a newcomer does not take a freed slot ahead of them", async () => {
+  const pool = new ReplicaPool(urls(1), { ...opts, slots: 1 });
+  const signal = new AbortController().signal;
+  let holder = await pool.acquire(undefined, new Set(), signal);
+  const order: number[] = [];
+  const waiting = Array.from({ length: 5 }, (_, i) =>
+    pool.acquire(undefined, new Set(), signal, undefined, 5_000).then((lease) => {
+      order.push(i);
+      return lease;
+    }),
+  );
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(pool.waitingCount, 5);
+  assert.equal(pool.tryAcquire(undefined, new Set()), undefined, "no jumping the queue");
+  for (let i = 0; i < 5; i++) {
+    holder.release();
+    holder = await waiting[i];
+  }
+  holder.release();
+  assert.deepEqual(order, [0, 1, 2, 3, 4]);
+  // A waiter that can use only a replica it has not tried is passed over for one that can.
+  const two = new ReplicaPool(urls(2), { ...opts, slots: 1 });
+  const [a, b] = two.replicas;
+  const la = await two.acquire(undefined, new Set(), signal, a);
+  const lb = await two.acquire(undefined, new Set(), signal, b);
+  const first = two.acquire(undefined, new Set([a]), signal, undefined, 5_000);
+  const second = two.acquire(undefined, new Set(), signal, undefined, 5_000);
+  la.release();
+  assert.equal((await second).replica, a, "the second takes a: the first may not");
+  lb.release();
+  assert.equal((await first).replica, b);
+});

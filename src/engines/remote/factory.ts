@@ -50,6 +50,9 @@ export function remoteFactory(): EngineFactory {
       throw new Error(`the upstream does not serve ${shown(upstreamModel)} (it serves ${listed(ids)})`);
     }
     const entry = models.find((m) => m?.id === upstreamModel) ?? {};
+    // A Plinth upstream (a router, or a server loading at start) lists a model before it can serve
+    // it: its context, embeddings and slots are known only once it is ready, so this model waits.
+    if (entry.status === "loading") throw new UpstreamNotReady(`the upstream is still loading ${shown(upstreamModel)}`);
     const llamaServer = isLlamaServerModel(entry);
     const contextSize = contextLength(entry.max_model_len) ?? (llamaServer ? llamaServerContext(entry) : undefined);
     // Asked of the replica that answered first (one that is down would hold these for its timeout).
@@ -83,7 +86,10 @@ const LEARN_SLOTS_WAIT_MS = 2_000;
 async function learnSlots(pool: ReplicaPool, flavor: "openai" | "llama-server", model: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
   const asked = pool.replicas.map(async (r) => {
     const slots = await askReplicaSlots(r.url, flavor, model, headers, timeoutMs);
-    if (slots === undefined) return;
+    if (slots === undefined) {
+      r.slotsRetryAt = Date.now() + 5_000;
+      return;
+    }
     r.slotsAsked = true;
     if (slots !== null) pool.setSlots(r, slots);
   });

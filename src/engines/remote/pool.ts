@@ -42,8 +42,10 @@ export class Replica {
   failed = 0;
   /** A half-open replica lets one trial request through. */
   trial = false;
-  /** Whether the replica has been asked how many requests it runs (see ReplicaPool.setSlots). */
+  /** Whether the replica has told how many requests it runs, or that it does not say (see ReplicaPool.setSlots). */
   slotsAsked = false;
+  /** When it may be asked again after it could not answer (ms since epoch). */
+  slotsRetryAt = 0;
 
   constructor(
     readonly url: URL,
@@ -67,13 +69,29 @@ export interface Lease {
 
 const VNODES = 64;
 
+/** A request waiting for a replica slot. */
+interface Waiter {
+  key: string | undefined;
+  exclude: ReadonlySet<Replica>;
+  prefer?: Replica;
+  atMost?: (r: Replica) => number;
+  resolve: (lease: Lease) => void;
+  reject: (err: unknown) => void;
+}
+
 export class ReplicaPool {
   readonly replicas: Replica[];
   private readonly ring: Array<{ point: number; replica: Replica }> = [];
   private next = 0;
-  private readonly waiters: Array<() => void> = [];
+  /** Requests waiting for a replica slot, served in arrival order (see `serve`). */
+  private readonly queue: Waiter[] = [];
+  /** Looks at the queue again now and then while it is not empty (an ejection's retry time passes without an event). */
+  private poll?: NodeJS.Timeout;
+
   /** Requests waiting in `acquire` for a replica slot. */
-  waitingCount = 0;
+  get waitingCount(): number {
+    return this.queue.length;
+  }
 
   constructor(
     urls: URL[],
@@ -98,8 +116,8 @@ export class ReplicaPool {
   }
 
   /** A replica may take a request now: up (or half-open with no trial running) and with a free slot. */
-  private available(r: Replica, now: number): boolean {
-    if (r.outstanding >= r.slots) return false;
+  private available(r: Replica, now: number, atMost = r.slots): boolean {
+    if (r.outstanding >= atMost) return false;
     if (r.state === "ejected" && now >= r.retryAt) {
       r.state = "half-open";
       r.trial = false;
@@ -118,9 +136,9 @@ export class ReplicaPool {
    * The replica a request should go to, without taking it: undefined when none is available now.
    * `exclude` holds replicas this request already failed on.
    */
-  choose(key: string | undefined, exclude: ReadonlySet<Replica> = new Set()): Replica | undefined {
+  choose(key: string | undefined, exclude: ReadonlySet<Replica> = new Set(), atMost?: (r: Replica) => number): Replica | undefined {
     const now = Date.now();
-    const candidates = this.replicas.filter((r) => !exclude.has(r) && this.available(r, now));
+    const candidates = this.replicas.filter((r) => !exclude.has(r) && this.available(r, now, atMost?.(r)));
     if (candidates.length === 0) return undefined;
     if (this.opts.balance === "round-robin") {
       for (let i = 0; i < this.replicas.length; i++) {
@@ -158,23 +176,75 @@ export class ReplicaPool {
    * Takes a slot on the best replica, waiting while every serviceable replica is full. Rejects with
    * `NoReplica` when none can serve (all ejected, or all already tried by this request).
    */
-  async acquire(key: string | undefined, exclude: ReadonlySet<Replica>, signal: AbortSignal, prefer?: Replica, waitLimitMs = 0): Promise<Lease> {
-    let since: number | undefined;
-    try {
-      for (;;) {
-        signal.throwIfAborted();
-        const now = Date.now();
-        const r = prefer && !exclude.has(prefer) && this.available(prefer, now) ? prefer : this.choose(key, exclude);
-        if (r) return this.lease(r);
-        if (this.serviceable(now, exclude).length === 0) throw new NoReplica();
-        if (since === undefined) {
-          since = now;
-          this.waitingCount++;
-        } else if (waitLimitMs > 0 && now - since >= waitLimitMs) throw new ReplicaWaitTimeout(waitLimitMs);
-        await this.waitForChange(signal, waitLimitMs > 0 ? since + waitLimitMs - now : undefined);
+  async acquire(
+    key: string | undefined,
+    exclude: ReadonlySet<Replica>,
+    signal: AbortSignal,
+    prefer?: Replica,
+    waitLimitMs = 0,
+    /** A replica's own limit for this request, when it is not the replica's slot count. */
+    atMost?: (r: Replica) => number,
+  ): Promise<Lease> {
+    signal.throwIfAborted();
+    const w: Waiter = { key, exclude, prefer, atMost, resolve: () => {}, reject: () => {} };
+    // Nobody waiting: a free slot is taken at once. Else this request waits its turn behind them.
+    if (this.queue.length === 0) {
+      const r = this.pick(w, Date.now());
+      if (r) return this.lease(r);
+    }
+    if (this.serviceable(Date.now(), exclude).length === 0) throw new NoReplica();
+    return new Promise<Lease>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const leave = () => {
+        const i = this.queue.indexOf(w);
+        if (i >= 0) this.queue.splice(i, 1);
+        signal.removeEventListener("abort", onAbort);
+        clearTimeout(timer);
+      };
+      const onAbort = () => {
+        leave();
+        reject(signal.reason);
+      };
+      w.resolve = (lease) => {
+        leave();
+        resolve(lease);
+      };
+      w.reject = (err) => {
+        leave();
+        reject(err);
+      };
+      if (waitLimitMs > 0) timer = setTimeout(() => w.reject(new ReplicaWaitTimeout(waitLimitMs)), waitLimitMs);
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.queue.push(w);
+      if (!this.poll) {
+        this.poll = setInterval(() => this.serve(), 250);
+        this.poll.unref();
       }
-    } finally {
-      if (since !== undefined) this.waitingCount--;
+    });
+  }
+
+  /** The replica a waiter may take now: its preferred one if free, else the balancer's choice. */
+  private pick(w: Waiter, now: number): Replica | undefined {
+    const p = w.prefer;
+    if (p && !w.exclude.has(p) && this.available(p, now, w.atMost?.(p))) return p;
+    return this.choose(w.key, w.exclude, w.atMost);
+  }
+
+  /**
+   * Hands free slots to waiters in arrival order: each in turn takes a replica that is free for it
+   * (one it has not failed on), so a later request gets a slot before an earlier one only when no
+   * replica free now can serve the earlier. A waiter whose every replica is gone gives up.
+   */
+  private serve(): void {
+    const now = Date.now();
+    for (const w of [...this.queue]) {
+      const r = this.pick(w, now);
+      if (r) w.resolve(this.lease(r));
+      else if (this.serviceable(now, w.exclude).length === 0) w.reject(new NoReplica());
+    }
+    if (this.queue.length === 0 && this.poll) {
+      clearInterval(this.poll);
+      this.poll = undefined;
     }
   }
 
@@ -194,7 +264,9 @@ export class ReplicaPool {
 
   /** A slot on the best replica if one is free now; never waits. */
   tryAcquire(key: string | undefined, exclude: ReadonlySet<Replica>, prefer?: Replica): Lease | undefined {
-    const r = prefer && !exclude.has(prefer) && this.available(prefer, Date.now()) ? prefer : this.choose(key, exclude);
+    // Requests already waiting go first.
+    if (this.queue.length > 0) return undefined;
+    const r = this.pick({ key, exclude, prefer, resolve: () => {}, reject: () => {} }, Date.now());
     return r ? this.lease(r) : undefined;
   }
 
@@ -251,33 +323,8 @@ export class ReplicaPool {
     }
   }
 
-  /** Resolves on a change that may free a slot, after 250 ms at most (or `limitMs`, if sooner). */
-  private waitForChange(signal: AbortSignal, limitMs?: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const done = () => {
-        signal.removeEventListener("abort", onAbort);
-        clearTimeout(timer);
-        resolve();
-      };
-      const onAbort = () => {
-        const i = this.waiters.indexOf(done);
-        if (i >= 0) this.waiters.splice(i, 1);
-        clearTimeout(timer);
-        reject(signal.reason);
-      };
-      // Also look again now and then: an ejected replica's retry time passes without an event.
-      const timer = setTimeout(() => {
-        const i = this.waiters.indexOf(done);
-        if (i >= 0) this.waiters.splice(i, 1);
-        done();
-      }, Math.max(1, Math.min(250, limitMs ?? 250)));
-      this.waiters.push(done);
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
-  }
-
   private wake(): void {
-    for (const w of this.waiters.splice(0)) w();
+    if (this.queue.length > 0) this.serve();
   }
 }
 

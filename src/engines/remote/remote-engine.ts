@@ -87,6 +87,9 @@ export interface RemoteEmbedding {
   only?: boolean;
 }
 
+/** How long a replica that could not tell its slot count waits before it is asked again. */
+const SLOTS_RETRY_MS = 5_000;
+
 /** How long a health check's answer body may take to end after its head. */
 const HEALTH_BODY_MS = 2_000;
 
@@ -107,6 +110,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   private readonly unsupported: ReadonlySet<string>;
   /** Replicas being asked for their slot count right now. */
   private readonly asking = new Set<Replica>();
+  /** Generations waiting in the pool for a replica slot (embeddings wait there too, not counted). */
+  private waitingGenerations = 0;
 
   constructor(
     readonly id: string,
@@ -370,7 +375,13 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (auxiliary) {
           lease = this.pool.peek(tried, attempt === 0 ? prefer : undefined);
           if (!lease) throw new NoReplica();
-        } else lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined, this.source.queueTimeoutMs);
+        } else {
+          // Embeddings run on the upstream's own embedding contexts, beside its generation slots:
+          // they are held to the configured (or default) count, not to the generation slots a
+          // replica reports.
+          const atMost = (r: Replica) => Math.max(r.slots, this.source.slots);
+          lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined, this.source.queueTimeoutMs, atMost);
+        }
       } catch (err) {
         if (err instanceof NoReplica) throw unavailable(this.id, last);
         if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
@@ -438,7 +449,12 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         opened = undefined;
       } else {
         try {
-          lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, this.source.queueTimeoutMs);
+          this.waitingGenerations++;
+          try {
+            lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, this.source.queueTimeoutMs);
+          } finally {
+            this.waitingGenerations--;
+          }
         } catch (err) {
           if (err instanceof NoReplica) throw unavailable(this.id, last);
           if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
@@ -614,19 +630,23 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * once it answers, with a count or without, it is not asked again.
    */
   learnSlots(r: Replica): void {
-    if (!this.source.learnSlots || r.slotsAsked || this.asking.has(r)) return;
+    if (!this.source.learnSlots || r.slotsAsked || this.asking.has(r) || Date.now() < r.slotsRetryAt) return;
     this.asking.add(r);
     void askReplicaSlots(r.url, this.info.flavor ?? "openai", this.upstreamModel, this.headers(), this.source.connectTimeoutMs).then((slots) => {
       this.asking.delete(r);
-      if (slots === undefined) return;
+      if (slots === undefined) {
+        // Not every request asks again: a replica that keeps failing the question is asked every few seconds.
+        r.slotsRetryAt = Date.now() + SLOTS_RETRY_MS;
+        return;
+      }
       r.slotsAsked = true;
       if (slots !== null) this.pool.setSlots(r, slots);
     });
   }
 
-  /** Requests the core admitted that wait here for a replica slot (all replicas are full). */
+  /** Generations the core admitted that wait here for a replica slot (all replicas are full). */
   waitingInside(): number {
-    return this.pool.waitingCount;
+    return this.waitingGenerations;
   }
 
   /** Active checks: /health on every replica; a failure counts like a failed request. */

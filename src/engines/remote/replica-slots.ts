@@ -10,8 +10,9 @@ const MAX_SLOTS = 4096;
  *   a Plinth router reports the slots of its own replicas);
  * - vLLM and SGLang report no such number.
  *
- * Answers the count; null when the replica answered without one (nothing more to learn from it);
- * undefined when it could not be asked now (down, slow, an error status), so it is asked again later.
+ * Answers the count; null when the replica answered without one (nothing more to learn from it:
+ * no such route, or a ready model without the field); undefined when it could not be asked now
+ * (down, slow, a 5xx, or a Plinth whose model is still loading), so it is asked again later.
  */
 export async function askReplicaSlots(
   base: URL,
@@ -24,11 +25,14 @@ export async function askReplicaSlots(
     const res = await call(new URL(flavor === "llama-server" ? "props" : "v1/models", base), { headers, headTimeoutMs: timeoutMs });
     if (res.status !== 200) {
       res.body.resume();
-      return undefined;
+      return res.status === 404 || res.status === 405 ? null : undefined;
     }
     const json = (await readJson(res, timeoutMs)) as any;
-    const reported = flavor === "llama-server" ? json?.total_slots : Array.isArray(json?.data) ? json.data.find((m: any) => m?.id === model)?.parallel : undefined;
-    return slotCount(reported);
+    if (flavor === "llama-server") return slotCount(json?.total_slots);
+    const entry = Array.isArray(json?.data) ? json.data.find((m: any) => m?.id === model) : undefined;
+    // Not listed (yet), or listed by a Plinth that is still loading it (its count comes once ready).
+    if (entry === undefined || (typeof entry?.status === "string" && entry.status !== "ready")) return undefined;
+    return slotCount(entry.parallel);
   } catch {
     return undefined;
   }
