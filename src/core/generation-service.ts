@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { Channel } from "./channel.ts";
 import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type GenerationHooks, keyedNamespace, type Outcome, type RequestContext } from "./context.ts";
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
@@ -337,6 +338,9 @@ class BatchRun {
     /** Called as each choice gets its slot. */
     private readonly onStarted: () => void = () => {},
   ) {
+    // Every choice (n of them) listens on this one signal in several places; Node warns of a leak
+    // past ten listeners, which here is only a large n.
+    setMaxListeners(0, this.abort.signal);
     if (clientSignal.aborted) this.abort.abort(clientSignal.reason);
     else clientSignal.addEventListener("abort", () => this.abort.abort(clientSignal.reason), { once: true });
   }

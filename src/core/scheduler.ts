@@ -42,9 +42,13 @@ export class Scheduler {
     return this.waitingCount;
   }
 
-  /** The most jobs one request can ever have admitted: every slot busy with it and a full queue. */
+  /**
+   * The most jobs one request may have admitted: every slot, and half the queue. One request with
+   * `n` (or a batch) as large as slots and the whole queue locked every other client out with 429s
+   * for as long as it ran; half leaves the rest of the queue to them.
+   */
   get capacity(): number {
-    return this.slots + this.maxQueue;
+    return this.slots + Math.floor(this.maxQueue / 2);
   }
 
   /**
@@ -56,8 +60,8 @@ export class Scheduler {
   admit(jobs: number, field = "n"): void {
     if (jobs > this.capacity) {
       throw invalidField(
-        `{field} asks for ${jobs} generations at once, but this model runs at most ${this.slots} at a time ` +
-          `with ${this.maxQueue} more waiting, so the request could never be admitted; ask for at most ${this.capacity}.`,
+        `{field} asks for ${jobs} generations at once, but one request may have at most ${this.capacity} on this model ` +
+          `(the ${this.slots} it runs at a time and half of its queue of ${this.maxQueue}); ask for at most ${this.capacity}.`,
         field,
         "too_many_choices",
       );

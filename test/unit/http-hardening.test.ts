@@ -234,12 +234,12 @@ describe("admission: a request that can never fit is a 400, not a retryable 429"
   });
   after(() => s.close());
 
-  test("chat n beyond slots + queue → 400 naming n", async () => {
-    const e = envelope(await s.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...ok, n: 21 } }), 400);
+  test("chat n beyond slots + half the queue → 400 naming n (a request that takes the whole queue locks everyone else out)", async () => {
+    const e = envelope(await s.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...ok, n: 13 } }), 400);
     assert.equal(e.param, "n");
     assert.equal(e.code, "too_many_choices");
-    assert.match(e.message, /^n asks for 21 generations.*at most 20/);
-    const fits = await s.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...ok, n: 20 } });
+    assert.match(e.message, /^n asks for 13 generations.*at most 12/);
+    const fits = await s.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...ok, n: 12 } });
     assert.equal(fits.statusCode, 200, fits.body);
   });
 

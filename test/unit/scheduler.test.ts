@@ -23,18 +23,22 @@ test("grants free slots immediately and queues the rest in FIFO order", async ()
 });
 
 test("refuses with 429 and Retry-After once the queue bound would be passed", () => {
-  const s = new Scheduler(1, 1);
+  const s = new Scheduler(1, 2);
   s.admit(2); // one runs, one waits
+  s.admit(1); // it waits too: the queue is full
   assert.throws(
     () => s.admit(1),
     (e: unknown) => e instanceof ApiError && e.status === 429 && e.headers["retry-after"] === "1",
   );
 });
 
-test("a whole request is admitted or refused at once", () => {
-  const s = new Scheduler(2, 1);
-  assert.throws(() => s.admit(4), ApiError);
-  s.admit(3);
+test("a whole request is admitted or refused at once, and one request may fill the slots and half the queue, not more", () => {
+  const s = new Scheduler(2, 4);
+  assert.throws(() => s.admit(5), (e: unknown) => e instanceof ApiError && e.status === 400);
+  s.admit(4);
+  // The other half of the queue is left for other requests.
+  s.admit(2);
+  assert.throws(() => s.admit(1), (e: unknown) => e instanceof ApiError && e.status === 429);
 });
 
 test("an aborted waiter leaves the queue and never takes a slot", async () => {
