@@ -119,20 +119,72 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
 }
 
 /**
- * Caps open connections. Connections that sit idle between requests (keep-alive) are closed as the
- * cap comes near, so clients that open connections and leave them idle cannot lock working clients
- * out until their keep-alive timeout: 520 idle sockets held the default cap of 512 for 65 s, and every
- * new client was dropped meanwhile. A connection with a request in flight is never closed here.
+ * Caps open connections. Connections that have no request in flight are closed as the cap comes
+ * near, those that have waited longest first, so clients that open connections and leave them
+ * idle, or send a request head a byte at a time (slowloris), cannot lock working clients out: 520
+ * idle sockets held the default cap of 512 for 65 s, and 600 connections that each sent half a head
+ * held it for the 30 s head timeout, every new client (and /health) dropped meanwhile. A connection
+ * still without a head is closed only after HEAD_GRACE_MS: a working client's head arrives within
+ * milliseconds. A connection with a request in flight is never closed here.
  */
 function makeRoomAtTheCap(server: import("node:http").Server, max: number): void {
   server.maxConnections = max;
   let open = 0;
+  // Connections waiting for a request head (new, or idle between requests), oldest first (a Map
+  // keeps insertion order; a socket is re-added when it starts waiting again), with since when.
+  const waiting = new Map<import("node:net").Socket, number>();
+  let timer: NodeJS.Timeout | undefined;
+  /** Closes up to `count` connections that have waited for a head longer than a working client would. */
+  const closeStale = (count: number): void => {
+    const now = Date.now();
+    for (const [socket, since] of waiting) {
+      if (count <= 0) return;
+      if (now - since < HEAD_GRACE_MS) {
+        // None older yet: look again when the oldest is (the cap stays near while they are held).
+        if (!timer) {
+          timer = setTimeout(makeRoom, HEAD_GRACE_MS - (now - since));
+          timer.unref();
+        }
+        return;
+      }
+      count--;
+      waiting.delete(socket);
+      socket.destroy();
+    }
+  };
+  /** Keeps one connection free below the cap: at the cap Node drops new sockets before any handler sees them. */
+  function makeRoom(): void {
+    timer = undefined;
+    if (open < max - 1) return;
+    server.closeIdleConnections();
+    closeStale(1);
+  }
   server.on("connection", (socket) => {
     open++;
-    socket.once("close", () => open--);
-    // Room for the next one: at the cap Node drops new sockets before any handler sees them.
-    if (open >= max - 1) server.closeIdleConnections();
+    waiting.set(socket, Date.now());
+    socket.once("close", () => {
+      open--;
+      waiting.delete(socket);
+    });
+    makeRoom();
   });
-  // Dropped anyway (a burst of new connections): free the idle ones for the client's next try.
-  server.on("drop", () => server.closeIdleConnections());
+  server.on("request", (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => {
+    const socket = req.socket;
+    waiting.delete(socket);
+    res.once("finish", () => {
+      if (!socket.destroyed) waiting.set(socket, Date.now());
+    });
+  });
+  // Dropped anyway (a burst of new connections): make room for the client's next try.
+  server.on("drop", () => {
+    server.closeIdleConnections();
+    closeStale(16);
+  });
 }
+
+/**
+ * How long a connection may wait for a request head before it is closed to make room at the cap:
+ * far longer than a working client takes, far shorter than the head timeout a slowloris client
+ * otherwise holds a connection for.
+ */
+const HEAD_GRACE_MS = 1_000;

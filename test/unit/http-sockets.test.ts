@@ -246,8 +246,8 @@ describe("timeouts and the connection limit", () => {
         const sock = connect(s.port, "127.0.0.1");
         sock.on("error", () => {});
         await new Promise((r) => sock.once("connect", r));
-        // A partial request keeps the connection busy (not idle) for the server.
-        sock.write("GET /health HTTP/1.1\r\n");
+        // A request in flight (its head whole, its body still coming) keeps the connection busy.
+        sock.write("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{");
         open.push(sock);
       }
       await new Promise((r) => setTimeout(r, 50));
@@ -261,6 +261,42 @@ describe("timeouts and the connection limit", () => {
       assert.equal(after.status, 200);
     } finally {
       for (const sock of open) sock.destroy();
+    }
+  });
+});
+
+describe("connections that never finish a request head (slowloris) at the connection limit", () => {
+  let s: Awaited<ReturnType<typeof listening>>;
+  before(async () => {
+    s = await listening({ headersTimeoutMs: 30_000, maxConnections: 4 });
+  });
+  after(() => s.app.close());
+
+  test("the oldest of them is closed to let a new client in, instead of all holding the limit for the head timeout", async () => {
+    const held: Socket[] = [];
+    const closed: number[] = [];
+    try {
+      for (let i = 0; i < 6; i++) {
+        const sock = connect(s.port, "127.0.0.1");
+        sock.on("error", () => {});
+        sock.once("close", () => closed.push(i));
+        await new Promise((r) => sock.once("connect", r));
+        sock.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n");
+        held.push(sock);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Past the grace a connection gets to send its head (1 s), the oldest make room.
+      await new Promise((r) => setTimeout(r, 1_200));
+      const started = Date.now();
+      const r = await fetch(`${s.url}/health`, { headers: { connection: "close" }, signal: AbortSignal.timeout(3000) });
+      assert.equal(r.status, 200);
+      assert.ok(Date.now() - started < 1000, `answered after ${Date.now() - started} ms`);
+      // The ones closed to make room were the oldest.
+      assert.ok(closed.length >= 2, `closed: ${closed}`);
+      assert.deepEqual(closed.slice().sort(), closed.slice().sort((a, b) => a - b).slice(0, closed.length));
+      assert.ok(closed.includes(0));
+    } finally {
+      for (const sock of held) sock.destroy();
     }
   });
 });
