@@ -99,20 +99,56 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
   try {
     // A "__proto__" key is an ordinary key, never an object's prototype: it is dropped, and the body
     // marked, so surfaces that refuse unknown fields refuse this one too (see refuseDroppedProtoKeys).
-    if (!text.includes('"__proto__"')) return done(null, JSON.parse(text));
-    let dropped = false;
-    const parsed = JSON.parse(text, (key, value) => {
-      if (key !== "__proto__") return value;
-      dropped = true;
-      return undefined;
-    });
-    if (dropped && parsed !== null && typeof parsed === "object") Object.defineProperty(parsed, DROPPED_PROTO, { value: true });
+    let parsed: unknown;
+    if (!text.includes('"__proto__"')) parsed = JSON.parse(text);
+    else {
+      let dropped = false;
+      parsed = JSON.parse(text, (key, value) => {
+        if (key !== "__proto__") return value;
+        dropped = true;
+        return undefined;
+      });
+      if (dropped && parsed !== null && typeof parsed === "object") Object.defineProperty(parsed, DROPPED_PROTO, { value: true });
+    }
+    // Valid UTF-8 can still spell half a character: a "\ud800" escape with no partner. Such a string
+    // would reach the model as U+FFFD (a text the client never sent), so it is refused by name.
+    if (SURROGATE_ESCAPE.test(text)) {
+      const where = loneSurrogatePath(parsed);
+      if (where !== undefined)
+        return done(new ApiError(400, `${where || "The body"} contains an unpaired UTF-16 surrogate escape, which is no character.`, { param: where || null, code: "invalid_value" }));
+    }
     done(null, parsed);
   } catch (err) {
     const message =
       err instanceof RangeError ? "it is nested too deeply" : (err as Error).message.replace(/^JSON\.parse: /, "");
     done(new ApiError(400, `The request body is not valid JSON: ${truncate(message, 200)}`, { code: "invalid_json" }));
   }
+}
+
+/** A \uD800–\uDFFF escape somewhere in the text (the only way JSON can carry a lone surrogate). */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** The path (`messages[0].content`) of the first string or key holding a lone surrogate; undefined if none. */
+function loneSurrogatePath(root: unknown): string | undefined {
+  const stack: Array<{ value: unknown; path: string }> = [{ value: root, path: "" }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value === "string") {
+      if (LONE_SURROGATE.test(value)) return path;
+    } else if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: `${path}[${i}]` });
+    } else if (value !== null && typeof value === "object") {
+      const keys = Object.keys(value);
+      for (let i = keys.length - 1; i >= 0; i--) {
+        const key = keys[i];
+        const at = path ? `${path}.${key}` : key;
+        if (LONE_SURROGATE.test(key)) return at.replace(LONE_SURROGATE, "\uFFFD");
+        stack.push({ value: (value as Record<string, unknown>)[key], path: at });
+      }
+    }
+  }
+  return undefined;
 }
 
 /** Marks (not enumerable, not serialised) a parsed body from which "__proto__" keys were dropped. */

@@ -104,7 +104,7 @@ const CORPUS: HostileCase[] = [
   chat({ ...ok, messages: [{ role: "us\u00e9r", content: "x" }] }, 400, "messages[0].role", "a role with an accent"),
   chat({ ...ok, messages: [{ role: "user\u0000", content: "x" }] }, 400, "messages[0].role", "a role with a NUL"),
   chat({ ...ok, model: "" }, 400, "model", "an empty model"),
-  chat({ ...ok, model: "\ud800" }, 404, "model", "a model that is a lone surrogate"),
+  chat({ ...ok, model: "\ud800" }, 400, "model", "a model that is a lone surrogate (half a character: refused as the body is read)"),
   chat({ messages: ok.messages, "mo\u200bdel": "tiny" }, 400, "model", "model spelled with a zero-width space"),
   chat(`{"__proto__":{"model":"tiny"},"messages":[{"role":"user","content":"hi"}]}`, 400, "model", "model smuggled in through __proto__"),
   { name: "completions prompt as an object", url: "/v1/completions", body: { model: "tiny", prompt: {} }, status: 400, param: "prompt" },

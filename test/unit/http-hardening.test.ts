@@ -260,11 +260,19 @@ describe("validation messages say what is wrong with the field that was sent", (
   const post = (body: string | object) =>
     s.inject({ method: "POST", url: "/v1/chat/completions", headers: JSON_TYPE, payload: typeof body === "string" ? body : JSON.stringify(body) });
 
+  test("a surrogate pair written as escapes is one character, and accepted", async () => {
+    const r = await post(`{"model":"tiny","messages":[{"role":"user","content":"smile \\ud83d\\ude00"}],"max_tokens":2}`);
+    assert.equal(r.statusCode, 200, r.body);
+  });
+
   const cases: Array<[string, string | object, string, RegExp]> = [
     ["max_tokens as a string", { ...ok, max_tokens: "2" }, "max_tokens", /expected a number, got the string "2"/],
     ["temperature 1e999", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"temperature":1e999}`, "temperature", /too large/],
     ["temperature as a string", { ...ok, temperature: "hot" }, "temperature", /expected a number, got the string "hot"/],
     ["100k stop strings", { ...ok, stop: Array.from({ length: 100_000 }, () => "x") }, "stop", /has 100000 items; it must have at most 16/],
+    // Valid UTF-8 bytes, but an escape for half a character: it would reach the model as U+FFFD.
+    ["a lone surrogate escape in content", `{"model":"tiny","messages":[{"role":"user","content":"a\\ud800b"}],"max_tokens":2}`, "messages[0].content", /unpaired UTF-16 surrogate/],
+    ["a lone low surrogate in a stop string", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"stop":["x","\\udfff"]}`, "stop[1]", /unpaired UTF-16 surrogate/],
     ["stop as a number", { ...ok, stop: 5 }, "stop", /expected a string or an array, got the integer 5/],
     ["temperature above 2", { ...ok, temperature: 3 }, "temperature", /is 3; it must be at most 2/],
     ["n as a fraction", { ...ok, n: 1.5 }, "n", /expected an integer, got the number 1.5/],
