@@ -39,6 +39,17 @@ export function keyedStoreNamespace(apiKey: string | undefined, namespace: strin
   return apiKey === undefined ? namespace : JSON.stringify(["key", apiKey, namespace]);
 }
 
+/**
+ * Where a request's stored objects (responses, conversations, stored chat completions) live: its
+ * API key's (the server's own on an open server), as OpenAI keeps them per project. The end user a
+ * request names (`user`, `safety_identifier`) isolates the prompt cache, not stored objects: an
+ * application reads back what it stored for any of its users, with the official clients' plain
+ * `retrieve(id)`.
+ */
+export function storeNamespace(apiKey: string | undefined): string {
+  return keyedStoreNamespace(apiKey, "");
+}
+
 /** What a request asks of the server's capacity, as an admission gate sees it. */
 export interface AdmissionRequest {
   model: string;

@@ -160,6 +160,19 @@ export const MIGRATIONS: readonly Migration[] = [
     up: (db) => db.exec(ENDPOINTS_SCHEMA),
   },
   TENANCY_MIGRATION,
+  {
+    version: 5,
+    description: "stored objects belong to the API key, not to the end user a request named",
+    up: (db) => {
+      // Objects were kept per end user (`user`/`safety_identifier`) within each key; they now belong
+      // to the key alone (the server's own, "", on an open server), where OpenAI's clients look for
+      // them. Children move with their parents in the same transaction (checked at commit).
+      db.pragma("defer_foreign_keys = ON");
+      const keyOnly = `CASE WHEN namespace LIKE '["key",%' THEN json_array('key', json_extract(namespace, '$[1]'), '') ELSE '' END`;
+      for (const table of ["responses", "response_events", "response_items", "conversations", "conversation_items", "chat_completions"])
+        db.exec(`UPDATE OR IGNORE ${table} SET namespace = ${keyOnly} WHERE namespace <> ${keyOnly}`);
+    },
+  },
 ];
 
 /**

@@ -359,20 +359,20 @@ test("000-42 metadata with 16 pairs is accepted and stored; 17 pairs is rejected
   assert.equal(long.status, 400);
   assert.match(long.json.error.param, /^metadata/);
   await rejects({ ...ok, metadata: { k: 5 } }, "metadata.k");
-  // Kept with the completion and queryable through the stored Chat Completions API, in the user's namespace.
+  // Kept with the completion and queryable through the stored Chat Completions API (the
+  // application's: the end user it was stored for need not be named).
   const v1 = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
-  const listed = await v1.chat.completions.list({ metadata: { k0: tag } }, { query: { user: "kim" } });
+  const listed = await v1.chat.completions.list({ metadata: { k0: tag } });
   assert.deepEqual(
     listed.data.map((c) => c.id),
     [j.id],
   );
   assert.equal(listed.data[0].choices[0].message.content, "Hello");
-  assert.equal((await v1.chat.completions.list({ metadata: { k0: tag } })).data.length, 0, "another namespace sees nothing");
-  const messages = await v1.chat.completions.messages.list(j.id, {}, { query: { user: "kim" } });
+  const messages = await v1.chat.completions.messages.list(j.id);
   assert.equal(messages.data[0].content, "안녕");
   // Without metadata nothing is stored.
   const plain = await accepts({ ...ok, user: "kim" });
-  await assert.rejects(v1.chat.completions.retrieve(plain.id, { query: { user: "kim" } }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(v1.chat.completions.retrieve(plain.id), (e: unknown) => e instanceof OpenAI.NotFoundError);
 });
 
 test("000-43 output_parser responses answers as a Responses object, and streams the Responses events", async () => {

@@ -304,3 +304,28 @@ test("items of stored responses are found by id within their namespace, and go w
   await store.responses.delete("ns", "resp_a");
   assert.equal(await store.responses.findItem("ns", "fc_1"), undefined, "deleted with its response");
 });
+
+test("migration 5: objects stored per end user move to their API key's namespace (the server's own without a key), children with them", async () => {
+  const dir = freshDir();
+  const old = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  const keyed = (key: string, user: string) => JSON.stringify(["key", key, user]);
+  await old.responses.create("alice-ns", { id: "resp_a", createdAt: 1, status: "completed", model: "m", body: body("resp_a"), inputItems: [userMessage("hi", "msg_a")], background: false });
+  await old.responseEvents.appendMany("alice-ns", "resp_a", [{ sequenceNumber: 0, event: { type: "response.created" } }]);
+  await old.responses.create(keyed("key_1", "bob-ns"), { id: "resp_b", createdAt: 1, status: "completed", model: "m", body: body("resp_b"), inputItems: [], background: false });
+  await old.conversations.create("carol-ns", { id: "conv_c", metadata: {}, items: [userMessage("x", "msg_c")] });
+  old.close();
+  // Back to version 4, as a store written before this migration is.
+  const raw = new Database(join(dir, DB_FILE));
+  raw.pragma("user_version = 4");
+  raw.close();
+  const store = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  after(() => store.close());
+  assert.equal(store.migrationsApplied, 1);
+  assert.ok(await store.responses.get("", "resp_a"));
+  assert.equal((await store.responses.findItem("", "msg_a"))?.id, "msg_a");
+  assert.equal((await store.responseEvents.list("", "resp_a", -1))?.length, 1);
+  assert.ok(await store.responses.get(keyed("key_1", ""), "resp_b"));
+  assert.equal(await store.responses.get("", "resp_b"), undefined, "a key's objects stay that key's");
+  assert.ok(await store.conversations.get("", "conv_c"));
+  assert.equal(await store.responses.get("alice-ns", "resp_a"), undefined);
+});

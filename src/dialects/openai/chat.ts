@@ -8,8 +8,8 @@ import { chatToCanonical } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
 import { chatFieldNames } from "./field-names.ts";
-import { keyedStoreNamespace } from "../../core/context.ts";
-import { type ChatStorage, storeChatCompletion, storedChatNamespace } from "./stored-chat.ts";
+import { storeNamespace } from "../../core/context.ts";
+import { type ChatStorage, storeChatCompletion } from "./stored-chat.ts";
 
 /**
  * POST …/chat/completions as a plain function of the parsed body: canonical request → generation
@@ -47,7 +47,7 @@ export async function chatCompletion(
       ? keepWhenDone(started.events, async (all) => {
           const completion = (await render(replay(all))) as Parameters<typeof storeChatCompletion>[2];
           const messages = body.messages.map((m) => ({ ...m }) as Record<string, unknown>);
-          await storeChatCompletion(storage, keyedStoreNamespace(env.ctx.apiKey, storedChatNamespace(body)), completion, messages, body.metadata);
+          await storeChatCompletion(storage, storeNamespace(env.ctx.apiKey), completion, messages, body.metadata);
         })
       : started.events;
 

@@ -2,27 +2,20 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
-import { keyedStoreNamespace } from "../../core/context.ts";
+import { storeNamespace } from "../../core/context.ts";
 import { requestKey } from "../../http/access.ts";
 import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
-import { isolationKey } from "./sampling-fields.ts";
 
 /**
  * OpenAI's stored Chat Completions: a completion created with `store: true` (or, in a vendor dialect
  * such as Konan, with metadata) is kept with its request messages and metadata, and can be listed
  * (filtered by metadata and model), retrieved, have its metadata replaced, and be deleted.
  *
- * Every stored object lives in the namespace of the end user the request named (`user` or
- * `safety_identifier`; "" for anonymous callers). A request without a body names it in the query
- * (`?user=` or `?safety_identifier=`), as the Responses API's retrieve and delete do.
+ * Every stored object belongs to the API key that stored it (the server's own on an open server),
+ * whatever end user the request named (see storeNamespace).
  */
-
-/** Where a completion is kept: its end-user fields (the cache salt does not take part). */
-export function storedChatNamespace(body: { user?: string | null; safety_identifier?: string | null }): string {
-  return isolationKey(body.safety_identifier ?? body.user, null) ?? "";
-}
 
 /** What `chatCompletion` needs to keep a completion once it has finished. */
 export interface ChatStorage {
@@ -126,10 +119,9 @@ function messageToWire(message: JsonObject): JsonObject {
   return { ...rest, content: text, name: rest.name ?? null, content_parts: parts, ...(rest.role === "assistant" ? { refusal: rest.refusal ?? null } : {}) };
 }
 
-/** The namespace of a body-less request: its API key and the end user named in its query. */
+/** Where a body-less request finds stored completions: its API key's (`?user=` changes nothing). */
 function queryNamespace(request: FastifyRequest): string {
-  const q = request.query as Record<string, string | undefined>;
-  return keyedStoreNamespace(requestKey(request), storedChatNamespace({ user: q.user, safety_identifier: q.safety_identifier }));
+  return storeNamespace(requestKey(request));
 }
 
 /** Registers the stored Chat Completions routes in a scope (the OpenAI plugin's, under /v1). */

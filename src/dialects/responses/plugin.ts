@@ -1,11 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { GenerationService } from "../../core/generation-service.ts";
-import { keyedStoreNamespace } from "../../core/context.ts";
+import { storeNamespace } from "../../core/context.ts";
 import { requestKey } from "../../http/access.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { postRoute, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { openAIErrorBody } from "../openai/errors.ts";
-import { isolationKey } from "../openai/sampling-fields.ts";
 import {
   addItems,
   addItemsRequest,
@@ -38,13 +37,11 @@ export interface ResponsesPluginOptions {
 }
 
 /**
- * The namespace of a request that carries no body (retrieve, delete, cancel, lists): the end user
- * named in the query (`?user=` or `?safety_identifier=`, a Plinth extension), as a body's fields
- * name it on create. Stored objects are visible only in the namespace that created them.
+ * Where a request that carries no body (retrieve, delete, cancel, lists) finds stored objects: its
+ * API key's (see storeNamespace). `?user=` and `?safety_identifier=` are accepted and change nothing.
  */
 function queryNamespace(request: FastifyRequest): string {
-  const q = request.query as Record<string, string | undefined>;
-  return keyedStoreNamespace(requestKey(request), isolationKey(q.safety_identifier ?? q.user, null) ?? "");
+  return storeNamespace(requestKey(request));
 }
 
 /**

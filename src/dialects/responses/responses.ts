@@ -3,7 +3,7 @@ import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
-import { keyedStoreNamespace } from "../../core/context.ts";
+import { storeNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem } from "./protocol.ts";
@@ -126,8 +126,8 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
   if (summary != null && env.service.registry.get(body.model)?.engine?.describe().reasoning === false)
     throw unsupportedField("reasoning.summary", `is available only on models that reason; '${body.model}' does not`);
   const userNs = responsesNamespace(body);
-  // Stored objects belong to the API key too; the request context carries the key separately.
-  const ns = keyedStoreNamespace(env.ctx.apiKey, userNs);
+  // Stored objects belong to the API key; the end user isolates the prompt cache only.
+  const ns = storeNamespace(env.ctx.apiKey);
   const input = await resolveInput(body, ns, deps);
   const { request, fieldName } = responseToCanonical(body, input.all as InputItem[], input.all.length - input.added.length);
   const ctx = { ...env.ctx, namespace: userNs || undefined };
@@ -357,7 +357,7 @@ export async function listInputItems(
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */
 export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   const userNs = responsesNamespace(body);
-  const input = await resolveInput(body, keyedStoreNamespace(env.ctx.apiKey, userNs), deps);
+  const input = await resolveInput(body, storeNamespace(env.ctx.apiKey), deps);
   const { request, fieldName } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[], input.all.length - input.added.length);
   const tokens = await env.service.measure({ ...env.ctx, namespace: userNs || undefined }, request).catch((err) => {
     throw withWireParam(err, fieldName);
