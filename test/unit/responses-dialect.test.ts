@@ -88,6 +88,7 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["tool_choice of a function without its name", { tools: TOOLS, tool_choice: { type: "function" } }, 400, "tool_choice.name"],
   ["a message with an unknown role", { input: [{ role: "bot", content: "x" }] }, 400, "input[0].role"],
   ["an item of an unknown type", { input: [{ type: "foo" }] }, 400, "input[0].type"],
+  ["a safety_identifier over OpenAI's 64 characters", { safety_identifier: "s".repeat(65) }, 400, "safety_identifier"],
 ];
 
 for (const [name, extra, status, param] of refusals) {

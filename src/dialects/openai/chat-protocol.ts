@@ -68,7 +68,7 @@ export const chatCompletionRequest = z.object({
   ...structuredFieldsSchema,
   ...foreignFieldsSchema,
   user: z.string().nullish(),
-  safety_identifier: z.string().nullish(),
+  safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),
   // vLLM's and llama-server's prompt-cache extensions.
   cache_salt: z.string().nullish(),

@@ -169,7 +169,7 @@ export const createResponseRequest = z.object({
   include: z.array(z.string()).nullish(),
   metadata: metadata.nullish(),
   user: z.string().nullish(),
-  safety_identifier: z.string().nullish(),
+  safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),
   ...serviceFieldsSchema,
   /** Accepted by the schema only so that it can be refused by name. */
