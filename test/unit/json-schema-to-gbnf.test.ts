@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, describe, test } from "node:test";
 import { Ajv2020 } from "ajv/dist/2020.js";
+import fc from "fast-check";
 import {
   getLlama,
   LlamaGrammarEvaluationState,
@@ -349,6 +350,21 @@ describe("grammar text", () => {
     // Relaxed (not strict), an overlapping oneOf compiles as anyOf and says so.
     const relaxed = compileJsonSchema({ oneOf: [{ type: "number" }, { type: "integer" }] }, { strict: false });
     assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["oneOf"]);
+  });
+
+  test("a prefix-factored enum matches exactly its values, for any set of values (fast-check, llama.cpp's grammar engine)", async () => {
+    // A small alphabet, so that values share prefixes, are prefixes of one another, and need escapes.
+    const char = fc.constantFrom("a", "b", '"', "\\", "\n", "é", "😀", " ");
+    const text = fc.array(char, { maxLength: 5 }).map((cs) => cs.join(""));
+    await fc.assert(
+      fc.asyncProperty(fc.uniqueArray(text, { minLength: 1, maxLength: 12 }), fc.array(text, { maxLength: 8 }), async (values, others) => {
+        const accepts = await matcher({ enum: values });
+        for (const v of values) if (!accepts(JSON.stringify(v))) return false;
+        for (const o of others) if (!values.includes(o) && accepts(JSON.stringify(o))) return false;
+        return true;
+      }),
+      { numRuns: 60 },
+    );
   });
 
   test("enum, const, anyOf, oneOf, type arrays", async () => {
