@@ -140,6 +140,12 @@ export type SchemaLimits = {
   maxNodes: number;
   /** Most values in one enum. */
   maxEnumValues: number;
+  /**
+   * Most branches of one anyOf/oneOf that are more than values (those that are only values are an
+   * enum). llama.cpp follows every branch still possible at each token, on the decode thread all
+   * sequences share: 5,000 one-property objects slowed other requests' tokens by a second.
+   */
+  maxBranches: number;
   /** Most bytes of all enum and const values together. */
   maxEnumBytes: number;
   /** Largest repetition count: min/maxLength, min/maxItems, min/maxProperties, `{n,m}` in patterns. */
@@ -165,6 +171,7 @@ export const DEFAULT_SCHEMA_LIMITS: Readonly<SchemaLimits> = {
   maxDepth: 256,
   maxNodes: 100_000,
   maxEnumValues: 10_000,
+  maxBranches: 1_000,
   maxEnumBytes: 512 * 1024,
   maxRepeat: 100_000,
   maxPatternLength: 10_000,
@@ -346,6 +353,8 @@ class Converter {
       // enum of all their values, so that they share prefixes too.
       const values = Object.keys(rest).length === 0 ? valuesOnly(branches) : undefined;
       if (values) return this.enumExpr({ enum: values }, join(path, key));
+      if (branches.length > this.limits.maxBranches)
+        throw new SchemaLimitError(join(path, key), `${key} has ${branches.length} branches (limit ${this.limits.maxBranches})`);
       const exprs = branches.map((branch, i) => {
         const p = join(join(path, key), i);
         if (Object.keys(rest).length === 0) return this.visit(branch, p, left);

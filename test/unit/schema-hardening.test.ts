@@ -99,6 +99,13 @@ describe("hostile schemas", () => {
 
   test("limits are configurable and checkSchemaLimits runs alone", () => {
     assert.throws(() => checkSchemaLimits({ enum: [1, 2, 3] }, { maxEnumValues: 2 }), SchemaLimitError);
+    // Branches that are more than values count against maxBranches (1,000 by default); value-only
+    // branches are an enum and count as its values.
+    const objects = (n: number) => ({ anyOf: Array.from({ length: n }, (_, i) => ({ type: "object", properties: { [`k${i}`]: { type: "integer" } }, required: [`k${i}`] })) });
+    assert.throws(() => jsonSchemaToGbnf(objects(1_001)), (e: unknown) => e instanceof SchemaLimitError && e.path === "anyOf");
+    assert.doesNotThrow(() => jsonSchemaToGbnf(objects(1_000)));
+    assert.throws(() => jsonSchemaToGbnf(objects(3), { limits: { maxBranches: 2 } }), SchemaLimitError);
+    assert.doesNotThrow(() => jsonSchemaToGbnf({ oneOf: Array.from({ length: 5_000 }, (_, i) => ({ const: `c${i}` })) }));
     assert.throws(() => jsonSchemaToGbnf({ type: "string", maxLength: 50 }, { limits: { maxRepeat: 10 } }), SchemaLimitError);
     assert.throws(() => jsonSchemaToGbnf({ type: "object", properties: props(100) }, { limits: { maxRules: 50 } }), SchemaLimitError);
     const cyclic: Record<string, unknown> = { type: "object" };
