@@ -119,72 +119,84 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
 }
 
 /**
- * Caps open connections. Connections that have no request in flight are closed as the cap comes
- * near, those that have waited longest first, so clients that open connections and leave them
- * idle, or send a request head a byte at a time (slowloris), cannot lock working clients out: 520
- * idle sockets held the default cap of 512 for 65 s, and 600 connections that each sent half a head
- * held it for the 30 s head timeout, every new client (and /health) dropped meanwhile. A connection
- * still without a head is closed only after HEAD_GRACE_MS: a working client's head arrives within
- * milliseconds. A connection with a request in flight is never closed here.
+ * Caps open connections, keeping one free below the cap (at the cap Node drops a new socket before
+ * any handler sees it). To make that room, connections with no request in flight are closed one at
+ * a time, oldest first: first those idle between requests (keep-alive; the client opens a new one
+ * when it needs it), then those that have not sent a whole request head within HEAD_GRACE_MS (a
+ * working client's head arrives within milliseconds). So clients that open connections and leave
+ * them idle, or send a head a byte at a time (slowloris), cannot lock working clients out: 520 idle
+ * sockets held the default cap of 512 for 65 s, and 600 connections that each sent half a head held
+ * it for the 30 s head timeout, every new client (and /health) dropped meanwhile. Only what is
+ * needed is closed: closing every idle socket at once reset keep-alive clients reusing one at that
+ * moment. A connection with a request in flight is never closed here.
  */
 function makeRoomAtTheCap(server: import("node:http").Server, max: number): void {
   server.maxConnections = max;
   let open = 0;
-  // Connections waiting for a request head (new, or idle between requests), oldest first (a Map
-  // keeps insertion order; a socket is re-added when it starts waiting again), with since when.
-  const waiting = new Map<import("node:net").Socket, number>();
+  // Connections with no request in flight, oldest first (a Map keeps insertion order; a socket is
+  // re-added when it goes idle again): since when, and whether it ever sent a whole head.
+  const resting = new Map<import("node:net").Socket, { since: number; served: boolean }>();
   let timer: NodeJS.Timeout | undefined;
-  /** Closes up to `count` connections that have waited for a head longer than a working client would. */
-  const closeStale = (count: number): void => {
+  /** Closes one resting connection that may go (see above); false if none may yet. */
+  const closeOne = (spare?: import("node:net").Socket): boolean => {
     const now = Date.now();
-    for (const [socket, since] of waiting) {
-      if (count <= 0) return;
-      if (now - since < HEAD_GRACE_MS) {
-        // None older yet: look again when the oldest is (the cap stays near while they are held).
-        if (!timer) {
-          timer = setTimeout(makeRoom, HEAD_GRACE_MS - (now - since));
-          timer.unref();
-        }
-        return;
+    let stale: import("node:net").Socket | undefined;
+    let youngest = Infinity;
+    for (const [socket, r] of resting) {
+      if (socket === spare) continue;
+      if (r.served) {
+        stale = socket;
+        break;
       }
-      count--;
-      waiting.delete(socket);
-      socket.destroy();
+      if (now - r.since >= HEAD_GRACE_MS) stale ??= socket;
+      else youngest = Math.min(youngest, r.since);
     }
+    if (stale) {
+      resting.delete(stale);
+      stale.destroy();
+      return true;
+    }
+    // None may go yet: look again when the oldest head-less one has had its grace.
+    if (youngest !== Infinity && !timer) {
+      timer = setTimeout(makeRoom, HEAD_GRACE_MS - (now - youngest));
+      timer.unref();
+    }
+    return false;
   };
-  /** Keeps one connection free below the cap: at the cap Node drops new sockets before any handler sees them. */
-  function makeRoom(): void {
+  function makeRoom(spare?: import("node:net").Socket): void {
     timer = undefined;
-    if (open < max - 1) return;
-    server.closeIdleConnections();
-    closeStale(1);
+    if (open >= max - 1) closeOne(spare);
   }
   server.on("connection", (socket) => {
     open++;
-    waiting.set(socket, Date.now());
+    resting.set(socket, { since: Date.now(), served: false });
     socket.once("close", () => {
       open--;
-      waiting.delete(socket);
+      resting.delete(socket);
     });
-    makeRoom();
+    makeRoom(socket);
   });
   server.on("request", (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => {
     const socket = req.socket;
-    waiting.delete(socket);
+    resting.delete(socket);
     res.once("finish", () => {
-      if (!socket.destroyed) waiting.set(socket, Date.now());
+      if (socket.destroyed) return;
+      resting.set(socket, { since: Date.now(), served: true });
+      // At the cap the oldest idle connection goes now, this one if it is the only one: its client
+      // sees the close with the answer and opens a new connection next time, where a new client
+      // arriving later would be dropped.
+      makeRoom();
     });
   });
-  // Dropped anyway (a burst of new connections): make room for the client's next try.
+  // Dropped anyway (a burst of new connections): make room for the clients' next tries.
   server.on("drop", () => {
-    server.closeIdleConnections();
-    closeStale(16);
+    for (let i = 0; i < 16 && closeOne(); i++);
   });
 }
 
 /**
- * How long a connection may wait for a request head before it is closed to make room at the cap:
- * far longer than a working client takes, far shorter than the head timeout a slowloris client
- * otherwise holds a connection for.
+ * How long a new connection may take to send its first request head before it may be closed to make
+ * room at the cap: far longer than a working client takes, far shorter than the head timeout a
+ * slowloris client otherwise holds a connection for.
  */
 const HEAD_GRACE_MS = 1_000;
