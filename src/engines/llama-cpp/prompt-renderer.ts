@@ -1,6 +1,7 @@
 import {
   type ChatModelFunctions,
   type ChatWrapper,
+  ChatMLChatWrapper,
   HarmonyChatWrapper,
   JinjaTemplateChatWrapper,
   type LlamaModel,
@@ -15,6 +16,7 @@ import {
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
+import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
@@ -76,6 +78,8 @@ export class PromptRenderer {
     let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
     if (type === "auto" && !(wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
       wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
+    // ChatML, block for block as the model's template writes it (see chatml-wrapper.ts).
+    if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
   }

@@ -1,0 +1,69 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { ChatMLChatWrapper, JinjaTemplateChatWrapper, LlamaText, SpecialToken } from "node-llama-cpp";
+import type { Message } from "../../src/core/types.ts";
+import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
+import { FaithfulChatMLChatWrapper } from "../../src/engines/llama-cpp/chatml-wrapper.ts";
+import { CHATML_TEMPLATE } from "../fixtures/models.ts";
+
+// The ChatML wrapper Plinth renders with, against the fixture's own Jinja template rendered by
+// node-llama-cpp's Jinja wrapper (message for message, as llama-server and vLLM render it). Checked
+// against llama-server itself on the same file while it was written: the token ids were equal.
+
+const conversations: Record<string, Message[]> = {
+  "system and user": [
+    { role: "system", content: "A" },
+    { role: "user", content: "Hi" },
+  ],
+  "two system messages": [
+    { role: "system", content: "A" },
+    { role: "system", content: "B" },
+    { role: "user", content: "Hi" },
+  ],
+  "an empty user message": [
+    { role: "user", content: "" },
+    { role: "user", content: "Hi" },
+  ],
+  "an empty assistant turn": [
+    { role: "user", content: "Hi" },
+    { role: "assistant", content: "" },
+    { role: "user", content: "Again" },
+  ],
+  "a system message mid-conversation": [
+    { role: "user", content: "Hi" },
+    { role: "assistant", content: "Yo" },
+    { role: "system", content: "Be brief" },
+    { role: "user", content: "Again" },
+  ],
+  "an assistant turn last (continued)": [
+    { role: "user", content: "Hi" },
+    { role: "assistant", content: "Yo" },
+  ],
+};
+
+/** The text without its leading BOS (the renderer keeps it only for models that add one). */
+const text = (t: LlamaText) => LlamaText(t.values[0] instanceof SpecialToken ? t.values.slice(1) : t.values).toString();
+
+for (const [name, messages] of Object.entries(conversations)) {
+  test(`ChatML as the template writes it: ${name}`, () => {
+    const chatHistory = toChatHistory(messages);
+    const ours = text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory }).contextText);
+    const jinja = new JinjaTemplateChatWrapper({ template: CHATML_TEMPLATE, joinAdjacentMessagesOfTheSameType: false });
+    assert.equal(ours, text(jinja.generateContextState({ chatHistory }).contextText));
+  });
+}
+
+test("node-llama-cpp's own ChatML wrapper differs there (why ours exists); the plain conversation is the same in both", () => {
+  const chatHistory = toChatHistory(conversations["two system messages"]);
+  assert.notEqual(text(new ChatMLChatWrapper().generateContextState({ chatHistory }).contextText), text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory }).contextText));
+  const plain = toChatHistory(conversations["system and user"]);
+  assert.equal(text(new ChatMLChatWrapper().generateContextState({ chatHistory: plain }).contextText), text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory: plain }).contextText));
+});
+
+test("tools go into the first system block after its text, or a block of their own", () => {
+  const functions = { lookup: { description: "Looks a word up", params: { type: "object", properties: { q: { type: "string" } } } } } as const;
+  const withSystem = text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory: toChatHistory(conversations["two system messages"]), availableFunctions: functions }).contextText);
+  assert.match(withSystem, /^<\|im_start\|>system\nA\n\n[^]*lookup[^]*<\|im_end\|>\n<\|im_start\|>system\nB<\|im_end\|>\n/);
+  const without = text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory: toChatHistory([{ role: "user", content: "Hi" }]), availableFunctions: functions }).contextText);
+  assert.match(without, /^<\|im_start\|>system\n[^]*lookup[^]*<\|im_end\|>\n<\|im_start\|>user\nHi<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+});
