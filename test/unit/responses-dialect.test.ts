@@ -229,6 +229,15 @@ test("conversations: an item already in the conversation is refused before gener
     ["user", "user", "assistant"],
   );
   assert.equal(new Set(after.map((i: { id: string }) => i.id)).size, after.length);
+  // One id on two items of one input, and an id of the response being continued.
+  const twice = await post({ model: "m", input: [{ type: "message", id: "msg_same", role: "user", content: "a" }, { type: "message", id: "msg_same", role: "user", content: "b" }] });
+  assert.equal(twice.statusCode, 400, twice.body);
+  assert.equal(twice.json().error.param, "input[1].id");
+  assert.match(twice.json().error.message, /two items of input/);
+  const prev = (await post({ model: "m", input: [{ type: "message", id: "msg_prev", role: "user", content: "a" }] })).json();
+  const again = await post({ model: "m", previous_response_id: prev.id, input: [{ type: "message", id: "msg_prev", role: "user", content: "a" }] });
+  assert.equal(again.statusCode, 400, again.body);
+  assert.equal(again.json().error.param, "input[0].id");
 });
 
 test("completed_at is set only on a completed response (null when incomplete)", async () => {

@@ -73,16 +73,16 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
   const added: Item[] = [];
   const earlierIds = new Set(earlier.map((e) => e.id).filter((id) => typeof id === "string"));
-  // Ids this turn adds to the conversation: each may be there once (checked now, not when the
-  // finished turn is stored, which would refuse a response already generated).
+  // Each item is in the prompt once, and a conversation holds each id once: an id already before
+  // this turn, or twice in it, is refused now (for a conversation, storing the finished turn would
+  // otherwise fail after the response was generated).
   const addedIds = new Set<string>();
   const addOnce = (item: Item, i: number) => {
-    if (conversationId !== undefined && typeof item.id === "string" && item.id) {
-      if (earlierIds.has(item.id) || addedIds.has(item.id))
-        throw new ApiError(400, `An item with id '${item.id}' is already in the conversation '${conversationId}'; refer to it with an item_reference, or leave the id out.`, {
-          param: `input[${i}].id`,
-          code: "conflict",
-        });
+    if (typeof item.id === "string" && item.id) {
+      const where = conversationId !== undefined ? `the conversation '${conversationId}'` : `the response '${body.previous_response_id}'`;
+      const refuse = (message: string) => new ApiError(400, message, { param: `input[${i}].id`, code: "conflict" });
+      if (addedIds.has(item.id)) throw refuse(`The id '${item.id}' is given to two items of input; each item needs its own.`);
+      if (earlierIds.has(item.id)) throw refuse(`An item with id '${item.id}' is already in ${where}; refer to it with an item_reference, or leave the id out.`);
       addedIds.add(item.id);
     }
     added.push(item);
