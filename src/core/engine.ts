@@ -33,6 +33,11 @@ export interface ChoiceRun {
   maxTokens: number;
   /** The scheduler's slot; at most one choice runs in a slot at a time. */
   slot: number;
+  /**
+   * How long the choice waited for that slot: an engine that can make it wait again (a remote
+   * model's replicas all full) counts that wait against the same queue timeout.
+   */
+  waitedMs?: number;
 }
 
 /** One step of an engine's output for a single choice. */

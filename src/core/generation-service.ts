@@ -384,10 +384,12 @@ class BatchRun {
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     // The first choice is the one whose upstream request `prepare` may have opened.
     const onWait = seedOffset === 0 && engine.waiting ? () => engine.waiting!(prep) : undefined;
+    const asked = Date.now();
     const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait, this.queueGroup).catch((err: unknown) => {
       engine.discard?.(prep);
       throw err;
     });
+    const waitedMs = Date.now() - asked;
     this.started = true;
     this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
@@ -395,7 +397,7 @@ class BatchRun {
       const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));
       const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
       let reason: FinishReason = "stop";
-      for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot }, signal)) {
+      for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot, waitedMs }, signal)) {
         // A reader slower than the engine (a remote upstream streams far faster than a slow client
         // takes it) holds the engine here, so the events between them stay a bounded buffer.
         if (engine.pausable && this.channel.full) {

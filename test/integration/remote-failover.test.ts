@@ -1,5 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
 import { faultyReplica, spawnUpstream, type FaultyReplica } from "../helpers/replicas.ts";
 import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
@@ -337,6 +339,55 @@ test("a replica is sent only as many requests as it reports running at once: the
   assert.ok(waited >= 7, `${waited} requests waited in the router at once`);
   assert.equal(replica.failed, 0);
   assert.equal(replica.state, "up");
+});
+
+/** An upstream that says it runs `parallel` requests at once and answers every chat after `delayMs`, streamed. */
+async function slowUpstream(parallel: number, delayMs: number): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      if (req.url === "/v1/models") {
+        res.setHeader("content-type", "application/json");
+        return void res.end(JSON.stringify({ object: "list", data: [{ id: "tiny", object: "model", max_model_len: 4096, parallel }] }));
+      }
+      if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
+      setTimeout(() => {
+        res.setHeader("content-type", "text/event-stream");
+        const chunk = (choice: object, extra: object = {}) => `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "tiny", choices: [choice], ...extra })}\n\n`;
+        res.write(chunk({ index: 0, delta: { role: "assistant", content: "hi" }, finish_reason: null }));
+        res.end(chunk({ index: 0, delta: {}, finish_reason: "stop" }, { usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } }) + "data: [DONE]\n\n");
+      }, delayMs);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+test("a request that waits for the router's queue and then for a replica slot is refused after one queue timeout, not two", async () => {
+  const up = await slowUpstream(1, 300);
+  cleanup.push(up.close);
+  // One replica slot (its own report), 64 admitted as running and waiting for it in the router;
+  // the six past those wait in the core's queue first, then for the replica.
+  const r = await router([up.url], { "queue-timeout": "3" });
+  const started = Date.now();
+  const answers = await Promise.all(
+    Array.from({ length: 70 }, async () => {
+      const res = await ask(r, { max_tokens: 2 });
+      return { status: res.status, ms: Date.now() - started };
+    }),
+  );
+  const refused = answers.filter((a) => a.status === 503);
+  assert.ok(refused.length > 50, `${refused.length} refused`);
+  assert.ok(answers.every((a) => a.status === 200 || a.status === 503), JSON.stringify(answers.map((a) => a.status)));
+  // Each answered within the one limit (3 s) and a little: none waited 3 s twice (~6 s before).
+  const slowest = Math.max(...answers.map((a) => a.ms));
+  assert.ok(slowest < 4_500, `the slowest answer came after ${slowest} ms`);
 });
 
 test("more requests than replica slots queue and all finish: a queued request does not hold a replica slot the running ones need", async () => {

@@ -451,13 +451,16 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         try {
           this.waitingGenerations++;
           try {
-            lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, this.source.queueTimeoutMs);
+            // One queue timeout for the whole wait: what the choice already waited for the core's
+            // slot counts (two limits in a row let a request wait twice as long).
+            const limit = this.source.queueTimeoutMs > 0 ? Math.max(1, this.source.queueTimeoutMs - (run.waitedMs ?? 0)) : 0;
+            lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, limit);
           } finally {
             this.waitingGenerations--;
           }
         } catch (err) {
           if (err instanceof NoReplica) throw unavailable(this.id, last);
-          if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
+          if (err instanceof ReplicaWaitTimeout) throw queueTimeout(this.source.queueTimeoutMs);
           throw err;
         }
         this.noteReplica(prep, seed, lease.replica);
