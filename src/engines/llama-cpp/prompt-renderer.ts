@@ -73,7 +73,15 @@ export class PromptRenderer {
     // Templates that stamp today's date would render a conversation differently after midnight and
     // lose its cached prefix; the date is pinned to the day the model was loaded.
     const today = new Date(new Date().toISOString().slice(0, 10));
-    const customWrapperSettings = { "llama3.1": { todayDate: today }, "llama3.2-lightweight": { todayDate: today }, harmony: { todayDate: today } };
+    // A model rendered through its own Jinja template gets each message as the template sees it:
+    // node-llama-cpp joins consecutive messages of one role into one by default (two system
+    // messages became one block, where the template writes two).
+    const customWrapperSettings = {
+      "llama3.1": { todayDate: today },
+      "llama3.2-lightweight": { todayDate: today },
+      harmony: { todayDate: today },
+      jinjaTemplate: { joinAdjacentMessagesOfTheSameType: false },
+    };
     const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
     let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
     if (type === "auto" && !(wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
@@ -111,13 +119,26 @@ export class PromptRenderer {
     const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    // node-llama-cpp's built-in wrappers (ChatML among them) open every prompt with the BOS token,
-    // whatever the model says: a Qwen-style model (add_bos_token false, its BOS <|endoftext|>) saw
-    // a token it was not trained to see first, and counted one prompt token more than llama-server
-    // or vLLM give. The model's own template (the Jinja wrapper) places BOS where it asks for it.
-    const text = !this.model.tokens.shouldPrependBosToken && !(wrapper instanceof JinjaTemplateChatWrapper) ? withoutLeadingBos(state.contextText) : state.contextText;
+    const text = this.withBosAsTheModelWants(state.contextText, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
     return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops };
+  }
+
+  /**
+   * A chat prompt opens with BOS exactly when the model's tokenizer adds one (`add_bos_token`), as
+   * llama.cpp's own server tokenizes a rendered template. node-llama-cpp's built-in wrappers (ChatML
+   * among them) put BOS in front whatever the model says: a Qwen-style model (add_bos_token false,
+   * its BOS <|endoftext|>) saw a token it was not trained to see first and counted one prompt token
+   * more than llama-server or vLLM. A Jinja template that does not write bos_token got none, where
+   * llama-server adds it for a model that asks. A template that writes it itself keeps it.
+   */
+  private withBosAsTheModelWants(text: LlamaText, wrapper: ChatWrapper): LlamaText {
+    const first = text.values[0];
+    const opensWithBos = first instanceof SpecialToken && first.value === "BOS";
+    const wanted = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null;
+    if (wanted && !opensWithBos) return LlamaText([new SpecialToken("BOS"), text]);
+    if (!wanted && opensWithBos && !(wrapper instanceof JinjaTemplateChatWrapper)) return LlamaText(text.values.slice(1));
+    return text;
   }
 
   /**
@@ -186,12 +207,6 @@ export class PromptRenderer {
     }
     return { stopTokens, formatStops };
   }
-}
-
-/** The templated text without a BOS token in front (nested texts flattened by LlamaText already). */
-function withoutLeadingBos(text: LlamaText): LlamaText {
-  const first = text.values[0];
-  return first instanceof SpecialToken && first.value === "BOS" ? LlamaText(text.values.slice(1)) : text;
 }
 
 /** UTF-8 bytes of a templated text's plain and special-token parts. */
