@@ -373,3 +373,12 @@ test("a tool call left unanswered before the next message is a 400 naming that m
   const r = await chat({ ...withTools, messages: [base.messages[0], calling, { role: "tool", tool_call_id: "c1", content: "done" }], max_tokens: 4 });
   assert.equal(r.choices.length, 1);
 });
+
+test("GET /models shows only this API's model; the other served model is not found here (its chat would be refused)", async () => {
+  const list = await fetch(`${server.url}/models`).then((r) => r.json());
+  assert.deepEqual(list.data.map((m: { id: string }) => m.id), [MODEL]);
+  const other = await fetch(`${server.url}/models/tiny`);
+  assert.equal(other.status, 404);
+  assert.equal((await other.json()).error.param, "model");
+  assert.equal((await fetch(`${server.url}/models/${MODEL}`)).status, 200);
+});

@@ -239,10 +239,14 @@ describe("validation", () => {
     assert.ok(missing.json().error);
   });
 
-  test("GET /models lists the served models", async () => {
+  test("GET /models lists this API's one model; another id is not found here", async () => {
     const r = await app.inject({ method: "GET", url: "/models" });
     assert.equal(r.statusCode, 200);
     assert.deepEqual(r.json().data.map((m: { id: string }) => m.id), [MODEL]);
+    assert.equal((await app.inject({ method: "GET", url: `/models/${MODEL}` })).statusCode, 200);
+    const other = await app.inject({ method: "GET", url: "/models/tiny" });
+    assert.equal(other.statusCode, 404, other.body);
+    assert.equal(other.json().error.param, "model");
   });
 });
 

@@ -5,7 +5,8 @@ import { routeEnv, sendResult, requestContext } from "../../http/respond.ts";
 import { getModel, listModels } from "../openai/models.ts";
 import { spakChatCompletion } from "./chat.ts";
 import { SPAK_ENVELOPE } from "./errors.ts";
-import { spakChatRequest } from "./protocol.ts";
+import { SPAK_MODEL, spakChatRequest } from "./protocol.ts";
+import { modelNotFound } from "../../core/errors.ts";
 
 export interface SpakPluginOptions {
   service: GenerationService;
@@ -22,8 +23,18 @@ export async function spakPlugin(scope: FastifyInstance, { service }: SpakPlugin
     const env = routeEnv(request, reply, service, "spak");
     return sendResult(reply, env.signal, await spakChatCompletion(body, env, { userAgent: request.headers["user-agent"] }));
   });
-  scope.get("/models", async (request) => listModels(service, requestContext(request, "spak")));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
-    getModel(service, requestContext(request, "spak"), request.params.id),
-  );
+  // This API has one model: its list shows that one (when served), and another id is not found
+  // here (a client choosing from the list would otherwise pick a model the chat route refuses).
+  scope.get("/models", async (request) => {
+    const all = listModels(service, requestContext(request, "spak"));
+    return { ...all, data: all.data.filter((m) => m.id === SPAK_MODEL) };
+  });
+  scope.get<{ Params: { id: string } }>("/models/:id", async (request) => {
+    const ctx = requestContext(request, "spak");
+    const id = request.params.id;
+    if (id === SPAK_MODEL) return getModel(service, ctx, id);
+    // A key limited to some models gets its 403 for any other name, as on every model route.
+    service.authorize(ctx, id);
+    throw modelNotFound(id).withParam("model");
+  });
 }
