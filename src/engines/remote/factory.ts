@@ -3,7 +3,7 @@ import { call, readJson, UpstreamFailure } from "./http.ts";
 import { type Replica, ReplicaPool } from "./pool.ts";
 import { isLlamaServerModel, llamaServerContext, llamaServerLacks } from "./llama-server.ts";
 import { RemoteEngine } from "./remote-engine.ts";
-import { askReplicaSlots } from "./replica-slots.ts";
+import { learnReplicaSlots } from "./replica-slots.ts";
 import { contextLength } from "./wire.ts";
 import type { RemoteSource } from "./source.ts";
 
@@ -84,15 +84,7 @@ const LEARN_SLOTS_WAIT_MS = 2_000;
  * and the engine asks it again once it serves or passes a health check.
  */
 async function learnSlots(pool: ReplicaPool, flavor: "openai" | "llama-server", model: string, headers: Record<string, string>, timeoutMs: number): Promise<void> {
-  const asked = pool.replicas.map(async (r) => {
-    const slots = await askReplicaSlots(r.url, flavor, model, headers, timeoutMs);
-    if (slots === undefined) {
-      r.slotsRetryAt = Date.now() + 5_000;
-      return;
-    }
-    r.slotsAsked = true;
-    if (slots !== null) pool.setSlots(r, slots);
-  });
+  const asked = pool.replicas.map((r) => learnReplicaSlots(pool, r, flavor, model, headers, timeoutMs));
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([Promise.all(asked), new Promise((resolve) => (timer = setTimeout(resolve, LEARN_SLOTS_WAIT_MS)))]);
   clearTimeout(timer);

@@ -220,6 +220,9 @@ export class ReplicaPool {
         this.poll = setInterval(() => this.serve(), 250);
         this.poll.unref();
       }
+      // Those ahead could not take what is free now; this one may (another replica, or one they
+      // have already failed on).
+      this.serve();
     });
   }
 

@@ -8,7 +8,7 @@ import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-serve
 import { chatPromptBound } from "./prompt-bound.ts";
 import { TimeSlice } from "./time-slice.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool, ReplicaWaitTimeout } from "./pool.ts";
-import { askReplicaSlots } from "./replica-slots.ts";
+import { learnReplicaSlots } from "./replica-slots.ts";
 import { queueTimeout } from "../../core/scheduler.ts";
 import type { RemoteSource } from "./source.ts";
 import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, UpstreamStreamError } from "./wire.ts";
@@ -86,9 +86,6 @@ export interface RemoteEmbedding {
   maxInputTokens?: number;
   only?: boolean;
 }
-
-/** How long a replica that could not tell its slot count waits before it is asked again. */
-const SLOTS_RETRY_MS = 5_000;
 
 /** How long a health check's answer body may take to end after its head. */
 const HEALTH_BODY_MS = 2_000;
@@ -635,16 +632,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   learnSlots(r: Replica): void {
     if (!this.source.learnSlots || r.slotsAsked || this.asking.has(r) || Date.now() < r.slotsRetryAt) return;
     this.asking.add(r);
-    void askReplicaSlots(r.url, this.info.flavor ?? "openai", this.upstreamModel, this.headers(), this.source.connectTimeoutMs).then((slots) => {
-      this.asking.delete(r);
-      if (slots === undefined) {
-        // Not every request asks again: a replica that keeps failing the question is asked every few seconds.
-        r.slotsRetryAt = Date.now() + SLOTS_RETRY_MS;
-        return;
-      }
-      r.slotsAsked = true;
-      if (slots !== null) this.pool.setSlots(r, slots);
-    });
+    void learnReplicaSlots(this.pool, r, this.info.flavor ?? "openai", this.upstreamModel, this.headers(), this.source.connectTimeoutMs).finally(() => this.asking.delete(r));
   }
 
   /** Generations the core admitted that wait here for a replica slot (all replicas are full). */

@@ -1,4 +1,30 @@
 import { call, readJson } from "./http.ts";
+import type { Replica, ReplicaPool } from "./pool.ts";
+
+/** How long a replica that could not tell its slot count waits before it is asked again. */
+const RETRY_MS = 5_000;
+
+/**
+ * Asks a replica for its slot count and applies the answer to the pool: once it has answered, with a
+ * count or without, it is not asked again; one that could not answer is asked again after RETRY_MS
+ * at the earliest (not on every request).
+ */
+export async function learnReplicaSlots(
+  pool: ReplicaPool,
+  r: Replica,
+  flavor: "openai" | "llama-server",
+  model: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+): Promise<void> {
+  const slots = await askReplicaSlots(r.url, flavor, model, headers, timeoutMs);
+  if (slots === undefined) {
+    r.slotsRetryAt = Date.now() + RETRY_MS;
+    return;
+  }
+  r.slotsAsked = true;
+  if (slots !== null) pool.setSlots(r, slots);
+}
 
 /** Beyond this a reported count is not believed (the configuration's own ceiling). */
 const MAX_SLOTS = 4096;
