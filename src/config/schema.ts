@@ -1,4 +1,3 @@
-import { availableParallelism } from "node:os";
 import os from "node:os";
 import path from "node:path";
 import { z } from "zod";

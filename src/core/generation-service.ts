@@ -3,7 +3,7 @@ import { Channel } from "./channel.ts";
 import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type GenerationHooks, keyedNamespace, type Outcome, type RequestContext } from "./context.ts";
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
 import type { Engine, PreparedGeneration } from "./engine.ts";
-import { ApiError, invalidField } from "./errors.ts";
+import { ApiError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { PartTracker } from "./part-tracker.ts";
 import type { ModelRegistry } from "./registry.ts";

@@ -9,9 +9,8 @@ import { promptLogprobs } from "../../src/engines/llama-cpp/decode-steps.ts";
 import { LOGPROB_FLOOR, LogprobReader, logprobReaderSupported, tapLogits } from "../../src/engines/llama-cpp/logprob-reader.ts";
 import { buildEvaluateOptions } from "../../src/engines/llama-cpp/sampling.ts";
 import { TokenPieces } from "../../src/engines/llama-cpp/token-pieces.ts";
-import { openTinySequence, samplingParams, TINY_4K_VOCAB, type TinySequence } from "../helpers/tiny-sequence.ts";
+import { openTinySequence, samplingParams, type TinySequence } from "../helpers/tiny-sequence.ts";
 
-const VOCAB = TINY_4K_VOCAB;
 let tiny: TinySequence;
 let model: LlamaModel;
 let sequence: LlamaContextSequence;

@@ -3,7 +3,7 @@ import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChun
 import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
-import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage, type UpstreamResponse } from "./http.ts";
+import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage } from "./http.ts";
 import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
 import { TimeSlice } from "./time-slice.ts";
