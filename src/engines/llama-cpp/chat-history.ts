@@ -1,4 +1,4 @@
-import type { ChatHistoryItem, ChatModelFunctionCall } from "node-llama-cpp";
+import type { ChatHistoryItem, ChatModelFunctionCall, ChatModelResponse } from "node-llama-cpp";
 import { invalidField } from "../../core/errors.ts";
 import type { Message } from "../../core/types.ts";
 
@@ -21,7 +21,12 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
         history.push({ type: "user", text: m.content });
         return;
       case "assistant": {
-        const response: Array<string | ChatModelFunctionCall> = [];
+        // An answer that follows the results of its turn's tool calls goes on in that turn: the
+        // wrappers write call, results and answer as one exchange, and a new turn here became an
+        // empty assistant message in the template's rendering.
+        const previous = history.at(-1);
+        const continuing = previous?.type === "model" && answersToolResults(previous.response);
+        const response: ChatModelResponse["response"] = continuing ? previous.response : [];
         if (m.content) response.push(m.content);
         (m.toolCalls ?? []).forEach((call, k) => {
           const item: ChatModelFunctionCall = {
@@ -36,7 +41,7 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
           openCalls.set(call.id, item);
           response.push(item);
         });
-        history.push({ type: "model", response });
+        if (!continuing) history.push({ type: "model", response });
         return;
       }
       case "tool": {
@@ -58,6 +63,12 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
   // A model turn left last is continued: either a client's prefill or a turn awaiting its tool results.
   if (history.at(-1)?.type !== "model") history.push({ type: "model", response: [] });
   return history;
+}
+
+/** A model turn that ends with tool calls whose results have all come back. */
+function answersToolResults(response: ChatModelResponse["response"]): boolean {
+  const last = response.at(-1);
+  return typeof last === "object" && last.type === "functionCall" && last.result !== undefined;
 }
 
 function parseOrKeep(text: string): unknown {

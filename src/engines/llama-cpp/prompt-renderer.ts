@@ -1,9 +1,11 @@
 import {
+  type ChatHistoryItem,
   type ChatModelFunctions,
   type ChatWrapper,
   ChatMLChatWrapper,
   HarmonyChatWrapper,
   JinjaTemplateChatWrapper,
+  type JinjaTemplateChatWrapperOptions,
   type LlamaModel,
   LlamaText,
   type ResolvableChatWrapperTypeName,
@@ -76,16 +78,26 @@ export class PromptRenderer {
     // A model rendered through its own Jinja template gets each message as the template sees it:
     // node-llama-cpp joins consecutive messages of one role into one by default (two system
     // messages became one block, where the template writes two).
+    // Templates that print a date take it as `date_string` (Llama 3.1's), written as llama.cpp writes it.
     const customWrapperSettings = {
       "llama3.1": { todayDate: today },
       "llama3.2-lightweight": { todayDate: today },
       harmony: { todayDate: today },
-      jinjaTemplate: { joinAdjacentMessagesOfTheSameType: false },
+      jinjaTemplate: { joinAdjacentMessagesOfTheSameType: false, additionalRenderParameters: { date_string: dateString(today) } },
     };
     const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
     let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
     if (type === "auto" && !(wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
       wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
+    // node-llama-cpp swaps a model's own template for a hand-written wrapper of its family (Qwen,
+    // Llama 3, DeepSeek, …) when the two agree on a few sample chats. They part on everything else:
+    // the family wrappers join consecutive messages of one role, drop empty ones, leave out a default
+    // system prompt the template writes (Qwen 2.5's), open a thinking section for models that have
+    // none, and document tools their own way. The template itself is what llama.cpp's server and
+    // vLLM render, so it is used whenever node-llama-cpp can run it; a template it cannot run
+    // (Gemma 2's and Mistral Nemo's fail its checks) keeps the family wrapper.
+    if (type === "auto" && prefersOwnTemplate(wrapper))
+      wrapper = ownTemplateWrapper(model, customWrapperSettings.jinjaTemplate) ?? wrapper;
     // ChatML, block for block as the model's template writes it (see chatml-wrapper.ts).
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
     this.wrapper = wrapper;
@@ -116,10 +128,11 @@ export class PromptRenderer {
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
     const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
-    const state = wrapper.generateContextState({ chatHistory: toChatHistory(prompt.messages), availableFunctions: functions });
+    const state = renderTemplate(wrapper, toChatHistory(prompt.messages), functions);
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    const text = this.withBosAsTheModelWants(state.contextText, wrapper);
+    const opened = prefilled(prompt) ? state.contextText : this.withoutClosedThought(state.contextText, wrapper);
+    const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
     return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops };
   }
@@ -142,11 +155,40 @@ export class PromptRenderer {
   }
 
   /**
+   * A template that writes a thinking section into every finished assistant turn (Qwen 3's) also
+   * writes it, closed and empty, into the turn node-llama-cpp leaves open for the answer; its own
+   * generation prompt has none. That empty section is taken off again, so the prompt ends as the
+   * template's generation prompt does and thinking is opened or closed by `planReasoning`.
+   */
+  private withoutClosedThought(text: LlamaText, wrapper: ChatWrapper): LlamaText {
+    const thought = wrapper.settings.segments?.thought;
+    if (!(wrapper instanceof JinjaTemplateChatWrapper) || !thought) return text;
+    const open = plainText(thought.prefix);
+    const close = plainText(thought.suffix);
+    if (!open || !close) return text;
+    const values = [...text.values];
+    let last = values.length - 1;
+    while (last >= 0 && values[last] === "") last--;
+    const tail = values[last];
+    if (!(tail instanceof SpecialTokensText)) return text;
+    const at = tail.value.lastIndexOf(open);
+    if (at < 0) return text;
+    const rest = tail.value.slice(at + open.length);
+    const end = rest.indexOf(close);
+    if (end < 0 || rest.slice(0, end).trim() !== "" || rest.slice(end + close.length).trim() !== "") return text;
+    values[last] = new SpecialTokensText(tail.value.slice(0, at));
+    return LlamaText(values.slice(0, last + 1));
+  }
+
+  /**
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
    * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
    */
   planReasoning(req: GenerationRequest, modelMayCall: boolean): ReasoningPrompt | undefined {
     const thought = this.wrapper.settings.segments?.thought;
+    // A client's prefill continues an answer: the template has written the turn as it is, and what
+    // follows is more of it, not a thinking section.
+    if (req.prompt.kind === "chat" && thought && prefilled(req.prompt)) return undefined;
     if (req.prompt.kind !== "chat" || !thought) {
       if (req.reasoning !== undefined)
         throw invalidField(
@@ -217,4 +259,53 @@ function textBytes(text: LlamaText): number {
     else if (part instanceof SpecialTokensText) bytes += Buffer.byteLength(part.value, "utf8");
   }
   return bytes;
+}
+
+/** Whether a wrapper node-llama-cpp resolved stands in for the model's template (see the constructor). */
+function prefersOwnTemplate(wrapper: ChatWrapper): boolean {
+  return !(wrapper instanceof JinjaTemplateChatWrapper) && !(wrapper instanceof HarmonyChatWrapper);
+}
+
+/** The model's Jinja template as a wrapper, or undefined when it has none or node-llama-cpp cannot run it. */
+function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateChatWrapperOptions>): ChatWrapper | undefined {
+  const template = model.fileInfo.metadata?.tokenizer?.chat_template;
+  if (typeof template !== "string" || template.trim() === "") return undefined;
+  try {
+    return new JinjaTemplateChatWrapper({ ...settings, template, tokenizer: model.tokenizer });
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The wrapper's rendering of a conversation. A template may refuse one (Mistral's raise an error
+ * when roles do not alternate): that is the request's fault, a 400, as llama.cpp's server answers.
+ */
+function renderTemplate(wrapper: ChatWrapper, chatHistory: ChatHistoryItem[], functions: ChatModelFunctions | undefined) {
+  try {
+    return wrapper.generateContextState({ chatHistory, availableFunctions: functions });
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    throw invalidField(`The model's chat template cannot render these messages: ${reason}`, "prompt.messages");
+  }
+}
+
+/** Whether a chat prompt ends with an assistant message the model is to continue. */
+function prefilled(prompt: PromptInput): boolean {
+  if (prompt.kind !== "chat") return false;
+  const last = prompt.messages.at(-1);
+  return last?.role === "assistant" && !!last.content && !(last.toolCalls?.length);
+}
+
+/** A segment's plain text (a prefix or suffix given as text or LlamaText), or undefined. */
+function plainText(part: unknown): string | undefined {
+  if (typeof part === "string") return part;
+  if (part instanceof LlamaText) return part.values.map((v) => (typeof v === "string" ? v : v instanceof SpecialTokensText ? v.value : "")).join("");
+  return undefined;
+}
+
+/** A date as llama.cpp passes it to templates (`date_string`): "02 Dec 2026". */
+function dateString(day: Date): string {
+  const month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][day.getUTCMonth()];
+  return `${String(day.getUTCDate()).padStart(2, "0")} ${month} ${day.getUTCFullYear()}`;
 }

@@ -1,0 +1,142 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
+import { ApiError } from "../../src/core/errors.ts";
+import type { GenerationRequest, Message } from "../../src/core/types.ts";
+import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
+import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
+import { BPE_SPEC, ensureFixtureModel, THINKING_SPEC, type FixtureSpec } from "../fixtures/models.ts";
+
+// Chat prompts follow the model's own template, as llama.cpp's server and vLLM render it, even
+// where node-llama-cpp would stand a hand-written wrapper of the model's family in for it (that
+// wrapper agrees with the template on a few sample chats, and parts from it elsewhere: a default
+// system prompt left out, messages of one role joined, empty ones dropped). Real models' templates
+// were compared with llama-server token for token while this was written (Qwen 2.5 and 3, Llama 3.1
+// to 3.3, DeepSeek R1 distills, Phi 3.5, Mistral Small 3.2, SmolLM3, Granite 3.3); these fixtures
+// carry templates written the same way.
+
+/** ChatML that writes a default system turn when a conversation has none (as Qwen 2.5's does). */
+const DEFAULT_SYSTEM_TEMPLATE = [
+  "{%- if messages[0]['role'] != 'system' -%}",
+  "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- for message in messages -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+/**
+ * ChatML whose assistant turns always carry a thinking section, empty when there was no thinking
+ * (as Qwen 3's last turn does); its generation prompt opens no section.
+ */
+const CLOSED_THOUGHT_TEMPLATE = [
+  "{%- for message in messages -%}",
+  "{%- if message['role'] == 'assistant' -%}",
+  "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- else -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+/** A template that refuses two user messages in a row, as Mistral's and Gemma's do. */
+const ALTERNATING_TEMPLATE = [
+  "{%- for message in messages -%}",
+  "{%- if loop.index0 > 0 and message['role'] == messages[loop.index0 - 1]['role'] -%}",
+  "{{- raise_exception('Conversation roles must alternate') -}}",
+  "{%- endif -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+let llama: Llama;
+const models: LlamaModel[] = [];
+
+async function rendererFor(spec: FixtureSpec): Promise<{ renderer: PromptRenderer; model: LlamaModel }> {
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel(spec) });
+  models.push(model);
+  return { renderer: new PromptRenderer(model, { id: spec.name, vocabSize: 100_000 }), model };
+}
+
+const withTemplate = (name: string, chatTemplate: string): FixtureSpec => ({ ...BPE_SPEC, name, chatTemplate });
+
+const chat = (messages: Message[], extra: Partial<GenerationRequest> = {}) =>
+  ({ prompt: { kind: "chat", messages }, ...extra }) as GenerationRequest;
+
+/** The prompt as text, control tokens spelled out, with what `planReasoning` appends. */
+function promptText(renderer: PromptRenderer, model: LlamaModel, req: GenerationRequest): string {
+  const tokens = renderer.render(req).tokens;
+  const suffix = renderer.planReasoning(req, false)?.promptSuffix ?? [];
+  return model.detokenize([...tokens, ...suffix], true);
+}
+
+before(async () => {
+  llama = await getLlama({ gpu: false });
+});
+
+after(async () => {
+  for (const m of models) await m.dispose();
+});
+
+test("a template's default system prompt is written; two system messages stay two turns; an empty user turn stays", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-default-system", DEFAULT_SYSTEM_TEMPLATE));
+  assert.equal(
+    promptText(renderer, model, chat([{ role: "user", content: "Hi" }])),
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+  );
+  assert.equal(
+    promptText(renderer, model, chat([{ role: "system", content: "A" }, { role: "system", content: "B" }, { role: "user", content: "" }])),
+    "<|im_start|>system\nA<|im_end|>\n<|im_start|>system\nB<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n",
+  );
+});
+
+test("an answer after tool results continues the turn that called: no empty assistant turn between", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-default-system", DEFAULT_SYSTEM_TEMPLATE));
+  const messages: Message[] = [
+    { role: "user", content: "Weather?" },
+    { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "get", arguments: '{"city":"Paris"}' }] },
+    { role: "tool", toolCallId: "c1", content: '{"temp":20}' },
+    { role: "assistant", content: "It is 20 degrees." },
+    { role: "user", content: "Thanks" },
+  ];
+  // One model turn for call, result and answer, and the open one for the reply.
+  assert.deepEqual(
+    toChatHistory(messages).map((item) => item.type),
+    ["user", "model", "user", "model"],
+  );
+  const text = promptText(renderer, model, chat(messages));
+  assert.ok(!text.includes("<|im_start|>assistant\n<|im_end|>"), text);
+  assert.equal(text.split("It is 20 degrees.").length, 2, text);
+});
+
+test("an empty thinking section the template writes into the open turn is taken off; thinking is then opened or closed once", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-closed-thought", CLOSED_THOUGHT_TEMPLATE));
+  assert.ok(renderer.wrapper.settings.segments?.thought, "the template's thinking section is recognised");
+  const on = promptText(renderer, model, chat([{ role: "user", content: "Hi" }]));
+  assert.equal(on, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  const off = promptText(renderer, model, chat([{ role: "user", content: "Hi" }], { reasoning: { enabled: false } } as Partial<GenerationRequest>));
+  assert.equal(off.split("<think>").length, 2, off);
+  // Earlier assistant turns keep the section the template writes.
+  const earlier = promptText(renderer, model, chat([{ role: "user", content: "Hi" }, { role: "assistant", content: "Yo" }, { role: "user", content: "Again" }]));
+  assert.ok(earlier.includes("<|im_start|>assistant\n<think>\n\n</think>\n\nYo<|im_end|>"), earlier);
+});
+
+test("a prefilled answer is continued as it is: no thinking section opened after it", async () => {
+  const { renderer, model } = await rendererFor(THINKING_SPEC);
+  const req = chat([{ role: "user", content: "Hi" }, { role: "assistant", content: "Sure, here" }]);
+  assert.equal(renderer.planReasoning(req, false), undefined);
+  assert.ok(promptText(renderer, model, req).endsWith("Sure, here"), promptText(renderer, model, req));
+});
+
+test("messages the template refuses are a 400 naming messages, not a server error", async () => {
+  const { renderer } = await rendererFor(withTemplate("plinth-bpe-alternating", ALTERNATING_TEMPLATE));
+  const twoUsers = chat([{ role: "user", content: "a" }, { role: "user", content: "b" }]);
+  assert.throws(
+    () => renderer.render(twoUsers),
+    (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "prompt.messages" && /alternate/.test(err.message),
+  );
+  assert.ok(renderer.render(chat([{ role: "user", content: "a" }])).tokens.length > 0);
+});
