@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { messageList } from "../openai/chat-protocol.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -114,7 +115,7 @@ export const samplingFields = {
 export const chatRequest = z.strictObject({
   /** Absent on /invocations (the endpoint chooses); names the endpoint on /serving-endpoints/chat/completions. */
   model: z.string().min(1).optional(),
-  messages: z.array(chatMessage).min(1, "messages must contain at least one message"),
+  messages: messageList(chatMessage),
   stream: z.boolean().nullish(),
   ...samplingFields,
   tools: z

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import type { CreateResponseRequest, InputItem } from "../responses/protocol.ts";
 import { respondWithBuilder, startWithTruncation } from "../responses/run.ts";
 import type { Sealer } from "../responses/sealer.ts";
@@ -80,7 +81,7 @@ const tool = z.object({ type: z.string() }).loose().pipe(
 
 export const responsesRequest = z.strictObject({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(inputItem).min(1)]),
+  input: z.union([z.string(), z.array(inputItem).min(1).max(MAX_MESSAGES)]),
   instructions: z.string().nullish(),
   max_output_tokens: z.int().min(1, "max_output_tokens is null (no limit) or an integer > 0").nullish(),
   temperature: z.number().min(0).max(2).nullish(),

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { chatCompletionRequest } from "../openai/chat-protocol.ts";
+import { chatCompletionRequest, messageList } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 
 /**
@@ -23,7 +23,7 @@ export const konanReasoning = z.object({
 
 export const konanChatRequest = z.object({
   model: z.string().min(1),
-  messages: z.array(message).min(1, "messages must contain at least one message"),
+  messages: messageList(message),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),
   metadata: metadataSchema.nullish(),

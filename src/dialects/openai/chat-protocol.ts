@@ -54,9 +54,18 @@ export type ChatMessage = z.infer<typeof chatMessage>;
  */
 export const MAX_MESSAGES = 10_000;
 
+/**
+ * A `messages` list of `message`: one at least, MAX_MESSAGES at most. Every dialect built on chat
+ * (Konan, SpAk, Databricks) takes its list through this, so none renders a template over more
+ * messages than this one refuses first.
+ */
+export function messageList<T extends z.ZodType>(message: T) {
+  return z.array(message).min(1, "messages must contain at least one message").max(MAX_MESSAGES);
+}
+
 export const chatCompletionRequest = z.object({
   model: z.string().min(1),
-  messages: z.array(chatMessage).min(1, "messages must contain at least one message").max(MAX_MESSAGES),
+  messages: messageList(chatMessage),
   stream: z.boolean().nullish(),
   stream_options: z
     .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional() })

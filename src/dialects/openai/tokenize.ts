@@ -2,7 +2,7 @@ import { z } from "zod";
 import { badRequest, withWireParam } from "../../core/errors.ts";
 import type { PromptInput } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
-import { chatMessage } from "./chat-protocol.ts";
+import { chatMessage, messageList } from "./chat-protocol.ts";
 import { toMessage } from "./chat-to-canonical.ts";
 import { tokenizeFieldNames } from "./field-names.ts";
 
@@ -13,7 +13,7 @@ import { tokenizeFieldNames } from "./field-names.ts";
 export const tokenizeRequest = z.object({
   model: z.string().min(1),
   prompt: z.string().optional(),
-  messages: z.array(chatMessage).min(1).optional(),
+  messages: messageList(chatMessage).optional(),
   add_special_tokens: z.boolean().optional(),
 });
 

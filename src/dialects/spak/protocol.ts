@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { messageList } from "../openai/chat-protocol.ts";
 
 /**
  * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
@@ -41,7 +42,7 @@ export const SPAK_MODEL = "SpAk-Aster-V1-MOE";
 export const USER_ID = /^[A-Za-z0-9_-]{1,512}$/;
 
 export const spakChatRequest = z.object({
-  messages: z.array(spakMessage).min(1, "messages must contain at least one message"),
+  messages: messageList(spakMessage),
   model: z.string().min(1),
   thinking: z.object({ type: z.enum(["enabled", "disabled"]).optional() }).nullish(),
   /** `high` and `max`; `low`/`medium` are taken as `high` and `xhigh` as `max`, for compatibility. */
