@@ -1,5 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { ApiError, type FieldNamer, quoteRequestId, withWireParam } from "../core/errors.ts";
+import { allowedMethods } from "./allowed-methods.ts";
 import { toApiError } from "./to-api-error.ts";
 
 export interface ErrorEnvelope {
@@ -12,7 +13,8 @@ export interface ErrorEnvelope {
 /**
  * Makes every error inside `scope` (a dialect plugin's encapsulated context) answer in that
  * dialect's envelope: thrown ApiErrors, validation failures, Fastify's own body errors, and, with
- * `notFound`, unknown routes under the plugin's prefix.
+ * `notFound`, unknown routes under the plugin's prefix (a 405 with `Allow` where the path exists for
+ * other methods).
  */
 export function installErrorEnvelope(
   scope: FastifyInstance,
@@ -27,8 +29,16 @@ export function installErrorEnvelope(
   if (opts.notFound) {
     scope.setNotFoundHandler((request, reply) => {
       const url = request.url.length > 200 ? `${request.url.slice(0, 200)}…` : request.url;
-      const e = new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
-      void reply.status(404).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
+      // A path that exists for other methods is a 405 naming them (RFC 9110), not an unknown route.
+      const allow = allowedMethods(scope, request.url);
+      const e =
+        allow.length > 0
+          ? new ApiError(405, `${request.method} is not allowed on ${url}; it takes ${allow.join(", ")}.`, {
+              code: "method_not_allowed",
+              headers: { allow: allow.join(", ") },
+            })
+          : new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
+      void reply.status(e.status).headers(e.headers).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
     });
   }
 }

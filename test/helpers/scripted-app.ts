@@ -16,14 +16,14 @@ export interface ScriptedApp {
  * The real HTTP app (every dialect, the generation service, the scheduler) over a scripted engine,
  * driven with Fastify's `inject()`: no socket, no model, milliseconds per request.
  */
-export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number } = {}): Promise<ScriptedApp> {
+export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number; corsOrigins?: readonly string[] } = {}): Promise<ScriptedApp> {
   const registry = new ModelRegistry(opts.maxQueue ?? 8, opts.queueTimeoutMs ?? 0);
   const engine = new ScriptedEngine(opts);
   registry.register(engine.id);
   registry.ready(engine);
   const service = new GenerationService(registry);
   const { store, sealer, dispose } = testStore();
-  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer });
+  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer, corsOrigins: opts.corsOrigins });
   app.addHook("onClose", dispose);
   await app.ready();
   return { app, engine, service, registry };
