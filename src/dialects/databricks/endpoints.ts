@@ -1,4 +1,4 @@
-import { seededRandom } from "../../core/random.ts";
+import { derivedSeed, seededRandom } from "../../core/random.ts";
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
@@ -155,7 +155,11 @@ const notFound = (name: string) => new ApiError(404, `The serving endpoint '${na
 export class EndpointManager {
   private readonly provisioned = new Map<string, Endpoint>();
   private readonly payPerToken = new Set<string>();
-  private readonly random: () => number;
+  /**
+   * Each endpoint's own stream of draws under --route-seed (made at its first draw): one endpoint's
+   * sequence depends on its own requests only, not on the traffic other endpoints get.
+   */
+  private readonly streams = new Map<string, () => number>();
   private readonly started = Date.now();
   private sweeper: NodeJS.Timeout | undefined;
   /** Loads under way, so tests and shutdown can wait for them. */
@@ -167,7 +171,6 @@ export class EndpointManager {
     private readonly loader: ModelLoader | undefined,
     private readonly opts: EndpointOptions,
   ) {
-    this.random = opts.routeSeed === undefined ? Math.random : seededRandom(opts.routeSeed);
     for (const m of registry.list()) this.payPerToken.add(m.id);
   }
 
@@ -329,6 +332,8 @@ export class EndpointManager {
       throw notFound(name);
     }
     this.provisioned.delete(name);
+    // An endpoint created again under this name starts its draws afresh, as after a restart.
+    this.streams.delete(name);
     ep.pending = undefined;
     await this.store.delete(name);
     // The endpoint is gone now; a model it loaded for itself is unloaded once its running requests
@@ -375,7 +380,7 @@ export class EndpointManager {
         headers: { "retry-after": "2" },
       });
     }
-    const chosen = entity === undefined ? this.draw(live, mayUse) : this.entityOf(ep, live, entity);
+    const chosen = entity === undefined ? this.draw(ep.name, live, mayUse) : this.entityOf(ep, live, entity);
     ep.lastUsed = Date.now();
     const model = live.models.get(chosen)!;
     const m = this.registry.get(model);
@@ -391,9 +396,10 @@ export class EndpointManager {
    * The entity the traffic split picks for one request, among those whose model the caller may use
    * (their shares scaled up to fill the split): a key limited to one model of an A/B pair is always
    * answered by it, not refused on every other draw. When it may use none, the split as it stands
-   * (the model check then refuses).
+   * (the model check then refuses). Only a real choice draws a number: a single entity (every
+   * pay-per-token endpoint) or a single usable one takes nothing from the endpoint's stream.
    */
-  private draw(live: LiveConfig, mayUse: (model: string) => boolean): string {
+  private draw(name: string, live: LiveConfig, mayUse: (model: string) => boolean): string {
     let lower = 0;
     const shares = live.bounds.map((b) => {
       const share = { entity: b.entity, weight: b.upTo - lower };
@@ -401,14 +407,24 @@ export class EndpointManager {
       return share;
     });
     const usable = shares.filter((s) => s.weight > 0 && mayUse(live.models.get(s.entity)!));
-    const pool = usable.length > 0 ? usable : shares;
+    const pool = (usable.length > 0 ? usable : shares).filter((s) => s.weight > 0);
+    if (pool.length === 1) return pool[0].entity;
     const total = pool.reduce((sum, s) => sum + s.weight, 0);
-    let draw = this.random() * total;
+    let draw = this.random(name)() * total;
     for (const s of pool) {
       if (draw < s.weight) return s.entity;
       draw -= s.weight;
     }
     return pool[pool.length - 1].entity;
+  }
+
+  /** The draws of endpoint `name`: Math.random, or under --route-seed its own seeded stream. */
+  private random(name: string): () => number {
+    const seed = this.opts.routeSeed;
+    if (seed === undefined) return Math.random;
+    let stream = this.streams.get(name);
+    if (!stream) this.streams.set(name, (stream = seededRandom(derivedSeed(seed, name))));
+    return stream;
   }
 
   /** A served entity asked for by name: it must be in the serving config (routed share or not). */
