@@ -11,7 +11,7 @@ export interface GuardOptions {
   corsOrigins: readonly string[];
 }
 
-const CORS_METHODS = "GET, POST, DELETE, OPTIONS";
+const CORS_METHODS = "GET, POST, PUT, DELETE, OPTIONS";
 const CORS_MAX_AGE = "600";
 const CORS_EXPOSE = [
   "retry-after",
