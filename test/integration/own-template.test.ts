@@ -1,11 +1,12 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
+import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel } from "node-llama-cpp";
 import { ApiError } from "../../src/core/errors.ts";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
+import { FaithfulChatMLChatWrapper } from "../../src/engines/llama-cpp/chatml-wrapper.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
-import { BPE_SPEC, ensureFixtureModel, THINKING_SPEC, type FixtureSpec } from "../fixtures/models.ts";
+import { BPE_SPEC, ensureFixtureModel, THINKING_SPEC, TINY_SPEC, type FixtureSpec } from "../fixtures/models.ts";
 
 // Chat prompts follow the model's own template, as llama.cpp's server and vLLM render it, even
 // where node-llama-cpp would stand a hand-written wrapper of the model's family in for it (that
@@ -91,6 +92,13 @@ test("a template's default system prompt is written; two system messages stay tw
     promptText(renderer, model, chat([{ role: "system", content: "A" }, { role: "system", content: "B" }, { role: "user", content: "" }])),
     "<|im_start|>system\nA<|im_end|>\n<|im_start|>system\nB<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n",
   );
+});
+
+test("plain ChatML is rendered by Plinth's faster ChatML wrapper; ChatML with extras by the template", async () => {
+  const plain = await rendererFor(TINY_SPEC);
+  assert.ok(plain.renderer.wrapper instanceof FaithfulChatMLChatWrapper, plain.renderer.wrapper.constructor.name);
+  const extras = await rendererFor(withTemplate("plinth-bpe-default-system", DEFAULT_SYSTEM_TEMPLATE));
+  assert.ok(extras.renderer.wrapper instanceof JinjaTemplateChatWrapper, extras.renderer.wrapper.constructor.name);
 });
 
 test("an answer after tool results continues the turn that called: no empty assistant turn between", async () => {
