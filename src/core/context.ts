@@ -5,8 +5,16 @@ import type { GenerationEvent, Usage } from "./types.ts";
  * the wire (user fields, later API keys); hooks read it to attribute what they observe.
  */
 export interface RequestContext {
-  /** Unique per HTTP request; also the id in logs. */
+  /**
+   * The request id: echoed in `x-request-id`, in logs and in the ledger. A client may choose it, so
+   * two requests can share it: never a key for per-request state (see `internalId`).
+   */
   requestId: string;
+  /**
+   * Made by the server, unique per HTTP request (copies of a context share it): what hooks and
+   * gates key per-request state by.
+   */
+  internalId: string;
   /** The dialect that received the request ("openai", …), for metrics and logs. */
   dialect: string;
   /**

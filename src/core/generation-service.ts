@@ -125,7 +125,7 @@ export class GenerationService {
     }
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
 
-    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), ctx.requestId, () =>
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), ctx.internalId, () =>
       this.notify("started", ctx),
     );
     const spent = (): Usage => {

@@ -3,6 +3,7 @@ import type { RequestContext } from "../core/context.ts";
 import type { GenerationService } from "../core/generation-service.ts";
 import { requestKey } from "./access.ts";
 import { abortOnDisconnect } from "./client-abort.ts";
+import { internalId } from "./internal-id.ts";
 import { respondWithSse, type SseWriter } from "./sse.ts";
 
 /** What a route body needs besides the parsed request: the service, who is asking, and when to stop. */
@@ -32,14 +33,21 @@ export function routeEnv(
   dialect: string,
   namespace?: string,
 ): RouteEnv {
-  const ctx: RequestContext = { requestId: String(request.id), dialect, namespace, apiKey: requestKey(request), responseHeaders: {} };
+  const ctx: RequestContext = {
+    requestId: String(request.id),
+    internalId: internalId(request),
+    dialect,
+    namespace,
+    apiKey: requestKey(request),
+    responseHeaders: {},
+  };
   contexts.set(reply, ctx);
   return { service, ctx, signal: abortOnDisconnect(reply) };
 }
 
 /** Who is asking, for a route that runs no generation (a model list). */
 export function requestContext(request: FastifyRequest, dialect: string): RequestContext {
-  return { requestId: String(request.id), dialect, apiKey: requestKey(request) };
+  return { requestId: String(request.id), internalId: internalId(request), dialect, apiKey: requestKey(request) };
 }
 
 /** The request context of each reply, so that headers an engine set reach the response. */

@@ -39,7 +39,7 @@ interface Live {
   itl: Histogram.Internal<"model_name">;
 }
 
-/** Per-request facts for the request log, by request id (see request-log.ts). */
+/** Per-request facts for the request log, by internal id (see request-log.ts). */
 export interface GenerationFacts {
   model: string;
   namespace?: string;
@@ -61,10 +61,10 @@ const now = () => performance.now();
  */
 export class PlinthMetrics {
   readonly registry = new Registry();
-  /** Facts per request id for the request log; filled by the hooks, taken by `takeFacts`. */
+  /** Facts per internal id (see http/internal-id.ts) for the request log; filled by the hooks, taken by `takeFacts`. */
   private readonly facts = new Map<string, GenerationFacts>();
   private readonly live = new Map<RequestContext, Live>();
-  /** Generations admitted and not yet ended, by request id; and who waits for them to end. */
+  /** Generations admitted and not yet ended, by internal id; and who waits for them to end. */
   private readonly running = new Map<string, number>();
   private readonly waiters = new Map<string, Array<() => void>>();
 
@@ -274,8 +274,8 @@ export class PlinthMetrics {
         });
         this.promptTokens.inc({ model_name: info.model }, promptTokens);
         this.prefixQueries.inc({ model_name: info.model }, promptTokens);
-        this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens });
-        this.running.set(ctx.requestId, (this.running.get(ctx.requestId) ?? 0) + 1);
+        this.remember(ctx.internalId, { model: info.model, namespace: ctx.namespace, promptTokens });
+        this.running.set(ctx.internalId, (this.running.get(ctx.internalId) ?? 0) + 1);
       },
       started: (ctx) => {
         const l = this.live.get(ctx);
@@ -289,7 +289,7 @@ export class PlinthMetrics {
         l.firstTokenAt = now();
         l.lastTokenAt = -1; // the event that carries the first token follows: it starts the intervals
         this.ttft.observe({ model_name: l.model }, (l.firstTokenAt - l.receivedAt) / 1000);
-        const f = this.facts.get(ctx.requestId);
+        const f = this.facts.get(ctx.internalId);
         if (f) f.ttftMs = Math.round(l.firstTokenAt - l.receivedAt);
       },
       event: (ctx, ev) => {
@@ -310,7 +310,7 @@ export class PlinthMetrics {
         if (!l) return;
         this.live.delete(ctx);
         const model_name = l.model;
-        const f = this.facts.get(ctx.requestId);
+        const f = this.facts.get(ctx.internalId);
         if (outcome.usage === undefined) {
           const code = errorCode(outcome.error);
           this.failures.inc({ model_name, code });
@@ -325,7 +325,7 @@ export class PlinthMetrics {
             f.completionTokens = spent.completionTokens;
             f.cachedTokens = spent.cachedTokens;
           }
-          this.ended(ctx.requestId);
+          this.ended(ctx.internalId);
           return;
         }
         const { usage } = outcome;
@@ -348,12 +348,12 @@ export class PlinthMetrics {
           f.completionTokens = usage.completionTokens;
           f.finishReason = l.finishReason ?? "stop";
         }
-        this.ended(ctx.requestId);
+        this.ended(ctx.internalId);
       },
       embedded: (ctx, info) => {
         this.embedInputs.inc({ model_name: info.model }, info.inputs);
         this.embedTokens.inc({ model_name: info.model }, info.tokens);
-        this.remember(ctx.requestId, { model: info.model, namespace: ctx.namespace, promptTokens: info.tokens });
+        this.remember(ctx.internalId, { model: info.model, namespace: ctx.namespace, promptTokens: info.tokens });
       },
     };
   }
@@ -363,8 +363,8 @@ export class PlinthMetrics {
    * line written for a client that went away carries what the generation used until it noticed.
    * Called again after `maxWaitMs` whatever happens, so the line is never lost.
    */
-  afterGeneration(requestId: string, then: () => void, maxWaitMs = 5_000): void {
-    if (!this.running.has(requestId)) return then();
+  afterGeneration(internalId: string, then: () => void, maxWaitMs = 5_000): void {
+    if (!this.running.has(internalId)) return then();
     let done = false;
     const once = () => {
       if (done) return;
@@ -373,31 +373,31 @@ export class PlinthMetrics {
       then();
     };
     const timer = setTimeout(once, maxWaitMs);
-    const waiting = this.waiters.get(requestId);
+    const waiting = this.waiters.get(internalId);
     if (waiting) waiting.push(once);
-    else this.waiters.set(requestId, [once]);
+    else this.waiters.set(internalId, [once]);
   }
 
-  private ended(requestId: string): void {
-    const left = (this.running.get(requestId) ?? 1) - 1;
-    if (left > 0) return void this.running.set(requestId, left);
-    this.running.delete(requestId);
-    const waiting = this.waiters.get(requestId);
-    this.waiters.delete(requestId);
+  private ended(internalId: string): void {
+    const left = (this.running.get(internalId) ?? 1) - 1;
+    if (left > 0) return void this.running.set(internalId, left);
+    this.running.delete(internalId);
+    const waiting = this.waiters.get(internalId);
+    this.waiters.delete(internalId);
     for (const w of waiting ?? []) w();
   }
 
   /** The generation facts of a request, once (the request log takes them as the response ends). */
-  takeFacts(requestId: string): GenerationFacts | undefined {
-    const f = this.facts.get(requestId);
-    this.facts.delete(requestId);
+  takeFacts(internalId: string): GenerationFacts | undefined {
+    const f = this.facts.get(internalId);
+    this.facts.delete(internalId);
     return f;
   }
 
-  private remember(requestId: string, f: GenerationFacts): void {
+  private remember(internalId: string, f: GenerationFacts): void {
     // Requests that outlive their response (background runs) are never taken: keep the map bounded.
     if (this.facts.size >= 10_000) this.facts.delete(this.facts.keys().next().value!);
-    this.facts.set(requestId, f);
+    this.facts.set(internalId, f);
   }
 
   /** The error code a request was refused with, if it was (for the request log). */

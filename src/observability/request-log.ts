@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { Writable } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { requestKey, requestKeyName } from "../http/access.ts";
+import { internalId } from "../http/internal-id.ts";
 import { dialectOf, type PlinthMetrics } from "./metrics.ts";
 
 export type LogFormat = "json" | "pretty" | "auto";
@@ -39,7 +40,7 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
   // with what they had used.
   app.addHook("onRequest", (request, reply, done) => {
     reply.raw.once("close", () => {
-      if (!reply.raw.writableFinished) metrics.afterGeneration(String(request.id), () => write(request, reply, true));
+      if (!reply.raw.writableFinished) metrics.afterGeneration(internalId(request), () => write(request, reply, true));
     });
     done();
   });
@@ -54,7 +55,7 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
       request.log.debug({ route, status: reply.statusCode }, "request");
       return;
     }
-    const facts = metrics.takeFacts(String(request.id));
+    const facts = metrics.takeFacts(internalId(request));
     const body = request.body as { model?: unknown } | undefined;
     // The model a refused request named is the client's text: bounded like the ledger's column.
     const named = body && typeof body === "object" && typeof body.model === "string" ? body.model.slice(0, MAX_NAMED_MODEL) : undefined;

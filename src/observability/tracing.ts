@@ -1,6 +1,7 @@
 import type { Context, Span, Tracer } from "@opentelemetry/api";
 import type { FastifyInstance } from "fastify";
 import type { GenerationHooks } from "../core/context.ts";
+import { internalId } from "../http/internal-id.ts";
 import { dialectOf } from "./metrics.ts";
 
 /** The spans of one HTTP request: the request's own and its open generation phase. */
@@ -20,6 +21,7 @@ interface Traced {
  * `decode` (first token to the end). Attribute names follow the OpenTelemetry GenAI conventions.
  */
 export class Tracing {
+  /** Open spans by internal id (see http/internal-id.ts). */
   private readonly live = new Map<string, Traced>();
 
   private constructor(
@@ -74,17 +76,18 @@ export class Tracing {
         },
         parent,
       );
-      this.live.set(String(request.id), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [] });
+      // Kept by internal id: the request id may be a client's x-request-id that another request shares.
+      this.live.set(internalId(request), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [] });
       // A client that goes away before the response ends (a cancelled stream) never reaches
       // onResponse; Fastify's onRequestAbort only fires while the request body is still arriving.
       reply.raw.once("close", () => {
-        if (!reply.raw.writableFinished) this.abandon(String(request.id));
+        if (!reply.raw.writableFinished) this.abandon(internalId(request));
       });
     });
     app.addHook("onResponse", async (request, reply) => {
-      const t = this.live.get(String(request.id));
+      const t = this.live.get(internalId(request));
       if (!t) return;
-      this.live.delete(String(request.id));
+      this.live.delete(internalId(request));
       this.endPhase(t);
       t.span.setAttribute("http.response.status_code", reply.statusCode);
       if (reply.statusCode >= 500) t.span.setStatus({ code: api.SpanStatusCode.ERROR });
@@ -106,7 +109,7 @@ export class Tracing {
   hooks(): GenerationHooks {
     return {
       admitted: (ctx, info) => {
-        const t = this.live.get(ctx.requestId);
+        const t = this.live.get(ctx.internalId);
         if (!t) return;
         t.span.setAttributes({
           "gen_ai.operation.name": ctx.dialect === "openai" || ctx.dialect === "responses" || ctx.dialect === "konan" || ctx.dialect === "spak" ? "chat" : ctx.dialect,
@@ -118,19 +121,19 @@ export class Tracing {
         this.phase(t, "queue");
       },
       started: (ctx) => {
-        const t = this.live.get(ctx.requestId);
+        const t = this.live.get(ctx.internalId);
         if (t?.phaseName === "queue") this.phase(t, "prefill");
       },
       firstToken: (ctx) => {
-        const t = this.live.get(ctx.requestId);
+        const t = this.live.get(ctx.internalId);
         if (t && t.phaseName !== "decode") this.phase(t, "decode");
       },
       event: (ctx, ev) => {
         if (ev.type !== "finish") return;
-        this.live.get(ctx.requestId)?.finishReasons.push(ev.reason);
+        this.live.get(ctx.internalId)?.finishReasons.push(ev.reason);
       },
       finished: (ctx, outcome) => {
-        const t = this.live.get(ctx.requestId);
+        const t = this.live.get(ctx.internalId);
         if (!t) return;
         this.endPhase(t);
         if (outcome.usage) {
@@ -146,7 +149,7 @@ export class Tracing {
         }
       },
       embedded: (ctx, info) => {
-        const t = this.live.get(ctx.requestId);
+        const t = this.live.get(ctx.internalId);
         t?.span.setAttributes({ "gen_ai.operation.name": "embeddings", "gen_ai.request.model": info.model, "gen_ai.usage.input_tokens": info.tokens });
       },
     };

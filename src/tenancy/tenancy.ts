@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { AdmissionGate, AdmissionRequest, AdmissionTicket, GenerationHooks, RequestContext } from "../core/context.ts";
 import { ApiError } from "../core/errors.ts";
 import { setRequestKey } from "../http/access.ts";
+import { internalId } from "../http/internal-id.ts";
 import { dialectOf } from "../observability/metrics.ts";
 import { type KeyCheck, type KeyRing, type Principal, presentedKey } from "./keys.ts";
 import type { LedgerWriter } from "./ledger.ts";
@@ -28,6 +29,9 @@ const CONTROL_PLANE = ["/api/2.0/serving-endpoints", "/api/2.0/plinth/"];
 
 /** What is known about one HTTP request while it runs, until its ledger row is written. */
 interface Tracked {
+  /** The server's own id of the request: what `tracked` is keyed by (see internal-id.ts). */
+  internalId: string;
+  /** The request id the ledger row names (the client's x-request-id when it gave one). */
   requestId: string;
   principal: Principal | undefined;
   reply: FastifyReply;
@@ -60,6 +64,7 @@ interface Tracked {
  * - generation hooks that gather each request's usage for its ledger row.
  */
 export class Tenancy {
+  /** By internal id, never by request id: two requests may send the same x-request-id. */
   private readonly tracked = new Map<string, Tracked>();
 
   constructor(private readonly opts: TenancyOptions) {}
@@ -121,6 +126,7 @@ export class Tenancy {
 
   private track(request: FastifyRequest, reply: FastifyReply, route: string | undefined, principal: Principal | undefined): Tracked {
     const t: Tracked = {
+      internalId: internalId(request),
       requestId: String(request.id),
       principal,
       reply,
@@ -139,7 +145,7 @@ export class Tenancy {
       running: 0,
       status: undefined,
     };
-    this.tracked.set(t.requestId, t);
+    this.tracked.set(t.internalId, t);
     reply.raw.once("close", () => {
       // A client that left before anything was sent is booked as nginx's 499 (client closed request).
       t.status = reply.raw.headersSent ? reply.raw.statusCode : 499;
@@ -157,7 +163,7 @@ export class Tenancy {
   private maybeRecord(t: Tracked): void {
     if (t.status === undefined || t.running > 0) return;
     t.lease?.release();
-    this.tracked.delete(t.requestId);
+    this.tracked.delete(t.internalId);
     this.opts.ledger?.write({
       at: Date.now(),
       requestId: t.requestId,
@@ -181,13 +187,13 @@ export class Tenancy {
   gate(): AdmissionGate {
     return {
       authorize: (ctx: RequestContext, model: string) => {
-        const p = this.tracked.get(ctx.requestId)?.principal;
+        const p = this.tracked.get(ctx.internalId)?.principal;
         if (p?.models && !p.models.includes(model)) {
           throw new ApiError(403, `This API key may not use the model '${model}'.`, { field: "model", code: "model_not_allowed" });
         }
       },
       admit: async (ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> => {
-        const t = this.tracked.get(ctx.requestId);
+        const t = this.tracked.get(ctx.internalId);
         const p = t?.principal;
         if (!t || !p || (p.limits.tpm === null && p.limits.budgetTokens === null)) return undefined;
         const tokens = req.promptTokens + (Number.isFinite(req.maxCompletionTokens) ? req.maxCompletionTokens : 0);
@@ -203,7 +209,7 @@ export class Tenancy {
   hooks(): GenerationHooks {
     return {
       admitted: (ctx, info) => {
-        const t = this.tracked.get(ctx.requestId);
+        const t = this.tracked.get(ctx.internalId);
         if (!t) return;
         t.running++;
         t.model = info.model;
@@ -211,11 +217,11 @@ export class Tenancy {
         t.namespace = ctx.namespace;
       },
       firstToken: (ctx) => {
-        const t = this.tracked.get(ctx.requestId);
+        const t = this.tracked.get(ctx.internalId);
         if (t && t.ttftMs === null) t.ttftMs = performance.now() - t.start;
       },
       finished: (ctx, outcome) => {
-        const t = this.tracked.get(ctx.requestId);
+        const t = this.tracked.get(ctx.internalId);
         if (!t) return;
         t.running--;
         // A request that failed or was cancelled midway is booked with what it had used.
@@ -227,7 +233,7 @@ export class Tenancy {
         this.maybeRecord(t);
       },
       embedded: (ctx, info) => {
-        const t = this.tracked.get(ctx.requestId);
+        const t = this.tracked.get(ctx.internalId);
         if (!t) return;
         t.model = info.model;
         t.dialect = ctx.dialect;

@@ -1,5 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
@@ -519,6 +520,83 @@ describe("limits", () => {
     assert.equal(whole.status, 200, whole.text);
     const line = logLines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Obj).find((e) => e.msg === "request" && e.key === k.id && e.status === 499);
     assert.equal(line?.prompt_tokens, 0, "the log line books it as the ledger does");
+  });
+});
+
+describe("request ids chosen by clients", () => {
+  // A client's x-request-id is echoed and booked, but two requests may send the same one: each is
+  // still its own request to the limits, the model lists and the ledger.
+  const ledgerRows = async (keyIds: string[], count: number) => {
+    const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });
+    let rows: Obj[] = [];
+    try {
+      const marks = keyIds.map(() => "?").join(",");
+      await until(() => (rows = db.prepare(`SELECT * FROM usage_ledger WHERE key_id IN (${marks}) ORDER BY seq`).all(...keyIds) as Obj[]).length >= count);
+    } finally {
+      db.close();
+    }
+    return rows;
+  };
+
+  test("two overlapping requests with one x-request-id from different keys: each is limited and charged as its own", async () => {
+    const a = await createKey({ name: "same id a", max_concurrency: 1 });
+    const b = await createKey({ name: "same id b" });
+    const id = { "x-request-id": "shared-request-id-1" };
+    const long = call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, logit_bias: NO_EOG }), { ...bearer(a.key), ...id });
+    await waitFor(() => server.registry.resolve("tiny").scheduler.busy >= 1);
+    const short = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 3 }), { ...bearer(b.key), ...id });
+    assert.equal(short.status, 200, short.text);
+    assert.equal(short.headers.get("x-request-id"), "shared-request-id-1");
+    const first = await long;
+    assert.equal(first.status, 200, first.text);
+    // The long request's place was given back: the key limited to one request at a time runs again.
+    await new Promise((r) => setTimeout(r, 50));
+    const again = await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(a.key));
+    assert.equal(again.status, 200, again.text);
+    // Two rows under the same request id, each with its own key and usage.
+    const rows = (await ledgerRows([a.id, b.id], 3)).filter((r) => r.request_id === "shared-request-id-1");
+    assert.equal(rows.length, 2, JSON.stringify(rows));
+    const of = (k: string) => rows.find((r) => r.key_id === k)!;
+    assert.equal(of(a.id).completion_tokens, first.json.usage.completion_tokens, JSON.stringify(rows));
+    assert.equal(of(a.id).prompt_tokens, first.json.usage.prompt_tokens);
+    assert.equal(of(b.id).completion_tokens, short.json.usage.completion_tokens, JSON.stringify(rows));
+    assert.equal((await admin("GET", `/keys/${b.id}`)).json.used_tokens, short.json.usage.total_tokens);
+  });
+
+  test("a key limited to other models is refused though another key's request shares its x-request-id", async () => {
+    const limited = await createKey({ name: "same id limited", models: ["other"] });
+    const open = await createKey({ name: "same id open" });
+    const id = "shared-request-id-2";
+    // The limited key's request is checked on arrival, then waits for the rest of its body while the
+    // other key's request, with the same id, runs and ends.
+    const body = Buffer.from(JSON.stringify(chatBody({ max_tokens: 2 })));
+    const url = new URL(`${server.url}/v1/chat/completions`);
+    const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = http.request(
+        { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { "content-type": "application/json", "content-length": body.length, "x-request-id": id, ...bearer(limited.key) } },
+        (res) => {
+          let text = "";
+          res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, text }));
+        },
+      );
+      req.on("error", reject);
+      req.write(body.subarray(0, 10));
+      setTimeout(async () => {
+        try {
+          const other = await call("POST", "/v1/chat/completions", chatBody({ max_tokens: 2 }), { ...bearer(open.key), "x-request-id": id });
+          assert.equal(other.status, 200, other.text);
+        } catch (err) {
+          reject(err);
+        }
+        req.end(body.subarray(10));
+      }, 200);
+    });
+    const r = await answer;
+    assert.equal(r.status, 403, r.text);
+    assert.equal(JSON.parse(r.text).error.code, "model_not_allowed");
+    const rows = await ledgerRows([limited.id, open.id], 2);
+    assert.deepEqual(rows.map((row) => [row.key_id, row.status]).sort(), [[limited.id, 403], [open.id, 200]].sort());
   });
 });
 

@@ -8,7 +8,7 @@ import { scriptedApp, sseData } from "../helpers/scripted-app.ts";
 // The generation service and the OpenAI renderers over the SCRIPTED engine (no model): event order,
 // part brackets, hooks, usage, failures. Real inference is covered by test/integration/.
 
-const ctx: RequestContext = { requestId: "req_test", dialect: "test" };
+const ctx: RequestContext = { requestId: "req_test", internalId: "r_test", dialect: "test" };
 
 function request(over: Partial<GenerationRequest> = {}): GenerationRequest {
   return {

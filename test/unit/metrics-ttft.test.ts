@@ -9,7 +9,7 @@ test("time to first token counts from when the request came in, not from its adm
   // router's TTFT read ~0 ms while its clients waited seconds.
   const metrics = new PlinthMetrics(new ModelRegistry(4), { defaultMetrics: false });
   const hooks = metrics.hooks();
-  const ctx: RequestContext = { requestId: "req_1", dialect: "openai" };
+  const ctx: RequestContext = { requestId: "req_1", internalId: "r1", dialect: "openai" };
   hooks.admitted!(ctx, { model: "m", promptTokens: [3], choices: 1, receivedAt: performance.now() - 400 });
   hooks.started!(ctx);
   hooks.firstToken!(ctx);
