@@ -35,6 +35,12 @@ export class GenerationService {
   private readonly hooks: GenerationHooks[] = [];
   /** Requests admitted and not yet finished. */
   private readonly active = new Set<BatchRun>();
+  /**
+   * Embedding requests running, each with the abort that stops it: they take no generation slot,
+   * but a shutdown waits for them as for generations (the store closes after it, and their clients
+   * are owed an answer), and ends those still running when the drain time is up.
+   */
+  private readonly embedding = new Map<Promise<unknown>, AbortController>();
   private stopping = false;
 
   constructor(readonly registry: ModelRegistry) {}
@@ -187,13 +193,14 @@ export class GenerationService {
     // as running ones finish, likely too late to finish themselves, and their clients can retry
     // elsewhere at once.
     for (const run of this.active) if (!run.started) run.stop(shuttingDown());
-    const settled = () => Promise.allSettled([...this.active].map((r) => r.whenDone()));
+    const settled = () => Promise.allSettled([...[...this.active].map((r) => r.whenDone()), ...this.embedding.keys()]);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), timeoutMs)));
     const outcome = await Promise.race([settled().then(() => "done" as const), late]);
     clearTimeout(timer);
     if (outcome === "late") {
       for (const run of this.active) run.stop(shuttingDown());
+      for (const stop of this.embedding.values()) stop.abort(shuttingDown());
       await settled();
     }
   }
@@ -213,6 +220,22 @@ export class GenerationService {
 
   /** Embeddings share the registry and the request context, not the generation schedulers. */
   async embed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+    if (this.stopping) throw shuttingDown();
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+    const running = this.runEmbed(ctx, req, stop.signal);
+    this.embedding.set(running, stop);
+    try {
+      return await running;
+    } finally {
+      this.embedding.delete(running);
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  private async runEmbed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
     this.gate?.authorize(ctx, req.model);
     // Embeddings generate nothing: their input tokens are reserved once counted, before any input is
     // embedded, so that requests running at once cannot each spend the same budget or rate.

@@ -78,3 +78,32 @@ test("shutdown ends the requests still waiting for a sequence at once, not after
   await running.rest;
   await stopped;
 });
+
+test("shutdown refuses new embeddings with 503 and waits for the running ones before it closes", async () => {
+  const s = await startTestServer({ parallel: "1" });
+  const post = (input: string[]) =>
+    fetch(`${s.url}/v1/embeddings`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", input }) });
+  // Enough inputs that the request is still embedding when the shutdown begins.
+  const many = Array.from({ length: 400 }, (_, i) => `The river runs long and wide past the town, number ${i}.`);
+  let answeredAt = 0;
+  const running = post(many).then(async (r) => {
+    const body = await r.json();
+    answeredAt = performance.now();
+    return { status: r.status, body };
+  });
+  const embedder = s.registry.resolve("tiny").embeddingScheduler!;
+  const t0 = performance.now();
+  while (embedder.busy === 0) {
+    if (performance.now() - t0 > 10_000) throw new Error("the embedding request never started");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const stopped = s.shutdown(30_000).then(() => performance.now());
+  const refused = await post(["hi"]);
+  assert.equal(refused.status, 503);
+  assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+  assert.equal((await refused.json()).error.code, "server_shutting_down");
+  const done = await running;
+  assert.equal(done.status, 200, JSON.stringify(done.body).slice(0, 300));
+  assert.equal(done.body.data.length, many.length);
+  assert.ok((await stopped) >= answeredAt, "the shutdown waited for the running embedding");
+});
