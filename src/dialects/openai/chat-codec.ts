@@ -31,9 +31,9 @@ export interface ChatCodec {
   chunkToWire?: (chunk: Record<string, unknown>) => Record<string, unknown>;
   /**
    * A failure after the stream began, as data events the vendor sends instead of OpenAI's error event;
-   * `[DONE]` follows them.
+   * `[DONE]` follows them. `spent`: what the generation had used when it failed, as the ledger books
+   * it (its prompt only once a choice had started).
    */
-  /** `spent`: what the generation had used when it failed (its prompt even if no choice had started). */
   streamError?: (err: unknown, meta: CompletionMeta, names: FieldNamer, spent: Usage) => unknown[];
   /**
    * Answers in another format (Konan's `output_parser`), or undefined for the chat completion. Called

@@ -66,11 +66,9 @@ export async function chatCompletion(
             await streamChatCompletion(sse, meta, events, includeUsage, withLogprobs, shape);
           } catch (err) {
             if (env.signal.aborted) throw err;
-            const used = started.spent();
-            // A request that never started (it timed out waiting) still had its prompt counted.
-            const prompt = used.promptTokens || (started.promptTokens[0] ?? 0);
-            const spent = { ...used, promptTokens: prompt, totalTokens: prompt + used.completionTokens };
-            for (const data of streamError(err, meta, names, spent)) await sse.data(data);
+            // What the ledger books: a request that never got a sequence (it timed out waiting)
+            // evaluated nothing, so its prompt counts 0, not the prompt it would have run.
+            for (const data of streamError(err, meta, names, started.spent())) await sse.data(data);
             await sse.data("[DONE]");
           }
         },

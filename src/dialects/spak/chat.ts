@@ -48,7 +48,6 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
     // A remote model whose thinking is not known here counts as thinking, as the upstream decides.
     thinking: thinking && description !== undefined && description.reasoning !== false,
     withLogprobs: request.logprobs !== undefined,
-    promptTokens: started.promptTokens[0] ?? 0,
     spent: started.spent,
   };
   if (!body.stream) return { kind: "json", body: await renderSpakCompletion(meta, started.events) };

@@ -14,7 +14,6 @@ export interface SpakMeta {
   /** Thinking mode: `reasoning_content` is a string (possibly empty), else null. */
   thinking: boolean;
   withLogprobs: boolean;
-  promptTokens: number;
   /** What the generation had used when it was stopped (see StartedGeneration.spent). */
   spent: () => Usage;
 }
@@ -37,12 +36,11 @@ export type SpakUsage = ReturnType<typeof spakUsage>;
 
 /**
  * Usage of a request the server stopped before it finished: what it had generated (and cached) by
- * then, and its prompt, counted even when no choice had started (a request that timed out waiting).
+ * then, and its prompt once a choice had started, as the ledger books it. A request that timed out
+ * waiting for a sequence evaluated nothing and reports 0 prompt tokens.
  */
 function interruptedUsage(meta: SpakMeta): Usage {
-  const spent = meta.spent();
-  const promptTokens = spent.promptTokens || meta.promptTokens;
-  return { ...spent, promptTokens, totalTokens: promptTokens + spent.completionTokens };
+  return meta.spent();
 }
 
 const bytesOf = (b: number[]) => (b.length > 0 ? b : null);
