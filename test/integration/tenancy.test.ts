@@ -9,7 +9,7 @@ import Database from "better-sqlite3";
 import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
-import { ensureFixtureModel } from "../fixtures/models.ts";
+import { ensureBertFixtureModel, ensureFixtureModel } from "../fixtures/models.ts";
 import { NO_EOG, streamThenCancel, waitFor } from "../helpers/server.ts";
 
 // API keys, per-key limits and the usage ledger on the real server over HTTP: managed keys are made
@@ -32,8 +32,8 @@ before(async () => {
   });
   const config = loadConfig(
     {
-      // The DeepSeek-style dialect's one model name, on the same file.
-      model: [`tiny=${await ensureFixtureModel()}`, `SpAk-Aster-V1-MOE=${await ensureFixtureModel()}`],
+      // The DeepSeek-style dialect's one model name, on the same file; an embedding-only model.
+      model: [`tiny=${await ensureFixtureModel()}`, `SpAk-Aster-V1-MOE=${await ensureFixtureModel()}`, `emb=${await ensureBertFixtureModel()}`],
       port: "0",
       threads: "1",
       parallel: "4",
@@ -318,6 +318,39 @@ describe("model lists and isolation", () => {
     assert.equal((await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(allowed.key))).status, 200);
     assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(allowed.key))).json.models.map((m: Obj) => m.name), ["tiny"]);
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
+  });
+
+  test("Databricks: a limited key gets 403 for any other endpoint, served or not, before its task or entities are checked", async () => {
+    const k = await createKey({ name: "dbx tiny only", models: ["tiny"] });
+    const messages = [{ role: "user", content: "hi" }];
+    const refused = [
+      // An embedding model asked to chat (a 400 naming its task told the key it is served here).
+      await call("POST", "/serving-endpoints/emb/invocations", { messages, max_tokens: 2 }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/emb/invocations", { input: "hi" }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/emb/served-models/emb/invocations", { messages }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/emb/served-models/nonexist/invocations", { messages }, bearer(k.key)),
+      // A name served nowhere (a 404 told it apart from the served ones).
+      await call("POST", "/serving-endpoints/nonexist/invocations", { messages }, bearer(k.key)),
+      // The OpenAI-style paths, where `model` names the endpoint.
+      await call("POST", "/serving-endpoints/chat/completions", { model: "emb", messages }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/chat/completions", { model: "nonexist", messages }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/embeddings", { model: "emb", input: "hi" }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/embeddings", { model: "nonexist", input: "hi" }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/completions", { model: "emb", prompt: "hi" }, bearer(k.key)),
+      await call("POST", "/serving-endpoints/responses", { model: "nonexist", input: "hi" }, bearer(k.key)),
+    ];
+    for (const r of refused) {
+      assert.equal(r.status, 403, r.text);
+      assert.equal(r.json.error_code, "PERMISSION_DENIED", r.text);
+    }
+    // Both refusals read alike: nothing tells the served endpoint from the missing one.
+    assert.equal(refused[0].json.message.replace("emb", "X"), refused[4].json.message.replace("nonexist", "X"));
+    // Its own endpoint still answers, and its errors (a wrong task) are its to see.
+    assert.equal((await call("POST", "/serving-endpoints/tiny/invocations", { messages, max_tokens: 2 }, bearer(k.key))).status, 200);
+    assert.equal((await call("POST", "/serving-endpoints/embeddings", { model: "tiny", input: "hi" }, bearer(k.key))).status, 400);
+    // A key with no model list still learns what does not exist, and what an endpoint serves.
+    assert.equal((await call("POST", "/serving-endpoints/nonexist/invocations", { messages }, bearer(STATIC_KEY))).status, 404);
+    assert.equal((await call("POST", "/serving-endpoints/emb/invocations", { messages }, bearer(STATIC_KEY))).status, 400);
   });
 
   test("stored completions are visible only to the key that stored them", async () => {

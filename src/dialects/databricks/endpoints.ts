@@ -150,6 +150,21 @@ export interface EndpointOptions {
   scaleToZeroAfterMs: number;
 }
 
+/**
+ * A caller's model list, as routing sees it: whether it may use a model, and `authorize`, which
+ * throws the refusal (a 403) when it may not use the model routed to.
+ */
+export interface ModelAccess {
+  mayUse(model: string): boolean;
+  authorize(model: string): void;
+}
+
+const OPEN_ACCESS: ModelAccess = { mayUse: () => true, authorize: () => {} };
+
+/** The answer to a caller that may use no model of an endpoint (see EndpointManager.mayQuery). */
+export const endpointRefused = (name: string) =>
+  new ApiError(403, `This API key may not query the endpoint '${name}'.`, { code: "model_not_allowed" });
+
 const notFound = (name: string) => new ApiError(404, `The serving endpoint '${name}' does not exist.`, { code: "RESOURCE_DOES_NOT_EXIST" });
 
 export class EndpointManager {
@@ -242,6 +257,18 @@ export class EndpointManager {
     const names = new Set(ep.live?.models.values() ?? []);
     for (const c of [ep.pending?.config, ep.unloaded?.config]) for (const e of c?.served_entities ?? []) names.add(e.entity_name);
     return [...names];
+  }
+
+  /**
+   * Whether a caller may query the endpoint `name` at all: one of its models (served, loading or
+   * scaled to zero) is one it may use. A name no endpoint has goes by itself, as the OpenAI routes
+   * treat a model served nowhere: a caller limited to some models is refused it as it is refused
+   * the served ones, and cannot tell the endpoints and models here from names that do not exist.
+   */
+  mayQuery(name: string, mayUse: (model: string) => boolean): boolean {
+    const ep = this.provisioned.get(name) ?? (this.payPerToken.has(name) && this.registry.has(name) ? this.payPerTokenEndpoint(name) : undefined);
+    const models = ep ? this.modelsOf(ep) : [];
+    return (models.length > 0 ? models : [name]).some(mayUse);
   }
 
   list(): Endpoint[] {
@@ -368,8 +395,13 @@ export class EndpointManager {
    * `/served-models/{entity}/invocations` (which bypasses the split, as Databricks' does, so one
    * entity of an A/B pair can be queried alone). A pay-per-token endpoint has one entity, named
    * like the endpoint. A scaled-to-zero model is loaded again first (the request waits).
+   *
+   * `access` is the caller's model list: the split draws among the entities it may use, and the
+   * chosen entity's model is authorized before anything is done for it (a model scaled to zero is
+   * not loaded back for a caller that may not use it).
    */
-  async route(name: string, entity?: string, mayUse: (model: string) => boolean = () => true): Promise<Routed> {
+  async route(name: string, entity?: string, access: ModelAccess = OPEN_ACCESS): Promise<Routed> {
+    if (!this.mayQuery(name, access.mayUse)) throw endpointRefused(name);
     const ep = this.get(name);
     const live = ep.live;
     if (!live) {
@@ -380,9 +412,10 @@ export class EndpointManager {
         headers: { "retry-after": "2" },
       });
     }
-    const chosen = entity === undefined ? this.draw(ep.name, live, mayUse) : this.entityOf(ep, live, entity);
-    ep.lastUsed = Date.now();
+    const chosen = entity === undefined ? this.draw(ep.name, live, access.mayUse) : this.entityOf(ep, live, entity);
     const model = live.models.get(chosen)!;
+    access.authorize(model);
+    ep.lastUsed = Date.now();
     const m = this.registry.get(model);
     if (m?.status === "unloaded" && this.loader) {
       await this.loader.load(model);

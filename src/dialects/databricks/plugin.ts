@@ -12,7 +12,7 @@ import { chatRequest } from "./chat-protocol.ts";
 import { completionRequest, databricksCompletion } from "./completions.ts";
 import { endpointView } from "./control.ts";
 import { databricksEmbeddings, embeddingsRequest } from "./embeddings.ts";
-import { createEndpointRequest, type Endpoint, endpointConfig, type EndpointManager, type Routed } from "./endpoints.ts";
+import { createEndpointRequest, type Endpoint, endpointConfig, type EndpointManager, endpointRefused, type ModelAccess, type Routed } from "./endpoints.ts";
 import { DATABRICKS_ENVELOPE } from "./errors.ts";
 import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
 
@@ -54,6 +54,13 @@ export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksP
 async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }: DatabricksPluginOptions): Promise<void> {
   installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
   const env = (request: FastifyRequest, reply: FastifyReply): RouteEnv => routeEnv(request, reply, service, "databricks");
+  // The caller's model list, checked before anything about the endpoint is looked at or said (its
+  // task, its entities, whether it exists): a 400 "serves an embedding model" or a 404 told a key
+  // limited to some models which other endpoints and models are served here.
+  const access = (request: FastifyRequest): ModelAccess => {
+    const caller = requestContext(request, "databricks");
+    return { mayUse: (model) => service.mayUse(caller, model), authorize: (model) => service.authorize(caller, model) };
+  };
 
   const run = async (task: Task, raw: unknown, e: RouteEnv, routed: Routed): Promise<RouteResult> => {
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
@@ -80,12 +87,13 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
   const invoke = async (request: FastifyRequest, reply: FastifyReply, name: string, entity?: string) => {
     const raw = request.body;
     if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
+    const caller = access(request);
+    if (!endpoints.mayQuery(name, caller.mayUse)) throw endpointRefused(name);
     // A `model` that names one of the endpoint's served entities is honoured: that entity answers,
     // as it would under /served-models/{entity}/, whatever the traffic split says.
     let target = entity;
     if (target === undefined && typeof raw.model === "string" && raw.model !== name && endpoints.get(name).live?.models.has(raw.model)) target = raw.model;
-    const caller = requestContext(request, "databricks");
-    const routed = await endpoints.route(name, target, (model) => service.mayUse(caller, model));
+    const routed = await endpoints.route(name, target, caller);
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
     const task: Task | undefined =
       "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
@@ -112,8 +120,7 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
       if (task === "responses") refuseResponsesParameters(raw);
       if (typeof raw.model !== "string" || raw.model === "")
         throw badRequest("'model' is required here: it names the serving endpoint.", "model");
-      const caller = requestContext(request, "databricks");
-      const routed = await endpoints.route(raw.model, undefined, (model) => service.mayUse(caller, model));
+      const routed = await endpoints.route(raw.model, undefined, access(request));
       const e = env(request, reply);
       return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
     });
@@ -131,9 +138,7 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
   // as /v1/models lists only its models: the others' names and models are not its to know.
   const visible = (request: FastifyRequest, ep: Endpoint) => {
     const ctx = requestContext(request, "databricks");
-    // An endpoint with no model behind it (its config never loaded) goes by its own name.
-    const models = endpoints.modelsOf(ep);
-    return (models.length > 0 ? models : [ep.name]).some((m) => service.mayUse(ctx, m));
+    return endpoints.mayQuery(ep.name, (m) => service.mayUse(ctx, m));
   };
   scope.post("/", async (request) => {
     const ep = await endpoints.create(createEndpointRequest.parse(request.body));
@@ -147,7 +152,7 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
   }));
   scope.get<{ Params: { name: string } }>("/:name", async (request) => {
     const ep = endpoints.get(request.params.name);
-    if (!visible(request, ep)) throw new ApiError(403, `This API key may not query the endpoint '${ep.name}'.`, { code: "model_not_allowed" });
+    if (!visible(request, ep)) throw endpointRefused(ep.name);
     return view(ep.name);
   });
   scope.put<{ Params: { name: string } }>("/:name/config", async (request) => {
