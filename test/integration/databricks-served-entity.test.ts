@@ -64,7 +64,7 @@ test("the entity route streams, takes the other tasks, and 'model' may name the 
   assert.equal(ppt.headers.get("served-model-name"), "tiny");
 });
 
-test("bad entity requests get Databricks' envelope: unknown entity or endpoint 404, a mismatched model or a bad body 400", async () => {
+test("bad entity requests get Databricks' envelope: unknown entity or endpoint 404, a mismatched model or a bad body 400, a wrong method 405", async () => {
   const unknown = await entity("ab", "c");
   assert.equal(unknown.status, 404, unknown.text);
   assert.equal(unknown.json.error_code, "RESOURCE_DOES_NOT_EXIST");
@@ -83,6 +83,7 @@ test("bad entity requests get Databricks' envelope: unknown entity or endpoint 4
     assert.equal(typeof r.json.message, "string");
   }
   const wrongMethod = await dbx(s, "GET", "/serving-endpoints/ab/served-models/a/invocations");
-  assert.equal(wrongMethod.status, 404, wrongMethod.text);
-  assert.equal(typeof wrongMethod.json.error_code, "string");
+  assert.equal(wrongMethod.status, 405, wrongMethod.text);
+  assert.equal(wrongMethod.json.error_code, "BAD_REQUEST");
+  assert.equal(wrongMethod.headers.get("allow"), "POST");
 });
