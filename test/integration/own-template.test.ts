@@ -53,6 +53,21 @@ const ALTERNATING_TEMPLATE = [
   "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
 ].join("");
 
+/** An optional system message, then user and assistant turns that alternate (Mistral Small's rule). */
+const ONE_SYSTEM_TEMPLATE = [
+  "{%- if messages[0]['role'] == 'system' -%}",
+  "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}",
+  "{%- set rest = messages[1:] -%}",
+  "{%- else -%}{%- set rest = messages -%}{%- endif -%}",
+  "{%- for message in rest -%}",
+  "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}",
+  "{{- raise_exception('After the optional system message, roles must alternate user/assistant') -}}",
+  "{%- endif -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
 let llama: Llama;
 const models: LlamaModel[] = [];
 
@@ -147,4 +162,17 @@ test("messages the template refuses are a 400 naming messages, not a server erro
     (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "prompt.messages" && /alternate/.test(err.message),
   );
   assert.ok(renderer.render(chat([{ role: "user", content: "a" }])).tokens.length > 0);
+});
+
+test("tools on a template that takes one system message are described in the client's system message", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-one-system", ONE_SYSTEM_TEMPLATE));
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  const req = chat([{ role: "system", content: "Be brief." }, { role: "user", content: "Paris?" }]);
+  const text = model.detokenize(renderer.render(req, functions).tokens, true);
+  assert.ok(text.startsWith("<|im_start|>system\nBe brief.\n\n"), text);
+  assert.ok(text.includes("get_weather"), text);
+  assert.equal(text.split("<|im_start|>system").length, 2, text);
+  // Without tools the same messages render as they are; a second system message is still refused.
+  assert.ok(model.detokenize(renderer.render(req).tokens, true).startsWith("<|im_start|>system\nBe brief.<|im_end|>"));
+  assert.throws(() => renderer.render(chat([{ role: "system", content: "A" }, { role: "system", content: "B" }])), ApiError);
 });

@@ -315,9 +315,29 @@ function renderTemplate(wrapper: ChatWrapper, chatHistory: ChatHistoryItem[], fu
   try {
     return wrapper.generateContextState({ chatHistory, availableFunctions: functions });
   } catch (err) {
+    // Tools a template does not document itself are described in a system message of their own,
+    // after the client's; a template that allows one system message (Mistral Small's) refuses that
+    // pair. The description then goes at the end of the client's system message instead.
+    const merged = functions && Object.keys(functions).length > 0 ? withFunctionsInSystem(wrapper, chatHistory, functions) : undefined;
+    if (merged) {
+      try {
+        return wrapper.generateContextState({ chatHistory: merged });
+      } catch {
+        // The first refusal is the one to report.
+      }
+    }
     const reason = err instanceof Error ? err.message : String(err);
     throw invalidField(`The model's chat template cannot render these messages: ${reason}`, "prompt.messages");
   }
+}
+
+/** The history with the functions' description appended to its leading system message, if it has one. */
+function withFunctionsInSystem(wrapper: ChatWrapper, history: ChatHistoryItem[], functions: ChatModelFunctions): ChatHistoryItem[] | undefined {
+  const first = history[0];
+  if (first?.type !== "system") return undefined;
+  const description = wrapper.generateAvailableFunctionsSystemText(functions, { documentParams: true });
+  const text = LlamaText([LlamaText.fromJSON(first.text), "\n\n", description]);
+  return [{ type: "system", text: text.toJSON() }, ...history.slice(1)];
 }
 
 /** Whether a chat prompt ends with an assistant message the model is to continue. */
