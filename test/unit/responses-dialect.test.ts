@@ -295,3 +295,16 @@ test("a request that waits past the queue timeout is a 503 with Retry-After, as 
     await busy.app.close();
   }
 });
+
+test("text.format json_schema is strict only when asked (the reference's default is false, as in chat)", async () => {
+  const schema = { type: "object", properties: { a: { type: "string" } }, required: ["a"], additionalProperties: false };
+  const strictness: Array<boolean | undefined> = [];
+  for (const strict of [undefined, null, false, true]) {
+    const format = { type: "json_schema", name: "x", schema, ...(strict === undefined ? {} : { strict }) };
+    const r = await post({ model: "m", input: "hi", text: { format } });
+    assert.equal(r.statusCode, 200, r.body);
+    const rf = s.engine.prepared.at(-1)!.responseFormat;
+    strictness.push(rf?.type === "json_schema" ? rf.strict : undefined);
+  }
+  assert.deepEqual(strictness, [false, false, false, true]);
+});

@@ -130,7 +130,9 @@ function responseFormat(body: CreateResponseRequest): GenerationRequest["respons
   const f = body.text?.format;
   if (f == null || f.type === "text") return undefined;
   if (f.type === "json_object") return { type: "json_object" };
-  return { type: "json_schema", schema: f.schema, strict: f.strict !== false };
+  // Not strict unless asked, as in chat: the reference's TextResponseFormatJsonSchema.strict
+  // defaults to false (unlike function tools' `strict`, which defaults to true in this API).
+  return { type: "json_schema", schema: f.schema, strict: f.strict === true };
 }
 
 function reasoning(body: CreateResponseRequest): Pick<GenerationRequest, "reasoning"> {
