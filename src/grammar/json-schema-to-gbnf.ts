@@ -76,6 +76,9 @@
 // references, allOf that cannot be merged, the `false` schema where a value is required, unknown
 // keywords (except annotations and `x-` extensions), and OpenAPI's `nullable: true`.
 //
+// allOf parts with different `pattern`s: every pattern must match (intersected as automata, as
+// format ∩ pattern ∩ lengths are).
+//
 // `$ref` siblings are enforced too (2019-09+ semantics; valid under draft-07 as well), and keywords
 // next to anyOf/oneOf apply to every branch (merged as allOf).
 
@@ -231,6 +234,22 @@ export const LIBRARY_FORMAT_PATTERNS: Readonly<Record<string, readonly string[]>
   // zod 4: z.iso.duration()
   duration: ["^P(?:(\\d+W)|(?!.*W)(?=\\d|T\\d)(\\d+Y)?(\\d+M)?(\\d+D)?(T(?=\\d)(\\d+H)?(\\d+M)?(\\d+([.,]\\d+)?S)?)?)$"],
 };
+
+/**
+ * `pattern` values that allOf merging made out of several patterns that must all match (zod's
+ * startsWith + endsWith: `allOf: [{pattern: "^pre.*"}, {pattern: ".*suf$"}]`). Only arrays made
+ * here count: a `pattern` array in a request is still refused.
+ */
+const MERGED_PATTERNS = new WeakSet<readonly string[]>();
+
+/** The patterns a schema's `pattern` stands for (several after an allOf merge). */
+function patternsOf(s: Schema, where: string): readonly string[] {
+  const p = s.pattern;
+  if (p === undefined) return [];
+  if (typeof p === "string") return [p];
+  if (Array.isArray(p) && MERGED_PATTERNS.has(p)) return p;
+  throw new UnsupportedSchemaError(where, "pattern must be a string");
+}
 
 /** Keywords that may sit next to enum/const and say nothing more about the values. */
 const ANNOTATION_LIKE_NEXT_TO_ENUM = new Set(["propertyNames"]);
@@ -651,6 +670,16 @@ class Converter {
             if (!Array.isArray(prev) || !Array.isArray(value)) throw new UnsupportedSchemaError(where, "enum must be an array");
             acc.enum = prev.filter((x) => value.some((y) => deepEqual(x, y)));
             break;
+          case "pattern": {
+            // Both must match: kept as a list, intersected as automata (stringGrammar).
+            const all = [...new Set([...patternsOf(acc, where), ...patternsOf(schema, where)])];
+            if (all.length === 1) acc.pattern = all[0];
+            else {
+              MERGED_PATTERNS.add(all);
+              acc.pattern = all;
+            }
+            break;
+          }
           case "anyOf": case "oneOf":
             throw new UnsupportedSchemaError(where, `cannot merge two ${key} in allOf`);
           default:
@@ -738,7 +767,7 @@ class Converter {
         switch (key) {
           case "minLength": return typeof v !== "string" || [...v].length >= Number(limit);
           case "maxLength": return typeof v !== "string" || [...v].length <= Number(limit);
-          case "pattern": return typeof v !== "string" || this.patternMatcher(limit, join(path, key))(v);
+          case "pattern": return typeof v !== "string" || patternsOf(s, join(path, key)).every((p) => this.patternMatcher(p, join(path, key))(v));
           case "minimum": return typeof v !== "number" || v >= Number(limit);
           case "maximum": return typeof v !== "number" || v <= Number(limit);
           case "exclusiveMinimum": return typeof v !== "number" || typeof limit !== "number" || v > limit;
@@ -831,15 +860,17 @@ class Converter {
     const quoted = (expr: string) => this.b.rule(hintOf(path, "string"), seq('"\\""', expr, '"\\""'));
     const hint = hintOf(path, "pattern");
 
-    // The pattern, parsed (null: none, or relaxed).
-    let pattern: RegexNode | null = null;
-    if (s.pattern !== undefined) {
-      const where = join(path, "pattern");
-      if (typeof s.pattern !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
+    // The patterns, parsed (none, one, or several that allOf merged; relaxed ones left out).
+    const patterns: RegexNode[] = [];
+    for (const text of patternsOf(s, join(path, "pattern"))) {
       // A library's own pattern for the format, which the format grammar implies (tested): the
       // format alone is enforced (zod's iso.duration pattern has lookaheads inside).
-      if (!(typeof s.format === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(s.pattern))) pattern = this.parsePatternAt(s.pattern, where);
+      if (typeof s.format === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(text)) continue;
+      const node = this.parsePatternAt(text, join(path, "pattern"));
+      if (node !== null) patterns.push(node);
     }
+    // The one pattern, for the cheap paths below (several are intersected as automata).
+    const pattern = patterns.length === 1 ? patterns[0] : null;
     // The format, when it constrains anything beyond the pattern.
     let format: string | null = null;
     if (s.format !== undefined) {
@@ -852,14 +883,14 @@ class Converter {
       } else format = s.format;
     }
 
-    if (pattern === null && format === null) {
+    if (patterns.length === 0 && format === null) {
       if (minLength === 0 && maxLength === undefined) return this.string();
       return quoted(this.b.repeat(hintOf(path, "chars"), this.char(), minLength, maxLength));
     }
     const lengthsAddNothing = (min: number, max: number) => minLength <= min && (maxLength === undefined || maxLength >= max);
 
     // Cheap paths first: one format with its hand-written grammar, or one plain pattern.
-    if (pattern === null && format !== null && isSupportedFormat(format)) {
+    if (patterns.length === 0 && format !== null && isSupportedFormat(format)) {
       const bounded = (format === "email" || format === "uri") && maxLength !== undefined;
       const f = formatGrammar(this.b, format, bounded ? maxLength : undefined);
       if (f === null) {
@@ -891,7 +922,7 @@ class Converter {
     // Everything else: the intersection, as an automaton.
     const parts: Array<{ lang: Lang; key: string }> = [];
     if (format !== null) parts.push({ lang: { kind: "re", node: parsePattern(FORMAT_REGEX[format]) }, key: "format" });
-    if (pattern !== null) parts.push({ lang: langOfRegex(pattern), key: "pattern" });
+    for (const p of patterns) parts.push({ lang: langOfRegex(p), key: "pattern" });
     if (minLength > 0 || maxLength !== undefined) {
       parts.push({ lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: minLength, max: maxLength } }, key: maxLength !== undefined ? "maxLength" : "minLength" });
     }
