@@ -53,7 +53,9 @@
 // - `format` together with `pattern` (what zod emits for z.iso.datetime(), z.email(), z.uuid(), …):
 //   the intersection of the two, built as an automaton (automaton.ts); zod's own format names that
 //   its pattern defines (starts_with, cuid, nanoid, …) enforce the pattern. Length bounds that a
-//   pattern or format does not already imply are intersected the same way.
+//   pattern or format does not already imply are intersected the same way; for email and uri with
+//   a maxLength whose exact intersection is too large (zod's z.email().max(254)), the bounded
+//   subset of the format (string-formats.ts) takes the format's place.
 // - `oneOf` is generated as `anyOf`, which is exact only when no value can match two branches: that
 //   is proven first (distinct types, const/enum values, or a required property with distinct
 //   consts, as discriminated unions have); otherwise strict mode refuses the schema.
@@ -111,7 +113,15 @@ import {
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
-import { ANY_STRING_FORMATS, FORMAT_REGEX, formatGrammar, isSupportedFormat, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
+import {
+  ANY_STRING_FORMATS,
+  BOUNDED_FORMAT_MIN_LENGTH,
+  boundedFormatRegex,
+  FORMAT_REGEX,
+  formatGrammar,
+  isSupportedFormat,
+  PATTERN_DEFINED_FORMATS,
+} from "./string-formats.ts";
 
 export class UnsupportedSchemaError extends Error {
   /** Where in the schema, as dot-separated keys (e.g. `properties.address.pattern`); "" is the root. */
@@ -923,12 +933,28 @@ class Converter {
     const parts: Array<{ lang: Lang; key: string }> = [];
     if (format !== null) parts.push({ lang: { kind: "re", node: parsePattern(FORMAT_REGEX[format]) }, key: "format" });
     for (const p of patterns) parts.push({ lang: langOfRegex(p), key: "pattern" });
-    if (minLength > 0 || maxLength !== undefined) {
-      parts.push({ lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: minLength, max: maxLength } }, key: maxLength !== undefined ? "maxLength" : "minLength" });
-    }
+    const lengths = (min: number, max: number | undefined) =>
+      ({ lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min, max } }, key: max !== undefined ? "maxLength" : "minLength" }) as const;
+    if (minLength > 0 || maxLength !== undefined) parts.push(lengths(minLength, maxLength));
+    // Email or uri with a maxLength and a pattern (zod's z.email().max(n) emits its own email
+    // pattern): the exact product of the format, the pattern and a length counter passes the
+    // automaton's bound at a few dozen characters. The bounded subset the format alone uses with a
+    // maxLength (string-formats.ts) is small, implies the maxLength, and its intersection with the
+    // pattern stays small: every string of it is still an email/uri of at most maxLength.
+    let bounded = false;
+    const boundFormat = (): boolean => {
+      if (bounded || maxLength === undefined || (format !== "email" && format !== "uri")) return false;
+      const re = boundedFormatRegex(format, maxLength);
+      if (re === null) return false;
+      bounded = true;
+      parts[0] = { lang: { kind: "re", node: parsePattern(re) }, key: "format" };
+      if (parts[parts.length - 1].key.endsWith("Length")) parts.pop();
+      if (minLength > BOUNDED_FORMAT_MIN_LENGTH) parts.push(lengths(minLength, undefined));
+      return true;
+    };
     // A length bound far above what the other parts need multiplies the automaton by itself:
     // refuse it before building (the product would pass maxAutomatonStates anyway).
-    if (parts.length > 1 && maxLength !== undefined && maxLength > this.limits.maxAutomatonStates / 4) {
+    if (parts.length > 1 && maxLength !== undefined && maxLength > this.limits.maxAutomatonStates / 4 && !boundFormat()) {
       const others = parts.slice(0, -1).map((p) => (p.lang.kind === "re" ? regexLengthRange(p.lang.node)[1] : Infinity));
       if (others.some((m) => m > maxLength!)) {
         const dropped = parts.pop()!;
@@ -938,12 +964,13 @@ class Converter {
     }
     for (;;) {
       try {
-        const key = JSON.stringify([format, s.pattern, minLength, maxLength, parts.map((p) => p.key)]);
+        const key = JSON.stringify([format, bounded, s.pattern, minLength, maxLength, parts.map((p) => p.key)]);
         const dfa = cachedDfa(key, () => (parts.length === 1 ? parts[0].lang : { kind: "and", parts: parts.map((p) => p.lang) }), this.automatonLimits());
         if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
         return quoted(dfaToGbnf(this.b, dfa, hint)!);
       } catch (e) {
         if (!(e instanceof AutomatonLimitError)) throw e;
+        if (boundFormat()) continue;
         // Too large to intersect exactly: relax the last constraint (lengths, then the format).
         const dropped = parts.pop()!;
         const others = parts.map((p) => p.key).join(" and ");

@@ -108,6 +108,38 @@ export const PATTERN_DEFINED_FORMATS: ReadonlySet<string> = new Set([
 /** Shortest string of the bounded email/uri subsets ("a@b.c", "a://b"). */
 export const BOUNDED_FORMAT_MIN_LENGTH = 5;
 
+/** Length budgets of the bounded email subset: local part (1..local), two labels (1..label each). */
+function emailBudget(maxLength: number): { local: number; label: number } {
+  // local "@" label "." label: L + 2k + 2 ≤ maxLength.
+  const label = Math.max(1, Math.min(63, Math.floor((maxLength - 3) / 4)));
+  return { local: Math.min(64, maxLength - 2 - 2 * label), label };
+}
+
+/** Length budgets of the bounded uri subset: scheme (1..S) "://" host (1..H) ("/" path (0..P))?. */
+function uriBudget(maxLength: number): { scheme: number; host: number; path: number } {
+  // S + 3 + H + 1 + P ≤ maxLength.
+  const scheme = Math.max(1, Math.min(8, Math.floor((maxLength - 3) / 3)));
+  const budget = maxLength - 3 - scheme;
+  const host = budget >= 3 ? Math.ceil(budget / 2) : budget;
+  return { scheme, host, path: budget - host - 1 };
+}
+
+/**
+ * The bounded email/uri subset (see the header) as a regular expression, for intersecting with a
+ * pattern where the exact format ∩ pattern ∩ length automaton is too large (zod's z.email().max(n)
+ * emits its own email pattern next to the format and maxLength). Null when maxLength is too short.
+ */
+export function boundedFormatRegex(format: "email" | "uri", maxLength: number): string | null {
+  if (maxLength < BOUNDED_FORMAT_MIN_LENGTH) return null;
+  if (format === "email") {
+    const { local, label } = emailBudget(maxLength);
+    return `${ATEXT_RE}{1,${local}}@[A-Za-z0-9]{1,${label}}\\.[A-Za-z0-9]{1,${label}}`;
+  }
+  const { scheme, host, path } = uriBudget(maxLength);
+  const pathRe = path >= 0 ? `(?:/[A-Za-z0-9._~!$&'()*+,;=:@/-]{0,${path}})?` : "";
+  return `[A-Za-z][A-Za-z0-9+.-]{0,${scheme - 1}}://[A-Za-z0-9._~!$&'()*+,;=-]{1,${host}}${pathRe}`;
+}
+
 export function formatGrammar(b: GrammarBuilder, format: SupportedFormat, maxLength?: number): FormatGrammar | null {
   const hex = () => b.rule("hex-digit", "[0-9a-fA-F]");
   const date = () => {
@@ -138,9 +170,7 @@ export function formatGrammar(b: GrammarBuilder, format: SupportedFormat, maxLen
     case "email": {
       if (maxLength !== undefined) {
         if (maxLength < BOUNDED_FORMAT_MIN_LENGTH) return null;
-        // local "@" label "." label: L + 2k + 2 ≤ maxLength.
-        const k = Math.max(1, Math.min(63, Math.floor((maxLength - 3) / 4)));
-        const local = Math.min(64, maxLength - 2 - 2 * k);
+        const { local, label: k } = emailBudget(maxLength);
         const atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\x2D]";
         const label = b.repeat("email-label", "[A-Za-z0-9]", 1, k);
         const expr = b.rule("email-bounded", `${b.repeat("email-local", atom, 1, local)} "@" ${label} "." ${label}`);
@@ -157,11 +187,7 @@ export function formatGrammar(b: GrammarBuilder, format: SupportedFormat, maxLen
     case "uri": {
       if (maxLength !== undefined) {
         if (maxLength < BOUNDED_FORMAT_MIN_LENGTH) return null;
-        // scheme (1..S) "://" host (1..H) ("/" path (0..P))?: S + 3 + H + 1 + P ≤ maxLength.
-        const scheme = Math.max(1, Math.min(8, Math.floor((maxLength - 3) / 3)));
-        const budget = maxLength - 3 - scheme;
-        const host = budget >= 3 ? Math.ceil(budget / 2) : budget;
-        const path = budget - host - 1;
+        const { scheme, host, path } = uriBudget(maxLength);
         const schemeExpr = seq("[A-Za-z]", scheme > 1 ? b.repeat("uri-scheme", "[A-Za-z0-9+.\\x2D]", 0, scheme - 1) : "");
         const hostExpr = b.repeat("uri-host", "[A-Za-z0-9._~!$&'()*+,;=\\x2D]", 1, host);
         const pathExpr = path >= 0 ? ` ("/" ${b.repeat("uri-path", "[A-Za-z0-9._~!$&'()*+,;=:@/\\x2D]", 0, path)})?` : "";

@@ -61,3 +61,12 @@ test("z.string().startsWith().endsWith() (allOf of two patterns): both hold, str
   assert.equal(r.status, 400, r.text);
   assert.match(r.text, /no string satisfies/);
 });
+
+test("z.email().max(n) (format, zod's email pattern and maxLength together) is enforced in strict mode, for long and short bounds", async () => {
+  for (const max of [254, 40, 20]) {
+    const zod = z.object({ e: z.email().max(max) });
+    const schema = z.toJSONSchema(zod) as Record<string, unknown>;
+    const values = await expectValid(schema, { format: { strict: true }, zod, seeds: 4 });
+    for (const v of values) assert.ok((v as { e: string }).e.length <= max);
+  }
+});
