@@ -17,7 +17,8 @@
 // with the rest of the schema still enforced (a string with an unknown `format` stays a string with
 // its length bounds; an unsupported `pattern` leaves the string's other keywords; `not`, `if`,
 // `uniqueItems`, `multipleOf`, … are ignored) — and listed in `relaxed`, so the output is still
-// JSON of the schema's shape rather than "any JSON object". Structural impossibilities (no value
+// JSON of the schema's shape rather than "any JSON object". The engine names the relaxed keywords
+// in the response (llama-cpp/constraints.ts: x-plinth-schema-relaxed). Structural impossibilities (no value
 // satisfies the schema, left recursion, allOf that cannot be merged) throw in both modes.
 //
 // Limits (SchemaLimits; SchemaLimitError, a subclass of UnsupportedSchemaError with code "limit",
@@ -70,7 +71,8 @@
 // Refused in strict mode (UnsupportedSchemaError): not, if/then/else, dependentRequired,
 // dependentSchemas, dependencies, patternProperties, other propertyNames, unevaluatedProperties,
 // unevaluatedItems, contains, minContains, maxContains, $dynamicRef, $recursiveRef, multipleOf
-// (except 1, which means integer), uniqueItems: true (unless maxItems ≤ 1), formats other than
+// (except 1, which means integer), uniqueItems: true (unless maxItems ≤ 1 or the items are a
+// list of values, whose arrays are then generated in the list's order), formats other than
 // those in string-formats.ts, pattern features outside the supported subset (see
 // regex-to-gbnf.ts), intersections whose automaton exceeds its bounds, email/uri with length
 // bounds their bounded subsets cannot meet (see string-formats.ts), enum/const next to keywords
@@ -1179,6 +1181,54 @@ class Converter {
     return this.b.rule(objHint, seq('"{"', ws, body, ws, '"}"'));
   }
 
+  /**
+   * uniqueItems over items that are a list of values (`{enum: [...]}`, `{const: …}`, z.enum()):
+   * each value at most once, in the enum's order — a subset of the unique arrays (any order would
+   * need a rule per subset). Undefined when the items are not such a list, or when counting the
+   * items against minItems/maxItems would take too many rules.
+   */
+  private uniqueValuesArray(items: unknown, itemsPath: string, minItems: number, maxItems: number | undefined, path: string): string | undefined {
+    const target = this.followRef(items, itemsPath, 0);
+    if (!isObject(target) || !constraining(target).every((k) => k === "enum" || k === "const" || k === "type")) return undefined;
+    let values = constValues(target);
+    if (!values) return undefined;
+    if (has(target, "type")) {
+      const types = Array.isArray(target.type) ? target.type : [target.type];
+      values = values.filter((v) => types.includes(jsonType(v)) || (types.includes("integer") && Number.isInteger(v)));
+    }
+    const seen = new Set<string>();
+    values = values.filter((v) => !seen.has(valueKey(v)) && seen.add(valueKey(v)));
+    const k = values.length;
+    const max = Math.min(maxItems ?? k, k);
+    if (minItems > max) throw new UnsupportedSchemaError(join(path, "minItems"), `no array of distinct values has ${minItems} items: the items allow only ${k} distinct value${k === 1 ? "" : "s"}`);
+    // With room for every value, only "reached minItems yet" (and "none yet") matter: counts clamp.
+    const clamp = (c: number) => (max === k ? Math.min(c, Math.max(minItems, 1)) : c);
+    if (k * (clamp(max) + 1) > 4096) return undefined;
+    const hint = hintOf(path, "unique");
+    const sep = this.sep();
+    const lits = values.map((v) => literal(JSON.stringify(v)));
+    // state(i, c): the rest of the array once c values are written, choosing from value i on; with
+    // c = 0 at least one value is still to be written. Null: no way to finish.
+    const memo = new Map<string, string | null>();
+    const state = (i: number, c: number): string | null => {
+      const key = `${i}:${c}`;
+      if (memo.has(key)) return memo.get(key)!;
+      let out: string | null;
+      if (i === k) out = c > 0 && c >= minItems ? '""' : null;
+      else {
+        const take = c < max ? state(i + 1, clamp(c + 1)) : null;
+        const alts = [take === null ? null : seq(c === 0 ? "" : sep, lits[i], take === '""' ? "" : take), state(i + 1, c)].filter((x): x is string => x !== null);
+        out = alts.length === 0 ? null : this.b.rule(hint, alt(...alts));
+      }
+      memo.set(key, out);
+      return out;
+    };
+    const body = state(0, 0);
+    const ws = this.ws;
+    if (body === null) return this.b.rule(hint, seq('"["', ws, '"]"'));
+    return this.b.rule(hint, minItems === 0 ? seq('"["', ws, opt(seq(body, ws)), '"]"') : seq('"["', ws, body, ws, '"]"'));
+  }
+
   private arrayExpr(s: Schema, path: string): string {
     const ws = this.ws;
     const sep = this.sep();
@@ -1200,7 +1250,9 @@ class Converter {
     const minItems = this.nonNegativeInt(s, "minItems", path) ?? 0;
     let maxItems = this.nonNegativeInt(s, "maxItems", path);
     if (s.uniqueItems === true && (maxItems === undefined || maxItems > 1)) {
-      this.relax(join(path, "uniqueItems"), "uniqueItems is not supported (unless maxItems ≤ 1)");
+      const unique = prefix.length === 0 && s.additionalItems === undefined ? this.uniqueValuesArray(rest, restPath, minItems, maxItems, path) : undefined;
+      if (unique !== undefined) return unique;
+      this.relax(join(path, "uniqueItems"), "uniqueItems is supported only for items that are a list of values (enum/const), or with maxItems ≤ 1");
     }
     // A `false` prefix item or rest schema caps the length.
     const falseAt = prefix.indexOf(false);

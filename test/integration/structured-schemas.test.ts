@@ -70,3 +70,50 @@ test("z.email().max(n) (format, zod's email pattern and maxLength together) is e
     for (const v of values) assert.ok((v as { e: string }).e.length <= max);
   }
 });
+
+test("uniqueItems over enum values is enforced (each value once, in the enum's order), strict or not", async () => {
+  const schema = {
+    type: "object",
+    properties: {
+      t: { type: "array", items: { enum: ["a", "b"] }, uniqueItems: true, minItems: 2 },
+      u: { type: "array", items: { enum: ["x", "y", "z", 1, null] }, uniqueItems: true, maxItems: 3 },
+    },
+    required: ["t", "u"],
+    additionalProperties: false,
+  };
+  for (const strict of [false, true]) {
+    const values = (await expectValid(schema, { format: { strict }, seeds: 5 })) as Array<{ t: string[] }>;
+    for (const v of values) assert.deepEqual(v.t, ["a", "b"]);
+    const r = await chat(schema, 1, { strict });
+    assert.equal(r.headers.get("x-plinth-schema-relaxed"), null, "nothing was relaxed");
+  }
+});
+
+test("non-strict: a keyword the grammar cannot enforce is named in x-plinth-schema-relaxed (JSON and streamed, tools too); strict refuses it", async () => {
+  const schema = {
+    type: "object",
+    properties: { n: { type: "integer", minimum: 0, maximum: 99, multipleOf: 5 }, "tag,é": { type: "string", maxLength: 3, format: "no-such-format" } },
+    required: ["n"],
+    additionalProperties: false,
+  };
+  const r = await chat(schema, 1);
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get("x-plinth-schema-relaxed"), "properties.n.multipleOf, properties.tag%2C%C3%A9.format");
+  const streamed = await chat(schema, 1, {}, { stream: true });
+  assert.equal(streamed.status, 200);
+  assert.equal(streamed.headers.get("x-plinth-schema-relaxed"), "properties.n.multipleOf, properties.tag%2C%C3%A9.format");
+  const strict = await chat(schema, 1, { strict: true });
+  assert.equal(strict.status, 400, strict.text);
+  assert.match(strict.text, /multipleOf/);
+  // A tool's argument schema: prefixed with the tool's name.
+  const tool = await s.http.post("/v1/chat/completions", {
+    model: "tiny",
+    messages: [{ role: "user", content: "Call it." }],
+    max_tokens: 200,
+    seed: 1,
+    tools: [{ type: "function", function: { name: "pick", parameters: { type: "object", properties: { k: { type: "number", multipleOf: 0.5, minimum: 0, maximum: 9 } }, required: ["k"] } } }],
+    tool_choice: "required",
+  });
+  assert.equal(tool.status, 200, tool.text);
+  assert.equal(tool.headers.get("x-plinth-schema-relaxed"), "pick:properties.k.multipleOf");
+});

@@ -25,6 +25,29 @@ export interface Constraints {
   functions?: ChatModelFunctions;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
+  /**
+   * Keywords of non-strict schemas that the grammar does not enforce (see relaxedHeader), by path:
+   * the response format's as they are, a tool's prefixed with its name and a colon.
+   */
+  relaxed: string[];
+}
+
+/** The response header that names the keywords a non-strict schema's grammar left unenforced. */
+export const RELAXED_HEADER = "x-plinth-schema-relaxed";
+
+/** Most paths the header lists; the rest are counted. */
+const RELAXED_HEADER_PATHS = 32;
+
+/**
+ * The header's value: the paths, comma-separated, with anything but visible ASCII (and "," and "%")
+ * percent-encoded as UTF-8, so that any property name fits in a header.
+ */
+export function relaxedHeader(paths: readonly string[]): string {
+  const encode = (p: string) => p.replace(/[^\x21-\x7e]|[,%]/gu, (c) => (c.length === 1 && c >= "\ud800" && c <= "\udfff" ? "%EF%BF%BD" : encodeURIComponent(c)));
+  paths = [...new Set(paths)];
+  const shown = paths.slice(0, RELAXED_HEADER_PATHS).map((p) => encode(p === "" ? "(root)" : p));
+  if (paths.length > RELAXED_HEADER_PATHS) shown.push(`(${paths.length - RELAXED_HEADER_PATHS} more)`);
+  return shown.join(", ");
 }
 
 /**
@@ -90,7 +113,7 @@ export class ConstraintPlanner {
 
   /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
   async plan(req: GenerationRequest, header?: string): Promise<Constraints> {
-    const out: Constraints = {};
+    const out: Constraints = { relaxed: [] };
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
       const choice = req.toolChoice;
@@ -99,6 +122,7 @@ export class ConstraintPlanner {
       const offered = req.tools!.filter((t) => (named === undefined || t.name === named) && (!allowed || allowed.has(t.name)));
       out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: describeTool(t), params: toolParams(t) as never }]));
       const args = await Promise.all(offered.map(async (t) => ({ name: t.name, ...(await this.argumentsGrammar(t, req.tools!.indexOf(t))) })));
+      for (const a of args) out.relaxed.push(...a.relaxed.map((p) => `${a.name}:${p}`));
       // Each tool's grammar is within bounds alone; together they must be too (one grammar is loaded).
       const cost = args.reduce((sum, a) => sum + a.loadCost, 0);
       if (cost > DEFAULT_MAX_LOAD_COST)
@@ -113,7 +137,9 @@ export class ConstraintPlanner {
       };
     }
     if (req.responseFormat) {
-      let text = await this.contentGrammar(req);
+      const content = await this.contentGrammar(req);
+      let text = content.gbnf;
+      out.relaxed.push(...content.relaxed);
       if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
       if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger);
       out.contentGrammar = await this.compile(text);
@@ -125,22 +151,23 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<{ argsGbnf: string; loadCost: number }> {
+  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[] }> {
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
       const loadCost = estimateLoadCost(argsGbnf);
       if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField(`{field} is too large to enforce: its grammar would take the engine too long to load.`, `tools[${i}].input`);
-      return { argsGbnf, loadCost };
+      return { argsGbnf, loadCost, relaxed: [] };
     }
-    const { gbnf, loadCost } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
-    return { argsGbnf: gbnf, loadCost };
+    const { gbnf, loadCost, relaxed } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
+    return { argsGbnf: gbnf, loadCost, relaxed: relaxed.map((r) => r.path) };
   }
 
-  private async contentGrammar(req: GenerationRequest): Promise<string> {
+  private async contentGrammar(req: GenerationRequest): Promise<{ gbnf: string; relaxed: string[] }> {
     const rf = req.responseFormat!;
-    if (rf.type === "json_object") return JSON_OBJECT_GBNF;
-    if (rf.type === "regex") return patternGrammar(rf.pattern);
-    return (await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema")).gbnf;
+    if (rf.type === "json_object") return { gbnf: JSON_OBJECT_GBNF, relaxed: [] };
+    if (rf.type === "regex") return { gbnf: patternGrammar(rf.pattern), relaxed: [] };
+    const { gbnf, relaxed } = await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema");
+    return { gbnf, relaxed: relaxed.map((r) => r.path) };
   }
 
   /** Compiled grammars, most recently used last; bounded so distinct schemas cannot grow memory. */

@@ -12,7 +12,7 @@ import { embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
 import { generationFirstStrategy } from "./batch-strategy.ts";
-import { ConstraintPlanner } from "./constraints.ts";
+import { ConstraintPlanner, RELAXED_HEADER, relaxedHeader } from "./constraints.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
@@ -270,6 +270,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // Prompt log probabilities need every prompt position evaluated, so echo with logprobs starts cold.
       reuse: req.cachePrompt !== false && !(req.echo && req.logprobs !== undefined),
       cacheKey: req.cacheKey,
+      // A non-strict schema's keywords the grammar could not enforce are named, never dropped silently.
+      responseHeaders: constraints.relaxed.length > 0 ? { [RELAXED_HEADER]: relaxedHeader(constraints.relaxed) } : undefined,
     };
   }
 
