@@ -44,7 +44,8 @@
 // - A schema without `type` is narrowed to the types its keywords constrain (e.g. `properties` →
 //   object); with no such keywords it allows any JSON value.
 // - `pattern` must match the whole string (as if anchored), a subset of JSON Schema's search.
-// - Numbers: integers stay within ±(2^53−1) and have no fraction or exponent; unbounded numbers
+// - Numbers: integers stay within ±(2^53−1) (unless their bounds lie past it: then 15 significant
+//   digits and zeros) and have no fraction or exponent; unbounded numbers
 //   have at most 16 integer digits, 15 fraction digits and a 2-digit exponent (always finite);
 //   bounded numbers have no exponent and at most 15 significant digits, so the decimal bounds
 //   enforced here agree with the double comparisons a validator makes.

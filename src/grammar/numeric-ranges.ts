@@ -9,6 +9,11 @@
 // Decimal comparisons agree with the doubles a validator compares as long as the output has at most
 // 15 significant digits (every such decimal survives a round trip through a double, and rounding is
 // monotonic), so bounded non-integers are limited to 15 significant digits.
+//
+// Magnitudes past that (non-integers from 10^15, integers past 2^53 − 1) are written only where
+// the bounds leave nothing smaller ({minimum: 1e20}): as at most 15 significant digits followed by
+// zeros (1230000000000000000000), below 10^308, so the same argument holds and no number is
+// refused merely for being large.
 
 import { alt, group, literal, seq, type GrammarBuilder } from "./gbnf.ts";
 
@@ -168,6 +173,49 @@ function boundedFraction(b: GrammarBuilder, lo: MagBound | undefined, hi: MagBou
  */
 function magnitude(b: GrammarBuilder, lo: MagBound | undefined, hi: MagBound | undefined, integer: boolean): string | null {
   const cap = integer ? MAX_INTEGER_MAGNITUDE : MAX_DECIMAL_INT;
+  return smallMagnitude(b, lo, hi, integer, cap) ?? largeMagnitude(b, lo, hi, cap);
+}
+
+/** Largest magnitude written: 15 significant digits then zeros, below 10^308 (a finite double). */
+const MAX_LARGE_LENGTH = 308;
+
+/**
+ * Integer magnitudes above `cap`, of at most 15 significant digits (P × 10^z, P < 10^15), within
+ * the bounds: for each digit count L, P is a 15-digit range followed by L − 15 zeros. Only the
+ * shortest and longest counts are partial ranges; those between are any 15 digits.
+ */
+function largeMagnitude(b: GrammarBuilder, lo: MagBound | undefined, hi: MagBound | undefined, cap: bigint): string | null {
+  let vmin = lo ? (lo.strict || lo.frac !== "" ? lo.int + 1n : lo.int) : 0n;
+  if (vmin <= cap) vmin = cap + 1n;
+  let vmax = hi ? (hi.strict && hi.frac === "" ? hi.int - 1n : hi.int) : 10n ** BigInt(MAX_LARGE_LENGTH) - 1n;
+  if (vmax >= 10n ** BigInt(MAX_LARGE_LENGTH)) vmax = 10n ** BigInt(MAX_LARGE_LENGTH) - 1n;
+  if (vmin > vmax) return null;
+  const zeros = (z1: number, z2: number) => (z2 === 0 ? "" : b.repeat("zeros", '"0"', z1, z2));
+  const lengthRange = (len: number): string | null => {
+    const z = len - MAX_SIGNIFICANT;
+    const scale = 10n ** BigInt(z);
+    const from = vmin > 10n ** BigInt(len - 1) ? vmin : 10n ** BigInt(len - 1);
+    const to = vmax < 10n ** BigInt(len) - 1n ? vmax : 10n ** BigInt(len) - 1n;
+    const pMin = (from + scale - 1n) / scale;
+    const pMax = to / scale;
+    const digits = pMin <= pMax ? integerRange(pMin, pMax) : null;
+    return digits === null ? null : seq(digits, zeros(z, z));
+  };
+  const l0 = vmin.toString().length;
+  const l1 = vmax.toString().length;
+  const parts: string[] = [];
+  const first = lengthRange(l0);
+  if (first !== null) parts.push(first);
+  if (l1 - 1 >= l0 + 1) parts.push(seq("[1-9]", anyDigits(MAX_SIGNIFICANT - 1), zeros(l0 + 1 - MAX_SIGNIFICANT, l1 - 1 - MAX_SIGNIFICANT)));
+  if (l1 > l0) {
+    const last = lengthRange(l1);
+    if (last !== null) parts.push(last);
+  }
+  return parts.length === 0 ? null : alt(...parts);
+}
+
+/** Magnitudes up to `cap` (with a fraction unless `integer`), as the file header describes. */
+function smallMagnitude(b: GrammarBuilder, lo: MagBound | undefined, hi: MagBound | undefined, integer: boolean, cap: bigint): string | null {
   if (hi && hi.int > cap) hi = undefined;
   if (lo && lo.int > cap) return null;
   const fracMax = (i: bigint | number): number => {

@@ -30,11 +30,11 @@ function chat(schema: unknown, seed: number, format: Format = {}, extra: Partial
 }
 
 /** Answers for seeds 1..n; each must finish and validate (ajv, and zod when given). */
-async function expectValid(schema: Record<string, unknown>, opts: { seeds?: number; format?: Format; zod?: z.ZodType } = {}): Promise<unknown[]> {
+async function expectValid(schema: Record<string, unknown>, opts: { seeds?: number; format?: Format; zod?: z.ZodType; extra?: Partial<ChatBody> } = {}): Promise<unknown[]> {
   const validate = ajv.compile(schema);
   const values: unknown[] = [];
   for (let seed = 1; seed <= (opts.seeds ?? 6); seed++) {
-    const r = await chat(schema, seed, opts.format);
+    const r = await chat(schema, seed, opts.format, opts.extra);
     assert.equal(r.status, 200, r.text);
     const content = r.json.choices[0].message.content!;
     assert.equal(r.json.choices[0].finish_reason, "stop", content);
@@ -116,4 +116,24 @@ test("non-strict: a keyword the grammar cannot enforce is named in x-plinth-sche
   });
   assert.equal(tool.status, 200, tool.text);
   assert.equal(tool.headers.get("x-plinth-schema-relaxed"), "pick:properties.k.multipleOf");
+});
+
+test("number bounds past 1e16 are met (15 significant digits then zeros), not refused as unsatisfiable", async () => {
+  const schema = {
+    type: "object",
+    properties: {
+      a: { type: "number", minimum: 1e16 },
+      b: { type: "number", minimum: 1e20, maximum: 1e22 },
+      c: { type: "number", maximum: -1e18 },
+      d: { type: "integer", exclusiveMinimum: 9007199254740991, maximum: 1e17 },
+      e: { type: "number", exclusiveMinimum: 1.5e300 },
+    },
+    required: ["a", "b", "c", "d", "e"],
+    additionalProperties: false,
+  };
+  // (Up to 308 digits a number where nothing bounds it above.)
+  for (const strict of [true, false]) await expectValid(schema, { format: { strict }, seeds: 4, extra: { max_tokens: 2000 } });
+  // Bounds that nothing meets are still the schema's fault.
+  const r = await chat({ type: "number", minimum: 1e22, maximum: 1e20 }, 1, { strict: false });
+  assert.equal(r.status, 400, r.text);
 });
