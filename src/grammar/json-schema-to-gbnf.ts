@@ -18,8 +18,9 @@
 // its length bounds; an unsupported `pattern` leaves the string's other keywords; `not`, `if`,
 // `uniqueItems`, `multipleOf`, … are ignored) — and listed in `relaxed`, so the output is still
 // JSON of the schema's shape rather than "any JSON object". The engine names the relaxed keywords
-// in the response (llama-cpp/constraints.ts: x-plinth-schema-relaxed). Structural impossibilities (no value
-// satisfies the schema, left recursion, allOf that cannot be merged) throw in both modes.
+// in the response (llama-cpp/constraints.ts: x-plinth-schema-relaxed). Structural impossibilities
+// (no value satisfies the schema, left recursion, allOf that cannot be merged, references whose
+// values never end: finite.ts) throw in both modes.
 //
 // Limits (SchemaLimits; SchemaLimitError, a subclass of UnsupportedSchemaError with code "limit",
 // never relaxed, meant as a 400 naming the path): schema size, nesting depth, node count, enum size
@@ -113,6 +114,7 @@ import {
   setMinus,
   cpSet,
 } from "./gbnf.ts";
+import { unfinishableRules } from "./finite.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
 import { boundedNumber, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
@@ -302,6 +304,8 @@ const isTrivialPropertyNames = (v: unknown): boolean => {
 class Converter {
   private readonly b: GrammarBuilder;
   private readonly refNames = new Map<string, string>();
+  /** The other way: each reference rule's pointer and schema path. */
+  private readonly refTargets = new Map<string, { pointer: string; targetPath: string }>();
   private readonly ws: string;
   readonly relaxed: Relaxation[] = [];
   private readonly relaxedKeys = new Set<string>();
@@ -324,12 +328,28 @@ class Converter {
       }
       const expr = this.visit(this.rootSchema, "", new Set());
       this.b.shared("root", () => expr);
-      return this.b.render();
+      const gbnf = this.b.render();
+      this.checkFinite(gbnf);
+      return gbnf;
     } catch (e) {
       if (e instanceof GrammarLimitError) throw new SchemaLimitError("", e.message);
       if (e instanceof RangeError && /call stack/i.test(e.message)) throw new SchemaLimitError("", "the schema is nested too deeply");
       throw e;
     }
+  }
+
+  /**
+   * Refuses a grammar with a rule the model could enter and never leave: references whose values
+   * each require another (a required property, a minItems ≥ 1 array) without a way to end.
+   * Structural, so refused whatever `strict` says.
+   */
+  private checkFinite(gbnf: string): void {
+    const stuck = unfinishableRules(gbnf);
+    if (stuck.length === 0) return;
+    const ref = stuck.map((name) => this.refTargets.get(name)).find((t) => t !== undefined);
+    const cycle = ref ? `every value of ${ref.pointer} contains another one, without end` : "its values never end";
+    if (stuck.includes("root")) throw new UnsupportedSchemaError("", `no value satisfies the schema: ${cycle}`);
+    throw new UnsupportedSchemaError(ref?.targetPath ?? "", `no finite value satisfies it (${cycle}), so an answer that used it could never finish`);
   }
 
   /** Strict: refuse. Otherwise: note that the keyword at `path` is not enforced, and go on. */
@@ -496,6 +516,7 @@ class Converter {
     if (known !== undefined) return known;
     const name = this.b.reserve(pointer === "#" ? "schema" : `ref-${hintOf(targetPath)}`);
     this.refNames.set(pointer, name);
+    this.refTargets.set(name, { pointer, targetPath });
     this.b.define(name, this.visit(target, targetPath, new Set([...left, pointer])));
     return name;
   }

@@ -38,7 +38,7 @@ function isNameChar(c: number): boolean {
 
 class Parser {
   readonly rules: Rule[] = [];
-  private readonly ids = new Map<string, number>();
+  readonly ids = new Map<string, number>();
   private pos = 0;
 
   constructor(private readonly text: string) {}
@@ -217,9 +217,14 @@ class Parser {
 
 /** The rules llama.cpp builds from `gbnf` (groups and repetitions included). Throws on bad text. */
 export function parseGrammarRules(gbnf: string): GrammarRule[] {
+  return parseGrammar(gbnf).rules;
+}
+
+/** The same, with the id of each named rule (groups and repetitions have none). */
+export function parseGrammar(gbnf: string): { rules: GrammarRule[]; ids: ReadonlyMap<string, number> } {
   const parser = new Parser(gbnf);
   parser.parse();
-  return parser.rules;
+  return { rules: parser.rules, ids: parser.ids };
 }
 
 /**

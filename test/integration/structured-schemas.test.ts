@@ -137,3 +137,19 @@ test("number bounds past 1e16 are met (15 significant digits then zeros), not re
   const r = await chat({ type: "number", minimum: 1e22, maximum: 1e20 }, 1, { strict: false });
   assert.equal(r.status, 400, r.text);
 });
+
+test("a schema whose required references never end is a 400 in both modes, not an answer cut at max_tokens", async () => {
+  const N = { type: "object", properties: { n: { $ref: "#/$defs/N" } }, required: ["n"], additionalProperties: false };
+  for (const strict of [true, false]) {
+    const r = await chat({ $defs: { N }, $ref: "#/$defs/N" }, 1, { strict });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.text, /no value satisfies the schema: every value of #\/\$defs\/N contains another one/);
+    // Reachable only through an optional property: a model that wrote it could never finish.
+    const optional = await chat({ type: "object", properties: { x: { $ref: "#/$defs/N" } }, $defs: { N } }, 1, { strict });
+    assert.equal(optional.status, 400, optional.text);
+    assert.match(optional.text, /\$defs\.N: no finite value satisfies it/);
+  }
+  // Recursion with a way out (an optional property, an array that may be empty) still works.
+  const tree = { $defs: { T: { type: "object", properties: { c: { type: "array", items: { $ref: "#/$defs/T" }, maxItems: 2 } }, required: ["c"], additionalProperties: false } }, $ref: "#/$defs/T" };
+  await expectValid(tree, { seeds: 2, format: { strict: true }, extra: { max_tokens: 2000 } });
+});
