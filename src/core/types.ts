@@ -161,7 +161,12 @@ export interface TokenLogprob {
   logprob: number | null;
   /** Set when the token is known to lie outside the 20 most likely (dialects that floor those, e.g. −9999). */
   outsideTop20?: true;
-  top: Array<{ token: string; bytes: number[]; logprob: number }>;
+  /**
+   * A control token's name in the vocabulary (`<|im_end|>`): such a token has neither text nor bytes,
+   * so this is all that tells two of them apart. Absent for every other token, and where unknown.
+   */
+  special?: string;
+  top: Array<{ token: string; bytes: number[]; logprob: number; special?: string }>;
 }
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter";

@@ -70,6 +70,21 @@ test("logprobs: legacy shape, one entry per token, top maps sorted, greedy picks
   }
 });
 
+test("logprobs: alternatives with the same text keep distinct keys (bytes:\\xNN, control tokens by name)", async () => {
+  // Tokens 233–235 are the bytes E4, E5, E6 (each a character's first byte, text ""); 1 and 3 are
+  // control tokens. All of them have the text "", and once shared the map's one key.
+  const bytes = await complete({ prompt: "Hello", max_tokens: 1, temperature: 0, logprobs: 3, logit_bias: { 233: 100, 234: 99, 235: 98 } });
+  const top = bytes.choices[0].logprobs!.top_logprobs[0]!;
+  assert.deepEqual(Object.keys(top), ["bytes:\\xe4", "bytes:\\xe5", "bytes:\\xe6"]);
+  assert.equal(top["bytes:\\xe4"], bytes.choices[0].logprobs!.token_logprobs[0]);
+  assert.ok(top["bytes:\\xe4"] > top["bytes:\\xe5"] && top["bytes:\\xe5"] > top["bytes:\\xe6"]);
+
+  const control = await complete({ prompt: "Hello", max_tokens: 1, temperature: 0, logprobs: 2, logit_bias: { 3: 100, 1: 99 } });
+  const ctop = control.choices[0].logprobs!.top_logprobs[0]!;
+  assert.equal(Object.keys(ctop).length, 2, JSON.stringify(ctop));
+  assert.equal(Math.max(...Object.values(ctop)), control.choices[0].logprobs!.token_logprobs[0]);
+});
+
 test("echo + logprobs covers the prompt too, in one pass; the first prompt token has none", async () => {
   const prompt = "Once upon a time";
   const tok = await s.http.post("/tokenize", { model: "tiny", prompt });

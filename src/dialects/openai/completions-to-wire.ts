@@ -15,23 +15,61 @@ interface LegacyLogprobs {
  * Builds legacy logprobs for one choice. Offsets advance by each token's own text, counted in
  * characters (code points, as Python's len() and OpenAI's and vLLM's offsets count), not UTF-16 units:
  * `text[offset:]` in a Python client starts at the token, past an emoji too.
+ *
+ * Keys of the `top_logprobs` maps are `mapKey`s, distinct where the tokens' texts are not.
  */
 class LegacyLogprobBuilder {
   private offset = 0;
 
-  constructor(private readonly withTop: boolean) {}
+  constructor(private readonly top: number) {}
 
   build(entries: TokenLogprob[]): LegacyLogprobs {
     const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
     for (const e of entries) {
       out.tokens.push(e.token);
       out.token_logprobs.push(e.logprob);
-      out.top_logprobs.push(e.logprob === null ? null : this.withTop ? Object.fromEntries(e.top.map((t) => [t.token, t.logprob])) : {});
+      out.top_logprobs.push(e.logprob === null ? null : this.map(e));
       out.text_offset.push(this.offset);
       this.offset += codePoints(e.token);
     }
     return out;
   }
+
+  /**
+   * Most likely first, and a key already there is kept: two tokens that still render alike (rare:
+   * the same bytes under two ids) show the likelier one, never a less likely value under its key.
+   */
+  private map(e: TokenLogprob): Record<string, number> {
+    const map: Record<string, number> = {};
+    const put = (key: string, value: number) => {
+      if (!Object.hasOwn(map, key)) map[key] = value;
+    };
+    for (const t of e.top.slice(0, this.top)) put(mapKey(t), t.logprob);
+    return map;
+  }
+}
+
+/**
+ * A token as a `top_logprobs` key. Its text when that text is the token's own characters (or ends
+ * with them: a token completing a character split over several carries the whole character, as in
+ * `tokens`). A token whose text does not stand for its bytes (part of a character, whose text is "",
+ * or bytes that form none) is written as OpenAI writes it, `bytes:\xe4`; a control token by its
+ * vocabulary name (`<|im_end|>`). Without this, every partial-byte or control alternative had the key
+ * "" and the last one's value overwrote the others'.
+ */
+function mapKey(t: { token: string; bytes: number[]; special?: string }): string {
+  if (t.special !== undefined) return t.special;
+  if (t.bytes.length === 0) return t.token;
+  if (t.token !== "" && endsWith(encoder.encode(t.token), t.bytes)) return t.token;
+  return `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, "0")}`).join("")}`;
+}
+
+const encoder = new TextEncoder();
+
+function endsWith(whole: Uint8Array, tail: readonly number[]): boolean {
+  if (tail.length > whole.length) return false;
+  const from = whole.length - tail.length;
+  return tail.every((b, i) => whole[from + i] === b);
 }
 
 /** Characters in `s`: UTF-16 units less the second half of each surrogate pair. */
@@ -56,7 +94,7 @@ export async function renderCompletion(meta: CompletionMeta, events: AsyncIterab
     model: meta.model,
     system_fingerprint: meta.systemFingerprint,
     choices: choices.map((c, index) => {
-      const builder = new LegacyLogprobBuilder((logprobs ?? 0) > 0);
+      const builder = new LegacyLogprobBuilder(logprobs ?? 0);
       return {
         index,
         text: (c.prompt?.text ?? "") + c.text,
@@ -75,7 +113,7 @@ export async function streamCompletion(
   logprobs: number | undefined,
   includeUsage: boolean,
 ): Promise<void> {
-  const builders = Array.from({ length: meta.n }, () => new LegacyLogprobBuilder((logprobs ?? 0) > 0));
+  const builders = Array.from({ length: meta.n }, () => new LegacyLogprobBuilder(logprobs ?? 0));
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
     id: meta.id,
     object: "text_completion",

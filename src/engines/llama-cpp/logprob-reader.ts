@@ -152,7 +152,8 @@ export class LogprobReader {
     const at = this.spellingState();
     const piece = (token: number) => {
       const p: Piece = at ? this.pieces.after(at, token) : this.pieces.get(token);
-      return { token: p.text, bytes: p.bytes };
+      const special = p.bytes.length === 0 ? this.pieces.special(token) : undefined;
+      return { token: p.text, bytes: p.bytes, ...(special !== undefined ? { special } : {}) };
     };
     // The normaliser needs a pass over the whole vocabulary; the relative values do not. The two run
     // side by side (node-llama-cpp itself samples several rows of one batch concurrently).

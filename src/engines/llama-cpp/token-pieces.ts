@@ -154,6 +154,15 @@ export class TokenPieces {
     return { text, bytes, state: { pending, atStart } };
   }
 
+  /**
+   * A control token's name as the vocabulary spells it (`<|im_end|>`), for reports that must tell
+   * such tokens apart although they add no text; undefined for any other token.
+   */
+  special(token: number): string | undefined {
+    if (this.bytesOf(token).length > 0 || !this.model.getTokenAttributes(token as Token).control) return undefined;
+    return this.vocab?.[token] ?? this.model.detokenize([token as Token], true);
+  }
+
   /** The bytes the token stands for in the middle of a text. */
   bytesOf(token: number): number[] {
     let bytes = this.raw.get(token);
