@@ -85,6 +85,23 @@ test("logprobs: alternatives with the same text keep distinct keys (bytes:\\xNN,
   assert.equal(Math.max(...Object.values(ctop)), control.choices[0].logprobs!.token_logprobs[0]);
 });
 
+test("logprobs: each map holds the sampled token too (up to logprobs + 1 keys; logprobs 0: just it)", async () => {
+  // At temperature 1 some sampled tokens are not the most likely one.
+  const r = await complete({ prompt: "Dice", max_tokens: 12, temperature: 1, seed: 5, logprobs: 1, echo: true, logit_bias: NO_EOG });
+  const lp = r.choices[0].logprobs!;
+  let outside = 0;
+  for (let i = 1; i < lp.tokens.length; i++) {
+    const map = lp.top_logprobs[i]!;
+    assert.equal(map[lp.tokens[i]], lp.token_logprobs[i], `${i}: ${JSON.stringify(map)}`);
+    assert.ok(Object.keys(map).length <= 2);
+    if (Object.keys(map).length === 2) outside++;
+  }
+  assert.ok(outside > 0, "some sampled or prompt token was outside the top 1");
+  const zero = await complete({ prompt: "Dice", max_tokens: 4, temperature: 1, seed: 5, logprobs: 0, logit_bias: NO_EOG });
+  const z = zero.choices[0].logprobs!;
+  z.tokens.forEach((t, i) => assert.deepEqual(z.top_logprobs[i], { [t]: z.token_logprobs[i] }));
+});
+
 test("echo + logprobs covers the prompt too, in one pass; the first prompt token has none", async () => {
   const prompt = "Once upon a time";
   const tok = await s.http.post("/tokenize", { model: "tiny", prompt });

@@ -16,7 +16,9 @@ interface LegacyLogprobs {
  * characters (code points, as Python's len() and OpenAI's and vLLM's offsets count), not UTF-16 units:
  * `text[offset:]` in a Python client starts at the token, past an emoji too.
  *
- * Keys of the `top_logprobs` maps are `mapKey`s, distinct where the tokens' texts are not.
+ * Each `top_logprobs` map holds the `top` most likely tokens and, as OpenAI and vLLM do, the sampled
+ * token too when it is not among them (so up to `top` + 1 keys; with `logprobs: 0` just the sampled
+ * one). Keys are `mapKey`s, distinct where the tokens' texts are not.
  */
 class LegacyLogprobBuilder {
   private offset = 0;
@@ -28,7 +30,7 @@ class LegacyLogprobBuilder {
     for (const e of entries) {
       out.tokens.push(e.token);
       out.token_logprobs.push(e.logprob);
-      out.top_logprobs.push(e.logprob === null ? null : this.map(e));
+      out.top_logprobs.push(e.logprob === null ? null : this.map(e, e.logprob));
       out.text_offset.push(this.offset);
       this.offset += codePoints(e.token);
     }
@@ -39,12 +41,13 @@ class LegacyLogprobBuilder {
    * Most likely first, and a key already there is kept: two tokens that still render alike (rare:
    * the same bytes under two ids) show the likelier one, never a less likely value under its key.
    */
-  private map(e: TokenLogprob): Record<string, number> {
+  private map(e: TokenLogprob, logprob: number): Record<string, number> {
     const map: Record<string, number> = {};
     const put = (key: string, value: number) => {
       if (!Object.hasOwn(map, key)) map[key] = value;
     };
     for (const t of e.top.slice(0, this.top)) put(mapKey(t), t.logprob);
+    put(mapKey(e), logprob);
     return map;
   }
 }
