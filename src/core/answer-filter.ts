@@ -38,16 +38,34 @@ export class AnswerFilter {
 /**
  * Keeps per-token log probabilities in step with the text the stop matcher lets through: a token is
  * reported once its text has been emitted, and tokens after a stop string's start never are.
+ *
+ * A token holding the first bytes of a character split over several tokens adds no text (its
+ * character comes with the token that completes it), so it has no width to place it before or after
+ * a cut. Such tokens wait for the token that completes their character and take its span: they are
+ * reported with it, and dropped with it when a stop string starts there (their bytes are the stop's).
+ * Still waiting when the answer ends without a stop, they are the bytes of an unfinished last
+ * character and are reported.
  */
 class LogprobAligner {
   private pending: Array<{ start: number; end: number; lp: TokenLogprob }> = [];
+  /** Tokens of a character not yet complete (see above), in order. */
+  private partial: TokenLogprob[] = [];
   private received = 0;
   private emitted = 0;
 
   add(textLength: number, logprobs: TokenLogprob[] | undefined): void {
     const start = this.received;
     this.received += textLength;
-    for (const lp of logprobs ?? []) this.pending.push({ start, end: this.received, lp });
+    if (textLength === 0) {
+      // A control token (no bytes) sits where it is, unless a character is open before it.
+      for (const lp of logprobs ?? []) {
+        if (lp.bytes.length > 0 || this.partial.length > 0) this.partial.push(lp);
+        else this.pending.push({ start, end: start, lp });
+      }
+      return;
+    }
+    for (const lp of [...this.partial, ...(logprobs ?? [])]) this.pending.push({ start, end: this.received, lp });
+    this.partial = [];
   }
 
   /** `final`: nothing more will be emitted, so any token whose text started before the cut counts. */
@@ -61,7 +79,12 @@ class LogprobAligner {
       out.push(next.lp);
       this.pending.shift();
     }
-    if (final) this.pending = [];
+    if (final) {
+      // Nothing was cut (no stop string): an unfinished last character's tokens are the answer's.
+      if (this.emitted >= this.received) out.push(...this.partial);
+      this.pending = [];
+      this.partial = [];
+    }
     return out.length > 0 ? out : undefined;
   }
 }

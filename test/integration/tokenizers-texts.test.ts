@@ -188,6 +188,33 @@ for (const model of MODELS) {
   });
 }
 
+for (const model of MODELS) {
+  test(`${model}: a stop string whose first character spans tokens leaves that character's bytes out of the logprobs`, async () => {
+    // The grammar forces 世界😀é; 😀 (4 bytes) is the stop string. Its first bytes' tokens add no text
+    // of their own, and were reported although the stop starts at them.
+    const schema = { type: "object", properties: { a: { type: "string", enum: ["世界😀é"] } }, required: ["a"], additionalProperties: false };
+    const body = {
+      model,
+      messages: [{ role: "user" as const, content: "say it" }],
+      max_tokens: 60,
+      temperature: 0,
+      logprobs: true,
+      stop: "😀",
+      response_format: { type: "json_schema" as const, json_schema: { name: "x", strict: true, schema } },
+    };
+    const bytesOf = (entries: Entry[]) => Buffer.from(entries.flatMap((e) => e.bytes ?? []));
+    const r = await s.client.chat.completions.create(body);
+    const content = r.choices[0].message.content!;
+    assert.ok(content.endsWith("世界"), JSON.stringify(content));
+    const entries = r.choices[0].logprobs!.content! as Entry[];
+    assert.deepEqual(bytesOf(entries), Buffer.from(content), JSON.stringify(entries.slice(-4).map((e) => [e.token, e.bytes])));
+    assert.equal(entries.map((e) => e.token).join(""), content);
+    const streamed = await streamChat(body);
+    assert.equal(streamed.content, content);
+    assert.deepEqual(bytesOf(streamed.entries), Buffer.from(content));
+  });
+}
+
 test("spm: a text's first piece loses the space prefix; a piece after the prompt keeps its space", async () => {
   // The prompt "Flor" is "▁Flor" after <s>: echoed as "Flor", as the prompt reads.
   const r = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt: "Flor", echo: true, logprobs: 0, max_tokens: 3, logit_bias: NO_EOG, temperature: 0 });
