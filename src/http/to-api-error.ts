@@ -36,7 +36,7 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
 }
 
 function fromZod(err: z.ZodError, body: unknown): ApiError {
-  const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path);
+  const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path, body);
   // A key a strict object does not define is named itself, not the object that holds it.
   if (issue.code === "unrecognized_keys" && issue.keys.length > 0) {
     const param = formatPath([...path, issue.keys[0]]);
@@ -70,17 +70,19 @@ type Issue = z.core.$ZodIssue;
  * part without its text, an array that is too long). When every branch refused the value's type, the
  * union issue is kept and described as a list of the types that would do.
  */
-function resolveIssue(issue: Issue, path: readonly PropertyKey[]): { path: PropertyKey[]; issue: Issue } {
+function resolveIssue(issue: Issue, path: readonly PropertyKey[], body: unknown): { path: PropertyKey[]; issue: Issue } {
   if (issue.code === "invalid_union") {
     const branches = (issue as { errors?: Issue[][] }).errors ?? [];
     // Of the branches the value got into, a branch whose shape it has (its complaint is not about a
     // type: too many items, a bad value) names the real mistake; else the one it got furthest in
     // (["a", 5] is a list of strings gone wrong at [1], not a list of numbers gone wrong at [0]).
     const candidates = branches.map((b) => b[0]).filter((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
-    const better = (b: Issue, best: Issue) =>
-      (b.code !== "invalid_type") !== (best.code !== "invalid_type") ? b.code !== "invalid_type" : furtherThan(b.path, best.path);
+    // A fraction where an integer belongs has the right type, only not the right value: [1.5] is a
+    // list of token ids gone wrong, not a list of strings.
+    const shaped = (b: Issue) => b.code !== "invalid_type" || (b.expected === "int" && typeof lookUp(body, [...path, ...b.path]) === "number");
+    const better = (b: Issue, best: Issue) => (shaped(b) !== shaped(best) ? shaped(b) : furtherThan(b.path, best.path));
     const deeper = candidates.reduce<Issue | undefined>((best, b) => (best === undefined || better(b, best) ? b : best), undefined);
-    if (deeper) return resolveIssue(deeper, [...path, ...deeper.path]);
+    if (deeper) return resolveIssue(deeper, [...path, ...deeper.path], body);
   }
   return { path: [...path], issue };
 }

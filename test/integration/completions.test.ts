@@ -185,6 +185,15 @@ for (const [name, body, param, code] of invalid) {
   });
 }
 
+test("completions: a fraction among token ids is refused as a non-integer token id, not as a non-string", async () => {
+  for (const [prompt, param] of [[[1.5], "prompt[0]"], [[7, 2.5], "prompt[1]"], [[[1, 2.5]], "prompt[0][1]"]] as const) {
+    const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.error?.param, param, r.text);
+    assert.match(r.error!.message, /expected an integer, got the number \d\.5/, r.text);
+  }
+});
+
 test("best_of equal to n is accepted", async () => {
   const r = await complete({ prompt: "x", best_of: 2, n: 2, max_tokens: 2 });
   assert.equal(r.choices.length, 2);
