@@ -194,6 +194,19 @@ test("completions: a fraction among token ids is refused as a non-integer token 
   }
 });
 
+test("completions: chat-worded refusals are worded for completions (prompt_logprobs, template switches)", async () => {
+  const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt: "x", prompt_logprobs: 1 });
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.error?.param, "prompt_logprobs");
+  assert.doesNotMatch(r.error!.message, /chat|\/v1\/completions/, r.text);
+  assert.match(r.error!.message, /echo and logprobs/);
+  const t = await s.http.postRaw("/v1/completions", { model: "tiny", prompt: "x", add_generation_prompt: false });
+  assert.equal(t.error?.param, "add_generation_prompt", t.text);
+  assert.doesNotMatch(t.error!.message, /assistant/, t.text);
+  const chat = await s.http.postRaw("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "x" }], prompt_logprobs: 1 });
+  assert.match(chat.error!.message, /\/v1\/completions with echo/, chat.text);
+});
+
 test("best_of equal to n is accepted", async () => {
   const r = await complete({ prompt: "x", best_of: 2, n: 2, max_tokens: 2 });
   assert.equal(r.choices.length, 2);

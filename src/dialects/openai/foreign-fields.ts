@@ -76,7 +76,13 @@ type ForeignField = (typeof FOREIGN_FIELDS)[number];
 
 /** Why each field is refused when it asks for more than its neutral value. */
 function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion"): Record<ForeignField, [Neutral, string]> {
-  const noPrompt = "returns prompt log probabilities, which chat requests here do not (use /v1/completions with echo and logprobs)";
+  // Prompt log probabilities exist here only as legacy completions' echo; each route says where.
+  const noPrompt =
+    kind === "chat"
+      ? "returns prompt log probabilities, which chat requests here do not (use /v1/completions with echo and logprobs)"
+      : "is not supported: prompt log probabilities come with echo and logprobs (the echoed prompt's tokens lead the logprobs)";
+  // Template switches mean nothing to a text prompt, which is used as sent.
+  const noTemplate = "applies to chat templates; a completion prompt is used as sent";
   return {
     // vLLM
     use_beam_search: [is(false), "is not supported: no beam search here"],
@@ -91,8 +97,8 @@ function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion
     spaces_between_special_tokens: [is(true), "is not supported: special tokens are never part of the text"],
     truncate_prompt_tokens: [isNull, "is not supported: a prompt longer than the context is a 400, never cut"],
     logits_processors: [isNull, "is not supported"],
-    add_generation_prompt: [is(true), "is not supported: the assistant turn is always opened (send a last assistant message to continue it)"],
-    continue_final_message: [is(false), "is not needed: a last assistant message is continued as it stands"],
+    add_generation_prompt: [is(true), kind === "chat" ? "is not supported: the assistant turn is always opened (send a last assistant message to continue it)" : noTemplate],
+    continue_final_message: [is(false), kind === "chat" ? "is not needed: a last assistant message is continued as it stands" : noTemplate],
     // Chat templates place their own special tokens; a text completion gets the model's BOS.
     add_special_tokens: kind === "chat" ? [is(false), "is not supported on chat requests: the template places the special tokens"] : [is(true), "is not supported: a text prompt always gets the model's BOS token (send token ids to choose)"],
     chat_template: [isNull, "is not supported: the model's own template (or --chat-wrapper) renders the prompt"],
