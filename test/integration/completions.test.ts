@@ -120,6 +120,26 @@ test("echo + logprobs covers the prompt too, in one pass; the first prompt token
   assert.deepEqual(scored.choices[0].logprobs!.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
 });
 
+test("echo of a token-id prompt ending inside a character reads as /detokenize when nothing follows (U+FFFD)", async () => {
+  // 233 is the byte E4, the start of a three-byte character that the next token (a word) never finishes.
+  const prompt = [233, 189];
+  const back = await s.http.post("/detokenize", { model: "tiny", tokens: prompt });
+  assert.ok(back.json.prompt.endsWith("\uFFFD"), JSON.stringify(back.json.prompt));
+  const plain = await complete({ prompt, max_tokens: 0, echo: true });
+  assert.equal(plain.choices[0].text, back.json.prompt);
+  const scored = await complete({ prompt, max_tokens: 0, echo: true, logprobs: 1 });
+  assert.equal(scored.choices[0].text, back.json.prompt);
+  assert.equal(scored.choices[0].logprobs!.tokens.join(""), back.json.prompt);
+  const res = await fetch(`${s.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", prompt, max_tokens: 0, echo: true, logprobs: 1, stream: true }),
+  });
+  let streamed = "";
+  for (const line of (await res.text()).split("\n")) if (line.startsWith("data: {")) streamed += JSON.parse(line.slice(6)).choices[0]?.text ?? "";
+  assert.equal(streamed, back.json.prompt);
+});
+
 test("sampling with logprobs stays reproducible by seed and follows temperature", async () => {
   const ask = (seed: number) => complete({ prompt: "Dice", max_tokens: 12, temperature: 1, seed, logprobs: 1, logit_bias: NO_EOG });
   const [a, b, c] = await Promise.all([ask(5), ask(5), ask(6)]);

@@ -96,6 +96,23 @@ export async function promptLogprobs(
   top: number,
   pieces: TokenPieces,
   signal?: AbortSignal,
+  /** Nothing follows the prompt: the last token also carries an unfinished character, as U+FFFD. */
+  ends = false,
+): Promise<TokenLogprob[]> {
+  const entries = await readPromptLogprobs(sequence, prompt, top, pieces, signal);
+  const last = entries[entries.length - 1];
+  // The echoed text then ends in U+FFFD (see TokenPieces.textOf); the tokens keep spelling it.
+  const rest = ends && pieces.exact ? pieces.textOf(prompt, true).slice(pieces.textOf(prompt, false).length) : "";
+  if (rest) entries[entries.length - 1] = { ...last, token: last.token + rest };
+  return entries;
+}
+
+async function readPromptLogprobs(
+  sequence: LlamaContextSequence,
+  prompt: Token[],
+  top: number,
+  pieces: TokenPieces,
+  signal?: AbortSignal,
 ): Promise<TokenLogprob[]> {
   const first = pieces.get(prompt[0]);
   const entries: TokenLogprob[] = [{ token: first.text, bytes: first.bytes, logprob: null, top: [] }];

@@ -64,6 +64,11 @@ export interface LlamaPrepared extends PreparedGeneration {
   logprobs?: number;
   /** The prompt text to report back (echo), when asked for. */
   echo?: string;
+  /**
+   * Nothing is generated after the echo (max_tokens 0): a character the prompt leaves unfinished
+   * reads as U+FFFD, as /detokenize spells it, instead of waiting for a token to complete it.
+   */
+  echoEnds?: boolean;
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
@@ -260,7 +265,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       promptTokens: tokens.length,
       contextSize: this.contextSize,
       logprobs: req.logprobs,
-      echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, false)) : undefined,
+      echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, req.maxTokens === 0)) : undefined,
+      echoEnds: req.maxTokens === 0,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -303,7 +309,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         else {
           // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
           joined?.();
-          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal);
+          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal, prepared.echoEnds);
           if (input.length > 1) input = input.slice(-1);
           yield { kind: "prompt", text: prepared.echo, logprobs };
         }
