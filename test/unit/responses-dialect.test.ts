@@ -156,6 +156,29 @@ test("the stream has OpenAI's events for reasoning, text, a function call and a 
   assert.deepEqual(strip(whole), strip(final), "the JSON body equals the stream's final response");
 });
 
+test("output_text events carry ResponseLogProb entries (no bytes); the part's logprobs keep bytes", async () => {
+  const lp = (token: string, logprob: number) => ({ token, bytes: [...Buffer.from(token)], logprob, top: [{ token, bytes: [...Buffer.from(token)], logprob }] });
+  script = [
+    { kind: "text", text: "Hi", tokens: 1, logprobs: [lp("Hi", -0.5)] },
+    { kind: "text", text: " there", tokens: 1, logprobs: [lp(" there", -1)] },
+    { kind: "end", reason: "stop" },
+  ];
+  const streamed = await post({ model: "m", input: "go", stream: true, store: false, include: ["message.output_text.logprobs"], top_logprobs: 1 });
+  const events = sseEvents(streamed.body).map((e) => e.data as Record<string, any>);
+  const textEvents = events.filter((e) => e.type === "response.output_text.delta" || e.type === "response.output_text.done");
+  assert.equal(textEvents.length, 3);
+  for (const e of textEvents) {
+    assert.ok(e.logprobs.length > 0, JSON.stringify(e));
+    for (const entry of e.logprobs) {
+      assert.deepEqual(Object.keys(entry).sort(), ["logprob", "token", "top_logprobs"], JSON.stringify(entry));
+      for (const t of entry.top_logprobs) assert.deepEqual(Object.keys(t).sort(), ["logprob", "token"], JSON.stringify(t));
+    }
+  }
+  const part = events.at(-1)!.response.output[0].content[0];
+  assert.deepEqual(part.logprobs[1].bytes, [...Buffer.from(" there")]);
+  assert.deepEqual(part.logprobs[1].top_logprobs[0].bytes, [...Buffer.from(" there")]);
+});
+
 test("max_tool_calls: calls past the limit are ignored", async () => {
   script = [
     ...[0, 1, 2].flatMap((i): EngineChunk[] => [

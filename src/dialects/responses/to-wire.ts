@@ -208,7 +208,7 @@ export class ResponseBuilder {
     const part = (open.item.content as Array<Record<string, unknown>>)[0];
     part.text = open.text;
     if (kind === "message") {
-      const lp = this.opts.logprobs && logprobs ? logprobs.map(logprobToWire) : [];
+      const lp = this.opts.logprobs && logprobs ? logprobs.map(eventLogprob) : [];
       if (this.opts.logprobs) part.logprobs = open.logprobs.map(logprobToWire);
       if (text || lp.length) this.send("response.output_text.delta", { item_id: open.item.id, output_index: open.index, content_index: 0, delta: text, logprobs: lp });
     } else if (text) {
@@ -255,7 +255,7 @@ export class ResponseBuilder {
     const ids = { item_id: item.id, output_index: index };
     if (item.type === "message") {
       const part = (item.content as Array<Record<string, unknown>>)[0];
-      this.send("response.output_text.done", { ...ids, content_index: 0, text: open.text, logprobs: this.opts.logprobs ? part.logprobs : [] });
+      this.send("response.output_text.done", { ...ids, content_index: 0, text: open.text, logprobs: this.opts.logprobs ? open.logprobs.map(eventLogprob) : [] });
       this.send("response.content_part.done", { ...ids, content_index: 0, part: structuredClone(part) });
       item.status = status;
     } else if (item.type === "reasoning") {
@@ -300,11 +300,24 @@ function responseErrorCode(code: string): string {
   return RESPONSE_ERROR_CODES.has(code) ? code : "server_error";
 }
 
+/** An output_text part's LogProb: token, logprob, bytes and top_logprobs, each alternative with bytes. */
 function logprobToWire(e: TokenLogprob) {
   return {
     token: e.token,
     logprob: e.logprob ?? 0,
     bytes: e.bytes,
     top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })),
+  };
+}
+
+/**
+ * The output_text.delta and .done events' ResponseLogProb, which is leaner than the part's LogProb:
+ * token, logprob and top_logprobs of {token, logprob}, no bytes (the final part keeps them).
+ */
+function eventLogprob(e: TokenLogprob) {
+  return {
+    token: e.token,
+    logprob: e.logprob ?? 0,
+    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob })),
   };
 }
