@@ -156,6 +156,17 @@ test("the stream has OpenAI's events for reasoning, text, a function call and a 
   assert.deepEqual(strip(whole), strip(final), "the JSON body equals the stream's final response");
 });
 
+test("a custom tool call output item has no status (OpenAI's CustomToolCall has none), in events and body", async () => {
+  script = EVERYTHING;
+  const streamed = await post({ model: "m", input: "go", tools: TOOLS, stream: true, store: false });
+  const events = sseEvents(streamed.body).map((e) => e.data as Record<string, any>);
+  const items = events.flatMap((e) => [e.item, ...(e.response?.output ?? [])]).filter((i) => i?.type === "custom_tool_call");
+  assert.ok(items.length >= 3, "added, done and the final response's item");
+  for (const item of items) assert.ok(!("status" in item), JSON.stringify(item));
+  // A function call keeps its status: FunctionToolCall has one.
+  assert.equal(events.at(-1)!.response.output.find((o: any) => o.type === "function_call").status, "completed");
+});
+
 test("output_text events carry ResponseLogProb entries (no bytes); the part's logprobs keep bytes", async () => {
   const lp = (token: string, logprob: number) => ({ token, bytes: [...Buffer.from(token)], logprob, top: [{ token, bytes: [...Buffer.from(token)], logprob }] });
   script = [

@@ -287,7 +287,7 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
         summary: false,
         customTools: new Set((openai.tools ?? []).filter((t) => t.type === "custom").map((t) => (t as { name: string }).name)),
         maxToolCalls: body.max_tool_calls ?? undefined,
-        customCallWithoutIncomplete: true,
+        customCallStatus: true,
       },
       emit,
       // Usage is in the stream only with stream_options.include_usage; a JSON answer always has it.

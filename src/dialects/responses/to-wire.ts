@@ -24,11 +24,11 @@ export interface BuilderOptions {
   /** Calls past this many are ignored, as OpenAI documents for max_tool_calls. */
   maxToolCalls?: number;
   /**
-   * A custom tool call cut short (by the token budget, a failure) loses its `status` instead of
-   * saying `incomplete`: for dialects whose custom call status is only `in_progress` or `completed`
-   * (Databricks documents those two, "if present").
+   * Custom tool call items carry a `status`, for dialects that document one: Databricks' is only
+   * `in_progress` or `completed` ("if present"), so a call cut short (by the token budget, a failure)
+   * has none rather than `incomplete`. OpenAI's CustomToolCall output item has no status at all.
    */
-  customCallWithoutIncomplete?: boolean;
+  customCallStatus?: boolean;
 }
 
 export type ResponseStatus = "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
@@ -224,7 +224,7 @@ export class ResponseBuilder {
     this.calls++;
     const custom = this.opts.customTools.has(name);
     const item: Item = custom
-      ? { id: newId("ctc_"), type: "custom_tool_call", status: "in_progress", call_id: callId, name, input: "" }
+      ? { id: newId("ctc_"), type: "custom_tool_call", ...(this.opts.customCallStatus ? { status: "in_progress" } : {}), call_id: callId, name, input: "" }
       : { id: newId("fc_"), type: "function_call", status: "in_progress", call_id: callId, name, arguments: "" };
     const open: OpenItem = { index: this.output.length, item, text: "", logprobs: [], input: custom ? new JsonStringStream() : undefined };
     this.output.push(item);
@@ -267,8 +267,10 @@ export class ResponseBuilder {
     } else if (item.type === "custom_tool_call") {
       item.input = JsonStringStream.decode(open.text);
       this.send("response.custom_tool_call_input.done", { ...ids, input: item.input });
-      if (status === "incomplete" && this.opts.customCallWithoutIncomplete) delete item.status;
-      else item.status = status;
+      if (this.opts.customCallStatus) {
+        if (status === "incomplete") delete item.status;
+        else item.status = status;
+      }
     } else {
       this.send("response.function_call_arguments.done", { ...ids, name: item.name, arguments: open.text });
       item.status = status;
