@@ -40,6 +40,9 @@ export interface ChoiceRun {
   waitedMs?: number;
 }
 
+/** What a chat prompt's tokens depend on besides its messages: the tools offered, the thinking switch. */
+export type PromptExtras = Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls" | "reasoning">;
+
 /** One step of an engine's output for a single choice. */
 export type EngineChunk =
   /**
@@ -95,8 +98,16 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   readonly pausable?: boolean;
   /** Generates one choice. Ending iteration early stops the generation. */
   generate(prepared: P, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk>;
-  /** Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template). */
-  tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]>;
+  /**
+   * Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template,
+   * with `extras`: the tools it offers and the thinking switch, which the template renders too).
+   */
+  tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]>;
+  /**
+   * Each token as the vocabulary writes it (`▁Hello`, `Ġworld`, `<0xE4>`, `<|im_end|>`): vLLM's
+   * `token_strs`. Absent where the vocabulary is not known here.
+   */
+  vocabularyPieces?(tokens: number[]): string[];
   /** Text of token ids; an id outside the vocabulary is an ApiError naming `tokens[i]`. */
   detokenize(tokens: number[]): Promise<string>;
   /** The upstream replicas behind a remote model, for metrics and health reporting. */

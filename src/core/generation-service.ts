@@ -2,7 +2,7 @@ import { setMaxListeners } from "node:events";
 import { Channel } from "./channel.ts";
 import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type GenerationHooks, keyedNamespace, type Outcome, type RequestContext } from "./context.ts";
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
-import type { Engine, PreparedGeneration } from "./engine.ts";
+import type { Engine, PreparedGeneration, PromptExtras } from "./engine.ts";
 import { ApiError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { PartTracker } from "./part-tracker.ts";
@@ -255,10 +255,20 @@ export class GenerationService {
     return result;
   }
 
-  /** A prompt's tokens exactly as a generation request would see them. */
-  async tokenize(model: string, prompt: PromptInput, addSpecial: boolean): Promise<{ tokens: number[]; contextSize: number }> {
+  /**
+   * A prompt's tokens exactly as a generation request would see them, and with `pieces` each token
+   * as the vocabulary writes it (undefined where the engine cannot say).
+   */
+  async tokenize(
+    model: string,
+    prompt: PromptInput,
+    addSpecial: boolean,
+    extras?: PromptExtras,
+    pieces = false,
+  ): Promise<{ tokens: number[]; contextSize: number; pieces?: string[] }> {
     const { engine } = this.registry.resolve(model);
-    return { tokens: await engine.tokenize(prompt, addSpecial), contextSize: engine.describe().contextSize };
+    const tokens = await engine.tokenize(prompt, addSpecial, extras);
+    return { tokens, contextSize: engine.describe().contextSize, ...(pieces && engine.vocabularyPieces ? { pieces: engine.vocabularyPieces(tokens) } : {}) };
   }
 
   async detokenize(model: string, tokens: number[]): Promise<string> {

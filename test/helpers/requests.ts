@@ -38,6 +38,8 @@ export interface TokenizeResult {
   tokens: number[];
   count: number;
   max_model_len: number;
+  /** With return_token_strs: each token as the vocabulary writes it. */
+  token_strs?: string[];
 }
 
 /** /detokenize's answer. */

@@ -249,6 +249,51 @@ test("/tokenize counts what generation counts; /detokenize inverts it", async ()
   assert.equal(back.json.prompt, text);
 });
 
+test("/tokenize with tools counts what the chat request with those tools counts; return_token_strs gives the vocabulary's pieces", async () => {
+  const messages = [{ role: "user" as const, content: "Weather in Paris?" }];
+  const tools = [
+    {
+      type: "function" as const,
+      function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+    },
+  ];
+  for (const tool_choice of [undefined, "required", "none", { type: "function", function: { name: "get_weather" } }] as const) {
+    const tok = await s.http.post("/tokenize", { model: "tiny", messages, tools, ...(tool_choice ? { tool_choice } : {}) });
+    assert.equal(tok.status, 200, JSON.stringify(tok.json));
+    const chat = await s.client.chat.completions.create({ model: "tiny", messages, tools, ...(tool_choice ? { tool_choice } : {}), max_tokens: 1 });
+    assert.equal(tok.json.count, chat.usage!.prompt_tokens, `tool_choice ${JSON.stringify(tool_choice)}`);
+  }
+  const plain = await s.http.post("/tokenize", { model: "tiny", messages });
+  const withTools = await s.http.post("/tokenize", { model: "tiny", messages, tools });
+  assert.ok(withTools.json.count > plain.json.count + 50, "the tools are part of the rendered prompt");
+
+  const strs = await s.http.post("/tokenize", { model: "tiny", messages, return_token_strs: true, add_generation_prompt: true, continue_final_message: false });
+  assert.equal(strs.status, 200, JSON.stringify(strs.json));
+  assert.deepEqual(strs.json.tokens, plain.json.tokens);
+  assert.equal(strs.json.token_strs!.length, strs.json.tokens.length);
+  assert.ok(strs.json.token_strs!.every((t) => typeof t === "string" && t !== ""), JSON.stringify(strs.json.token_strs));
+  assert.equal(plain.json.token_strs, undefined);
+});
+
+test("/tokenize refuses by name what it would not honour: vLLM's other switches, chat fields on a prompt, unknown fields", async () => {
+  const messages = [{ role: "user", content: "x" }];
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ messages, add_generation_prompt: false }, "add_generation_prompt"],
+    [{ messages, continue_final_message: true }, "continue_final_message"],
+    [{ messages, add_special_tokens: true }, "add_special_tokens"],
+    [{ messages, chat_template: "{{ messages }}" }, "chat_template"],
+    [{ messages, chat_template_kwargs: { custom: 1 } }, "chat_template_kwargs.custom"],
+    [{ prompt: "x", tools: [{ type: "function", function: { name: "f" } }] }, "tools"],
+    [{ prompt: "x", frobnicate: true }, "frobnicate"],
+    [{ messages, tools: [{ type: "function", function: { name: "f" } }, { type: "function", function: { name: "f" } }] }, "tools[1].function.name"],
+  ];
+  for (const [body, param] of cases) {
+    const r = await s.http.postRaw("/tokenize", { model: "tiny", ...body });
+    assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+});
+
 test("/tokenize and /detokenize refuse bad input with 4xx", async () => {
   const cases: Array<[string, unknown, number, string | null]> = [
     ["/tokenize", { model: "tiny" }, 400, "prompt"],

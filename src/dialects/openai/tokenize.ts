@@ -1,37 +1,99 @@
 import { z } from "zod";
-import { badRequest, withWireParam } from "../../core/errors.ts";
+import { badRequest, unsupportedField, withWireParam } from "../../core/errors.ts";
+import type { PromptExtras } from "../../core/engine.ts";
 import type { PromptInput } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
-import { chatMessage, messageList } from "./chat-protocol.ts";
-import { toMessage } from "./chat-to-canonical.ts";
-import { tokenizeFieldNames } from "./field-names.ts";
+import { type ChatCompletionRequest, chatCompletionRequest, chatMessage, messageList } from "./chat-protocol.ts";
+import { chatToCanonical } from "./chat-to-canonical.ts";
+import { chatFieldNames, tokenizeFieldNames } from "./field-names.ts";
 
 /**
  * vLLM's and llama-server's tokenizer endpoints: what a prompt costs in tokens, rendered exactly as
- * generation would render it (chat messages through the model's template).
+ * generation would render it (chat messages through the model's template, with the tools and the
+ * thinking switch a chat request would send).
+ *
+ * The body is vLLM's TokenizeCompletionRequest or TokenizeChatRequest. Every field is read: honoured,
+ * taken at the value Plinth's rendering has anyway, or refused by name; a field neither defines is a
+ * 400 too, since a count that silently left something out would be a wrong count.
  */
-export const tokenizeRequest = z.object({
+const chatShape = chatCompletionRequest.shape;
+export const tokenizeRequest = z.strictObject({
   model: z.string().min(1),
   prompt: z.string().optional(),
   messages: messageList(chatMessage).optional(),
-  add_special_tokens: z.boolean().optional(),
+  add_special_tokens: z.boolean().nullish(),
+  return_token_strs: z.boolean().nullish(),
+  // Chat only, read as a chat request reads them, so the count is that request's prompt_tokens.
+  tools: chatShape.tools,
+  tool_choice: chatShape.tool_choice,
+  parallel_tool_calls: chatShape.parallel_tool_calls,
+  chat_template_kwargs: chatShape.chat_template_kwargs,
+  // vLLM's template switches: only the values Plinth's rendering has are taken (see `refuse`).
+  add_generation_prompt: z.boolean().nullish(),
+  continue_final_message: z.boolean().nullish(),
+  chat_template: z.unknown().optional(),
+  mm_processor_kwargs: z.unknown().optional(),
+  media_io_kwargs: z.unknown().optional(),
 });
+type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 
 export const detokenizeRequest = z.object({
   model: z.string().min(1),
   tokens: z.array(z.int()),
 });
 
-export async function tokenize(body: z.infer<typeof tokenizeRequest>, env: RouteEnv): Promise<RouteResult> {
+const CHAT_ONLY = ["tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "mm_processor_kwargs", "media_io_kwargs"] as const;
+
+/** vLLM's fields that ask for a rendering Plinth does not do. */
+function refuse(body: TokenizeRequest): void {
+  if (body.messages === undefined) {
+    for (const field of CHAT_ONLY) if (body[field] != null) throw badRequest(`'${field}' applies to 'messages'; a 'prompt' is tokenized as sent.`, field);
+    return;
+  }
+  if (body.add_generation_prompt === false)
+    throw unsupportedField("add_generation_prompt", "is not supported: the assistant turn is always opened, as for a chat request (send a last assistant message to continue it)");
+  if (body.continue_final_message === true)
+    throw unsupportedField("continue_final_message", "is not needed: a last assistant message is continued as it stands, as for a chat request");
+  if (body.add_special_tokens === true)
+    throw unsupportedField("add_special_tokens", "is not supported with messages: the template places the special tokens");
+  if (body.chat_template != null) throw unsupportedField("chat_template", "is not supported: the model's own template (or --chat-wrapper) renders the prompt");
+  if (body.mm_processor_kwargs != null) throw unsupportedField("mm_processor_kwargs", "is not supported: the models here read text");
+  if (body.media_io_kwargs != null) throw unsupportedField("media_io_kwargs", "is not supported: the models here read text");
+}
+
+export async function tokenize(body: TokenizeRequest, env: RouteEnv): Promise<RouteResult> {
   if ((body.prompt === undefined) === (body.messages === undefined))
     throw badRequest("Send exactly one of 'prompt' or 'messages'.", body.prompt === undefined ? "prompt" : "messages");
-  const prompt: PromptInput =
-    body.messages !== undefined ? { kind: "chat", messages: body.messages.map(toMessage) } : { kind: "text", text: body.prompt! };
+  refuse(body);
+  let prompt: PromptInput;
+  let extras: PromptExtras | undefined;
+  let names = tokenizeFieldNames(body);
+  if (body.messages !== undefined) {
+    // The chat route's own conversion: messages, tools and thinking switch read exactly as there.
+    const chat = chatToCanonical({
+      model: body.model,
+      messages: body.messages,
+      tools: body.tools,
+      tool_choice: body.tool_choice,
+      parallel_tool_calls: body.parallel_tool_calls,
+      chat_template_kwargs: body.chat_template_kwargs,
+    } as ChatCompletionRequest);
+    const { request } = chat;
+    prompt = request.prompt;
+    extras = { tools: request.tools, toolChoice: request.toolChoice, parallelToolCalls: request.parallelToolCalls, reasoning: request.reasoning };
+    names = chatFieldNames({}, chat.reasoningParam);
+  } else {
+    prompt = { kind: "text", text: body.prompt! };
+  }
   env.service.authorize(env.ctx, body.model);
-  const { tokens, contextSize } = await env.service.tokenize(body.model, prompt, body.add_special_tokens ?? true).catch((err) => {
-    throw withWireParam(err, tokenizeFieldNames(body));
+  const addSpecial = body.messages !== undefined ? false : (body.add_special_tokens ?? true);
+  const result = await env.service.tokenize(body.model, prompt, addSpecial, extras, body.return_token_strs === true).catch((err) => {
+    throw withWireParam(err, names);
   });
-  return { kind: "json", body: { tokens, count: tokens.length, max_model_len: contextSize } };
+  if (body.return_token_strs === true && result.pieces === undefined)
+    throw unsupportedField("return_token_strs", `is not available for '${body.model}': its vocabulary is not known here`);
+  const { tokens, contextSize } = result;
+  return { kind: "json", body: { tokens, count: tokens.length, max_model_len: contextSize, ...(result.pieces ? { token_strs: result.pieces } : {}) } };
 }
 
 export async function detokenize(body: z.infer<typeof detokenizeRequest>, env: RouteEnv): Promise<RouteResult> {

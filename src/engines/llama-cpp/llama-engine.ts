@@ -7,7 +7,7 @@ import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type L
 import { refuseImages } from "../../core/content-parts.ts";
 import { embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
-import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration } from "../../core/engine.ts";
+import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration, PromptExtras } from "../../core/engine.ts";
 import { embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
@@ -242,14 +242,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     this.bound.check(req.prompt, this.contextSize);
-    const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
-    const rendered = this.renderer.render(req, constraints.functions, this.textBound);
+    const { constraints, rendered, reasoning, tokens } = await this.promptFor(req);
     const { stopTokens, formatStops } = rendered;
-    const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined);
-    // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
-    // a forced tool call opens right after, unless thinking comes first.
-    let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
-    if (constraints.tools?.forced && !reasoning?.plan.startsInside) tokens = [...tokens, ...constraints.tools.prefixTokens];
     if (tokens.length === 0) throw invalidField("The prompt is empty.", "prompt");
     for (const id of req.sampling.logitBias.keys()) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
@@ -279,6 +273,18 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // A non-strict schema's keywords the grammar could not enforce are named, never dropped silently.
       responseHeaders: constraints.relaxed.length > 0 ? { [RELAXED_HEADER]: relaxedHeader(constraints.relaxed) } : undefined,
     };
+  }
+
+  /** The prompt's tokens as generation evaluates them, with the plans that decided them. */
+  private async promptFor(req: GenerationRequest) {
+    const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
+    const rendered = this.renderer.render(req, constraints.functions, this.textBound);
+    const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined);
+    // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
+    // a forced tool call opens right after, unless thinking comes first.
+    let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;
+    if (constraints.tools?.forced && !reasoning?.plan.startsInside) tokens = [...tokens, ...constraints.tools.prefixTokens];
+    return { constraints, rendered, reasoning, tokens };
   }
 
   stats(): EngineStats {
@@ -387,13 +393,18 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   /** The templated text of a chat prompt, checked against the context before it is tokenized. */
   private readonly textBound = (bytes: number): void => this.bound.checkText(bytes, this.contextSize);
 
-  async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
+  async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]> {
     if (prompt.kind === "chat") refuseImages(prompt.messages, this.id);
     // A prompt no request could use is not worth holding the event loop for.
     this.bound.check(prompt, this.contextSize);
-    if (prompt.kind === "chat") return this.renderer.render({ prompt } as GenerationRequest, undefined, this.textBound).tokens;
+    // The same path as prepare: tools and the thinking switch are part of what the template renders.
+    if (prompt.kind === "chat") return (await this.promptFor({ prompt, ...extras } as GenerationRequest)).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
     return this.renderer.render({ prompt } as GenerationRequest).tokens;
+  }
+
+  vocabularyPieces(tokens: number[]): string[] {
+    return tokens.map((t) => this.pieces.piece(t) ?? this.model.detokenize([t as Token], true));
   }
 
   async detokenize(tokens: number[]): Promise<string> {

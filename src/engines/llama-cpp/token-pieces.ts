@@ -154,6 +154,11 @@ export class TokenPieces {
     return { text, bytes, state: { pending, atStart } };
   }
 
+  /** The token as the vocabulary writes it (`▁Hello`, `<0xE4>`), where the model file lists it. */
+  piece(token: number): string | undefined {
+    return this.vocab?.[token];
+  }
+
   /**
    * A control token's name as the vocabulary spells it (`<|im_end|>`), for reports that must tell
    * such tokens apart although they add no text; undefined for any other token.

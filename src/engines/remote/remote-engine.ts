@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, ReplicaStatus } from "../../core/engine.ts";
+import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, PromptExtras, ReplicaStatus } from "../../core/engine.ts";
 import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
@@ -11,7 +11,7 @@ import { type Lease, NoReplica, type Replica, ReplicaPool, ReplicaWaitTimeout } 
 import { learnReplicaSlots } from "./replica-slots.ts";
 import { queueTimeout } from "../../core/scheduler.ts";
 import type { RemoteSource } from "./source.ts";
-import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, UpstreamStreamError } from "./wire.ts";
+import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, toolsToUpstream, UpstreamStreamError } from "./wire.ts";
 
 /** The response header that names the replica(s) that served a request. */
 export const UPSTREAM_HEADER = "x-plinth-upstream";
@@ -595,7 +595,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     yield* reader.finish();
   }
 
-  async tokenize(prompt: PromptInput, addSpecial: boolean): Promise<number[]> {
+  async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]> {
     if (prompt.kind === "tokens") return prompt.tokens;
     if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
     if (this.llamaServer) {
@@ -605,7 +605,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     }
     const body =
       prompt.kind === "chat"
-        ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages), add_special_tokens: addSpecial }
+        ? {
+            model: this.upstreamModel,
+            messages: messagesToUpstream(prompt.messages),
+            add_special_tokens: addSpecial,
+            // What the upstream's template renders besides the messages (vLLM's /tokenize takes both).
+            ...(extras ? toolsToUpstream(extras) : {}),
+            ...(extras?.reasoning?.enabled !== undefined ? { chat_template_kwargs: { enable_thinking: extras.reasoning.enabled } } : {}),
+          }
         : { model: this.upstreamModel, prompt: prompt.text, add_special_tokens: addSpecial };
     const json = (await this.request("/tokenize", body, undefined, true)) as any;
     if (!json || !Array.isArray(json.tokens))

@@ -98,6 +98,20 @@ function common(req: GenerationRequest, model: string, sampling: GenerationReque
   return body;
 }
 
+/** A request's tools in OpenAI's chat shape (also what an upstream's /tokenize takes with messages). */
+export function toolsToUpstream(req: Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls">): UpstreamBody {
+  if (!req.tools?.length) return {};
+  const body: UpstreamBody = {};
+  body.tools = req.tools.map((t) => ({
+    type: "function",
+    function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.parameters, ...(t.strict ? { strict: true } : {}) },
+  }));
+  const choice = req.toolChoice;
+  body.tool_choice = typeof choice === "object" && "name" in choice ? { type: "function", function: { name: choice.name } } : (choice ?? "auto");
+  if (req.parallelToolCalls === false) body.parallel_tool_calls = false;
+  return body;
+}
+
 export function chatBody(req: GenerationRequest, model: string, sampling: GenerationRequest["sampling"], maxTokens: number | undefined): UpstreamBody {
   if (req.prompt.kind !== "chat") throw new Error("chatBody needs a chat prompt");
   const body = common(req, model, sampling, maxTokens);
@@ -106,15 +120,7 @@ export function chatBody(req: GenerationRequest, model: string, sampling: Genera
     body.logprobs = true;
     if (req.logprobs > 0) body.top_logprobs = req.logprobs;
   }
-  if (req.tools?.length) {
-    body.tools = req.tools.map((t) => ({
-      type: "function",
-      function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.parameters, ...(t.strict ? { strict: true } : {}) },
-    }));
-    const choice = req.toolChoice;
-    body.tool_choice = typeof choice === "object" && "name" in choice ? { type: "function", function: { name: choice.name } } : (choice ?? "auto");
-    if (req.parallelToolCalls === false) body.parallel_tool_calls = false;
-  }
+  Object.assign(body, toolsToUpstream(req));
   const rf = req.responseFormat;
   if (rf?.type === "json_object") body.response_format = { type: "json_object" };
   else if (rf?.type === "json_schema")
