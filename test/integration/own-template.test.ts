@@ -159,7 +159,7 @@ test("messages the template refuses are a 400 naming messages, not a server erro
   const twoUsers = chat([{ role: "user", content: "a" }, { role: "user", content: "b" }]);
   assert.throws(
     () => renderer.render(twoUsers),
-    (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "prompt.messages" && /alternate/.test(err.message),
+    (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "prompt" && /alternate/.test(err.message),
   );
   assert.ok(renderer.render(chat([{ role: "user", content: "a" }])).tokens.length > 0);
 });

@@ -327,7 +327,7 @@ function renderTemplate(wrapper: ChatWrapper, chatHistory: ChatHistoryItem[], fu
       }
     }
     const reason = err instanceof Error ? err.message : String(err);
-    throw invalidField(`The model's chat template cannot render these messages: ${reason}`, "prompt.messages");
+    throw invalidField(`The model's chat template cannot render these messages: ${reason}`, "prompt");
   }
 }
 
