@@ -254,6 +254,9 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ stop_token_ids: [5] }, "stop_token_ids"],
     [{ include_stop_str_in_output: true }, "include_stop_str_in_output"],
     [{ chat_template: "{{ messages }}" }, "chat_template"],
+    // No progress chunks or per-token timings are sent: asking for them (or sending a non-boolean) is refused.
+    [{ return_progress: true, stream: true }, "return_progress"],
+    [{ timings_per_token: 42 }, "timings_per_token"],
     [{ repeat_penalty: 1.2, repeat_last_n: 128 }, "repeat_last_n"],
     [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],

@@ -134,8 +134,8 @@ function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion
     id_slot: [() => true, ""],
     n_keep: [() => true, ""],
     n_indent: [is(0), "is not supported"],
-    timings_per_token: [() => true, ""],
-    return_progress: [() => true, ""],
+    timings_per_token: [is(false), "is not supported: no timings are reported per token"],
+    return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
     priority: [() => true, ""],
     request_id: [() => true, ""],
   };
