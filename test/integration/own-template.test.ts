@@ -6,7 +6,7 @@ import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
 import { FaithfulChatMLChatWrapper } from "../../src/engines/llama-cpp/chatml-wrapper.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
-import { BPE_SPEC, ensureFixtureModel, THINKING_SPEC, TINY_SPEC, type FixtureSpec } from "../fixtures/models.ts";
+import { BPE_SPEC, CHATML_TEMPLATE, ensureFixtureModel, THINKING_SPEC, TINY_SPEC, type FixtureSpec } from "../fixtures/models.ts";
 
 // Chat prompts follow the model's own template, as llama.cpp's server and vLLM render it, even
 // where node-llama-cpp would stand a hand-written wrapper of the model's family in for it (that
@@ -66,6 +66,20 @@ const ONE_SYSTEM_TEMPLATE = [
   "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
   "{%- endfor -%}",
   "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+/** Writes a lone closing marker into assistant turns without thinking (as GLM 4.7's does). */
+const LONE_CLOSE_TEMPLATE = [
+  "{%- for message in messages -%}",
+  "{%- if message['role'] == 'assistant' -%}",
+  "{{- '<|im_start|>assistant\\n' -}}",
+  "{%- if message['reasoning_content'] -%}{{- '<think>' + message['reasoning_content'] + '</think>' -}}{%- else -%}{{- '</think>' -}}{%- endif -%}",
+  "{{- (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- else -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>' -}}{%- endif -%}",
 ].join("");
 
 let llama: Llama;
@@ -175,4 +189,20 @@ test("tools on a template that takes one system message are described in the cli
   // Without tools the same messages render as they are; a second system message is still refused.
   assert.ok(model.detokenize(renderer.render(req).tokens, true).startsWith("<|im_start|>system\nBe brief.<|im_end|>"));
   assert.throws(() => renderer.render(chat([{ role: "system", content: "A" }, { role: "system", content: "B" }])), ApiError);
+});
+
+test("a model whose vocabulary has <think> but whose template never opens it does not think", async () => {
+  // Qwen 3 Coder's and Qwen 3 Instruct 2507's case: the tokens are there, the template writes none.
+  const { renderer, model } = await rendererFor({ ...THINKING_SPEC, name: "plinth-think-tokens-only", chatTemplate: CHATML_TEMPLATE });
+  assert.equal(renderer.thought, undefined);
+  assert.ok(promptText(renderer, model, chat([{ role: "user", content: "Hi" }])).endsWith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+  assert.throws(() => renderer.planReasoning(chat([{ role: "user", content: "Hi" }], { reasoning: { enabled: false } } as Partial<GenerationRequest>), false), ApiError);
+});
+
+test("a lone closing marker the template writes into the open turn is taken off before thinking is opened", async () => {
+  const { renderer, model } = await rendererFor({ ...THINKING_SPEC, name: "plinth-think-lone-close", chatTemplate: LONE_CLOSE_TEMPLATE });
+  if (!renderer.thought) return assert.fail("the template's thinking section is not recognised");
+  const on = promptText(renderer, model, chat([{ role: "user", content: "Hi" }]));
+  assert.ok(on.endsWith("<|im_start|>assistant\n<think>"), on);
+  assert.ok(!on.includes("</think>"), on);
 });

@@ -228,7 +228,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       contextSize: this.contextSize,
       trainedContextSize: this.model.trainContextSize,
       parallel: this.slots,
-      reasoning: this.contexts.length > 0 && this.renderer.wrapper.settings.segments?.thought !== undefined,
+      reasoning: this.contexts.length > 0 && this.renderer.thought !== undefined,
       fingerprint: this.fingerprint,
     };
   }

@@ -2,6 +2,7 @@ import {
   type ChatHistoryItem,
   type ChatModelFunctions,
   type ChatWrapper,
+  type ChatWrapperSettings,
   ChatMLChatWrapper,
   HarmonyChatWrapper,
   JinjaTemplateChatWrapper,
@@ -62,6 +63,8 @@ export class PromptRenderer {
   readonly harmony: HarmonyLayout | undefined;
   private readonly id: string;
   private readonly vocabSize: number;
+  /** The model's Jinja chat template, if it has one. */
+  private readonly template: string | undefined;
   /** The model's tokenizer, remembering recent template parts and messages (tokenize-memo.ts). */
   private readonly tokenizer: Tokenizer;
 
@@ -71,6 +74,8 @@ export class PromptRenderer {
   ) {
     this.id = opts.id;
     this.vocabSize = opts.vocabSize;
+    const template = model.fileInfo.metadata?.tokenizer?.chat_template;
+    this.template = typeof template === "string" ? template : undefined;
     this.tokenizer = memoTokenizer(model);
     // Templates that stamp today's date would render a conversation differently after midnight and
     // lose its cached prefix; the date is pinned to the day the model was loaded.
@@ -83,7 +88,16 @@ export class PromptRenderer {
       "llama3.1": { todayDate: today },
       "llama3.2-lightweight": { todayDate: today },
       harmony: { todayDate: today },
-      jinjaTemplate: { joinAdjacentMessagesOfTheSameType: false, additionalRenderParameters: { date_string: dateString(today) } },
+      // enable_thinking is left to the template's own default: node-llama-cpp sets it true, which
+      // turned thinking on in templates whose models are off by default (Gemma 4's, Apertus's).
+      jinjaTemplate: {
+        joinAdjacentMessagesOfTheSameType: false,
+        reasoning: null as unknown as boolean,
+        // node-llama-cpp would rewrite every system message as a user turn when a template refuses
+        // one; Plinth decides that itself (see renderTemplate).
+        convertUnsupportedSystemMessagesToUserMessages: false,
+        additionalRenderParameters: { date_string: dateString(today) },
+      },
     };
     const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
     let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
@@ -102,7 +116,9 @@ export class PromptRenderer {
     // a default system prompt, or drops empty turns, is not plain ChatML).
     if (type === "auto" && prefersOwnTemplate(wrapper)) {
       const own = ownTemplateWrapper(model, customWrapperSettings.jinjaTemplate);
-      if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = rendersAlike(new FaithfulChatMLChatWrapper(), own) ? new FaithfulChatMLChatWrapper() : own;
+      // A template that writes tools its own way (LFM 2.5's "List of tools") is not plain ChatML either.
+      const plainChatML = own && !/\btools\b/.test(this.template ?? "") && rendersAlike(new FaithfulChatMLChatWrapper(), own);
+      if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
       else wrapper = own ?? wrapper;
     }
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
@@ -137,7 +153,7 @@ export class PromptRenderer {
     const state = renderTemplate(wrapper, toChatHistory(prompt.messages), functions);
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    const opened = prefilled(prompt) ? state.contextText : this.withoutClosedThought(state.contextText, wrapper);
+    const opened = prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper);
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
     return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops };
@@ -161,29 +177,40 @@ export class PromptRenderer {
   }
 
   /**
-   * A template that writes a thinking section into every finished assistant turn (Qwen 3's) also
-   * writes it, closed and empty, into the turn node-llama-cpp leaves open for the answer; its own
-   * generation prompt has none. That empty section is taken off again, so the prompt ends as the
-   * template's generation prompt does and thinking is opened or closed by `planReasoning`.
+   * The turn left open for the answer ends as the template's generation prompt does: without the
+   * thinking markers a template writes there. Qwen 3's writes an empty closed section into every
+   * finished assistant turn (node-llama-cpp renders the open turn as one), GLM 4.7's a lone closing
+   * marker, Nemotron's an opening one; `planReasoning` then opens or closes the section once.
    */
-  private withoutClosedThought(text: LlamaText, wrapper: ChatWrapper): LlamaText {
-    const thought = wrapper.settings.segments?.thought;
+  private withoutThinkingMarkers(text: LlamaText, wrapper: ChatWrapper): LlamaText {
+    const thought = this.thought;
     if (!(wrapper instanceof JinjaTemplateChatWrapper) || !thought) return text;
-    const open = plainText(thought.prefix);
-    const close = plainText(thought.suffix);
+    const open = plainText(thought.prefix)?.trim();
+    const close = plainText(thought.suffix)?.trim();
     if (!open || !close) return text;
     const values = [...text.values];
     let last = values.length - 1;
     while (last >= 0 && values[last] === "") last--;
     const tail = values[last];
     if (!(tail instanceof SpecialTokensText)) return text;
-    const at = tail.value.lastIndexOf(open);
-    if (at < 0) return text;
-    const rest = tail.value.slice(at + open.length);
-    const end = rest.indexOf(close);
-    if (end < 0 || rest.slice(0, end).trim() !== "" || rest.slice(end + close.length).trim() !== "") return text;
-    values[last] = new SpecialTokensText(tail.value.slice(0, at));
+    const trailing = new RegExp(`(?:${escapeRegExp(open)}\\s*)?(?:${escapeRegExp(close)}\\s*)?$`);
+    const kept = tail.value.replace(trailing, "");
+    if (kept === tail.value) return text;
+    values[last] = new SpecialTokensText(kept);
     return LlamaText(values.slice(0, last + 1));
+  }
+
+  /**
+   * The thinking section of the model's template, when it has one. node-llama-cpp also finds one in
+   * a vocabulary that merely has <think> and </think> tokens (Qwen 3 Coder's, Qwen 3 Instruct 2507's),
+   * where the template never opens it; such a model does not think, and opening the section
+   * would put its whole answer into reasoning. So the template must mention the opening marker.
+   */
+  get thought(): NonNullable<ChatWrapperSettings["segments"]>["thought"] {
+    const thought = this.wrapper.settings.segments?.thought;
+    if (!thought || !this.template || !(this.wrapper instanceof JinjaTemplateChatWrapper)) return thought;
+    const open = plainText(thought.prefix)?.trim();
+    return open && !this.template.includes(open) ? undefined : thought;
   }
 
   /**
@@ -191,7 +218,7 @@ export class PromptRenderer {
    * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
    */
   planReasoning(req: GenerationRequest, modelMayCall: boolean): ReasoningPrompt | undefined {
-    const thought = this.wrapper.settings.segments?.thought;
+    const thought = this.thought;
     // A client's prefill continues an answer: the template has written the turn as it is, and what
     // follows is more of it, not a thinking section.
     if (req.prompt.kind === "chat" && thought && prefilled(req.prompt)) return undefined;
@@ -210,7 +237,9 @@ export class PromptRenderer {
     // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
     // message, which the engine writes itself (see harmony.ts).
     const answerOpening = this.harmony?.answerOpening(modelMayCall);
-    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n"));
+    // (A suffix that already ends its line or paragraph, as Qwen 3's "\n</think>\n\n", gets only the rest.)
+    const newlines = /\n*$/.exec(suffix.toString())![0].length;
+    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n".slice(Math.min(newlines, 2))));
     const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.tokenizer), ...(answerOpening ?? [])];
     const promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
     return {
@@ -326,9 +355,28 @@ function renderTemplate(wrapper: ChatWrapper, chatHistory: ChatHistoryItem[], fu
         // The first refusal is the one to report.
       }
     }
+    // A template that takes one system message and leaves out or refuses later ones (DeepSeek R1's,
+    // MiniMax's): those go in as user turns marked as system messages, the leading one stays.
+    const demoted = laterSystemMessagesAsUser(merged ?? chatHistory);
+    if (demoted) {
+      try {
+        return wrapper.generateContextState({ chatHistory: demoted, availableFunctions: merged ? undefined : functions });
+      } catch {
+        // As above.
+      }
+    }
     const reason = err instanceof Error ? err.message : String(err);
     throw invalidField(`The model's chat template cannot render these messages: ${reason}`, "prompt");
   }
+}
+
+/** The history with every system message but a first one rewritten as a marked user turn, if it has any. */
+function laterSystemMessagesAsUser(history: ChatHistoryItem[]): ChatHistoryItem[] | undefined {
+  if (!history.some((item, i) => i > 0 && item.type === "system")) return undefined;
+  return history.map((item, i): ChatHistoryItem => {
+    if (item.type !== "system" || i === 0) return item;
+    return { type: "user", text: `### System message\n\n${LlamaText.fromJSON(item.text).toString()}\n\n----` };
+  });
 }
 
 /** The history with the functions' description appended to its leading system message, if it has one. */
@@ -358,4 +406,8 @@ function plainText(part: unknown): string | undefined {
 function dateString(day: Date): string {
   const month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][day.getUTCMonth()];
   return `${String(day.getUTCDate()).padStart(2, "0")} ${month} ${day.getUTCFullYear()}`;
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
