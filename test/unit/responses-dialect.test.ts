@@ -117,6 +117,24 @@ test("truncation auto drops the oldest turns until the prompt fits; disabled ref
   assert.equal(seen.messages[1].content, "the question");
 });
 
+test("truncation auto drops exactly the oldest turns that must go, found without rendering once per turn", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const turns = Array.from({ length: 30 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `${i}`.padEnd(20, "x") }));
+  const input = [...turns, { role: "user", content: "the question" }];
+  const before = s.engine.prepared.length;
+  const r = await post({ model: "m", input, instructions: "Be brief.", truncation: "auto", store: false });
+  assert.equal(r.statusCode, 200, r.body);
+  const seen = s.engine.prepared.at(-1)!.prompt as { kind: "chat"; messages: Array<{ role: string; content: string }> };
+  const kept = seen.messages.length - 1;
+  assert.deepEqual(seen.messages.slice(1).map((m) => m.content), input.slice(input.length - kept).map((m) => m.content), "the newest turns stay");
+  // No more went than had to: with the next older turn back, the prompt overflows the 256-token context.
+  const older = input[input.length - kept - 1];
+  const withOneMore = { ...seen, messages: [seen.messages[0], { ...seen.messages[1], role: older.role, content: older.content }, ...seen.messages.slice(1)] };
+  assert.ok((await s.engine.tokenize(withOneMore as never, false)).length >= 256);
+  // One try that overflows, one that runs: the search counts tokens in between.
+  assert.ok(s.engine.prepared.length - before <= 2, `${s.engine.prepared.length - before} prompts prepared`);
+});
+
 test("the stream has OpenAI's events for reasoning, text, a function call and a custom tool call; the JSON body is its last response", async () => {
   script = EVERYTHING;
   const body = { model: "m", input: "go", tools: TOOLS, reasoning: { summary: "auto" } };

@@ -12,6 +12,10 @@ import type { ResponseBuilder, ResponseEvent } from "./to-wire.ts";
  * Starts a generation; with `truncation: auto`, a prompt that does not fit loses its oldest
  * conversation turns until it does — never the instructions (system messages) and never the last
  * user turn. Refusals come before anything starts, as on every path.
+ *
+ * How many turns must go is found by bisection over token counts, not by dropping one turn and
+ * rendering the whole conversation again: that was quadratic, and a few thousand turns held the
+ * event loop for a minute. Each count renders the prompt once, and the loop yields between them.
  */
 export async function startWithTruncation(
   service: GenerationService,
@@ -22,31 +26,89 @@ export async function startWithTruncation(
   fieldName: FieldNamer = responsesFieldName,
 ): Promise<StartedGeneration> {
   let req = request;
+  let searched = false;
   for (;;) {
     try {
       return await service.start(ctx, req, signal);
     } catch (err) {
-      const overflow = err instanceof ApiError && err.code === "context_length_exceeded" && err.field === "prompt";
-      const shorter = truncate && overflow ? dropOldestTurn(req) : undefined;
+      if (!(truncate && isPromptOverflow(err))) throw withWireParam(err, fieldName);
+      // The search's answer normally fits; a count that disagrees with the start goes on one by one.
+      const shorter = searched ? withoutOldestTurns(req, 1) : await fewestTurnsDropped(service, req);
+      searched = true;
       if (!shorter) throw withWireParam(err, fieldName);
       req = shorter;
     }
   }
 }
 
-function dropOldestTurn(req: GenerationRequest): GenerationRequest | undefined {
+const isPromptOverflow = (err: unknown) => err instanceof ApiError && err.code === "context_length_exceeded" && err.field === "prompt";
+
+/** The request with the fewest oldest turns dropped whose prompt fits the context (at least one dropped). */
+async function fewestTurnsDropped(service: GenerationService, req: GenerationRequest): Promise<GenerationRequest | undefined> {
+  const most = droppableTurns(req);
+  if (most === 0) return undefined;
+  const extras = { tools: req.tools, toolChoice: req.toolChoice, parallelToolCalls: req.parallelToolCalls, reasoning: req.reasoning };
+  const fits = async (k: number): Promise<boolean> => {
+    await new Promise((resolve) => setImmediate(resolve));
+    const shorter = withoutOldestTurns(req, k)!;
+    try {
+      const { tokens, contextSize } = await service.tokenize(req.model, shorter.prompt, false, extras);
+      return tokens.length < contextSize;
+    } catch (err) {
+      if (isPromptOverflow(err)) return false;
+      throw err;
+    }
+  };
+  let lo = 1;
+  let hi = most;
+  if (!(await fits(hi))) return withoutOldestTurns(req, hi);
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (await fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return withoutOldestTurns(req, lo);
+}
+
+/** The last user turn's index: it and what follows always stay. */
+function lastUserTurn(messages: Message[]): number {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i].role === "user") return i;
+  return -1;
+}
+
+/** How many turns could be dropped at most (system messages and the last user turn stay). */
+function droppableTurns(req: GenerationRequest): number {
+  return dropOldest(req, Number.POSITIVE_INFINITY)?.n ?? 0;
+}
+
+/**
+ * The request without its k oldest turns, or undefined if it has fewer. A tool result without its
+ * call cannot be rendered: an assistant turn goes with its results (which then count as dropped
+ * with it, not as turns of their own).
+ */
+function withoutOldestTurns(req: GenerationRequest, k: number): GenerationRequest | undefined {
+  const result = dropOldest(req, k);
+  return result && result.n === k ? result.req : undefined;
+}
+
+/** Drops up to k oldest turns (see withoutOldestTurns); n is how many went. */
+function dropOldest(req: GenerationRequest, k: number): { req: GenerationRequest; n: number } | undefined {
   if (req.prompt.kind !== "chat") return undefined;
   const messages = req.prompt.messages;
-  let lastUser = -1;
-  messages.forEach((m, i) => {
-    if (m.role === "user") lastUser = i;
-  });
-  const drop = messages.findIndex((m, i) => m.role !== "system" && i !== lastUser);
-  if (drop === -1 || drop > lastUser) return undefined;
-  // A tool result without its call cannot be rendered: an assistant turn goes with its results.
-  const rest: Message[] = messages.filter((_, i) => i !== drop);
-  const orphaned = new Set((messages[drop].toolCalls ?? []).map((c) => c.id));
-  return { ...req, prompt: { kind: "chat", messages: rest.filter((m) => !(m.role === "tool" && m.toolCallId && orphaned.has(m.toolCallId))) } };
+  const lastUser = lastUserTurn(messages);
+  const dropped = new Set<number>();
+  const orphaned = new Set<string>();
+  let n = 0;
+  for (let i = 0; i < lastUser && n < k; i++) {
+    const m = messages[i];
+    if (m.role === "system") continue;
+    if (m.role === "tool" && m.toolCallId && orphaned.has(m.toolCallId)) continue;
+    dropped.add(i);
+    n++;
+    for (const call of m.toolCalls ?? []) orphaned.add(call.id);
+  }
+  const rest = messages.filter((m, i) => !dropped.has(i) && !(m.role === "tool" && m.toolCallId && orphaned.has(m.toolCallId)));
+  return { req: { ...req, prompt: { kind: "chat", messages: rest } }, n };
 }
 
 /**
