@@ -30,9 +30,11 @@ export function installErrorEnvelope(
     scope.setNotFoundHandler((request, reply) => {
       const url = request.url.length > 200 ? `${request.url.slice(0, 200)}…` : request.url;
       // A path that exists for other methods is a 405 naming them (RFC 9110), not an unknown route.
+      // A route of this very method that sent the request here (a file the console does not have)
+      // found nothing: a 404.
       const allow = allowedMethods(scope, request.url);
       const e =
-        allow.length > 0
+        allow.length > 0 && !allow.includes(request.method)
           ? new ApiError(405, `${request.method} is not allowed on ${url}; it takes ${allow.join(", ")}.`, {
               code: "method_not_allowed",
               headers: { allow: allow.join(", ") },
