@@ -149,7 +149,7 @@ test("a forced tool call is drawn with its arguments, and a hand-entered result 
     await page.locator(".turn-tool").nth(i).waitFor();
   }
   assert.equal(await page.locator(".turn-tool").count(), calls);
-  assert.match((await page.locator(".turn-tool .content").textContent()) ?? "", /temperature/);
+  assert.match((await page.locator(".turn-tool .content").first().textContent()) ?? "", /temperature/);
   await page.locator(".turn-assistant").nth(1).locator(".stats", { hasText: "finish:" }).waitFor();
 });
 
