@@ -276,10 +276,13 @@ test("/tokenize with tools counts what the chat request with those tools counts;
 });
 
 test("/tokenize refuses by name what it would not honour: vLLM's other switches, chat fields on a prompt, unknown fields", async () => {
-  const messages = [{ role: "user", content: "x" }];
+  const messages = [{ role: "user" as const, content: "x" }];
   const cases: Array<[Record<string, unknown>, string]> = [
     [{ messages, add_generation_prompt: false }, "add_generation_prompt"],
     [{ messages, continue_final_message: true }, "continue_final_message"],
+    // A last assistant message is continued: vLLM's closing of it is refused, its continuing taken.
+    [{ messages: [...messages, { role: "assistant", content: "Hel" }], continue_final_message: false }, "continue_final_message"],
+    [{ messages: [...messages, { role: "assistant", content: "Hel" }], add_generation_prompt: true }, "add_generation_prompt"],
     [{ messages, add_special_tokens: true }, "add_special_tokens"],
     [{ messages, chat_template: "{{ messages }}" }, "chat_template"],
     [{ messages, chat_template_kwargs: { custom: 1 } }, "chat_template_kwargs.custom"],
@@ -292,6 +295,10 @@ test("/tokenize refuses by name what it would not honour: vLLM's other switches,
     assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
     assert.equal(r.error?.param, param, r.text);
   }
+  const prefill = [...messages, { role: "assistant" as const, content: "Hel" }];
+  const continued = await s.http.post("/tokenize", { model: "tiny", messages: prefill, continue_final_message: true, add_generation_prompt: false });
+  assert.equal(continued.status, 200, JSON.stringify(continued.json));
+  assert.deepEqual(continued.json.tokens, (await s.http.post("/tokenize", { model: "tiny", messages: prefill })).json.tokens);
 });
 
 test("/tokenize and /detokenize refuse bad input with 4xx", async () => {
