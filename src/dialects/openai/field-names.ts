@@ -21,8 +21,8 @@ export function chatFieldNames(
     // The schema or pattern is named by the field the client sent it in (guided_json, …).
     if (field === "responseFormat.schema" || field === "responseFormat.pattern") return formatParam ?? "response_format.json_schema.schema";
     if (field === "responseFormat") return formatParam === undefined || formatParam.startsWith("response_format") ? "response_format" : formatParam;
-    const tool = /^tools\[(\d+)\]\.parameters$/.exec(field);
-    if (tool) return `tools[${tool[1]}].function.parameters`;
+    const tool = /^tools\[(\d+)\]\.(parameters|name|description)$/.exec(field);
+    if (tool) return `tools[${tool[1]}].function.${tool[2]}`;
     const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);
     if (message) return `messages[${message[1]}].${messageField(message[2])}`;
     return snakeCasePath(field);
@@ -37,8 +37,8 @@ export function budgetField(body: { max_completion_tokens?: number | null; max_t
 }
 
 function messageField(field: string): string {
-  const args = /^toolCalls\[(\d+)\]\.arguments$/.exec(field);
-  if (args) return `tool_calls[${args[1]}].function.arguments`;
+  const args = /^toolCalls\[(\d+)\]\.(arguments|name|id)$/.exec(field);
+  if (args) return args[2] === "id" ? `tool_calls[${args[1]}].id` : `tool_calls[${args[1]}].function.${args[2]}`;
   const part = /^parts\[(\d+)\](.*)$/.exec(field);
   if (part) return `content[${part[1]}]${part[2]}`;
   return snakeCasePath(field);

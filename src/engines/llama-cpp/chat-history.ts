@@ -29,6 +29,10 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
         const response: ChatModelResponse["response"] = continuing ? previous.response : [];
         if (m.content) response.push(m.content);
         (m.toolCalls ?? []).forEach((call, k) => {
+          // Two calls of one turn under one id: a result could answer only one of them, and the
+          // other's would be lost from the prompt without a word.
+          if ((m.toolCalls ?? []).findIndex((c) => c.id === call.id) !== k)
+            throw invalidField(`{field} is '${call.id}', the id of an earlier call in the same message.`, `prompt.messages[${i}].toolCalls[${k}].id`);
           const item: ChatModelFunctionCall = {
             type: "functionCall",
             name: call.name,

@@ -241,7 +241,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       throw invalidField("Log probabilities are not available with this build of the inference engine.", "logprobs");
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
-    this.bound.check(req.prompt, this.contextSize);
+    this.bound.check(req.prompt, this.contextSize, req.tools);
     const { constraints, rendered, reasoning, tokens } = await this.promptFor(req);
     const { stopTokens, formatStops } = rendered;
     if (tokens.length === 0) throw invalidField("The prompt is empty.", "prompt");
@@ -396,7 +396,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]> {
     if (prompt.kind === "chat") refuseImages(prompt.messages, this.id);
     // A prompt no request could use is not worth holding the event loop for.
-    this.bound.check(prompt, this.contextSize);
+    this.bound.check(prompt, this.contextSize, extras?.tools);
     // The same path as prepare: tools and the thinking switch are part of what the template renders.
     if (prompt.kind === "chat") return (await this.promptFor({ prompt, ...extras } as GenerationRequest)).tokens;
     if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);

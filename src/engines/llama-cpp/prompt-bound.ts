@@ -1,6 +1,6 @@
 import type { LlamaModel } from "node-llama-cpp";
 import { ApiError } from "../../core/errors.ts";
-import type { PromptInput } from "../../core/types.ts";
+import type { PromptInput, ToolDefinition } from "../../core/types.ts";
 
 /**
  * A cheap lower bound on a prompt's token count, so a prompt that can never fit the context is
@@ -19,8 +19,13 @@ export class PromptBound {
     this.longest = vocab.length > 0 ? longest : Number.POSITIVE_INFINITY;
   }
 
-  /** The fewest tokens the prompt's own text can take (the template adds more). */
-  minimumTokens(prompt: PromptInput): number {
+  /**
+   * The fewest tokens the prompt's own text can take (the template adds more). Tool definitions
+   * count too: every template, and the generic description of tools a template does not document,
+   * writes each tool's name, description and parameter schema into the prompt (Llama 3's indents
+   * a schema four spaces a level, so a deep one grows many times over while rendering).
+   */
+  minimumTokens(prompt: PromptInput, tools?: readonly ToolDefinition[]): number {
     if (prompt.kind === "tokens") return prompt.tokens.length;
     if (!Number.isFinite(this.longest)) return 0;
     let bytes = 0;
@@ -32,12 +37,17 @@ export class PromptBound {
         bytes += Buffer.byteLength(m.content, "utf8");
         for (const c of m.toolCalls ?? []) bytes += Buffer.byteLength(c.arguments, "utf8");
       }
+    for (const tool of prompt.kind === "chat" ? (tools ?? []) : []) {
+      bytes += Buffer.byteLength(tool.name, "utf8") + Buffer.byteLength(tool.description ?? "", "utf8");
+      bytes += Buffer.byteLength(JSON.stringify(tool.parameters ?? {}), "utf8");
+    }
     return Math.floor(bytes / this.longest);
   }
 
-  /** Refuses, before tokenizing, a prompt that cannot fit in `contextSize` tokens. */
-  check(prompt: PromptInput, contextSize: number): void {
-    this.refuse(this.minimumTokens(prompt), contextSize);
+  /** Refuses, before tokenizing, a prompt (with its tools) that cannot fit in `contextSize` tokens. */
+  check(prompt: PromptInput, contextSize: number, tools?: readonly ToolDefinition[]): void {
+    if (prompt.kind === "chat" && tools?.length) refuseSprawlingTools(tools);
+    this.refuse(this.minimumTokens(prompt, tools), contextSize);
   }
 
   /** Refuses, before tokenizing, a templated text of `bytes` UTF-8 bytes that cannot fit. */
@@ -52,4 +62,39 @@ export class PromptBound {
         code: "context_length_exceeded",
       });
   }
+}
+
+/**
+ * Tool schemas as the most spacious template writes them (Llama 3's `tojson(indent=4)`: every
+ * value on a line of its own, four spaces a level) may take at most this many bytes. Rendering runs
+ * on the event loop, and a 1 MiB schema nested 30 deep came out as 37 MB of prompt, holding every
+ * request for seconds even where a long context would have let the count through.
+ */
+const MAX_RENDERED_TOOL_BYTES = 4 * 1024 * 1024;
+
+function refuseSprawlingTools(tools: readonly ToolDefinition[]): void {
+  let budget = MAX_RENDERED_TOOL_BYTES;
+  for (const tool of tools) {
+    budget -= Buffer.byteLength(tool.description ?? "", "utf8");
+    budget = spaciousSize(tool.parameters, 2, budget);
+    if (budget < 0)
+      throw new ApiError(
+        400,
+        `The tool definitions would take more than ${MAX_RENDERED_TOOL_BYTES / 1024 / 1024} MiB written out as templates write them (indented JSON); send smaller parameter schemas.`,
+        { field: "tools", code: "invalid_value" },
+      );
+  }
+}
+
+/** What is left of `budget` after `value` written as indented JSON at `depth` (stops early once spent). */
+function spaciousSize(value: unknown, depth: number, budget: number): number {
+  if (budget < 0) return budget;
+  if (value === null || typeof value !== "object") return budget - (typeof value === "string" ? Buffer.byteLength(value, "utf8") + 2 : String(value).length);
+  const entries = Array.isArray(value) ? value.map((v) => ["", v] as const) : Object.entries(value);
+  for (const [key, v] of entries) {
+    budget -= 4 * depth + 2 + (key ? Buffer.byteLength(key, "utf8") + 4 : 0);
+    budget = spaciousSize(v, depth + 1, budget);
+    if (budget < 0) return budget;
+  }
+  return budget - 4 * depth - 2;
 }

@@ -150,6 +150,7 @@ export class PromptRenderer {
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
     const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
+    if (wrapper instanceof JinjaTemplateChatWrapper) this.refuseControlText(req);
     const state = renderTemplate(wrapper, toChatHistory(prompt.messages), functions);
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
@@ -175,6 +176,47 @@ export class PromptRenderer {
     if (!wanted && opensWithBos && !(wrapper instanceof JinjaTemplateChatWrapper)) return LlamaText(text.values.slice(1));
     return text;
   }
+
+  /**
+   * node-llama-cpp keeps message contents apart from the template's own text, so a "<|im_end|>" a
+   * user types stays text; but tool definitions and earlier tool calls go into the template with
+   * it, and come out as control tokens. A tool description (from any MCP server) could then close
+   * the turn and open a system turn of its own. Such text is refused, naming where it is.
+   */
+  private refuseControlText(req: GenerationRequest): void {
+    const control = this.controlText;
+    if (!control || req.prompt.kind !== "chat") return;
+    const look = (text: string | undefined, field: string) => {
+      const found = text ? control.exec(text) : null;
+      if (found)
+        throw invalidField(`{field} contains '${found[0]}', which this model's template would read as a control token.`, field);
+    };
+    (req.tools ?? []).forEach((tool, i) => {
+      look(tool.name, `tools[${i}].name`);
+      look(tool.description, `tools[${i}].description`);
+      look(JSON.stringify(tool.parameters ?? null), `tools[${i}].parameters`);
+    });
+    req.prompt.messages.forEach((m, i) =>
+      (m.toolCalls ?? []).forEach((call, k) => {
+        look(call.name, `prompt.messages[${i}].toolCalls[${k}].name`);
+        look(call.arguments, `prompt.messages[${i}].toolCalls[${k}].arguments`);
+      }),
+    );
+  }
+
+  /** A pattern matching the text of any of the vocabulary's control tokens (built on first use). */
+  private get controlText(): RegExp | undefined {
+    if (this.controlPattern !== null) return this.controlPattern;
+    const meta = this.model.fileInfo.metadata?.tokenizer?.ggml as { tokens?: readonly string[]; token_type?: readonly number[] } | undefined;
+    const texts = new Set<string>();
+    meta?.tokens?.forEach((text, id) => {
+      if (meta.token_type?.[id] === CONTROL_TOKEN && text.length > 1) texts.add(text);
+    });
+    const sorted = [...texts].sort((a, b) => b.length - a.length).map(escapeRegExp);
+    this.controlPattern = sorted.length > 0 ? new RegExp(sorted.join("|")) : undefined;
+    return this.controlPattern;
+  }
+  private controlPattern: RegExp | undefined | null = null;
 
   /**
    * The turn left open for the answer ends as the template's generation prompt does: without the
@@ -301,6 +343,9 @@ function prefersOwnTemplate(wrapper: ChatWrapper): boolean {
   return !(wrapper instanceof JinjaTemplateChatWrapper) && !(wrapper instanceof HarmonyChatWrapper);
 }
 
+/** llama.cpp's token type for control tokens (tokenizer.ggml.token_type). */
+const CONTROL_TOKEN = 3;
+
 /** Conversations on which templates of one family part ways (see the constructor). */
 const PROBES: ChatHistoryItem[][] = [
   [{ role: "user", content: "Hi" }],
@@ -392,7 +437,7 @@ function withFunctionsInSystem(wrapper: ChatWrapper, history: ChatHistoryItem[],
 function prefilled(prompt: PromptInput): boolean {
   if (prompt.kind !== "chat") return false;
   const last = prompt.messages.at(-1);
-  return last?.role === "assistant" && !!last.content && !(last.toolCalls?.length);
+  return last?.role === "assistant" && (!!last.content || !!last.toolCalls?.length);
 }
 
 /** A segment's plain text (a prefix or suffix given as text or LlamaText), or undefined. */
