@@ -45,11 +45,11 @@
 // - A schema without `type` is narrowed to the types its keywords constrain (e.g. `properties` →
 //   object); with no such keywords it allows any JSON value.
 // - `pattern` must match the whole string (as if anchored), a subset of JSON Schema's search.
-// - Numbers: integers stay within ±(2^53−1) (unless their bounds lie past it: then 15 significant
-//   digits and zeros) and have no fraction or exponent; unbounded numbers
-//   have at most 16 integer digits, 15 fraction digits and a 2-digit exponent (always finite);
-//   bounded numbers have no exponent and at most 15 significant digits, so the decimal bounds
-//   enforced here agree with the double comparisons a validator makes.
+// - Numbers: integers stay within ±(2^53−1) unless their bounds lie past it, and have no fraction
+//   or exponent; unbounded numbers have at most 16 integer digits, 15 fraction digits and a
+//   2-digit exponent (always finite); bounded numbers have no exponent and at most 15 significant
+//   digits unless their bounds lie past 10^15. Either way a validator comparing doubles and one
+//   comparing the bound as written (Python's ints) both accept the answer (numeric-ranges.ts).
 // - Strings: a `\u` escape never encodes a surrogate, so each grammar character is one code point
 //   and minLength/maxLength are exact; pattern/format strings use one canonical spelling per
 //   character.
@@ -116,7 +116,7 @@ import {
 } from "./gbnf.ts";
 import { unfinishableRules } from "./finite.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
-import { boundedNumber, type Bound } from "./numeric-ranges.ts";
+import { boundedNumber, boundsHoldAsDoubles, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import {
   ANY_STRING_FORMATS,
@@ -1037,7 +1037,13 @@ class Converter {
     const expr = boundedNumber(this.b, lower, upper, integer);
     if (expr === null) {
       const key = ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"].find((k) => has(s, k))!;
-      throw new UnsupportedSchemaError(join(path, key), `no ${integer ? "integer" : "number"} satisfies the bounds`);
+      const kind = integer ? "integer" : "number";
+      throw new UnsupportedSchemaError(
+        join(path, key),
+        boundsHoldAsDoubles(lower, upper, integer)
+          ? `no ${kind} is certain to satisfy the bounds: they arrive as doubles, and past 2^53 (or 15 significant digits) a double stands for every number that rounds to it, so the bounds must leave room for one more double between them`
+          : `no ${kind} satisfies the bounds`,
+      );
     }
     return this.b.atom(hintOf(path, integer ? "int" : "num"), expr);
   }

@@ -118,7 +118,7 @@ test("non-strict: a keyword the grammar cannot enforce is named in x-plinth-sche
   assert.equal(tool.headers.get("x-plinth-schema-relaxed"), "pick:properties.k.multipleOf");
 });
 
-test("number bounds past 1e16 are met (15 significant digits then zeros), not refused as unsatisfiable", async () => {
+test("number bounds past 1e16 are met, not refused as unsatisfiable", async () => {
   const schema = {
     type: "object",
     properties: {
@@ -131,7 +131,7 @@ test("number bounds past 1e16 are met (15 significant digits then zeros), not re
     required: ["a", "b", "c", "d", "e"],
     additionalProperties: false,
   };
-  // (Up to 308 digits a number where nothing bounds it above.)
+  // (Up to 309 digits, the largest double, a number where nothing bounds it above.)
   for (const strict of [true, false]) await expectValid(schema, { format: { strict }, seeds: 4, extra: { max_tokens: 2000 } });
   // Bounds that nothing meets are still the schema's fault.
   const r = await chat({ type: "number", minimum: 1e22, maximum: 1e20 }, 1, { strict: false });
@@ -152,4 +152,66 @@ test("a schema whose required references never end is a 400 in both modes, not a
   // Recursion with a way out (an optional property, an array that may be empty) still works.
   const tree = { $defs: { T: { type: "object", properties: { c: { type: "array", items: { $ref: "#/$defs/T" }, maxItems: 2 } }, required: ["c"], additionalProperties: false } }, $ref: "#/$defs/T" };
   await expectValid(tree, { seeds: 2, format: { strict: true }, extra: { max_tokens: 2000 } });
+});
+
+/** Sign of a − b for plain decimal literals (no exponent), exactly. */
+function compareDecimals(a: string, b: string): number {
+  const parse = (t: string) => {
+    const [int, frac = ""] = t.replace(/^-/, "").split(".");
+    return { neg: t.startsWith("-"), int, frac };
+  };
+  const x = parse(a);
+  const y = parse(b);
+  const scale = Math.max(x.frac.length, y.frac.length);
+  const big = (p: ReturnType<typeof parse>) => (p.neg ? -1n : 1n) * BigInt(p.int + p.frac.padEnd(scale, "0"));
+  const d = big(x) - big(y);
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
+}
+
+test("bounds past 2^53 or 15 significant digits hold as written: the answer is inside as doubles (ajv) and exactly (as Python reads integers); bounds a double cannot tell apart are refused saying so", async () => {
+  // Each property's bounds as the client writes them: the server (and ajv's caller) read them with
+  // JSON.parse, which rounds 9007199254740993 to 9007199254740992, so the request is sent as text.
+  const cases: Array<{ type: string; bounds: Record<string, string> }> = [
+    { type: "integer", bounds: { minimum: "12345678901234560000", maximum: "12345678901234567890" } },
+    { type: "integer", bounds: { exclusiveMinimum: "10000000000000000", exclusiveMaximum: "10000000000000004" } },
+    { type: "number", bounds: { minimum: "1000000000000000.2", maximum: "1000000000000000.7" } },
+    { type: "integer", bounds: { minimum: "9007199254740993", maximum: "9007199254740999" } },
+  ];
+  const send = (property: string, strict: boolean, seed: number) => {
+    const schemaText = `{"type":"object","properties":{"x":${property}},"required":["x"],"additionalProperties":false}`;
+    const body = JSON.stringify({
+      model: "tiny",
+      messages: [{ role: "user", content: "JSON please." }],
+      max_tokens: 100,
+      temperature: 1,
+      seed,
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: "SCHEMA", strict } },
+    }).replace('"SCHEMA"', schemaText);
+    return { schemaText, response: s.http.postRaw("/v1/chat/completions", body) };
+  };
+  for (const c of cases) {
+    const property = `{"type":"${c.type}",${Object.entries(c.bounds).map(([k, v]) => `"${k}":${v}`).join(",")}}`;
+    for (const strict of [true, false]) {
+      for (const seed of [1, 2]) {
+        const { schemaText, response } = send(property, strict, seed);
+        const r = await response;
+        assert.equal(r.status, 200, `${property}: ${r.text}`);
+        const content = (r.json as { choices: Array<{ message: { content: string } }> }).choices[0].message.content;
+        assert.ok(ajv.validate(JSON.parse(schemaText), JSON.parse(content)), `${content} against ${property} (ajv)`);
+        // The answer's number exactly as written, against each bound exactly as written.
+        const x = /"x"\s*:\s*(-?[0-9.]+)/.exec(content)![1];
+        if (c.type === "integer") assert.match(x, /^-?\d+$/);
+        for (const [key, bound] of Object.entries(c.bounds)) {
+          const d = compareDecimals(x, bound);
+          const ok = key === "minimum" ? d >= 0 : key === "maximum" ? d <= 0 : key === "exclusiveMinimum" ? d > 0 : d < 0;
+          assert.ok(ok, `${x} breaks ${key} ${bound} read exactly`);
+        }
+      }
+    }
+  }
+  // Bounds closer than a double at 2^53 (both arrive as 9007199254740992): nothing is certain.
+  const { response } = send('{"type":"integer","minimum":9007199254740993,"maximum":9007199254740993}', false, 1);
+  const r = await response;
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /no integer is certain to satisfy the bounds: they arrive as doubles/);
 });
