@@ -263,3 +263,20 @@ test("two calls of one turn under one id are refused: one result would vanish fr
     { role: "tool", toolCallId: "call_0", content: "two" },
   ]);
 });
+
+test("a tool result reaches the template as sent: JSON only where writing its value out again loses nothing", () => {
+  const result = (content: string) => {
+    const history = toChatHistory([
+      { role: "user", content: "hi" },
+      { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "f", arguments: "{}" }] },
+      { role: "tool", toolCallId: "c1", content },
+    ]);
+    const model = history[1];
+    return model.type === "model" && typeof model.response[0] === "object" && model.response[0].type === "functionCall" ? model.response[0].result : undefined;
+  };
+  // Whitespace aside, these come out of JSON.stringify as they went in: passed as values.
+  assert.deepEqual(result('{"value": "x", "n": [1, 2]}'), { value: "x", n: [1, 2] });
+  // These would not: an id past 2^53, a trailing zero, a key twice, an overflow, reordered keys.
+  for (const text of ['{"order_id": 12345678901234567890}', '{"price": 1.50}', '{"d": 1, "d": 2}', '{"x": 1e400}', '{"2": "b", "1": "a"}'])
+    assert.equal(result(text), text);
+});

@@ -75,10 +75,36 @@ function answersToolResults(response: ChatModelResponse["response"]): boolean {
   return typeof last === "object" && last.type === "functionCall" && last.result !== undefined;
 }
 
+/**
+ * JSON text as its value, when writing the value out again gives the same JSON (whitespace aside);
+ * otherwise the text itself. The wrappers write values out again, and a value JavaScript cannot
+ * hold as sent (an id past 2^53, `1.50`, a key twice, `1e400`, keys that JavaScript reorders) would
+ * reach the model changed: a tool result's order id, a price.
+ */
 function parseOrKeep(text: string): unknown {
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     return text;
   }
+  return JSON.stringify(value) === withoutJsonWhitespace(text) ? value : text;
+}
+
+/** JSON text without the whitespace between its tokens (strings kept as they are). */
+function withoutJsonWhitespace(text: string): string {
+  let out = "";
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      out += c;
+      if (c === "\\") out += text[++i] ?? "";
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      inString = true;
+      out += c;
+    } else if (c !== " " && c !== "\n" && c !== "\r" && c !== "\t") out += c;
+  }
+  return out;
 }
