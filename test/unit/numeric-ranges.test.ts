@@ -3,6 +3,7 @@ import { before, describe, test } from "node:test";
 import fc from "fast-check";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 import { jsonSchemaToGbnf, UnsupportedSchemaError } from "../../src/grammar/json-schema-to-gbnf.ts";
+import { seededRandom } from "../../src/core/random.ts";
 
 // Number bounds through the schema converter, checked the way clients check an answer: a bound
 // arrives as the double JSON.parse makes of its text, and the answer must hold against that double
@@ -188,17 +189,8 @@ function sampleGbnf(rules: Map<string, Node>, rng: () => number): string {
   return walk(rules.get("root")!, 0);
 }
 
-/** A seeded generator (mulberry32), so a failing sample can be found again. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded generator, so a failing sample can be found again. */
+const seeded = seededRandom;
 
 type Compiled = { accepts: (text: string) => boolean; samples: (n: number, seed: number) => string[] };
 
