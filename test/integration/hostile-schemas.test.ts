@@ -56,18 +56,19 @@ const corpus: Array<[string, unknown, number, string | null, number?]> = [
   ],
   ["a malformed $ref", { ...chat, response_format: rf({ $ref: "#/%E0%A4%A" }) }, 400, "response_format.json_schema.schema"],
   ["minItems of 3,000,000", { ...chat, response_format: rf({ type: "array", items: { type: "integer" }, minItems: 3_000_000 }) }, 400, "response_format.json_schema.schema"],
-  // Its grammar compiles, but the template writes the tool into the prompt, which then cannot fit.
+  // The template writes the tool into the prompt, which then cannot fit: refused naming the tools.
   [
     "a tool with 5,000 required parameters",
     { ...chat, tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props(5000), required: Object.keys(props(5000)) }, strict: true } }] },
     400,
-    "messages",
+    "tools",
   ],
   [
     "a tool with 5,000 optional parameters",
     { ...chat, tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: props(5000) }, strict: true } }] },
     400,
-    "tools[0].function.parameters",
+    // Its definition alone is longer than the context, which is checked before any grammar is built.
+    "tools",
   ],
   // The template writes the description into the prompt; its length is checked before tokenizing
   // (which would hold the event loop for seconds).
@@ -75,7 +76,7 @@ const corpus: Array<[string, unknown, number, string | null, number?]> = [
     "a tool whose description is 4 MB",
     { ...chat, tools: [{ type: "function", function: { name: "f", description: "word ".repeat(800_000), parameters: { type: "object", properties: {} } } }] },
     400,
-    "messages",
+    "tools",
   ],
   [
     "two tools whose grammars are each within bounds but not together",

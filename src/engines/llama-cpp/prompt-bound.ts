@@ -47,7 +47,9 @@ export class PromptBound {
   /** Refuses, before tokenizing, a prompt (with its tools) that cannot fit in `contextSize` tokens. */
   check(prompt: PromptInput, contextSize: number, tools?: readonly ToolDefinition[]): void {
     if (prompt.kind === "chat" && tools?.length) refuseSprawlingTools(tools);
-    this.refuse(this.minimumTokens(prompt, tools), contextSize);
+    this.refuse(this.minimumTokens(prompt), contextSize);
+    // Messages that fit with tools that do not: the tools are what is too long.
+    if (prompt.kind === "chat" && tools?.length) this.refuse(this.minimumTokens(prompt, tools), contextSize, "tools");
   }
 
   /** Refuses, before tokenizing, a templated text of `bytes` UTF-8 bytes that cannot fit. */
@@ -55,12 +57,13 @@ export class PromptBound {
     this.refuse(Number.isFinite(this.longest) ? Math.floor(bytes / this.longest) : 0, contextSize);
   }
 
-  private refuse(least: number, contextSize: number): void {
+  private refuse(least: number, contextSize: number, field = "prompt"): void {
     if (least >= contextSize)
-      throw new ApiError(400, `This model's context is ${contextSize} tokens, but the prompt is at least ${least} tokens.`, {
-        field: "prompt",
-        code: "context_length_exceeded",
-      });
+      throw new ApiError(
+        400,
+        `This model's context is ${contextSize} tokens, but the prompt${field === "tools" ? " with its tool definitions" : ""} is at least ${least} tokens.`,
+        { field, code: "context_length_exceeded" },
+      );
   }
 }
 
@@ -74,16 +77,17 @@ const MAX_RENDERED_TOOL_BYTES = 4 * 1024 * 1024;
 
 function refuseSprawlingTools(tools: readonly ToolDefinition[]): void {
   let budget = MAX_RENDERED_TOOL_BYTES;
-  for (const tool of tools) {
+  tools.forEach((tool, i) => {
     budget -= Buffer.byteLength(tool.description ?? "", "utf8");
     budget = spaciousSize(tool.parameters, 2, budget);
+    // Named by the tool whose schema went past the budget.
     if (budget < 0)
       throw new ApiError(
         400,
-        `The tool definitions would take more than ${MAX_RENDERED_TOOL_BYTES / 1024 / 1024} MiB written out as templates write them (indented JSON); send smaller parameter schemas.`,
-        { field: "tools", code: "invalid_value" },
+        `The tool definitions would take more than ${MAX_RENDERED_TOOL_BYTES / 1024 / 1024} MiB written out as templates write them (indented JSON), {field} bringing them there; send smaller parameter schemas.`,
+        { field: `tools[${i}].parameters`, code: "invalid_value" },
       );
-  }
+  });
 }
 
 /** What is left of `budget` after `value` written as indented JSON at `depth` (stops early once spent). */
