@@ -15,6 +15,8 @@ export interface RecordingUpstream {
   url: string;
   /** Parsed bodies of the chat requests it received, oldest first. */
   bodies: any[];
+  /** Parsed bodies of the /tokenize requests it received, oldest first. */
+  tokenizeBodies: any[];
   /** "METHOD /path" of every request it received, oldest first. */
   requests: string[];
   close(): Promise<void>;
@@ -26,7 +28,7 @@ export async function recordingUpstream(
   model = "vision",
   opts: { contextSize?: number; /** The finish reason its answers end with ("stop" by default). */ finishReason?: string } = {},
 ): Promise<RecordingUpstream> {
-  const state: RecordingUpstream = { url: "", bodies: [], requests: [], close: async () => {} };
+  const state: RecordingUpstream = { url: "", bodies: [], tokenizeBodies: [], requests: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     let raw = "";
     state.requests.push(`${req.method} ${req.url}`);
@@ -39,6 +41,7 @@ export async function recordingUpstream(
       }
       if (req.method === "POST" && req.url === "/tokenize" && opts.contextSize) {
         const body = JSON.parse(raw);
+        state.tokenizeBodies.push(body);
         const text = body.messages ? body.messages.map((m: any) => (typeof m.content === "string" ? m.content : "")).join("") : String(body.prompt ?? "");
         const count = Buffer.byteLength(text);
         return void res

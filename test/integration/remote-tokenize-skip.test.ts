@@ -76,3 +76,15 @@ test("a prompt counted only by the upstream's usage still reaches the prompt-tok
   assert.deepEqual(calls, ["POST /v1/chat/completions"], "admitted without a count");
   assert.equal((await promptTotal()) - before, 42);
 });
+
+test("the count is of what the generation renders: the request's tools and thinking switch go to /tokenize too", async () => {
+  const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
+  const from = up.tokenizeBodies.length;
+  const r = await chat({ max_tokens: 3900, tools, tool_choice: "required", chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(r.status, 200, r.text);
+  const counted = up.tokenizeBodies.slice(from);
+  assert.equal(counted.length, 1);
+  assert.equal(counted[0].tools?.[0]?.function?.name, "f", JSON.stringify(counted[0]));
+  assert.equal(counted[0].tool_choice, "required");
+  assert.deepEqual(counted[0].chat_template_kwargs, { enable_thinking: false });
+});

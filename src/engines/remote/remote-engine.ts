@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, PromptExtras, ReplicaStatus } from "../../core/engine.ts";
 import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
-import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
+import type { GenerationRequest, Message, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage } from "./http.ts";
 import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-server.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
@@ -196,7 +196,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // The generation takes its replica first (open() leases it before its first await): a
     // replica on a half-open trial must get the request that can re-admit it, not the count.
     const opening = this.open(prep);
-    const [counted, opened] = await Promise.allSettled([this.countTokens(request.prompt, prefer), opening]);
+    const [counted, opened] = await Promise.allSettled([this.countTokens(request.prompt, prefer, request), opening]);
     if (counted.status === "rejected") {
       if (opened.status === "fulfilled" && opened.value) this.discard({ ...prep, opened: opened.value });
       throw counted.reason;
@@ -324,13 +324,15 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * Prompt tokens through the upstream's /tokenize (vLLM's shape, which Plinth serves too). An
    * upstream without one is remembered, and the context check is left to it.
    */
-  private async countTokens(prompt: PromptInput, prefer: Replica | undefined): Promise<{ count: number; contextSize?: number } | undefined> {
+  private async countTokens(prompt: PromptInput, prefer: Replica | undefined, extras?: PromptExtras): Promise<{ count: number; contextSize?: number } | undefined> {
     if (this.llamaServer) {
       const tokens = await this.llamaTokens(prompt, true, prefer);
       this.hasTokenize = tokens !== undefined;
       return tokens && { count: tokens.length };
     }
-    const body = prompt.kind === "chat" ? { model: this.upstreamModel, messages: messagesToUpstream(prompt.messages) } : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
+    // The count is of what the generation renders: its tools and thinking switch too (a count of the
+    // messages alone was 12 where the prompt was 300, and the room it reported was not there).
+    const body = prompt.kind === "chat" ? this.chatTokenizeBody(prompt.messages, extras) : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
     const json = (await this.request("/tokenize", body, prefer, true)) as any;
     if (json === undefined) return undefined;
     // A count that is not one (negative, fractional, astronomic) is no count: it would be the
@@ -595,6 +597,16 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     yield* reader.finish();
   }
 
+  /** A vLLM-style /tokenize body for chat messages, with what the upstream's template renders besides them. */
+  private chatTokenizeBody(messages: Message[], extras: PromptExtras | undefined) {
+    return {
+      model: this.upstreamModel,
+      messages: messagesToUpstream(messages),
+      ...(extras ? toolsToUpstream(extras) : {}),
+      ...(extras?.reasoning?.enabled !== undefined ? { chat_template_kwargs: { enable_thinking: extras.reasoning.enabled } } : {}),
+    };
+  }
+
   async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]> {
     if (prompt.kind === "tokens") return prompt.tokens;
     if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
@@ -605,14 +617,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     }
     const body =
       prompt.kind === "chat"
-        ? {
-            model: this.upstreamModel,
-            messages: messagesToUpstream(prompt.messages),
-            add_special_tokens: addSpecial,
-            // What the upstream's template renders besides the messages (vLLM's /tokenize takes both).
-            ...(extras ? toolsToUpstream(extras) : {}),
-            ...(extras?.reasoning?.enabled !== undefined ? { chat_template_kwargs: { enable_thinking: extras.reasoning.enabled } } : {}),
-          }
+        ? { ...this.chatTokenizeBody(prompt.messages, extras), add_special_tokens: addSpecial }
         : { model: this.upstreamModel, prompt: prompt.text, add_special_tokens: addSpecial };
     const json = (await this.request("/tokenize", body, undefined, true)) as any;
     if (!json || !Array.isArray(json.tokens))
