@@ -59,6 +59,8 @@ test("an upstream's refusal keeps the exact place it names, which the dialect na
     [{ error: { param: "messages[1].tool_call_id" } }, "prompt.messages[1].toolCallId", "messages[1].tool_call_id"],
     [{ error: { param: "messages[0].content[0]" } }, "prompt.messages[0].parts[0]", "messages[0].content[0]"],
     [{ error: { param: "tools[0].function.parameters" } }, "tools[0].parameters", "tools[0].function.parameters"],
+    [{ error: { param: "tools[2].function.description" } }, "tools[2].description", "tools[2].function.description"],
+    [{ error: { param: "tools[1].function.name" } }, "tools[1].name", "tools[1].function.name"],
     [{ error: { param: "temperature" } }, "temperature", "temperature"],
     // FastAPI's 422 (vLLM, SGLang): the union member pydantic tried is not a field.
     [{ detail: [{ loc: ["body", "messages", 1, "ChatCompletionUserMessageParam", "content"], msg: "x" }] }, "prompt.messages[1].content", "messages[1].content"],

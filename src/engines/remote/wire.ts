@@ -376,6 +376,8 @@ export function canonicalField(param: unknown): string | undefined {
   if (message) return `prompt.messages[${message[1]}].${canonicalMessageField(message[2])}`;
   const tool = /^tools\[(\d+)\]\.function\.parameters(?:[.[].*)?$/.exec(param);
   if (tool) return `tools[${tool[1]}].parameters`;
+  const toolPart = /^tools\[(\d+)\]\.function\.(name|description)$/.exec(param);
+  if (toolPart) return `tools[${toolPart[1]}].${toolPart[2]}`;
   const token = /^prompt\[(\d+)\]$/.exec(param);
   if (token) return `prompt.tokens[${token[1]}]`;
   // The answer's schema or pattern, as the router sent it: the dialect names it its own way.
