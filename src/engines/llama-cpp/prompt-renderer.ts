@@ -224,6 +224,8 @@ export class PromptRenderer {
    * finished assistant turn (node-llama-cpp renders the open turn as one), GLM 4.7's a lone closing
    * marker, Nemotron's an opening one; `planReasoning` then opens or closes the section once.
    */
+  private trailingMarkers: RegExp | undefined;
+
   private withoutThinkingMarkers(text: LlamaText, wrapper: ChatWrapper): LlamaText {
     const thought = this.thought;
     if (!(wrapper instanceof JinjaTemplateChatWrapper) || !thought) return text;
@@ -235,7 +237,8 @@ export class PromptRenderer {
     while (last >= 0 && values[last] === "") last--;
     const tail = values[last];
     if (!(tail instanceof SpecialTokensText)) return text;
-    const trailing = new RegExp(`(?:${escapeRegExp(open)}\\s*)?(?:${escapeRegExp(close)}\\s*)?$`);
+    this.trailingMarkers ??= new RegExp(`(?:${escapeRegExp(open)}\\s*)?(?:${escapeRegExp(close)}\\s*)?$`);
+    const trailing = this.trailingMarkers;
     const kept = tail.value.replace(trailing, "");
     if (kept === tail.value) return text;
     values[last] = new SpecialTokensText(kept);
@@ -249,11 +252,15 @@ export class PromptRenderer {
    * would put its whole answer into reasoning. So the template must mention the opening marker.
    */
   get thought(): NonNullable<ChatWrapperSettings["segments"]>["thought"] {
-    const thought = this.wrapper.settings.segments?.thought;
-    if (!thought || !this.template || !(this.wrapper instanceof JinjaTemplateChatWrapper)) return thought;
-    const open = plainText(thought.prefix)?.trim();
-    return open && !this.template.includes(open) ? undefined : thought;
+    if (this.thoughtOnce === null) {
+      const thought = this.wrapper.settings.segments?.thought;
+      const open = thought && plainText(thought.prefix)?.trim();
+      const unwritten = this.wrapper instanceof JinjaTemplateChatWrapper && !!this.template && !!open && !this.template.includes(open);
+      this.thoughtOnce = unwritten ? undefined : thought;
+    }
+    return this.thoughtOnce;
   }
+  private thoughtOnce: NonNullable<ChatWrapperSettings["segments"]>["thought"] | null = null;
 
   /**
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
