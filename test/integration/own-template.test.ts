@@ -99,9 +99,9 @@ const chat = (messages: Message[], extra: Partial<GenerationRequest> = {}) =>
 
 /** The prompt as text, control tokens spelled out, with what `planReasoning` appends. */
 function promptText(renderer: PromptRenderer, model: LlamaModel, req: GenerationRequest): string {
-  const tokens = renderer.render(req).tokens;
-  const suffix = renderer.planReasoning(req, false)?.promptSuffix ?? [];
-  return model.detokenize([...tokens, ...suffix], true);
+  const rendered = renderer.render(req);
+  const suffix = renderer.planReasoning(req, false, rendered.openTurn)?.promptSuffix ?? [];
+  return model.detokenize([...rendered.tokens, ...suffix], true);
 }
 
 before(async () => {
@@ -153,7 +153,11 @@ test("an answer after tool results continues the turn that called: no empty assi
 test("an empty thinking section the template writes into the open turn is taken off; thinking is then opened or closed once", async () => {
   const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-closed-thought", CLOSED_THOUGHT_TEMPLATE));
   assert.ok(renderer.wrapper.settings.segments?.thought, "the template's thinking section is recognised");
-  const on = promptText(renderer, model, chat([{ role: "user", content: "Hi" }]));
+  // Left alone, the open turn is the template's generation prompt: the model may open the section.
+  const plain = promptText(renderer, model, chat([{ role: "user", content: "Hi" }]));
+  assert.equal(plain, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // Asked for, on a template that would not think by itself, the section is opened.
+  const on = promptText(renderer, model, chat([{ role: "user", content: "Hi" }], { reasoning: { enabled: true } } as Partial<GenerationRequest>));
   assert.equal(on, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
   const off = promptText(renderer, model, chat([{ role: "user", content: "Hi" }], { reasoning: { enabled: false } } as Partial<GenerationRequest>));
   assert.equal(off.split("<think>").length, 2, off);

@@ -279,7 +279,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private async promptFor(req: GenerationRequest) {
     const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
     const rendered = this.renderer.render(req, constraints.functions, this.textBound);
-    const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined);
+    const constrained = constraints.tools?.forced === true || constraints.contentGrammar !== undefined;
+    const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined, rendered.openTurn, constrained);
     // Thinking is opened (or closed, when turned off) at the end of the prompt, as the template does;
     // a forced tool call opens right after, unless thinking comes first.
     let tokens = reasoning ? [...rendered.tokens, ...reasoning.promptSuffix] : rendered.tokens;

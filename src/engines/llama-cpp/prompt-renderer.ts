@@ -22,6 +22,7 @@ import { toChatHistory } from "./chat-history.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
+import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
 
 // Everything about turning a canonical prompt into the tokens a model sees: which chat template
@@ -37,6 +38,8 @@ export interface RenderedPrompt {
   stopTokens: Set<Token>;
   /** Text stops the format needs (checked by the core like a request's stop strings). */
   formatStops: string[];
+  /** Set when a chat prompt's open turn is the template's own generation prompt (open-turn.ts). */
+  openTurn?: OpenTurn;
 }
 
 /** How a chat prompt's thinking section is set up, and how the decode loop handles it. */
@@ -117,7 +120,12 @@ export class PromptRenderer {
     if (type === "auto" && prefersOwnTemplate(wrapper)) {
       const own = ownTemplateWrapper(model, customWrapperSettings.jinjaTemplate);
       // A template that writes tools its own way (LFM 2.5's "List of tools") is not plain ChatML either.
-      const plainChatML = own && !/\btools\b/.test(this.template ?? "") && rendersAlike(new FaithfulChatMLChatWrapper(), own);
+      // Nor is one whose generation prompt differs from its assistant turns (one that opens "<think>").
+      const plainChatML =
+        own instanceof JinjaTemplateChatWrapper &&
+        !/\btools\b/.test(this.template ?? "") &&
+        rendersAlike(new FaithfulChatMLChatWrapper(), own) &&
+        OpenTurns.probe(own, thinkingMarkers(own))?.agrees === true;
       if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
       else wrapper = own ?? wrapper;
     }
@@ -154,10 +162,13 @@ export class PromptRenderer {
     const state = renderTemplate(wrapper, toChatHistory(prompt.messages), functions);
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
-    const opened = prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper);
+    // A client's prefill is continued as written; otherwise the open turn is the template's own.
+    const turns = prefilled(prompt) || wrapper !== this.wrapper ? undefined : this.openTurns;
+    const rewritten = turns?.rewrite(state.contextText, thinkingSwitch(req));
+    const opened = rewritten?.text ?? (prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper));
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
-    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops };
+    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn: rewritten?.openTurn ?? turns?.unwritten() };
   }
 
   /**
@@ -226,6 +237,19 @@ export class PromptRenderer {
    */
   private trailingMarkers: RegExp | undefined;
 
+  /** The template's generation prompts (open-turn.ts), probed on first use; undefined where they cannot be read. */
+  private get openTurns(): OpenTurns | undefined {
+    if (this.openTurnsOnce === null) {
+      const thought = this.thought;
+      const markers = thought && thinkingMarkers(this.wrapper);
+      // A thinking section without plain-text markers (opened on the response's start) keeps the old path.
+      this.openTurnsOnce =
+        this.wrapper instanceof JinjaTemplateChatWrapper && !this.harmony && (!thought || markers) ? OpenTurns.probe(this.wrapper, markers) : undefined;
+    }
+    return this.openTurnsOnce;
+  }
+  private openTurnsOnce: OpenTurns | undefined | null = null;
+
   private withoutThinkingMarkers(text: LlamaText, wrapper: ChatWrapper): LlamaText {
     const thought = this.thought;
     if (!(wrapper instanceof JinjaTemplateChatWrapper) || !thought) return text;
@@ -266,7 +290,7 @@ export class PromptRenderer {
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
    * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
    */
-  planReasoning(req: GenerationRequest, modelMayCall: boolean): ReasoningPrompt | undefined {
+  planReasoning(req: GenerationRequest, modelMayCall: boolean, openTurn?: OpenTurn, constrained = false): ReasoningPrompt | undefined {
     const thought = this.thought;
     // A client's prefill continues an answer: the template has written the turn as it is, and what
     // follows is more of it, not a thinking section.
@@ -290,18 +314,50 @@ export class PromptRenderer {
     const newlines = /\n*$/.exec(suffix.toString())![0].length;
     const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n".slice(Math.min(newlines, 2))));
     const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.tokenizer), ...(answerOpening ?? [])];
-    const promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
+    let promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
+    let startsInside = enabled;
+    if (openTurn) ({ promptSuffix, startsInside } = this.afterOpenTurn(openTurn, thinkingSwitch(req), constrained, prefix, suffix, layout, closed));
     return {
       promptSuffix,
       answerOpening,
       plan: {
         open: prefix.toString().trim(),
         close: [...new Set([suffix.toString(), suffix.toString().trim()])],
-        startsInside: enabled,
+        startsInside,
         budget: req.reasoning?.budgetTokens,
         closeTokens: LlamaText([suffix, layout]).tokenize(this.tokenizer),
       },
     };
+  }
+
+  /**
+   * What goes after the template's own generation prompt, and whether generation starts inside the
+   * thinking section. The template decides where it can: a section it opens stays open, one it
+   * closes stays closed, and one it leaves to the model (Qwen 3's) is the model's to open, as
+   * llama.cpp's server and vLLM leave it. Plinth opens the section itself only where the request
+   * needs it and the template does not: thinking asked for on a model whose template would not
+   * think (Granite's), or a thinking model whose answer is held to a grammar or a forced tool call
+   * from its first token, which could never open the section on its own. Thinking turned off on a
+   * template without a switch (DeepSeek R1's) closes the section it opened.
+   */
+  private afterOpenTurn(
+    turn: OpenTurn,
+    thinking: ThinkingSwitch,
+    constrained: boolean,
+    prefix: LlamaText,
+    suffix: LlamaText,
+    layout: LlamaText,
+    closed: Token[],
+  ): { promptSuffix: Token[]; startsInside: boolean } {
+    if (thinking === "off") {
+      if (turn.thinking === "closed") return { promptSuffix: [], startsInside: false };
+      if (turn.thinking === "opened") return { promptSuffix: LlamaText([suffix, layout]).tokenize(this.tokenizer), startsInside: false };
+      return { promptSuffix: closed, startsInside: false };
+    }
+    if (turn.thinking === "opened") return { promptSuffix: [], startsInside: true };
+    if (turn.thinking === "closed" && thinking === "default") return { promptSuffix: [], startsInside: false };
+    const open = constrained ? thinking === "on" || turn.thinksByDefault : thinking === "on" && !turn.thinksByDefault;
+    return open ? { promptSuffix: prefix.tokenize(this.tokenizer), startsInside: true } : { promptSuffix: [], startsInside: false };
   }
 
   /** The prompt text to report back (echo); token prompts are spelled by `spell`. */
@@ -445,6 +501,20 @@ function prefilled(prompt: PromptInput): boolean {
   if (prompt.kind !== "chat") return false;
   const last = prompt.messages.at(-1);
   return last?.role === "assistant" && (!!last.content || !!last.toolCalls?.length);
+}
+
+/** How a request sets the template's thinking switch: turned off, asked for (also by an effort or a budget), or left alone. */
+function thinkingSwitch(req: GenerationRequest): ThinkingSwitch {
+  if (req.reasoning === undefined) return "default";
+  return req.reasoning.enabled === false ? "off" : "on";
+}
+
+/** A wrapper's thinking markers as plain text ("<think>", "</think>"), when it has both. */
+function thinkingMarkers(wrapper: ChatWrapper): { open: string; close: string } | undefined {
+  const thought = wrapper.settings.segments?.thought;
+  const open = plainText(thought?.prefix)?.trim();
+  const close = plainText(thought?.suffix)?.trim();
+  return open && close ? { open, close } : undefined;
 }
 
 /** A segment's plain text (a prefix or suffix given as text or LlamaText), or undefined. */

@@ -1,0 +1,157 @@
+import { type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
+import { toChatHistory } from "./chat-history.ts";
+
+// The turn a chat prompt leaves open for the answer, written the way the model's template writes it.
+//
+// node-llama-cpp renders the open turn as an empty assistant message cut off where its content would
+// go. llama.cpp's server and vLLM render the template with `add_generation_prompt` instead, and some
+// templates write the two differently: DeepSeek R1's generation prompt opens "<think>\n", Qwen 3's
+// writes an empty closed thinking section into assistant messages but nothing into the generation
+// prompt (and, with enable_thinking=false, the closed section there), Granite 3.3's and SmolLM 3's
+// open no thinking unless asked. Measured against llama-server on fixtures carrying those templates,
+// every prompt of those models came out one or two tokens apart, and thinking was forced on models
+// that do not think by default.
+//
+// What each writes is found once per model by rendering a probe conversation both ways; a prompt
+// whose open turn ends as node-llama-cpp's did on the probe gets the template's generation prompt in
+// its place, for the request's thinking switch.
+
+/** How a request sets the template's thinking switch (`enable_thinking`): left alone, on or off. */
+export type ThinkingSwitch = "default" | "on" | "off";
+
+/** What the generation prompt does with the thinking section. */
+export type OpenTurnThinking = "opened" | "closed" | "none";
+
+export interface OpenTurn {
+  /** The template's generation prompt for this switch. */
+  text: string;
+  thinking: OpenTurnThinking;
+  /** The model thinks when the switch is left alone (its template opens the section, or has a switch that is not off by default). */
+  thinksByDefault: boolean;
+}
+
+export class OpenTurns {
+  private constructor(
+    /** What node-llama-cpp writes for the open turn, after the end of the last message. */
+    private readonly rendered: string,
+    private readonly prompts: Record<ThinkingSwitch, string>,
+    private readonly markers: { open: string; close: string } | undefined,
+  ) {}
+
+  /**
+   * Probes a template; undefined when the probe cannot be read (the template fails, writes a special
+   * token after the message, or its generation prompt is not an addition to the rendered messages),
+   * in which case node-llama-cpp's open turn stays.
+   */
+  static probe(wrapper: JinjaTemplateChatWrapper, markers: { open: string; close: string } | undefined): OpenTurns | undefined {
+    try {
+      const state = wrapper.generateContextState({ chatHistory: toChatHistory([{ role: "user", content: PROBE }]) });
+      const rendered = textAfterProbe(state.contextText);
+      const jinja = (wrapper as unknown as { _jinjaTemplate?: { render(params: object): string } })._jinjaTemplate;
+      if (rendered === undefined || typeof jinja?.render !== "function") return undefined;
+      const render = (generation: boolean, thinking: ThinkingSwitch) =>
+        jinja.render({
+          ...(wrapper.additionalRenderParameters ? structuredClone(wrapper.additionalRenderParameters) : {}),
+          messages: [{ role: "user", content: PROBE }],
+          bos_token: TOKEN_STAND_IN,
+          eos_token: TOKEN_STAND_IN,
+          eot_token: TOKEN_STAND_IN,
+          add_generation_prompt: generation,
+          // Left alone, the switch is on for a template with a thinking section, as llama.cpp's
+          // server sets it (DeepSeek V3.1's and R1's as llama.cpp ships them close the section when
+          // it is not set); a template without one gets none.
+          ...(thinking === "default" && !markers ? {} : { enable_thinking: thinking !== "off" }),
+        });
+      const prompts = {} as Record<ThinkingSwitch, string>;
+      let closing: string | undefined;
+      for (const thinking of ["default", "on", "off"] as const) {
+        const without = afterProbe(render(false, thinking));
+        const withPrompt = afterProbe(render(true, thinking));
+        if (without === undefined || withPrompt === undefined || !withPrompt.startsWith(without)) return undefined;
+        prompts[thinking] = withPrompt.slice(without.length);
+        // The end of the user's message, as the template writes it with the switch left alone.
+        if (thinking === "default") closing = without;
+      }
+      if (closing === undefined || !rendered.startsWith(closing)) return undefined;
+      const openTurn = rendered.slice(closing.length);
+      // A template may write the answer's turn header after the last message whatever
+      // add_generation_prompt says (Command R7B's): its generation prompt is then empty.
+      if (openTurn === "" || Object.values(prompts).some((p) => p.includes(TOKEN_STAND_IN))) return undefined;
+      return new OpenTurns(openTurn, prompts, markers);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * `text` with its open turn rewritten as the template's generation prompt for `thinking`, or
+   * undefined when it does not end as the probe's did (then it is left as node-llama-cpp wrote it).
+   */
+  rewrite(text: LlamaText, thinking: ThinkingSwitch): { text: LlamaText; openTurn: OpenTurn } | undefined {
+    const values = [...text.values];
+    let last = values.length - 1;
+    while (last >= 0 && values[last] === "") last--;
+    const tail = values[last];
+    if (!(tail instanceof SpecialTokensText) || !tail.value.endsWith(this.rendered)) return undefined;
+    const prompt = this.prompts[thinking];
+    values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - this.rendered.length) + prompt);
+    return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
+  }
+
+  /** Whether the template's generation prompt is what node-llama-cpp writes, whatever the switch. */
+  get agrees(): boolean {
+    return Object.values(this.prompts).every((p) => p === this.rendered);
+  }
+
+  /**
+   * For a prompt whose open turn could not be rewritten (an answer continuing a turn after its tool
+   * results): node-llama-cpp's open turn with the thinking markers taken off, so the section is
+   * opened only as `planReasoning` decides for the template.
+   */
+  unwritten(): OpenTurn {
+    return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault };
+  }
+
+  private get thinksByDefault(): boolean {
+    const byDefault = this.thinkingIn(this.prompts.default);
+    if (byDefault !== "none") return byDefault === "opened";
+    // A switch that closes the section when turned off means a model that thinks unless told not to.
+    return this.prompts.off !== this.prompts.default;
+  }
+
+  private thinkingIn(prompt: string): OpenTurnThinking {
+    if (!this.markers) return "none";
+    const opens = prompt.lastIndexOf(this.markers.open);
+    if (opens === -1) return "none";
+    return prompt.indexOf(this.markers.close, opens + this.markers.open.length) === -1 ? "opened" : "closed";
+  }
+}
+
+/** Message text no template treats specially, to find where the message ends in a rendering. */
+const PROBE = "Plinth probe 7f3a9c: where does this message end?";
+/** What the probe renders for BOS/EOS tokens: a generation prompt that writes one is not rewritten. */
+const TOKEN_STAND_IN = "\u0000plinth-token\u0000";
+
+function afterProbe(text: string): string | undefined {
+  const at = text.lastIndexOf(PROBE);
+  return at === -1 ? undefined : text.slice(at + PROBE.length);
+}
+
+/** The template text after the probe message in node-llama-cpp's rendering (special tokens refuse it). */
+function textAfterProbe(text: LlamaText): string | undefined {
+  let found = false;
+  let after = "";
+  for (const value of text.values) {
+    if (!found) {
+      if (typeof value === "string" && value.includes(PROBE)) {
+        found = true;
+        after = value.slice(value.lastIndexOf(PROBE) + PROBE.length);
+      }
+      continue;
+    }
+    if (typeof value === "string") after += value;
+    else if (value instanceof SpecialTokensText) after += value.value;
+    else return undefined;
+  }
+  return found ? after : undefined;
+}
