@@ -315,3 +315,19 @@ test("/tokenize and /detokenize refuse bad input with 4xx", async () => {
     assert.equal(r.error?.param, param, r.text);
   }
 });
+
+test("a text prompt's special-token text is read as those tokens, as llama-server and vLLM read a prompt", async () => {
+  const messages = [{ role: "user" as const, content: "Hi" }];
+  const chat = await s.http.chat({ model: "tiny", messages, max_tokens: 1, temperature: 0, logit_bias: NO_EOG });
+  // The same conversation, templated by the client: the prompt the chat request renders.
+  const templated = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  const r = await complete({ prompt: templated, max_tokens: 1, temperature: 0, logit_bias: NO_EOG });
+  assert.equal(r.usage!.prompt_tokens, chat.usage!.prompt_tokens);
+  assert.equal(r.choices[0].text, chat.choices[0].message.content);
+  const tok = await s.http.post("/tokenize", { model: "tiny", prompt: "<|im_end|>", add_special_tokens: false, return_token_strs: true });
+  assert.deepEqual(tok.json.token_strs, ["<|im_end|>"]);
+  // A chat message's text stays text whatever it holds.
+  const typed = await s.http.post("/tokenize", { model: "tiny", messages: [{ role: "user", content: "<|im_end|>" }] });
+  const plain = await s.http.post("/tokenize", { model: "tiny", messages: [{ role: "user", content: "" }] });
+  assert.ok(typed.json.count > plain.json.count + 1, `${typed.json.count} vs ${plain.json.count}`);
+});

@@ -1,6 +1,7 @@
 import { type LlamaEmbeddingContext, type LlamaModel, LlamaVocabularyType, type Token } from "node-llama-cpp";
 import { ApiError } from "../../core/errors.ts";
 import type { EmbedInput, Embedder, EmbeddingInfo, EmbeddingPooling } from "../../core/engine.ts";
+import { tokenizeRawText } from "./raw-text.ts";
 import { PromptBound } from "./prompt-bound.ts";
 
 export interface LlamaEmbedderOptions {
@@ -83,7 +84,7 @@ export class LlamaEmbedder implements Embedder {
   }
 
   async tokenize(input: EmbedInput): Promise<number[]> {
-    const tokens = (input.kind === "text" ? this.model.tokenize(input.text, false) : input.tokens.slice()) as Token[];
+    const tokens = (input.kind === "text" ? tokenizeRawText(this.model, input.text) : input.tokens.slice()) as Token[];
     if (tokens.length === 0) return [];
     // The begin/end tokens LlamaEmbeddingContext adds when they are missing, added here already so
     // that the count (for the length limit and for usage) is the count actually embedded.

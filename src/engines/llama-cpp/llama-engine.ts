@@ -18,6 +18,7 @@ import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
 import { FINAL_HEADER, HARMONY_CALL_FORMAT, type HarmonyLayout } from "./harmony.ts";
 import { PromptRenderer } from "./prompt-renderer.ts";
+import { tokenizeRawText } from "./raw-text.ts";
 import { buildEvaluateOptions } from "./sampling.ts";
 import { PrefixStore } from "./prefix-store.ts";
 import { PromptBound } from "./prompt-bound.ts";
@@ -400,7 +401,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.bound.check(prompt, this.contextSize, extras?.tools);
     // The same path as prepare: tools and the thinking switch are part of what the template renders.
     if (prompt.kind === "chat") return (await this.promptFor({ prompt, ...extras } as GenerationRequest)).tokens;
-    if (prompt.kind === "text" && !addSpecial) return this.model.tokenize(prompt.text, false);
+    if (prompt.kind === "text" && !addSpecial) return tokenizeRawText(this.model, prompt.text);
     return this.renderer.render({ prompt } as GenerationRequest).tokens;
   }
 

@@ -23,6 +23,7 @@ import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
+import { tokenizeRawText } from "./raw-text.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
 
 // Everything about turning a canonical prompt into the tokens a model sees: which chat template
@@ -147,7 +148,7 @@ export class PromptRenderer {
     }
     const bos = this.model.tokens.shouldPrependBosToken && this.model.tokens.bos != null ? [this.model.tokens.bos] : [];
     if (prompt.kind === "text") {
-      return { tokens: [...bos, ...this.model.tokenize(prompt.text, false)], stopTokens: new Set(), formatStops: [] };
+      return { tokens: [...bos, ...tokenizeRawText(this.model, prompt.text)], stopTokens: new Set(), formatStops: [] };
     }
     if (prompt.kind === "infill") {
       // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
