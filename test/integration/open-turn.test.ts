@@ -53,6 +53,12 @@ const ASK_TO_THINK_TEMPLATE = [
   "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
 ].join("");
 
+/** The switch also changes the conversation's own text: a system line when thinking is off (SmolLM 3's way). */
+const BODY_SWITCH_TEMPLATE = [
+  "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<|im_start|>system\\n/no_think<|im_end|>\\n' -}}{%- endif -%}",
+  SWITCH_TEMPLATE,
+].join("");
+
 const spec = (name: string, chatTemplate: string): FixtureSpec => ({ ...THINKING_SPEC, name, chatTemplate });
 const chat = (messages: Message[], extra: Partial<GenerationRequest> = {}) => ({ prompt: { kind: "chat", messages }, ...extra }) as GenerationRequest;
 const HI: Message[] = [{ role: "user", content: "Hi" }];
@@ -117,6 +123,12 @@ describe("the template's generation prompt", () => {
     const on = prompt(chat(HI, ON));
     assert.match(on.text, /<\|im_start\|>assistant\n<think>\n?$/);
     assert.equal(on.inside, true);
+  });
+
+  test("the switch reaches the whole template, not only the generation prompt", async () => {
+    const { prompt } = await rendererFor("plinth-think-body-switch", BODY_SWITCH_TEMPLATE);
+    assert.equal(prompt(chat(HI)).text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    assert.equal(prompt(chat(HI, OFF)).text, "<|im_start|>system\n/no_think<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
   });
 
   test("a prefilled answer is continued as written", async () => {

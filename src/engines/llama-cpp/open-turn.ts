@@ -98,6 +98,11 @@ export class OpenTurns {
     return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
   }
 
+  /** Whether the template has a thinking section with plain-text markers. */
+  get hasThinking(): boolean {
+    return this.markers !== undefined;
+  }
+
   /** Whether the template's generation prompt is what node-llama-cpp writes, whatever the switch. */
   get agrees(): boolean {
     return Object.values(this.prompts).every((p) => p === this.rendered);

@@ -160,7 +160,7 @@ export class PromptRenderer {
     }
     const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
     if (wrapper instanceof JinjaTemplateChatWrapper) this.refuseControlText(req);
-    const state = renderTemplate(wrapper, toChatHistory(prompt.messages), functions);
+    const state = this.withThinkingSwitch(wrapper, thinkingSwitch(req), () => renderTemplate(wrapper, toChatHistory(prompt.messages), functions));
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
@@ -170,6 +170,25 @@ export class PromptRenderer {
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
     return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn: rewritten?.openTurn ?? turns?.unwritten() };
+  }
+
+  /**
+   * Renders with the template's `enable_thinking` set as llama.cpp's server sets it: on for a
+   * template with a thinking section unless the request turns it off (Gemma 4's then writes its
+   * thinking instruction into the system turn, as it does under llama-server); a template without
+   * one gets none. The generation prompt (open-turn.ts) is rendered the same way. The switch is the
+   * wrapper's own setting, set for this synchronous render only.
+   */
+  private withThinkingSwitch<T>(wrapper: ChatWrapper, thinking: ThinkingSwitch, render: () => T): T {
+    if (!(wrapper instanceof JinjaTemplateChatWrapper) || wrapper !== this.wrapper || !this.openTurns?.hasThinking) return render();
+    const settable = wrapper as { reasoning: boolean | null };
+    const before = settable.reasoning;
+    settable.reasoning = thinking !== "off";
+    try {
+      return render();
+    } finally {
+      settable.reasoning = before;
+    }
   }
 
   /**
