@@ -166,6 +166,17 @@ test("an empty thinking section the template writes into the open turn is taken 
   assert.ok(earlier.includes("<|im_start|>assistant\n<think>\n\n</think>\n\nYo<|im_end|>"), earlier);
 });
 
+test("a template that loops over tools without checking for them is still the model's own (Hermes 3's tool-use template)", async () => {
+  const template = [
+    "{{- '<|im_start|>system\\nTools:' -}}{%- for tool in tools -%}{{- ' ' + tool['function']['name'] -}}{%- endfor -%}{{- '<|im_end|>\\n' -}}",
+    "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}{%- endfor -%}",
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+  ].join("");
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-unguarded-tools", template));
+  assert.ok(renderer.wrapper instanceof JinjaTemplateChatWrapper, renderer.wrapper.constructor.name);
+  assert.equal(promptText(renderer, model, chat([{ role: "user", content: "Hi" }])), "<|im_start|>system\nTools:<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+});
+
 test("a prefilled answer is continued as it is: no thinking section opened after it", async () => {
   const { renderer, model } = await rendererFor(THINKING_SPEC);
   const req = chat([{ role: "user", content: "Hi" }, { role: "assistant", content: "Sure, here" }]);

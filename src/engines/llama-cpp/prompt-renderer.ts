@@ -460,7 +460,15 @@ function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateCh
   try {
     return new JinjaTemplateChatWrapper({ ...settings, template, tokenizer: model.tokenizer });
   } catch {
-    return undefined;
+    // A template that loops over `tools` without asking whether there are any (Hermes 3's tool-use
+    // one) fails node-llama-cpp's checks: its Jinja engine refuses to loop over an undefined value,
+    // where llama.cpp's loops over nothing. An empty list stands in when a request brings no tools.
+    try {
+      const additionalRenderParameters = { ...settings.additionalRenderParameters, tools: [] };
+      return new JinjaTemplateChatWrapper({ ...settings, additionalRenderParameters, template, tokenizer: model.tokenizer });
+    } catch {
+      return undefined;
+    }
   }
 }
 
