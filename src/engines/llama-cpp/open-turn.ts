@@ -32,52 +32,55 @@ export interface OpenTurn {
 
 export class OpenTurns {
   private constructor(
-    /** What node-llama-cpp writes for the open turn, after the end of the last message. */
-    private readonly rendered: string,
-    private readonly prompts: Record<ThinkingSwitch, string>,
+    /** What node-llama-cpp writes for the open turn, after the end of the last message, per switch. */
+    private readonly rendered: Partial<Record<ThinkingSwitch, string>>,
+    private readonly prompts: Partial<Record<ThinkingSwitch, string>>,
     private readonly markers: { open: string; close: string } | undefined,
   ) {}
 
   /**
-   * Probes a template; undefined when the probe cannot be read (the template fails, writes a special
-   * token after the message, or its generation prompt is not an addition to the rendered messages),
-   * in which case node-llama-cpp's open turn stays.
+   * Probes a template: what follows a user message in node-llama-cpp's rendering (the message's end
+   * and the open turn) against what follows it in the template's own rendering with
+   * `add_generation_prompt`, for each switch. Undefined when not even the default can be read (the
+   * template fails, or writes BOS/EOS there), in which case node-llama-cpp's open turn stays.
    */
   static probe(wrapper: JinjaTemplateChatWrapper, markers: { open: string; close: string } | undefined): OpenTurns | undefined {
     try {
-      const state = wrapper.generateContextState({ chatHistory: toChatHistory([{ role: "user", content: PROBE }]) });
-      const rendered = textAfterProbe(state.contextText);
       const jinja = (wrapper as unknown as { _jinjaTemplate?: { render(params: object): string } })._jinjaTemplate;
-      if (rendered === undefined || typeof jinja?.render !== "function") return undefined;
-      const render = (generation: boolean, thinking: ThinkingSwitch) =>
-        jinja.render({
+      if (typeof jinja?.render !== "function") return undefined;
+      // Left alone, the switch is on for a template with a thinking section, as llama.cpp's server
+      // sets it (DeepSeek V3.1's and R1's as llama.cpp ships them close the section when it is not
+      // set); a template without one gets none. The prompt renderer sets the same (withThinkingSwitch).
+      const switchFor = (thinking: ThinkingSwitch) => (thinking === "default" && !markers ? undefined : thinking !== "off");
+      const generationPrompt = (thinking: ThinkingSwitch) => {
+        const enable = switchFor(thinking);
+        return jinja.render({
           ...(wrapper.additionalRenderParameters ? structuredClone(wrapper.additionalRenderParameters) : {}),
           messages: [{ role: "user", content: PROBE }],
           bos_token: TOKEN_STAND_IN,
           eos_token: TOKEN_STAND_IN,
           eot_token: TOKEN_STAND_IN,
-          add_generation_prompt: generation,
-          // Left alone, the switch is on for a template with a thinking section, as llama.cpp's
-          // server sets it (DeepSeek V3.1's and R1's as llama.cpp ships them close the section when
-          // it is not set); a template without one gets none.
-          ...(thinking === "default" && !markers ? {} : { enable_thinking: thinking !== "off" }),
+          add_generation_prompt: true,
+          ...(enable === undefined ? {} : { enable_thinking: enable }),
         });
-      const prompts = {} as Record<ThinkingSwitch, string>;
-      let closing: string | undefined;
+      };
+      // Everything after the probe message, both ways: its end as the template writes it, then the
+      // open turn. A switch whose rendering cannot be read keeps node-llama-cpp's open turn.
+      const rendered: Partial<Record<ThinkingSwitch, string>> = {};
+      const prompts: Partial<Record<ThinkingSwitch, string>> = {};
       for (const thinking of ["default", "on", "off"] as const) {
-        const without = afterProbe(render(false, thinking));
-        const withPrompt = afterProbe(render(true, thinking));
-        if (without === undefined || withPrompt === undefined || !withPrompt.startsWith(without)) return undefined;
-        prompts[thinking] = withPrompt.slice(without.length);
-        // The end of the user's message, as the template writes it with the switch left alone.
-        if (thinking === "default") closing = without;
+        try {
+          const written = textAfterProbe(withSwitch(wrapper, markers ? switchFor(thinking) : undefined));
+          const prompt = afterProbe(generationPrompt(thinking));
+          if (!written || prompt === undefined || prompt.includes(TOKEN_STAND_IN)) continue;
+          rendered[thinking] = written;
+          prompts[thinking] = prompt;
+        } catch {
+          // This switch's rendering fails: the open turn stays node-llama-cpp's for it.
+        }
       }
-      if (closing === undefined || !rendered.startsWith(closing)) return undefined;
-      const openTurn = rendered.slice(closing.length);
-      // A template may write the answer's turn header after the last message whatever
-      // add_generation_prompt says (Command R7B's): its generation prompt is then empty.
-      if (openTurn === "" || Object.values(prompts).some((p) => p.includes(TOKEN_STAND_IN))) return undefined;
-      return new OpenTurns(openTurn, prompts, markers);
+      if (prompts.default === undefined) return undefined;
+      return new OpenTurns(rendered, prompts, markers);
     } catch {
       return undefined;
     }
@@ -92,9 +95,10 @@ export class OpenTurns {
     let last = values.length - 1;
     while (last >= 0 && values[last] === "") last--;
     const tail = values[last];
-    if (!(tail instanceof SpecialTokensText) || !tail.value.endsWith(this.rendered)) return undefined;
+    const rendered = this.rendered[thinking];
     const prompt = this.prompts[thinking];
-    values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - this.rendered.length) + prompt);
+    if (rendered === undefined || prompt === undefined || !(tail instanceof SpecialTokensText) || !tail.value.endsWith(rendered)) return undefined;
+    values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - rendered.length) + prompt);
     return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
   }
 
@@ -105,7 +109,7 @@ export class OpenTurns {
 
   /** Whether the template's generation prompt is what node-llama-cpp writes, whatever the switch. */
   get agrees(): boolean {
-    return Object.values(this.prompts).every((p) => p === this.rendered);
+    return (["default", "on", "off"] as const).every((t) => this.prompts[t] !== undefined && this.prompts[t] === this.rendered[t]);
   }
 
   /**
@@ -118,17 +122,31 @@ export class OpenTurns {
   }
 
   private get thinksByDefault(): boolean {
-    const byDefault = this.thinkingIn(this.prompts.default);
+    const byDefault = this.thinkingIn(this.prompts.default ?? "");
     if (byDefault !== "none") return byDefault === "opened";
     // A switch that closes the section when turned off means a model that thinks unless told not to.
-    return this.prompts.off !== this.prompts.default;
+    return this.prompts.off !== undefined && this.prompts.off !== this.prompts.default;
   }
 
+  /** A lone closing marker (GLM 4.7's with thinking off) closes the section as well as a pair does. */
   private thinkingIn(prompt: string): OpenTurnThinking {
     if (!this.markers) return "none";
     const opens = prompt.lastIndexOf(this.markers.open);
-    if (opens === -1) return "none";
-    return prompt.indexOf(this.markers.close, opens + this.markers.open.length) === -1 ? "opened" : "closed";
+    const closes = prompt.lastIndexOf(this.markers.close);
+    if (closes !== -1 && closes > opens) return "closed";
+    return opens === -1 ? "none" : "opened";
+  }
+}
+
+/** node-llama-cpp's rendering of the probe with the template's switch set (undefined: not passed), for this call only. */
+function withSwitch(wrapper: JinjaTemplateChatWrapper, enable: boolean | undefined): LlamaText {
+  const settable = wrapper as { reasoning: boolean | null };
+  const before = settable.reasoning;
+  settable.reasoning = enable ?? null;
+  try {
+    return wrapper.generateContextState({ chatHistory: toChatHistory([{ role: "user", content: PROBE }]) }).contextText;
+  } finally {
+    settable.reasoning = before;
   }
 }
 
