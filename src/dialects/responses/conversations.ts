@@ -19,7 +19,8 @@ export const createConversationRequest = z.object({
   metadata: metadata.nullish(),
 });
 
-export const updateConversationRequest = z.object({ metadata });
+// Required, as in the reference; null clears it (as on stored chat completions).
+export const updateConversationRequest = z.object({ metadata: metadata.nullable() });
 
 export const addItemsRequest = z.object({ items: z.array(inputItem).min(1).max(20) });
 
@@ -55,7 +56,7 @@ export async function getConversation(id: string, ns: string, deps: ResponsesDep
 }
 
 export async function updateConversation(id: string, body: z.infer<typeof updateConversationRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
-  const c = await deps.store.conversations.updateMetadata(ns, id, body.metadata);
+  const c = await deps.store.conversations.updateMetadata(ns, id, body.metadata ?? {});
   if (!c) throw notFound("conversation", id);
   return { kind: "json", body: toWire(c) };
 }
