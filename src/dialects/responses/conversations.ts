@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { ApiError } from "../../core/errors.ts";
+import { ApiError, badRequest } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import { ITEM_ID_PREFIX } from "./responses.ts";
 import type { RouteResult } from "../../http/respond.ts";
@@ -28,15 +28,28 @@ const notFound = (what: string, id: string) => new ApiError(404, `No ${what} wit
 
 type Item = Record<string, unknown>;
 
-/** Items as stored: with ids, and messages with their type spelled out. */
-function normalise(items: Item[]): Item[] {
-  return items.map((item) => {
+/**
+ * Items as stored: with ids, messages with their type spelled out, and each item reference replaced
+ * by the stored item it names, as a response's input resolves them. A conversation's items are what
+ * its next turns are built from: a reference kept as it was sent is no ConversationItem when listed,
+ * and a later turn could not use it; one that names nothing is refused now, by its field.
+ */
+async function normalise(items: Item[], ns: string, deps: ResponsesDeps): Promise<Item[]> {
+  const out: Item[] = [];
+  for (const [i, item] of items.entries()) {
+    if (item.type === "item_reference") {
+      const found = await deps.store.responses.findItem(ns, item.id as string);
+      if (!found) throw badRequest(`items[${i}] references the item '${item.id}', which is not stored here.`, `items[${i}].id`, "not_found");
+      out.push(found);
+      continue;
+    }
     const type = (item.type as string | undefined) ?? "message";
     const id = typeof item.id === "string" && item.id ? item.id : newId(ITEM_ID_PREFIX[type] ?? `${type.split("_").map((w) => w[0]).join("")}_`);
-    const out: Item = { ...item, type, id };
-    if (type === "message" && typeof out.content === "string") out.content = [{ type: out.role === "assistant" ? "output_text" : "input_text", text: out.content }];
-    return out;
-  });
+    const stored: Item = { ...item, type, id };
+    if (type === "message" && typeof stored.content === "string") stored.content = [{ type: stored.role === "assistant" ? "output_text" : "input_text", text: stored.content }];
+    out.push(stored);
+  }
+  return out;
 }
 
 /** The conversation object as OpenAI shapes it. */
@@ -45,7 +58,7 @@ function toWire(c: ConversationRecord) {
 }
 
 export async function createConversation(body: z.infer<typeof createConversationRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
-  const { conversation } = await deps.store.conversations.create(ns, { id: newId("conv_"), metadata: body.metadata ?? {}, items: normalise((body.items ?? []) as Item[]) });
+  const { conversation } = await deps.store.conversations.create(ns, { id: newId("conv_"), metadata: body.metadata ?? {}, items: await normalise((body.items ?? []) as Item[], ns, deps) });
   return { kind: "json", body: toWire(conversation) };
 }
 
@@ -67,7 +80,9 @@ export async function deleteConversation(id: string, ns: string, deps: Responses
 }
 
 export async function addItems(id: string, body: z.infer<typeof addItemsRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
-  const added = await deps.store.conversations.addItems(ns, id, normalise(body.items as Item[]));
+  // The conversation first: a reference in a request to no conversation is not what is wrong with it.
+  if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
+  const added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps));
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",
