@@ -1,11 +1,12 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
-import { requestJson, useTestServer } from "../helpers/server.ts";
+import { EXTRA_TOKENS } from "../fixtures/models.ts";
+import { NO_EOG, requestJson, useTestServer } from "../helpers/server.ts";
 
 // The Responses API's stored objects over real HTTP on the tiny fixture: conversations and their
 // items as the reference shapes them, and what a stored response looks like while it runs.
 
-const s = useTestServer();
+const s = useTestServer({}, { think: true });
 
 const call = (method: string, path: string, body?: unknown) => requestJson(`${s.url}/v1${path}`, method, body);
 
@@ -54,4 +55,75 @@ test("an item_reference added to a conversation is stored as the item it names; 
   // And a turn goes on from them.
   const next = await s.client.responses.create({ model: "tiny", conversation: conv.id, input: "and then", max_output_tokens: 2 });
   assert.ok(next.status === "completed" || next.status === "incomplete", next.status);
+});
+
+test("include on the item reads: logprobs and sealed reasoning when asked, left out otherwise; what cannot be filled is a 400 naming include", async () => {
+  const conv = await s.client.conversations.create({});
+  const withLogprobs = await s.client.responses.create({
+    model: "tiny",
+    conversation: conv.id,
+    input: "Hi",
+    include: ["message.output_text.logprobs"],
+    top_logprobs: 2,
+    max_output_tokens: 3,
+  });
+  const reasoned = await s.client.responses.create({
+    model: "think",
+    conversation: conv.id,
+    input: "Think first",
+    reasoning: { effort: "low" },
+    max_output_tokens: 20,
+    temperature: 0,
+    logit_bias: { ...NO_EOG, [EXTRA_TOKENS.thinkClose]: -100 },
+  } as never);
+  const said = withLogprobs.output[0] as any;
+  assert.ok(said.content[0].logprobs.length > 0);
+  const thought = reasoned.output.find((o) => o.type === "reasoning") as any;
+  assert.ok(thought && thought.content[0].text.length > 0, JSON.stringify(reasoned.output));
+  assert.equal(thought.encrypted_content, undefined);
+
+  const ofConversation = async (query: string) => (await call("GET", `/conversations/${conv.id}/items?order=asc&${query}`)).json.data as any[];
+  const find = (items: any[], id: string) => items.find((i) => i.id === id);
+  // Not asked: none (the response that wrote them had asked).
+  const plain = await ofConversation("");
+  assert.deepEqual(find(plain, said.id).content[0].logprobs, []);
+  assert.equal("encrypted_content" in find(plain, thought.id), false);
+  // Asked, in either spelling of a list (the openai SDK writes include[]=…).
+  for (const query of ["include=message.output_text.logprobs&include=reasoning.encrypted_content", "include[]=message.output_text.logprobs&include[]=reasoning.encrypted_content"]) {
+    const full = await ofConversation(query);
+    assert.deepEqual(find(full, said.id).content[0].logprobs, said.content[0].logprobs, query);
+    assert.equal(typeof find(full, thought.id).encrypted_content, "string", query);
+  }
+  const one = (await s.client.conversations.items.retrieve(thought.id, { conversation_id: conv.id, include: ["reasoning.encrypted_content"] })) as any;
+  // Sealed now, it goes back as input like any sealed reasoning (an altered one is refused).
+  const next = await s.client.responses.create({
+    model: "think",
+    input: [one as never, { role: "user", content: "Go on" }],
+    reasoning: { effort: "none" },
+    max_output_tokens: 2,
+  });
+  assert.ok(next.status === "completed" || next.status === "incomplete", next.status);
+  // A response's input items, the same way.
+  const input = async (query: string) => find((await call("GET", `/responses/${next.id}/input_items?${query}`)).json.data, thought.id);
+  assert.equal((await input("")).encrypted_content, undefined);
+  assert.equal((await input("include=reasoning.encrypted_content")).encrypted_content, one.encrypted_content);
+  // And the items a POST adds.
+  const logprobs = [{ token: "x", logprob: -1, bytes: [120], top_logprobs: [] }];
+  const items = [{ type: "message", role: "assistant", content: [{ type: "output_text", text: "x", logprobs }] }];
+  const added = await call("POST", `/conversations/${conv.id}/items?include=message.output_text.logprobs`, { items });
+  assert.deepEqual(added.json.data[0].content[0].logprobs, logprobs);
+  assert.deepEqual((await call("GET", `/conversations/${conv.id}/items/${added.json.data[0].id}`)).json.content[0].logprobs, []);
+
+  for (const path of [
+    `/conversations/${conv.id}/items?include=file_search_call.results`,
+    `/conversations/${conv.id}/items/${said.id}?include[]=message.input_image.image_url`,
+    `/responses/${reasoned.id}/input_items?include=nonsense`,
+  ]) {
+    const refused = await call("GET", path);
+    assert.equal(refused.status, 400, path);
+    assert.equal(refused.json.error.param, "include", path);
+  }
+  const refused = await call("POST", `/conversations/${conv.id}/items?include=code_interpreter_call.outputs`, { items: [{ role: "user", content: "x" }] });
+  assert.equal(refused.status, 400);
+  assert.equal(refused.json.error.param, "include");
 });

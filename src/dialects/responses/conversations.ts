@@ -3,10 +3,10 @@ import { ApiError, badRequest } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import { ITEM_ID_PREFIX } from "./responses.ts";
 import type { RouteResult } from "../../http/respond.ts";
-import { inputItem } from "./protocol.ts";
+import { type IncludeQuery, inputItem, type ListQuery } from "./protocol.ts";
 import type { ConversationRecord } from "../../store/store.ts";
 import type { ResponsesDeps } from "./responses.ts";
-import { itemToWire } from "./items.ts";
+import { itemToWire, readInclude } from "./items.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
@@ -79,28 +79,31 @@ export async function deleteConversation(id: string, ns: string, deps: Responses
   return { kind: "json", body: { id, object: "conversation.deleted", deleted: true } };
 }
 
-export async function addItems(id: string, body: z.infer<typeof addItemsRequest>, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+export async function addItems(id: string, body: z.infer<typeof addItemsRequest>, q: IncludeQuery, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const include = readInclude(q, deps.sealer);
   // The conversation first: a reference in a request to no conversation is not what is wrong with it.
   if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
   const added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps));
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",
-    body: { object: "list", data: added.map(itemToWire), first_id: added[0]?.id ?? null, last_id: added.at(-1)?.id ?? null, has_more: false },
+    body: { object: "list", data: added.map((item) => itemToWire(item, include)), first_id: added[0]?.id ?? null, last_id: added.at(-1)?.id ?? null, has_more: false },
   };
 }
 
-export async function listItems(id: string, q: { after?: string; limit?: number; order?: "asc" | "desc" }, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+export async function listItems(id: string, q: ListQuery, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const include = readInclude(q, deps.sealer);
   const page = await deps.store.conversations.listItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("conversation", id);
-  return { kind: "json", body: { object: "list", ...page, data: page.data.map(itemToWire) } };
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map((item) => itemToWire(item, include)) } };
 }
 
-export async function getItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+export async function getItem(id: string, itemId: string, q: IncludeQuery, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
+  const include = readInclude(q, deps.sealer);
   if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
   const item = await deps.store.conversations.getItem(ns, id, itemId);
   if (!item) throw notFound("item", itemId);
-  return { kind: "json", body: itemToWire(item) };
+  return { kind: "json", body: itemToWire(item, include) };
 }
 
 export async function deleteItem(id: string, itemId: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {

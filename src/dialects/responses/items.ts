@@ -6,20 +6,52 @@
  * reshaping happens on the way out, so items stored earlier list the same way.
  */
 
+import { unsupportedField } from "../../core/errors.ts";
+import { INCLUDABLE, type IncludeQuery } from "./protocol.ts";
+import type { Sealer } from "./sealer.ts";
+
 type Item = Record<string, unknown>;
+
+/**
+ * What a read of stored items includes, as `include` asks: the logprobs of output text (kept when
+ * the response that wrote it asked for them; none otherwise) and reasoning sealed as
+ * `encrypted_content` (sealed now if it was stored without). Left out unless asked, as OpenAI leaves them.
+ */
+export interface ItemInclude {
+  logprobs: boolean;
+  seal?: (text: string) => string;
+}
+
+/** The query's `include`; a value this server cannot fill is a 400 naming it, as on a create. */
+export function readInclude(q: IncludeQuery, sealer: Sealer): ItemInclude {
+  const values = [q.include ?? [], q["include[]"] ?? []].flat();
+  for (const inc of values)
+    if (!INCLUDABLE.includes(inc)) throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
+  return {
+    logprobs: values.includes("message.output_text.logprobs"),
+    seal: values.includes("reasoning.encrypted_content") ? (text) => sealer.seal(text) : undefined,
+  };
+}
 
 /** Item types whose resource shape requires a status (an item that was sent is complete). */
 const WITH_STATUS = new Set(["message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"]);
 
-export function itemToWire<T extends Item>(item: T): T {
+export function itemToWire<T extends Item>(item: T, include: ItemInclude): T {
   const type = (item.type as string | undefined) ?? "message";
   const out: Item = { ...item, type };
   if (WITH_STATUS.has(type) && typeof out.status !== "string") out.status = "completed";
-  if (type === "reasoning" && !Array.isArray(out.summary)) out.summary = [];
+  if (type === "reasoning") {
+    if (!Array.isArray(out.summary)) out.summary = [];
+    const text = Array.isArray(out.content) ? (out.content as Item[]).map((p) => (typeof p.text === "string" ? p.text : "")).join("") : undefined;
+    if (!include.seal) delete out.encrypted_content;
+    else if (typeof out.encrypted_content !== "string" && text !== undefined) out.encrypted_content = include.seal(text);
+  }
   if (type === "message") {
     const partType = out.role === "assistant" ? "output_text" : "input_text";
     const parts = typeof out.content === "string" ? [{ type: partType, text: out.content }] : ((out.content as Item[] | undefined) ?? []);
-    out.content = parts.map((p) => (p.type === "output_text" ? { ...p, annotations: p.annotations ?? [], logprobs: p.logprobs ?? [] } : p));
+    out.content = parts.map((p) =>
+      p.type === "output_text" ? { ...p, annotations: p.annotations ?? [], logprobs: include.logprobs ? (p.logprobs ?? []) : [] } : p,
+    );
   }
   return out as T;
 }

@@ -18,7 +18,7 @@ import {
   updateConversation,
   updateConversationRequest,
 } from "./conversations.ts";
-import { createResponseRequest, inputTokensRequest, listQuery, retrieveQuery } from "./protocol.ts";
+import { createResponseRequest, includeQuery, inputTokensRequest, listQuery, retrieveQuery } from "./protocol.ts";
 import {
   cancelResponse,
   countInputTokens,
@@ -86,10 +86,14 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
     send(reply, request, await listItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
   );
   scope.post<Id>("/conversations/:id/items", async (request, reply) =>
-    send(reply, request, await addItems(request.params.id, addItemsRequest.parse(request.body), queryNamespace(request), deps)),
+    send(
+      reply,
+      request,
+      await addItems(request.params.id, addItemsRequest.parse(request.body), includeQuery.parse(request.query ?? {}), queryNamespace(request), deps),
+    ),
   );
   scope.get<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
-    send(reply, request, await getItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
+    send(reply, request, await getItem(request.params.id, request.params.item_id, includeQuery.parse(request.query ?? {}), queryNamespace(request), deps)),
   );
   scope.delete<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
     send(reply, request, await deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),

@@ -220,9 +220,23 @@ export const retrieveQuery = z.strictObject({
   safety_identifier: z.string().optional(),
 });
 
-export const listQuery = z.object({
+/**
+ * What `include` can ask for, on a create and on the item reads: logprobs of output text and sealed
+ * reasoning. OpenAI's other values are for hosted tools and input images, which Plinth has not got.
+ */
+export const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
+
+// Once (`include=a`), repeated (`include=a&include=b`), or as the openai SDK writes a list (`include[]=a`).
+const includeParam = z.union([z.string(), z.array(z.string())]).optional();
+
+/** The query of a read of stored items: what to include in them (see readInclude). */
+export const includeQuery = z.object({ include: includeParam, "include[]": includeParam });
+export type IncludeQuery = z.infer<typeof includeQuery>;
+
+/** A page of stored items: the cursor, and what to include in them. */
+export const listQuery = includeQuery.extend({
   after: z.string().optional(),
   limit: z.coerce.number().int().min(1).max(100).optional(),
   order: z.enum(["asc", "desc"]).optional(),
-  include: z.union([z.string(), z.array(z.string())]).optional(),
 });
+export type ListQuery = z.infer<typeof listQuery>;

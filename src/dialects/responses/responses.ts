@@ -6,14 +6,14 @@ import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
-import type { CreateResponseRequest, InputItem } from "./protocol.ts";
+import type { CreateResponseRequest, InputItem, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
 import { drive, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
-import { itemToWire } from "./items.ts";
+import { itemToWire, readInclude } from "./items.ts";
 
 export interface ResponsesDeps {
   store: Store;
@@ -345,13 +345,14 @@ export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
 /** GET /v1/responses/{id}/input_items. */
 export async function listInputItems(
   id: string,
-  q: { after?: string; limit?: number; order?: "asc" | "desc" },
+  q: ListQuery,
   ns: string,
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
+  const include = readInclude(q, deps.sealer);
   const page = await deps.store.responses.listInputItems(ns, id, { after: q.after, limit: q.limit ?? 20, order: q.order ?? "desc" });
   if (!page) throw notFound("response", id);
-  return { kind: "json", body: { object: "list", ...page, data: page.data.map(itemToWire) } };
+  return { kind: "json", body: { object: "list", ...page, data: page.data.map((item) => itemToWire(item, include)) } };
 }
 
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */

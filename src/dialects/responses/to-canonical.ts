@@ -4,7 +4,7 @@ import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors
 import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { refuseServiceFields } from "../openai/service-fields.ts";
-import type { CreateResponseRequest, InputItem } from "./protocol.ts";
+import { type CreateResponseRequest, INCLUDABLE, type InputItem } from "./protocol.ts";
 
 /** Built-in tools Plinth cannot run; refused by name rather than silently dropped. */
 const BUILT_IN_TOOLS = new Set([
@@ -121,8 +121,7 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
     throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
   for (const inc of body.include ?? []) {
-    if (!["message.output_text.logprobs", "reasoning.encrypted_content"].includes(inc))
-      throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers message.output_text.logprobs and reasoning.encrypted_content)`);
+    if (!INCLUDABLE.includes(inc)) throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
   }
 }
 
