@@ -1,12 +1,30 @@
 import assert from "../helpers/assert.ts";
-import { test } from "node:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import Database from "better-sqlite3";
 import { EXTRA_TOKENS } from "../fixtures/models.ts";
 import { NO_EOG, requestJson, useTestServer } from "../helpers/server.ts";
 
 // The Responses API's stored objects over real HTTP on the tiny fixture: conversations and their
 // items as the reference shapes them, and what a stored response looks like while it runs.
 
-const s = useTestServer({}, { think: true });
+// Its own data directory, so a test can see what is stored before the API says where.
+const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-responses-store-"));
+const s = useTestServer({ "data-dir": dataDir }, { think: true });
+after(() => rmSync(dataDir, { recursive: true, force: true }));
+
+/** The id of the one response stored as running (none or several: undefined), read from the store's file. */
+function runningId(): string | undefined {
+  const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true });
+  try {
+    const rows = db.prepare("SELECT id FROM responses WHERE status = 'in_progress'").all() as Array<{ id: string }>;
+    return rows.length === 1 ? rows[0].id : undefined;
+  } finally {
+    db.close();
+  }
+}
 
 const call = (method: string, path: string, body?: unknown) => requestJson(`${s.url}/v1${path}`, method, body);
 
@@ -126,4 +144,62 @@ test("include on the item reads: logprobs and sealed reasoning when asked, left 
   const refused = await call("POST", `/conversations/${conv.id}/items?include=code_interpreter_call.outputs`, { items: [{ role: "user", content: "x" }] });
   assert.equal(refused.status, 400);
   assert.equal(refused.json.error.param, "include");
+});
+
+/** Reads a stream until `pattern` has come; returns what it read. */
+async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, pattern: RegExp, seen = ""): Promise<string> {
+  const decoder = new TextDecoder();
+  while (!pattern.test(seen)) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`the stream ended before ${pattern}: ${seen.slice(-300)}`);
+    seen += decoder.decode(value, { stream: true });
+  }
+  return seen;
+}
+
+test("a stored response is there while it runs: read as in_progress, not continued yet, and a DELETE stops it for good", async () => {
+  const res = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: "Long", stream: true, max_output_tokens: 3000, logit_bias: NO_EOG }),
+  });
+  const reader = res.body!.getReader();
+  const opened = await readUntil(reader, /response\.output_text\.delta/);
+  const id = /"id":"(resp_[^"]+)"/.exec(opened)![1];
+
+  const running = await call("GET", `/responses/${id}`);
+  assert.equal(running.status, 200);
+  assert.equal(running.json.id, id);
+  assert.equal(running.json.status, "in_progress");
+  const continued = await call("POST", "/responses", { model: "tiny", previous_response_id: id, input: "x", max_output_tokens: 1 });
+  assert.equal(continued.status, 400);
+  assert.equal(continued.json.error.param, "previous_response_id");
+
+  const deleted = await call("DELETE", `/responses/${id}`);
+  assert.deepEqual(deleted.json, { id, object: "response", deleted: true });
+  // Its stream ends, and says why.
+  const rest = await readUntil(reader, /event: error\n/);
+  assert.match(rest, /"code":"cancelled"/);
+  assert.equal((await reader.read()).done, true);
+  // Gone, and it stays gone now that the run has ended.
+  assert.equal((await call("GET", `/responses/${id}`)).status, 404);
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal((await call("GET", `/responses/${id}`)).status, 404);
+});
+
+test("a stored response without a stream: read while it runs, and deleted, its client gets it cancelled", async () => {
+  const pending = call("POST", "/responses", { model: "tiny", input: "Long", max_output_tokens: 3000, logit_bias: NO_EOG });
+  // It is stored before its first event; its id is not known yet, so it is found by what it says.
+  let id: string | undefined;
+  for (let i = 0; i < 200 && !id; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    id = runningId();
+  }
+  assert.ok(id, "the response was stored while it ran");
+  assert.equal((await call("DELETE", `/responses/${id}`)).status, 200);
+  const answer = await pending;
+  assert.equal(answer.status, 200);
+  assert.equal(answer.json.id, id);
+  assert.equal(answer.json.status, "cancelled");
+  assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });

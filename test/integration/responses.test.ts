@@ -293,9 +293,9 @@ test("a stored stream whose client goes away midway is stored as cancelled, with
     { marker: /response\.output_text\.delta/g },
   );
   const id = /"id":"(resp_[^"]+)"/.exec(text)![1];
-  // A response that is not in the background is stored once its run has ended.
+  // Stored as in_progress from its start; cancelled once its run has seen the client go.
   let stored: { status: string; error: unknown; output_text: string } | undefined;
-  for (let i = 0; i < 100 && !stored; i++) {
+  for (let i = 0; i < 100 && (!stored || stored.status === "in_progress"); i++) {
     await new Promise((r) => setTimeout(r, 50));
     stored = (await s.client.responses.retrieve(id).catch(() => undefined)) as typeof stored;
   }

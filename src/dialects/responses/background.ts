@@ -2,7 +2,7 @@ import { ApiError } from "../../core/errors.ts";
 import type { ResponseEvent } from "./to-wire.ts";
 
 /**
- * Why a background run was stopped, as its abort reason. An ApiError with its own code, so the
+ * Why a run was stopped, as its abort reason. An ApiError with its own code, so the
  * generation's failure is counted under it (`plinth_generation_failures_total`), not as the
  * `internal_error` any plain Error would be; the run records the response as cancelled either way.
  */
@@ -13,9 +13,10 @@ export const stopReason = {
 };
 
 /**
- * Responses running in the background in this process: each has its own abort (cancel), its
- * events so far, and listeners that tail them live (a resumed stream). Finished runs leave the
- * registry; their events stay in the store.
+ * Stored responses running in this process: background ones, and stored ones whose client waits
+ * for them. Each has its own abort (cancel, delete, shutdown); a background one also its events so
+ * far, and listeners that tail them live (a resumed stream). Finished runs leave the registry;
+ * their events stay in the store.
  */
 export class BackgroundRuns {
   private readonly runs = new Map<string, Run>();

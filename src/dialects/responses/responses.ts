@@ -133,9 +133,12 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
   const ctx = { ...env.ctx, namespace: userNs || undefined };
   const store = body.store !== false;
   const include = new Set(body.include ?? []);
+  // One response, however many builders are made of it (a stored one's opening is stored first).
+  const id = newId("resp_");
+  const createdAt = Math.floor(Date.now() / 1000);
   const builderFor = (emit?: (e: ResponseEvent) => void) =>
     new ResponseBuilder(
-      { id: newId("resp_"), createdAt: Math.floor(Date.now() / 1000), model: body.model, echo: echoSettings(body, input.conversationId) },
+      { id, createdAt, model: body.model, echo: echoSettings(body, input.conversationId) },
       {
         logprobs: include.has("message.output_text.logprobs"),
         encrypt: include.has("reasoning.encrypted_content") ? (text) => deps.sealer.seal(text) : undefined,
@@ -165,10 +168,12 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
       await deps.store.conversations.addItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
   };
 
-  if (body.background) return startBackground(body, env, deps, { ns, ctx, request, fieldName, builderFor, persist, input });
+  const setup = { ns, ctx, request, fieldName, builderFor, persist, input };
+  if (body.background) return startBackground(body, env, deps, setup);
+  if (store) return startStored(body, env, deps, setup);
 
   const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto", fieldName);
-  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, (builder) => persist(builder, false), started.spent);
+  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, undefined, started.spent);
 }
 
 interface BackgroundSetup {
@@ -179,6 +184,48 @@ interface BackgroundSetup {
   builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
   persist: (builder: ResponseBuilder, created: boolean) => Promise<void>;
   input: ResolvedInput;
+}
+
+/**
+ * A stored response that its client waits for. It is stored, `in_progress`, before its first event,
+ * so it can be read while it runs and continuing from it is the 400 of an unfinished response; and
+ * it is a run of this process, as a background one is, so a DELETE stops it and it is not stored
+ * again when the run ends. Its client then gets what it had: the object as it stood (`cancelled`),
+ * or a stream ended by an `error` event that says why (not a stream that just stops).
+ */
+async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps, s: BackgroundSetup): Promise<RouteResult> {
+  const opening = s.builderFor();
+  const id = opening.snapshot().id as string;
+  const run = deps.runs.add(id);
+  // Stopped by its client going away (a cancel, with the client's own reason, as before) or by the run's abort.
+  const signal = AbortSignal.any([env.signal, run.abort.signal]);
+  let started: Awaited<ReturnType<typeof startWithTruncation>>;
+  try {
+    started = await startWithTruncation(env.service, s.ctx, s.request, signal, body.truncation === "auto", s.fieldName);
+    opening.start("in_progress");
+    await s.persist(opening, false);
+  } catch (err) {
+    run.abort.abort(err);
+    run.end();
+    throw err;
+  }
+  const finish = async (builder: ResponseBuilder) => {
+    try {
+      await s.persist(builder, true);
+    } finally {
+      run.end();
+    }
+  };
+  const result = await respondWithBuilder(body.stream === true, s.builderFor, started.events, signal, finish, started.spent);
+  if (result.kind !== "sse") return result;
+  return {
+    ...result,
+    write: async (sse) => {
+      await result.write(sse);
+      // Deleted (or the server stopping) while its client still reads: the stream says so.
+      if (run.abort.signal.aborted && !env.signal.aborted) throw run.abort.signal.reason;
+    },
+  };
 }
 
 /**
@@ -288,7 +335,7 @@ export async function retrieveResponse(
   return query.include_obfuscation === "true" ? withObfuscation(result) : result;
 }
 
-/** DELETE /v1/responses/{id}; a running background response is cancelled first. */
+/** DELETE /v1/responses/{id}; a running response (in the background or not) is stopped first. */
 export async function deleteResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   const run = deps.runs.get(id);
   if (run && (await deps.store.responses.get(ns, id))) {
