@@ -75,6 +75,11 @@ export interface AdmissionRequest {
 export interface AdmissionGate {
   /** May this request's key use this model at all? Throws an ApiError (403) when not. */
   authorize(ctx: RequestContext, model: string): void;
+  /**
+   * Whether `admit` reserves tokens for this request's key (token-per-minute or budget limits): its
+   * prompt must then be counted before admission, even where counting costs an engine a round trip.
+   */
+  countsTokens?(ctx: RequestContext): boolean;
   admit(ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> | AdmissionTicket | undefined;
 }
 
@@ -89,8 +94,8 @@ export interface AdmittedInfo {
   choices: number;
   /**
    * When the service got the request (performance.now()), before the engine prepared it: a remote
-   * engine's preparation already waits for the upstream's first token, so times to the first token
-   * are counted from here, not from admission.
+   * engine's opening (after admission, before `admitted` is told) already waits for the upstream's
+   * first token, so times to the first token are counted from here, not from admission.
    */
   receivedAt: number;
 }

@@ -26,6 +26,23 @@ export interface PreparedGeneration {
   responseHeaders?: Record<string, string>;
 }
 
+/** What the core tells `prepare` about the request beyond its content. */
+export interface PrepareOptions {
+  /**
+   * The prompt's token count must be known when `prepare` returns: the request's key has token
+   * limits, whose reservation is the prompt plus the most it may generate. Otherwise an engine for
+   * which counting costs a round trip (a remote upstream's /tokenize) may skip the count, or leave
+   * it to `open`, where it runs beside the generation.
+   */
+  countPrompt?: boolean;
+  /**
+   * The request is only measured (the Responses API's input_tokens): its prompt is counted and
+   * nothing generates; `open` is never called. An engine that cannot count it says so (an error),
+   * rather than answering 0.
+   */
+  measureOnly?: boolean;
+}
+
 /** How one choice runs: its sampling (seed already offset per choice), budget and slot. */
 export interface ChoiceRun {
   sampling: SamplingParams;
@@ -74,8 +91,24 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   readonly id: string;
   readonly slots: number;
   describe(): ModelDescription;
-  /** Renders and tokenizes the prompt and checks it against the model's limits. Throws ApiError. */
-  prepare(request: GenerationRequest): Promise<P>;
+  /**
+   * Renders and tokenizes the prompt and checks it against the model's limits. Throws ApiError.
+   * Does no generation work: a request may still be refused at admission (key limits, a full
+   * queue) after it, and such a request must have cost the model nothing (see `open`).
+   */
+  prepare(request: GenerationRequest, options?: PrepareOptions): Promise<P>;
+  /**
+   * Starts the generation of a request the core has admitted (key limits, queue bound), before the
+   * client's response starts: a remote engine sends the first choice upstream and reads it up to
+   * its first output, so the upstream's refusals are still plain errors and the response head can
+   * name the replica that serves. It may finish what `prepare` left for later (a prompt count run
+   * beside the opening), updating `promptTokens` and `contextSize`: the core checks the context
+   * again after it. `signal` is the client's: when it aborts, the work ends at once, and that is
+   * neither the engine's failure nor a reason to try elsewhere. Engines that start nothing ahead of
+   * `generate` (in-process ones) leave it out. Throws ApiError; what it opened is closed by
+   * `discard` when the request does not run after all.
+   */
+  open?(prepared: P, signal: AbortSignal): Promise<void>;
   /**
    * A prepared request that will not run (refused at admission, a sibling in its batch refused, or
    * only measured): frees what `prepare` may hold, such as an upstream request already sent.

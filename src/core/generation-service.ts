@@ -91,10 +91,12 @@ export class GenerationService {
     const reqs = batch.map((r) => ({ ...r, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
     const discardAll = () => prepared.forEach((p) => engine.discard?.(p.prep));
+    // A key with token limits reserves the prompt too, so its prompt is counted before admission.
+    const countPrompt = this.gate?.countsTokens?.(ctx) ?? false;
     for (const [r, req] of reqs.entries()) {
       let prep: PreparedGeneration | undefined;
       try {
-        prep = await engine.prepare(req);
+        prep = await engine.prepare(req, { countPrompt });
         // The engine keeps writing through prep, so both name the context's (shared) object.
         if (prep.responseHeaders && ctx.responseHeaders && r === 0) prep.responseHeaders = Object.assign(ctx.responseHeaders, prep.responseHeaders);
         prepared.push({ prep, maxTokens: checkContext(req, prep) });
@@ -108,7 +110,7 @@ export class GenerationService {
     // A request too large for the model's capacity is the fault of its `n`, or, for a batch whose
     // choices only add up past it, of the number of prompts.
     const tooLarge = reqs.length === 1 || reqs.some((r) => r.n > scheduler.capacity) ? "n" : "prompt";
-    const promptTokens = prepared.map((p) => p.prep.promptTokens);
+    let promptTokens = prepared.map((p) => p.prep.promptTokens);
     const promptTotal = promptTokens.reduce((a, b) => a + b, 0);
     // Reserve the most the request can use (its prompt and every choice's budget) before it queues;
     // the reservation is settled to the real count when it ends.
@@ -128,6 +130,26 @@ export class GenerationService {
       ticket?.(0);
       discardAll();
       throw err;
+    }
+    // Only an admitted request starts work on the model (a remote upstream's generation): one the
+    // key's limits or the queue refused has cost nothing but its preparation. The client's signal
+    // ends the opening when it leaves. Still before the response starts, so what the engine refuses
+    // here is a plain error too.
+    if (engine.open) {
+      let r = 0;
+      try {
+        for (; r < reqs.length; r++) {
+          await engine.open(prepared[r].prep, signal);
+          // The engine may have finished the prompt count beside the opening.
+          prepared[r].maxTokens = checkContext(reqs[r], prepared[r].prep);
+        }
+      } catch (err) {
+        scheduler.withdraw(jobs);
+        ticket?.(0);
+        discardAll();
+        throw reqs.length > 1 ? inBatch(err, r) : err;
+      }
+      promptTokens = prepared.map((p) => p.prep.promptTokens);
     }
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
 
@@ -212,7 +234,8 @@ export class GenerationService {
   async measure(ctx: RequestContext, req: GenerationRequest): Promise<number> {
     this.gate?.authorize(ctx, req.model);
     const { engine } = this.registry.resolve(req.model);
-    const prep = await engine.prepare({ ...req, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) });
+    // Counted, never opened: measuring generates nothing.
+    const prep = await engine.prepare({ ...req, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }, { countPrompt: true, measureOnly: true });
     engine.discard?.(prep);
     checkContext(req, prep);
     return prep.promptTokens;
@@ -415,7 +438,7 @@ class BatchRun {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
-    // The first choice is the one whose upstream request `prepare` may have opened.
+    // The first choice is the one whose upstream request `open` may have opened.
     const onWait = seedOffset === 0 && engine.waiting ? () => engine.waiting!(prep) : undefined;
     const asked = Date.now();
     const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait, this.queueGroup).catch((err: unknown) => {

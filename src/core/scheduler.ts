@@ -76,6 +76,11 @@ export class Scheduler {
     this.reserved += jobs;
   }
 
+  /** Gives back room `admit` reserved for jobs that will not call acquire() after all. */
+  withdraw(jobs: number): void {
+    this.reserved = Math.max(0, this.reserved - jobs);
+  }
+
   /**
    * Waits for a slot. `choose` may pick among several free slots (e.g. the one whose cached state
    * suits the request best); a queued job takes the slot that frees up. `release` gives the slot

@@ -192,6 +192,10 @@ export class Tenancy {
           throw new ApiError(403, `This API key may not use the model '${model}'.`, { field: "model", code: "model_not_allowed" });
         }
       },
+      countsTokens: (ctx: RequestContext) => {
+        const p = this.tracked.get(ctx.internalId)?.principal;
+        return p !== undefined && (p.limits.tpm !== null || p.limits.budgetTokens !== null);
+      },
       admit: async (ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> => {
         const t = this.tracked.get(ctx.internalId);
         const p = t?.principal;

@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
  * reports that context as `max_model_len` and answers a vLLM-style /tokenize whose count is the
  * UTF-8 byte length of the messages' text (a stand-in tokenizer, never above the router's bound).
  * It is not a model: every answer is the same fixed text, ending with `finishReason` (a filtering
- * upstream's `content_filter`, say).
+ * upstream's `content_filter`, say); with `hold`, no answer comes at all (a first token that is late).
  */
 export interface RecordingUpstream {
   url: string;
@@ -19,6 +19,8 @@ export interface RecordingUpstream {
   tokenizeBodies: any[];
   /** "METHOD /path" of every request it received, oldest first. */
   requests: string[];
+  /** When (Date.now()) each chat request's connection closed, in order of closing. */
+  chatClosedAt: number[];
   close(): Promise<void>;
 }
 
@@ -26,9 +28,15 @@ export const RECORDED_ANSWER = "I see a picture.";
 
 export async function recordingUpstream(
   model = "vision",
-  opts: { contextSize?: number; /** The finish reason its answers end with ("stop" by default). */ finishReason?: string } = {},
+  opts: {
+    contextSize?: number;
+    /** The finish reason its answers end with ("stop" by default). */
+    finishReason?: string;
+    /** Answer chat requests with a head and then nothing (an upstream still prefilling) until the router closes them. */
+    hold?: boolean;
+  } = {},
 ): Promise<RecordingUpstream> {
-  const state: RecordingUpstream = { url: "", bodies: [], tokenizeBodies: [], requests: [], close: async () => {} };
+  const state: RecordingUpstream = { url: "", bodies: [], tokenizeBodies: [], requests: [], chatClosedAt: [], close: async () => {} };
   const server = http.createServer((req, res) => {
     let raw = "";
     state.requests.push(`${req.method} ${req.url}`);
@@ -51,6 +59,8 @@ export async function recordingUpstream(
       if (req.method === "POST" && req.url === "/v1/chat/completions") {
         const body = JSON.parse(raw);
         state.bodies.push(body);
+        res.on("close", () => state.chatClosedAt.push(Date.now()));
+        if (opts.hold) return void res.writeHead(200, { "content-type": "text/event-stream" }).flushHeaders();
         const chunk = (delta: unknown, finish: string | null, usage?: unknown) =>
           `data: ${JSON.stringify({ id: "chatcmpl-rec", object: "chat.completion.chunk", created: 0, model, choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
         res.writeHead(200, { "content-type": "text/event-stream" });

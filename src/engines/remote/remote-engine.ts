@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, PromptExtras, ReplicaStatus } from "../../core/engine.ts";
+import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, PrepareOptions, PromptExtras, ReplicaStatus } from "../../core/engine.ts";
 import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, ModelDescription, PromptInput } from "../../core/types.ts";
@@ -30,9 +30,12 @@ interface RemotePrepared extends PreparedGeneration {
    * 200 and sent its first output (or its end), so that what the upstream refuses is refused, and
    * a replica that fails before its first token is failed over, before the client's response starts
    * — the response head then names the replica that really serves. Taken by `generate`, or closed
-   * by `discard` when the request does not run.
+   * by `discard` when the request does not run. Opened by `open`, after admission: a request
+   * refused there never reaches the upstream's generation.
    */
   opened?: Opened;
+  /** The prompt count `prepare` left to run beside the opening (it is needed only to refuse what cannot fit). */
+  countInOpen?: boolean;
   /** Which replica serves each choice (by its seed), for the response header. */
   servedBy: Map<number, string>;
 }
@@ -164,7 +167,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     return new URL(replica.url.href.replace(/\/$/, "") + path);
   }
 
-  async prepare(request: GenerationRequest): Promise<RemotePrepared> {
+  async prepare(request: GenerationRequest, options: PrepareOptions = {}): Promise<RemotePrepared> {
     // Refused here rather than sent: the upstream's own answer is a 500 (llama-server), which would
     // count against a healthy replica.
     if (this.info.embedding?.only) throw embeddingOnlyModel(this.id);
@@ -181,38 +184,75 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const responseHeaders: Record<string, string> = {};
     if (prefer) responseHeaders[UPSTREAM_HEADER] = prefer.name;
     const prep: RemotePrepared = { request, mode, key, prefer, responseHeaders, servedBy: new Map(), promptTokens: 0, contextSize: undefined, formatStops: [] };
+    if (request.prompt.kind === "tokens") {
+      prep.promptTokens = request.prompt.tokens.length;
+      return prep;
+    }
+    // Only measured: the count is the answer, so it is made however long it takes, and an upstream
+    // that cannot count says so rather than answering 0.
+    if (options.measureOnly) {
+      if (!(await this.count(prep))) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint, so the prompt cannot be counted.`, { code: "not_implemented" });
+      return prep;
+    }
     // An image's token cost depends on the upstream's vision encoder, which no text count knows,
     // and tokenizers rarely take image parts: such prompts are left to the upstream's own check.
     const images = request.prompt.kind === "chat" && hasImages(request.prompt.messages);
-    if (request.prompt.kind === "tokens" || this.hasTokenize === false || images || this.surelyFits(request)) {
-      if (request.prompt.kind === "tokens") prep.promptTokens = request.prompt.tokens.length;
-      prep.opened = await this.open(prep);
+    if (this.hasTokenize === false || images) return prep;
+    // The key's token limits reserve the prompt: counted before admission, whatever the bound says.
+    if (options.countPrompt) {
+      await this.count(prep);
       return prep;
     }
-    // Counting the prompt and opening the generation run side by side: the count is only needed
-    // to refuse what cannot fit, and waiting for it first would add a whole round trip to every
-    // request's first token. When the count says the request cannot fit, the opened request is
-    // closed again and the core refuses it.
-    // The generation takes its replica first (open() leases it before its first await): a
+    // Counting the prompt and opening the generation run side by side, in `open`: the count is only
+    // needed to refuse what cannot fit, and waiting for it first would add a whole round trip to
+    // every request's first token. A prompt that surely fits is not counted at all.
+    if (!this.surelyFits(request)) prep.countInOpen = true;
+    return prep;
+  }
+
+  /**
+   * Counts the prompt through the upstream's tokenizer and sets what the core checks it against;
+   * false when the upstream has no tokenizer (the upstream then checks the context for itself).
+   */
+  private async count(prep: RemotePrepared, signal?: AbortSignal): Promise<boolean> {
+    const counted = await this.countTokens(prep.request.prompt, prep.prefer, prep.request, signal);
+    if (counted?.contextSize !== undefined) this.knownContext = counted.contextSize;
+    prep.promptTokens = counted?.count ?? 0;
+    prep.contextSize = this.hasTokenize ? (counted?.contextSize ?? this.info.contextSize) : undefined;
+    return counted !== undefined;
+  }
+
+  /**
+   * Sends the admitted request's first choice upstream (see `openStream`), with the prompt count
+   * `prepare` left for later running beside it. When the count says the request cannot fit, the
+   * opened request is closed again and the core refuses it.
+   */
+  async open(prep: RemotePrepared, signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
+    if (!prep.countInOpen) {
+      prep.opened = await this.openStream(prep, signal);
+      return;
+    }
+    prep.countInOpen = false;
+    // The generation takes its replica first (openStream leases it before its first await): a
     // replica on a half-open trial must get the request that can re-admit it, not the count.
-    const opening = this.open(prep);
-    const [counted, opened] = await Promise.allSettled([this.countTokens(request.prompt, prefer, request), opening]);
-    if (counted.status === "rejected") {
+    const opening = this.openStream(prep, signal);
+    const [counted, opened] = await Promise.allSettled([this.count(prep, signal), opening]);
+    const close = () => {
       if (opened.status === "fulfilled" && opened.value) this.discard({ ...prep, opened: opened.value });
+    };
+    if (signal.aborted) {
+      close();
+      throw signal.reason;
+    }
+    if (counted.status === "rejected") {
+      close();
       throw counted.reason;
     }
-    const contextSize = counted.value?.contextSize ?? this.info.contextSize;
-    if (counted.value?.contextSize !== undefined) this.knownContext = counted.value.contextSize;
-    prep.promptTokens = counted.value?.count ?? 0;
-    prep.contextSize = this.hasTokenize ? contextSize : undefined;
-    const fits = prep.contextSize === undefined || prep.promptTokens + (request.maxTokens ?? 1) <= prep.contextSize;
-    if (!fits) {
-      if (opened.status === "fulfilled" && opened.value) this.discard({ ...prep, opened: opened.value });
-      return prep;
-    }
+    const fits = prep.contextSize === undefined || prep.promptTokens + (prep.request.maxTokens ?? 1) <= prep.contextSize;
+    if (!fits) return close();
     if (opened.status === "rejected") throw opened.reason;
     prep.opened = opened.value;
-    return prep;
   }
 
   /**
@@ -234,7 +274,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * they lack) become a 400 here, before the client's response starts. When every replica is busy
    * this is left to `generate`, which waits its turn.
    */
-  private async open(prep: RemotePrepared): Promise<Opened | undefined> {
+  private async openStream(prep: RemotePrepared, signal: AbortSignal): Promise<Opened | undefined> {
     const req = prep.request;
     const body = this.body(prep, req.sampling, req.maxTokens);
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
@@ -250,18 +290,29 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       this.noteReplica(prep, seed, lease.replica);
       const reader = new ChunkReader(prep.mode, this.id);
       const abort = new AbortController();
+      // The client leaving closes the upstream request at once, not at the first-token timeout.
+      const onAbort = () => abort.abort(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
       const chunks = this.stream(lease.replica, path, body, reader, abort.signal);
       const head: EngineChunk[] = [];
       try {
+        signal.throwIfAborted();
         for (;;) {
           const next = await chunks.next();
           if (next.done) break;
           head.push(next.value);
           if (reader.sawOutput || next.value.kind === "end") break;
         }
+        signal.throwIfAborted();
         return { lease, seed, reader, chunks, head, abort };
       } catch (err) {
         abort.abort();
+        if (signal.aborted) {
+          // The client's leaving: no failure of the replica's, and no one to try another for.
+          void chunks.return(undefined);
+          lease.release();
+          throw signal.reason;
+        }
         if (err instanceof ApiError) {
           // The client's fault (a 4xx the upstream gave): the replica is fine.
           lease.success();
@@ -272,7 +323,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         lease.release();
         tried.add(lease.replica);
         last = asFailure(err);
-        await backoff(attempt);
+        await backoff(attempt, signal);
+      } finally {
+        signal.removeEventListener("abort", onAbort);
       }
     }
     throw unavailable(this.id, last);
@@ -306,8 +359,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   /** llama-server's tokenizer endpoints, through the pool like every JSON call. */
-  private llamaTokens(prompt: PromptInput, addSpecial: boolean, prefer?: Replica): Promise<number[] | undefined> {
-    return llamaServerTokens((path, body) => this.request(path, body, prefer, true), prompt, addSpecial);
+  private llamaTokens(prompt: PromptInput, addSpecial: boolean, prefer?: Replica, signal?: AbortSignal): Promise<number[] | undefined> {
+    return llamaServerTokens((path, body) => this.request(path, body, prefer, true, signal), prompt, addSpecial);
   }
 
   /**
@@ -324,16 +377,21 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * Prompt tokens through the upstream's /tokenize (vLLM's shape, which Plinth serves too). An
    * upstream without one is remembered, and the context check is left to it.
    */
-  private async countTokens(prompt: PromptInput, prefer: Replica | undefined, extras?: PromptExtras): Promise<{ count: number; contextSize?: number } | undefined> {
+  private async countTokens(
+    prompt: PromptInput,
+    prefer: Replica | undefined,
+    extras?: PromptExtras,
+    signal?: AbortSignal,
+  ): Promise<{ count: number; contextSize?: number } | undefined> {
     if (this.llamaServer) {
-      const tokens = await this.llamaTokens(prompt, true, prefer);
+      const tokens = await this.llamaTokens(prompt, true, prefer, signal);
       this.hasTokenize = tokens !== undefined;
       return tokens && { count: tokens.length };
     }
     // The count is of what the generation renders: its tools and thinking switch too (a count of the
     // messages alone was 12 where the prompt was 300, and the room it reported was not there).
     const body = prompt.kind === "chat" ? this.chatTokenizeBody(prompt.messages, extras) : { model: this.upstreamModel, prompt: prompt.kind === "text" ? prompt.text : "" };
-    const json = (await this.request("/tokenize", body, prefer, true)) as any;
+    const json = (await this.request("/tokenize", body, prefer, true, signal)) as any;
     if (json === undefined) return undefined;
     // A count that is not one (negative, fractional, astronomic) is no count: it would be the
     // prompt's tokens in the usage, the ledger and the context check.
