@@ -3,6 +3,7 @@ import { test } from "node:test";
 import type { EngineChunk } from "../../src/core/engine.ts";
 import type { GenerationHooks, RequestContext } from "../../src/core/context.ts";
 import type { GenerationEvent, GenerationRequest } from "../../src/core/types.ts";
+import { ApiError } from "../../src/core/errors.ts";
 import { scriptedApp, sseData } from "../helpers/scripted-app.ts";
 
 // The generation service and the OpenAI renderers over the SCRIPTED engine (no model): event order,
@@ -190,5 +191,29 @@ test("completions: a batch renders prompt_index * n + j, echo leads the text", a
   const r = await app.inject({ method: "POST", url: "/v1/completions", payload: { model: "scripted", prompt: ["a", "b"], n: 2, echo: true, seed: 0 } });
   assert.equal(r.statusCode, 200, r.body);
   assert.deepEqual(r.json().choices.map((c: any) => c.text), ["a-0", "a-1", "b-0", "b-1"]);
+  await app.close();
+});
+
+test("an engine's open step runs only after admission, and a refusal there gives its queue room back", async () => {
+  const { service, engine, app } = await scriptedApp({ script: () => [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }], maxQueue: 2 });
+  const opened: string[] = [];
+  let refuse = false;
+  // The SCRIPTED engine with an open step, as a remote engine has (the upstream's generation starts there).
+  (engine as any).open = async (_prep: unknown, signal: AbortSignal) => {
+    signal.throwIfAborted();
+    opened.push("open");
+    if (refuse) throw new ApiError(400, "refused by the upstream", { field: "prompt" });
+  };
+  service.setGate({ authorize: () => {}, admit: () => { throw new ApiError(429, "over the key's limit", { code: "rate_limit_exceeded" }); } });
+  await assert.rejects(service.start(ctx, request(), new AbortController().signal), /over the key's limit/);
+  assert.deepEqual(opened, [], "a request refused at admission is never opened");
+  service.setGate(undefined);
+  refuse = true;
+  // More refusals than the slots and queue hold: each gives its admitted room back.
+  for (let i = 0; i < 6; i++) await assert.rejects(service.start(ctx, request(), new AbortController().signal), /refused by the upstream/);
+  refuse = false;
+  const started = await service.start(ctx, request(), new AbortController().signal);
+  assert.equal((await drain(started.events)).at(-1)?.type, "usage");
+  assert.equal(opened.length, 7);
   await app.close();
 });
