@@ -110,12 +110,13 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
    */
   open?(prepared: P, signal: AbortSignal): Promise<void>;
   /**
-   * A prepared request that will not run (refused at admission, a sibling in its batch refused, or
-   * only measured): frees what `prepare` may hold, such as an upstream request already sent.
+   * A prepared request that will not run (refused at admission, a sibling in its batch refused, its
+   * context check failed after `open`, or only measured): frees what `prepare` or `open` may hold,
+   * such as an upstream request already sent.
    */
   discard?(prepared: P): void;
   /**
-   * The prepared request must queue for a slot: frees what `prepare` holds that a running request
+   * The prepared request must queue for a slot: frees what `open` holds that a running request
    * may need (a remote replica's slot, with the upstream request opened on it), which `generate`
    * takes again when the request's turn comes. Holding it while queued could leave every running
    * request waiting for what the queued ones hold.
