@@ -477,12 +477,28 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     throw unavailable(this.id, last);
   }
 
+  /**
+   * How far an answer without a client budget may run: what the model's context leaves after the
+   * prompt, as a local model stops at its context. The context is the one the upstream reported
+   * (its /tokenize answer, else its model list); the prompt's count is taken off when there is one
+   * (a prompt not counted leaves the whole context, which is past anything the upstream can really
+   * generate, so only an upstream that never stops is cut). Undefined when no context is known:
+   * only the hold limit then bounds a whole answer.
+   */
+  private contextBudget(prep: RemotePrepared): number | undefined {
+    const context = prep.contextSize ?? this.knownContext ?? this.info.contextSize;
+    if (context === undefined) return undefined;
+    return Math.max(1, context - prep.promptTokens);
+  }
+
   async *generate(prep: RemotePrepared, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk> {
     const req = prep.request;
     // The budget goes upstream only when the client set one: a budget the core derived from a
     // context count made without tools could exceed what the upstream has left.
     const maxTokens = req.maxTokens === undefined ? undefined : run.maxTokens;
     const body = this.body(prep, run.sampling, maxTokens);
+    // Where the answer is cut here (see pastBudget): the client's budget, else what the context leaves.
+    const budget = maxTokens ?? this.contextBudget(prep);
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
     const tried = new Set<Replica>();
     let last: UpstreamFailure | undefined;
@@ -541,14 +557,15 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // microtasks through the core, so the event loop gets its turns between them.
       const slice = new TimeSlice();
       // The client's budget, held here too: an upstream that ignores max_tokens must not stream on
-      // (or, not streamed, hold the request) for as long as it likes. Each delta counts as one token
-      // at least (as many as its log probabilities), never more than it holds, so an upstream that
-      // keeps to the budget is never cut.
+      // (or, not streamed, hold the request) for as long as it likes. Without one, the context is
+      // the budget (an upstream that never stops would otherwise run for hours). Each delta counts
+      // as one token at least (as many as its log probabilities), never more than it holds, so an
+      // upstream that keeps to the budget is never cut.
       let produced = 0;
       const pastBudget = (chunk: EngineChunk) => {
-        if (maxTokens === undefined || (chunk.kind !== "text" && chunk.kind !== "tool-call-arguments")) return false;
+        if (budget === undefined || (chunk.kind !== "text" && chunk.kind !== "tool-call-arguments")) return false;
         produced += chunk.tokens;
-        return produced > maxTokens;
+        return produced > budget;
       };
       try {
         for (const chunk of head) {
