@@ -815,19 +815,38 @@ class RemoteEmbedder implements Embedder {
     const unknownShape = () => new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
     const data = json?.data;
     if (!Array.isArray(data) || data.length !== inputs.length) throw unknownShape();
-    const vectors = new Array<number[] | undefined>(inputs.length);
+    const vectors = new Array<Float32Array | undefined>(inputs.length);
     data.forEach((d: any, k: number) => {
       // Placed by their index (an upstream may list them in any order), each input exactly once.
       const i = d?.index === undefined ? k : d.index;
       if (!Number.isInteger(i) || i < 0 || i >= inputs.length || vectors[i] !== undefined || !Array.isArray(d?.embedding)) throw unknownShape();
-      vectors[i] = d.embedding;
+      vectors[i] = this.vector(d.embedding, i);
     });
     const counts = shareTokens(tokenCount(json.usage?.prompt_tokens), inputs);
     return counts.map((count, i) => {
       const tokens = new Array<number>(count).fill(0);
-      this.vectors.set(tokens, Float32Array.from(vectors[i]!));
+      this.vectors.set(tokens, vectors[i]!);
       return tokens;
     });
+  }
+
+  /**
+   * An upstream's vector as the model's embedding, or the upstream's 502 saying what is wrong with
+   * it: it must have the model's size (a shorter one would reach the client as a vector of the wrong
+   * size, cut to `dimensions` or not; a longer one is not this model's) and only finite numbers
+   * that a float32 can hold (anything else was the core's 500 "not finite", or a NaN sent on).
+   */
+  private vector(raw: unknown[], input: number): Float32Array {
+    const fault = (what: string) =>
+      new ApiError(502, `The upstream serving '${this.engine.id}' sent a malformed embedding for input ${input}: ${what}.`, { code: "upstream_error" });
+    if (raw.length !== this.info.dimensions) throw fault(`${raw.length} components where the model's embeddings have ${this.info.dimensions}`);
+    const out = new Float32Array(raw.length);
+    for (let k = 0; k < raw.length; k++) {
+      const x = raw[k];
+      if (typeof x !== "number" || !Number.isFinite(Math.fround(x))) throw fault(`component ${k} is ${describeValue(x)}, not a finite number`);
+      out[k] = x;
+    }
+    return out;
   }
 
   async embed(tokens: number[]): Promise<Float32Array> {
@@ -835,6 +854,15 @@ class RemoteEmbedder implements Embedder {
     if (!v) throw new ApiError(500, "An embedding was asked for input that was not sent upstream.", { code: "internal_error" });
     return v;
   }
+}
+
+/** A value from an upstream's answer, short enough for an error message. */
+function describeValue(v: unknown): string {
+  if (typeof v === "number") return String(v);
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "an array";
+  if (typeof v === "string") return JSON.stringify(v.length > 20 ? `${v.slice(0, 20)}…` : v);
+  return typeof v === "object" ? "an object" : typeof v;
 }
 
 /**
