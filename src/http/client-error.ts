@@ -1,4 +1,4 @@
-import { STATUS_CODES } from "node:http";
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
@@ -93,4 +93,26 @@ export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => 
       .header("x-request-id", request.id)
       .send(envelopeFor(request.raw.url).render(e));
   };
+}
+
+/**
+ * An `Expect` header other than `100-continue`: Node answers it with a bare 417 unless someone
+ * listens. The same 417, in the envelope of the route asked for, naming the header.
+ */
+export function answerExpectations(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope): void {
+  server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    const e = new ApiError(417, `The Expect header '${String(req.headers.expect).slice(0, 100)}' is not supported; only 100-continue is.`, {
+      code: "expectation_failed",
+    });
+    const body = JSON.stringify(envelopeFor(req.url).render(e));
+    res.writeHead(417, {
+      "content-type": "application/json; charset=utf-8",
+      "content-length": Buffer.byteLength(body),
+      "x-request-id": newId("req_"),
+      connection: "close",
+    });
+    res.end(body);
+    // The body it meant to send is not read; the connection closes once the answer is out.
+    req.resume();
+  });
 }

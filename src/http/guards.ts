@@ -40,6 +40,10 @@ export function installGuards(app: FastifyInstance, opts: GuardOptions): void {
 
   app.addHook("onRequest", async (request, reply) => {
     const host = request.headers.host;
+    // HTTP/1.1 requires Host (RFC 9112 §3.2); HTTP/1.0 clients may leave it out.
+    if (host === undefined && request.raw.httpVersionMajor === 1 && request.raw.httpVersionMinor >= 1) {
+      throw new ApiError(400, "The request has no Host header, which HTTP/1.1 requires.", { code: "invalid_request" });
+    }
     if (host !== undefined && !hostAllowed(host)) {
       const name = hostName(host);
       throw new ApiError(

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance, LogController } from "fastify";
 import { newId } from "../core/ids.ts";
 import { installBodyHandling } from "./body.ts";
-import { clientErrorHandler, frameworkErrorHandler } from "./client-error.ts";
+import { answerExpectations, clientErrorHandler, frameworkErrorHandler } from "./client-error.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { installGuards } from "./guards.ts";
 
@@ -100,12 +100,16 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
       headersTimeout,
       // How often Node checks those deadlines (its default, 30 s, is coarser than a short setting).
       connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeout / 4))),
+      // Node answers a HTTP/1.1 request without Host with a bare 400 of its own; the guards answer
+      // it in the envelope instead (guards.ts).
+      requireHostHeader: false,
     },
     // Model ids can be long; a longer path segment is a 414 in the envelope.
     routerOptions: { maxParamLength: 500 },
     clientErrorHandler: clientErrorHandler(envelopeFor),
     frameworkErrors: frameworkErrorHandler(envelopeFor),
   });
+  answerExpectations(app.server, envelopeFor);
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) makeRoomAtTheCap(app.server, maxConnections);
 

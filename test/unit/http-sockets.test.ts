@@ -206,6 +206,31 @@ describe("requests Node refuses before routing answer in the envelope", () => {
     const [answer] = responses(r.text);
     assertEnvelope(answer.body, 400, answer.status);
   });
+
+  test("an HTTP/1.1 request without Host is a 400 envelope naming the header; HTTP/1.0 needs none", async () => {
+    const r = await rawExchange(s.port, ["GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n"]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 400, answer.status);
+    assert.match(answer.body.error.message, /Host/);
+    assert.ok(answer.requestId);
+    const old = await rawExchange(s.port, ["GET /health HTTP/1.0\r\n\r\n"]);
+    assert.match(old.text, /^HTTP\/1\.1 200 /);
+  });
+
+  test("an Expect other than 100-continue is a 417 envelope naming it, in the route's dialect", async () => {
+    const body = JSON.stringify(ok);
+    const r = await rawExchange(s.port, [
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    ]);
+    const [answer] = responses(r.text);
+    assertEnvelope(answer.body, 417, answer.status);
+    assert.match(answer.body.error.message, /200-ok/);
+    assert.ok(answer.requestId);
+    const databricks = await rawExchange(s.port, [`POST /serving-endpoints/x/invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: nothing\r\nContent-Length: 2\r\n\r\n{}`]);
+    const [d] = responses(databricks.text);
+    assert.equal(d.status, 417);
+    assert.equal(typeof d.body.error_code, "string", JSON.stringify(d.body));
+  });
 });
 
 describe("timeouts and the connection limit", () => {
