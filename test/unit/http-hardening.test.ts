@@ -85,6 +85,15 @@ describe("bodies", () => {
     assert.ok(nested.statusCode < 500, nested.body);
   });
 
+  test("where unknown fields are refused (/tokenize, as vLLM does), a __proto__ key is refused by name too", async () => {
+    const plain = await s.inject({ method: "POST", url: "/tokenize", headers: JSON_TYPE, payload: '{"model":"tiny","prompt":"hi"}' });
+    assert.equal(plain.statusCode, 200, plain.body);
+    const unknown = envelope(await s.inject({ method: "POST", url: "/tokenize", headers: JSON_TYPE, payload: '{"model":"tiny","prompt":"hi","extra":1}' }), 400);
+    assert.equal(unknown.param, "extra");
+    const proto = envelope(await s.inject({ method: "POST", url: "/tokenize", headers: JSON_TYPE, payload: '{"model":"tiny","prompt":"hi","__proto__":{"x":1}}' }), 400);
+    assert.equal(proto.param, "__proto__");
+  });
+
   for (const [name, encode] of [
     ["gzip", gzipSync],
     ["deflate", deflateSync],
