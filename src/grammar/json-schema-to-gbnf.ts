@@ -1411,6 +1411,10 @@ export function checkSchemaLimits(schema: unknown, limitsOverride: Partial<Schem
     const item = stack.pop()!;
     const v = item.value;
     if (++nodes > limits.maxNodes) throw new SchemaLimitError(pathOf(item), `the schema has more than ${limits.maxNodes} values`);
+    // JSON has no Infinity or NaN; a literal past float range (1e309) parses to one. Refused here,
+    // before the cache key is made, since JSON.stringify would write it as null and let it pass as
+    // (or be refused as) whatever an earlier request with a null there compiled to.
+    if (typeof v === "number" && !Number.isFinite(v)) throw new SchemaLimitError(pathOf(item), `${v} is not a finite number (a literal beyond the float range)`);
     let size: number;
     if (typeof v === "string") size = v.length + 2;
     else if (typeof v === "number" || typeof v === "boolean") size = String(v).length;

@@ -19,6 +19,7 @@ import {
   JSON_OBJECT_GBNF,
   jsonSchemaToGbnf,
   schemaCacheKey,
+  SchemaLimitError,
   UnsupportedSchemaError,
 } from "../../src/grammar/json-schema-to-gbnf.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
@@ -498,6 +499,20 @@ describe("grammar text", () => {
     assert.notEqual(schemaCacheKey(a), schemaCacheKey({ ...a, required: ["y"] }));
     assert.notEqual(schemaCacheKey(a), schemaCacheKey(a, { maxWhitespace: 0 }));
     assert.notEqual(schemaCacheKey([1, 2]), schemaCacheKey([2, 1]));
+  });
+
+  test("a number beyond the float range (1e309 parses to Infinity) is refused with its path before any cache key is made", () => {
+    // JSON.stringify writes Infinity as null, so without the refusal this schema shared a cache
+    // key with one that has null there, and whether it compiled depended on earlier requests.
+    for (const [schema, path] of [
+      [JSON.parse('{"type":"number","minimum":1e309}'), "minimum"],
+      [JSON.parse('{"enum":[1,-1e309]}'), "enum.1"],
+      [JSON.parse('{"type":"object","properties":{"a":{"const":1e999}}}'), "properties.a.const"],
+    ] as const) {
+      assert.throws(() => schemaCacheKey(schema), (e: unknown) => e instanceof SchemaLimitError && e.path === path && /finite/.test(e.message));
+      assert.throws(() => jsonSchemaToGbnf(schema), SchemaLimitError);
+    }
+    assert.notEqual(schemaCacheKey({ const: 1e308 }), schemaCacheKey({ const: null }));
   });
 });
 
