@@ -59,6 +59,15 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["an image by file id", { input: [{ role: "user", content: [{ type: "input_image", file_id: "file_1" }] }] }, 400, "input[0].content[0].file_id"],
   ["an image in an assistant message", { input: [{ role: "assistant", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0]"],
   ["a file part", { input: [{ role: "user", content: [{ type: "input_file", file_id: "file_1" }] }] }, 400, "input[0].content[0].type"],
+  ["a text part whose text is not a string", { input: [{ role: "user", content: [{ type: "input_text", text: 5 }] }] }, 400, "input[0].content[0].text"],
+  ["an output part whose text is missing", { input: [{ role: "assistant", content: [{ type: "output_text" }] }] }, 400, "input[0].content[0].text"],
+  ["a refusal part without its refusal", { input: [{ role: "assistant", content: [{ type: "refusal", refusal: null }] }] }, 400, "input[0].content[0].refusal"],
+  [
+    "a call output part whose text is not a string",
+    { input: [{ type: "function_call", call_id: "c1", name: "f", arguments: "{}" }, { type: "function_call_output", call_id: "c1", output: [{ type: "input_text", text: {} }] }] },
+    400,
+    "input[1].output[0].text",
+  ],
   ["background without store", { background: true, store: false }, 400, "background"],
   ["top_logprobs without include", { top_logprobs: 3 }, 400, "top_logprobs"],
   ["an include Plinth cannot fill", { include: ["file_search_call.results"] }, 400, "include"],
@@ -242,6 +251,18 @@ test("allowed_tools: only the listed tools may be called", async () => {
   assert.deepEqual(s.engine.prepared.at(-1)!.toolChoice, { allowed: ["lookup"], required: true });
   const bad = await post({ model: "m", input: "go", tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "function", name: "nope" }] } });
   assert.equal(bad.json().error.param, "tool_choice.tools[0]");
+});
+
+test("conversations: a malformed text part is refused where it is, not stored to break later turns", async () => {
+  const bad = await post({ items: [{ role: "user", content: [{ type: "input_text", text: 5 }] }] }, "/v1/conversations");
+  assert.equal(bad.statusCode, 400, bad.body);
+  assert.equal(bad.json().error.param, "items[0].content[0].text");
+  const c = (await post({ items: [{ role: "user", content: "hi" }] }, "/v1/conversations")).json();
+  const add = await post({ items: [{ role: "user", content: [{ type: "output_text", text: null }] }] }, `/v1/conversations/${c.id}/items`);
+  assert.equal(add.statusCode, 400, add.body);
+  assert.equal(add.json().error.param, "items[0].content[0].text");
+  const items = (await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items` })).json().data;
+  assert.equal(items.length, 1);
 });
 
 test("conversations: create, items; an end user named in the query changes nothing (objects are the key's)", async () => {

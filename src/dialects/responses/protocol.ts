@@ -15,7 +15,10 @@ import { metadataSchema } from "../openai/metadata.ts";
 const textLike = z.object({ type: z.enum(["input_text", "output_text"]), text: z.string() }).loose();
 const refusalPart = z.object({ type: z.literal("refusal"), refusal: z.string() }).loose();
 const otherPart = z.object({ type: z.string() }).loose();
-const messageContent = z.union([z.string(), z.array(z.union([textLike, refusalPart, otherPart]))]);
+/** A part of a known type is checked as that type, so a malformed text part cannot pass as "other". */
+const contentPart = byType({ input_text: textLike, output_text: textLike, refusal: refusalPart }, otherPart);
+const outputPart = byType({ input_text: textLike, output_text: textLike }, otherPart);
+const messageContent = z.union([z.string(), z.array(contentPart)]);
 
 const message = z
   .object({
@@ -43,7 +46,7 @@ const functionCallOutput = z
     type: z.literal("function_call_output"),
     id: z.string().optional(),
     call_id: z.string().min(1),
-    output: z.union([z.string(), z.array(z.union([textLike, otherPart]))]),
+    output: z.union([z.string(), z.array(outputPart)]),
     status: z.string().optional(),
   })
   .loose();
@@ -63,7 +66,7 @@ const customToolCallOutput = z
     type: z.literal("custom_tool_call_output"),
     id: z.string().optional(),
     call_id: z.string().min(1),
-    output: z.union([z.string(), z.array(z.union([textLike, otherPart]))]),
+    output: z.union([z.string(), z.array(outputPart)]),
   })
   .loose();
 
