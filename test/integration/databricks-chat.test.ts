@@ -165,6 +165,35 @@ test("001-68 tool_choice required returns at least one tool call", async () => {
   assert.equal(calls[0].function.name, "weather");
 });
 
+test("the tool loop: a thinking model's call turn goes back as it came (reasoning parts and all), and so does LangChain's empty content", async () => {
+  const tools = [TOOL("weather")];
+  const first = await chat("think", { messages: [user("weather?")], tools, tool_choice: "required", reasoning_effort: "low", max_tokens: 900 });
+  assert.equal(first.status, 200, first.text);
+  const message = first.json.choices[0].message;
+  assert.ok(message.tool_calls?.length >= 1, first.text);
+  const answer = { role: "tool", tool_call_id: message.tool_calls[0].id, content: "sunny" };
+  const second = await chat("think", { messages: [user("weather?"), message, answer], tools, reasoning_effort: "low", max_tokens: 4 });
+  assert.equal(second.status, 200, second.text);
+  const call = { id: "call_1", type: "function", function: { name: "weather", arguments: '{"p0":"x"}' } };
+  const echoed = await chat("tiny", { messages: [user("weather?"), { role: "assistant", content: "", tool_calls: [call] }, { role: "tool", tool_call_id: "call_1", content: "sunny" }], tools, max_tokens: 4 });
+  assert.equal(echoed.status, 200, echoed.text);
+  // Text beside the calls is still refused, as the reference says.
+  refused(await chat("tiny", { messages: [user("weather?"), { role: "assistant", content: "let me see", tool_calls: [call] }, { role: "tool", tool_call_id: "call_1", content: "sunny" }], tools, max_tokens: 4 }), "content");
+});
+
+test("stream_options, which OpenAI clients send when they stream, is accepted with stream: true on chat and completions (usage is on the last chunk either way)", async () => {
+  const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused" });
+  const stream = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3, stream: true, stream_options: { include_usage: true } });
+  let usage: unknown;
+  for await (const chunk of stream) usage = chunk.usage ?? usage;
+  assert.equal((usage as { completion_tokens: number }).completion_tokens, 3);
+  const completion = await dbx(s, "POST", "/serving-endpoints/completions", { model: "tiny", prompt: "once", max_tokens: 2, stream: true, stream_options: { include_usage: false } });
+  assert.equal(completion.status, 200, completion.text);
+  refused(await chat("tiny", { ...hi, stream_options: { include_usage: true } }), "stream_options");
+  refused(await chat("tiny", { prompt: "once", max_tokens: 2, stream_options: { include_usage: true } }), "stream_options");
+  refused(await chat("tiny", { ...hi, stream: true, stream_options: { include_obfuscation: true } }), "include_obfuscation");
+});
+
 test("001-69 tool_choice none with tools returns an answer without tool calls", async () => {
   const r = await chat("think", { messages: [user("weather?")], tools: [TOOL("weather")], tool_choice: "none", reasoning_effort: "low", max_tokens: 20 });
   assert.equal(r.status, 200, r.text);
@@ -205,6 +234,8 @@ test("001-74 logprobs default false; top_logprobs 0-20 needs logprobs: true", as
   const lp = await chat("tiny", { ...hi, temperature: 0, logprobs: true, top_logprobs: 2 });
   assert.equal(lp.json.choices[0].logprobs.content.length, 4);
   assert.equal(lp.json.choices[0].logprobs.content[0].top_logprobs.length, 2);
+  // Databricks' choice logprobs are the content list alone (no OpenAI `refusal`).
+  assert.deepEqual(Object.keys(lp.json.choices[0].logprobs), ["content"]);
   refused(await chat("tiny", { ...hi, top_logprobs: 2 }), "top_logprobs");
   refused(await chat("tiny", { ...hi, logprobs: true, top_logprobs: 21 }), "top_logprobs");
 });

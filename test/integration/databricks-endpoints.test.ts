@@ -147,6 +147,25 @@ test("two endpoints; 70/30 over two fixture models lands within ±4 points over 
   assert.equal((await ask("solo")).headers.get("served-model-name"), "only");
 });
 
+test("on an A/B endpoint pairing a thinking model with one that does not, a reasoning field is valid on every draw; where no candidate thinks it is a 400", async () => {
+  await waitForEndpoint(s, "ab");
+  const results = await load(16, 4, () => ask("ab", { reasoning_effort: "low" }));
+  const entities = new Set<string | null>();
+  for (const r of results) {
+    assert.equal(r.status, 200, r.text);
+    entities.add(r.headers.get("served-model-name"));
+  }
+  assert.ok(entities.has("a"), "the draw reached the model that does not think");
+  const responses = await load(8, 4, () =>
+    dbx(s, "POST", "/serving-endpoints/ab/invocations", { model: "ab", input: "hi", max_output_tokens: 2, reasoning: { effort: "low" } }),
+  );
+  for (const r of responses) assert.equal(r.status, 200, r.text);
+  // Named, the entity that does not think has no other candidate: refused, as on its own endpoint.
+  const named = await dbx(s, "POST", "/serving-endpoints/ab/served-models/a/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 1, reasoning_effort: "low" });
+  assert.equal(named.status, 400, named.text);
+  assert.equal((await ask("solo", { reasoning_effort: "low" })).status, 400);
+});
+
 test("a config update under load swaps without a failed request: the old config serves until the new one is loaded", async () => {
   const before = await waitForEndpoint(s, "solo");
   assert.equal(before.config.config_version, 1);

@@ -96,6 +96,12 @@ test("001-19 stream_options.include_usage defaults to false; with true the strea
   const usage = last(withUsage.text).usage;
   assert.equal(usage.completion_tokens, 4, JSON.stringify(usage));
   assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  // The same counts under the Responses API's names, which OpenAI clients of this path require.
+  assert.equal(usage.input_tokens, usage.prompt_tokens);
+  assert.equal(usage.output_tokens, usage.completion_tokens);
+  const plain = await resp({ input: "hi", temperature: 0 });
+  assert.equal(plain.json.usage.input_tokens, plain.json.usage.prompt_tokens, plain.text);
+  assert.equal(plain.json.usage.output_tokens, plain.json.usage.completion_tokens, plain.text);
   refused(await resp({ input: "hi", stream_options: { include_usage: true } }), "stream_options");
 });
 
@@ -360,7 +366,8 @@ test("001-52 a response has id, object, created_at, status, model, output and us
   assert.ok(Math.abs(r.json.created_at - Date.now() / 1000) < 60);
   assert.equal(r.json.model, "tiny");
   assert.ok(Array.isArray(r.json.output));
-  assert.deepEqual(Object.keys(r.json.usage).sort(), ["completion_tokens", "prompt_tokens", "total_tokens"]);
+  // The seed's shape, and the same counts under the Responses API's names for OpenAI clients.
+  assert.deepEqual(Object.keys(r.json.usage).sort(), ["completion_tokens", "input_tokens", "output_tokens", "prompt_tokens", "total_tokens"]);
 });
 
 test("001-53 status is one of the documented values", async () => {

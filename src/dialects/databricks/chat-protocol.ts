@@ -103,6 +103,12 @@ export const formatObject = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("json_schema"), json_schema: jsonSchemaObject }),
 ]);
 
+/**
+ * Not in Databricks' reference, but OpenAI clients streaming through these paths send it (the AI
+ * SDK always, LangChain by default). Usage rides this dialect's last chunk whatever it says.
+ */
+export const streamOptions = z.strictObject({ include_usage: z.boolean().nullish() }).nullish();
+
 export const samplingFields = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
@@ -117,6 +123,7 @@ export const chatRequest = z.strictObject({
   model: z.string().min(1).optional(),
   messages: messageList(chatMessage),
   stream: z.boolean().nullish(),
+  stream_options: streamOptions,
   ...samplingFields,
   tools: z
     .array(

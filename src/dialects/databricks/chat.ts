@@ -21,6 +21,15 @@ export function modelReasons(env: RouteEnv, model: string): boolean | undefined 
   return env.service.registry.get(model)?.engine?.describe().reasoning;
 }
 
+/**
+ * Whether a reasoning field is accepted: when any model the request could have been routed to
+ * reasons. On an A/B endpoint that pairs a reasoning model with one that does not, the same request
+ * must not be a 400 on some draws only; the field then applies where the drawn model reasons.
+ */
+export function reasoningAccepted(env: RouteEnv, routed: Routed): boolean {
+  return (routed.candidates ?? [routed.model]).some((model) => modelReasons(env, model) !== false);
+}
+
 /** Databricks' usage: one shape for every task; reasoning_tokens only for reasoning models. */
 export function usageToDatabricks(u: Obj | null | undefined, reasons: boolean | undefined, completion = true): Obj | null {
   if (!u) return null;
@@ -103,9 +112,13 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
   if (m.role !== "tool" && m.tool_call_id != null && m.tool_call_id !== "")
     throw badRequest(`messages[${i}].tool_call_id must be empty for a '${m.role}' message.`, `messages[${i}].tool_call_id`);
   if (m.tool_calls && m.role !== "assistant") throw badRequest(`messages[${i}].tool_calls belongs to assistant messages.`, `messages[${i}].tool_calls`);
-  if (m.tool_calls && m.content != null)
-    throw badRequest(`messages[${i}] has tool_calls, so its content must not be specified.`, `messages[${i}].content`);
-  const content = m.content == null ? undefined : typeof m.content === "string" ? m.content : itemsToContent(m.content, i, m.role);
+  // With tool_calls there is no content. What this dialect itself answers with a call (a reasoning
+  // model's reasoning parts) and what clients echo back for a call turn (LangChain's "") are not
+  // content in that sense, so the standard tool loop — send the answer back as it came — works.
+  if (m.tool_calls && m.content != null && !callTurnContent(m.content))
+    throw badRequest(`messages[${i}] has tool_calls, so its content must not be specified (other than its reasoning).`, `messages[${i}].content`);
+  const given = m.tool_calls && m.content === "" ? undefined : m.content;
+  const content = given == null ? undefined : typeof given === "string" ? given : itemsToContent(given, i, m.role);
   switch (m.role) {
     case "system":
     case "user":
@@ -115,7 +128,8 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
       if (content === undefined && !m.tool_calls) throw badRequest(`messages[${i}].content is required without tool_calls.`, `messages[${i}].content`);
       return {
         role: "assistant",
-        content: content ?? null,
+        // A call turn's reasoning parts leave no text.
+        content: m.tool_calls && content === "" ? null : (content ?? null),
         ...(m.name ? { name: m.name } : {}),
         ...(m.tool_calls
           ? {
@@ -137,16 +151,22 @@ function toOpenAIMessage(m: DatabricksChatMessage, i: number, all: DatabricksCha
   }
 }
 
+/** Content that may stand beside tool_calls: nothing ("") or only reasoning parts. */
+function callTurnContent(content: string | ContentItem[]): boolean {
+  return typeof content === "string" ? content === "" : content.every((item) => item.type === "reasoning");
+}
+
 /** The Databricks request as the OpenAI chat request it runs as, against the routed model. */
-export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reasons: boolean | undefined): ChatCompletionRequest {
+export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reasons: boolean | undefined, anyReasons = reasons !== false): ChatCompletionRequest {
   const systems = body.messages.filter((m) => m.role === "system").length;
   if (systems > 1) throw badRequest("Only one system message is allowed, as the first message.", "messages");
   if ((body.n ?? 1) > 1 && routed.endpoint.kind === "pay-per-token")
     throw badRequest("n > 1 is available only on provisioned-throughput endpoints; this is a pay-per-token endpoint.", "n");
+  if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
   if (body.top_logprobs != null && !body.logprobs) throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.tool_choice != null && body.tool_choice !== "none" && !(body.tools?.length))
     throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
-  if (body.reasoning_effort != null && reasons === false)
+  if (body.reasoning_effort != null && !anyReasons)
     throw unsupportedField("reasoning_effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
   body.tools?.forEach((t, i) => {
     if (t.cache_control !== undefined) throw unsupportedField(`tools[${i}].cache_control`, "is accepted only by Databricks-hosted Claude models");
@@ -169,7 +189,8 @@ export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reason
     logprobs: body.logprobs,
     top_logprobs: body.top_logprobs,
     // Databricks' default effort is medium, on the models that take one.
-    reasoning_effort: body.reasoning_effort ?? (reasons === true ? "medium" : undefined),
+    // (A drawn model that does not reason, on an endpoint where another does: no effort to set.)
+    reasoning_effort: reasons === false ? undefined : (body.reasoning_effort ?? (reasons === true ? "medium" : undefined)),
   } as ChatCompletionRequest;
 }
 
@@ -198,6 +219,11 @@ function deltaToDatabricks(d: Obj): Obj {
   return out;
 }
 
+/** A choice's logprobs as Databricks' reference has them: the content list, no `refusal`. */
+function logprobsToDatabricks(l: unknown): unknown {
+  return l !== null && typeof l === "object" ? { content: (l as Obj).content ?? null } : l;
+}
+
 /** OpenAI's chat route configured with Databricks' shapes: no fingerprint, one usage shape, the entity as model. */
 export function databricksChatCodec(routed: Routed, reasons: boolean | undefined, logprobs: boolean): ChatCodec {
   return {
@@ -215,7 +241,7 @@ export function databricksChatCodec(routed: Routed, reasons: boolean | undefined
         index: ch.index,
         message: messageToDatabricks(ch.message as Obj),
         finish_reason: ch.finish_reason,
-        ...(logprobs ? { logprobs: ch.logprobs } : {}),
+        ...(logprobs ? { logprobs: logprobsToDatabricks(ch.logprobs) } : {}),
       })),
       usage: usageToDatabricks(c.usage as Obj, reasons),
     }),
@@ -228,7 +254,7 @@ export function databricksChatCodec(routed: Routed, reasons: boolean | undefined
         index: ch.index,
         delta: deltaToDatabricks(ch.delta as Obj),
         finish_reason: ch.finish_reason,
-        ...(logprobs ? { logprobs: ch.logprobs } : {}),
+        ...(logprobs ? { logprobs: logprobsToDatabricks(ch.logprobs) } : {}),
       })),
       ...(c.usage ? { usage: usageToDatabricks(c.usage as Obj, reasons) } : {}),
     }),
@@ -239,6 +265,6 @@ export function databricksChatCodec(routed: Routed, reasons: boolean | undefined
 /** A chat request on a routed endpoint. */
 export function databricksChat(body: DatabricksChatRequest, env: RouteEnv, routed: Routed): Promise<RouteResult> {
   const reasons = modelReasons(env, routed.model);
-  const openai = toOpenAIChat(body, routed, reasons);
+  const openai = toOpenAIChat(body, routed, reasons, reasoningAccepted(env, routed));
   return chatCompletion(openai, env, databricksChatCodec(routed, reasons, body.logprobs === true));
 }

@@ -9,7 +9,7 @@ import { usageToWire } from "../openai/chat-to-wire.ts";
 import { completionFieldNames } from "../openai/field-names.ts";
 import { normaliseStop, toSamplingParams } from "../openai/sampling-fields.ts";
 import { modelReasons, usageToDatabricks } from "./chat.ts";
-import { samplingFields } from "./chat-protocol.ts";
+import { samplingFields, streamOptions } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
 import { databricksErrorEvent } from "./errors.ts";
 
@@ -18,6 +18,7 @@ export const completionRequest = z.strictObject({
   model: z.string().min(1).optional(),
   prompt: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
   stream: z.boolean().nullish(),
+  stream_options: streamOptions,
   ...samplingFields,
   error_behavior: z.enum(["truncate", "error"]).nullish(),
   suffix: z.string().nullish(),
@@ -37,6 +38,7 @@ const KEEP = 0.75;
  */
 export async function databricksCompletion(body: DatabricksCompletionRequest, env: RouteEnv, routed: Routed): Promise<RouteResult> {
   const ppt = routed.endpoint.kind === "pay-per-token";
+  if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
   if ((body.n ?? 1) > 1 && ppt) throw badRequest("n > 1 is available only on provisioned-throughput endpoints; this is a pay-per-token endpoint.", "n");
   if (body.error_behavior != null && !ppt)
     throw badRequest("error_behavior is accepted only by pay-per-token endpoints; this is a provisioned-throughput endpoint.", "error_behavior");

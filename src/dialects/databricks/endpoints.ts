@@ -140,6 +140,11 @@ export interface Routed {
   /** The served entity's name (pay-per-token: the endpoint's own). */
   entity: string;
   model: string;
+  /**
+   * Every model the request could have been routed to (the endpoint's entities when the split drew
+   * one; the named entity's alone otherwise). Whether a request is valid must not depend on the draw.
+   */
+  candidates?: string[];
 }
 
 
@@ -422,7 +427,8 @@ export class EndpointManager {
       // The idle time counts from when the model is back, not from when the request arrived.
       ep.lastUsed = Date.now();
     }
-    return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : chosen, model };
+    const candidates = entity === undefined ? [...new Set(live.models.values())] : [model];
+    return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : chosen, model, candidates };
   }
 
   /**

@@ -8,7 +8,7 @@ import { respondWithBuilder, startWithTruncation } from "../responses/run.ts";
 import type { Sealer } from "../responses/sealer.ts";
 import { responseToCanonical } from "../responses/to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
-import { modelReasons } from "./chat.ts";
+import { modelReasons, reasoningAccepted } from "./chat.ts";
 import { formatObject, functionObject, jsonSchemaObject } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
 
@@ -169,11 +169,17 @@ function openSealed(sealer: Sealer, sealed: string, param: string): void {
 }
 
 /** The Databricks request as the OpenAI Responses request the shared codec runs. */
-export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Routed, reasons: boolean | undefined, sealer: Sealer): { openai: CreateResponseRequest; items: InputItem[] } {
+export function toOpenAIResponses(
+  body: DatabricksResponsesRequest,
+  routed: Routed,
+  reasons: boolean | undefined,
+  sealer: Sealer,
+  anyReasons = reasons !== false,
+): { openai: CreateResponseRequest; items: InputItem[] } {
   // null is the documented default (no template); only an actual template is refused.
   if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
   if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
-  if (body.reasoning?.effort != null && reasons === false)
+  if (body.reasoning?.effort != null && !anyReasons)
     throw unsupportedField("reasoning.effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);
   if (body.reasoning?.encrypted_content) openSealed(sealer, body.reasoning.encrypted_content, "reasoning.encrypted_content");
   const tools = (body.tools ?? []).map((t, i) => {
@@ -213,7 +219,7 @@ export function toOpenAIResponses(body: DatabricksResponsesRequest, routed: Rout
     tools,
     tool_choice: tc == null || typeof tc === "string" ? tc : tc.type === "function" ? { type: "function", name: tc.function.name } : tc,
     text: f == null ? undefined : { format: f.type === "json_schema" ? { type: "json_schema", ...f.json_schema } : f },
-    reasoning: body.reasoning?.effort != null ? { effort: body.reasoning.effort } : reasons === true ? { effort: "medium" } : undefined,
+    reasoning: reasons === false ? undefined : body.reasoning?.effort != null ? { effort: body.reasoning.effort } : reasons === true ? { effort: "medium" } : undefined,
     store: false,
     stream: body.stream,
   } as CreateResponseRequest;
@@ -250,6 +256,10 @@ class DatabricksResponseBuilder extends ResponseBuilder {
               completion_tokens: u.output_tokens,
               total_tokens: u.total_tokens,
               ...(this.shape.reasons !== false ? { reasoning_tokens: u.output_tokens_details.reasoning_tokens } : {}),
+              // The same counts under the Responses API's own names: OpenAI clients on this path
+              // (the AI SDK's responses model) require them.
+              input_tokens: u.input_tokens,
+              output_tokens: u.output_tokens,
             }
           : null,
       error: err ? { code: err.code, message: err.message, type: err.code === "server_error" ? "server_error" : "invalid_request_error", param: err.param ?? null } : null,
@@ -262,7 +272,7 @@ class DatabricksResponseBuilder extends ResponseBuilder {
 /** A Responses request on a routed endpoint. */
 export async function databricksResponses(body: DatabricksResponsesRequest, env: RouteEnv, routed: Routed, sealer: Sealer): Promise<RouteResult> {
   const reasons = modelReasons(env, routed.model);
-  const { openai, items } = toOpenAIResponses(body, routed, reasons, sealer);
+  const { openai, items } = toOpenAIResponses(body, routed, reasons, sealer, reasoningAccepted(env, routed));
   const { request, fieldName } = responseToCanonical(openai, items);
   const echo = {
     instructions: body.instructions ?? null,
@@ -274,7 +284,7 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
     parallel_tool_calls: body.parallel_tool_calls ?? true,
     store: false,
     metadata: body.metadata ?? {},
-    reasoning: { effort: body.reasoning?.effort ?? (reasons === true ? "medium" : null) },
+    reasoning: { effort: reasons === false ? null : (body.reasoning?.effort ?? (reasons === true ? "medium" : null)) },
   };
   const include = new Set(openai.include ?? []);
   const streamed = body.stream === true;
