@@ -163,6 +163,26 @@ test("a full queue → 429 with Retry-After; nothing was started for the refused
   }
 });
 
+test("scripted engine: an assistant turn's refusal (a refusal part, or the refusal field alone) reaches the engine as what it said", async () => {
+  const messages = (...assistant: object[]) => [{ role: "user", content: "x" }, ...assistant, { role: "user", content: "y" }];
+  const said = () => (s.engine.prepared.at(-1)!.prompt as { messages: Array<{ role: string; content: string }> }).messages[1].content;
+  const part = await post({ ...ok, messages: messages({ role: "assistant", content: [{ type: "refusal", refusal: "no" }] }) });
+  assert.equal(part.statusCode, 200, part.body);
+  assert.equal(said(), "no");
+  const mixed = await post({ ...ok, messages: messages({ role: "assistant", content: [{ type: "text", text: "well" }, { type: "refusal", refusal: "no" }] }) });
+  assert.equal(mixed.statusCode, 200, mixed.body);
+  assert.equal(said(), "well\nno");
+  const field = await post({ ...ok, messages: messages({ role: "assistant", content: null, refusal: "I can't help with that." }) });
+  assert.equal(field.statusCode, 200, field.body);
+  assert.equal(said(), "I can't help with that.");
+  const bad = await post({ ...ok, messages: messages({ role: "assistant", content: [{ type: "refusal", refusal: 3 }] }) });
+  assert.equal(bad.statusCode, 400, bad.body);
+  assert.equal(bad.json().error.param, "messages[1].content[0].refusal");
+  // In a user message a refusal part is still not something to show the model.
+  const user = await post({ ...ok, messages: [{ role: "user", content: [{ type: "refusal", refusal: "no" }] }] });
+  assert.equal(user.statusCode, 400, user.body);
+});
+
 test("tokenizer and completions routes name their own fields", async () => {
   const tok = await s.app.inject({ method: "POST", url: "/detokenize", payload: { model: "tiny", tokens: [1, 5000] } });
   assert.equal(tok.statusCode, 400, tok.body);

@@ -253,6 +253,12 @@ test("allowed_tools: only the listed tools may be called", async () => {
   assert.equal(bad.json().error.param, "tool_choice.tools[0]");
 });
 
+test("POST /v1/responses/compact is a 404 naming compaction, not a 405 about a response id", async () => {
+  const r = await post({ model: "m", input: "hi" }, "/v1/responses/compact");
+  assert.equal(r.statusCode, 404, r.body);
+  assert.match(r.json().error.message, /compact/);
+});
+
 test("conversations: a malformed text part is refused where it is, not stored to break later turns", async () => {
   const bad = await post({ items: [{ role: "user", content: [{ type: "input_text", text: 5 }] }] }, "/v1/conversations");
   assert.equal(bad.statusCode, 400, bad.body);

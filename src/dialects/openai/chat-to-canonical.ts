@@ -170,7 +170,7 @@ export function toMessage(m: ChatMessage, i: number): Message {
       if (m.audio != null) throw unsupportedField(`messages[${i}].audio`, "is not supported by this server");
       return {
         role: "assistant",
-        content: m.content == null ? "" : flatten(m.content, i),
+        content: assistantText(m.content, m.refusal, i),
         name: m.name,
         toolCalls: m.tool_calls?.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
       };
@@ -179,6 +179,28 @@ export function toMessage(m: ChatMessage, i: number): Message {
     case "function":
       throw badRequest(`messages[${i}] uses the deprecated 'function' role; use 'tool' messages.`, `messages[${i}].role`);
   }
+}
+
+/**
+ * What an earlier assistant turn said: its text and refusal parts (the reference allows both in an
+ * assistant message), or, for a turn that only refused, its `refusal` field, so a client sending
+ * back a refusal as it got it shows the model what it said.
+ */
+function assistantText(content: string | Array<{ type: string; text?: unknown; refusal?: unknown }> | null | undefined, refusal: string | null | undefined, i: number): string {
+  const text =
+    content == null
+      ? ""
+      : typeof content === "string"
+        ? content
+        : content
+            .map((part, j) => {
+              if (part.type !== "refusal") return textOf(part, i, j);
+              if (typeof part.refusal !== "string")
+                throw badRequest(`messages[${i}].content[${j}].refusal must be a string: a refusal part carries its text there.`, `messages[${i}].content[${j}].refusal`);
+              return part.refusal;
+            })
+            .join("\n");
+  return text === "" && refusal ? refusal : text;
 }
 
 /** Text parts are joined by newlines (as vLLM does); anything else (images, audio, files) is refused here. */

@@ -5,6 +5,7 @@ import { requestKey } from "../../http/access.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { postRoute, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { openAIErrorBody } from "../openai/errors.ts";
+import { ApiError } from "../../core/errors.ts";
 import {
   addItems,
   addItemsRequest,
@@ -59,6 +60,11 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   type Item = { Params: { id: string; item_id: string } };
 
   postRoute(scope, "/responses", (b) => createResponseRequest.parse(b), (body, env) => createResponse(body, env, deps), opts);
+  // OpenAI's context compaction has a route of its own; without this one the path read as a
+  // response id, and the client was told to GET or DELETE a response that does not exist.
+  scope.post("/responses/compact", async () => {
+    throw new ApiError(404, "POST /v1/responses/compact (context compaction) is not offered by this server.", { code: "not_found" });
+  });
   postRoute(scope, "/responses/input_tokens", (b) => inputTokensRequest.parse(b), (body, env) => countInputTokens(body, env, deps), opts);
   scope.get<Id>("/responses/:id", async (request, reply) => {
     const q = retrieveQuery.parse(request.query ?? {});
