@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { messageList } from "../openai/chat-protocol.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -60,7 +61,7 @@ export type ContentItem = z.infer<typeof contentItem>;
 const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal("function"),
-  function: z.strictObject({ name: z.string().min(1), arguments: z.union([z.string(), z.record(z.string(), z.unknown())]) }),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.union([z.string(), jsonObject()]) }),
   cache_control: cacheControl,
 });
 
@@ -93,7 +94,7 @@ export const functionObject = z.strictObject({
 export const jsonSchemaObject = z.strictObject({
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().optional(),
-  schema: z.record(z.string(), z.unknown()),
+  schema: jsonObject(),
   strict: z.boolean().nullish(),
 });
 

@@ -5,6 +5,7 @@ import { ApiError, badRequest } from "../../core/errors.ts";
 import type { ModelLoader } from "../../core/model-loader.ts";
 import type { ModelRegistry } from "../../core/registry.ts";
 import type { EndpointStore, JsonObject } from "../../store/store.ts";
+import { boundedRecord } from "../json-object.ts";
 
 /**
  * Serving endpoints: what `/serving-endpoints/{name}` resolves to. Two kinds, as in Databricks:
@@ -26,7 +27,7 @@ export const servedEntity = z.strictObject({
   scale_to_zero_enabled: z.boolean().nullish(),
   min_provisioned_throughput: z.int().min(0).nullish(),
   max_provisioned_throughput: z.int().min(0).nullish(),
-  environment_vars: z.record(z.string(), z.string()).nullish(),
+  environment_vars: boundedRecord(z.string(), z.string(), 1024, "environment_vars holds at most 1024 variables").nullish(),
 });
 
 export const endpointConfig = z.strictObject({

@@ -11,6 +11,7 @@ import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
 import { modelReasons, reasoningAccepted } from "./chat.ts";
 import { formatObject, functionObject, jsonSchemaObject } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
+import { boundedRecord, jsonObject } from "../json-object.ts";
 
 /** Parameters Databricks refuses with a 400 whatever their value (even false or null). */
 export const REFUSED_PARAMETERS: Record<string, string> = {
@@ -34,7 +35,7 @@ const message = z.strictObject({
   role: z.enum(["user", "assistant"], { error: "input messages have role 'user' or 'assistant'; system text goes in 'instructions'" }),
   content: z.union([z.string(), z.array(block)]),
 });
-const jsonArgs = z.union([z.string(), z.record(z.string(), z.unknown())]);
+const jsonArgs = z.union([z.string(), jsonObject()]);
 const functionCall = z.strictObject({
   type: z.literal("function_call"),
   id: z.string().min(1),
@@ -100,7 +101,7 @@ export const responsesRequest = z.strictObject({
   tools: z.array(tool).max(128).nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   max_tool_calls: z.int().min(1, "max_tool_calls is an integer > 0").nullish(),
-  metadata: z.record(z.string().max(64), z.string().max(512)).refine((m) => Object.keys(m).length <= 16, "metadata holds at most 16 pairs").nullish(),
+  metadata: boundedRecord(z.string().max(64), z.string().max(512), 16, "metadata holds at most 16 pairs").nullish(),
   prompt_cache_key: z.string().nullish(),
   prompt_cache_retention: z.literal("24h", { error: "prompt_cache_retention takes '24h'" }).nullish(),
   safety_identifier: z.string().nullish(),

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { chatCompletionRequest, messageList } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
@@ -42,7 +43,7 @@ export const konanChatRequest = z.object({
         function: z.object({
           name: z.string().min(1),
           description: z.string().optional(),
-          parameters: z.record(z.string(), z.unknown()).optional(),
+          parameters: jsonObject().optional(),
           strict: z.boolean().nullish(),
         }),
       }),

@@ -4,6 +4,7 @@ import { samplingFieldsSchema } from "./sampling-fields.ts";
 import { serviceFieldsSchema } from "./service-fields.ts";
 import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -93,7 +94,7 @@ export const chatCompletionRequest = z.object({
         function: z.object({
           name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
           description: z.string().optional(),
-          parameters: z.record(z.string(), z.unknown()).optional(),
+          parameters: jsonObject().optional(),
           strict: z.boolean().nullish(),
         }),
       }),
@@ -110,13 +111,13 @@ export const chatCompletionRequest = z.object({
     .discriminatedUnion("type", [
       z.object({ type: z.literal("text") }),
       // llama-server lets a json_object carry the schema the object must follow.
-      z.object({ type: z.literal("json_object"), schema: z.record(z.string(), z.unknown()).nullish() }),
+      z.object({ type: z.literal("json_object"), schema: jsonObject().nullish() }),
       z.object({
         type: z.literal("json_schema"),
         json_schema: z.object({
           name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
           description: z.string().optional(),
-          schema: z.record(z.string(), z.unknown()).optional(),
+          schema: jsonObject().optional(),
           strict: z.boolean().nullish(),
         }),
       }),
@@ -135,7 +136,7 @@ export const chatCompletionRequest = z.object({
     })
     .nullish(),
   // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.
-  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  chat_template_kwargs: jsonObject().nullish(),
   modalities: z.array(z.string()).nullish(),
   // Accepted by the schema only so that they can be refused by name.
   functions: z.unknown().optional(),

@@ -1,6 +1,40 @@
 import { randomInt } from "node:crypto";
 import { z } from "zod";
 import type { SamplingParams } from "../../core/types.ts";
+import { hasMoreKeysThan, jsonObject } from "../json-object.ts";
+
+/** More entries than any vocabulary has (Gemma 3's is 262,144): refused before a key is read. */
+export const LOGIT_BIAS_MAX_ENTRIES = 300_000;
+
+// Token ids as strings, without leading zeros: "5" and "05" would name one token twice.
+const TOKEN_ID = /^(?:0|[1-9]\d{0,9})$/;
+
+/**
+ * token id → bias from -100 to 100. Checked in one plain loop that stops at the first bad entry: a
+ * map of a vocabulary's size is legitimate, and zod's record costs seconds at that size.
+ */
+function logitBiasSchema() {
+  return jsonObject().check((ctx) => {
+    const map = ctx.value;
+    if (typeof map !== "object" || map === null) return;
+    if (hasMoreKeysThan(map, LOGIT_BIAS_MAX_ENTRIES)) {
+      ctx.issues.push({ code: "custom", message: `logit_bias holds at most ${LOGIT_BIAS_MAX_ENTRIES} entries`, input: map });
+      return;
+    }
+    for (const key in map) {
+      if (!Object.hasOwn(map, key)) continue;
+      if (!TOKEN_ID.test(key)) {
+        ctx.issues.push({ code: "custom", path: [key], message: 'logit_bias keys must be token ids (integers as strings, without leading zeros: "5" and "05" would name one token twice)', input: key });
+        return;
+      }
+      const bias = map[key];
+      if (typeof bias !== "number" || !Number.isFinite(bias) || bias < -100 || bias > 100) {
+        ctx.issues.push({ code: "custom", path: [key], message: "logit_bias values are numbers from -100 to 100", input: bias });
+        return;
+      }
+    }
+  }) as unknown as z.ZodType<Record<string, number>>;
+}
 
 /** Wire schema of the sampling fields Chat Completions and Completions share. */
 export const samplingFieldsSchema = {
@@ -15,9 +49,7 @@ export const samplingFieldsSchema = {
   n: z.int().min(1).max(128).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
-  logit_bias: z
-    .record(z.string().regex(/^(?:0|[1-9]\d{0,9})$/, "logit_bias keys must be token ids (integers as strings, without leading zeros: \"5\" and \"05\" would name one token twice)"), z.number().min(-100).max(100))
-    .nullish(),
+  logit_bias: logitBiasSchema().nullish(),
 };
 
 /** The sampling fields Chat Completions and Completions share, as they arrive on the wire. */

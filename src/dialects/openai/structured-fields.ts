@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest } from "../../core/types.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * The other servers' ways of asking for structured output in a chat or completions request, beside
@@ -11,7 +12,7 @@ import type { GenerationRequest } from "../../core/types.ts";
  * honoured, or refused by name where Plinth cannot enforce it (grammars in a foreign syntax).
  */
 
-const schemaObject = z.record(z.string(), z.unknown());
+const schemaObject = jsonObject();
 
 export const structuredFieldsSchema = {
   guided_json: z.union([schemaObject, z.string()]).nullish(),

@@ -4,6 +4,7 @@ import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
 import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -107,7 +108,7 @@ const functionTool = z.object({
   type: z.literal("function"),
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
-  parameters: z.record(z.string(), z.unknown()).nullish(),
+  parameters: jsonObject().nullish(),
   strict: z.boolean().nullish(),
 });
 
@@ -151,7 +152,7 @@ const textFormat = z.discriminatedUnion("type", [
     type: z.literal("json_schema"),
     name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
     description: z.string().nullish(),
-    schema: z.record(z.string(), z.unknown()),
+    schema: jsonObject(),
     strict: z.boolean().nullish(),
   }),
 ]);

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { messageList } from "../openai/chat-protocol.ts";
+import { jsonObject } from "../json-object.ts";
 
 /**
  * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
@@ -61,7 +62,7 @@ export const spakChatRequest = z.object({
         function: z.object({
           name: z.string().regex(FUNCTION_NAME, "function names are 1 to 64 letters, digits, '_' or '-'"),
           description: z.string().optional(),
-          parameters: z.record(z.string(), z.unknown()).optional(),
+          parameters: jsonObject().optional(),
           strict: z.boolean().nullish(),
         }),
       }),

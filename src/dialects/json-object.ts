@@ -1,0 +1,37 @@
+import { z } from "zod";
+
+// Request fields that are JSON objects with arbitrary keys (tool parameters, schemas, metadata,
+// logit_bias). A body within the size limit can hold a million keys; zod's record checks every key
+// and value one by one with its own bookkeeping (~1.5 µs a key here, seconds of the one JavaScript
+// thread every request shares). So an object whose contents are checked elsewhere is only
+// recognised as an object, and a bounded map is counted before anything else about it is checked.
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Any JSON object, passed on as it came: its contents are checked by whoever reads it (the schema
+ * compiler bounds a schema's size and depth before it reads anything else).
+ */
+export function jsonObject() {
+  return z.custom<Record<string, unknown>>(isPlainObject, { error: "expected an object" });
+}
+
+/** True when `value` has more than `max` own keys; stops counting at max + 1. */
+export function hasMoreKeysThan(value: object, max: number): boolean {
+  let n = 0;
+  for (const key in value) if (Object.hasOwn(value, key) && ++n > max) return true;
+  return false;
+}
+
+/**
+ * A map of at most `max` entries: the count is checked before any key or value, so an oversized map
+ * costs one pass over its keys, not a validation of each.
+ */
+export function boundedRecord<K extends z.core.$ZodRecordKey, V extends z.core.SomeType>(key: K, value: V, max: number, tooMany: string) {
+  const counted = z.unknown().check((ctx) => {
+    if (isPlainObject(ctx.value) && hasMoreKeysThan(ctx.value, max)) ctx.issues.push({ code: "custom", message: tooMany, input: ctx.value });
+  });
+  return counted.pipe(z.record(key, value));
+}
