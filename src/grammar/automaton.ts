@@ -8,7 +8,12 @@
 // constructions, built lazily from the start state, so only reachable states exist. States that
 // cannot reach acceptance are trimmed before the DFA is written as GBNF (a grammar must never lead
 // the model into a dead end). Every construction is bounded (NFA size, DFA states, transitions):
-// beyond the bounds it throws AutomatonLimitError instead of running long.
+// beyond the bounds it throws AutomatonLimitError instead of running long. The bounds on sizes
+// alone still let a small pattern cost seconds (`((c|d|cd|dc|cdc)+){300}` stays under them while
+// each subset state holds thousands of NFA states), and one grammar may hold many patterns, so the
+// steps taken are metered too: per construction, and per compile of a whole grammar or schema
+// (withAutomatonBudget). A step count, not a clock, so a request gets the same answer on a busy
+// machine as on an idle one, and whatever the cache holds.
 
 import { ALL_CHARS, type CodePointSet, type GrammarBuilder } from "./gbnf.ts";
 import { jsonEncodedChar, type RegexNode } from "./regex-to-gbnf.ts";
@@ -29,6 +34,48 @@ export type AutomatonLimits = {
 };
 
 export const DEFAULT_AUTOMATON_LIMITS: AutomatonLimits = { maxNfaStates: 20_000, maxDfaStates: 4_000 };
+
+/**
+ * Most steps (NFA states visited in closures, edges and ranges compared, subset keys written) the
+ * automata of one grammar or schema may take together: about 0.3 s of one core here.
+ */
+export const AUTOMATON_WORK_BUDGET = 4_000_000;
+
+/** Steps spent against a budget; throws AutomatonLimitError past it. */
+class WorkMeter {
+  spent = 0;
+  /** Cached constructions already charged to this meter: one grammar reusing a pattern pays once. */
+  readonly charged = new Set<string>();
+  constructor(readonly budget: number) {}
+  charge(steps: number): void {
+    this.spent += steps;
+    if (this.spent > this.budget) {
+      throw new AutomatonLimitError(`its automata need more than ${this.budget.toLocaleString("en-US")} construction steps, the most one request may use`);
+    }
+  }
+}
+
+let currentMeter: WorkMeter | undefined;
+
+/**
+ * Runs `compile` with one automaton budget for everything it builds (a Lark grammar's terminals, a
+ * schema's patterns). Nested calls share the outermost budget. Construction is synchronous, so a
+ * module-level meter is never seen by another request.
+ */
+export function withAutomatonBudget<T>(compile: () => T, budget: number = AUTOMATON_WORK_BUDGET): T {
+  if (currentMeter) return compile();
+  currentMeter = new WorkMeter(budget);
+  try {
+    return compile();
+  } finally {
+    currentMeter = undefined;
+  }
+}
+
+/** The meter of the compile in progress, or a budget of its own for a construction outside one. */
+function meter(): WorkMeter {
+  return currentMeter ?? new WorkMeter(AUTOMATON_WORK_BUDGET);
+}
 
 /** Any string: Σ*. */
 export const ANY_STRING: RegexNode = { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: 0, max: undefined };
@@ -131,21 +178,27 @@ class SubsetDfa {
   constructor(
     private readonly nfa: Nfa,
     private readonly maxStates: number,
+    private readonly work: WorkMeter,
   ) {}
 
   private closure(states: Iterable<number>): number[] {
     const seen = new Set<number>();
     const stack = [...states];
+    let steps = stack.length;
     while (stack.length > 0) {
       const s = stack.pop()!;
       if (seen.has(s)) continue;
       seen.add(s);
-      for (const t of this.nfa.eps[s]) if (!seen.has(t)) stack.push(t);
+      const eps = this.nfa.eps[s];
+      steps += 1 + eps.length;
+      for (const t of eps) if (!seen.has(t)) stack.push(t);
     }
+    this.work.charge(steps + seen.size);
     return [...seen].sort((a, b) => a - b);
   }
 
   private idOf(set: number[]): number {
+    this.work.charge(set.length);
     const key = set.join(",");
     let id = this.ids.get(key);
     if (id === undefined) {
@@ -170,10 +223,14 @@ class SubsetDfa {
     const edges: Array<{ set: CodePointSet; to: number }> = [];
     for (const s of this.sets[id]) for (const e of this.nfa.edges[s]) edges.push(e);
     const points = new Set<number>();
+    let ranges = 0;
     for (const e of edges) for (const [a, b] of e.set) {
       points.add(a);
       points.add(b + 1);
+      ranges++;
     }
+    // Each interval between points is compared against every edge's ranges below.
+    this.work.charge(this.sets[id].length + ranges * Math.max(1, points.size - 1));
     const sorted = [...points].sort((a, b) => a - b);
     const out: Array<{ lo: number; hi: number; to: number }> = [];
     const byTargets = new Map<string, number>();
@@ -209,7 +266,11 @@ class Product {
   private readonly comps: SubsetDfa[] = [];
   private readonly formula: (acc: boolean[]) => boolean;
 
-  constructor(lang: Lang, private readonly limits: AutomatonLimits) {
+  constructor(
+    lang: Lang,
+    private readonly limits: AutomatonLimits,
+    readonly work: WorkMeter = meter(),
+  ) {
     let budget = limits.maxNfaStates;
     const compileLeaf = (node: RegexNode): number => {
       if (nfaSize(node) > budget) throw new AutomatonLimitError(`the pattern needs more than ${limits.maxNfaStates} automaton states`);
@@ -217,7 +278,8 @@ class Product {
       const start = nb.state();
       const accept = nb.build(node, start);
       budget -= nb.eps.length;
-      this.comps.push(new SubsetDfa({ eps: nb.eps, edges: nb.edges, start, accept }, limits.maxDfaStates));
+      work.charge(nb.eps.length);
+      this.comps.push(new SubsetDfa({ eps: nb.eps, edges: nb.edges, start, accept }, limits.maxDfaStates, work));
       return this.comps.length - 1;
     };
     const compileLang = (l: Lang): ((acc: boolean[]) => boolean) => {
@@ -260,6 +322,7 @@ class Product {
       points.add(t.hi + 1);
     }
     if (points.size === 0) return [];
+    this.work.charge(points.size * lists.length);
     const sorted = [...points].sort((a, b) => a - b);
     const cursor = lists.map(() => 0);
     const byKey = new Map<string, { ranges: Array<[number, number]>; next: number[] }>();
@@ -350,21 +413,32 @@ export function buildDfa(lang: Lang, limits: AutomatonLimits = DEFAULT_AUTOMATON
   return new Product(lang, limits).dfa();
 }
 
-/** Recently built DFAs by a caller's key (e.g. format + pattern + lengths), most recent last. */
-const dfaCache = new Map<string, Dfa>();
+/** Recently built DFAs by a caller's key (e.g. format + pattern + lengths), most recent last, with the steps each took. */
+const dfaCache = new Map<string, { dfa: Dfa; steps: number }>();
 const DFA_CACHE_SIZE = 64;
 
-/** buildDfa, memoised under `key` in a small bounded cache (a DFA is immutable once built). */
+/**
+ * buildDfa, memoised under `key` in a small bounded cache (a DFA is immutable once built). A hit is
+ * charged the steps its construction took (once per compile), so whether a grammar fits its budget
+ * never depends on what earlier requests left in the cache.
+ */
 export function cachedDfa(key: string, lang: () => Lang, limits: AutomatonLimits = DEFAULT_AUTOMATON_LIMITS): Dfa {
   const fullKey = `${limits.maxNfaStates}/${limits.maxDfaStates}/${key}`;
+  const work = meter();
   const hit = dfaCache.get(fullKey);
   if (hit) {
+    if (!work.charged.has(fullKey)) {
+      work.charged.add(fullKey);
+      work.charge(hit.steps);
+    }
     dfaCache.delete(fullKey);
     dfaCache.set(fullKey, hit);
-    return hit;
+    return hit.dfa;
   }
-  const dfa = buildDfa(lang(), limits);
-  dfaCache.set(fullKey, dfa);
+  const before = work.spent;
+  const dfa = new Product(lang(), limits, work).dfa();
+  work.charged.add(fullKey);
+  dfaCache.set(fullKey, { dfa, steps: work.spent - before });
   if (dfaCache.size > DFA_CACHE_SIZE) dfaCache.delete(dfaCache.keys().next().value!);
   return dfa;
 }

@@ -12,6 +12,7 @@
 // Anything that cannot be converted throws GrammarConversionError; the API layer reports it as a
 // 400 naming `tools[i].format.definition`.
 
+import { withAutomatonBudget } from "./automaton.ts";
 import { ALL_CHARS, charClass, GrammarBuilder } from "./gbnf.ts";
 import { checkRegexLimits, DEFAULT_LARK_LIMITS, GrammarConversionError, larkToGbnf, rawRegexExpr, type LarkToGbnfOptions } from "./lark-to-gbnf.ts";
 import { PatternError } from "./regex-to-gbnf.ts";
@@ -24,6 +25,10 @@ export type CustomToolFormat =
 
 /** GBNF (with a `root` rule) for a custom tool's input. */
 export function customToolGrammar(format: CustomToolFormat, options: LarkToGbnfOptions = {}): string {
+  return withAutomatonBudget(() => customToolGrammarWithin(format, options));
+}
+
+function customToolGrammarWithin(format: CustomToolFormat, options: LarkToGbnfOptions): string {
   if (format.type === "text") return `root ::= ${charClass(ALL_CHARS)}*\n`;
   if (format.type !== "grammar") throw new GrammarConversionError(`format type ${JSON.stringify((format as { type: unknown }).type)}`, "expected text or grammar");
   if (typeof format.definition !== "string") throw new GrammarConversionError("definition", "must be a string");
@@ -43,7 +48,7 @@ export function regexGrammar(pattern: string, options: LarkToGbnfOptions = {}): 
   if (total > limits.maxTotalRepeat) throw new GrammarConversionError("regex", `repetition counts add up to more than ${limits.maxTotalRepeat}`);
   const b = new GrammarBuilder();
   try {
-    const { expr } = rawRegexExpr(b, pattern, "re");
+    const { expr } = withAutomatonBudget(() => rawRegexExpr(b, pattern, "re"));
     b.shared("root", () => expr);
   } catch (err) {
     if (err instanceof PatternError) throw new GrammarConversionError("regex", err.message);

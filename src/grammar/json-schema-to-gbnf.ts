@@ -97,6 +97,7 @@ import {
   dfaToGbnf,
   langMatcher,
   langOfRegex,
+  withAutomatonBudget,
   type Lang,
 } from "./automaton.ts";
 import {
@@ -1456,7 +1457,7 @@ export function compileJsonSchema(schema: unknown, opts: JsonSchemaToGbnfOptions
   const limits = resolveLimits(opts);
   checkSchemaLimits(schema, limits);
   const converter = new Converter(schema, maxWhitespace, opts.strict ?? true, limits);
-  const gbnf = converter.convert();
+  const gbnf = withAutomatonBudget(() => converter.convert());
   // llama.cpp loads a grammar on the JavaScript thread, for every request that uses it.
   const loadCost = estimateLoadCost(gbnf);
   if (loadCost > limits.maxLoadCost) {

@@ -49,7 +49,7 @@
 // and anything syntactically wrong. Limits (LarkLimits) are checked before any expansion.
 
 import { ALL_CHARS, alt, charClass, cpSet, group, GrammarBuilder, literal, seq, setIntersect, setIsEmpty, type CodePointSet } from "./gbnf.ts";
-import { AutomatonLimitError, cachedDfa, type Dfa, dfaLengthRange, dfaToGbnf, langOfRegex } from "./automaton.ts";
+import { AutomatonLimitError, cachedDfa, type Dfa, dfaLengthRange, dfaToGbnf, langOfRegex, withAutomatonBudget } from "./automaton.ts";
 import { compilePattern, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError } from "./regex-to-gbnf.ts";
 
 /** A grammar that cannot be converted; `line`/`column` are 1-based (0 when not tied to a place). */
@@ -1198,5 +1198,5 @@ export function larkToGbnf(definition: string, options: LarkToGbnfOptions = {}):
     if (dir.kind === "import") for (const n of dir.names) importCommon(n.name, n.alias, n.pos);
     else ignores.push({ expr: dir.expr, pos: dir.pos });
   }
-  return new Converter(parser.defs, ignores, limits, maxWs, parser.totalRepeat).convert();
+  return withAutomatonBudget(() => new Converter(parser.defs, ignores, limits, maxWs, parser.totalRepeat).convert());
 }

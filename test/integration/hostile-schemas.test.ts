@@ -78,6 +78,9 @@ const corpus: Array<[string, unknown, number, string | null, number?]> = [
     400,
     "tools",
   ],
+  // Thirty characters whose determinisation holds every request 2–3 s: refused by its step count.
+  ["a regex whose automaton takes millions of steps (guided_regex)", { ...chat, guided_regex: "^((c|d|cd|dc|cdc)+){300}$" }, 400, "guided_regex", 1000],
+  ["the same as structured_outputs.regex", { ...chat, structured_outputs: { regex: "^((c|d|cd|dc|cdc)+){300}$" } }, 400, "structured_outputs.regex", 1000],
   [
     "two tools whose grammars are each within bounds but not together",
     { ...chat, tools: [0, 1].map((i) => ({ type: "function", function: { name: `f${i}`, parameters: { type: "object", properties: props(1300) }, strict: true } })) },
@@ -111,4 +114,20 @@ test("grammar-heavy bodies answer promptly and never stall /health", async () =>
     await poller;
   }
   assert.ok(worst < 1000, `/health waited ${Math.round(worst)} ms at worst`);
+});
+
+test("a Lark grammar of many costly terminals is refused by one budget for the grammar, promptly", async () => {
+  const definition =
+    "start: " + Array.from({ length: 30 }, (_, i) => `T${i}`).join(" ") + "\n" + Array.from({ length: 30 }, (_, i) => `T${i}: /((e|f|ef|fe|efe${i})+){100}/`).join("\n");
+  const body = { model: "tiny", input: "x", max_output_tokens: 2, tools: [{ type: "custom", name: "t", format: { type: "grammar", syntax: "lark", definition } }] };
+  for (let i = 0; i < 2; i++) {
+    const t0 = performance.now();
+    const r = await s.http.postRaw("/v1/responses", body);
+    const took = performance.now() - t0;
+    assert.equal(r.status, 400, r.text.slice(0, 300));
+    assert.equal(r.error?.param, "tools[0].format.definition");
+    assert.match(r.error?.message ?? "", /construction steps/);
+    // It took 8 s before the budget.
+    assert.ok(took < 2000, `took ${Math.round(took)} ms`);
+  }
 });
