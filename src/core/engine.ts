@@ -41,6 +41,8 @@ export interface PrepareOptions {
    * rather than answering 0.
    */
   measureOnly?: boolean;
+  /** The client's signal: preparation that waits (a schema compiling) stops when it aborts. */
+  signal?: AbortSignal;
 }
 
 /** How one choice runs: its sampling (seed already offset per choice), budget and slot. */

@@ -96,7 +96,7 @@ export class GenerationService {
     for (const [r, req] of reqs.entries()) {
       let prep: PreparedGeneration | undefined;
       try {
-        prep = await engine.prepare(req, { countPrompt });
+        prep = await engine.prepare(req, { countPrompt, signal });
         // The engine keeps writing through prep, so both name the context's (shared) object.
         if (prep.responseHeaders && ctx.responseHeaders && r === 0) prep.responseHeaders = Object.assign(ctx.responseHeaders, prep.responseHeaders);
         prepared.push({ prep, maxTokens: checkContext(req, prep) });

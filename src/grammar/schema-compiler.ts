@@ -3,6 +3,12 @@
 // /health; a compilation past its deadline has its worker terminated (a fresh one takes the next
 // job) and is refused as a SchemaLimitError. Results are cached here by schema, so a schema seen
 // before costs nothing. The in-thread limits (SchemaLimits) still apply inside the worker.
+//
+// A request may bring many schemas (128 tools), each within the limits and costing up to half a
+// second. So a caller passes a CompileControl: one deadline for all of a request's schemas (a job
+// starting near it gets only what is left), and the client's signal, which takes the request's
+// queued jobs out at once. Callers compile a request's schemas one after another, so the queue holds
+// at most one job per request and the requests take turns on the worker.
 import { Worker } from "node:worker_threads";
 import {
   type CompiledSchema,
@@ -19,8 +25,18 @@ interface Job {
   id: number;
   schema: unknown;
   opts: JsonSchemaToGbnfOptions;
+  /** performance.now() past which the job is refused (the request's deadline, if it set one). */
+  deadline: number | undefined;
   resolve: (c: CompiledSchema) => void;
   reject: (e: unknown) => void;
+}
+
+/** What one request's compilations share. */
+export interface CompileControl {
+  /** performance.now() by which all of the request's schemas must be compiled. */
+  deadline?: number;
+  /** The client's signal: when it aborts, the request's queued jobs are dropped. */
+  signal?: AbortSignal;
 }
 
 /** Compiled schemas kept (least recently used first out). */
@@ -62,7 +78,8 @@ export class SchemaCompiler {
     if (this.users === 0) await this.dispose();
   }
 
-  compile(schema: unknown, opts: JsonSchemaToGbnfOptions = {}): Promise<CompiledSchema> {
+  compile(schema: unknown, opts: JsonSchemaToGbnfOptions = {}, control: CompileControl = {}): Promise<CompiledSchema> {
+    if (control.signal?.aborted) return Promise.reject(control.signal.reason);
     let key: string | undefined;
     try {
       key = schemaCacheKey(schema, opts);
@@ -84,20 +101,36 @@ export class SchemaCompiler {
       return Promise.reject(err);
     }
     this.stopWhenIdle = false;
+    const { signal } = control;
     return new Promise<CompiledSchema>((resolve, reject) => {
-      this.queue.push({
+      const job: Job = {
         id: this.nextId++,
         schema,
         opts,
+        deadline: control.deadline,
         resolve: (c) => {
+          signal?.removeEventListener("abort", onAbort);
           if (key !== undefined) {
             this.cache.set(key, c);
             while (this.cache.size > CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
           }
           resolve(c);
         },
-        reject,
-      });
+        reject: (e) => {
+          signal?.removeEventListener("abort", onAbort);
+          reject(e);
+        },
+      };
+      // A job still queued leaves with its client; one the worker holds runs on to its deadline
+      // (stopping it would cost a fresh worker) and its result is cached for the next asker.
+      const onAbort = () => {
+        const at = this.queue.indexOf(job);
+        if (at === -1) return;
+        this.queue.splice(at, 1);
+        job.reject(signal!.reason);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.queue.push(job);
       this.pump();
     });
   }
@@ -151,21 +184,27 @@ export class SchemaCompiler {
       if (this.stopWhenIdle) void this.dispose();
       return;
     }
+    if (job.deadline !== undefined && performance.now() >= job.deadline) {
+      job.reject(requestDeadlinePassed());
+      this.pump();
+      return;
+    }
     // The job counts as current from here, so a dispose() while the worker starts waits for it.
     const cur: { job: Job; timer: NodeJS.Timeout | undefined } = { job, timer: undefined };
     this.current = cur;
     void this.start().then((worker) => {
       if (this.current !== cur) return; // the worker died while starting; fail() moved on
+      const left = job.deadline === undefined ? Infinity : Math.max(0, job.deadline - performance.now());
       cur.timer = setTimeout(() => {
         // Past the deadline: this worker is busy for who knows how long; drop it.
         if (this.current !== cur) return;
         this.worker = undefined;
         this.ready = undefined;
         this.current = undefined;
-        job.reject(new SchemaLimitError("", `compiling the schema took longer than ${this.timeoutMs} ms`));
+        job.reject(left < this.timeoutMs ? requestDeadlinePassed() : new SchemaLimitError("", `compiling the schema took longer than ${this.timeoutMs} ms`));
         void worker.terminate();
         this.pump();
-      }, this.timeoutMs);
+      }, Math.min(this.timeoutMs, left));
       try {
         worker.postMessage({ id: job.id, schema: job.schema, opts: job.opts });
       } catch (err) {
@@ -204,6 +243,16 @@ export class SchemaCompiler {
     this.pump();
   }
 }
+
+/** A request's schemas, together, took longer than REQUEST_COMPILE_MS: the fault of them all, not of the one compiling last. */
+export class RequestCompileDeadlineError extends SchemaLimitError {}
+
+function requestDeadlinePassed(): SchemaLimitError {
+  return new RequestCompileDeadlineError("", `compiling this request's schemas took longer than the ${REQUEST_COMPILE_MS} ms one request may use`);
+}
+
+/** How long all of one request's schemas may take to compile together (see CompileControl). */
+export const REQUEST_COMPILE_MS = 5000;
 
 /** The process's compiler: grammar compilation is CPU work, one thread for it is enough. */
 export const schemaCompiler = new SchemaCompiler();

@@ -58,3 +58,52 @@ test("past its deadline a compilation is refused and the next one still works", 
     await hurried.dispose();
   }
 });
+
+test("a request's queued schemas leave the queue when its client does", async () => {
+  const own = new SchemaCompiler(20_000);
+  try {
+    // The worker is busy with one schema; a second request's schema waits behind it.
+    const busy = own.compile(costly(201), { limits: { maxLoadCost: Infinity } });
+    const client = new AbortController();
+    const waiting = own.compile(costly(202), { limits: { maxLoadCost: Infinity } }, { signal: client.signal });
+    const gone = new Error("client closed");
+    setTimeout(() => client.abort(gone), 20);
+    // Rejected when the client leaves, not after the busy schema (which it used to wait for and then compile).
+    const leftAt = await waiting.then(
+      () => assert.fail("compiled for a client that left"),
+      (e: unknown) => {
+        assert.equal(e, gone);
+        return performance.now();
+      },
+    );
+    const busyDoneAt = await busy.then(() => performance.now());
+    assert.ok(leftAt < busyDoneAt, "dropped while the worker was still busy");
+    // A request whose client is already gone queues nothing.
+    const before = new AbortController();
+    before.abort(gone);
+    await assert.rejects(own.compile({ type: "integer" }, {}, { signal: before.signal }), (e: unknown) => e === gone);
+    // The compiler carries on.
+    assert.match((await own.compile({ type: "boolean" })).gbnf, /root/);
+  } finally {
+    await own.dispose();
+  }
+});
+
+test("a request's schemas share one deadline: a job is cut at what is left of it", async () => {
+  const own = new SchemaCompiler(20_000);
+  try {
+    await own.compile({ type: "null" }); // the worker is up
+    // The per-job limit is 20 s; the request has 50 ms for all its schemas.
+    const control = { deadline: performance.now() + 50 };
+    await assert.rejects(
+      own.compile(costly(203), { limits: { maxLoadCost: Infinity } }, control),
+      (e: unknown) => e instanceof SchemaLimitError && /this request's schemas took longer/.test(e.message),
+    );
+    // Its next schema is refused without reaching the worker.
+    await assert.rejects(own.compile({ type: "string", maxLength: 7 }, {}, control), (e: unknown) => e instanceof SchemaLimitError && /this request's schemas/.test(e.message));
+    // Another request is unaffected.
+    assert.match((await own.compile({ type: "string", maxLength: 8 }, {}, { deadline: performance.now() + 20_000 })).gbnf, /root/);
+  } finally {
+    await own.dispose();
+  }
+});

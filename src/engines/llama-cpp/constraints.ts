@@ -16,7 +16,7 @@ import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compos
 import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
 import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
-import { schemaCompiler } from "../../grammar/schema-compiler.ts";
+import { type CompileControl, REQUEST_COMPILE_MS, RequestCompileDeadlineError, schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 
@@ -112,8 +112,10 @@ export class ConstraintPlanner {
   }
 
   /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
-  async plan(req: GenerationRequest, header?: string): Promise<Constraints> {
+  async plan(req: GenerationRequest, header?: string, signal?: AbortSignal): Promise<Constraints> {
     const out: Constraints = { relaxed: [] };
+    // All of this request's schemas share one compile deadline and the client's signal.
+    const control: CompileControl = { deadline: performance.now() + REQUEST_COMPILE_MS, signal };
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
       const choice = req.toolChoice;
@@ -121,12 +123,22 @@ export class ConstraintPlanner {
       const allowed = typeof choice === "object" && "allowed" in choice ? new Set(choice.allowed) : undefined;
       const offered = req.tools!.filter((t) => (named === undefined || t.name === named) && (!allowed || allowed.has(t.name)));
       out.functions = Object.fromEntries(req.tools!.map((t) => [t.name, { description: describeTool(t), params: toolParams(t) as never }]));
-      const args = await Promise.all(offered.map(async (t) => ({ name: t.name, ...(await this.argumentsGrammar(t, req.tools!.indexOf(t))) })));
+      // One tool after another: the request then holds at most one place in the compiler's queue
+      // (other requests' schemas take turns with its tools), and the tools' grammars, each within
+      // bounds alone, must be within them together (one grammar is loaded), which is known to fail
+      // as soon as the sum passes the bound, before the remaining tools cost anything.
+      const args: Array<{ name: string; argsGbnf: string; loadCost: number; relaxed: string[] }> = [];
+      let cost = 0;
+      for (const t of offered) {
+        const a = { name: t.name, ...(await this.argumentsGrammar(t, req.tools!.indexOf(t), control)) };
+        args.push(a);
+        cost += a.loadCost;
+        if (cost > DEFAULT_MAX_LOAD_COST) {
+          const first = args.length < offered.length ? `the first ${args.length} of them alone come to` : "they come to";
+          throw invalidField(`{field} are too large to enforce together: their grammars would take the engine too long to load (${first} ${Math.round(cost / 1e6)} M units, the limit is ${Math.round(DEFAULT_MAX_LOAD_COST / 1e6)} M).`, "tools");
+        }
+      }
       for (const a of args) out.relaxed.push(...a.relaxed.map((p) => `${a.name}:${p}`));
-      // Each tool's grammar is within bounds alone; together they must be too (one grammar is loaded).
-      const cost = args.reduce((sum, a) => sum + a.loadCost, 0);
-      if (cost > DEFAULT_MAX_LOAD_COST)
-        throw invalidField(`{field} are too large to enforce together: their grammars would take the engine too long to load (${Math.round(cost / 1e6)} M units, the limit is ${Math.round(DEFAULT_MAX_LOAD_COST / 1e6)} M).`, "tools");
       const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
       out.tools = {
         format: this.format,
@@ -137,7 +149,7 @@ export class ConstraintPlanner {
       };
     }
     if (req.responseFormat) {
-      const content = await this.contentGrammar(req);
+      const content = await this.contentGrammar(req, control);
       let text = content.gbnf;
       out.relaxed.push(...content.relaxed);
       if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
@@ -151,22 +163,22 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private async argumentsGrammar(tool: ToolDefinition, i: number): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[] }> {
+  private async argumentsGrammar(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[] }> {
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
       const loadCost = estimateLoadCost(argsGbnf);
       if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField(`{field} is too large to enforce: its grammar would take the engine too long to load.`, `tools[${i}].input`);
       return { argsGbnf, loadCost, relaxed: [] };
     }
-    const { gbnf, loadCost, relaxed } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`);
+    const { gbnf, loadCost, relaxed } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`, control, "tools");
     return { argsGbnf: gbnf, loadCost, relaxed: relaxed.map((r) => r.path) };
   }
 
-  private async contentGrammar(req: GenerationRequest): Promise<{ gbnf: string; relaxed: string[] }> {
+  private async contentGrammar(req: GenerationRequest, control: CompileControl): Promise<{ gbnf: string; relaxed: string[] }> {
     const rf = req.responseFormat!;
     if (rf.type === "json_object") return { gbnf: JSON_OBJECT_GBNF, relaxed: [] };
     if (rf.type === "regex") return { gbnf: patternGrammar(rf.pattern), relaxed: [] };
-    const { gbnf, relaxed } = await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema");
+    const { gbnf, relaxed } = await schemaGrammar(rf.schema, rf.strict, "responseFormat.schema", control);
     return { gbnf, relaxed: relaxed.map((r) => r.path) };
   }
 
@@ -211,10 +223,14 @@ function patternGrammar(pattern: string): string {
   return gbnf;
 }
 
-async function schemaGrammar(schema: unknown, strict: boolean, field: string): Promise<CompiledSchema> {
+async function schemaGrammar(schema: unknown, strict: boolean, field: string, control: CompileControl, together = field): Promise<CompiledSchema> {
   try {
-    return await schemaCompiler.compile(schema, { strict });
+    return await schemaCompiler.compile(schema, { strict }, control);
   } catch (err) {
+    // Out of the request's time: the fault of all its schemas (its tools), not of the one compiling last.
+    if (err instanceof RequestCompileDeadlineError) {
+      throw invalidField(`{field} cannot be enforced in time: compiling this request's schemas took longer than the ${REQUEST_COMPILE_MS} ms one request may use.`, together);
+    }
     if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
     throw err;

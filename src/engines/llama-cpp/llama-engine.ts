@@ -7,7 +7,7 @@ import { type LlamaGrammar, type LlamaContext, type LlamaContextSequence, type L
 import { refuseImages } from "../../core/content-parts.ts";
 import { embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ModelDescription, PromptInput } from "../../core/types.ts";
-import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration, PromptExtras } from "../../core/engine.ts";
+import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration, PrepareOptions, PromptExtras } from "../../core/engine.ts";
 import { embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
@@ -234,7 +234,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     };
   }
 
-  async prepare(req: GenerationRequest): Promise<LlamaPrepared> {
+  async prepare(req: GenerationRequest, options: PrepareOptions = {}): Promise<LlamaPrepared> {
     if (this.contexts.length === 0) throw embeddingOnlyModel(this.id);
     if (req.prompt.kind === "chat") refuseImages(req.prompt.messages, this.id);
     // The reader relies on node-llama-cpp internals; a library that lacks them refuses logprobs.
@@ -243,7 +243,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     if (req.prompt.kind !== "chat" && (req.tools || req.responseFormat))
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     this.bound.check(req.prompt, this.contextSize, req.tools);
-    const { constraints, rendered, reasoning, tokens } = await this.promptFor(req);
+    const { constraints, rendered, reasoning, tokens } = await this.promptFor(req, options.signal);
     const { stopTokens, formatStops } = rendered;
     if (tokens.length === 0) throw invalidField("The prompt is empty.", "prompt");
     for (const id of req.sampling.logitBias.keys()) {
@@ -277,8 +277,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   /** The prompt's tokens as generation evaluates them, with the plans that decided them. */
-  private async promptFor(req: GenerationRequest) {
-    const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined);
+  private async promptFor(req: GenerationRequest, signal?: AbortSignal) {
+    const constraints = await this.constraints.plan(req, this.harmony ? FINAL_HEADER : undefined, signal);
     const rendered = this.renderer.render(req, constraints.functions, this.textBound);
     const constrained = constraints.tools?.forced === true || constraints.contentGrammar !== undefined;
     const reasoning = this.renderer.planReasoning(req, constraints.tools !== undefined, rendered.openTurn, constrained);
