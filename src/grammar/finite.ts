@@ -7,14 +7,15 @@
 // repetitions are rules, and a repetition that may stop has an empty alternative), in time linear in
 // the grammar.
 
-import { parseGrammar } from "./load-cost.ts";
+import { type ParsedGrammar, parseGrammar } from "./load-cost.ts";
 
 /**
  * The named rules reachable from `root` that cannot finish, in the order they were first named;
- * empty when every reachable rule can.
+ * empty when every reachable rule can. Takes the text or its parse (which a caller that also
+ * needs the load cost shares: a long bounded string expands to ~100,000 rules).
  */
-export function unfinishableRules(gbnf: string, root = "root"): string[] {
-  const { rules, ids } = parseGrammar(gbnf);
+export function unfinishableRules(gbnf: string | ParsedGrammar, root = "root"): string[] {
+  const { rules, ids } = typeof gbnf === "string" ? parseGrammar(gbnf) : gbnf;
   const n = rules.length;
   const productive = new Uint8Array(n);
   // missing[r][a]: references in alternative a of rule r not yet known to be productive.

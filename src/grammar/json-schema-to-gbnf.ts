@@ -116,7 +116,7 @@ import {
   cpSet,
 } from "./gbnf.ts";
 import { unfinishableRules } from "./finite.ts";
-import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "./load-cost.ts";
+import { DEFAULT_MAX_LOAD_COST, grammarLoadCost, parseGrammar, type ParsedGrammar } from "./load-cost.ts";
 import { boundedNumber, boundsHoldAsDoubles, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import {
@@ -309,6 +309,8 @@ class Converter {
   private readonly refTargets = new Map<string, { pointer: string; targetPath: string }>();
   private readonly ws: string;
   readonly relaxed: Relaxation[] = [];
+  /** The grammar as llama.cpp will build it, parsed once for the finiteness check and the load cost. */
+  parsed: ParsedGrammar | undefined;
   private readonly relaxedKeys = new Set<string>();
   private depth = 0;
 
@@ -330,7 +332,8 @@ class Converter {
       const expr = this.visit(this.rootSchema, "", new Set());
       this.b.shared("root", () => expr);
       const gbnf = this.b.render();
-      this.checkFinite(gbnf);
+      this.parsed = parseGrammar(gbnf);
+      this.checkFinite(this.parsed);
       return gbnf;
     } catch (e) {
       if (e instanceof GrammarLimitError) throw new SchemaLimitError("", e.message);
@@ -344,8 +347,8 @@ class Converter {
    * each require another (a required property, a minItems ≥ 1 array) without a way to end.
    * Structural, so refused whatever `strict` says.
    */
-  private checkFinite(gbnf: string): void {
-    const stuck = unfinishableRules(gbnf);
+  private checkFinite(grammar: ParsedGrammar): void {
+    const stuck = unfinishableRules(grammar);
     if (stuck.length === 0) return;
     const ref = stuck.map((name) => this.refTargets.get(name)).find((t) => t !== undefined);
     const cycle = ref ? `every value of ${ref.pointer} contains another one, without end` : "its values never end";
@@ -1459,7 +1462,7 @@ export function compileJsonSchema(schema: unknown, opts: JsonSchemaToGbnfOptions
   const converter = new Converter(schema, maxWhitespace, opts.strict ?? true, limits);
   const gbnf = withAutomatonBudget(() => converter.convert());
   // llama.cpp loads a grammar on the JavaScript thread, for every request that uses it.
-  const loadCost = estimateLoadCost(gbnf);
+  const loadCost = grammarLoadCost(gbnf, converter.parsed);
   if (loadCost > limits.maxLoadCost) {
     throw new SchemaLimitError("", `its grammar would take the engine too long to load (${Math.round(loadCost / 1e6)} M units, the limit is ${Math.round(limits.maxLoadCost / 1e6)} M); long runs of optional properties cost the most`);
   }

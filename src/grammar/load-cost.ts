@@ -220,8 +220,14 @@ export function parseGrammarRules(gbnf: string): GrammarRule[] {
   return parseGrammar(gbnf).rules;
 }
 
+/** A grammar as llama.cpp builds it: its rules, and the id of each named rule. */
+export interface ParsedGrammar {
+  rules: GrammarRule[];
+  ids: ReadonlyMap<string, number>;
+}
+
 /** The same, with the id of each named rule (groups and repetitions have none). */
-export function parseGrammar(gbnf: string): { rules: GrammarRule[]; ids: ReadonlyMap<string, number> } {
+export function parseGrammar(gbnf: string): ParsedGrammar {
   const parser = new Parser(gbnf);
   parser.parse();
   return { rules: parser.rules, ids: parser.ids };
@@ -284,8 +290,8 @@ export function leftRecursionWalk(rules: readonly GrammarRule[]): number {
  * every element its left-recursion check visits (see the file header). Infinity when the count
  * overflows. Throws on text that is not a grammar llama.cpp would parse.
  */
-export function grammarLoadCost(gbnf: string): number {
-  const cost = CHAR_COST * gbnf.length + leftRecursionWalk(parseGrammarRules(gbnf));
+export function grammarLoadCost(gbnf: string, parsed?: ParsedGrammar): number {
+  const cost = CHAR_COST * gbnf.length + leftRecursionWalk(parsed?.rules ?? parseGrammarRules(gbnf));
   return Number.isFinite(cost) ? cost : Infinity;
 }
 
