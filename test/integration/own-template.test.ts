@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel } from "node-llama-cpp";
+import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel, LlamaText } from "node-llama-cpp";
 import { ApiError } from "../../src/core/errors.ts";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
@@ -8,6 +8,7 @@ import { FaithfulChatMLChatWrapper } from "../../src/engines/llama-cpp/chatml-wr
 import { PromptBound } from "../../src/engines/llama-cpp/prompt-bound.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC, CHATML_TEMPLATE, ensureFixtureModel, THINKING_SPEC, TINY_SPEC, type FixtureSpec } from "../fixtures/models.ts";
+import { startTestServer } from "../helpers/server.ts";
 
 // Chat prompts follow the model's own template, as llama.cpp's server and vLLM render it, even
 // where node-llama-cpp would stand a hand-written wrapper of the model's family in for it (that
@@ -294,4 +295,96 @@ test("a tool result reaches the template as sent: JSON only where writing its va
   // These would not: an id past 2^53, a trailing zero, a key twice, an overflow, reordered keys.
   for (const text of ['{"order_id": 12345678901234567890}', '{"price": 1.50}', '{"d": 1, "d": 2}', '{"x": 1e400}', '{"2": "b", "1": "a"}'])
     assert.equal(result(text), text);
+});
+
+/**
+ * A tool-use template of the Hermes family, written for this test: tools as JSON inside <tools>,
+ * calls as JSON between <tool_call> tags, results in `tool` turns between <tool_response> tags.
+ * node-llama-cpp cannot read its call layout from samples (it trims each parameter's description,
+ * which its Jinja engine refuses for the sample tools it renders, as for Hermes 3's), so it used to
+ * document tools in a system message of its own, with a call syntax of its own, and leave <tools>
+ * empty.
+ */
+const HERMES_STYLE_TEMPLATE = [
+  "{{- '<|im_start|>system\\nYou may call functions. Tools: <tools>' -}}",
+  "{%- for tool in tools -%}{{- ' ' + (tool['function'] | tojson) -}}",
+  "{%- for name, field in tool['function']['parameters']['properties'] | items -%}{{- ' ' + name + ': ' + (field['description'] | trim) -}}{%- endfor -%}",
+  "{%- endfor -%}",
+  "{{- ' </tools> Call one as <tool_call>\\n{\"name\": <name>, \"arguments\": <args>}\\n</tool_call><|im_end|>\\n' -}}",
+  "{%- for message in messages -%}",
+  "{%- if message['role'] == 'assistant' and message['tool_calls'] is defined -%}",
+  "{{- '<|im_start|>assistant\\n' + (message['content'] | trim) -}}",
+  "{%- for call in message['tool_calls'] -%}",
+  "{{- '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' + (call['function']['arguments'] | tojson) + '}\\n</tool_call>' -}}",
+  "{%- endfor -%}{{- '<|im_end|>\\n' -}}",
+  "{%- elif message['role'] == 'tool' -%}",
+  "{%- if loop.previtem and loop.previtem['role'] != 'tool' -%}{{- '<|im_start|>tool\\n' -}}{%- endif -%}",
+  "{{- '<tool_response>\\n' + message['content'] + '\\n</tool_response>' -}}",
+  "{%- if loop.last or loop.nextitem['role'] != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}",
+  "{%- else -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+test("a Hermes-style tool template node-llama-cpp cannot read gets its family's layout: tools in <tools>, calls and results as the template writes them", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-hermes-tools", HERMES_STYLE_TEMPLATE));
+  const wrapper = renderer.wrapper;
+  assert.ok(wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate, wrapper.constructor.name);
+  // The layout the tool-call grammar and parser use.
+  assert.equal(LlamaText(wrapper.settings.functions.call.prefix).toString(), '<tool_call>\n{"name": "');
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string", description: "City name" } }, required: ["city"] } } } as never;
+  const asked = promptText(renderer, model, { ...chat([{ role: "user", content: "Weather in Paris?" }]) });
+  const withTools = model.detokenize(renderer.render(chat([{ role: "user", content: "Weather in Paris?" }]), functions).tokens, true);
+  assert.equal(
+    withTools,
+    '<|im_start|>system\nYou may call functions. Tools: <tools> {"name": "get_weather", "description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]}} city: City name </tools> Call one as <tool_call>\n{"name": <name>, "arguments": <args>}\n</tool_call><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n',
+  );
+  assert.ok(!withTools.includes("||call") && !asked.includes("||call"), withTools);
+  // A call and its result, then the answer and a new question: each in the template's own turns.
+  const roundTrip = chat([
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "get_weather", arguments: '{"city": "Paris"}' }] },
+    { role: "tool", content: '{"temp": 20}', toolCallId: "call_1" },
+    { role: "assistant", content: "It is 20." },
+    { role: "user", content: "Thanks" },
+  ]);
+  const text = model.detokenize(renderer.render(roundTrip, functions).tokens, true);
+  assert.ok(
+    text.endsWith(
+      '<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n<|im_start|>tool\n<tool_response>\n{"temp": 20}\n</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 20.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n',
+    ),
+    text,
+  );
+  // A tool whose parameters carry no descriptions still renders (the template trims them).
+  const bare = { ping: { params: { type: "object", properties: { host: { type: "string" } } } } };
+  assert.match(model.detokenize(renderer.render(chat([{ role: "user", content: "Ping" }]), bare as never).tokens, true), /<tools> \{"name": "ping".* host:  <\/tools>/);
+});
+
+test("over HTTP, a required call on a Hermes-style template comes back as a tool call in the family's layout", async () => {
+  const modelPath = await ensureFixtureModel(withTemplate("plinth-bpe-hermes-tools", HERMES_STYLE_TEMPLATE));
+  const server = await startTestServer({ model: [`hermes=${modelPath}`] });
+  try {
+    // An enum keeps the random model's arguments short enough to finish.
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"], description: "City name" } }, required: ["city"] } } }];
+    for (const stream of [false, true]) {
+      const body = { model: "hermes", messages: [{ role: "user", content: "Weather in Paris?" }], tools, tool_choice: "required", max_tokens: 60, temperature: 0 };
+      if (!stream) {
+        const r = await server.http.postRaw("/v1/chat/completions", body);
+        assert.equal(r.status, 200, r.text.slice(0, 300));
+        const choice = (r.json as { choices: Array<{ finish_reason: string; message: { tool_calls: Array<{ function: { name: string; arguments: string } }> } }> }).choices[0];
+        assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
+        assert.equal(choice.message.tool_calls[0].function.name, "get_weather");
+        assert.equal(typeof JSON.parse(choice.message.tool_calls[0].function.arguments).city, "string");
+      } else {
+        const streamed = await server.http.chatStream({ ...body, stream: true } as never);
+        assert.equal(streamed.status, 200, streamed.text.slice(0, 300));
+        const args = streamed.chunks.flatMap((c) => c.choices[0]?.delta?.tool_calls?.map((t) => t.function?.arguments ?? "") ?? []).join("");
+        assert.equal(typeof JSON.parse(args).city, "string", args);
+      }
+    }
+  } finally {
+    await server.close();
+  }
 });

@@ -19,6 +19,7 @@ import {
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
+import { adoptKnownToolLayout } from "./tool-layouts.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
@@ -457,20 +458,44 @@ function rendersAlike(a: ChatWrapper, b: ChatWrapper): boolean {
 function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateChatWrapperOptions>): ChatWrapper | undefined {
   const template = model.fileInfo.metadata?.tokenizer?.chat_template;
   if (typeof template !== "string" || template.trim() === "") return undefined;
+  const build = (extra: Partial<JinjaTemplateChatWrapperOptions> = {}) => {
+    const make = () => new JinjaTemplateChatWrapper({ ...settings, ...extra, template, tokenizer: model.tokenizer });
+    const wrapper = make();
+    // A template whose call layout node-llama-cpp could not read gets its family's (tool-layouts.ts),
+    // kept only when a conversation with a call and its result then renders.
+    if (adoptKnownToolLayout(wrapper, template) === undefined) return wrapper;
+    try {
+      wrapper.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS });
+      return wrapper;
+    } catch {
+      return make();
+    }
+  };
   try {
-    return new JinjaTemplateChatWrapper({ ...settings, template, tokenizer: model.tokenizer });
+    return build();
   } catch {
     // A template that loops over `tools` without asking whether there are any (Hermes 3's tool-use
     // one) fails node-llama-cpp's checks: its Jinja engine refuses to loop over an undefined value,
     // where llama.cpp's loops over nothing. An empty list stands in when a request brings no tools.
     try {
-      const additionalRenderParameters = { ...settings.additionalRenderParameters, tools: [] };
-      return new JinjaTemplateChatWrapper({ ...settings, additionalRenderParameters, template, tokenizer: model.tokenizer });
+      return build({ additionalRenderParameters: { ...settings.additionalRenderParameters, tools: [] } });
     } catch {
       return undefined;
     }
   }
 }
+
+/** A call, its result and an answer, rendered once to check a layout given to a template. */
+const LAYOUT_PROBE: ChatHistoryItem[] = toChatHistory([
+  { role: "user", content: "Weather?" },
+  { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "probe_weather", arguments: '{"city": "Paris"}' }] },
+  { role: "tool", content: '{"temp": 20}', toolCallId: "call_1" },
+  { role: "assistant", content: "20." },
+  { role: "user", content: "Thanks" },
+] as Message[]);
+const LAYOUT_PROBE_FUNCTIONS: ChatModelFunctions = {
+  probe_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+};
 
 /**
  * The wrapper's rendering of a conversation. A template may refuse one (Mistral's raise an error

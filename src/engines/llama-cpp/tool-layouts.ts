@@ -1,0 +1,131 @@
+import { type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText } from "node-llama-cpp";
+
+// Tool calling through a model's own template, for templates whose call layout node-llama-cpp
+// cannot work out by itself.
+//
+// node-llama-cpp reads a template's call layout by rendering sample calls and comparing the text.
+// When that fails (Hermes 2 Pro's and Hermes 3's tool-use templates, among others), it documents
+// the tools in a system message of its own, with a call syntax of its own (`||call: name(...)`),
+// and leaves the template's tool section empty: the model is told to call tools in a way it was
+// never trained on. For a template of a known family, the layout is given here instead, and the
+// wrapper is switched to its template path: the template then receives `tools` and the messages
+// with `tool_calls` and `tool` turns, as llama.cpp's server and vLLM pass them, and writes them
+// its own way.
+
+/** A call layout, as node-llama-cpp's chat wrapper settings describe it. */
+type FunctionsSettings = ChatWrapperSettings["functions"];
+
+interface KnownLayout {
+  /** Which family, for logs and tests. */
+  name: string;
+  /** Whether a template is of this family. */
+  matches(template: string): boolean;
+  functions: FunctionsSettings;
+}
+
+/**
+ * Hermes (NousResearch's tool-use templates, and the fine-tunes that copy them): each call is a JSON
+ * object with `name` and `arguments` between <tool_call> tags, each result a `tool` turn between
+ * <tool_response> tags; Qwen 2.5 and Qwen 3 write the same, and node-llama-cpp reads theirs.
+ */
+const HERMES: KnownLayout = {
+  name: "hermes",
+  matches: (t) => t.includes("<tool_call>") && t.includes("</tool_call>") && t.includes("<tool_response>") && /\barguments\b/.test(t) && /\btools\b/.test(t),
+  functions: {
+    call: {
+      optionalPrefixSpace: true,
+      prefix: LlamaText('<tool_call>\n{"name": "'),
+      paramsPrefix: LlamaText('", "arguments": '),
+      suffix: LlamaText("}\n</tool_call>"),
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: LlamaText("<tool_response>\n"), suffix: LlamaText("\n</tool_response>") },
+    parallelism: {
+      call: { sectionPrefix: "", betweenCalls: "\n", sectionSuffix: "" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES];
+
+/** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
+interface JinjaToolInternals {
+  _usingJinjaFunctionCallTemplate: boolean;
+  _stringifyFunctionParams: boolean;
+  _stringifyFunctionResult: boolean;
+  _jinjaTemplate: { render(params: Record<string, unknown>): string };
+  settings: ChatWrapperSettings;
+}
+
+/**
+ * node-llama-cpp leaves `content` out of an assistant message that only calls tools; templates test
+ * it with `is not none` and trim it, which Python's Jinja (and llama.cpp's) pass for a missing value
+ * and node-llama-cpp's Jinja engine refuses. Such a message gets empty content, as clients send.
+ */
+function withContent(params: Record<string, unknown>): Record<string, unknown> {
+  const messages = params.messages;
+  if (!Array.isArray(messages)) return params;
+  return { ...params, messages: messages.map((m: Record<string, unknown>) => (m && m.content === undefined ? { ...m, content: "" } : m)) };
+}
+
+/**
+ * A tool whose description, or a parameter's, is missing written with empty ones: templates trim
+ * and join them, which Python's Jinja does to a missing value as to "" and node-llama-cpp's Jinja
+ * engine refuses. Only used when the tools as sent do not render.
+ */
+function withDescriptions(tool: unknown): unknown {
+  const t = tool as { function?: { description?: unknown; parameters?: { properties?: Record<string, unknown> } } };
+  if (!t?.function) return tool;
+  const fn = t.function;
+  const properties = fn.parameters?.properties;
+  return {
+    ...t,
+    function: {
+      ...fn,
+      description: fn.description ?? "",
+      ...(fn.parameters && properties && typeof properties === "object"
+        ? {
+            parameters: {
+              ...fn.parameters,
+              properties: Object.fromEntries(
+                Object.entries(properties).map(([k, v]) => [k, v && typeof v === "object" && !Array.isArray(v) && (v as { description?: unknown }).description === undefined ? { ...v, description: "" } : v]),
+              ),
+            },
+          }
+        : {}),
+    },
+  };
+}
+
+/**
+ * Gives `wrapper` the call layout of its template's family when node-llama-cpp found none, and
+ * switches it to rendering tools through the template. Returns the family's name, or undefined when
+ * the wrapper already had a layout or the template is of no known family.
+ */
+export function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): string | undefined {
+  if (wrapper.usingJinjaFunctionCallTemplate) return undefined;
+  const layout = LAYOUTS.find((l) => l.matches(template));
+  if (!layout) return undefined;
+  const internals = wrapper as unknown as JinjaToolInternals;
+  if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
+    throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
+  const jinja = internals._jinjaTemplate;
+  if (typeof jinja?.render !== "function") throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
+  const render = (params: Record<string, unknown>): string => {
+    try {
+      return jinja.render(withContent(params));
+    } catch (err) {
+      if (!Array.isArray(params.tools) || params.tools.length === 0) throw err;
+      return jinja.render(withContent({ ...params, tools: params.tools.map(withDescriptions) }));
+    }
+  };
+  internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
+  internals.settings = { ...internals.settings, functions: layout.functions };
+  internals._usingJinjaFunctionCallTemplate = true;
+  // Arguments go to the template as objects (it writes them with tojson); results as text, which
+  // the template writes as they are.
+  internals._stringifyFunctionParams = false;
+  internals._stringifyFunctionResult = true;
+  return layout.name;
+}
