@@ -173,3 +173,15 @@ test("--cache-ram 0 keeps no saved states; the sequence itself still reuses its 
     await none.close();
   }
 });
+
+test("the Responses API keeps cache_salt's boundary too (it was dropped there: a salted prompt hit another salt's cache)", async () => {
+  const respond = async (cache_salt: string) => {
+    const r = await s.http.post("/v1/responses", { model: "tiny", input: "The quick brown fox jumps over the lazy dog. ".repeat(8), max_output_tokens: 2, store: false, cache_salt });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    return (r.json as { usage: { input_tokens_details: { cached_tokens: number } } }).usage.input_tokens_details.cached_tokens;
+  };
+  await respond("salt-a");
+  assert.ok((await respond("salt-a")) > 10, "the same salt reuses its prompt");
+  // Only the template's opening tokens, which every request shares, may be reused across salts.
+  assert.ok((await respond("salt-b")) <= 2, "another salt does not");
+});

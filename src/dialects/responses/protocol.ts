@@ -175,6 +175,8 @@ export const createResponseRequest = z.object({
   user: z.string().nullish(),
   safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),
+  // vLLM's: requests share cached prompt state only under one salt (as on chat and completions).
+  cache_salt: z.string().nullish(),
   ...serviceFieldsSchema,
   /** Accepted by the schema only so that it can be refused by name. */
   context_management: z.unknown().optional(),

@@ -26,9 +26,9 @@ type Item = Record<string, unknown>;
 const notFound = (what: string, id: string, param: string | null = null) =>
   new ApiError(404, `No ${what} with id '${id}' exists here.`, { param, code: "not_found" });
 
-/** The namespace a Responses request runs and stores in: its end-user fields. */
-export const responsesNamespace = (body: { user?: string | null; safety_identifier?: string | null }) =>
-  isolationKey(body.safety_identifier ?? body.user, null) ?? "";
+/** The namespace a Responses request's prompt cache is isolated in: its end-user fields and vLLM's cache_salt. */
+export const responsesNamespace = (body: { user?: string | null; safety_identifier?: string | null; cache_salt?: string | null }) =>
+  isolationKey(body.safety_identifier ?? body.user, body.cache_salt) ?? "";
 
 /** The id prefix of each item type, as OpenAI's ids have them. */
 export const ITEM_ID_PREFIX: Record<string, string> = { message: "msg_", function_call: "fc_", function_call_output: "fco_", custom_tool_call: "ctc_", custom_tool_call_output: "ctco_", reasoning: "rs_" };

@@ -65,7 +65,7 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
     responseFormat: responseFormat(body),
     ...reasoning(body),
   };
-  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, null), fieldName: partFieldNamer(origins, body) };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), fieldName: partFieldNamer(origins, body) };
 }
 
 /**
