@@ -292,3 +292,15 @@ test("a request's inputs spread over the pool; a full queue is a 429; a disconne
     await q.close();
   }
 });
+
+test("/tokenize counts an embedding model's text as /v1/embeddings does: [CLS] and [SEP] both", async () => {
+  const text = "hello world, and a little more";
+  const counted = await s.http.post("/tokenize", { model: "bert", prompt: text });
+  assert.equal(counted.status, 200, JSON.stringify(counted.json));
+  const embedded = await s.http.post("/v1/embeddings", { model: "bert", input: text });
+  assert.equal(embedded.status, 200, JSON.stringify(embedded.json));
+  assert.equal(counted.json.count, embedded.json.usage.prompt_tokens);
+  // Without special tokens, neither is added.
+  const bare = await s.http.post("/tokenize", { model: "bert", prompt: text, add_special_tokens: false });
+  assert.equal(bare.json.count, counted.json.count - 2);
+});

@@ -402,6 +402,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // The same path as prepare: tools and the thinking switch are part of what the template renders.
     if (prompt.kind === "chat") return (await this.promptFor({ prompt, ...extras } as GenerationRequest)).tokens;
     if (prompt.kind === "text" && !addSpecial) return tokenizeRawText(this.model, prompt.text);
+    // An embedding-only model's text is counted as embeddings count it: with the begin and end
+    // tokens its vocabulary takes (BERT's [CLS] and [SEP]), so /tokenize agrees with the length
+    // limit and the usage of /v1/embeddings.
+    if (prompt.kind === "text" && this.contexts.length === 0 && this.embeddings) return this.embeddings.tokenize({ kind: "text", text: prompt.text });
     return this.renderer.render({ prompt } as GenerationRequest).tokens;
   }
 
