@@ -48,6 +48,8 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --headers-timeout <s>  seconds the request headers may take to arrive (default 30)
   --body-timeout <s>     seconds a request body may take to arrive (default 60)
   --keep-alive-timeout <s>  seconds an idle connection is kept open (default 65)
+  --send-timeout <s>     seconds a streamed answer waits for a client that has stopped reading before
+                         the connection is closed and the generation cancelled (default 30)
   --max-connections <n>  open connections at most; more are refused (default 512; 0: no limit)
   --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
   --cache-min-tokens <n> shortest prompt worth saving (default 16)
@@ -104,6 +106,7 @@ export const SERVE_OPTIONS = {
   "headers-timeout": { type: "string" },
   "body-timeout": { type: "string" },
   "keep-alive-timeout": { type: "string" },
+  "send-timeout": { type: "string" },
   "max-connections": { type: "string" },
   "cache-ram": { type: "string" },
   "chat-wrapper": { type: "string" },

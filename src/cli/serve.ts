@@ -146,6 +146,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     headersTimeoutMs: config["headers-timeout"] * 1000,
     bodyTimeoutMs: config["body-timeout"] * 1000,
     keepAliveTimeoutMs: config["keep-alive-timeout"] * 1000,
+    sendTimeoutMs: config["send-timeout"] * 1000,
     maxConnections: config["max-connections"],
     ui: config.ui,
   });

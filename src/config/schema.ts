@@ -116,6 +116,8 @@ export const configSchema = z.object({
   "body-timeout": z.number().positive().default(60),
   /** Seconds an idle keep-alive connection is kept open. */
   "keep-alive-timeout": z.number().positive().default(65),
+  /** Seconds a streamed answer waits for its client to take more before the connection is closed. */
+  "send-timeout": z.number().positive().default(30),
   /** Open connections at most; more are closed as they arrive (0: no limit). */
   "max-connections": z.int().min(0).default(512),
   /** RAM for saved prompt states (prefix cache beyond what the sequences hold); 0 disables. */
@@ -172,4 +174,4 @@ export const configSchema = z.object({
 export type PlinthConfig = z.infer<typeof configSchema>;
 
 /** Keys whose values are whole numbers, so strings from the environment and flags can be converted. */
-export const NUMERIC_KEYS = ["upstream-slots", "upstream-attempts", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-after", "eject-time", "store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "decode-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "max-connections", "route-seed", "scale-to-zero-after", "ledger-retention", "rate-window"] as const;
+export const NUMERIC_KEYS = ["upstream-slots", "upstream-attempts", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-after", "eject-time", "store-ttl", "port", "ctx-size", "parallel", "max-queue", "queue-timeout", "drain-timeout", "embedding-contexts", "decode-contexts", "threads", "body-limit", "cache-ram", "cache-min-tokens", "headers-timeout", "body-timeout", "keep-alive-timeout", "send-timeout", "max-connections", "route-seed", "scale-to-zero-after", "ledger-retention", "rate-window"] as const;

@@ -2,9 +2,10 @@
  * A minimal multi-producer, single-consumer async queue: several choices generate concurrently and
  * one renderer reads their events in arrival order.
  *
- * Producers that can outrun the consumer (a remote upstream streams far faster than a slow client
- * reads) wait for `room` once `full`, so what is buffered stays bounded instead of growing with
- * everything the upstream sent.
+ * Producers that can outrun the consumer (an engine generates faster than a slow client reads, or
+ * a client stops reading altogether) wait for `room` once `full`, so what is buffered stays bounded
+ * instead of growing with everything generated. The bound is on items and, with `weigh`, on their
+ * estimated size too: one event with 20 top logprobs weighs as much as dozens of plain text deltas.
  */
 export class Channel<T> implements AsyncIterable<T> {
   private items: T[] = [];
@@ -16,10 +17,16 @@ export class Channel<T> implements AsyncIterable<T> {
   /** The consumer stopped reading (it returned early): nobody will take what is pushed. */
   private detached = false;
   private failure: unknown = undefined;
+  /** Estimated size of the items pushed and not yet taken (0 without `weigh`). */
+  private weight = 0;
 
   constructor(
     /** Items buffered at which producers should wait for `room`. */
     private readonly limit = 1024,
+    /** Buffered weight (see `weigh`) at which producers should wait for `room`. */
+    private readonly weightLimit = Number.POSITIVE_INFINITY,
+    /** An item's estimated size; must give the same answer for an item each time it is asked. */
+    private readonly weigh?: (item: T) => number,
   ) {}
 
   /** Items pushed and not yet taken. */
@@ -27,14 +34,25 @@ export class Channel<T> implements AsyncIterable<T> {
     return this.items.length - this.head;
   }
 
+  /** Estimated size of the items pushed and not yet taken. */
+  get bytes(): number {
+    return this.weight;
+  }
+
+  /** Nothing more will come out: the consumer left, or it took everything of a closed channel. */
+  get finished(): boolean {
+    return this.detached || (this.closed && this.size === 0);
+  }
+
   /** Whether a producer should wait for `room` before pushing more. */
   get full(): boolean {
-    return this.size >= this.limit && !this.closed && !this.detached;
+    return (this.size >= this.limit || this.weight >= this.weightLimit) && !this.closed && !this.detached;
   }
 
   push(item: T): void {
     if (this.closed || this.detached) return;
     this.items.push(item);
+    if (this.weigh) this.weight += this.weigh(item);
     this.wake();
   }
 
@@ -47,7 +65,7 @@ export class Channel<T> implements AsyncIterable<T> {
   }
 
   /**
-   * Resolves once the consumer has taken enough that the buffer is below half its limit, the
+   * Resolves once the consumer has taken enough that the buffer is below half its limits, the
    * channel is closed or its consumer gone, or `signal` aborts (the producer checks it itself).
    */
   room(signal: AbortSignal): Promise<void> {
@@ -77,14 +95,16 @@ export class Channel<T> implements AsyncIterable<T> {
   private take(): T {
     const item = this.items[this.head];
     this.items[this.head++] = undefined as T;
+    if (this.weigh) this.weight -= this.weigh(item);
     if (this.head === this.items.length) {
       this.items = [];
       this.head = 0;
+      this.weight = 0;
     } else if (this.head >= 1024 && this.head * 2 >= this.items.length) {
       this.items = this.items.slice(this.head);
       this.head = 0;
     }
-    if (this.roomWaiters.length > 0 && this.size < this.limit / 2) this.wakeProducers();
+    if (this.roomWaiters.length > 0 && this.size < this.limit / 2 && this.weight < this.weightLimit / 2) this.wakeProducers();
     return item;
   }
 
@@ -107,6 +127,7 @@ export class Channel<T> implements AsyncIterable<T> {
       this.detached = true;
       this.items = [];
       this.head = 0;
+      this.weight = 0;
       this.wakeProducers();
     }
   }

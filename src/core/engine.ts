@@ -127,11 +127,14 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   /** Of the free slots, the one this request should run in (e.g. where its prompt is cached). */
   pickSlot?(prepared: P, free: readonly number[]): number;
   /**
-   * Whether a choice's `generate` may be left unread for a while without holding up other requests.
-   * When so, a choice whose reader falls behind waits for it (see Channel); when not (a llama.cpp
-   * context decodes all its sequences in one step, which waits for each), its events are buffered.
+   * The core stops reading the choice running in `slot` for a while: its client is too far behind
+   * (see Channel). A generation left unread must not hold up other requests; an engine that steps
+   * its sequences together (a llama.cpp context decodes all of them in one batch, and its batch
+   * gate waits for each) stops waiting for this one. Returns the call that says it is read again;
+   * the core makes it before it reads on or ends the generation. Engines for which an unread
+   * generation costs nothing beyond its own (a remote upstream, simply not read) leave it out.
    */
-  readonly pausable?: boolean;
+  idle?(slot: number): () => void;
   /** Generates one choice. Ending iteration early stops the generation. */
   generate(prepared: P, run: ChoiceRun, signal: AbortSignal): AsyncGenerator<EngineChunk>;
   /**

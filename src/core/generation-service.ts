@@ -4,6 +4,7 @@ import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type Gener
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
 import type { Engine, PreparedGeneration, PromptExtras } from "./engine.ts";
 import { ApiError } from "./errors.ts";
+import { BUFFERED_BYTES, BUFFERED_EVENTS, eventWeight } from "./event-weight.ts";
 import { newId } from "./ids.ts";
 import { PartTracker } from "./part-tracker.ts";
 import type { ModelRegistry } from "./registry.ts";
@@ -35,6 +36,8 @@ export class GenerationService {
   private readonly hooks: GenerationHooks[] = [];
   /** Requests admitted and not yet finished. */
   private readonly active = new Set<BatchRun>();
+  /** See `unread`. */
+  private readonly channels = new Set<Channel<GenerationEvent>>();
   /**
    * Embedding requests running, each with the abort that stops it: they take no generation slot,
    * but a shutdown waits for them as for generations (the store closes after it, and their clients
@@ -170,6 +173,7 @@ export class GenerationService {
       for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
     });
     this.active.add(run);
+    this.unread().add(run.channel);
     run.whenDone().finally(() => this.active.delete(run)).catch(() => {});
     run.whenDone().then(
       (counts) => {
@@ -196,6 +200,26 @@ export class GenerationService {
       },
     );
     return { promptTokens, events: run.channel, spent };
+  }
+
+  /**
+   * Events generated and not yet taken by their renderers, over every running request, and their
+   * estimated size (see event-weight.ts): what clients reading slower than the models hold here.
+   */
+  buffered(): { events: number; bytes: number } {
+    let events = 0;
+    let bytes = 0;
+    for (const channel of this.unread()) {
+      events += channel.size;
+      bytes += channel.bytes;
+    }
+    return { events, bytes };
+  }
+
+  /** The event channels of requests whose renderers have not finished reading (a generation may end before). */
+  private unread(): Set<Channel<GenerationEvent>> {
+    for (const channel of this.channels) if (channel.finished) this.channels.delete(channel);
+    return this.channels;
   }
 
   /** True once the server is shutting down: new requests are refused. */
@@ -366,7 +390,7 @@ function inBatch(err: unknown, r: number): unknown {
  * choice failing, stops every sibling at its next token (a failed request has no partial answer).
  */
 class BatchRun {
-  readonly channel = new Channel<GenerationEvent>();
+  readonly channel = new Channel<GenerationEvent>(BUFFERED_EVENTS, BUFFERED_BYTES, eventWeight);
   sawOutput = false;
   /** Prompt tokens an engine reported while generating, by request of the batch. */
   readonly reportedPrompt = new Map<number, number>();
@@ -454,10 +478,19 @@ class BatchRun {
       const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
       let reason: FinishReason = "stop";
       for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot, waitedMs }, signal)) {
-        // A reader slower than the engine (a remote upstream streams far faster than a slow client
-        // takes it) holds the engine here, so the events between them stay a bounded buffer.
-        if (engine.pausable && this.channel.full) {
-          await this.channel.room(signal);
+        // A reader slower than the engine (a client reading slowly, or not at all) holds the engine
+        // here, so the events between them stay a bounded buffer (see event-weight.ts) instead of
+        // the whole answer. The generation is not read meanwhile: a remote upstream waits in its
+        // socket, and a llama.cpp sequence skips its context's steps (the engine's `idle`), so its
+        // batch goes on without it. A client that takes nothing for long is cut off by the HTTP
+        // side (see SseWriter), which ends this like any disconnect.
+        if (this.channel.full) {
+          const resume = engine.idle?.(slot);
+          try {
+            await this.channel.room(signal);
+          } finally {
+            resume?.();
+          }
           signal.throwIfAborted();
         }
         switch (chunk.kind) {

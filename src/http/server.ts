@@ -35,14 +35,24 @@ export interface HttpOptions {
   bodyTimeoutMs?: number;
   /** How long an idle keep-alive connection is kept (default 65 s). */
   keepAliveTimeoutMs?: number;
+  /** How long a stream waits for a client that takes nothing before closing it (default 30 s; see SseWriter). */
+  sendTimeoutMs?: number;
   /** Open connections at most; further ones are closed as they arrive (default 512; 0: no limit). */
   maxConnections?: number;
+}
+
+declare module "fastify" {
+  interface FastifyInstance {
+    /** See HttpOptions.sendTimeoutMs. */
+    sendTimeoutMs?: number;
+  }
 }
 
 export const HTTP_DEFAULTS = {
   headersTimeoutMs: 30_000,
   bodyTimeoutMs: 60_000,
   keepAliveTimeoutMs: 65_000,
+  sendTimeoutMs: 30_000,
   maxConnections: 512,
 };
 
@@ -109,6 +119,8 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     clientErrorHandler: clientErrorHandler(envelopeFor),
     frameworkErrors: frameworkErrorHandler(envelopeFor),
   });
+  // Read by every stream's writer (respondWithSse), in whichever plugin its route lives.
+  app.decorate("sendTimeoutMs", opts.sendTimeoutMs ?? HTTP_DEFAULTS.sendTimeoutMs);
   answerExpectations(app.server, envelopeFor);
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) makeRoomAtTheCap(app.server, maxConnections);

@@ -2,12 +2,24 @@ import type { ServerResponse } from "node:http";
 import { quoteRequestId } from "../core/errors.ts";
 import { toApiError } from "./to-api-error.ts";
 
+/** How long a write waits for a client that takes nothing, unless the server sets its own (--send-timeout). */
+const SEND_TIMEOUT_MS = 30_000;
+
 /**
  * A server-sent-events writer over a raw response. Writes wait for the socket to drain, so a slow
- * reader slows its own stream instead of growing an unbounded buffer.
+ * reader slows its own stream instead of growing an unbounded buffer: the events wait in the
+ * request's Channel, which holds its generation once full (generation-service.ts).
+ *
+ * A client that has taken nothing for `sendTimeoutMs` while a write waits (it stopped reading, but
+ * keeps the connection open) is treated as gone: the connection is closed, which cancels its
+ * generation and frees its sequence exactly as a disconnect does (and counts as one, a 499).
+ * Otherwise a few clients that never read could hold every sequence for as long as they like.
  */
 export class SseWriter {
-  constructor(private readonly res: ServerResponse) {}
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly sendTimeoutMs = SEND_TIMEOUT_MS,
+  ) {}
 
   open(headers: Record<string, string> = {}): void {
     this.res.writeHead(200, {
@@ -39,7 +51,11 @@ export class SseWriter {
     if (this.closed) return Promise.resolve();
     if (this.res.write(chunk)) return Promise.resolve();
     return new Promise((resolve) => {
+      // The drain comes once the socket has taken what waited in Node's buffer (about an event
+      // past its high-water mark), so a client that reads, however slowly, meets it long before this.
+      const stalled = setTimeout(() => this.res.destroy(), this.sendTimeoutMs);
       const done = () => {
+        clearTimeout(stalled);
         this.res.off("drain", done);
         this.res.off("close", done);
         resolve();
@@ -55,7 +71,7 @@ export class SseWriter {
  * status, so it is reported as a final data event in the dialect's error shape.
  */
 export async function respondWithSse(
-  reply: { hijack(): void; raw: ServerResponse },
+  reply: { hijack(): void; raw: ServerResponse; server?: { sendTimeoutMs?: number } },
   signal: AbortSignal,
   write: (sse: SseWriter) => Promise<void>,
   errorEvent: (err: unknown) => { event?: string; data: unknown },
@@ -63,7 +79,7 @@ export async function respondWithSse(
   requestId?: string,
 ): Promise<void> {
   reply.hijack();
-  const sse = new SseWriter(reply.raw);
+  const sse = new SseWriter(reply.raw, reply.server?.sendTimeoutMs);
   sse.open(headers);
   try {
     await write(sse);

@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { Channel } from "../../src/core/channel.ts";
+import { BUFFERED_BYTES, eventWeight } from "../../src/core/event-weight.ts";
 
 // The queue between a request's choices and its renderer: each take is O(1), and a producer that
 // waits for `room` is held while the reader lags, released once it catches up or leaves.
@@ -66,4 +67,44 @@ test("a reader that leaves, a close or an abort releases every waiting producer;
       assert.equal(ch.full, false);
     }
   }
+});
+
+test("with a weight, a producer is held once the buffered weight reaches its limit, and let go below half of it", async () => {
+  // Few items, but heavy ones (an event with 20 top logprobs per token): the item limit alone
+  // would let them pile up.
+  const ch = new Channel<string>(1000, 100, (s) => s.length);
+  const signal = new AbortController().signal;
+  ch.push("a".repeat(40));
+  ch.push("b".repeat(40));
+  assert.equal(ch.full, false);
+  ch.push("c".repeat(30));
+  assert.equal(ch.bytes, 110);
+  assert.equal(ch.full, true, "3 items of 1000, but 110 of 100 bytes");
+  let released = false;
+  const waiting = ch.room(signal).then(() => (released = true));
+  const reader = ch[Symbol.asyncIterator]();
+  await reader.next();
+  await new Promise((r) => setImmediate(r));
+  assert.equal(released, false, "70 bytes left: not below half");
+  await reader.next();
+  await waiting;
+  assert.equal(ch.bytes, 30);
+  await reader.return!(undefined);
+  assert.equal(ch.bytes, 0, "a reader that leaves drops what was buffered");
+  assert.equal(ch.finished, true);
+});
+
+test("an event's weight grows with its top logprobs: a token with 20 alternatives weighs as much as several plain deltas", () => {
+  const entry = (token: string) => ({ token, bytes: [...Buffer.from(token)], logprob: -1 });
+  const plain = eventWeight({ type: "text", choice: 0, text: "hello" });
+  const heavy = eventWeight({
+    type: "text",
+    choice: 0,
+    text: "hello",
+    logprobs: [{ ...entry("hello"), top: Array.from({ length: 20 }, (_, i) => entry(`t${i}`)) }],
+  });
+  assert.ok(plain >= 100 && plain < 400, `plain: ${plain}`);
+  assert.ok(heavy > 5 * plain, `with 20 top logprobs: ${heavy}`);
+  // The bound holds hundreds of such events, not the thousands a long answer has.
+  assert.ok(BUFFERED_BYTES / heavy > 300 && BUFFERED_BYTES / heavy < 2000);
 });

@@ -106,6 +106,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   private readonly lanes: number;
   /** One per context, when enabled. */
   private readonly gates: BatchGate[];
+  /**
+   * Slots whose sequence is generating and counted by its gate, and of those the ones the core has
+   * stopped reading (see idle), which the gate no longer waits for.
+   */
+  private readonly stepping = new Set<number>();
+  private readonly idling = new Set<number>();
   /** Set for gpt-oss's message layout. */
   private readonly harmony: HarmonyLayout | undefined;
   private readonly renderer: PromptRenderer;
@@ -328,14 +334,34 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       }
       // From here on this sequence decodes every step; its context's gate waits for it.
       gate?.enter(sequenceIdOf(sequence));
+      this.stepping.add(slot);
     } finally {
       joined?.();
     }
     try {
       yield* this.decode(prepared, run, sequence, input, signal);
     } finally {
-      gate?.leave(sequenceIdOf(sequence));
+      this.stepping.delete(slot);
+      // An idle sequence has already left its gate.
+      if (!this.idling.delete(slot)) gate?.leave(sequenceIdOf(sequence));
     }
+  }
+
+  /**
+   * The core stops reading this slot's generation (its client is far behind). Its sequence then
+   * queues no decode (each step's decode is queued when the next token is asked for), so it only
+   * has to leave its gate, which would otherwise hold every step of the context's other sequences
+   * for it (up to a quarter of a step each time). Back when read again, as a sequence that starts.
+   */
+  idle(slot: number): () => void {
+    const gate = this.gates[laneOf(slot, this.lanes)];
+    // Not yet generating (its cached count or echo is what waits): the gate does not count it.
+    if (!gate || !this.stepping.has(slot) || this.idling.has(slot)) return () => {};
+    this.idling.add(slot);
+    gate.leave(sequenceIdOf(this.sequences[slot]));
+    return () => {
+      if (this.idling.delete(slot)) gate.enter();
+    };
   }
 
   private async *decode(

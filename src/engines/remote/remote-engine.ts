@@ -100,8 +100,8 @@ const HEALTH_BODY_MS = 2_000;
  */
 export class RemoteEngine implements Engine<RemotePrepared> {
   readonly slots: number;
-  /** An upstream stream left unread just waits in its socket (its idle timer runs from each read). */
-  readonly pausable = true;
+  // No `idle`: an upstream stream the core stops reading just waits in its socket, holding up no
+  // other request (its idle timer runs from each read).
   readonly embeddings?: Embedder;
   private hasTokenize: boolean | undefined;
   /** The context the upstream's /tokenize last reported (its /v1/models may not say). */
