@@ -388,3 +388,51 @@ test("over HTTP, a required call on a Hermes-style template comes back as a tool
     await server.close();
   }
 });
+
+/**
+ * A tool-use template written the way Qwen 3's is, which node-llama-cpp reads: `'\n' + content` for
+ * every assistant turn (a turn that only calls tools has no content), results in a user turn.
+ */
+const QWEN_STYLE_TOOLS_TEMPLATE = [
+  "{%- if tools -%}{{- '<|im_start|>system\\n<tools>' -}}{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}{{- '\\n</tools><|im_end|>\\n' -}}{%- endif -%}",
+  "{%- for message in messages -%}",
+  "{%- if message.role == 'user' or message.role == 'system' -%}",
+  "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}",
+  "{%- elif message.role == 'assistant' -%}",
+  "{{- '<|im_start|>assistant\\n' + message.content -}}",
+  "{%- if message.tool_calls -%}{%- for call in message.tool_calls -%}",
+  "{%- if (loop.first and message.content) or not loop.first -%}{{- '\\n' -}}{%- endif -%}",
+  "{{- '<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' + (call.function.arguments | tojson) + '}\\n</tool_call>' -}}",
+  "{%- endfor -%}{%- endif -%}",
+  "{{- '<|im_end|>\\n' -}}",
+  "{%- elif message.role == 'tool' -%}",
+  "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
+
+test("answered calls are given to a template that reads them as messages, results as sent (they were written into the assistant's text, results re-quoted)", async () => {
+  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-qwen-tools", QWEN_STYLE_TOOLS_TEMPLATE));
+  const wrapper = renderer.wrapper;
+  assert.ok(wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate, wrapper.constructor.name);
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } } as never;
+  const call = { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "get_weather", arguments: '{"city": "Paris"}' }] } as Message;
+  const opening = '<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n';
+  for (const [result, written] of [
+    ['{"temp": 20}', '{"temp": 20}'],
+    ["sunny", "sunny"],
+    ['"quoted"', '"quoted"'],
+  ]) {
+    const text = model.detokenize(renderer.render(chat([{ role: "user", content: "Weather in Paris?" }, call, { role: "tool", content: result, toolCallId: "call_1" }]), functions).tokens, true);
+    assert.ok(text.endsWith(`${opening}<|im_start|>user\n<tool_response>\n${written}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`), text);
+  }
+  const answered = model.detokenize(
+    renderer.render(
+      chat([{ role: "user", content: "Weather in Paris?" }, call, { role: "tool", content: '{"temp": 20}', toolCallId: "call_1" }, { role: "assistant", content: "It is 20." }, { role: "user", content: "Thanks" }]),
+      functions,
+    ).tokens,
+    true,
+  );
+  assert.ok(answered.endsWith(`${opening}<|im_start|>user\n<tool_response>\n{"temp": 20}\n</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 20.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n`), answered);
+});

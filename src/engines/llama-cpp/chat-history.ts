@@ -8,7 +8,7 @@ import type { Message } from "../../core/types.ts";
  * Tool results are folded into the assistant turn that made the call (that is how the wrappers
  * render them); a trailing assistant message is left open so the model continues it (prefill).
  */
-export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
+export function toChatHistory(messages: Message[], options: { rawResults?: boolean } = {}): ChatHistoryItem[] {
   const history: ChatHistoryItem[] = [];
   const openCalls = new Map<string, ChatModelFunctionCall>();
 
@@ -56,9 +56,12 @@ export function toChatHistory(messages: Message[]): ChatHistoryItem[] {
             `prompt.messages[${i}].toolCallId`,
           );
         }
-        // The wrapper serialises results as JSON; a result that already is JSON goes in as its value,
-        // so it is not rendered as a quoted string.
-        call.result = parseOrKeep(m.content);
+        // A wrapper that writes results itself serialises them as JSON; a result that already is
+        // JSON goes in as its value, so it is not rendered as a quoted string. One that hands them
+        // to the template as `tool` messages (`rawResults`) passes the text as the client sent it,
+        // as llama.cpp's server does (a value there broke node-llama-cpp's rendering, which then
+        // fell back to writing the calls into the assistant's text).
+        call.result = options.rawResults ? m.content : parseOrKeep(m.content);
         return;
       }
     }

@@ -19,7 +19,7 @@ import {
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
-import { adoptKnownToolLayout } from "./tool-layouts.ts";
+import { prepareToolRendering } from "./tool-layouts.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
@@ -132,6 +132,10 @@ export class PromptRenderer {
       else wrapper = own ?? wrapper;
     }
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
+    // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
+    // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
+    if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
+      prepareToolRendering(wrapper, this.template, (w) => w.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS }));
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
   }
@@ -161,7 +165,7 @@ export class PromptRenderer {
     }
     const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
     if (wrapper instanceof JinjaTemplateChatWrapper) this.refuseControlText(req);
-    const state = this.withThinkingSwitch(wrapper, thinkingSwitch(req), () => renderTemplate(wrapper, toChatHistory(prompt.messages), functions));
+    const state = this.withThinkingSwitch(wrapper, thinkingSwitch(req), () => renderTemplate(wrapper, toChatHistory(prompt.messages, { rawResults: handsResultsOver(wrapper) }), functions));
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
@@ -422,6 +426,15 @@ function textBytes(text: LlamaText): number {
   return bytes;
 }
 
+/**
+ * Whether the wrapper gives tool results to the template as `tool` messages (node-llama-cpp's
+ * template path, set up by prepareToolRendering): then the client's text is passed as sent (see
+ * toChatHistory).
+ */
+function handsResultsOver(wrapper: ChatWrapper): boolean {
+  return wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate;
+}
+
 /** Whether a wrapper node-llama-cpp resolved stands in for the model's template (see the constructor). */
 function prefersOwnTemplate(wrapper: ChatWrapper): boolean {
   return !(wrapper instanceof JinjaTemplateChatWrapper) && !(wrapper instanceof HarmonyChatWrapper);
@@ -458,19 +471,7 @@ function rendersAlike(a: ChatWrapper, b: ChatWrapper): boolean {
 function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateChatWrapperOptions>): ChatWrapper | undefined {
   const template = model.fileInfo.metadata?.tokenizer?.chat_template;
   if (typeof template !== "string" || template.trim() === "") return undefined;
-  const build = (extra: Partial<JinjaTemplateChatWrapperOptions> = {}) => {
-    const make = () => new JinjaTemplateChatWrapper({ ...settings, ...extra, template, tokenizer: model.tokenizer });
-    const wrapper = make();
-    // A template whose call layout node-llama-cpp could not read gets its family's (tool-layouts.ts),
-    // kept only when a conversation with a call and its result then renders.
-    if (adoptKnownToolLayout(wrapper, template) === undefined) return wrapper;
-    try {
-      wrapper.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS });
-      return wrapper;
-    } catch {
-      return make();
-    }
-  };
+  const build = (extra: Partial<JinjaTemplateChatWrapperOptions> = {}) => new JinjaTemplateChatWrapper({ ...settings, ...extra, template, tokenizer: model.tokenizer });
   try {
     return build();
   } catch {
@@ -492,7 +493,7 @@ const LAYOUT_PROBE: ChatHistoryItem[] = toChatHistory([
   { role: "tool", content: '{"temp": 20}', toolCallId: "call_1" },
   { role: "assistant", content: "20." },
   { role: "user", content: "Thanks" },
-] as Message[]);
+] as Message[], { rawResults: true });
 const LAYOUT_PROBE_FUNCTIONS: ChatModelFunctions = {
   probe_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
 };

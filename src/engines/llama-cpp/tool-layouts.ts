@@ -100,16 +100,42 @@ function withDescriptions(tool: unknown): unknown {
 
 /**
  * Gives `wrapper` the call layout of its template's family when node-llama-cpp found none, and
- * switches it to rendering tools through the template. Returns the family's name, or undefined when
- * the wrapper already had a layout or the template is of no known family.
+ * switches it to rendering tools through the template. Returns the call that undoes it, or
+ * undefined when the wrapper already had a layout or the template is of no known family.
  */
-export function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): string | undefined {
+function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): (() => void) | undefined {
   if (wrapper.usingJinjaFunctionCallTemplate) return undefined;
   const layout = LAYOUTS.find((l) => l.matches(template));
   if (!layout) return undefined;
   const internals = wrapper as unknown as JinjaToolInternals;
   if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
     throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
+  const before = { settings: internals.settings, params: internals._stringifyFunctionParams, result: internals._stringifyFunctionResult };
+  internals.settings = { ...internals.settings, functions: layout.functions };
+  internals._usingJinjaFunctionCallTemplate = true;
+  // Arguments go to the template as objects (it writes them with tojson); results as the text the
+  // client sent (see toChatHistory), which the template writes as it is.
+  internals._stringifyFunctionParams = false;
+  internals._stringifyFunctionResult = false;
+  return () => {
+    internals.settings = before.settings;
+    internals._usingJinjaFunctionCallTemplate = false;
+    internals._stringifyFunctionParams = before.params;
+    internals._stringifyFunctionResult = before.result;
+  };
+}
+
+/**
+ * For a wrapper that hands tools, calls and results to its template (node-llama-cpp's template
+ * path), renders each conversation as Python's Jinja would take it: a message that only calls
+ * tools gets empty content, and tools whose descriptions are missing are written with empty ones
+ * when the template cannot render them as sent. Without this, node-llama-cpp's Jinja engine
+ * refused `'\n' + content` in Qwen 3's template for every answered call, and node-llama-cpp fell
+ * back to writing calls and results into the assistant's text, unlike the template.
+ */
+function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper): void {
+  if (!wrapper.usingJinjaFunctionCallTemplate) return;
+  const internals = wrapper as unknown as JinjaToolInternals;
   const jinja = internals._jinjaTemplate;
   if (typeof jinja?.render !== "function") throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
   const render = (params: Record<string, unknown>): string => {
@@ -121,11 +147,30 @@ export function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template
     }
   };
   internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
-  internals.settings = { ...internals.settings, functions: layout.functions };
-  internals._usingJinjaFunctionCallTemplate = true;
-  // Arguments go to the template as objects (it writes them with tojson); results as text, which
-  // the template writes as they are.
-  internals._stringifyFunctionParams = false;
-  internals._stringifyFunctionResult = true;
-  return layout.name;
+  // Results reach the template as the text the client sent (see toChatHistory), as llama.cpp's
+  // server passes them, whatever node-llama-cpp guessed from its samples about writing values out.
+  internals._stringifyFunctionResult = false;
+}
+
+const prepared = new WeakSet<JinjaTemplateChatWrapper>();
+
+/**
+ * Sets a Jinja wrapper up to hand tools, calls and results to its template (once per wrapper): the
+ * layout of the template's family when node-llama-cpp could not read one, kept only when `probe`
+ * (a conversation with an answered call) then renders; and the rendering of renderLikePythonJinja.
+ * Returns the family's name when a layout was given.
+ */
+export function prepareToolRendering(wrapper: JinjaTemplateChatWrapper, template: string, probe: (w: JinjaTemplateChatWrapper) => void): string | undefined {
+  if (prepared.has(wrapper)) return undefined;
+  prepared.add(wrapper);
+  const undo = adoptKnownToolLayout(wrapper, template);
+  renderLikePythonJinja(wrapper);
+  if (!undo) return undefined;
+  try {
+    probe(wrapper);
+    return LAYOUTS.find((l) => l.matches(template))?.name;
+  } catch {
+    undo();
+    return undefined;
+  }
 }
