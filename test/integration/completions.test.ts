@@ -194,6 +194,8 @@ const invalid: Array<[string, Record<string, unknown>, string, string?]> = [
   ["prompt longer than the context", { prompt: "word ".repeat(700) }, "prompt", "context_length_exceeded"],
   ["max_tokens that cannot fit", { prompt: "x", max_tokens: 600 }, "max_tokens", "context_length_exceeded"],
   ["stream_options without stream", { prompt: "x", stream_options: { include_usage: true } }, "stream_options"],
+  // Usage on every chunk is not sent, on chat nor here.
+  ["vLLM's continuous usage stats", { prompt: "x", stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }, "stream_options.continuous_usage_stats"],
 ];
 for (const [name, body, param, code] of invalid) {
   test(`completions: ${name} → 400 naming ${param}`, async () => {

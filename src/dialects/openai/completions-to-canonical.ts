@@ -14,6 +14,8 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
+  // vLLM's usage on every chunk; as on chat, only the final usage chunk is sent here.
+  if (body.stream_options?.continuous_usage_stats) throw unsupportedField("stream_options.continuous_usage_stats");
   for (const field of CHAT_ONLY) {
     if (body[field] != null) throw unsupportedField(field, "constrains answers to chat requests only here; send it to /v1/chat/completions");
   }
