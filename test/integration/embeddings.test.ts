@@ -272,6 +272,31 @@ test("user is accepted", async () => {
   assert.equal(r.status, 200, r.text);
 });
 
+test("vLLM's embedding fields: taken at the values that say what is done here, refused by name otherwise", async () => {
+  const plain = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64" });
+  const neutral = { normalize: true, use_activation: true, add_special_tokens: true, embed_dtype: "float32", endianness: "little", truncate_prompt_tokens: null };
+  const taken = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64", ...neutral } as never);
+  assert.equal(taken.status, 200, taken.text);
+  assert.deepEqual(taken.json.data, plain.json.data);
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ truncate_prompt_tokens: 8 }, "truncate_prompt_tokens"],
+    [{ truncate_prompt_tokens: -1 }, "truncate_prompt_tokens"],
+    [{ normalize: false }, "normalize"],
+    [{ use_activation: false }, "use_activation"],
+    [{ add_special_tokens: false }, "add_special_tokens"],
+    [{ embed_dtype: "float16" }, "embed_dtype"],
+    [{ endianness: "big" }, "endianness"],
+    [{ messages: [{ role: "user", content: "hi" }] }, "messages"],
+    [{ chat_template: "{{ messages }}" }, "chat_template"],
+    [{ encoding_format: "bytes" }, "encoding_format"],
+  ];
+  for (const [field, param] of refused) {
+    const r = await s.http.post("/v1/embeddings", { ...ok, ...field } as never);
+    assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+});
+
 test("a request's inputs spread over the pool; a full queue is a 429; a disconnect frees the contexts", async () => {
   const q = await startTestServer({ "max-queue": "0", "embedding-contexts": "2" });
   try {

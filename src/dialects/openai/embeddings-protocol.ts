@@ -21,5 +21,16 @@ export const embeddingsRequest = z.object({
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.int().min(1).nullish(),
   user: z.string().nullish(),
+  // vLLM's embedding fields, read by `refuseEmbeddingExtras`: taken at the values Plinth has, else refused.
+  truncate_prompt_tokens: z.unknown().optional(),
+  normalize: z.unknown().optional(),
+  use_activation: z.unknown().optional(),
+  add_special_tokens: z.unknown().optional(),
+  embed_dtype: z.unknown().optional(),
+  endianness: z.unknown().optional(),
+  messages: z.unknown().optional(),
+  chat_template: z.unknown().optional(),
+  chat_template_kwargs: z.unknown().optional(),
+  mm_processor_kwargs: z.unknown().optional(),
 });
 export type EmbeddingsRequest = z.infer<typeof embeddingsRequest>;

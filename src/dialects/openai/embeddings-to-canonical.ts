@@ -1,5 +1,6 @@
+import { endianness } from "node:os";
 import type { EmbeddingRequest } from "../../core/embed.ts";
-import { badRequest } from "../../core/errors.ts";
+import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { EmbedInput } from "../../core/engine.ts";
 import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
 
@@ -8,6 +9,7 @@ import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
  * error can point at `input` (a single input) or `input[3]` (one of several).
  */
 export function embeddingsToCanonical(body: EmbeddingsRequest): EmbeddingRequest {
+  refuseEmbeddingExtras(body);
   const { inputs } = splitInput(body.input);
   return { model: body.model, inputs, dimensions: body.dimensions ?? undefined };
 }
@@ -33,4 +35,28 @@ function splitInput(input: EmbeddingsRequest["input"]): { inputs: EmbedInput[]; 
     if (tokens.length === 0) throw badRequest(`input[${i}] is an empty token array; every input needs tokens.`, `input[${i}]`);
   });
   return { inputs: arrays.map((tokens) => ({ kind: "tokens", tokens })), inputParams };
+}
+
+/** base64 vectors are written little-endian (see toBase64); "native" says so on a little-endian host. */
+const BYTE_ORDERS = endianness() === "LE" ? ["little", "native"] : ["little"];
+
+/**
+ * vLLM's embedding fields. Each is taken at the value that describes what Plinth does anyway
+ * (vectors L2-normalised, the model's special tokens added, float32 values, little-endian base64)
+ * and refused by name otherwise, so no client gets vectors it did not ask for.
+ */
+function refuseEmbeddingExtras(body: EmbeddingsRequest): void {
+  const refuse: Array<[keyof EmbeddingsRequest, (v: unknown) => boolean, string]> = [
+    ["truncate_prompt_tokens", (v) => v == null, "is not supported: an input longer than the model's embedding context is a 400, never cut"],
+    ["normalize", (v) => v == null || v === true, "is supported only as true: vectors are always L2-normalised"],
+    ["use_activation", (v) => v == null || v === true, "is supported only as true: vectors are always L2-normalised"],
+    ["add_special_tokens", (v) => v == null || v === true, "is supported only as true: text inputs get the model's special tokens (send token ids to choose)"],
+    ["embed_dtype", (v) => v == null || v === "float32", "is supported only as 'float32'"],
+    ["endianness", (v) => v == null || BYTE_ORDERS.includes(v as string), `is supported only as ${BYTE_ORDERS.map((o) => `'${o}'`).join(" or ")}: base64 vectors are little-endian float32`],
+    ["messages", (v) => v == null, "is not supported: embeddings take input, not a conversation"],
+    ["chat_template", (v) => v == null, "is not supported: inputs are embedded as sent"],
+    ["chat_template_kwargs", (v) => v == null, "is not supported: inputs are embedded as sent"],
+    ["mm_processor_kwargs", (v) => v == null, "is not supported: inputs are text or token ids"],
+  ];
+  for (const [field, neutral, why] of refuse) if (!neutral(body[field])) throw unsupportedField(field, why);
 }
