@@ -245,6 +245,34 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5,
   };
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...webUi })).status, 200);
+  // The later fields at the values that describe what is done here anyway.
+  const neutral = {
+    echo: false, include_reasoning: true, logprob_token_ids: [], truncation_side: "left", kv_transfer_params: null, vllm_xargs: {},
+    mm_processor_kwargs: {}, media_io_kwargs: {}, prompt_embeds: null, reasoning_format: "auto", thinking_forced_open: false,
+    parse_tool_calls: true, response_fields: [], return_tokens: false, min_keep: 0, n_cache_reuse: 0, sse_ping_interval: 0,
+  };
+  const taken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...neutral });
+  assert.equal(taken.status, 200, taken.text);
+  // vLLM's prefill request: a last assistant message is continued, which is what the switches ask.
+  const prefill = [...user("Say a proverb"), { role: "assistant", content: "An apple a day, keeps" }];
+  const continued = await post("/v1/chat/completions", { messages: prefill, max_tokens: 2, continue_final_message: true, add_generation_prompt: false });
+  assert.equal(continued.status, 200, continued.text);
+  assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, continue_final_message: false, add_generation_prompt: true })).status, 200);
+  // The same table on completions, where a prompt is used as sent and its text returned unparsed.
+  const completionNeutral = { reasoning_format: "none", include_reasoning: true, min_keep: 1, n_cache_reuse: 0, return_tokens: false };
+  assert.equal((await post("/v1/completions", { prompt: "Hi", max_tokens: 2, ...completionNeutral })).status, 200);
+  const completionRefused: Array<[Record<string, unknown>, string]> = [
+    [{ reasoning_format: "deepseek" }, "reasoning_format"],
+    [{ thinking_token_budget: 8 }, "thinking_token_budget"],
+    [{ include_reasoning: false }, "include_reasoning"],
+    [{ prompt_embeds: "AAAA" }, "prompt_embeds"],
+    [{ return_tokens: true }, "return_tokens"],
+  ];
+  for (const [field, param] of completionRefused) {
+    const r = await post("/v1/completions", { prompt: "Hi", max_tokens: 3, ...field });
+    assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
+    assert.equal(r.json.error.param, param, r.text);
+  }
   // Asking for what is not done here is a 400 naming the field, never an answer as if unasked.
   const refused: Array<[Record<string, unknown>, string]> = [
     [{ mirostat: 2 }, "mirostat"],
@@ -261,6 +289,30 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],
     [{ ignore_eos: true, response_format: { type: "json_object" } }, "ignore_eos"],
+    [{ echo: true }, "echo"],
+    [{ include_reasoning: 0 }, "include_reasoning"],
+    [{ logprob_token_ids: [5] }, "logprob_token_ids"],
+    [{ truncate_prompt_tokens: 8, truncation_side: "left" }, "truncate_prompt_tokens"],
+    [{ kv_transfer_params: { do_remote_decode: true } }, "kv_transfer_params"],
+    [{ vllm_xargs: { k: 1 } }, "vllm_xargs"],
+    [{ mm_processor_kwargs: { fps: 1 } }, "mm_processor_kwargs"],
+    [{ media_io_kwargs: { video: {} } }, "media_io_kwargs"],
+    [{ prompt_embeds: "AAAA" }, "prompt_embeds"],
+    [{ reasoning_format: "none" }, "reasoning_format"],
+    [{ reasoning_format: "deepseek-legacy" }, "reasoning_format"],
+    [{ reasoning_control: "off" }, "reasoning_control"],
+    [{ thinking_forced_open: "yes" }, "thinking_forced_open"],
+    [{ parse_tool_calls: false }, "parse_tool_calls"],
+    [{ response_fields: ["content"] }, "response_fields"],
+    [{ return_tokens: true }, "return_tokens"],
+    [{ min_keep: 5 }, "min_keep"],
+    [{ n_cache_reuse: 256 }, "n_cache_reuse"],
+    [{ sse_ping_interval: 5, stream: true }, "sse_ping_interval"],
+    // The template switches where they ask for the other rendering than the conversation gets.
+    [{ add_generation_prompt: false }, "add_generation_prompt"],
+    [{ continue_final_message: true }, "continue_final_message"],
+    [{ messages: prefill, continue_final_message: false }, "continue_final_message"],
+    [{ messages: prefill, add_generation_prompt: true }, "add_generation_prompt"],
     // A budget too large for the context names the field it came in.
     [{ max_tokens: undefined, n_predict: 100_000 }, "n_predict"],
   ];

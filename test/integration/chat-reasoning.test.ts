@@ -161,3 +161,40 @@ test("a model rendered through its own Jinja template gets one block per message
   const imStart = FIXTURE_TOKENS.imStart;
   assert.equal(two.filter((t) => t === imStart).length, one.filter((t) => t === imStart).length + 1, "the second system message is a block of its own");
 });
+
+test("vLLM's thinking_token_budget is the thinking budget, include_reasoning: false leaves the thinking out, llama-server's reasoning_format 'deepseek' is what is done", async () => {
+  const budgeted = await ask({ logit_bias: LONG, thinking_token_budget: 8 } as Partial<ChatBody>);
+  const reasoningTokens = budgeted.usage!.completion_tokens_details.reasoning_tokens;
+  assert.ok(reasoningTokens >= 8 && reasoningTokens <= 14, `reasoning tokens ${reasoningTokens}`);
+  assert.ok(budgeted.choices[0].message.content!.length > 0, "the answer continues after the forced close");
+  const same = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 8 }, reasoning_format: "deepseek" } as Partial<ChatBody>);
+  assert.deepEqual(budgeted.choices[0].message, same.choices[0].message);
+
+  // Generated and counted as before, but not returned: streamed or not.
+  const hidden = await ask({ logit_bias: LONG, thinking_token_budget: 8, include_reasoning: false } as Partial<ChatBody>);
+  assert.equal(hidden.choices[0].message.reasoning_content, undefined);
+  assert.equal(hidden.choices[0].message.content, budgeted.choices[0].message.content);
+  assert.equal(hidden.usage!.completion_tokens_details.reasoning_tokens, reasoningTokens);
+  const streamed = await s.http.post("/v1/chat/completions", {
+    model: "think", messages: [{ role: "user", content: "Think about the river." }], max_tokens: 40, temperature: 0,
+    logit_bias: LONG, thinking_token_budget: 8, include_reasoning: false, stream: true,
+  });
+  assert.equal(streamed.status, 200, streamed.text);
+  assert.ok(!streamed.text.includes("reasoning"), streamed.text);
+
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ thinking_token_budget: 8, reasoning_effort: "none" }, "thinking_token_budget"],
+    [{ thinking_token_budget: 8, reasoning: { budget_tokens: 9 } }, "thinking_token_budget"],
+    [{ reasoning_format: "none" }, "reasoning_format"],
+    [{ include_reasoning: "no" }, "include_reasoning"],
+  ];
+  for (const [extra, param] of refused) {
+    const r = await s.http.post("/v1/chat/completions", { model: "think", messages: [{ role: "user", content: "x" }], max_tokens: 3, ...extra });
+    assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+  // A model without a thinking section names the field that asked, as for reasoning_effort.
+  const noThinking = await s.http.post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "x" }], thinking_token_budget: 8 });
+  assert.equal(noThinking.status, 400, noThinking.text);
+  assert.equal(noThinking.error?.param, "thinking_token_budget");
+});

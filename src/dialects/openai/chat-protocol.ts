@@ -77,6 +77,8 @@ export const chatCompletionRequest = z.object({
   ...serviceFieldsSchema,
   ...structuredFieldsSchema,
   ...foreignFieldsSchema,
+  // vLLM's chat echo (the last message repeated in the answer): read by foreignFields.
+  echo: z.unknown().optional(),
   user: z.string().nullish(),
   safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),

@@ -26,16 +26,18 @@ export interface CanonicalChat {
   reasoningParam?: string;
   /** The field that asked for a structured answer (response_format, guided_json, …), likewise. */
   formatParam?: string;
+  /** vLLM's `include_reasoning: false`: the thinking is left out of the answer. */
+  dropReasoning?: boolean;
 }
 
 export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): CanonicalChat {
   refuseUnsupported(body);
-  const { reasoning, reasoningParam } = reasoningControl(body);
+  const budget = body.max_completion_tokens ?? body.max_tokens;
+  const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens", body.messages.at(-1)?.role);
+  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget);
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
   const format = answerFormat(body);
-  const budget = body.max_completion_tokens ?? body.max_tokens;
-  const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens");
   if (foreign.maxTokens === 0) throw badRequest("n_predict must be at least 1 on a chat request (or -1: no limit).", "n_predict");
   // With tool_choice "none" no tool is offered, so no call grammar has to end the answer.
   if (foreign.ignoreEos && (format || (body.tools?.length && body.tool_choice !== "none")))
@@ -56,7 +58,13 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     responseFormat: format?.format,
     ...(reasoning ? { reasoning } : {}),
   };
-  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), reasoningParam, formatParam: format?.param };
+  return {
+    request,
+    namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt),
+    reasoningParam,
+    formatParam: format?.param,
+    ...(foreign.dropReasoning ? { dropReasoning: true } : {}),
+  };
 }
 
 /** What `response_format`, or one of the other servers' structured-output fields, asks of the answer. */
@@ -105,30 +113,44 @@ function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, 
 const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined } as const;
 
 /**
- * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled} and
- * chat_template_kwargs.enable_thinking all steer one thing: whether the model thinks, and for how long.
+ * vLLM's and SGLang's template switches: `enable_thinking` is the one passed on (as the thinking
+ * switch llama-server sets); any other would render a prompt Plinth does not, so it is refused.
  */
-function reasoningControl(body: ChatCompletionRequest): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
-  const kwargs = body.chat_template_kwargs ?? {};
-  for (const key of Object.keys(kwargs)) {
+export function enableThinking(kwargs: Record<string, unknown> | null | undefined): boolean | undefined {
+  for (const key of Object.keys(kwargs ?? {})) {
     if (key !== "enable_thinking")
       throw unsupportedField(`chat_template_kwargs.${key}`, "is not a template switch this server passes on (only enable_thinking is)");
   }
-  if (kwargs.enable_thinking !== undefined && typeof kwargs.enable_thinking !== "boolean")
+  const on = kwargs?.enable_thinking;
+  if (on != null && typeof on !== "boolean")
     throw badRequest("chat_template_kwargs.enable_thinking must be a boolean.", "chat_template_kwargs.enable_thinking");
+  return on ?? undefined;
+}
+
+/**
+ * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled},
+ * chat_template_kwargs.enable_thinking and vLLM's thinking_token_budget all steer one thing: whether
+ * the model thinks, and for how long.
+ */
+function reasoningControl(body: ChatCompletionRequest, thinkingBudget?: number): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
+  const switched = enableThinking(body.chat_template_kwargs);
   const effort = body.reasoning?.effort ?? body.reasoning_effort ?? undefined;
   const params: string[] = [];
   if (body.reasoning_effort != null) params.push("reasoning_effort");
   if (body.reasoning != null) params.push("reasoning");
-  if (kwargs.enable_thinking !== undefined) params.push("chat_template_kwargs.enable_thinking");
+  if (switched !== undefined) params.push("chat_template_kwargs.enable_thinking");
+  if (thinkingBudget !== undefined) params.push("thinking_token_budget");
   if (params.length === 0) return {};
 
-  let enabled: boolean | undefined = body.reasoning?.enabled ?? (kwargs.enable_thinking as boolean | undefined);
+  let enabled: boolean | undefined = body.reasoning?.enabled ?? switched;
   if (effort === "none") enabled = false;
-  const given = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
+  const own = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
+  if (own !== undefined && thinkingBudget !== undefined && own !== thinkingBudget)
+    throw badRequest("thinking_token_budget and reasoning's budget disagree; send one of them.", "thinking_token_budget");
+  const given = own ?? thinkingBudget;
   const budget = given ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
   if (enabled === false && budget !== undefined)
-    throw badRequest("A thinking budget was given, but thinking is turned off.", params[0]);
+    throw badRequest("A thinking budget was given, but thinking is turned off.", thinkingBudget !== undefined ? "thinking_token_budget" : params[0]);
   const fromEffort = effort !== undefined && effort !== "none" && enabled === undefined && given === undefined;
   return {
     reasoning: {

@@ -23,7 +23,7 @@ export async function chatCompletion(
   storage?: ChatStorage,
 ): Promise<RouteResult> {
   if (body.store === true && !storage) throw unsupportedField("store", "needs a store, and this server was started without one");
-  const { request, namespace, reasoningParam, formatParam } = chatToCanonical(body, codec.samplingDefaults);
+  const { request, namespace, reasoningParam, formatParam, dropReasoning } = chatToCanonical(body, codec.samplingDefaults);
   const names = chatFieldNames(body, reasoningParam, formatParam);
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {
@@ -42,14 +42,16 @@ export async function chatCompletion(
     const completion = await renderChatCompletion(meta, events, withLogprobs);
     return codec.completionToWire ? codec.completionToWire(completion) : completion;
   };
+  // include_reasoning: false: the thinking still runs and counts in usage, as vLLM counts it.
+  const answered = dropReasoning ? withoutReasoning(started.events) : started.events;
   const events =
     storage && body.store === true
-      ? keepWhenDone(started.events, async (all) => {
+      ? keepWhenDone(answered, async (all) => {
           const completion = (await render(replay(all))) as Parameters<typeof storeChatCompletion>[2];
           const messages = body.messages.map((m) => ({ ...m }) as Record<string, unknown>);
           await storeChatCompletion(storage, storeNamespace(env.ctx.apiKey), completion, messages, body.metadata);
         })
-      : started.events;
+      : answered;
 
   const other = await codec.respond?.({ body, env, meta, events, names });
   if (other) return other;
@@ -88,6 +90,10 @@ async function* keepWhenDone(events: AsyncIterable<GenerationEvent>, done: (all:
     yield ev;
   }
   await done(all).catch((err) => process.emitWarning(`storing a chat completion failed: ${(err as Error).message}`));
+}
+
+async function* withoutReasoning(events: AsyncIterable<GenerationEvent>): AsyncGenerator<GenerationEvent> {
+  for await (const ev of events) if (ev.type !== "reasoning") yield ev;
 }
 
 async function* replay(events: GenerationEvent[]): AsyncGenerator<GenerationEvent> {

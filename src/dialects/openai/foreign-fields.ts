@@ -7,8 +7,9 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
  * every request (llama-server's web UI sends all its sampler settings). Dropping them as unknown
  * would answer a request for `ignore_eos` or `mirostat` as if it had not asked, so each is read
  * here: honoured (`ignore_eos`; `n_predict` and `repeat_penalty` as the budget and repetition
- * penalty under their llama-server names), accepted at its neutral value (the behaviour Plinth
- * has anyway), or refused with a 400 naming it.
+ * penalty under their llama-server names; `thinking_token_budget` as the thinking budget;
+ * `include_reasoning: false`), accepted at its neutral value (the behaviour Plinth has anyway), or
+ * refused with a 400 naming it. Chat, completions and Responses read the same table.
  */
 
 /** A field's value that asks for nothing Plinth does not do already. */
@@ -18,6 +19,8 @@ const isNull: Neutral = (v) => v == null;
 const is = (neutral: unknown): Neutral => (v) => v == null || v === neutral;
 const isEmpty: Neutral = (v) => v == null || (Array.isArray(v) && v.length === 0);
 const atMost = (limit: number): Neutral => (v) => v == null || (typeof v === "number" && v <= limit);
+const isEmptyObject: Neutral = (v) => v == null || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0);
+const oneOf = (...values: unknown[]): Neutral => (v) => v == null || values.includes(v);
 /** Settings of a sampler that is off unless `switch` turns it on: any value while it is off. */
 const whenOff = (body: Record<string, unknown>, sw: string, off: Neutral): Neutral => () => off(body[sw]);
 
@@ -71,14 +74,39 @@ export const FOREIGN_FIELDS = [
   "return_progress",
   "priority",
   "request_id",
+  "include_reasoning",
+  "logprob_token_ids",
+  "truncation_side",
+  "kv_transfer_params",
+  "vllm_xargs",
+  "mm_processor_kwargs",
+  "media_io_kwargs",
+  "prompt_embeds",
+  "reasoning_format",
+  "reasoning_control",
+  "thinking_forced_open",
+  "parse_tool_calls",
+  "response_fields",
+  "return_tokens",
+  "min_keep",
+  "n_cache_reuse",
+  "sse_ping_interval",
 ] as const;
 type ForeignField = (typeof FOREIGN_FIELDS)[number];
 
+/**
+ * The request kinds that read the table: chat and Responses render messages through a template and
+ * separate thinking from the answer; a completion's prompt is used as sent and its text is returned
+ * as generated.
+ */
+export type ForeignKind = "chat" | "completion" | "responses";
+
 /** Why each field is refused when it asks for more than its neutral value. */
-function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion"): Record<ForeignField, [Neutral, string]> {
+function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record<ForeignField, [Neutral, string]> {
+  const templated = kind !== "completion";
   // Prompt log probabilities exist here only as legacy completions' echo; each route says where.
   const noPrompt =
-    kind === "chat"
+    templated
       ? "returns prompt log probabilities, which chat requests here do not (use /v1/completions with echo and logprobs)"
       : "is not supported: prompt log probabilities come with echo and logprobs (the echoed prompt's tokens lead the logprobs)";
   // Template switches mean nothing to a text prompt, which is used as sent.
@@ -97,10 +125,11 @@ function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion
     spaces_between_special_tokens: [is(true), "is not supported: special tokens are never part of the text"],
     truncate_prompt_tokens: [isNull, "is not supported: a prompt longer than the context is a 400, never cut"],
     logits_processors: [isNull, "is not supported"],
-    add_generation_prompt: [is(true), kind === "chat" ? "is not supported: the assistant turn is always opened (send a last assistant message to continue it)" : noTemplate],
-    continue_final_message: [is(false), kind === "chat" ? "is not needed: a last assistant message is continued as it stands" : noTemplate],
+    // With messages these two are read against the conversation (see `templateSwitches`).
+    add_generation_prompt: templated ? [() => true, ""] : [is(true), noTemplate],
+    continue_final_message: templated ? [() => true, ""] : [is(false), noTemplate],
     // Chat templates place their own special tokens; a text completion gets the model's BOS.
-    add_special_tokens: kind === "chat" ? [is(false), "is not supported on chat requests: the template places the special tokens"] : [is(true), "is not supported: a text prompt always gets the model's BOS token (send token ids to choose)"],
+    add_special_tokens: templated ? [is(false), "is not supported on chat requests: the template places the special tokens"] : [is(true), "is not supported: a text prompt always gets the model's BOS token (send token ids to choose)"],
     chat_template: [isNull, "is not supported: the model's own template (or --chat-wrapper) renders the prompt"],
     documents: [isNull, "is not supported by the chat templates here"],
     return_tokens_as_token_ids: [is(false), "is not supported"],
@@ -138,7 +167,60 @@ function neutralValues(body: Record<string, unknown>, kind: "chat" | "completion
     return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
     priority: [() => true, ""],
     request_id: [() => true, ""],
+    // vLLM, later releases
+    // Thinking goes to reasoning_content, as vLLM's default; `false` is honoured by the chat route
+    // (see `ForeignSettings.dropReasoning`). A completion's text is never split, and a response's
+    // reasoning item is what a later turn continues from.
+    include_reasoning:
+      kind === "chat"
+        ? [(v) => v == null || typeof v === "boolean", "must be a boolean"]
+        : [is(true), kind === "completion" ? "applies to chat answers; a completion's text is returned as generated" : "is supported only as true: the reasoning item is part of the output"],
+    logprob_token_ids: [isEmpty, "is not supported; logprobs list the likeliest tokens (top_logprobs)"],
+    // The side a cut prompt loses; nothing is cut unless truncate_prompt_tokens asks, which is refused.
+    truncation_side: [whenOff(body, "truncate_prompt_tokens", isNull), "applies to truncate_prompt_tokens, which is not supported"],
+    kv_transfer_params: [isNull, "is not supported: no disaggregated prefill here"],
+    vllm_xargs: [isEmptyObject, "is not supported: no custom logits processors run here"],
+    mm_processor_kwargs: [isEmptyObject, "is not supported: images are passed to the model as sent"],
+    media_io_kwargs: [isEmptyObject, "is not supported: images are passed to the model as sent"],
+    prompt_embeds: [isNull, "is not supported: prompts are text or token ids"],
+    // llama-server
+    // "deepseek" (and "auto", which picks it): thinking in reasoning_content, as here. A completion's
+    // text is returned unparsed, which is "none".
+    reasoning_format: templated
+      ? [oneOf("auto", "deepseek"), "is supported only as 'deepseek' or 'auto': thinking is returned in reasoning_content, never in content"]
+      : [oneOf("none"), "applies to chat answers; a completion's text is returned unparsed ('none')"],
+    reasoning_control: [isNull, "is not supported; turn thinking off with reasoning_effort: 'none' or chat_template_kwargs.enable_thinking"],
+    // llama-server sets it from the template, over whatever the request says; so does Plinth.
+    thinking_forced_open: [(v) => v == null || typeof v === "boolean", "must be a boolean"],
+    parse_tool_calls: [templated ? is(true) : isNull, templated ? "is not supported: calls are always read out of the answer when tools are offered" : "applies to chat answers with tools"],
+    response_fields: [isEmpty, "is not supported: answers have the dialect's own fields"],
+    return_tokens: [is(false), "is not supported: answers carry text, not token ids"],
+    // Every sampler keeps one token at least anyway.
+    min_keep: [atMost(1), "is not supported: truncation samplers keep what their own threshold keeps"],
+    n_cache_reuse: [is(0), "is not supported: cached prefixes are reused as they stand, never shifted into place"],
+    sse_ping_interval: [atMost(0), "is not supported: no keep-alive events are sent on a stream"],
   };
+}
+
+/**
+ * vLLM's template switches, where a conversation is rendered: a last assistant message is always
+ * continued as it stands (prefill), any other conversation gets the assistant turn opened. The
+ * switches are taken where they ask for that rendering and refused where they ask for the other.
+ * Chat, Responses and /tokenize all read them here.
+ */
+export function templateSwitches(lastRole: string | undefined, addGenerationPrompt: unknown, continueFinalMessage: unknown): void {
+  const continues = lastRole === "assistant";
+  for (const [field, value] of [["add_generation_prompt", addGenerationPrompt], ["continue_final_message", continueFinalMessage]] as const) {
+    if (value != null && typeof value !== "boolean") throw badRequest(`${field} must be a boolean.`, field);
+  }
+  if (continueFinalMessage === true && !continues)
+    throw unsupportedField("continue_final_message", "needs a last assistant message to continue");
+  if (continueFinalMessage === false && continues)
+    throw unsupportedField("continue_final_message", "is not supported: a last assistant message is always continued (prefill)");
+  if (addGenerationPrompt === false && !continues)
+    throw unsupportedField("add_generation_prompt", "is not supported: the assistant turn is always opened (send a last assistant message to continue it)");
+  if (addGenerationPrompt === true && continues && continueFinalMessage !== true)
+    throw unsupportedField("add_generation_prompt", "is not supported after a last assistant message, which is continued, not closed (send continue_final_message: true)");
 }
 
 const anyValue = z.unknown().optional();
@@ -149,6 +231,8 @@ export const foreignFieldsSchema = {
   ignore_eos: z.boolean().nullish(),
   n_predict: z.int().min(-1).nullish(),
   repeat_penalty: z.number().gt(0).max(10).nullish(),
+  // vLLM's thinking budget: the same budget as `reasoning: {budget_tokens}`.
+  thinking_token_budget: z.int().min(1).nullish(),
 };
 
 export interface ForeignSettings {
@@ -158,6 +242,10 @@ export interface ForeignSettings {
   /** llama-server's `n_predict: -1`: no budget but the context. */
   noLimit?: boolean;
   repetitionPenalty?: number;
+  /** vLLM's `thinking_token_budget` (chat and Responses). */
+  thinkingBudget?: number;
+  /** vLLM's `include_reasoning: false`: the thinking is generated and counted, but not returned. */
+  dropReasoning?: boolean;
 }
 
 /**
@@ -167,15 +255,24 @@ export interface ForeignSettings {
  */
 export function foreignFields(
   body: Record<string, unknown>,
-  kind: "chat" | "completion",
+  kind: ForeignKind,
   budget: number | null | undefined,
   penalty: number | null | undefined,
   /** The field `budget` came in (max_tokens or max_completion_tokens), for the message. */
   budgetName = "max_tokens",
+  /** The role of the conversation's last message (chat and Responses), for the template switches. */
+  lastRole?: string,
 ): ForeignSettings {
   for (const [field, [neutral, why]] of Object.entries(neutralValues(body, kind))) {
     if (!neutral(body[field])) throw unsupportedField(field, why);
   }
+  if (kind !== "completion") templateSwitches(lastRole, body.add_generation_prompt, body.continue_final_message);
+  // vLLM's chat `echo` repeats the last message in the answer; a completion's echo is its own field.
+  if (kind === "chat" && !is(false)(body.echo))
+    throw unsupportedField("echo", "is not supported on chat requests: the answer holds the new message only");
+  const thinking = body.thinking_token_budget as number | null | undefined;
+  if (thinking != null && kind === "completion")
+    throw unsupportedField("thinking_token_budget", "applies to chat answers; a completion's text is not split into thinking and answer");
   const nPredict = body.n_predict as number | null | undefined;
   if (nPredict != null && budget != null && nPredict !== budget)
     throw badRequest(`n_predict and ${budgetName} disagree; send one of them.`, "n_predict");
@@ -187,5 +284,7 @@ export function foreignFields(
     ...(nPredict != null && nPredict >= 0 && budget == null ? { maxTokens: nPredict } : {}),
     ...(nPredict === -1 && budget == null ? { noLimit: true } : {}),
     ...(repeat != null ? { repetitionPenalty: repeat } : {}),
+    ...(thinking != null ? { thinkingBudget: thinking } : {}),
+    ...(kind === "chat" && body.include_reasoning === false ? { dropReasoning: true } : {}),
   };
 }

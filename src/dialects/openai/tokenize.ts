@@ -6,6 +6,7 @@ import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { type ChatCompletionRequest, chatCompletionRequest, chatMessage, messageList } from "./chat-protocol.ts";
 import { chatToCanonical } from "./chat-to-canonical.ts";
 import { chatFieldNames, tokenizeFieldNames } from "./field-names.ts";
+import { templateSwitches } from "./foreign-fields.ts";
 
 /**
  * vLLM's and llama-server's tokenizer endpoints: what a prompt costs in tokens, rendered exactly as
@@ -50,19 +51,8 @@ function refuse(body: TokenizeRequest): void {
     for (const field of CHAT_ONLY) if (body[field] != null) throw badRequest(`'${field}' applies to 'messages'; a 'prompt' is tokenized as sent.`, field);
     return;
   }
-  // Plinth renders as a chat request does: a last assistant message is continued as it stands, any
-  // other conversation gets the assistant turn opened. vLLM's switches are taken where they say the
-  // same, and refused where they ask for the other rendering.
-  const last = body.messages.at(-1) as { role?: string } | undefined;
-  const continues = last?.role === "assistant";
-  if (body.continue_final_message === true && !continues)
-    throw unsupportedField("continue_final_message", "needs a last assistant message to continue");
-  if (body.continue_final_message === false && continues)
-    throw unsupportedField("continue_final_message", "is not supported: a last assistant message is always continued, as for a chat request");
-  if (body.add_generation_prompt === false && !continues)
-    throw unsupportedField("add_generation_prompt", "is not supported: the assistant turn is always opened, as for a chat request (send a last assistant message to continue it)");
-  if (body.add_generation_prompt === true && continues && body.continue_final_message !== true)
-    throw unsupportedField("add_generation_prompt", "is not supported after a last assistant message, which is continued, not closed (send continue_final_message: true)");
+  // Plinth renders as a chat request does, and reads vLLM's switches as a chat request reads them.
+  templateSwitches((body.messages.at(-1) as { role?: string } | undefined)?.role, body.add_generation_prompt, body.continue_final_message);
   if (body.add_special_tokens === true)
     throw unsupportedField("add_special_tokens", "is not supported with messages: the template places the special tokens");
   if (body.chat_template != null) throw unsupportedField("chat_template", "is not supported: the model's own template (or --chat-wrapper) renders the prompt");
