@@ -496,3 +496,63 @@ test("custom tools: a grammar that cannot be converted is a 400 naming its defin
   }
   assert.equal((await fetch(`${s.url}/health`)).status, 200);
 });
+
+test("vLLM's Responses extensions and the chat route's foreign fields: honoured where they map onto the request, else a 400 naming them", async () => {
+  const base = { input: "Hello there", max_output_tokens: 8, temperature: 0, logit_bias: NO_END };
+  const plain = await create(base);
+  const text: string = plain.output_text;
+  assert.ok(text.length >= 3, text);
+  // stop: the answer ends before the first stop string, as on chat.
+  const stop = text.slice(1, 3);
+  const stopped = await create({ ...base, stop: [stop] });
+  assert.equal(stopped.output_text, text.slice(0, text.indexOf(stop)));
+  assert.equal(stopped.status, "completed");
+  // guided_choice / structured_outputs hold the answer, as on chat.
+  const chosen = await create({ input: "yes or no?", max_output_tokens: 8, structured_outputs: { choice: ["yes", "no"] } });
+  assert.ok(["yes", "no"].includes(chosen.output_text), chosen.output_text);
+  // ignore_eos runs past the end of the turn; n_predict is the budget under llama-server's name.
+  const END = { [FIXTURE_TOKENS.endOfSequence]: 100 };
+  const ran = await create({ input: "Hi", max_output_tokens: 6, logit_bias: END, ignore_eos: true });
+  assert.equal(ran.usage.output_tokens, 6);
+  const predicted = await create({ input: "Hi", n_predict: 5, logit_bias: NO_END });
+  assert.equal(predicted.usage.output_tokens, 5);
+  // Neutral values, and the repetition penalty under both names.
+  const neutral = { ...base, repetition_penalty: 1.1, repeat_penalty: 1.1, skip_special_tokens: true, include_stop_str_in_output: false, mirostat: 0, vllm_xargs: {}, enable_response_messages: false, include_reasoning: true };
+  assert.equal((await create(neutral)).status, "incomplete");
+  // vLLM's prefill: a last assistant message is continued, as the switches say.
+  const prefill = await create({ input: [{ role: "user", content: "A proverb" }, { role: "assistant", content: "An apple a day" }], max_output_tokens: 2, continue_final_message: true, add_generation_prompt: false });
+  assert.equal(prefill.object, "response");
+  // Thinking switched and budgeted through vLLM's fields on a thinking model.
+  const thinkBias = { ...NO_END, [EXTRA_TOKENS.thinkClose]: -100 };
+  const off = await create({ model: "think", input: "Think first", max_output_tokens: 6, logit_bias: thinkBias, chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(off.usage.output_tokens_details.reasoning_tokens, 0);
+  const budgeted = await create({ model: "think", input: "Think first", max_output_tokens: 30, temperature: 0, logit_bias: thinkBias, thinking_token_budget: 8 });
+  const reasoningTokens = budgeted.usage.output_tokens_details.reasoning_tokens;
+  assert.ok(reasoningTokens >= 8 && reasoningTokens <= 14, `reasoning tokens ${reasoningTokens}`);
+
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ enable_response_messages: true }, "enable_response_messages"],
+    [{ previous_input_messages: [{ role: "user", content: "x" }] }, "previous_input_messages"],
+    [{ include_stop_str_in_output: true }, "include_stop_str_in_output"],
+    [{ skip_special_tokens: false }, "skip_special_tokens"],
+    [{ vllm_xargs: { k: 1 } }, "vllm_xargs"],
+    [{ mirostat: 2 }, "mirostat"],
+    [{ include_reasoning: false }, "include_reasoning"],
+    [{ guided_grammar: "root ::= \"a\"" }, "guided_grammar"],
+    [{ guided_regex: "a+", text: { format: { type: "json_object" } } }, "guided_regex"],
+    [{ chat_template_kwargs: { foo: 1 } }, "chat_template_kwargs.foo"],
+    [{ chat_template_kwargs: { enable_thinking: true }, reasoning: { effort: "none" } }, "chat_template_kwargs.enable_thinking"],
+    [{ ignore_eos: true, text: { format: { type: "json_object" } } }, "ignore_eos"],
+    [{ n_predict: 0 }, "n_predict"],
+    // A model without a thinking section names the field that asked for thinking.
+    [{ thinking_token_budget: 8 }, "thinking_token_budget"],
+    [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],
+    [{ add_generation_prompt: false }, "add_generation_prompt"],
+    [{ input: [{ role: "user", content: "x" }, { role: "assistant", content: "y" }], continue_final_message: false }, "continue_final_message"],
+  ];
+  for (const [field, param] of refused) {
+    const r = await s.http.postRaw("/v1/responses", { model: "tiny", input: "Hi", max_output_tokens: 3, ...field });
+    assert.equal(r.status, 400, `${JSON.stringify(field)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+});

@@ -1,6 +1,8 @@
 import { z } from "zod";
 import { byType } from "../zod-by-type.ts";
 import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
+import { foreignFieldsSchema } from "../openai/foreign-fields.ts";
+import { structuredFieldsSchema } from "../openai/structured-fields.ts";
 import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
@@ -205,6 +207,15 @@ export const createResponseRequest = z.object({
   logit_bias: samplingFieldsSchema.logit_bias,
   top_k: z.int().min(-1).nullish(),
   min_p: z.number().min(0).max(1).nullish(),
+  // vLLM's Responses extensions, and the vLLM and llama-server fields chat reads (the same table,
+  // see foreign-fields.ts): honoured, taken at their neutral value, or refused by name.
+  stop: samplingFieldsSchema.stop,
+  repetition_penalty: samplingFieldsSchema.repetition_penalty,
+  chat_template_kwargs: jsonObject().nullish(),
+  ...structuredFieldsSchema,
+  ...foreignFieldsSchema,
+  enable_response_messages: z.boolean().nullish(),
+  previous_input_messages: z.unknown().optional(),
   // Declared only so they can be refused by name.
   prompt: z.unknown().optional(),
 });

@@ -2,8 +2,11 @@ import { randomInt } from "node:crypto";
 import { withParts } from "../../core/content-parts.ts";
 import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
-import { isolationKey } from "../openai/sampling-fields.ts";
+import { enableThinking } from "../openai/chat-to-canonical.ts";
+import { foreignFields } from "../openai/foreign-fields.ts";
+import { isolationKey, normaliseStop } from "../openai/sampling-fields.ts";
 import { refuseServiceFields } from "../openai/service-fields.ts";
+import { type RequestedFormat, structuredFormat } from "../openai/structured-fields.ts";
 import { type CreateResponseRequest, INCLUDABLE, type InputItem } from "./protocol.ts";
 
 /** Built-in tools Plinth cannot run; refused by name rather than silently dropped. */
@@ -38,6 +41,13 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
     origins.unshift(undefined);
   }
   if (messages.length === 0) throw badRequest("The request has no input; send 'input' or 'previous_response_id'.", "input");
+  const foreign = foreignFields(body, "responses", body.max_output_tokens, body.repetition_penalty, "max_output_tokens", messages.at(-1)?.role);
+  if (foreign.maxTokens === 0) throw badRequest("n_predict must be at least 1 on a response (or -1: no limit).", "n_predict");
+  const format = answerFormat(body);
+  const tools = toolsToCanonical(body);
+  if (foreign.ignoreEos && (format || (tools.tools && tools.toolChoice !== "none")))
+    throw badRequest("ignore_eos cannot be combined with tools or a structured answer: their grammars end the answer.", "ignore_eos");
+  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget);
   const logprobs = body.include?.includes("message.output_text.logprobs") ? (body.top_logprobs ?? 0) : undefined;
   const request: GenerationRequest = {
     model: body.model,
@@ -51,21 +61,30 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
       ...(body.seed == null ? { seedDrawn: true } : {}),
       frequencyPenalty: 0,
       presencePenalty: 0,
-      repetitionPenalty: 1,
+      repetitionPenalty: foreign.repetitionPenalty ?? body.repetition_penalty ?? 1,
       logitBias: new Map(Object.entries(body.logit_bias ?? {}).map(([k, v]) => [Number(k), v])),
     },
-    maxTokens: body.max_output_tokens ?? undefined,
-    stop: [],
+    maxTokens: body.max_output_tokens ?? foreign.maxTokens,
+    ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
+    stop: normaliseStop(body.stop),
     n: 1,
     // A background response's events are stored as they come and may be streamed from there.
     wholeAnswer: body.stream !== true && body.background !== true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs,
-    ...toolsToCanonical(body),
-    responseFormat: responseFormat(body),
-    ...reasoning(body),
+    ...tools,
+    responseFormat: format?.format,
+    ...(reasoning ? { reasoning } : {}),
   };
-  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), fieldName: partFieldNamer(origins, body) };
+  const named = partFieldNamer(origins, body);
+  // Errors about a budget, a format or thinking name the extension field that asked, where one did.
+  const fieldName: FieldNamer = (field) => {
+    if (field === "maxTokens" && body.max_output_tokens == null && body.n_predict != null) return "n_predict";
+    if (field.startsWith("responseFormat") && format && format.param !== "text.format") return format.param;
+    if (field === "reasoning" && reasoningParam) return reasoningParam;
+    return named(field);
+  };
+  return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), fieldName };
 }
 
 /**
@@ -113,6 +132,9 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.tool_choice === "required" && body.max_tool_calls === 0)
     throw badRequest("tool_choice 'required' asks for a tool call, but max_tool_calls is 0.", "tool_choice");
   if (body.context_management != null) throw unsupportedField("context_management", "is not supported: this server does not compact conversations");
+  // vLLM's: the raw prompt and answer messages beside the output, and a harmony history given as messages.
+  if (body.enable_response_messages) throw unsupportedField("enable_response_messages", "is not supported: the output items are the answer");
+  if (body.previous_input_messages != null) throw unsupportedField("previous_input_messages", "is not supported; send earlier turns as input items or previous_response_id");
   refuseServiceFields(body);
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
@@ -125,6 +147,13 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   }
 }
 
+/** `text.format`, or one of vLLM's structured-output fields (read as chat reads them); never two at once. */
+function answerFormat(body: CreateResponseRequest): RequestedFormat | undefined {
+  const own = responseFormat(body);
+  const requested = own ? { format: own, param: "text.format" } : undefined;
+  return structuredFormat(body, requested) ?? requested;
+}
+
 function responseFormat(body: CreateResponseRequest): GenerationRequest["responseFormat"] {
   const f = body.text?.format;
   if (f == null || f.type === "text") return undefined;
@@ -134,11 +163,31 @@ function responseFormat(body: CreateResponseRequest): GenerationRequest["respons
   return { type: "json_schema", schema: f.schema, strict: f.strict === true };
 }
 
-function reasoning(body: CreateResponseRequest): Pick<GenerationRequest, "reasoning"> {
-  const effort = body.reasoning?.effort;
-  if (effort == null) return {};
-  if (effort === "none") return { reasoning: { enabled: false } };
-  return { reasoning: { enabled: true, budgetTokens: EFFORT_BUDGET[effort], effort: effort === "xhigh" ? "high" : effort, fromEffort: true } };
+/**
+ * `reasoning.effort`, and vLLM's `chat_template_kwargs.enable_thinking` and `thinking_token_budget`
+ * (read as chat reads them): whether the model thinks, and for how long. The field that asked is
+ * returned for errors about it when it is not the effort.
+ */
+function reasoningControl(body: CreateResponseRequest, thinkingBudget?: number): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
+  const effort = body.reasoning?.effort ?? undefined;
+  const switched = enableThinking(body.chat_template_kwargs);
+  if (effort === undefined && switched === undefined && thinkingBudget === undefined) return {};
+  if (effort !== undefined && switched !== undefined && switched !== (effort !== "none"))
+    throw badRequest("chat_template_kwargs.enable_thinking and reasoning.effort disagree; send one of them.", "chat_template_kwargs.enable_thinking");
+  const enabled = effort !== undefined ? effort !== "none" : switched;
+  if (enabled === false && thinkingBudget !== undefined) throw badRequest("A thinking budget was given, but thinking is turned off.", "thinking_token_budget");
+  const reasoningParam = effort !== undefined ? undefined : thinkingBudget !== undefined ? "thinking_token_budget" : "chat_template_kwargs.enable_thinking";
+  if (enabled === false) return { reasoning: { enabled: false }, reasoningParam };
+  const fromEffort = effort !== undefined && switched === undefined && thinkingBudget === undefined;
+  return {
+    reasoning: {
+      enabled: effort !== undefined ? true : enabled,
+      budgetTokens: thinkingBudget ?? (effort !== undefined ? EFFORT_BUDGET[effort as Exclude<typeof effort, "none">] : undefined),
+      ...(effort !== undefined ? { effort: effort === "xhigh" ? "high" : (effort as Exclude<typeof effort, "none" | "xhigh">) } : {}),
+      ...(fromEffort ? { fromEffort } : {}),
+    },
+    reasoningParam,
+  };
 }
 
 function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
