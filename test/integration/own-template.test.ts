@@ -297,6 +297,14 @@ test("a tool result reaches the template as sent: JSON only where writing its va
     assert.equal(result(text), text);
 });
 
+/** A renderer for a fixture with `template`, which must hand tools, calls and results to the template. */
+async function toolRendererFor(name: string, template: string) {
+  const { renderer, model } = await rendererFor(withTemplate(name, template));
+  const wrapper = renderer.wrapper;
+  assert.ok(wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate, wrapper.constructor.name);
+  return { renderer, model, wrapper };
+}
+
 /**
  * A tool-use template of the Hermes family, written for this test: tools as JSON inside <tools>,
  * calls as JSON between <tool_call> tags, results in `tool` turns between <tool_response> tags.
@@ -329,9 +337,7 @@ const HERMES_STYLE_TEMPLATE = [
 ].join("");
 
 test("a Hermes-style tool template node-llama-cpp cannot read gets its family's layout: tools in <tools>, calls and results as the template writes them", async () => {
-  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-hermes-tools", HERMES_STYLE_TEMPLATE));
-  const wrapper = renderer.wrapper;
-  assert.ok(wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate, wrapper.constructor.name);
+  const { renderer, model, wrapper } = await toolRendererFor("plinth-bpe-hermes-tools", HERMES_STYLE_TEMPLATE);
   // The layout the tool-call grammar and parser use.
   assert.equal(LlamaText(wrapper.settings.functions.call.prefix).toString(), '<tool_call>\n{"name": "');
   const functions = { get_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string", description: "City name" } }, required: ["city"] } } } as never;
@@ -413,9 +419,7 @@ const QWEN_STYLE_TOOLS_TEMPLATE = [
 ].join("");
 
 test("answered calls are given to a template that reads them as messages, results as sent (they were written into the assistant's text, results re-quoted)", async () => {
-  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-qwen-tools", QWEN_STYLE_TOOLS_TEMPLATE));
-  const wrapper = renderer.wrapper;
-  assert.ok(wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate, wrapper.constructor.name);
+  const { renderer, model } = await toolRendererFor("plinth-bpe-qwen-tools", QWEN_STYLE_TOOLS_TEMPLATE);
   const functions = { get_weather: { description: "Weather of a city", params: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } } as never;
   const call = { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "get_weather", arguments: '{"city": "Paris"}' }] } as Message;
   const opening = '<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n';
