@@ -22,10 +22,11 @@ export class SseWriter {
   ) {}
 
   open(headers: Record<string, string> = {}): void {
+    // No `connection` header: Node answers the client's own (HTTP/1.1 keeps the connection unless
+    // it asked to close); a fixed `keep-alive` overrode a client's `Connection: close`.
     this.res.writeHead(200, {
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
-      connection: "keep-alive",
       "x-accel-buffering": "no",
       ...headers,
     });

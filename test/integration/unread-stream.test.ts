@@ -140,3 +140,29 @@ describe("a client that takes nothing for --send-timeout", () => {
     stream.socket.destroy();
   });
 });
+
+describe("a client that asks for the connection to close", () => {
+  const s = useTestServer();
+
+  test("gets its stream and then the close it asked for (an explicit keep-alive header kept the socket open)", async () => {
+    const { port } = new URL(s.url);
+    const body = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "Hi" }], stream: true, max_tokens: 4 });
+    const socket = net.connect(Number(port), "127.0.0.1");
+    let text = "";
+    socket.on("data", (b) => (text += b.toString("utf8")));
+    const closed = new Promise<boolean>((resolve) => {
+      socket.on("close", () => resolve(true));
+      setTimeout(() => resolve(false), 10_000).unref();
+    });
+    socket.on("error", () => {});
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    assert.ok(await closed, `the server kept the connection open: ${text.slice(0, 300)}`);
+    socket.destroy();
+    assert.match(text, /^HTTP\/1\.1 200/);
+    assert.match(text, /data: \[DONE\]/);
+    assert.doesNotMatch(text.split("\r\n\r\n")[0], /connection: keep-alive/i);
+  });
+});
