@@ -519,6 +519,11 @@ test("vLLM's Responses extensions and the chat route's foreign fields: honoured 
   // Neutral values, and the repetition penalty under both names.
   const neutral = { ...base, repetition_penalty: 1.1, repeat_penalty: 1.1, skip_special_tokens: true, include_stop_str_in_output: false, mirostat: 0, vllm_xargs: {}, enable_response_messages: false, include_reasoning: true };
   assert.equal((await create(neutral)).status, "incomplete");
+  // Chat's penalties apply here too (they were dropped): a repeated token is pushed away.
+  const long = { ...base, max_output_tokens: 32 };
+  const unpenalised: string = (await create(long)).output_text;
+  const penalised: string = (await create({ ...long, frequency_penalty: 2, presence_penalty: 2 })).output_text;
+  assert.notEqual(penalised, unpenalised);
   // vLLM's prefill: a last assistant message is continued, as the switches say.
   const prefill = await create({ input: [{ role: "user", content: "A proverb" }, { role: "assistant", content: "An apple a day" }], max_output_tokens: 2, continue_final_message: true, add_generation_prompt: false });
   assert.equal(prefill.object, "response");
@@ -544,6 +549,8 @@ test("vLLM's Responses extensions and the chat route's foreign fields: honoured 
     [{ chat_template_kwargs: { enable_thinking: true }, reasoning: { effort: "none" } }, "chat_template_kwargs.enable_thinking"],
     [{ ignore_eos: true, text: { format: { type: "json_object" } } }, "ignore_eos"],
     [{ n_predict: 0 }, "n_predict"],
+    [{ frequency_penalty: 3 }, "frequency_penalty"],
+    [{ presence_penalty: -2.5 }, "presence_penalty"],
     // A model without a thinking section names the field that asked for thinking.
     [{ thinking_token_budget: 8 }, "thinking_token_budget"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],

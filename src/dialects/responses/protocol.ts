@@ -211,6 +211,9 @@ export const createResponseRequest = z.object({
   // see foreign-fields.ts): honoured, taken at their neutral value, or refused by name.
   stop: samplingFieldsSchema.stop,
   repetition_penalty: samplingFieldsSchema.repetition_penalty,
+  // Chat's penalties, which vLLM's Responses request takes too.
+  frequency_penalty: samplingFieldsSchema.frequency_penalty,
+  presence_penalty: samplingFieldsSchema.presence_penalty,
   chat_template_kwargs: jsonObject().nullish(),
   ...structuredFieldsSchema,
   ...foreignFieldsSchema,
