@@ -28,6 +28,13 @@ export interface GrammarRule {
   alts: number[][];
   /** Elements stored for the rule (a literal's or class's characters count one each). */
   size: number;
+  /**
+   * Set on a bounded repetition's optional tail, `S{m,n}` with n − m ≥ 2: llama.cpp stores a chain of
+   * n − m rules, each `S next | ε` (the last `S | ε`), and this one rule stands for all of them,
+   * written `S self | ε` with `size` the size of one rule of the chain that has a next. A string of
+   * maxLength 100,000 makes ~100,000 such rules; kept as one, the checks here stay linear in the text.
+   */
+  chain?: number;
 }
 type Rule = GrammarRule;
 
@@ -150,7 +157,12 @@ class Parser {
         }
         const optional = max === undefined ? 1 : max - min;
         let next = -1;
-        for (let i = 0; i < optional; i++) {
+        if (optional >= 2) {
+          next = this.fresh();
+          this.rules[next].alts.push([...last.elems, next], []);
+          this.rules[next].size = last.size + 3;
+          this.rules[next].chain = optional;
+        } else for (let i = 0; i < optional; i++) {
           const rec = this.fresh();
           const alt = [...last.elems];
           if (max === undefined) alt.push(rec);
@@ -242,18 +254,27 @@ export function leftRecursionWalk(rules: readonly GrammarRule[]): number {
   // llama.cpp takes a rule to be possibly empty when one of its alternatives is empty as written,
   // not by following references.
   const nullable = rules.map((r) => r.alts.some((a) => a.length === 0));
-  // The rules each rule's check walks into: leading references, past possibly empty ones.
-  const leading = rules.map((r) => {
+  // The rules each rule's check walks into: leading references, past possibly empty ones. For a
+  // chain, those of one repeated item; `through[r]`: every element of that item may be empty, so each
+  // rule of the chain walks on into the next one.
+  const through = new Uint8Array(rules.length);
+  const leading = rules.map((r, id) => {
     const out: number[] = [];
     for (const alt of r.alts) {
-      for (const e of alt) {
+      const end = r.chain === undefined ? alt.length : alt.length - 1; // a chain's self-reference
+      let i = 0;
+      for (; i < end; i++) {
+        const e = alt[i];
         if (e === -1) break;
         out.push(e);
         if (!nullable[e]) break;
       }
+      if (r.chain !== undefined && end > 0 && i === end) through[id] = 1;
     }
     return out;
   });
+  // What the rules a chain stands for add to the count, beyond `walk` (the one others refer to).
+  let chainExtra = 0;
   // walk[r]: elements visited checking r = its size plus the walks of its leading rules. The leading
   // graph has no cycle in a grammar llama.cpp accepts; a cycle (left recursion) counts once.
   const walk = new Array<number>(rules.length).fill(-1);
@@ -276,11 +297,24 @@ export function leftRecursionWalk(rules: readonly GrammarRule[]): number {
       }
       let total = rules[id].size;
       for (const child of leading[id]) total += walk[child] === IN_PROGRESS ? 0 : walk[child];
-      walk[id] = total;
+      const k = rules[id].chain;
+      if (k === undefined) walk[id] = total;
+      else {
+        // Rule i of the chain (0 = the last, without a next, one element smaller) walks the item's
+        // leading rules, and the rule after it when the item may be empty.
+        const first = total - 1;
+        if (through[id]) {
+          walk[id] = first + (k - 1) * total;
+          chainExtra += (k - 1) * first + total * ((k - 1) * (k - 2)) / 2;
+        } else {
+          walk[id] = total;
+          chainExtra += first + (k - 2) * total;
+        }
+      }
       stack.pop();
     }
   }
-  let sum = 0;
+  let sum = chainExtra;
   for (const w of walk) sum += w;
   return sum;
 }

@@ -32,6 +32,42 @@ function bruteForceWalk(rules: readonly GrammarRule[]): number {
   return visited;
 }
 
+/**
+ * The rules one by one as llama.cpp stores them: each chain (GrammarRule.chain) written out as its
+ * k rules `S next | ε`, the last `S | ε`; the chain's own id stays the first of them.
+ */
+function expandChains(rules: readonly GrammarRule[]): GrammarRule[] {
+  const out: GrammarRule[] = rules.map((r) => ({ alts: r.alts.map((a) => [...a]), size: r.size }));
+  rules.forEach((r, id) => {
+    if (r.chain === undefined) return;
+    const item = r.alts[0].slice(0, -1);
+    let next = id;
+    for (let i = 1; i < r.chain; i++) {
+      const last = i === r.chain - 1;
+      const rule: GrammarRule = last ? { alts: [[...item], []], size: r.size - 1 } : { alts: [[...item, out.length + 1], []], size: r.size };
+      out.push(rule);
+      if (i === 1) out[next].alts[0][item.length] = out.length - 1;
+      next = out.length - 1;
+    }
+  });
+  return out;
+}
+
+/** Random grammar texts with groups, alternatives that may be empty and every repetition form. */
+const grammarTexts = fc.integer({ min: 1, max: 5 }).chain((n) => {
+  const item = (i: number): fc.Arbitrary<string> =>
+    fc.oneof(
+      fc.constantFrom('"a"', '"bc"', "[x-z]"),
+      i + 1 < n ? fc.integer({ min: i + 1, max: n - 1 }).map((j) => `r${j}`) : fc.constant('"d"'),
+      fc.array(fc.constantFrom('"e"', '""', i + 1 < n ? `r${i + 1}` : '"f"'), { minLength: 1, maxLength: 2 }).map((xs) => `(${xs.join(" | ")})`),
+    );
+  const postfix = fc.constantFrom("", "", "?", "*", "+", "{3}", "{0,4}", "{2,6}", "{1,}", "{0,2}");
+  const alternative = (i: number) => fc.array(fc.tuple(item(i), postfix).map(([x, p]) => x + p), { maxLength: 3 }).map((xs) => xs.join(" "));
+  return fc
+    .tuple(...Array.from({ length: n }, (_, i) => fc.array(alternative(i), { minLength: 1, maxLength: 3 })))
+    .map((rules) => rules.map((alts, i) => `r${i} ::= ${alts.map((a) => (a === "" ? '""' : a)).join(" | ")}`).join("\n"));
+});
+
 /** Random grammars without left recursion: rule i only refers to rules after it. */
 const ruleGraphs = fc
   .integer({ min: 1, max: 12 })
@@ -49,6 +85,38 @@ describe("grammar load cost", () => {
     fc.assert(fc.property(ruleGraphs, (rules) => leftRecursionWalk(rules) === bruteForceWalk(rules)), { numRuns: 500 });
   });
 
+  test("a repetition's chain kept as one rule counts as the rules written out (fast-check)", () => {
+    fc.assert(
+      fc.property(grammarTexts, (text) => {
+        const rules = parseGrammarRules(text);
+        let expected: number;
+        try {
+          expected = bruteForceWalk(expandChains(rules));
+        } catch {
+          return fc.pre(false); // left recursive (x* over an item that may be empty): llama.cpp refuses it
+        }
+        assert.equal(leftRecursionWalk(rules), expected, text);
+      }),
+      { numRuns: 500 },
+    );
+    for (const text of ['root ::= ("a"?){0,50}', "root ::= (x | y){2,40}\nx ::= [a-z]?\ny ::= x x", 'root ::= x{0,1000}\nx ::= ("" | "ab")']) {
+      const rules = parseGrammarRules(text);
+      assert.ok(rules.some((r) => r.chain !== undefined), text);
+      assert.equal(leftRecursionWalk(rules), bruteForceWalk(expandChains(rules)), text);
+    }
+  });
+
+  test("a string of maxLength 98,500 parses into a few hundred rules, not 98,500", () => {
+    const schema = { type: "object", properties: { a: { type: "string", maxLength: 98_500 } }, required: ["a"] };
+    const { gbnf, loadCost } = compileJsonSchema(schema);
+    const rules = parseGrammarRules(gbnf);
+    assert.ok(rules.length < 1000, `${rules.length} rules`);
+    const expanded = expandChains(rules);
+    assert.ok(expanded.length > 98_000, `${expanded.length} rules written out`);
+    assert.equal(loadCost, grammarLoadCost(gbnf));
+    assert.equal(leftRecursionWalk(rules), bruteForceWalk(expanded));
+  });
+
   test("the walk count of compiled schemas equals the literal check's", () => {
     const props = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: i % 2 ? "string" : "integer" }]));
     for (const schema of [
@@ -58,17 +126,22 @@ describe("grammar load cost", () => {
       { type: "array", items: { anyOf: [{ type: "string", pattern: "^(ab|c)*d?$" }, { type: "boolean" }] }, minItems: 2, maxItems: 9 },
     ]) {
       const rules = parseGrammarRules(compileJsonSchema(schema).gbnf);
-      assert.equal(leftRecursionWalk(rules), bruteForceWalk(rules), JSON.stringify(schema).slice(0, 80));
+      assert.equal(leftRecursionWalk(rules), bruteForceWalk(expandChains(rules)), JSON.stringify(schema).slice(0, 80));
     }
   });
 
   test("groups and repetitions become rules the way llama.cpp's parser rewrites them", () => {
-    // root ::= "a" "a" r2; r2 ::= "a" r1 | ; r1 ::= "a" | — two optional copies after the two required.
-    const bounded = parseGrammarRules('root ::= "a"{2,4}');
+    // root ::= "a" "a" r1; r1 ::= "a" r2 | ; r2 ::= "a" | — two optional copies after the two required
+    // (kept as one chain rule until written out).
+    const chained = parseGrammarRules('root ::= "a"{2,4}');
+    assert.equal(chained.length, 2);
+    assert.equal(chained[1].chain, 2);
+    const bounded = expandChains(chained);
     assert.equal(bounded.length, 3);
-    assert.deepEqual(bounded[0].alts, [[-1, -1, 2]]);
-    assert.deepEqual(bounded[2].alts, [[-1, 1], []]);
-    assert.deepEqual(bounded[1].alts, [[-1], []]);
+    assert.deepEqual(bounded[0].alts, [[-1, -1, 1]]);
+    assert.deepEqual(bounded[1].alts, [[-1, 2], []]);
+    assert.deepEqual(bounded[2].alts, [[-1], []]);
+    assert.deepEqual([bounded[1].size, bounded[2].size], [4, 3]);
     // x* is one recursive rule with an empty alternative; a group is a rule of its own.
     const star = parseGrammarRules("root ::= (x | y)* x\nx ::= [a-z]\ny ::= \"yy\" # comment\n");
     const rootAlts = star[0].alts[0];
@@ -116,7 +189,7 @@ describe("grammar load cost", () => {
     for (const text of texts) {
       const rules = parseGrammarRules(text);
       assert.ok(rules.length > 0 && rules.every((r) => r.alts.length > 0), text.slice(0, 80));
-      assert.equal(leftRecursionWalk(rules), bruteForceWalk(rules));
+      assert.equal(leftRecursionWalk(rules), bruteForceWalk(expandChains(rules)));
     }
   });
 
