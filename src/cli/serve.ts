@@ -162,6 +162,15 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
 
   const loading = new ModelLoading(specs, engines, registry, metrics, log);
   const loaded = loading.firstAttempts;
+  const close = async () => {
+    await app.close();
+    await loading.stop();
+    await registry.dispose();
+    closeTenancy();
+    await store.close();
+    await tracing?.shutdown();
+    await schemaCompiler.release();
+  };
 
   return {
     url,
@@ -169,24 +178,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     registry,
     service,
     loaded,
-    close: async () => {
-      await app.close();
-      await loading.stop();
-      await registry.dispose();
-      closeTenancy();
-      await store.close();
-      await tracing?.shutdown();
-      await schemaCompiler.release();
-    },
+    close,
     shutdown: async (drainTimeoutMs: number) => {
       await service.shutdown(drainTimeoutMs);
-      await app.close();
-      await loading.stop();
-      await registry.dispose();
-      closeTenancy();
-      await store.close();
-      await tracing?.shutdown();
-      await schemaCompiler.release();
+      await close();
     },
   };
 }

@@ -55,6 +55,26 @@ export type ChatMessage = z.infer<typeof chatMessage>;
  */
 export const MAX_MESSAGES = 10_000;
 
+/** Function tools as Chat Completions declares them (dialects that copy the field share it). */
+export const functionTools = z
+  .array(
+    z.object({
+      type: z.literal("function"),
+      function: z.object({
+        name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
+        description: z.string().optional(),
+        parameters: jsonObject().optional(),
+        strict: z.boolean().nullish(),
+      }),
+    }),
+  )
+  .max(128);
+
+export const toolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
+]);
+
 /**
  * A `messages` list of `message`: one at least, MAX_MESSAGES at most. Every dialect built on chat
  * (Konan, SpAk, Databricks) takes its list through this, so none renders a template over more
@@ -89,26 +109,8 @@ export const chatCompletionRequest = z.object({
   store: z.boolean().nullish(),
   metadata: metadataSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
-  tools: z
-    .array(
-      z.object({
-        type: z.literal("function"),
-        function: z.object({
-          name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
-          description: z.string().optional(),
-          parameters: jsonObject().optional(),
-          strict: z.boolean().nullish(),
-        }),
-      }),
-    )
-    .max(128)
-    .nullish(),
-  tool_choice: z
-    .union([
-      z.enum(["none", "auto", "required"]),
-      z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
-    ])
-    .nullish(),
+  tools: functionTools.nullish(),
+  tool_choice: toolChoice.nullish(),
   response_format: z
     .discriminatedUnion("type", [
       z.object({ type: z.literal("text") }),

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { messageList } from "../openai/chat-protocol.ts";
-import { jsonObject } from "../json-object.ts";
+import { functionTools, messageList, toolChoice } from "../openai/chat-protocol.ts";
 
 /**
  * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
@@ -37,7 +36,6 @@ const toolMessage = z.object({
 export const spakMessage = z.discriminatedUnion("role", [systemMessage, userMessage, assistantMessage, toolMessage]);
 export type SpakMessage = z.infer<typeof spakMessage>;
 
-export const FUNCTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 /** The one value the API's `model` takes (an enum of one): the operator serves a model under this name. */
 export const SPAK_MODEL = "SpAk-Aster-V1-MOE";
 export const USER_ID = /^[A-Za-z0-9_-]{1,512}$/;
@@ -55,26 +53,8 @@ export const spakChatRequest = z.object({
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
-  tools: z
-    .array(
-      z.object({
-        type: z.literal("function"),
-        function: z.object({
-          name: z.string().regex(FUNCTION_NAME, "function names are 1 to 64 letters, digits, '_' or '-'"),
-          description: z.string().optional(),
-          parameters: jsonObject().optional(),
-          strict: z.boolean().nullish(),
-        }),
-      }),
-    )
-    .max(128)
-    .nullish(),
-  tool_choice: z
-    .union([
-      z.enum(["none", "auto", "required"]),
-      z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
-    ])
-    .nullish(),
+  tools: functionTools.nullish(),
+  tool_choice: toolChoice.nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
   user_id: z.string().regex(USER_ID, "user_id is 1 to 512 letters, digits, '_' or '-'").nullish(),

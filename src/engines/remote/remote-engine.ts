@@ -568,21 +568,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         return produced > budget;
       };
       try {
-        for (const chunk of head) {
-          if (pastBudget(chunk)) {
-            lease.success();
-            yield* release(held, { kind: "end", reason: "length" });
-            return;
-          }
-          if (chunk.kind === "end") lease.success();
-          if (held && chunk.kind !== "end") hold(chunk);
-          else
-            for (const c of release(held, chunk)) {
-              yield c;
-              await slice.breathe();
-            }
-        }
-        for await (const chunk of chunks) {
+        for await (const chunk of afterHead(head, chunks)) {
           if (pastBudget(chunk)) {
             lease.success();
             yield* release(held, { kind: "end", reason: "length" });
@@ -911,6 +897,12 @@ export function affinityKey(req: GenerationRequest): string {
 }
 
 /** What was held back (if anything), then the chunk that ends it. */
+/** The chunks read while the request was checked, then the rest of the stream. */
+async function* afterHead(head: readonly EngineChunk[], rest: AsyncIterable<EngineChunk>): AsyncGenerator<EngineChunk> {
+  yield* head;
+  yield* rest;
+}
+
 function* release(held: EngineChunk[] | undefined, last: EngineChunk): Generator<EngineChunk> {
   if (held) yield* held.splice(0);
   yield last;
