@@ -253,6 +253,15 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   };
   const taken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...neutral });
   assert.equal(taken.status, 200, taken.text);
+  // SGLang's fields at their defaults, and its scheduling labels (nothing about the answer changes).
+  const sglang = {
+    stop_regex: null, no_stop_trim: false, separate_reasoning: true, stream_reasoning: true, lora_path: null, session_params: null,
+    custom_logit_processor: null, custom_params: null, return_hidden_states: false, return_routed_experts: false,
+    return_cached_tokens_details: false, return_prompt_token_ids: false, return_meta_info: false, use_audio_in_video: false,
+    rid: "req-1", extra_key: "k", routed_dp_rank: 0, data_parallel_rank: 0, input_ids: null, bootstrap_room: null,
+  };
+  const sglangTaken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...sglang });
+  assert.equal(sglangTaken.status, 200, sglangTaken.text);
   // vLLM's prefill request: a last assistant message is continued, which is what the switches ask.
   const prefill = [...user("Say a proverb"), { role: "assistant", content: "An apple a day, keeps" }];
   const continued = await post("/v1/chat/completions", { messages: prefill, max_tokens: 2, continue_final_message: true, add_generation_prompt: false });
@@ -262,6 +271,8 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const completionNeutral = { reasoning_format: "none", include_reasoning: true, min_keep: 1, n_cache_reuse: 0, return_tokens: false };
   assert.equal((await post("/v1/completions", { prompt: "Hi", max_tokens: 2, ...completionNeutral })).status, 200);
   const completionRefused: Array<[Record<string, unknown>, string]> = [
+    [{ stop_regex: ["x"] }, "stop_regex"],
+    [{ separate_reasoning: false }, "separate_reasoning"],
     [{ reasoning_format: "deepseek" }, "reasoning_format"],
     [{ thinking_token_budget: 8 }, "thinking_token_budget"],
     [{ include_reasoning: false }, "include_reasoning"],
@@ -308,6 +319,19 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ min_keep: 5 }, "min_keep"],
     [{ n_cache_reuse: 256 }, "n_cache_reuse"],
     [{ sse_ping_interval: 5, stream: true }, "sse_ping_interval"],
+    // SGLang's, asking for what is not done here.
+    [{ stop_regex: "[a-z]" }, "stop_regex"],
+    [{ no_stop_trim: true }, "no_stop_trim"],
+    [{ separate_reasoning: false }, "separate_reasoning"],
+    [{ stream_reasoning: false, stream: true }, "stream_reasoning"],
+    [{ lora_path: "my-adapter" }, "lora_path"],
+    [{ session_params: { id: "s1" } }, "session_params"],
+    [{ custom_logit_processor: "x" }, "custom_logit_processor"],
+    [{ return_hidden_states: true }, "return_hidden_states"],
+    [{ return_cached_tokens_details: true }, "return_cached_tokens_details"],
+    [{ input_ids: [1, 2, 3] }, "input_ids"],
+    [{ bootstrap_host: "10.0.0.1" }, "bootstrap_host"],
+    [{ custom_labels: { team: "a" } }, "custom_labels"],
     // The template switches where they ask for the other rendering than the conversation gets.
     [{ add_generation_prompt: false }, "add_generation_prompt"],
     [{ continue_final_message: true }, "continue_final_message"],

@@ -107,7 +107,8 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
       assert.ok(choices.includes(r.json.choices[0].message.content!), JSON.stringify(r.json.choices[0].message.content));
     }
   }
-  for (const field of [{ guided_regex: "[0-9]{3}-[a-z]{2}" }, { structured_outputs: { regex: "[0-9]{3}-[a-z]{2}" } }]) {
+  // vLLM's two ways and SGLang's `regex`.
+  for (const field of [{ guided_regex: "[0-9]{3}-[a-z]{2}" }, { structured_outputs: { regex: "[0-9]{3}-[a-z]{2}" } }, { regex: "[0-9]{3}-[a-z]{2}" }]) {
     const r = await chat({ seed: 4, max_tokens: 20, ...field } as Partial<ChatBody>);
     assert.equal(r.status, 200, r.text);
     assert.match(r.json.choices[0].message.content!, /^[0-9]{3}-[a-z]{2}$/);
@@ -126,6 +127,9 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
 
   const refused: Array<[Record<string, unknown>, string]> = [
     [{ guided_grammar: 'root ::= "a"' }, "guided_grammar"],
+    [{ ebnf: 'root ::= "Hello" | "Hi"' }, "ebnf"],
+    [{ regex: "(a" }, "regex"],
+    [{ regex: "a", guided_json: SMALL }, "regex"],
     [{ grammar: 'root ::= "a"' }, "grammar"],
     [{ structured_outputs: { grammar: "start: /a/" } }, "structured_outputs.grammar"],
     [{ guided_whitespace_pattern: " *" }, "guided_whitespace_pattern"],
@@ -152,9 +156,17 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
   }
   assert.equal((await fetch(`${s.url}/health`)).status, 200, "the server is still up");
   // Text completions take no grammar here: refused by name rather than answered unconstrained.
-  const completion = await s.http.post("/v1/completions", { model: "tiny", prompt: "a", guided_json: SMALL });
-  assert.equal(completion.status, 400, completion.text);
-  assert.equal((completion.json as unknown as { error: { param: string } }).error.param, "guided_json");
+  for (const [field, param] of [[{ guided_json: SMALL }, "guided_json"], [{ regex: "(yes|no)" }, "regex"], [{ ebnf: 'root ::= "a"' }, "ebnf"]] as const) {
+    const completion = await s.http.post("/v1/completions", { model: "tiny", prompt: "a", ...field });
+    assert.equal(completion.status, 400, completion.text);
+    assert.equal((completion.json as unknown as { error: { param: string } }).error.param, param);
+  }
+  // SGLang sends json_schema as JSON text; llama-server as an object: both hold the answer.
+  for (const json_schema of [JSON.stringify(SMALL), SMALL]) {
+    const r = await chat({ seed: 5, max_tokens: 60, json_schema } as Partial<ChatBody>);
+    assert.equal(r.status, 200, r.text);
+    if (r.json.choices[0].finish_reason === "stop") JSON.parse(r.json.choices[0].message.content!);
+  }
 });
 
 test("client.chat.completions.parse with a zod schema", async () => {

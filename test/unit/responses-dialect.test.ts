@@ -72,7 +72,8 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["top_logprobs without include", { top_logprobs: 3 }, 400, "top_logprobs"],
   ["an include Plinth cannot fill", { include: ["file_search_call.results"] }, 400, "include"],
   ["previous_response_id with conversation", { previous_response_id: "resp_x", conversation: "conv_x" }, 400, "conversation"],
-  ["an unknown previous response", { previous_response_id: "resp_nope" }, 404, "previous_response_id"],
+  ["an unknown previous response (OpenAI's 400, not the 404 of a GET)", { previous_response_id: "resp_nope" }, 400, "previous_response_id"],
+  ["tool_choice required without tools", { tool_choice: "required" }, 400, "tool_choice"],
   ["an unknown conversation", { conversation: "conv_nope" }, 404, "conversation"],
   ["an unknown item reference", { input: [{ type: "item_reference", id: "msg_nope" }] }, 404, "input[0].id"],
   ["tool_choice naming no tool", { tools: TOOLS, tool_choice: { type: "function", name: "other" } }, 400, "tool_choice"],
@@ -108,6 +109,24 @@ for (const [name, extra, status, param] of refusals) {
     assert.ok(!r.json().error.message.includes("{field}"), r.json().error.message);
   });
 }
+
+test("an unknown previous response is OpenAI's previous_response_not_found", async () => {
+  const r = await post({ model: "m", input: "hi", previous_response_id: "resp_nope" });
+  assert.equal(r.statusCode, 400, r.body);
+  assert.equal(r.json().error.code, "previous_response_not_found");
+  assert.equal(r.json().error.message, "Previous response with id 'resp_nope' not found.");
+});
+
+test("tool_choice auto or none without tools is what a response reports by default, and is accepted", async () => {
+  for (const tool_choice of ["auto", "none"]) {
+    script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+    for (const tools of [undefined, []]) {
+      const r = await post({ model: "m", input: "hi", store: false, tool_choice, ...(tools ? { tools } : {}) });
+      assert.equal(r.statusCode, 200, r.body);
+      assert.equal(r.json().tool_choice, tool_choice);
+    }
+  }
+});
 
 test("truncation auto drops the oldest turns until the prompt fits; disabled refuses", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];

@@ -5,7 +5,7 @@ import { foreignFields } from "./foreign-fields.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** Structured-output fields (OpenAI's and other servers'): the grammar is applied to chat answers only. */
-const CHAT_ONLY = ["response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern", "grammar", "structured_outputs", "json_schema"] as const;
+const CHAT_ONLY = ["response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern", "grammar", "structured_outputs", "json_schema", "regex", "ebnf"] as const;
 
 /** One canonical request per prompt of the batch; they share everything but the prompt. */
 export function completionToCanonical(body: CompletionRequest): { batch: GenerationRequest[]; namespace?: string } {

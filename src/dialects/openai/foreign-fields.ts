@@ -2,7 +2,7 @@ import { z } from "zod";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 
 /**
- * Sampling and generation fields of vLLM's and llama-server's OpenAI-compatible APIs that OpenAI
+ * Sampling and generation fields of vLLM's, llama-server's and SGLang's OpenAI-compatible APIs that OpenAI
  * does not define. Clients written for those servers send them, often with their neutral value on
  * every request (llama-server's web UI sends all its sampler settings). Dropping them as unknown
  * would answer a request for `ignore_eos` or `mirostat` as if it had not asked, so each is read
@@ -91,6 +91,37 @@ export const FOREIGN_FIELDS = [
   "min_keep",
   "n_cache_reuse",
   "sse_ping_interval",
+  "stop_regex",
+  "no_stop_trim",
+  "separate_reasoning",
+  "stream_reasoning",
+  "lora_path",
+  "session_id",
+  "session_params",
+  "custom_logit_processor",
+  "custom_params",
+  "return_hidden_states",
+  "return_routed_experts",
+  "routed_experts_start_len",
+  "return_cached_tokens_details",
+  "return_prompt_token_ids",
+  "return_meta_info",
+  "task",
+  "input_ids",
+  "max_dynamic_patch",
+  "min_dynamic_patch",
+  "use_audio_in_video",
+  "images_config",
+  "bootstrap_host",
+  "bootstrap_port",
+  "bootstrap_room",
+  "rid",
+  "extra_key",
+  "ngram_corpus_id",
+  "routed_dp_rank",
+  "disagg_prefill_dp_rank",
+  "data_parallel_rank",
+  "custom_labels",
 ] as const;
 type ForeignField = (typeof FOREIGN_FIELDS)[number];
 
@@ -199,6 +230,42 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     min_keep: [atMost(1), "is not supported: truncation samplers keep what their own threshold keeps"],
     n_cache_reuse: [is(0), "is not supported: cached prefixes are reused as they stand, never shifted into place"],
     sse_ping_interval: [atMost(0), "is not supported: no keep-alive events are sent on a stream"],
+    // SGLang (its structured-output `regex` and `ebnf` are read with the others of their kind)
+    stop_regex: [isEmpty, "is not supported; stop on text with stop"],
+    no_stop_trim: [is(false), "is not supported: the answer ends before the stop string"],
+    separate_reasoning: [
+      is(true),
+      templated ? "is supported only as true: thinking is returned in reasoning_content, never in content" : "applies to chat answers; a completion's text is returned as generated",
+    ],
+    stream_reasoning: [is(true), templated ? "is supported only as true: thinking streams as it is generated" : "applies to chat answers; a completion's text is returned as generated"],
+    lora_path: [isEmpty, "is not supported: no LoRA adapters here"],
+    session_id: [isNull, "is not supported: no sessions here; send the whole conversation (its prefix comes from the prompt cache)"],
+    session_params: [isNull, "is not supported: no sessions here; send the whole conversation (its prefix comes from the prompt cache)"],
+    custom_logit_processor: [isEmpty, "is not supported: no custom logits processors run here"],
+    custom_params: [isEmptyObject, "is not supported: no custom logits processors run here"],
+    return_hidden_states: [is(false), "is not supported: no hidden states are returned"],
+    return_routed_experts: [is(false), "is not supported: no expert routing is returned"],
+    routed_experts_start_len: [whenOff(body, "return_routed_experts", is(false)), "applies to return_routed_experts, which is not supported"],
+    return_cached_tokens_details: [is(false), "is not supported: cached tokens are counted in usage.prompt_tokens_details.cached_tokens"],
+    return_prompt_token_ids: [is(false), "is not supported: answers carry text, not token ids (POST /tokenize gives a prompt's tokens)"],
+    return_meta_info: [is(false), "is not supported: answers have the dialect's own fields"],
+    task: [isNull, "is not supported by the chat templates here"],
+    input_ids: [isNull, templated ? "is not supported on chat requests: the template renders the messages (send token ids as a /v1/completions prompt)" : "is not supported; send token ids as the prompt"],
+    max_dynamic_patch: [isNull, "is not supported: images are passed to the model as sent"],
+    min_dynamic_patch: [isNull, "is not supported: images are passed to the model as sent"],
+    use_audio_in_video: [is(false), "is not supported: no audio or video input here"],
+    images_config: [isEmptyObject, "is not supported: images are passed to the model as sent"],
+    bootstrap_host: [isNull, "is not supported: no disaggregated prefill here"],
+    bootstrap_port: [isNull, "is not supported: no disaggregated prefill here"],
+    bootstrap_room: [isNull, "is not supported: no disaggregated prefill here"],
+    custom_labels: [isEmptyObject, "is not supported: metrics carry no labels of the request's"],
+    // Labels and placement hints for SGLang's own scheduling: nothing about the answer changes.
+    rid: [() => true, ""],
+    extra_key: [() => true, ""],
+    ngram_corpus_id: [() => true, ""],
+    routed_dp_rank: [() => true, ""],
+    disagg_prefill_dp_rank: [() => true, ""],
+    data_parallel_rank: [() => true, ""],
   };
 }
 

@@ -7,7 +7,8 @@ import { jsonObject } from "../json-object.ts";
  * The other servers' ways of asking for structured output in a chat or completions request, beside
  * OpenAI's `response_format`. Clients written for vLLM send `guided_json`, `guided_regex`,
  * `guided_choice` (older releases) or `structured_outputs` (newer ones); llama-server clients send
- * `json_schema` or a schema inside `response_format: {type: "json_object"}`. Dropping any of them as
+ * `json_schema` or a schema inside `response_format: {type: "json_object"}`; SGLang's send `regex`,
+ * `ebnf` or `json_schema` (as a string there). Dropping any of them as
  * an unknown field would hand back unconstrained text to a client that asked for JSON, so each is
  * honoured, or refused by name where Plinth cannot enforce it (grammars in a foreign syntax).
  */
@@ -37,8 +38,11 @@ export const structuredFieldsSchema = {
       disable_additional_properties: z.boolean().nullish(),
     })
     .nullish(),
-  /** llama-server's top-level JSON schema. */
-  json_schema: schemaObject.nullish(),
+  /** llama-server's top-level JSON schema (SGLang sends it as JSON text). */
+  json_schema: z.union([schemaObject, z.string()]).nullish(),
+  /** SGLang's regex; its `ebnf` (a grammar in its own syntax) is accepted here only to be refused. */
+  regex: z.string().nullish(),
+  ebnf: z.unknown().optional(),
 };
 
 type StructuredFields = { [K in keyof typeof structuredFieldsSchema]?: z.infer<(typeof structuredFieldsSchema)[K]> };
@@ -58,6 +62,7 @@ export interface RequestedFormat {
 export function structuredFormat(body: StructuredFields, fromResponseFormat?: RequestedFormat): RequestedFormat | undefined {
   if (body.guided_grammar != null) throw foreignGrammar("guided_grammar");
   if (body.grammar != null) throw foreignGrammar("grammar");
+  if (body.ebnf != null) throw foreignGrammar("ebnf");
   if (body.guided_whitespace_pattern != null) throw unsupportedField("guided_whitespace_pattern", "is not supported: JSON answers follow the grammar's own whitespace");
   const so = body.structured_outputs;
   if (so?.grammar != null) throw foreignGrammar("structured_outputs.grammar");
@@ -75,8 +80,9 @@ export function structuredFormat(body: StructuredFields, fromResponseFormat?: Re
   };
   add("guided_json", body.guided_json == null ? undefined : jsonSchema(body.guided_json, "guided_json"));
   add("guided_regex", body.guided_regex == null ? undefined : { type: "regex", pattern: body.guided_regex });
+  add("regex", body.regex == null ? undefined : { type: "regex", pattern: body.regex });
   add("guided_choice", body.guided_choice == null ? undefined : choiceFormat(body.guided_choice));
-  add("json_schema", body.json_schema == null ? undefined : { type: "json_schema", schema: body.json_schema, strict: true });
+  add("json_schema", body.json_schema == null ? undefined : jsonSchema(body.json_schema, "json_schema"));
   if (so) {
     add("structured_outputs.json", so.json == null ? undefined : jsonSchema(so.json, "structured_outputs.json"));
     add("structured_outputs.regex", so.regex == null ? undefined : { type: "regex", pattern: so.regex });

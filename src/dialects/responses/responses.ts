@@ -57,7 +57,13 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   let conversationId: string | undefined;
   if (body.previous_response_id) {
     const prev = await deps.store.responses.get(ns, body.previous_response_id);
-    if (!prev) throw notFound("response", body.previous_response_id, "previous_response_id");
+    // OpenAI answers a 400 with its own code here (not the 404 of GET /v1/responses/{id}), and clients
+    // that start a conversation afresh when the response has expired look for that code.
+    if (!prev)
+      throw new ApiError(400, `Previous response with id '${body.previous_response_id}' not found.`, {
+        param: "previous_response_id",
+        code: "previous_response_not_found",
+      });
     // Its output is not there yet: continuing now would leave it out of the prompt without a word.
     if (prev.status === "queued" || prev.status === "in_progress")
       throw badRequest(

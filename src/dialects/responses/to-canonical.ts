@@ -221,7 +221,9 @@ function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice
   const c = body.tool_choice;
   if (c == null) return "auto";
   if (typeof c === "string") {
-    if (c !== "none" && names.size === 0) throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+    // "auto" is the default a response reports with no tools, so a client that sends it back gets
+    // what it had; only "required" asks for a call that cannot be made.
+    if (c === "required" && names.size === 0) throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
     return c;
   }
   if (c.type === "function" || c.type === "custom") {
