@@ -9,6 +9,7 @@ import {
   type JinjaTemplateChatWrapperOptions,
   type LlamaModel,
   LlamaText,
+  MistralChatWrapper,
   type ResolvableChatWrapperTypeName,
   resolveChatWrapper,
   SpecialToken,
@@ -21,6 +22,7 @@ import type { GenerationRequest, Message, PromptInput } from "../../core/types.t
 import { toChatHistory } from "./chat-history.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
+import { FaithfulMistralChatWrapper } from "./mistral-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
@@ -114,7 +116,8 @@ export class PromptRenderer {
     // system prompt the template writes (Qwen 2.5's), open a thinking section for models that have
     // none, and document tools their own way. The template itself is what llama.cpp's server and
     // vLLM render, so it is used whenever node-llama-cpp can run it; a template it cannot run
-    // (Gemma 2's and Mistral Nemo's fail its checks) keeps the family wrapper.
+    // (Gemma 2's and Mistral Nemo's fail its checks) keeps the family wrapper (Mistral's writing an
+    // empty system message as the template does, mistral-wrapper.ts).
     // Plain ChatML is the exception: rendered by Plinth's own ChatML wrapper (chatml-wrapper.ts),
     // five times faster than the Jinja engine (0.25 against 1.3 ms for 21 messages), but only once
     // it has written a few telling conversations exactly as the template does (a template that adds
@@ -132,6 +135,7 @@ export class PromptRenderer {
       else wrapper = own ?? wrapper;
     }
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
+    if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper();
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
     if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
