@@ -1,10 +1,14 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
+import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC, ensureFixtureModel } from "../fixtures/models.ts";
-import { MISTRAL_NEMO_TEMPLATE } from "../fixtures/real-templates.ts";
+import {
+  GEMMA_2_TEMPLATE,
+  MISTRAL_NEMO_TEMPLATE,
+  PHI_3_5_TEMPLATE,
+} from "../fixtures/real-templates.ts";
 
 // Real models' templates on the tiny BPE fixture, rendered as llama-server --jinja renders them
 // (the expected texts were recorded from llama-server on GGUFs carrying these templates; the
@@ -34,6 +38,39 @@ async function rendererFor(name: string, chatTemplate: string) {
 }
 
 const HI: Message[] = [{ role: "user", content: "Hi" }];
+const PREFILL: Message[] = [...HI, { role: "assistant", content: "Sure, here" }];
+
+test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {
+  const { renderer, prompt } = await rendererFor("plinth-real-gemma-2", GEMMA_2_TEMPLATE);
+  assert.ok(renderer.wrapper instanceof JinjaTemplateChatWrapper, renderer.wrapper.constructor.name);
+  const turn = (role: string, text: string) => `<start_of_turn>${role}\n${text}<end_of_turn>\n`;
+  const open = "<start_of_turn>model\n";
+  assert.equal(prompt([{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Hello there" }]), turn("user", "You are a helpful assistant.\nHello there") + open);
+  assert.equal(prompt([{ role: "user", content: "" }]), turn("user", "") + open);
+  assert.equal(prompt([...HI, { role: "assistant", content: "" }, { role: "user", content: "Hello?" }]), turn("user", "Hi") + turn("model", "") + turn("user", "Hello?") + open);
+  assert.equal(prompt([{ role: "system", content: "" }, ...HI]), turn("user", "Hi") + open);
+  assert.equal(
+    prompt([{ role: "system", content: "S" }, ...HI, { role: "assistant", content: "Yo" }, { role: "user", content: "More" }]),
+    turn("user", "S\nHi") + turn("model", "Yo") + turn("user", "More") + open,
+  );
+  assert.equal(prompt(PREFILL), turn("user", "Hi") + "<start_of_turn>model\nSure, here");
+  // What the template refuses (llama-server answers 400) still renders: two user messages are
+  // joined, and a conversation opening with the assistant goes to node-llama-cpp's Gemma wrapper.
+  assert.equal(prompt([{ role: "user", content: "First" }, { role: "user", content: "Second" }]), turn("user", "First\n\nSecond") + open);
+  assert.ok(prompt([{ role: "assistant", content: "Welcome" }, ...HI]).endsWith(turn("user", "Hi") + open));
+  // Tools the template does not document are described in the first user turn, after the system text.
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  const tools = prompt([{ role: "system", content: "Be brief." }, ...HI], {}, functions);
+  assert.ok(tools.startsWith("<start_of_turn>user\nBe brief.\n\n"), tools);
+  assert.ok(tools.includes("get_weather") && tools.endsWith("\nHi<end_of_turn>\n" + open), tools);
+  assert.ok(!tools.includes("---"), tools);
+});
+
+test("Phi 3.5: an empty system message is left out, as the template leaves it out", async () => {
+  const { prompt } = await rendererFor("plinth-real-p35", PHI_3_5_TEMPLATE);
+  assert.equal(prompt([{ role: "system", content: "" }, ...HI]), "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "<|system|>\nS<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
+});
 
 test("Mistral Nemo: an empty system message is still written before the last user message", async () => {
   const { prompt } = await rendererFor("plinth-real-mistral-nemo", MISTRAL_NEMO_TEMPLATE);
