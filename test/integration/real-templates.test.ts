@@ -5,7 +5,9 @@ import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC, ensureFixtureModel } from "../fixtures/models.ts";
 import {
+  DEEPSEEK_R1_DISTILL_TEMPLATE,
   GEMMA_2_TEMPLATE,
+  GRANITE_3_3_TEMPLATE,
   MISTRAL_NEMO_TEMPLATE,
   PHI_3_5_TEMPLATE,
 } from "../fixtures/real-templates.ts";
@@ -39,6 +41,24 @@ async function rendererFor(name: string, chatTemplate: string) {
 
 const HI: Message[] = [{ role: "user", content: "Hi" }];
 const PREFILL: Message[] = [...HI, { role: "assistant", content: "Sure, here" }];
+
+test("DeepSeek R1 Distill: a prefilled answer is continued right after it, no thinking section opened behind it", async () => {
+  const { renderer, prompt } = await rendererFor("plinth-real-deepseek-r1-distill", DEEPSEEK_R1_DISTILL_TEMPLATE);
+  assert.equal(prompt(PREFILL), "<｜User｜>Hi<｜Assistant｜>Sure, here");
+  assert.equal(renderer.planReasoning({ prompt: { kind: "chat", messages: PREFILL } } as GenerationRequest, false), undefined);
+  // The template's own generation prompt still opens the section.
+  assert.equal(prompt(HI), "<｜User｜>Hi<｜Assistant｜><think>\n");
+});
+
+test("Granite 3.3: no thinking section unless asked for; a prefill is continued as written", async () => {
+  const { prompt } = await rendererFor("plinth-real-granite-3.3", GRANITE_3_3_TEMPLATE);
+  const single = prompt(HI);
+  assert.ok(single.endsWith("<|start_of_role|>user<|end_of_role|>Hi<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"), single);
+  assert.ok(!single.includes("<think>"), single);
+  const prefill = prompt(PREFILL);
+  assert.ok(prefill.endsWith("<|start_of_role|>assistant<|end_of_role|>Sure, here"), prefill);
+  assert.ok(prompt(HI, { reasoning: { enabled: true } } as Partial<GenerationRequest>).endsWith("<|end_of_role|><think>"));
+});
 
 test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {
   const { renderer, prompt } = await rendererFor("plinth-real-gemma-2", GEMMA_2_TEMPLATE);
