@@ -9,6 +9,7 @@ import {
   type JinjaTemplateChatWrapperOptions,
   type LlamaModel,
   LlamaText,
+  MistralChatWrapper,
   type ResolvableChatWrapperTypeName,
   resolveChatWrapper,
   SpecialToken,
@@ -16,15 +17,17 @@ import {
   type Token,
   type Tokenizer,
 } from "node-llama-cpp";
-import { invalidField } from "../../core/errors.ts";
+import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
+import { FaithfulMistralChatWrapper } from "./mistral-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
 import { tokenizeRawText } from "./raw-text.ts";
+import { leavesOutEmptySystem, mergeSystemMessages, systemMergingWrapper, withoutEmptyLeadingSystem } from "./system-messages.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
 
 // Everything about turning a canonical prompt into the tokens a model sees: which chat template
@@ -72,6 +75,12 @@ export class PromptRenderer {
   private readonly template: string | undefined;
   /** The model's tokenizer, remembering recent template parts and messages (tokenize-memo.ts). */
   private readonly tokenizer: Tokenizer;
+  /** Set when the template refuses a system role: system messages are merged into the next (system-messages.ts). */
+  private readonly mergesSystem: boolean = false;
+  /** node-llama-cpp's wrapper for the model's family, for a conversation such a template still refuses. */
+  private readonly familyWrapper: ChatWrapper | undefined;
+  /** Set when the template writes nothing for an empty leading system message (Phi 3.5's). */
+  private readonly leavesOutEmptySystem: boolean = false;
 
   constructor(
     private readonly model: LlamaModel,
@@ -113,14 +122,21 @@ export class PromptRenderer {
     // the family wrappers join consecutive messages of one role, drop empty ones, leave out a default
     // system prompt the template writes (Qwen 2.5's), open a thinking section for models that have
     // none, and document tools their own way. The template itself is what llama.cpp's server and
-    // vLLM render, so it is used whenever node-llama-cpp can run it; a template it cannot run
-    // (Gemma 2's and Mistral Nemo's fail its checks) keeps the family wrapper.
+    // vLLM render, so it is used whenever node-llama-cpp can run it. A template that refuses a system
+    // role (Gemma 2's) is run with system messages merged into the next message, as llama.cpp's
+    // server merges them (system-messages.ts); the family wrapper stays for a conversation the
+    // template still refuses (one that opens with an assistant turn). A template node-llama-cpp
+    // cannot run otherwise (Mistral Nemo's) keeps the family wrapper (mistral-wrapper.ts).
     // Plain ChatML is the exception: rendered by Plinth's own ChatML wrapper (chatml-wrapper.ts),
     // five times faster than the Jinja engine (0.25 against 1.3 ms for 21 messages), but only once
     // it has written a few telling conversations exactly as the template does (a template that adds
     // a default system prompt, or drops empty turns, is not plain ChatML).
     if (type === "auto" && prefersOwnTemplate(wrapper)) {
-      const own = ownTemplateWrapper(model, customWrapperSettings.jinjaTemplate);
+      const { wrapper: own, mergesSystem } = ownTemplateWrapper(model, customWrapperSettings.jinjaTemplate);
+      if (own && mergesSystem) {
+        this.mergesSystem = true;
+        this.familyWrapper = wrapper;
+      }
       // A template that writes tools its own way (LFM 2.5's "List of tools") is not plain ChatML either.
       // Nor is one whose generation prompt differs from its assistant turns (one that opens "<think>").
       const plainChatML =
@@ -132,12 +148,14 @@ export class PromptRenderer {
       else wrapper = own ?? wrapper;
     }
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
+    if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper();
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
     if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
       prepareToolRendering(wrapper, this.template, (w) => w.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS }));
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
+    if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);
   }
 
   /**
@@ -163,9 +181,10 @@ export class PromptRenderer {
       const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
-    const wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
+    let wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
     if (wrapper instanceof JinjaTemplateChatWrapper) this.refuseControlText(req);
-    const state = this.withThinkingSwitch(wrapper, thinkingSwitch(req), () => renderTemplate(wrapper, toChatHistory(prompt.messages, { rawResults: handsResultsOver(wrapper) }), functions));
+    const { state, wrapper: renderedBy } = this.renderChat(wrapper, prompt.messages, thinkingSwitch(req), functions);
+    wrapper = renderedBy;
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
@@ -175,6 +194,27 @@ export class PromptRenderer {
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
     return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn: rewritten?.openTurn ?? turns?.unwritten() };
+  }
+
+  /**
+   * The wrapper's rendering of a conversation, with the system messages as the model's template takes
+   * them (system-messages.ts). A template that refuses a system role gets the tools' description in
+   * the leading system message, merged like the others; a conversation it still refuses is rendered
+   * by node-llama-cpp's wrapper for the model's family, as before the template could be run.
+   */
+  private renderChat(wrapper: ChatWrapper, messages: Message[], thinking: ThinkingSwitch, functions: ChatModelFunctions | undefined) {
+    let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
+    if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
+    if (this.leavesOutEmptySystem) history = withoutEmptyLeadingSystem(history);
+    if (!this.mergesSystem) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
+    const described = functions && Object.keys(functions).length > 0 ? withFunctionsDescribed(wrapper, history, functions) : history;
+    try {
+      return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, mergeSystemMessages(described), undefined)), wrapper };
+    } catch (err) {
+      const family = this.familyWrapper;
+      if (!family || !(err instanceof ApiError)) throw err;
+      return { state: renderTemplate(family, toChatHistory(messages), functions), wrapper: family };
+    }
   }
 
   /**
@@ -467,21 +507,25 @@ function rendersAlike(a: ChatWrapper, b: ChatWrapper): boolean {
   }
 }
 
-/** The model's Jinja template as a wrapper, or undefined when it has none or node-llama-cpp cannot run it. */
-function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateChatWrapperOptions>): ChatWrapper | undefined {
+/**
+ * The model's Jinja template as a wrapper (undefined when it has none or node-llama-cpp cannot run
+ * it), and whether system messages are to be merged into the next message for it (system-messages.ts).
+ */
+function ownTemplateWrapper(model: LlamaModel, settings: Partial<JinjaTemplateChatWrapperOptions>): { wrapper?: ChatWrapper; mergesSystem?: boolean } {
   const template = model.fileInfo.metadata?.tokenizer?.chat_template;
-  if (typeof template !== "string" || template.trim() === "") return undefined;
+  if (typeof template !== "string" || template.trim() === "") return {};
   const build = (extra: Partial<JinjaTemplateChatWrapperOptions> = {}) => new JinjaTemplateChatWrapper({ ...settings, ...extra, template, tokenizer: model.tokenizer });
   try {
-    return build();
+    return { wrapper: build() };
   } catch {
     // A template that loops over `tools` without asking whether there are any (Hermes 3's tool-use
     // one) fails node-llama-cpp's checks: its Jinja engine refuses to loop over an undefined value,
     // where llama.cpp's loops over nothing. An empty list stands in when a request brings no tools.
     try {
-      return build({ additionalRenderParameters: { ...settings.additionalRenderParameters, tools: [] } });
+      return { wrapper: build({ additionalRenderParameters: { ...settings.additionalRenderParameters, tools: [] } }) };
     } catch {
-      return undefined;
+      const merging = systemMergingWrapper(build);
+      return merging ? { wrapper: merging, mergesSystem: true } : {};
     }
   }
 }
@@ -539,6 +583,12 @@ function laterSystemMessagesAsUser(history: ChatHistoryItem[]): ChatHistoryItem[
     if (item.type !== "system" || i === 0) return item;
     return { type: "user", text: `### System message\n\n${LlamaText.fromJSON(item.text).toString()}\n\n----` };
   });
+}
+
+/** The history with the functions' description in its leading system message, one of its own where it has none. */
+function withFunctionsDescribed(wrapper: ChatWrapper, history: ChatHistoryItem[], functions: ChatModelFunctions): ChatHistoryItem[] {
+  const description = wrapper.generateAvailableFunctionsSystemText(functions, { documentParams: true });
+  return withFunctionsInSystem(wrapper, history, functions) ?? [{ type: "system", text: description.toJSON() }, ...history];
 }
 
 /** The history with the functions' description appended to its leading system message, if it has one. */

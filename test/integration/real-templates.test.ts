@@ -1,0 +1,100 @@
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel } from "node-llama-cpp";
+import type { GenerationRequest, Message } from "../../src/core/types.ts";
+import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
+import { BPE_SPEC, ensureFixtureModel } from "../fixtures/models.ts";
+import {
+  DEEPSEEK_R1_DISTILL_TEMPLATE,
+  GEMMA_2_TEMPLATE,
+  GRANITE_3_3_TEMPLATE,
+  MISTRAL_NEMO_TEMPLATE,
+  PHI_3_5_TEMPLATE,
+} from "../fixtures/real-templates.ts";
+
+// Real models' templates on the tiny BPE fixture, rendered as llama-server --jinja renders them
+// (the expected texts were recorded from llama-server on GGUFs carrying these templates; the
+// fixture's tokenizer only changes how the text is cut into tokens, and its BOS text).
+
+let llama: Llama;
+const models: LlamaModel[] = [];
+before(async () => {
+  llama = await getLlama({ gpu: false });
+});
+after(async () => {
+  for (const m of models) await m.dispose();
+});
+
+async function rendererFor(name: string, chatTemplate: string) {
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel({ ...BPE_SPEC, name, chatTemplate }) });
+  models.push(model);
+  const renderer = new PromptRenderer(model, { id: name, vocabSize: 100_000 });
+  /** The prompt as text (the fixture's BOS left out), with what `planReasoning` appends. */
+  const prompt = (messages: Message[], extra: Partial<GenerationRequest> = {}, functions?: Parameters<PromptRenderer["render"]>[1]) => {
+    const req = { prompt: { kind: "chat", messages }, ...extra } as GenerationRequest;
+    const rendered = renderer.render(req, functions);
+    const suffix = renderer.planReasoning(req, false, rendered.openTurn)?.promptSuffix ?? [];
+    return model.detokenize([...rendered.tokens, ...suffix], true).replace(/^<\|startoftext\|>/, "");
+  };
+  return { renderer, prompt };
+}
+
+const HI: Message[] = [{ role: "user", content: "Hi" }];
+const PREFILL: Message[] = [...HI, { role: "assistant", content: "Sure, here" }];
+
+test("DeepSeek R1 Distill: a prefilled answer is continued right after it, no thinking section opened behind it", async () => {
+  const { renderer, prompt } = await rendererFor("plinth-real-deepseek-r1-distill", DEEPSEEK_R1_DISTILL_TEMPLATE);
+  assert.equal(prompt(PREFILL), "<｜User｜>Hi<｜Assistant｜>Sure, here");
+  assert.equal(renderer.planReasoning({ prompt: { kind: "chat", messages: PREFILL } } as GenerationRequest, false), undefined);
+  // The template's own generation prompt still opens the section.
+  assert.equal(prompt(HI), "<｜User｜>Hi<｜Assistant｜><think>\n");
+});
+
+test("Granite 3.3: no thinking section unless asked for; a prefill is continued as written", async () => {
+  const { prompt } = await rendererFor("plinth-real-granite-3.3", GRANITE_3_3_TEMPLATE);
+  const single = prompt(HI);
+  assert.ok(single.endsWith("<|start_of_role|>user<|end_of_role|>Hi<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"), single);
+  assert.ok(!single.includes("<think>"), single);
+  const prefill = prompt(PREFILL);
+  assert.ok(prefill.endsWith("<|start_of_role|>assistant<|end_of_role|>Sure, here"), prefill);
+  assert.ok(prompt(HI, { reasoning: { enabled: true } } as Partial<GenerationRequest>).endsWith("<|end_of_role|><think>"));
+});
+
+test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {
+  const { renderer, prompt } = await rendererFor("plinth-real-gemma-2", GEMMA_2_TEMPLATE);
+  assert.ok(renderer.wrapper instanceof JinjaTemplateChatWrapper, renderer.wrapper.constructor.name);
+  const turn = (role: string, text: string) => `<start_of_turn>${role}\n${text}<end_of_turn>\n`;
+  const open = "<start_of_turn>model\n";
+  assert.equal(prompt([{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "Hello there" }]), turn("user", "You are a helpful assistant.\nHello there") + open);
+  assert.equal(prompt([{ role: "user", content: "" }]), turn("user", "") + open);
+  assert.equal(prompt([...HI, { role: "assistant", content: "" }, { role: "user", content: "Hello?" }]), turn("user", "Hi") + turn("model", "") + turn("user", "Hello?") + open);
+  assert.equal(prompt([{ role: "system", content: "" }, ...HI]), turn("user", "Hi") + open);
+  assert.equal(
+    prompt([{ role: "system", content: "S" }, ...HI, { role: "assistant", content: "Yo" }, { role: "user", content: "More" }]),
+    turn("user", "S\nHi") + turn("model", "Yo") + turn("user", "More") + open,
+  );
+  assert.equal(prompt(PREFILL), turn("user", "Hi") + "<start_of_turn>model\nSure, here");
+  // What the template refuses (llama-server answers 400) still renders: two user messages are
+  // joined, and a conversation opening with the assistant goes to node-llama-cpp's Gemma wrapper.
+  assert.equal(prompt([{ role: "user", content: "First" }, { role: "user", content: "Second" }]), turn("user", "First\n\nSecond") + open);
+  assert.ok(prompt([{ role: "assistant", content: "Welcome" }, ...HI]).endsWith(turn("user", "Hi") + open));
+  // Tools the template does not document are described in the first user turn, after the system text.
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  const tools = prompt([{ role: "system", content: "Be brief." }, ...HI], {}, functions);
+  assert.ok(tools.startsWith("<start_of_turn>user\nBe brief.\n\n"), tools);
+  assert.ok(tools.includes("get_weather") && tools.endsWith("\nHi<end_of_turn>\n" + open), tools);
+  assert.ok(!tools.includes("---"), tools);
+});
+
+test("Phi 3.5: an empty system message is left out, as the template leaves it out", async () => {
+  const { prompt } = await rendererFor("plinth-real-p35", PHI_3_5_TEMPLATE);
+  assert.equal(prompt([{ role: "system", content: "" }, ...HI]), "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "<|system|>\nS<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
+});
+
+test("Mistral Nemo: an empty system message is still written before the last user message", async () => {
+  const { prompt } = await rendererFor("plinth-real-mistral-nemo", MISTRAL_NEMO_TEMPLATE);
+  assert.equal(prompt([{ role: "system", content: "" }, ...HI]), "[INST]\n\nHi[/INST]");
+  assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "[INST]S\n\nHi[/INST]");
+  assert.equal(prompt(HI), "[INST]Hi[/INST]");
+});
