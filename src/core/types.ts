@@ -134,7 +134,8 @@ export interface GenerationRequest {
   reasoning?: {
     enabled?: boolean;
     budgetTokens?: number;
-    effort?: "minimal" | "low" | "medium" | "high";
+    /** OpenAI's levels; `xhigh` and `max` think without a budget here, as `high` does. */
+    effort?: "minimal" | "low" | "medium" | "high" | "xhigh" | "max";
     fromEffort?: boolean;
     budgetFromEffort?: boolean;
   };

@@ -75,6 +75,18 @@ test("reasoning_effort levels set budgets: minimal stops thinking after 64 token
   assert.ok(r.choices[0].message.content!.length > 0);
 });
 
+test("reasoning_effort xhigh and max (OpenAI's upper levels) think without a budget, as high does", async () => {
+  const high = await ask({ logit_bias: LONG, reasoning_effort: "high", max_tokens: 90 });
+  assert.equal(high.usage!.completion_tokens_details.reasoning_tokens, 90, "high thinks until max_tokens here");
+  for (const effort of ["xhigh", "max"] as const) {
+    for (const body of [{ reasoning_effort: effort }, { reasoning: { effort } }] as Partial<ChatBody>[]) {
+      const r = await ask({ logit_bias: LONG, max_tokens: 90, ...body });
+      assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, 90, JSON.stringify(body));
+      assert.equal(r.choices[0].message.reasoning_content, high.choices[0].message.reasoning_content);
+    }
+  }
+});
+
 test("streaming sends delta.reasoning_content first, then content; equal to the non-streamed result", async () => {
   const params = { logit_bias: LONG, reasoning: { budget_tokens: 10 } };
   const whole = await ask(params);

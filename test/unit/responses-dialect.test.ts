@@ -110,6 +110,18 @@ for (const [name, extra, status, param] of refusals) {
   });
 }
 
+test("reasoning.effort takes OpenAI's whole scale, xhigh and max included (no budget, as high)", async () => {
+  for (const effort of ["high", "xhigh", "max"]) {
+    script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+    const r = await post({ model: "m", input: "hi", store: false, reasoning: { effort } });
+    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(r.json().reasoning.effort, effort);
+    const seen = s.engine.prepared.at(-1)!;
+    assert.equal(seen.reasoning?.effort, effort);
+    assert.equal(seen.reasoning?.budgetTokens, undefined);
+  }
+});
+
 test("an unknown previous response is OpenAI's previous_response_not_found", async () => {
   const r = await post({ model: "m", input: "hi", previous_response_id: "resp_nope" });
   assert.equal(r.statusCode, 400, r.body);

@@ -129,11 +129,11 @@ export const chatCompletionRequest = z.object({
     .nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
-  reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high"]).nullish(),
+  reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh", "max"]).nullish(),
   // OpenRouter's and others' reasoning object.
   reasoning: z
     .object({
-      effort: z.enum(["none", "minimal", "low", "medium", "high"]).optional(),
+      effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh", "max"]).optional(),
       budget_tokens: z.int().min(1).optional(),
       max_tokens: z.int().min(1).optional(),
       enabled: z.boolean().optional(),

@@ -110,7 +110,7 @@ function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, 
 }
 
 /** Default thinking budgets for effort levels; `high` leaves the model unbounded (within max_tokens). */
-const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined } as const;
+const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined, xhigh: undefined, max: undefined } as const;
 
 /**
  * vLLM's and SGLang's template switches: `enable_thinking` is the one passed on (as the thinking

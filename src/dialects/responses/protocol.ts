@@ -159,7 +159,7 @@ const textFormat = z.discriminatedUnion("type", [
   }),
 ]);
 
-export const EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
+export const EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"] as const;
 
 // OpenAI's metadata rule, the same for every object that carries it.
 const metadata = metadataSchema;

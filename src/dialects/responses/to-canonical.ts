@@ -16,8 +16,8 @@ const BUILT_IN_TOOLS = new Set([
   "apply_patch",
 ]);
 
-/** Thinking budgets per effort, the chat path's levels; `high` and `xhigh` leave it unbounded. */
-const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined, xhigh: undefined } as const;
+/** Thinking budgets per effort, the chat path's levels; `high`, `xhigh` and `max` leave it unbounded. */
+const EFFORT_BUDGET = { minimal: 64, low: 512, medium: 2048, high: undefined, xhigh: undefined, max: undefined } as const;
 
 export interface CanonicalResponse {
   request: GenerationRequest;
@@ -183,7 +183,7 @@ function reasoningControl(body: CreateResponseRequest, thinkingBudget?: number):
     reasoning: {
       enabled: effort !== undefined ? true : enabled,
       budgetTokens: thinkingBudget ?? (effort !== undefined ? EFFORT_BUDGET[effort as Exclude<typeof effort, "none">] : undefined),
-      ...(effort !== undefined ? { effort: effort === "xhigh" ? "high" : (effort as Exclude<typeof effort, "none" | "xhigh">) } : {}),
+      ...(effort !== undefined ? { effort: effort as Exclude<typeof effort, "none"> } : {}),
       ...(fromEffort ? { fromEffort } : {}),
     },
     reasoningParam,

@@ -29,7 +29,7 @@ export const FINAL_HEADER = "<|channel|>final<|message|>";
 const MESSAGE_END = "<|end|>";
 const NEXT_MESSAGE = "<|start|>assistant";
 
-type Effort = "minimal" | "low" | "medium" | "high";
+type Effort = "minimal" | "low" | "medium" | "high" | "xhigh" | "max";
 
 /**
  * A model whose template writes gpt-oss's channel markers, with those markers as single tokens.
@@ -74,7 +74,8 @@ export class HarmonyLayout {
    */
   wrapperFor(effort: Effort | undefined): ChatWrapper {
     if (effort === undefined) return this.wrapper;
-    const level = effort === "minimal" ? "low" : effort;
+    // The template knows three levels: the ends of OpenAI's scale go to the nearest.
+    const level = effort === "minimal" ? "low" : effort === "xhigh" || effort === "max" ? "high" : effort;
     let wrapper = this.wrappers.get(level);
     if (!wrapper) {
       // Everything else as resolved for this model (including how its own template renders).
