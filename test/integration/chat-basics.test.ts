@@ -262,6 +262,11 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   };
   const sglangTaken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...sglang });
   assert.equal(sglangTaken.status, 200, sglangTaken.text);
+  // text-generation-inference's and Ollama's, at the values that say what is done here.
+  const others = { do_sample: true, watermark: false, decoder_input_details: false, details: false, top_n_tokens: 0, truncate: null, keep_alive: "5m", options: {}, raw: false, images: [] };
+  const othersTaken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...others });
+  assert.equal(othersTaken.status, 200, othersTaken.text);
+  assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, do_sample: false, temperature: 0 })).status, 200);
   // vLLM's prefill request: a last assistant message is continued, which is what the switches ask.
   const prefill = [...user("Say a proverb"), { role: "assistant", content: "An apple a day, keeps" }];
   const continued = await post("/v1/chat/completions", { messages: prefill, max_tokens: 2, continue_final_message: true, add_generation_prompt: false });
@@ -332,6 +337,21 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ input_ids: [1, 2, 3] }, "input_ids"],
     [{ bootstrap_host: "10.0.0.1" }, "bootstrap_host"],
     [{ custom_labels: { team: "a" } }, "custom_labels"],
+    // text-generation-inference's and Ollama's.
+    [{ tool_prompt: "You have tools:" }, "tool_prompt"],
+    [{ guideline: "be safe" }, "guideline"],
+    [{ top_n_tokens: 3 }, "top_n_tokens"],
+    [{ watermark: true }, "watermark"],
+    [{ do_sample: false }, "do_sample"],
+    [{ do_sample: true, temperature: 0 }, "do_sample"],
+    [{ truncate: 100 }, "truncate"],
+    [{ adapter_id: "a" }, "adapter_id"],
+    [{ think: false }, "think"],
+    [{ format: "json" }, "format"],
+    [{ options: { temperature: 0 } }, "options"],
+    [{ system: "be brief" }, "system"],
+    [{ template: "{{ .Prompt }}" }, "template"],
+    [{ context: [1, 2] }, "context"],
     // The template switches where they ask for the other rendering than the conversation gets.
     [{ add_generation_prompt: false }, "add_generation_prompt"],
     [{ continue_final_message: true }, "continue_final_message"],

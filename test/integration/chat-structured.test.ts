@@ -128,6 +128,9 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
   const refused: Array<[Record<string, unknown>, string]> = [
     [{ guided_grammar: 'root ::= "a"' }, "guided_grammar"],
     [{ ebnf: 'root ::= "Hello" | "Hi"' }, "ebnf"],
+    [{ response_format: { type: "json_object", schema: SMALL, value: SMALL } }, "response_format.value"],
+    // A misspelt key inside json_schema would leave the schema's strictness unsaid.
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: SMALL, strcit: true } } }, "response_format.json_schema.strcit"],
     [{ regex: "(a" }, "regex"],
     [{ regex: "a", guided_json: SMALL }, "regex"],
     [{ grammar: 'root ::= "a"' }, "grammar"],
@@ -161,6 +164,19 @@ test("vLLM's and llama-server's structured-output fields are honoured, or refuse
     assert.equal(completion.status, 400, completion.text);
     assert.equal((completion.json as unknown as { error: { param: string } }).error.param, param);
   }
+  // text-generation-inference's response_format shapes: a schema as `value`, or a regex.
+  for (const response_format of [{ type: "json_object", value: SMALL }, { type: "json", value: SMALL }]) {
+    const r = await chat({ seed: 6, max_tokens: 60, response_format } as unknown as Partial<ChatBody>);
+    assert.equal(r.status, 200, r.text);
+    if (r.json.choices[0].finish_reason === "stop") {
+      const v = JSON.parse(r.json.choices[0].message.content!);
+      assert.equal(typeof v.ok, "boolean", r.json.choices[0].message.content!);
+      assert.ok([1, 2, 3].includes(v.n));
+    }
+  }
+  const tgiRegex = await chat({ seed: 7, max_tokens: 20, response_format: { type: "regex", value: "[0-9]{3}-[a-z]{2}" } } as unknown as Partial<ChatBody>);
+  assert.equal(tgiRegex.status, 200, tgiRegex.text);
+  assert.match(tgiRegex.json.choices[0].message.content!, /^[0-9]{3}-[a-z]{2}$/);
   // SGLang sends json_schema as JSON text; llama-server as an object: both hold the answer.
   for (const json_schema of [JSON.stringify(SMALL), SMALL]) {
     const r = await chat({ seed: 5, max_tokens: 60, json_schema } as Partial<ChatBody>);

@@ -274,7 +274,8 @@ test("user is accepted", async () => {
 
 test("vLLM's embedding fields: taken at the values that say what is done here, refused by name otherwise", async () => {
   const plain = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64" });
-  const neutral = { normalize: true, use_activation: true, add_special_tokens: true, embed_dtype: "float32", endianness: "little", truncate_prompt_tokens: null };
+  // (and Ollama's keep_alive, truncate: false, empty options)
+  const neutral = { normalize: true, use_activation: true, add_special_tokens: true, embed_dtype: "float32", endianness: "little", truncate_prompt_tokens: null, keep_alive: "5m", truncate: false, options: {} };
   const taken = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64", ...neutral } as never);
   assert.equal(taken.status, 200, taken.text);
   assert.deepEqual(taken.json.data, plain.json.data);
@@ -289,6 +290,8 @@ test("vLLM's embedding fields: taken at the values that say what is done here, r
     [{ messages: [{ role: "user", content: "hi" }] }, "messages"],
     [{ chat_template: "{{ messages }}" }, "chat_template"],
     [{ encoding_format: "bytes" }, "encoding_format"],
+    [{ truncate: true }, "truncate"],
+    [{ options: { num_ctx: 4096 } }, "options"],
   ];
   for (const [field, param] of refused) {
     const r = await s.http.post("/v1/embeddings", { ...ok, ...field } as never);

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { chatCompletionRequest, messageList } from "../openai/chat-protocol.ts";
+import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
 
@@ -31,7 +31,7 @@ export const konanChatRequest = z.object({
   output_parser: z.enum(["responses"]).nullish(),
   reasoning: konanReasoning.nullish(),
   repetition_penalty: z.number().min(0).max(2).nullish(),
-  response_format: chatCompletionRequest.shape.response_format,
+  response_format: openAiResponseFormat.nullish(),
   seed: z.int().nullish(),
   stop: z.union([z.string(), z.array(z.string())]).nullish(),
   stream: z.boolean().nullish(),

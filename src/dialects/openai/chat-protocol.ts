@@ -55,6 +55,29 @@ export type ChatMessage = z.infer<typeof chatMessage>;
  */
 export const MAX_MESSAGES = 10_000;
 
+const responseFormats = [
+  z.object({ type: z.literal("text") }),
+  // llama-server lets a json_object carry the schema the object must follow; text-generation-
+  // inference calls that key `value`.
+  z.object({ type: z.literal("json_object"), schema: jsonObject().nullish(), value: jsonObject().nullish() }),
+  z.object({
+    type: z.literal("json_schema"),
+    // Strict: a misspelt `strict` would otherwise leave the schema unenforced without a word.
+    json_schema: z.strictObject({
+      name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
+      description: z.string().optional(),
+      schema: jsonObject().optional(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+] as const;
+
+/** OpenAI's three answer formats (dialects that copy `response_format` take these). */
+export const openAiResponseFormat = z.discriminatedUnion("type", [...responseFormats]);
+
+/** text-generation-inference's own two: a schema, or a regex the whole answer matches. */
+const tgiResponseFormats = [z.object({ type: z.literal("json"), value: jsonObject() }), z.object({ type: z.literal("regex"), value: z.string() })] as const;
+
 /** Function tools as Chat Completions declares them (dialects that copy the field share it). */
 export const functionTools = z
   .array(
@@ -111,22 +134,7 @@ export const chatCompletionRequest = z.object({
   parallel_tool_calls: z.boolean().nullish(),
   tools: functionTools.nullish(),
   tool_choice: toolChoice.nullish(),
-  response_format: z
-    .discriminatedUnion("type", [
-      z.object({ type: z.literal("text") }),
-      // llama-server lets a json_object carry the schema the object must follow.
-      z.object({ type: z.literal("json_object"), schema: jsonObject().nullish() }),
-      z.object({
-        type: z.literal("json_schema"),
-        json_schema: z.object({
-          name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
-          description: z.string().optional(),
-          schema: jsonObject().optional(),
-          strict: z.boolean().nullish(),
-        }),
-      }),
-    ])
-    .nullish(),
+  response_format: z.discriminatedUnion("type", [...responseFormats, ...tgiResponseFormats]).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
   reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh", "max"]).nullish(),

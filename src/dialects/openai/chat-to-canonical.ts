@@ -76,9 +76,13 @@ function answerFormat(body: ChatCompletionRequest): RequestedFormat | undefined 
 function responseFormat(rf: ChatCompletionRequest["response_format"]): RequestedFormat | undefined {
   if (rf == null || rf.type === "text") return undefined;
   if (rf.type === "json_object") {
-    if (rf.schema == null) return { format: { type: "json_object" }, param: "response_format" };
-    return { format: { type: "json_schema", schema: rf.schema, strict: true }, param: "response_format.schema" };
+    if (rf.schema != null && rf.value != null) throw badRequest("response_format has both schema and value; send one of them.", "response_format.value");
+    if (rf.schema != null) return { format: { type: "json_schema", schema: rf.schema, strict: true }, param: "response_format.schema" };
+    if (rf.value != null) return { format: { type: "json_schema", schema: rf.value, strict: true }, param: "response_format.value" };
+    return { format: { type: "json_object" }, param: "response_format" };
   }
+  if (rf.type === "json") return { format: { type: "json_schema", schema: rf.value, strict: true }, param: "response_format.value" };
+  if (rf.type === "regex") return { format: { type: "regex", pattern: rf.value }, param: "response_format.value" };
   // A schema-less json_schema is any JSON object, as with json_object.
   const format = { type: "json_schema" as const, schema: rf.json_schema.schema ?? { type: "object" }, strict: rf.json_schema.strict === true };
   return { format, param: "response_format.json_schema.schema" };

@@ -32,5 +32,9 @@ export const embeddingsRequest = z.object({
   chat_template: z.unknown().optional(),
   chat_template_kwargs: z.unknown().optional(),
   mm_processor_kwargs: z.unknown().optional(),
+  // Ollama's.
+  keep_alive: z.unknown().optional(),
+  truncate: z.unknown().optional(),
+  options: z.unknown().optional(),
 });
 export type EmbeddingsRequest = z.infer<typeof embeddingsRequest>;

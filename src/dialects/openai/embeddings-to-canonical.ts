@@ -57,6 +57,10 @@ function refuseEmbeddingExtras(body: EmbeddingsRequest): void {
     ["chat_template", (v) => v == null, "is not supported: inputs are embedded as sent"],
     ["chat_template_kwargs", (v) => v == null, "is not supported: inputs are embedded as sent"],
     ["mm_processor_kwargs", (v) => v == null, "is not supported: inputs are text or token ids"],
+    // Ollama's: a model's residency changes nothing about the vectors.
+    ["keep_alive", () => true, ""],
+    ["truncate", (v) => v == null || v === false, "is not supported: an input longer than the model's embedding context is a 400, never cut"],
+    ["options", (v) => v == null || (typeof v === "object" && !Array.isArray(v) && Object.keys(v as object).length === 0), "is not supported"],
   ];
   for (const [field, neutral, why] of refuse) if (!neutral(body[field])) throw unsupportedField(field, why);
 }

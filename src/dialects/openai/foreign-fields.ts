@@ -2,7 +2,9 @@ import { z } from "zod";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 
 /**
- * Sampling and generation fields of vLLM's, llama-server's and SGLang's OpenAI-compatible APIs that OpenAI
+ * Sampling and generation fields of vLLM's, llama-server's, SGLang's, text-generation-inference's and
+ * Ollama's APIs (their OpenAI-compatible routes, and fields of their own routes that clients send to
+ * the OpenAI ones) that OpenAI
  * does not define. Clients written for those servers send them, often with their neutral value on
  * every request (llama-server's web UI sends all its sampler settings). Dropping them as unknown
  * would answer a request for `ignore_eos` or `mirostat` as if it had not asked, so each is read
@@ -122,6 +124,26 @@ export const FOREIGN_FIELDS = [
   "disagg_prefill_dp_rank",
   "data_parallel_rank",
   "custom_labels",
+  "tool_prompt",
+  "guideline",
+  "top_n_tokens",
+  "decoder_input_details",
+  "details",
+  "watermark",
+  "do_sample",
+  "truncate",
+  "adapter_id",
+  "return_full_text",
+  "keep_alive",
+  "options",
+  "think",
+  "format",
+  "raw",
+  "images",
+  "template",
+  "context",
+  "system",
+  "_debug_render_only",
 ] as const;
 type ForeignField = (typeof FOREIGN_FIELDS)[number];
 
@@ -266,6 +288,29 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     routed_dp_rank: [() => true, ""],
     disagg_prefill_dp_rank: [() => true, ""],
     data_parallel_rank: [() => true, ""],
+    // text-generation-inference
+    tool_prompt: [isNull, "is not supported: tools are described the way the model's chat template describes them"],
+    guideline: [isNull, "is not supported by the chat templates here"],
+    top_n_tokens: [atMost(0), templated ? "is not supported; use logprobs and top_logprobs" : "is not supported; use logprobs"],
+    decoder_input_details: [is(false), "is not supported: prompt log probabilities come with /v1/completions echo and logprobs"],
+    details: [is(false), "is not supported: answers have the dialect's own fields"],
+    watermark: [is(false), "is not supported: no watermarking here"],
+    // Greedy decoding is temperature 0 here; the two must say the same.
+    do_sample: [(v) => v == null || v === ((body.temperature ?? 1) !== 0), "must agree with temperature: false is greedy decoding, which is temperature: 0 here"],
+    truncate: [(v) => v == null || v === false, "is not supported: a prompt longer than the context is a 400, never cut"],
+    adapter_id: [isNull, "is not supported: no LoRA adapters here"],
+    return_full_text: [is(false), templated ? "is not supported: the answer holds the new message only" : "is not supported; use echo"],
+    // Ollama (its own routes' fields)
+    keep_alive: [() => true, ""],
+    options: [isEmptyObject, "is not supported: send the sampling settings as the request's own fields"],
+    think: [isNull, templated ? "is not supported; turn thinking on or off with reasoning_effort or chat_template_kwargs.enable_thinking" : "applies to chat answers"],
+    format: [isNull, templated ? "is not supported; use response_format" : "is not supported: completions take no grammar here"],
+    raw: [is(false), templated ? "is not supported: messages are rendered by the model's chat template (send a raw prompt to /v1/completions)" : "is not supported: a completion prompt is used as sent anyway"],
+    images: [isEmpty, "is not supported; send images as image_url content parts"],
+    template: [isNull, "is not supported: the model's own template (or --chat-wrapper) renders the prompt"],
+    context: [isEmpty, "is not supported: send the conversation (its prefix comes from the prompt cache)"],
+    system: [isNull, templated ? "is not supported; send a system message" : "is not supported: a completion prompt is used as sent"],
+    _debug_render_only: [is(false), "is not supported; POST /tokenize with the messages shows the rendered prompt's tokens"],
   };
 }
 
