@@ -217,3 +217,14 @@ for (const [model, marker, between] of [["mistral", "[TOOL_CALLS]", "[TOOL_CALLS
     assert.ok(most >= 2, `no seed produced more than ${most} call`);
   });
 }
+
+test("mistral: with a response format in auto mode, the answer's grammar lets the marker token start a call", async () => {
+  const body = ask("mistral", { parallel_tool_calls: false, response_format: { type: "json_object" }, logit_bias: { [ids.mistral["[TOOL_CALLS]"]]: 100 }, seed: 2 });
+  const c = (await server.http.chat(body)).choices[0];
+  assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
+  checkCalls(c.message.tool_calls, c.message.content);
+  // Kept out, the answer is the format's.
+  const plain = (await server.http.chat({ ...body, logit_bias: { [ids.mistral["[TOOL_CALLS]"]]: -100 }, max_tokens: 40 })).choices[0];
+  assert.equal(plain.message.tool_calls, undefined);
+  assert.ok((plain.message.content ?? "").trimStart().startsWith("{"), plain.message.content ?? "");
+});
