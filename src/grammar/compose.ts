@@ -27,25 +27,31 @@ export interface CallGrammarParts {
 }
 
 /**
+ * How a piece of a call layout is written in GBNF: a string literal, or (for layouts whose markers
+ * are control tokens) token references where those markers are.
+ */
+export type Spell = (text: string) => string;
+
+/**
  * The grammar of tool calls as generated after the call prefix: one declared name, its
  * arguments as its schema allows, the suffix; with `parallel`, more calls may follow.
  */
-export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>, parts: CallGrammarParts, parallel: boolean): string {
+export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>, parts: CallGrammarParts, parallel: boolean, spell: Spell = literal): string {
   const rules: string[] = [];
   const alternatives = tools.map((t, i) => {
     rules.push(prefixRules(t.argsGbnf, `t${i}-`));
-    return `${literal(t.name + parts.paramsPrefix)} t${i}-root${parts.suffix ? ` ${literal(parts.suffix)}` : ""}`;
+    return `${spell(t.name + parts.paramsPrefix)} t${i}-root${parts.suffix ? ` ${spell(parts.suffix)}` : ""}`;
   });
   const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
-  const more = parallel ? ` ( ${literal(parts.betweenCalls + parts.prefix)} call )*` : "";
-  const close = parts.sectionSuffix ? ` ${literal(parts.sectionSuffix)}` : "";
+  const more = parallel ? ` ( ${spell(parts.betweenCalls + parts.prefix)} call )*` : "";
+  const close = parts.sectionSuffix ? ` ${spell(parts.sectionSuffix)}` : "";
   const root = `root ::= call${more}${close}`;
   return [root, call, ...rules].join("\n");
 }
 
 /** A content grammar that also lets the model start a tool call (the engine then switches grammars). */
-export function orToolTrigger(contentGbnf: string, trigger: string): string {
-  return [`root ::= c-root | ${literal(trigger)}`, prefixRules(contentGbnf, "c-")].join("\n");
+export function orToolTrigger(contentGbnf: string, trigger: string, spell: Spell = literal): string {
+  return [`root ::= c-root | ${spell(trigger)}`, prefixRules(contentGbnf, "c-")].join("\n");
 }
 
 /** A grammar for `header` followed by what `gbnf` allows. */

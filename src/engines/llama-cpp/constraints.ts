@@ -13,6 +13,7 @@ import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
+import { literal } from "../../grammar/gbnf.ts";
 import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
 import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
@@ -63,6 +64,12 @@ export class ConstraintPlanner {
   /** Whether one turn can hold several calls (gpt-oss ends the turn with each call). */
   private readonly severalCalls: boolean;
 
+  /** Control tokens the call layout is written with, by their text (see literal). */
+  private readonly markerTokens = new Map<string, Token>();
+
+  /** The same markers by token, with their text (for the decode loop). */
+  readonly markers: ReadonlyMap<Token, string>;
+
   /** `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as text). */
   constructor(
     private readonly model: LlamaModel,
@@ -81,10 +88,15 @@ export class ConstraintPlanner {
     };
     this.severalCalls = format === undefined;
     // A call is recognised by the leading marker of what opens it: the section marker when the
-    // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>").
+    // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>"). A
+    // control token that opens it is the marker by itself: sampling it is the model's decision to
+    // call, and the call grammar then writes the rest of the opening (Granite's "[" after its
+    // <|tool_call|>), which the model, unconstrained until then, might not.
     const opening = this.format.sectionPrefix + this.format.prefix;
     const cut = opening.slice(1).search(/[\n{]/);
-    this.trigger = cut === -1 ? opening : opening.slice(0, cut + 1);
+    const leadingMarker = [...this.markerTokens.keys()].find((m) => opening.startsWith(m));
+    this.trigger = leadingMarker ?? (cut === -1 ? opening : opening.slice(0, cut + 1));
+    this.markers = new Map([...this.markerTokens].map(([text, token]) => [token, text]));
   }
 
   /** Everything a call is opened with, as text: the section marker (if any) and the call prefix. */
@@ -94,8 +106,10 @@ export class ConstraintPlanner {
 
   /**
    * The literal text of a template fragment, up to the first token that ends the turn (EOS,
-   * Llama's <|eom_id|>): generation stops there by itself, and a grammar cannot spell a control
-   * token anyway.
+   * Llama's <|eom_id|>): generation stops there by itself. A control token on the way (Mistral's
+   * [TOOL_CALLS] and [ARGS], Granite's <|tool_call|>) is kept as its text and remembered as a
+   * marker: the decode loop then reads it as that text (a control token otherwise decodes to
+   * nothing), and grammars name the token itself (see spell).
    */
   private literal(fragment: unknown): string {
     if (fragment == null) return "";
@@ -104,12 +118,26 @@ export class ConstraintPlanner {
       if (part instanceof SpecialToken) break;
       if (part instanceof SpecialTokensText) {
         const tokens = part.tokenize(this.model.tokenizer);
-        if (tokens.length === 1 && this.model.isSpecialToken(tokens[0])) break;
+        if (tokens.length === 1 && this.model.isSpecialToken(tokens[0])) {
+          if (this.model.isEogToken(tokens[0]) || !this.model.getTokenAttributes(tokens[0]).control) break;
+          this.markerTokens.set(part.value, tokens[0]);
+        }
         out += part.value;
       } else out += part;
     }
     return out;
   }
+
+  /**
+   * Text of the call layout as GBNF: its control-token markers as token references (`<[id]>`, which
+   * llama.cpp's grammars match against the sampled token, not its spelling), the rest as literals.
+   */
+  private readonly spell = (text: string): string => {
+    if (this.markerTokens.size === 0 || text === "") return literal(text);
+    const names = [...this.markerTokens.keys()].sort((a, b) => b.length - a.length).map(escapeRegExp);
+    const parts = text.split(new RegExp(`(${names.join("|")})`)).filter((p) => p !== "");
+    return parts.map((p) => (this.markerTokens.has(p) ? `<[${this.markerTokens.get(p)}]>` : literal(p))).join(" ");
+  };
 
   /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
   async plan(req: GenerationRequest, header?: string, signal?: AbortSignal): Promise<Constraints> {
@@ -144,7 +172,7 @@ export class ConstraintPlanner {
         format: this.format,
         trigger: this.trigger,
         forced: choice === "required" || named !== undefined || (typeof choice === "object" && "required" in choice && choice.required),
-        grammar: await this.compile(toolCallGrammar(args, this.format, parallel)),
+        grammar: await this.compile(toolCallGrammar(args, this.format, parallel, this.spell)),
         prefixTokens: this.tokenize(this.opening),
       };
     }
@@ -153,7 +181,7 @@ export class ConstraintPlanner {
       let text = content.gbnf;
       out.relaxed.push(...content.relaxed);
       if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
-      if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger);
+      if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger, this.spell);
       out.contentGrammar = await this.compile(text);
     }
     return out;
@@ -235,4 +263,8 @@ async function schemaGrammar(schema: unknown, strict: boolean, field: string, co
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
     throw err;
   }
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

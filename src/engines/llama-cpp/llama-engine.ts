@@ -388,7 +388,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       reasoning: prepared.reasoning,
       tools: prepared.tools,
       contentGrammar: prepared.contentGrammar,
-      markers: this.harmony?.markers,
+      // The call layout's control-token markers are read as their text only while calls can be made:
+      // otherwise such a token stays what it decodes to, nothing.
+      markers: prepared.tools ? new Map([...(this.harmony?.markers ?? []), ...this.constraints.markers]) : this.harmony?.markers,
       answerOpening: prepared.answerOpening,
       answerHeader: prepared.answerHeader,
       grammar,

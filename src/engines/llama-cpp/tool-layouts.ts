@@ -1,4 +1,4 @@
-import { type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText } from "node-llama-cpp";
+import { type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
 // cannot work out by itself.
@@ -47,7 +47,60 @@ const HERMES: KnownLayout = {
   },
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES];
+/**
+ * Mistral's templates since their v11 tokenizer (Mistral Small 3.x, Devstral, Magistral): each call
+ * is `[TOOL_CALLS]name[ARGS]{json}`, both markers control tokens, the next call opened by
+ * `[TOOL_CALLS]` again and the turn ended by EOS, as llama.cpp's server and vLLM's Mistral parser
+ * read them. (Mistral Small 3.2's template writes `[CALL_ID]id` before `[ARGS]` in the history, with
+ * the 9-character ids node-llama-cpp gives calls; a model's own call is held to the shorter form
+ * these servers expect of it.) Mistral Nemo's older `[TOOL_CALLS][{…}]` layout is node-llama-cpp's
+ * Mistral wrapper's, whose template node-llama-cpp cannot run.
+ */
+const MISTRAL: KnownLayout = {
+  name: "mistral",
+  matches: (t) => t.includes("[TOOL_CALLS]") && t.includes("[ARGS]") && t.includes("[AVAILABLE_TOOLS]"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: LlamaText(new SpecialTokensText("[TOOL_CALLS]")),
+      paramsPrefix: LlamaText(new SpecialTokensText("[ARGS]")),
+      suffix: "",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: LlamaText(new SpecialTokensText("[TOOL_RESULTS]")), suffix: LlamaText(new SpecialTokensText("[/TOOL_RESULTS]")) },
+    parallelism: {
+      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+};
+
+/**
+ * IBM Granite 3.x: the calls of a turn are one JSON list after the `<|tool_call|>` control token,
+ * each `{"name": …, "arguments": {…}}`; tools go in an `available_tools` turn, results in `tool`
+ * turns. The template writes a finished turn's calls as nothing (only its content), as llama.cpp's
+ * server renders it too.
+ */
+const GRANITE: KnownLayout = {
+  name: "granite",
+  matches: (t) => t.includes("<|tool_call|>") && t.includes("available_tools"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '{"name": "',
+      paramsPrefix: '", "arguments": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<|tool_call|>"), "["), betweenCalls: ", ", sectionSuffix: "]" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE];
 
 /** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
 interface JinjaToolInternals {
