@@ -318,8 +318,16 @@ export class GenerationService {
     return { tokens, contextSize: engine.describe().contextSize, ...(pieces && engine.vocabularyPieces ? { pieces: engine.vocabularyPieces(tokens) } : {}) };
   }
 
+  /**
+   * Text of token ids. No more ids than the model's context holds: a list no sequence of this
+   * server could be is refused before any id is looked at (7 million ids held every request 2–5 s).
+   */
   async detokenize(model: string, tokens: number[]): Promise<string> {
-    return this.registry.resolve(model).engine.detokenize(tokens);
+    const { engine } = this.registry.resolve(model);
+    const limit = engine.describe().contextSize;
+    if (limit > 0 && tokens.length > limit)
+      throw new ApiError(400, `tokens holds ${tokens.length} ids; this model's context holds ${limit}.`, { param: "tokens", code: "invalid_value" });
+    return engine.detokenize(tokens);
   }
 
   private onEvent(ctx: RequestContext, run: BatchRun, ev: GenerationEvent): void {

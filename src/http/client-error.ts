@@ -96,6 +96,24 @@ export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => 
 }
 
 /**
+ * A CONNECT request (a client that takes this server for a proxy): Node hands its socket to whoever
+ * listens for `connect` and, with nobody listening, closes it without a word. A 405 in the envelope
+ * of the route named (a proxy target such as `host:443` gets OpenAI's), then the connection closes.
+ */
+export function refuseConnect(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope): void {
+  server.on("connect", (req: IncomingMessage, socket: Socket) => {
+    const e = new ApiError(405, "CONNECT is not supported: this server is not a proxy.", { code: "method_not_allowed" });
+    const body = JSON.stringify(envelopeFor(req.url?.startsWith("/") ? req.url : undefined).render(e));
+    socket.on("error", () => {});
+    socket.end(
+      `HTTP/1.1 405 ${STATUS_CODES[405]}\r\nContent-Type: application/json\r\nX-Request-Id: ${newId("req_")}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    setTimeout(() => socket.destroy(), 2000).unref();
+  });
+}
+
+/**
  * An `Expect` header other than `100-continue`: Node answers it with a bare 417 unless someone
  * listens. The same 417, in the envelope of the route asked for, naming the header.
  */

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance, LogController } from "fastify";
 import { newId } from "../core/ids.ts";
 import { installBodyHandling } from "./body.ts";
-import { answerExpectations, clientErrorHandler, frameworkErrorHandler } from "./client-error.ts";
+import { answerExpectations, clientErrorHandler, frameworkErrorHandler, refuseConnect } from "./client-error.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { installGuards } from "./guards.ts";
 
@@ -122,6 +122,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
   // Read by every stream's writer (respondWithSse), in whichever plugin its route lives.
   app.decorate("sendTimeoutMs", opts.sendTimeoutMs ?? HTTP_DEFAULTS.sendTimeoutMs);
   answerExpectations(app.server, envelopeFor);
+  refuseConnect(app.server, envelopeFor);
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) makeRoomAtTheCap(app.server, maxConnections);
 

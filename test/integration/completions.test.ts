@@ -120,6 +120,18 @@ test("echo + logprobs covers the prompt too, in one pass; the first prompt token
   assert.deepEqual(scored.choices[0].logprobs!.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
 });
 
+test("/detokenize takes no more ids than the model's context holds (millions held every request for seconds)", async () => {
+  const { max_model_len } = (await s.http.post("/tokenize", { model: "tiny", prompt: "hi" })).json as { max_model_len: number };
+  assert.ok(max_model_len > 0);
+  const fits = await s.http.post("/detokenize", { model: "tiny", tokens: new Array(max_model_len).fill(300) });
+  assert.equal(fits.status, 200, fits.text);
+  const over = await s.http.post("/detokenize", { model: "tiny", tokens: new Array(max_model_len + 1).fill(300) });
+  assert.equal(over.status, 400, over.text);
+  assert.equal(over.error?.param, "tokens");
+  const huge = await s.http.post("/detokenize", { model: "tiny", tokens: new Array(1_100_000).fill(5) });
+  assert.equal(huge.status, 400, huge.text.slice(0, 200));
+});
+
 test("echo of a token-id prompt ending inside a character reads as /detokenize when nothing follows (U+FFFD)", async () => {
   // 233 is the byte E4, the start of a three-byte character that the next token (a word) never finishes.
   const prompt = [233, 189];

@@ -61,6 +61,7 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["logit_bias value out of range", { ...ok, logit_bias: { "5": 150 } }, 400, "logit_bias.5"],
   ["logit_bias token outside the vocabulary (raised by the engine)", { ...ok, logit_bias: { "999999": 5 } }, 400, "logit_bias"],
   ["too many stop strings", { ...ok, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, 400, "stop"],
+  ["max_tokens and max_completion_tokens that disagree", { ...ok, max_tokens: 5, max_completion_tokens: 2 }, 400, "max_tokens"],
   ["stream_options without stream", { ...ok, stream_options: { include_usage: true } }, 400, "stream_options"],
   ["tools that are not a list", { ...ok, tools: { type: "function" } }, 400, "tools"],
   ["response_format json_schema without its schema object", { ...ok, response_format: { type: "json_schema" } }, 400, "response_format.json_schema"],

@@ -72,6 +72,15 @@ test("scripted engine: a chat or completions stream that fails mid-way ends with
 
 test("scripted engine: no request field is silently dropped; a model that names another endpoint is refused", async () => {
   const { app, engine } = await scriptedApp();
+  // No limit on stop sequences is documented; past Plinth's 256 they are refused, chat and completions.
+  const stops = Array.from({ length: 257 }, (_, i) => `zq${i}`);
+  for (const body of [{ messages: [{ role: "user", content: "hi" }], stop: stops }, { prompt: "hi", stop: stops }]) {
+    const many = await post(app, "/serving-endpoints/scripted/invocations", body);
+    assert.equal(many.statusCode, 400, many.body);
+    assert.match(many.json().message, /stop/);
+    const fine = await post(app, "/serving-endpoints/scripted/invocations", { ...body, stop: stops.slice(0, 256), max_tokens: 1 });
+    assert.equal(fine.statusCode, 200, fine.body);
+  }
   const unknown = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi" }], frequency_penalty: 1 });
   assert.equal(unknown.statusCode, 400);
   assert.ok(unknown.json().message.includes("frequency_penalty"), unknown.body);

@@ -217,6 +217,20 @@ describe("requests Node refuses before routing answer in the envelope", () => {
     assert.match(old.text, /^HTTP\/1\.1 200 /);
   });
 
+  test("CONNECT is a 405 envelope (it closed the connection without a word), in the route's dialect", async () => {
+    for (const target of ["/v1/models", "127.0.0.1:443"]) {
+      const r = await rawExchange(s.port, [`CONNECT ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`]);
+      const [answer] = responses(r.text);
+      assertEnvelope(answer.body, 405, answer.status);
+      assert.match(answer.body.error.message, /CONNECT/);
+      assert.ok(answer.requestId);
+    }
+    const databricks = await rawExchange(s.port, ["CONNECT /serving-endpoints/x/invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]);
+    const [d] = responses(databricks.text);
+    assert.equal(d.status, 405);
+    assert.equal(typeof d.body.error_code, "string", JSON.stringify(d.body));
+  });
+
   test("an Expect other than 100-continue is a 417 envelope naming it, in the route's dialect", async () => {
     const body = JSON.stringify(ok);
     const r = await rawExchange(s.port, [

@@ -220,6 +220,12 @@ test("000-22 stop is accepted as a string, an array of strings and null", async 
   await accepts({ ...ok, stop: null });
   assert.deepEqual(lastRequest().stop, []);
   await rejects({ ...ok, stop: 5 }, "stop");
+  // No limit is documented; 256 is Plinth's (each stop string is checked after every token, and a
+  // million of them held every request for seconds).
+  const many = Array.from({ length: 256 }, (_, i) => `zq${i}`);
+  await accepts({ ...ok, stop: many });
+  assert.equal(lastRequest().stop?.length, 256);
+  await rejects({ ...ok, stop: [...many, "one more"] }, "stop");
 });
 
 test("000-23 total_tokens is prompt_tokens + completion_tokens; 000-24 reasoning_tokens sits at the top level of usage", async () => {

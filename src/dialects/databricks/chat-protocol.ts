@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { messageList } from "../openai/chat-protocol.ts";
 import { jsonObject } from "../json-object.ts";
+import { boundedStop } from "../stop-field.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -114,7 +115,7 @@ export const samplingFields = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: z.int().min(1, "top_k is null (no limit) or an integer > 0").nullish(),
-  stop: z.union([z.string(), z.array(z.string())]).nullish(),
+  stop: boundedStop.nullish(),
   n: z.int().min(1).max(128).nullish(),
   max_tokens: z.int().min(1, "max_tokens is null (no limit) or an integer > 0").nullish(),
 };

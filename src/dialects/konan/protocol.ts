@@ -2,6 +2,7 @@ import { z } from "zod";
 import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
+import { boundedStop } from "../stop-field.ts";
 
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
@@ -33,7 +34,7 @@ export const konanChatRequest = z.object({
   repetition_penalty: z.number().min(0).max(2).nullish(),
   response_format: openAiResponseFormat.nullish(),
   seed: z.int().nullish(),
-  stop: z.union([z.string(), z.array(z.string())]).nullish(),
+  stop: boundedStop.nullish(),
   stream: z.boolean().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   tools: z

@@ -32,6 +32,10 @@ export interface CanonicalChat {
 
 export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingDefaults = OPENAI_SAMPLING_DEFAULTS): CanonicalChat {
   refuseUnsupported(body);
+  // Two budgets that differ are a question, not an answer: which one the client meant is not for
+  // the server to guess (the same rule as n_predict).
+  if (body.max_tokens != null && body.max_completion_tokens != null && body.max_tokens !== body.max_completion_tokens)
+    throw badRequest("max_tokens and max_completion_tokens disagree; send one of them.", "max_tokens");
   const budget = body.max_completion_tokens ?? body.max_tokens;
   const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens", body.messages.at(-1)?.role);
   const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget);

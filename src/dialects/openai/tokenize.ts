@@ -40,7 +40,8 @@ type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 
 export const detokenizeRequest = z.object({
   model: z.string().min(1),
-  tokens: z.array(z.int()),
+  // The service bounds the list by the model's context; this bounds what is parsed before that.
+  tokens: z.array(z.int()).max(1_048_576),
 });
 
 const CHAT_ONLY = ["tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "mm_processor_kwargs", "media_io_kwargs"] as const;
