@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, describe, test } from "node:test";
-import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
+import { getLlama, type LlamaModel } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
-import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { ensureFixtureModel, EXTRA_TOKENS, FIXTURE_TOKENS, THINKING_SPEC, type FixtureSpec } from "../fixtures/models.ts";
 import { type TestServer, startTestServer } from "../helpers/server.ts";
+import { templateRenderers } from "../helpers/template-renderers.ts";
 
 // The open turn of a chat prompt is the template's own generation prompt (open-turn.ts), for the
 // request's thinking switch, as llama.cpp's server renders it; Plinth opens the thinking section
@@ -66,19 +66,10 @@ const ON = { reasoning: { enabled: true } } as Partial<GenerationRequest>;
 const OFF = { reasoning: { enabled: false } } as Partial<GenerationRequest>;
 
 describe("the template's generation prompt", () => {
-  let llama: Llama;
-  const models: LlamaModel[] = [];
-  before(async () => {
-    llama = await getLlama({ gpu: false });
-  });
-  after(async () => {
-    for (const m of models) await m.dispose();
-  });
+  const load = templateRenderers(THINKING_SPEC);
 
   async function rendererFor(name: string, template: string) {
-    const model = await llama.loadModel({ modelPath: await ensureFixtureModel(spec(name, template)) });
-    models.push(model);
-    const renderer = new PromptRenderer(model, { id: name, vocabSize: 100_000 });
+    const { model, renderer } = await load(name, template);
     /** The prompt's text, control tokens spelled out, with what planReasoning appends; and whether generation starts inside the section. */
     const prompt = (req: GenerationRequest, constrained = false) => {
       const rendered = renderer.render(req);

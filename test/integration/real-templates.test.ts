@@ -1,9 +1,10 @@
 import assert from "../helpers/assert.ts";
-import { after, before, test } from "node:test";
-import { getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel } from "node-llama-cpp";
+import { test } from "node:test";
+import { JinjaTemplateChatWrapper } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
-import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
-import { BPE_SPEC, ensureFixtureModel } from "../fixtures/models.ts";
+import type { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
+import { BPE_SPEC } from "../fixtures/models.ts";
+import { templateRenderers } from "../helpers/template-renderers.ts";
 import {
   DEEPSEEK_R1_DISTILL_TEMPLATE,
   GEMMA_2_TEMPLATE,
@@ -16,19 +17,10 @@ import {
 // (the expected texts were recorded from llama-server on GGUFs carrying these templates; the
 // fixture's tokenizer only changes how the text is cut into tokens, and its BOS text).
 
-let llama: Llama;
-const models: LlamaModel[] = [];
-before(async () => {
-  llama = await getLlama({ gpu: false });
-});
-after(async () => {
-  for (const m of models) await m.dispose();
-});
+const load = templateRenderers(BPE_SPEC);
 
 async function rendererFor(name: string, chatTemplate: string) {
-  const model = await llama.loadModel({ modelPath: await ensureFixtureModel({ ...BPE_SPEC, name, chatTemplate }) });
-  models.push(model);
-  const renderer = new PromptRenderer(model, { id: name, vocabSize: 100_000 });
+  const { model, renderer } = await load(name, chatTemplate);
   /** The prompt as text (the fixture's BOS left out), with what `planReasoning` appends. */
   const prompt = (messages: Message[], extra: Partial<GenerationRequest> = {}, functions?: Parameters<PromptRenderer["render"]>[1]) => {
     const req = { prompt: { kind: "chat", messages }, ...extra } as GenerationRequest;
