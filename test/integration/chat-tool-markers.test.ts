@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { Ajv } from "ajv";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
-import { GRANITE_3_3_TEMPLATE, MISTRAL_NEMO_TEMPLATE, MISTRAL_SMALL_3_2_TEMPLATE } from "../fixtures/real-templates.ts";
+import { GRANITE_3_3_TEMPLATE, KIMI_K2_TEMPLATE, MISTRAL_NEMO_TEMPLATE, MISTRAL_SMALL_3_2_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatChunk, type ChatCompletion, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 
@@ -23,14 +23,22 @@ const MISTRAL_SPEC: FixtureSpec = { ...BPE_SPEC, name: "plinth-mistral-small-3.2
 const NEMO_MARKERS = ["[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"];
 const NEMO_SPEC: FixtureSpec = { ...BPE_SPEC, name: "plinth-mistral-nemo", chatTemplate: MISTRAL_NEMO_TEMPLATE, controlTokens: NEMO_MARKERS };
 const GRANITE_SPEC: FixtureSpec = { ...BPE_SPEC, name: "plinth-granite-3.3", chatTemplate: GRANITE_3_3_TEMPLATE, controlTokens: GRANITE_MARKERS };
+// Kimi K2: node-llama-cpp reads its layout from samples but cuts `<|tool_calls_section_begin|>` in
+// two (its markers share their first characters); Plinth moves the cut back to the marker's edge.
+const KIMI_MARKERS = [
+  // (<|im_end|> is the fixture vocabulary's own already.)
+  "<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>",
+  "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>",
+];
+const KIMI_SPEC: FixtureSpec = { ...BPE_SPEC, name: "plinth-kimi-k2", chatTemplate: KIMI_K2_TEMPLATE, controlTokens: KIMI_MARKERS };
 
 let server: TestServer;
 /** Token ids of each model's markers, by model and text. */
 const ids: Record<string, Record<string, number>> = {};
 before(async () => {
-  const [mistral, granite, nemo] = [await ensureFixtureModel(MISTRAL_SPEC), await ensureFixtureModel(GRANITE_SPEC), await ensureFixtureModel(NEMO_SPEC)];
-  server = await startTestServer({ model: [`mistral=${mistral}`, `granite=${granite}`, `nemo=${nemo}`] });
-  for (const [model, markers] of [["mistral", MISTRAL_MARKERS], ["granite", GRANITE_MARKERS], ["nemo", NEMO_MARKERS]] as const) {
+  const [mistral, granite, nemo, kimi] = [MISTRAL_SPEC, GRANITE_SPEC, NEMO_SPEC, KIMI_SPEC].map((spec) => ensureFixtureModel(spec));
+  server = await startTestServer({ model: [`mistral=${await mistral}`, `granite=${await granite}`, `nemo=${await nemo}`, `kimi=${await kimi}`] });
+  for (const [model, markers] of [["mistral", MISTRAL_MARKERS], ["granite", GRANITE_MARKERS], ["nemo", NEMO_MARKERS], ["kimi", KIMI_MARKERS]] as const) {
     const { tokens } = await server.http.tokenize({ model, prompt: markers.join(""), add_special_tokens: false });
     assert.equal(tokens.length, markers.length, `${model}: each marker is one token`);
     ids[model] = Object.fromEntries(markers.map((m, i) => [m, tokens[i]]));
@@ -64,7 +72,7 @@ function checkCalls(calls: ToolCall[] | undefined, content: string | null) {
     assert.ok(validate, `unknown tool ${call.function.name}`);
     assert.ok(validate(JSON.parse(call.function.arguments)), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
   }
-  for (const marker of [...MISTRAL_MARKERS, ...GRANITE_MARKERS, "[", "]"]) assert.ok(!(content ?? "").includes(marker), `${marker} leaked into ${content}`);
+  for (const marker of [...MISTRAL_MARKERS, ...GRANITE_MARKERS, ...KIMI_MARKERS, "[", "]"]) assert.ok(!(content ?? "").includes(marker), `${marker} leaked into ${content}`);
 }
 
 const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({
@@ -98,9 +106,14 @@ async function streamed(body: ChatBody) {
 }
 
 /** How each family's calls open (Nemo's is the older JSON list, as node-llama-cpp's Mistral wrapper writes it). */
-const OPENINGS: Record<string, string> = { mistral: "[TOOL_CALLS]", granite: '<|tool_call|>[{"name": "', nemo: '[TOOL_CALLS][{"name": "' };
+const OPENINGS: Record<string, string> = {
+  mistral: "[TOOL_CALLS]",
+  granite: '<|tool_call|>[{"name": "',
+  nemo: '[TOOL_CALLS][{"name": "',
+  kimi: "<|tool_calls_section_begin|><|tool_call_begin|>functions.",
+};
 
-for (const model of ["mistral", "granite", "nemo"]) {
+for (const model of ["mistral", "granite", "nemo", "kimi"]) {
   test(`${model}: a forced call (required, named) is a valid tool_calls answer, streamed the same, no marker in content`, async () => {
     for (let seed = 1; seed <= 4; seed++) {
       const r = await server.http.chat(ask(model, { tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed }));
@@ -129,7 +142,7 @@ for (const model of ["mistral", "granite", "nemo"]) {
   });
 
   test(`${model}: in auto mode, the model's sampling its control-token marker starts a call, held to the schema`, async () => {
-    const marker = model === "granite" ? "<|tool_call|>" : "[TOOL_CALLS]";
+    const marker = { granite: "<|tool_call|>", kimi: "<|tool_calls_section_begin|>" }[model] ?? "[TOOL_CALLS]";
     const body = ask(model, { parallel_tool_calls: false, logit_bias: { [ids[model][marker]]: 100 }, temperature: 1, seed: 3 });
     const c = (await server.http.chat(body)).choices[0];
     assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));

@@ -121,6 +121,16 @@ export class ConstraintPlanner {
         if (tokens.length === 1 && this.model.isSpecialToken(tokens[0])) {
           if (this.model.isEogToken(tokens[0]) || !this.model.getTokenAttributes(tokens[0]).control) break;
           this.markerTokens.set(part.value, tokens[0]);
+        } else if (tokens.length > 1) {
+          // A piece that holds markers among its text (Kimi K2's `<|tool_call_begin|>functions.`):
+          // each control token in it is a marker too, and the piece ends where the turn would.
+          for (const token of tokens) {
+            if (!this.model.isSpecialToken(token) || !this.model.getTokenAttributes(token).control) continue;
+            const spelled = this.model.detokenize([token], true);
+            const at = part.value.indexOf(spelled);
+            if (this.model.isEogToken(token)) return out + (at === -1 ? part.value : part.value.slice(0, at));
+            if (at !== -1) this.markerTokens.set(spelled, token);
+          }
         }
         out += part.value;
       } else out += part;

@@ -152,7 +152,7 @@ export class PromptRenderer {
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
     if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
-      prepareToolRendering(wrapper, this.template, (w) => w.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS }));
+      prepareToolRendering(wrapper, this.template, model.tokenizer, (w) => w.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS }));
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);

@@ -1,4 +1,4 @@
-import { type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
+import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
 // cannot work out by itself.
@@ -205,6 +205,122 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper): void {
   internals._stringifyFunctionResult = false;
 }
 
+/** The pieces of a call layout in the order a turn writes them (a name and arguments in between). */
+const PIECES = ["sectionPrefix", "prefix", "name", "paramsPrefix", "arguments", "suffix", "sectionSuffix"] as const;
+type Pieces = Record<(typeof PIECES)[number], string>;
+
+function piecesOf(functions: FunctionsSettings): Pieces {
+  const text = (t: unknown) => (t == null ? "" : LlamaText(t as never).toString());
+  const call = functions.call;
+  const parallel = functions.parallelism?.call;
+  return {
+    sectionPrefix: text(parallel?.sectionPrefix),
+    prefix: text(call.prefix),
+    name: "name",
+    paramsPrefix: text(call.paramsPrefix),
+    arguments: "{}",
+    suffix: text(call.suffix),
+    sectionSuffix: text(parallel?.sectionSuffix),
+  };
+}
+
+/** The marker-like strings of a template (`<|…|>`, `<｜…｜>`, `[UPPER_CASE]`) that are one special token. */
+function templateMarkers(template: string, tokenizer: Tokenizer): string[] {
+  const found = new Set(template.match(/<\|[^|<>\s]{1,64}\|>|<｜[^｜\s]{1,64}｜>|\[[A-Z_/]{2,32}\]/g) ?? []);
+  return [...found].filter((m) => tokenizer(m, true).length === 1);
+}
+
+/**
+ * node-llama-cpp reads a template's call layout by comparing rendered texts character by character,
+ * so markers that share their first characters can be cut in two: Kimi K2's section "prefix" came
+ * out as `<|tool_calls_section_begin` and its call prefix as `|><|tool_call_begin|>functions.`
+ * (DeepSeek V3.1's and Command R7B's likewise). Neither half is a token: the grammar then spells
+ * them out character by character and no call the model writes is read back (a forced call came
+ * back empty). Each cut inside one of the template's markers is moved to the marker's edge, the
+ * layout's first piece made to start and its last to end at one. Returns the repaired pieces, or
+ * undefined when nothing was cut.
+ */
+function mendCutMarkers(pieces: Pieces, markers: readonly string[]): Pieces | undefined {
+  const out = { ...pieces };
+  let mended = false;
+  const order = PIECES.filter((k) => out[k] !== "");
+  // A cut between two pieces: the tail of the marker goes back to the piece before.
+  for (let i = 0; i + 1 < order.length; i++) {
+    const [a, b] = [order[i], order[i + 1]];
+    if (a === "name" || a === "arguments") continue;
+    for (const m of markers) {
+      const k = [...Array(m.length).keys()].slice(1).find((k) => out[a].endsWith(m.slice(0, k)) && out[b].startsWith(m.slice(k)));
+      if (k === undefined || b === "name" || b === "arguments") continue;
+      out[a] += m.slice(k);
+      out[b] = out[b].slice(m.length - k);
+      mended = true;
+      break;
+    }
+  }
+  const first = order[0];
+  const last = order[order.length - 1];
+  for (const m of markers) {
+    for (let k = 1; k < m.length; k++) {
+      if (first !== "name" && out[first].startsWith(m.slice(k)) && !out[first].startsWith(m)) {
+        out[first] = m.slice(0, k) + out[first];
+        mended = true;
+      }
+      if (last !== "arguments" && out[last].endsWith(m.slice(0, k)) && !out[last].endsWith(m)) {
+        out[last] += m.slice(k);
+        mended = true;
+      }
+    }
+  }
+  return mended ? out : undefined;
+}
+
+/** Whether every boundary between the pieces falls between two tokens of their joined text. */
+function tokenAligned(pieces: Pieces, tokenizer: Tokenizer): boolean {
+  const parts = PIECES.map((k) => pieces[k]);
+  const whole = parts.join("");
+  const ends = new Set<number>([0]);
+  let at = 0;
+  for (const token of tokenizer(whole, true)) {
+    at += LlamaText.fromTokens(tokenizer, [token]).toString().length;
+    ends.add(at);
+  }
+  if (at !== whole.length) return true; // the text does not read back piece by piece: nothing to judge by
+  let boundary = 0;
+  return parts.every((p) => ends.has((boundary += p.length)));
+}
+
+/**
+ * Mends a layout node-llama-cpp read through a special token (see mendCutMarkers); one that still
+ * cuts a token after that is dropped: the wrapper goes back to node-llama-cpp's generic layout (or
+ * its family's layout below, for a template of a known family).
+ */
+function mendLayout(wrapper: JinjaTemplateChatWrapper, tokenizer: Tokenizer, template: string): void {
+  if (!wrapper.usingJinjaFunctionCallTemplate) return;
+  const internals = wrapper as unknown as JinjaToolInternals;
+  const functions = internals.settings.functions;
+  const mended = mendCutMarkers(piecesOf(functions), templateMarkers(template, tokenizer));
+  if (mended && tokenAligned(mended, tokenizer)) {
+    const special = (t: string) => LlamaText(new SpecialTokensText(t));
+    const parallel = functions.parallelism;
+    internals.settings = {
+      ...internals.settings,
+      functions: {
+        ...functions,
+        call: { ...functions.call, prefix: special(mended.prefix), paramsPrefix: special(mended.paramsPrefix), suffix: special(mended.suffix) },
+        ...(parallel
+          ? { parallelism: { ...parallel, call: { ...parallel.call, sectionPrefix: special(mended.sectionPrefix), sectionSuffix: special(mended.sectionSuffix) } } }
+          : {}),
+      },
+    };
+    return;
+  }
+  if (!mended && tokenAligned(piecesOf(functions), tokenizer)) return;
+  internals.settings = { ...internals.settings, functions: ChatWrapper.defaultSettings.functions };
+  internals._usingJinjaFunctionCallTemplate = false;
+  internals._stringifyFunctionParams = false;
+  internals._stringifyFunctionResult = false;
+}
+
 const prepared = new WeakSet<JinjaTemplateChatWrapper>();
 
 /**
@@ -213,9 +329,15 @@ const prepared = new WeakSet<JinjaTemplateChatWrapper>();
  * (a conversation with an answered call) then renders; and the rendering of renderLikePythonJinja.
  * Returns the family's name when a layout was given.
  */
-export function prepareToolRendering(wrapper: JinjaTemplateChatWrapper, template: string, probe: (w: JinjaTemplateChatWrapper) => void): string | undefined {
+export function prepareToolRendering(
+  wrapper: JinjaTemplateChatWrapper,
+  template: string,
+  tokenizer: Tokenizer,
+  probe: (w: JinjaTemplateChatWrapper) => void,
+): string | undefined {
   if (prepared.has(wrapper)) return undefined;
   prepared.add(wrapper);
+  mendLayout(wrapper, tokenizer, template);
   const undo = adoptKnownToolLayout(wrapper, template);
   renderLikePythonJinja(wrapper);
   if (!undo) return undefined;
