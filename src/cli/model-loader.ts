@@ -1,6 +1,6 @@
 import { statSync } from "node:fs";
 import { freemem } from "node:os";
-import type { EngineFactories, ModelSpec } from "../core/engine-factory.ts";
+import { type EngineFactories, ModelFileRefused, type ModelSpec } from "../core/engine-factory.ts";
 import { ApiError, badRequest } from "../core/errors.ts";
 import type { ModelLoader } from "../core/model-loader.ts";
 import type { ModelRegistry } from "../core/registry.ts";
@@ -43,17 +43,9 @@ export class RuntimeModelLoader implements ModelLoader {
       if (known.status === "loading" && !this.pending.has(source)) return this.whenLoaded(source);
       return this.start(source, () => this.specs.get(source));
     }
-    // Over the API only a model file or a hub reference is loaded: trying any path would tell the
-    // caller whether that file exists and, through the loader's complaint, what its first bytes are.
-    if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
-      throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
-    let spec: ModelSpec;
-    try {
-      const parsed = parseModelArg(opts.name ? `${opts.name}=${source}` : source);
-      spec = { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
-    } catch (err) {
-      throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");
-    }
+    const spec = this.specOf(source, opts.name);
+    // The file is looked at before the registry, so that what is decided below happens in one go.
+    await this.checkFile(spec);
     const existing = this.registry.get(spec.id);
     if (existing && existing.status !== "unloaded" && existing.status !== "failed") {
       const same = JSON.stringify(this.specs.get(spec.id)?.source) === JSON.stringify(spec.source);
@@ -61,6 +53,38 @@ export class RuntimeModelLoader implements ModelLoader {
       return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id) ?? Promise.resolve(spec.id));
     }
     return this.start(spec.id, () => spec);
+  }
+
+  async check(source: string): Promise<void> {
+    if (this.registry.has(source)) return;
+    await this.checkFile(this.specOf(source));
+  }
+
+  private specOf(source: string, name?: string): ModelSpec {
+    // Over the API only a model file or a hub reference is loaded: trying any path would tell the
+    // caller whether that file exists and, through the loader's complaint, what its first bytes are.
+    if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
+      throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
+    try {
+      const parsed = parseModelArg(name ? `${name}=${source}` : source);
+      return { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
+    } catch (err) {
+      throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");
+    }
+  }
+
+  /**
+   * The engine's quick look at the file (its header, never its weights): a file that is missing, not
+   * a regular file or not a well-formed model is the caller's to fix, a 400 naming the source, where
+   * a load that fails later stays a 503.
+   */
+  private async checkFile(spec: ModelSpec): Promise<void> {
+    try {
+      await this.engines.check(spec);
+    } catch (err) {
+      if (err instanceof ModelFileRefused) throw badRequest(err.message, "source");
+      throw err;
+    }
   }
 
   /** A model the server itself is loading (at startup): ready, or failed, in its own time. */

@@ -11,6 +11,12 @@ export interface ModelLoader {
    */
   load(source: string, opts?: { name?: string }): Promise<string>;
   /**
+   * Refuses (ApiError 400 naming `source`) a source that can never load, without loading it: not a
+   * .gguf path or hf: reference, or a file that is missing, not a regular file or not a well-formed
+   * model (its header is read, never its weights). A served model's id passes.
+   */
+  check(source: string): Promise<void>;
+  /**
    * Frees a model's engine once its running requests are done. With `keep`, the id stays known as
    * `unloaded` (scale to zero) and `load(id)` brings it back; without, it is forgotten.
    */

@@ -1,8 +1,18 @@
-import type { EngineFactory } from "../../core/engine-factory.ts";
+import type { EngineFactory, SourceCheck } from "../../core/engine-factory.ts";
 import { resolveModelPath, type ResolveOptions } from "../../models/download.ts";
 import type { ModelSource } from "../../models/source.ts";
 import type { GpuChoice } from "./runtime.ts";
+import { checkGgufFiles } from "./gguf-header.ts";
 import { LlamaCppEngine } from "./llama-engine.ts";
+
+/**
+ * A local file's header is checked before it is loaded (gguf-header.ts), so a malformed or wrong file
+ * is refused at once; a hub reference is checked by the load itself, once it is downloaded.
+ */
+export const checkLlamaCppSource: SourceCheck = async (spec) => {
+  const source = spec.source as ModelSource;
+  if (source.kind === "file") await checkGgufFiles(source.path);
+};
 
 /**
  * Serves GGUF files in-process: a local path as it is, an `hf:` reference after downloading it into
