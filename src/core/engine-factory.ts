@@ -54,7 +54,11 @@ export class ModelFileRefused extends Error {
   }
 }
 
-export type EngineFactory = (spec: ModelSpec, log: (line: string) => void) => Promise<Engine>;
+/**
+ * Makes the engine. `signal` aborts a load nobody waits for any more (the model was unloaded, the
+ * server stops); a factory passes it on where its engine can stop early.
+ */
+export type EngineFactory = (spec: ModelSpec, log: (line: string) => void, signal?: AbortSignal) => Promise<Engine>;
 
 /**
  * A quick look at a source before it is loaded (a file's header, not its weights): throws
@@ -75,10 +79,10 @@ export class EngineFactories {
     return this;
   }
 
-  create(spec: ModelSpec, log: (line: string) => void): Promise<Engine> {
+  create(spec: ModelSpec, log: (line: string) => void, signal?: AbortSignal): Promise<Engine> {
     const factory = this.byKind.get(spec.kind);
     if (!factory) return Promise.reject(new Error(`no engine serves models of kind '${spec.kind}'`));
-    return factory(spec, log);
+    return factory(spec, log, signal);
   }
 
   /** The source's check, where its engine has one (throws ModelFileRefused). */

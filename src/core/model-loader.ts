@@ -17,7 +17,8 @@ export interface ModelLoader {
    */
   check(source: string): Promise<void>;
   /**
-   * Frees a model's engine once its running requests are done. With `keep`, the id stays known as
+   * Frees a model's engine once its running requests are done; a load under way is aborted, and
+   * waited for only briefly. With `keep`, the id stays known as
    * `unloaded` (scale to zero) and `load(id)` brings it back; without, it is forgotten.
    */
   unload(id: string, opts?: { keep?: boolean }): Promise<void>;

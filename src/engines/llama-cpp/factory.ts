@@ -19,7 +19,7 @@ export const checkLlamaCppSource: SourceCheck = async (spec) => {
  * the cache (with whatever progress display the caller gives).
  */
 export function llamaCppFactory(download: (source: ModelSource) => ResolveOptions): EngineFactory {
-  return async (spec, log) => {
+  return async (spec, log, signal) => {
     const source = spec.source as ModelSource;
     const modelPath = await resolveModelPath(source, download(source));
     const s = spec.settings;
@@ -35,6 +35,7 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       cacheRam: s.cacheRam,
       chatWrapper: s.chatWrapper,
       cacheMinTokens: s.cacheMinTokens,
+      signal,
     });
     if (engine.slots === 0)
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${engine.threads} threads)`);

@@ -56,6 +56,8 @@ export interface LlamaEngineOptions {
   batchSize?: number;
   /** Hold each step's decodes until every generating sequence has one (batch-gate.ts); default true. */
   batchGate?: boolean;
+  /** Aborts the load (the model was unloaded while it loaded, or the server stops). */
+  signal?: AbortSignal;
 }
 
 export interface LlamaPrepared extends PreparedGeneration {
@@ -169,7 +171,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const contextsSharing = build.decodeThread ? configuredLanes + (opts.embeddingContexts ?? 2) : configuredLanes;
     const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
-    const model = await llama.loadModel({ modelPath: opts.modelPath });
+    const model = await llama.loadModel({ modelPath: opts.modelPath, ...(opts.signal ? { loadSignal: opts.signal } : {}) });
     const trained = model.trainContextSize;
     const contextSize = opts.contextSize ?? Math.min(trained || DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
     const traits = embeddingTraits(model);
