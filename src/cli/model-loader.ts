@@ -1,6 +1,6 @@
 import { statSync } from "node:fs";
 import { freemem } from "node:os";
-import type { EngineFactories, ModelSpec } from "../core/engine-factory.ts";
+import { type EngineFactories, ModelFileRefused, type ModelSpec } from "../core/engine-factory.ts";
 import { ApiError, badRequest } from "../core/errors.ts";
 import type { ModelLoader } from "../core/model-loader.ts";
 import type { ModelRegistry } from "../core/registry.ts";
@@ -8,6 +8,8 @@ import { parseModelArg } from "../models/source.ts";
 
 /** Share of free memory a model file may take: the rest is left for its context and the system. */
 const MEMORY_SHARE = 0.9;
+/** How long an unload waits for a load it aborted before it goes on without it. */
+const ABORTED_LOAD_WAIT_MS = 1000;
 
 /**
  * Models loaded and unloaded while the server runs, through the same engine factories the server
@@ -15,7 +17,8 @@ const MEMORY_SHARE = 0.9;
  */
 export class RuntimeModelLoader implements ModelLoader {
   private readonly specs = new Map<string, ModelSpec>();
-  private readonly pending = new Map<string, Promise<string>>();
+  /** Loads under way, each with what aborts it (an unload while it loads). */
+  private readonly pending = new Map<string, { job: Promise<string>; abort: AbortController }>();
 
   constructor(
     private readonly registry: ModelRegistry,
@@ -43,24 +46,48 @@ export class RuntimeModelLoader implements ModelLoader {
       if (known.status === "loading" && !this.pending.has(source)) return this.whenLoaded(source);
       return this.start(source, () => this.specs.get(source));
     }
-    // Over the API only a model file or a hub reference is loaded: trying any path would tell the
-    // caller whether that file exists and, through the loader's complaint, what its first bytes are.
-    if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
-      throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
-    let spec: ModelSpec;
-    try {
-      const parsed = parseModelArg(opts.name ? `${opts.name}=${source}` : source);
-      spec = { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
-    } catch (err) {
-      throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");
-    }
+    const spec = this.specOf(source, opts.name);
+    // The file is looked at before the registry, so that what is decided below happens in one go.
+    await this.checkFile(spec);
     const existing = this.registry.get(spec.id);
     if (existing && existing.status !== "unloaded" && existing.status !== "failed") {
       const same = JSON.stringify(this.specs.get(spec.id)?.source) === JSON.stringify(spec.source);
       if (!same) throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
-      return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id) ?? Promise.resolve(spec.id));
+      return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id)?.job ?? Promise.resolve(spec.id));
     }
     return this.start(spec.id, () => spec);
+  }
+
+  async check(source: string): Promise<void> {
+    if (this.registry.has(source)) return;
+    await this.checkFile(this.specOf(source));
+  }
+
+  private specOf(source: string, name?: string): ModelSpec {
+    // Over the API only a model file or a hub reference is loaded: trying any path would tell the
+    // caller whether that file exists and, through the loader's complaint, what its first bytes are.
+    if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
+      throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
+    try {
+      const parsed = parseModelArg(name ? `${name}=${source}` : source);
+      return { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
+    } catch (err) {
+      throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");
+    }
+  }
+
+  /**
+   * The engine's quick look at the file (its header, never its weights): a file that is missing, not
+   * a regular file or not a well-formed model is the caller's to fix, a 400 naming the source, where
+   * a load that fails later stays a 503.
+   */
+  private async checkFile(spec: ModelSpec): Promise<void> {
+    try {
+      await this.engines.check(spec);
+    } catch (err) {
+      if (err instanceof ModelFileRefused) throw badRequest(err.message, "source");
+      throw err;
+    }
   }
 
   /** A model the server itself is loading (at startup): ready, or failed, in its own time. */
@@ -75,7 +102,7 @@ export class RuntimeModelLoader implements ModelLoader {
 
   private start(id: string, specOf: () => ModelSpec | undefined): Promise<string> {
     const running = this.pending.get(id);
-    if (running) return running;
+    if (running) return running.job;
     const spec = specOf();
     if (!spec) return Promise.reject(new ApiError(409, `The model '${id}' cannot be loaded again: its source is unknown.`));
     this.checkMemory(spec);
@@ -83,21 +110,28 @@ export class RuntimeModelLoader implements ModelLoader {
     if (this.registry.has(id)) this.registry.loading(id);
     else this.registry.register(id);
     this.registry.markRuntime(id);
-    const job = (async () => {
+    const abort = new AbortController();
+    const entry = { abort } as { job: Promise<string>; abort: AbortController };
+    entry.job = (async () => {
       try {
-        const engine = await this.engines.create(spec, this.log);
+        const engine = await this.engines.create(spec, this.log, abort.signal);
+        if (abort.signal.aborted) {
+          await engine.dispose();
+          throw abort.signal.reason;
+        }
         this.registry.ready(engine);
         this.log(`plinth: model '${id}' loaded`);
         return id;
       } catch (err) {
-        this.registry.failed(id, (err as Error).message);
+        // An aborted load was unloaded: the registry is the unload's now.
+        if (!abort.signal.aborted) this.registry.failed(id, (err as Error).message);
         throw new ApiError(503, `The model '${id}' failed to load: ${(err as Error).message}`, { code: "model_unavailable" });
       } finally {
-        this.pending.delete(id);
+        if (this.pending.get(id) === entry) this.pending.delete(id);
       }
     })();
-    this.pending.set(id, job);
-    return job;
+    this.pending.set(id, entry);
+    return entry.job;
   }
 
   /** A model file larger than the memory left is refused before anything is read. */
@@ -118,7 +152,17 @@ export class RuntimeModelLoader implements ModelLoader {
   }
 
   async unload(id: string, opts: { keep?: boolean } = {}): Promise<void> {
-    await this.pending.get(id)?.catch(() => {});
+    const loading = this.pending.get(id);
+    if (loading) {
+      // A load still under way is aborted, and waited for only so long: one that never ends (a file
+      // the engine's reader cannot finish) must not hold the unload, nor a later load of the same
+      // name. Should it finish after all, its engine is disposed (see start).
+      loading.abort.abort(new Error("it was unloaded while it loaded"));
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([loading.job.catch(() => {}), new Promise((r) => (timer = setTimeout(r, ABORTED_LOAD_WAIT_MS)))]);
+      clearTimeout(timer);
+      if (this.pending.get(id) === loading) this.pending.delete(id);
+    }
     const m = this.registry.get(id);
     if (!m) throw new ApiError(404, `No model named '${id}' is served here.`);
     // New requests are refused (or bring the model back) from now; running ones finish first.

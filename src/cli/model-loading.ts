@@ -50,7 +50,8 @@ export class ModelLoading {
   private async attempt(spec: ModelSpec): Promise<EngineNotReady | undefined> {
     const loadStart = performance.now();
     try {
-      const engine = await this.engines.create(spec, this.log);
+      // Stopping the server aborts a load under way rather than waiting for it.
+      const engine = await this.engines.create(spec, this.log, this.stopping.signal);
       if (this.stopping.signal.aborted) {
         await engine.dispose();
         return undefined;

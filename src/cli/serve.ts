@@ -5,7 +5,7 @@ import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
 import { GenerationService } from "../core/generation-service.ts";
 import { ModelRegistry } from "../core/registry.ts";
-import { llamaCppFactory } from "../engines/llama-cpp/factory.ts";
+import { checkLlamaCppSource, llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { remoteFactory } from "../engines/remote/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
@@ -61,6 +61,7 @@ export function defaultEngines(config: PlinthConfig): EngineFactories {
         cacheDir: config["cache-dir"],
         progress: source.kind === "hf" ? createProgressBar(`downloading ${source.id}`) : undefined,
       })),
+      checkLlamaCppSource,
     )
     .register(["remote"], remoteFactory());
 }

@@ -42,20 +42,51 @@ export class EngineNotReady extends Error {
   }
 }
 
-export type EngineFactory = (spec: ModelSpec, log: (line: string) => void) => Promise<Engine>;
+/**
+ * The model's file cannot be served as it is: missing, unreadable, not a regular file, not a model
+ * or a malformed one. The fault is the file's, so a loader answers it as a client error naming the
+ * source, not as a failure worth retrying. Engines raise it from their checks of a file.
+ */
+export class ModelFileRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ModelFileRefused";
+  }
+}
+
+/**
+ * Makes the engine. `signal` aborts a load nobody waits for any more (the model was unloaded, the
+ * server stops); a factory passes it on where its engine can stop early.
+ */
+export type EngineFactory = (spec: ModelSpec, log: (line: string) => void, signal?: AbortSignal) => Promise<Engine>;
+
+/**
+ * A quick look at a source before it is loaded (a file's header, not its weights): throws
+ * ModelFileRefused for one that can never load, so a caller hears of it at once.
+ */
+export type SourceCheck = (spec: ModelSpec) => Promise<void>;
 
 /** Engines by source kind, so the assembly (not the core) decides which engines exist. */
 export class EngineFactories {
   private readonly byKind = new Map<string, EngineFactory>();
+  private readonly checks = new Map<string, SourceCheck>();
 
-  register(kinds: string[], factory: EngineFactory): this {
-    for (const kind of kinds) this.byKind.set(kind, factory);
+  register(kinds: string[], factory: EngineFactory, check?: SourceCheck): this {
+    for (const kind of kinds) {
+      this.byKind.set(kind, factory);
+      if (check) this.checks.set(kind, check);
+    }
     return this;
   }
 
-  create(spec: ModelSpec, log: (line: string) => void): Promise<Engine> {
+  create(spec: ModelSpec, log: (line: string) => void, signal?: AbortSignal): Promise<Engine> {
     const factory = this.byKind.get(spec.kind);
     if (!factory) return Promise.reject(new Error(`no engine serves models of kind '${spec.kind}'`));
-    return factory(spec, log);
+    return factory(spec, log, signal);
+  }
+
+  /** The source's check, where its engine has one (throws ModelFileRefused). */
+  async check(spec: ModelSpec): Promise<void> {
+    await this.checks.get(spec.kind)?.(spec);
   }
 }

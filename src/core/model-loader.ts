@@ -11,7 +11,14 @@ export interface ModelLoader {
    */
   load(source: string, opts?: { name?: string }): Promise<string>;
   /**
-   * Frees a model's engine once its running requests are done. With `keep`, the id stays known as
+   * Refuses (ApiError 400 naming `source`) a source that can never load, without loading it: not a
+   * .gguf path or hf: reference, or a file that is missing, not a regular file or not a well-formed
+   * model (its header is read, never its weights). A served model's id passes.
+   */
+  check(source: string): Promise<void>;
+  /**
+   * Frees a model's engine once its running requests are done; a load under way is aborted, and
+   * waited for only briefly. With `keep`, the id stays known as
    * `unloaded` (scale to zero) and `load(id)` brings it back; without, it is forgotten.
    */
   unload(id: string, opts?: { keep?: boolean }): Promise<void>;

@@ -1,5 +1,5 @@
 import assert from "../helpers/assert.ts";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -12,8 +12,11 @@ import { startTestServer, type TestServer } from "../helpers/server.ts";
 // that finds the endpoints again, scale to zero, and runtime model loading.
 
 const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-dbx-endpoints-"));
+/** A model file cut after its header: it passes the header check, and its load fails. */
+const GHOST = path.join(dataDir, "ghost-truncated.gguf");
 let s: TestServer;
 before(async () => {
+  writeFileSync(GHOST, readFileSync(await ensureFixtureModel()).subarray(0, 200_000));
   s = await startTestServer({ "data-dir": dataDir, "route-seed": "42", "scale-to-zero-after": "0.4" }, { think: true });
 });
 after(async () => {
@@ -112,7 +115,13 @@ test("create validates: names, routes adding to 100, known entities; a second en
   assert.equal(wrongSum.status, 400, wrongSum.text);
   assert.ok(wrongSum.json.message.includes("traffic_config.routes") && !wrongSum.json.message.includes("config.traffic_config"), wrongSum.json.message);
   assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/versioned")).status, 200);
-  const unknownEntity = await create({ name: "ghost", config: { served_entities: [{ entity_name: "/no/such/model.gguf" }] } });
+  // A file that is missing is refused at once, naming the entity (so is a malformed one:
+  // databricks-model-files.test.ts); one whose header is sound but whose load fails makes an
+  // endpoint that fails to load, and says why.
+  const absent = await create({ name: "ghost", config: { served_entities: [{ entity_name: "/no/such/model.gguf" }] } });
+  assert.equal(absent.status, 400, absent.text);
+  assert.ok(absent.json.message.includes("config.served_entities[0].entity_name"), absent.json.message);
+  const unknownEntity = await create({ name: "ghost", config: { served_entities: [{ entity_name: GHOST }] } });
   assert.equal(unknownEntity.status, 200, unknownEntity.text);
   const failed = await waitForEndpoint(s, "ghost", (ep) => ep.state.config_update === "UPDATE_FAILED");
   assert.equal(failed.state.ready, "NOT_READY");
@@ -282,7 +291,7 @@ test("delete, then a restart finds the stored endpoints again and loads them", a
   // An endpoint whose entities never loaded is still failed, and says why, after the restart.
   const ghost = (await dbx(s, "GET", "/api/2.0/serving-endpoints/ghost")).json;
   assert.deepEqual(ghost.state, { ready: "NOT_READY", config_update: "UPDATE_FAILED" });
-  assert.ok(ghost.state_message?.includes("/no/such/model.gguf"), JSON.stringify(ghost));
+  assert.ok(ghost.state_message?.includes("ghost"), JSON.stringify(ghost));
   assert.equal((await ask("ghost")).status, 503);
   assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/ghost")).status, 200);
   const back = await waitForEndpoint(s, "solo");

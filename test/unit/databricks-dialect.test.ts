@@ -8,6 +8,7 @@ import { seededRandom } from "../../src/core/random.ts";
 import { databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { scriptedApp, sseData, sseEvents } from "../helpers/scripted-app.ts";
+import { ScriptedEngine } from "../helpers/scripted-engine.ts";
 
 // Fast checks of the Databricks dialect over the SCRIPTED ENGINE (no model runs): the error envelope,
 // failures after a response started, and the pieces the endpoints are built from.
@@ -143,4 +144,44 @@ test("runtime loading checks memory first: a model larger than the free memory i
   });
   assert.equal(created, 0);
   assert.equal(registry.has("big"), false);
+});
+
+test("unloading a model whose load never ends aborts it and goes on within a second; an engine that comes late is disposed", async () => {
+  const registry = new ModelRegistry(4);
+  const settings = { parallel: 1, threads: 1, gpu: "off", embeddingContexts: 1, cacheRam: 0, cacheMinTokens: 64 };
+  const file = await ensureFixtureModel();
+  // One scripted factory that hears the abort, one that ignores it (a load stuck where no signal reaches).
+  let release: (() => void) | undefined;
+  let disposed = 0;
+  const engines = new EngineFactories().register(["file"], (spec, _log, signal) => {
+    if (spec.id === "hears")
+      return new Promise((_, reject) => signal?.addEventListener("abort", () => reject(signal.reason), { once: true }));
+    return new Promise((resolve) => {
+      release = () => {
+        const engine = new ScriptedEngine({ id: spec.id, slots: 1 });
+        engine.dispose = async () => void disposed++;
+        resolve(engine);
+      };
+    });
+  });
+  const loader = new RuntimeModelLoader(registry, engines, settings, () => {});
+  for (const id of ["hears", "deaf"]) {
+    const load = loader.load(file, { name: id });
+    const failed = load.then(
+      () => "loaded",
+      (err: ApiError) => err.status,
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(registry.get(id)?.status, "loading");
+    const start = performance.now();
+    await loader.unload(id);
+    assert.ok(performance.now() - start < 1500, `${id}: unload took ${performance.now() - start} ms`);
+    assert.equal(registry.has(id), false);
+    if (id === "hears") assert.equal(await failed, 503);
+  }
+  // The deaf load finishes after all: its engine is freed, and the model stays gone.
+  release!();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(disposed, 1);
+  assert.equal(registry.has("deaf"), false);
 });

@@ -329,7 +329,7 @@ export class EndpointManager {
       lastUsed: now,
       tags: body.tags ?? [],
     };
-    this.checkEntitiesExist(config, "config.");
+    await this.checkEntitiesExist(config, "config.");
     if (!(await this.store.create({ name: ep.name, createdAt: now, updatedAt: now, body: this.record(ep, config) })))
       throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
     this.provisioned.set(ep.name, ep);
@@ -348,7 +348,10 @@ export class EndpointManager {
     if (ep.configUpdate === "IN_PROGRESS")
       throw new ApiError(409, `The endpoint '${name}' is already being updated; wait until config_update is NOT_UPDATING.`, { code: "RESOURCE_CONFLICT" });
     const config = normaliseConfig(input, "");
-    this.checkEntitiesExist(config, "");
+    await this.checkEntitiesExist(config, "");
+    // Looking at the files took a moment: another update may have begun meanwhile.
+    if ((ep.configUpdate as Endpoint["configUpdate"]) === "IN_PROGRESS" || this.provisioned.get(name) !== ep)
+      throw new ApiError(409, `The endpoint '${name}' is already being updated; wait until config_update is NOT_UPDATING.`, { code: "RESOURCE_CONFLICT" });
     ep.updatedAt = Date.now();
     ep.configUpdate = "IN_PROGRESS";
     ep.failure = undefined;
@@ -490,17 +493,24 @@ export class EndpointManager {
   /**
    * An entity names a model this server serves or, where models can be loaded at run time, a
    * `.gguf` file or an `hf:` reference. Anything else is refused now rather than tried: a load of an
-   * arbitrary path would tell the caller whether that file exists and what its first bytes are.
+   * arbitrary path would tell the caller whether that file exists and what its first bytes are. So
+   * is a file that can never load (missing, not a regular file, a malformed model): the loader looks
+   * at its header here, before the load goes to the background.
    */
-  private checkEntitiesExist(config: EndpointConfig, at: string): void {
-    config.served_entities.forEach((e, i) => {
+  private async checkEntitiesExist(config: EndpointConfig, at: string): Promise<void> {
+    for (const [i, e] of config.served_entities.entries()) {
       const source = e.entity_name;
-      if (this.registry.has(source)) return;
+      if (this.registry.has(source)) continue;
       const field = `${at}served_entities[${i}].entity_name`;
       if (!this.loader) throw badRequest(`'${source}' is not a model this server serves.`, field);
       if (!/\.gguf$/i.test(source) && !source.startsWith("hf:"))
         throw badRequest(`'${source}' is neither a model this server serves nor a .gguf path or hf: reference.`, field);
-    });
+      try {
+        await this.loader.check(source);
+      } catch (err) {
+        throw err instanceof ApiError && err.status === 400 ? err.withParam(field) : err;
+      }
+    }
     // Entities that are all loaded already can be checked for one API format now, not after a load.
     const loaded = config.served_entities.map((e) => e.entity_name).filter((m) => this.registry.get(m)?.engine);
     if (loaded.length === config.served_entities.length && new Set(loaded.map((m) => this.taskOf(m))).size > 1)

@@ -1,15 +1,25 @@
-import type { EngineFactory } from "../../core/engine-factory.ts";
+import type { EngineFactory, SourceCheck } from "../../core/engine-factory.ts";
 import { resolveModelPath, type ResolveOptions } from "../../models/download.ts";
 import type { ModelSource } from "../../models/source.ts";
 import type { GpuChoice } from "./runtime.ts";
+import { checkGgufFiles } from "./gguf-header.ts";
 import { LlamaCppEngine } from "./llama-engine.ts";
+
+/**
+ * A local file's header is checked before it is loaded (gguf-header.ts), so a malformed or wrong file
+ * is refused at once; a hub reference is checked by the load itself, once it is downloaded.
+ */
+export const checkLlamaCppSource: SourceCheck = async (spec) => {
+  const source = spec.source as ModelSource;
+  if (source.kind === "file") await checkGgufFiles(source.path);
+};
 
 /**
  * Serves GGUF files in-process: a local path as it is, an `hf:` reference after downloading it into
  * the cache (with whatever progress display the caller gives).
  */
 export function llamaCppFactory(download: (source: ModelSource) => ResolveOptions): EngineFactory {
-  return async (spec, log) => {
+  return async (spec, log, signal) => {
     const source = spec.source as ModelSource;
     const modelPath = await resolveModelPath(source, download(source));
     const s = spec.settings;
@@ -25,6 +35,7 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       cacheRam: s.cacheRam,
       chatWrapper: s.chatWrapper,
       cacheMinTokens: s.cacheMinTokens,
+      signal,
     });
     if (engine.slots === 0)
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${engine.threads} threads)`);

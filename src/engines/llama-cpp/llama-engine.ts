@@ -16,6 +16,7 @@ import { ConstraintPlanner, RELAXED_HEADER, relaxedHeader } from "./constraints.
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
+import { checkGgufFiles } from "./gguf-header.ts";
 import { FINAL_HEADER, HARMONY_CALL_FORMAT, type HarmonyLayout } from "./harmony.ts";
 import { PromptRenderer } from "./prompt-renderer.ts";
 import { tokenizeRawText } from "./raw-text.ts";
@@ -55,6 +56,8 @@ export interface LlamaEngineOptions {
   batchSize?: number;
   /** Hold each step's decodes until every generating sequence has one (batch-gate.ts); default true. */
   batchGate?: boolean;
+  /** Aborts the load (the model was unloaded while it loaded, or the server stops). */
+  signal?: AbortSignal;
 }
 
 export interface LlamaPrepared extends PreparedGeneration {
@@ -152,6 +155,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
   }
 
   static async load(opts: LlamaEngineOptions): Promise<LlamaCppEngine> {
+    // node-llama-cpp believes the counts a header declares (a malformed one made its reader run
+    // forever): the header is checked first, whichever way the file came (--model, a download).
+    await checkGgufFiles(opts.modelPath);
     // The defaults depend on the binary the runtime runs on (runtime.ts).
     const build = engineBuild(await getRuntime({ gpu: opts.gpu, threads: 1 }));
     const threads = opts.threads ?? defaultThreads(availableParallelism(), build);
@@ -165,7 +171,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     const contextsSharing = build.decodeThread ? configuredLanes + (opts.embeddingContexts ?? 2) : configuredLanes;
     const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
-    const model = await llama.loadModel({ modelPath: opts.modelPath });
+    const model = await llama.loadModel({ modelPath: opts.modelPath, ...(opts.signal ? { loadSignal: opts.signal } : {}) });
     const trained = model.trainContextSize;
     const contextSize = opts.contextSize ?? Math.min(trained || DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
     const traits = embeddingTraits(model);

@@ -1,0 +1,274 @@
+import { constants } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
+import { ModelFileRefused } from "../../core/engine-factory.ts";
+
+// Plinth's own check of a GGUF file's header, run before anything else reads the file.
+//
+// node-llama-cpp's reader (readGgufFileInfo, which llama.loadModel runs first) trusts the counts a
+// file declares and reads past its end as zeros: a header that declares 2^63 metadata entries never
+// finishes, and its buffer grows until memory runs out, on the main thread. So every count and length
+// here is checked against the bytes the file still has before it is believed, the header is walked
+// to its end without keeping what it says (strings and fixed-size arrays are skipped, not read), and
+// the walk itself is capped (MAX_HEADER_BYTES, MAX_ARRAY_ITEMS, ...) far above what real models hold:
+// a file that passes is one whose header node-llama-cpp reads to its end quickly. What lies after the
+// header (the tensor data) is llama.cpp's to check, and it does so without hanging.
+//
+// The layout (GGUF v2 and v3, little-endian; llama.cpp's ggml/include/gguf.h):
+//   "GGUF" u32 version, u64 tensor count, u64 metadata count,
+//   metadata: string key, u32 value type, value   (array: u32 item type, u64 count, items)
+//   tensor infos: string name, u32 dimensions, u64 per dimension, u32 ggml type, u64 data offset
+// where a string is a u64 byte length and the bytes.
+
+/** Bytes of header (metadata and tensor infos) walked at most; real models hold tens of MiB. */
+export const MAX_HEADER_BYTES = 256 * 2 ** 20;
+/** Metadata entries at most (real models: under a hundred). */
+const MAX_KV = 2 ** 16;
+/** Tensors at most (the largest mixture-of-experts models have thousands). */
+const MAX_TENSORS = 2 ** 20;
+/**
+ * Array items over all metadata at most (the largest vocabularies and merge lists hold well under a
+ * million); node-llama-cpp turns every item into a JavaScript value.
+ */
+const MAX_ARRAY_ITEMS = 2 ** 24;
+/** llama.cpp's GGML_MAX_DIMS. */
+const MAX_DIMS = 4;
+/** Bytes read from the file at a time. */
+const CHUNK = 2 ** 20;
+
+const STRING = 8;
+const ARRAY = 9;
+/** Bytes of each fixed-size GGUF value type, by type number (0-12); strings and arrays vary. */
+const FIXED_SIZE: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+const LENGTH_BYTES = 8;
+/** The least bytes a metadata entry takes: an empty key's length, the value type, a one-byte value. */
+const MIN_KV_BYTES = LENGTH_BYTES + 4 + 1;
+/** The least bytes a tensor info takes: an empty name's length, no dimensions, the type, the offset. */
+const MIN_TENSOR_BYTES = LENGTH_BYTES + 4 + 4 + 8;
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** What a header that passed says about itself. */
+export interface GgufHeader {
+  version: number;
+  tensors: number;
+  metadata: number;
+  /** Where the tensor infos end (the data follows, after alignment). */
+  headerBytes: number;
+}
+
+/** A file that is not a GGUF model Plinth can hand to llama.cpp; the message says what is wrong. */
+export class GgufHeaderError extends ModelFileRefused {
+  constructor(file: string, problem: string) {
+    super(`'${file}' is not a usable GGUF model file: ${problem}.`);
+    this.name = "GgufHeaderError";
+  }
+}
+
+/**
+ * Checks a model file before it is loaded; throws GgufHeaderError (or ModelFileRefused for a file
+ * that cannot be read at all) naming what is wrong. A file split into parts (`name-00001-of-00003.gguf`)
+ * has every part checked: node-llama-cpp reads them all.
+ */
+export async function checkGgufFiles(file: string): Promise<void> {
+  for (const part of splitParts(file)) await checkGgufHeader(part);
+}
+
+/** node-llama-cpp's naming of split files (resolveSplitGgufParts): every part it will open. */
+function splitParts(file: string): string[] {
+  const m = /-(\d{5})-of-(\d{5})\.gguf$/.exec(file);
+  if (!m) return [file];
+  const part = Number(m[1]);
+  const parts = Number(m[2]);
+  if (part === 0 || parts === 0 || part > parts) return [file];
+  const common = file.slice(0, m.index);
+  return Array.from({ length: parts }, (_, i) => `${common}-${String(i + 1).padStart(5, "0")}-of-${m[2]}.gguf`);
+}
+
+/** Checks one GGUF file's header; see the top of this file for what is checked. */
+export async function checkGgufHeader(file: string): Promise<GgufHeader> {
+  let handle: FileHandle;
+  try {
+    // Non-blocking, so that opening a FIFO does not wait for a writer; the checks below refuse it.
+    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ModelFileRefused(
+      code === "ENOENT" || code === "ENOTDIR" ? `The model file '${file}' does not exist.` : `The model file '${file}' cannot be read (${code ?? "error"}).`,
+    );
+  }
+  try {
+    // Size and kind from the open file itself, so what is walked is what was checked. A device
+    // (/dev/zero), a directory or a FIFO is refused here: reading one may never end.
+    const stats = await handle.stat();
+    if (!stats.isFile()) throw new GgufHeaderError(file, `it is not a regular file (${kindOf(stats)})`);
+    return await walk(new Cursor(handle, stats.size, file));
+  } finally {
+    await handle.close();
+  }
+}
+
+function kindOf(stats: { isDirectory(): boolean; isCharacterDevice(): boolean; isBlockDevice(): boolean; isFIFO(): boolean; isSocket(): boolean }): string {
+  if (stats.isDirectory()) return "a directory";
+  if (stats.isCharacterDevice() || stats.isBlockDevice()) return "a device";
+  if (stats.isFIFO()) return "a pipe";
+  if (stats.isSocket()) return "a socket";
+  return "not a file";
+}
+
+async function walk(c: Cursor): Promise<GgufHeader> {
+  if (c.size === 0) throw c.fail("it is empty");
+  await c.need(4, "the magic number");
+  if (c.bytes(4) !== "GGUF") throw c.fail("it does not start with the GGUF magic number");
+  await c.need(4, "the version");
+  const version = c.u32();
+  if (version !== 2 && version !== 3)
+    throw c.fail(`GGUF version ${version} is not supported (only 2 and 3 are${version > 0xffff ? "; a big-endian file?" : ""})`);
+  await c.need(16, "the tensor and metadata counts");
+  const tensors = c.count(c.u64(), MIN_TENSOR_BYTES, MAX_TENSORS, "tensors");
+  const kvs = c.count(c.u64(), MIN_KV_BYTES, MAX_KV, "metadata entries");
+  let arrayItems = 0;
+  for (let i = 0; i < kvs; i++) {
+    const where = `metadata entry ${i}`;
+    await c.string(`the key of ${where}`);
+    await c.need(4, `the value type of ${where}`);
+    const type = c.u32();
+    if (type === ARRAY) {
+      await c.need(12, `the array header of ${where}`);
+      const itemType = c.u32();
+      if (itemType === ARRAY) throw c.fail(`${where} is an array of arrays, which llama.cpp does not read`);
+      const itemBytes = itemType === STRING ? LENGTH_BYTES : FIXED_SIZE[itemType];
+      if (itemBytes === undefined) throw c.fail(`${where} is an array of unknown value type ${itemType}`);
+      const items = c.count(c.u64(), itemBytes, MAX_ARRAY_ITEMS - arrayItems, `items in the array of ${where}`);
+      arrayItems += items;
+      if (itemType === STRING) {
+        // The hot loop of a vocabulary: no promise and no message built per item while the chunk lasts.
+        let j = 0;
+        const item = () => `item ${j} of ${where}`;
+        for (; j < items; j++) {
+          if (!c.buffered(LENGTH_BYTES)) await c.need(LENGTH_BYTES, item());
+          c.skipString(item);
+        }
+      } else c.skip(items * itemBytes, `the array of ${where}`);
+    } else if (type === STRING) {
+      await c.string(`the value of ${where}`);
+    } else {
+      const bytes = FIXED_SIZE[type];
+      if (bytes === undefined) throw c.fail(`${where} has unknown value type ${type}`);
+      c.skip(bytes, `the value of ${where}`);
+    }
+  }
+  for (let i = 0; i < tensors; i++) {
+    const where = `tensor info ${i}`;
+    await c.string(`the name of ${where}`);
+    await c.need(4, `the dimension count of ${where}`);
+    const dims = c.u32();
+    if (dims > MAX_DIMS) throw c.fail(`${where} has ${dims} dimensions (at most ${MAX_DIMS})`);
+    await c.need(dims * 8 + 12, where);
+    let elements = 1n;
+    for (let d = 0; d < dims; d++) {
+      const n = c.u64();
+      elements *= n;
+      if (n > INT64_MAX || elements > INT64_MAX) throw c.fail(`${where} has more elements than llama.cpp can count`);
+    }
+    c.skip(12, where); // the ggml type (llama.cpp checks it) and the data offset
+  }
+  return { version, tensors, metadata: kvs, headerBytes: c.pos };
+}
+
+/**
+ * Reads the file forward from its start, a chunk at a time, never past its end or MAX_HEADER_BYTES.
+ * Reads are only awaited when the chunk runs out, so a long array of short strings is walked at
+ * memory speed and the event loop gets its turn at every chunk.
+ */
+class Cursor {
+  pos = 0;
+  private readonly buf = Buffer.allocUnsafe(CHUNK);
+  private bufStart = 0;
+  private bufEnd = 0;
+  /** Where the walk must stop: the file's end, or the header cap. */
+  private readonly end: number;
+
+  constructor(
+    private readonly handle: FileHandle,
+    readonly size: number,
+    private readonly file: string,
+  ) {
+    this.end = Math.min(size, MAX_HEADER_BYTES);
+  }
+
+  fail(problem: string): GgufHeaderError {
+    return new GgufHeaderError(this.file, problem);
+  }
+
+  /** Makes `n` bytes (at most a chunk) from the position readable, or refuses the file. */
+  async need(n: number, what: string): Promise<void> {
+    this.bound(n, what);
+    if (this.pos + n <= this.bufEnd) return;
+    const length = Math.min(CHUNK, this.end - this.pos);
+    const { bytesRead } = await this.handle.read(this.buf, 0, length, this.pos);
+    this.bufStart = this.pos;
+    this.bufEnd = this.pos + bytesRead;
+    // The file shrank after its size was read.
+    if (bytesRead < n) throw this.fail(`it ends inside ${what}`);
+  }
+
+  /** Moves past `n` bytes without reading them. */
+  skip(n: number, what: string): void {
+    this.bound(n, what);
+    this.pos += n;
+  }
+
+  /** Moves past a GGUF string (its length, then its bytes). */
+  async string(what: string): Promise<void> {
+    if (!this.buffered(LENGTH_BYTES)) await this.need(LENGTH_BYTES, what);
+    this.skipString(() => what);
+  }
+
+  /** Whether `n` bytes from the position are in the chunk already. */
+  buffered(n: number): boolean {
+    return this.pos + n <= this.bufEnd;
+  }
+
+  /** Moves past a string whose length is in the chunk already. */
+  skipString(what: () => string): void {
+    const length = this.u64();
+    if (length > BigInt(this.size - this.pos))
+      throw this.fail(`it ends inside ${what()} (a length of ${length} bytes at byte ${this.pos - LENGTH_BYTES} of ${this.size})`);
+    const n = Number(length);
+    if (this.pos + n > this.end) this.bound(n, what());
+    this.pos += n;
+  }
+
+  /**
+   * A declared count, believed only when the bytes left could hold that many items of `itemBytes`
+   * each and it is within the cap.
+   */
+  count(declared: bigint, itemBytes: number, cap: number, what: string): number {
+    if (declared > BigInt(Math.floor((this.size - this.pos) / itemBytes))) throw this.fail(`it declares ${declared} ${what}, more than its remaining bytes can hold`);
+    if (declared > BigInt(cap)) throw this.fail(`it declares ${declared} ${what}, more than Plinth reads (${cap})`);
+    return Number(declared);
+  }
+
+  bytes(n: number): string {
+    const s = this.buf.toString("latin1", this.pos - this.bufStart, this.pos - this.bufStart + n);
+    this.pos += n;
+    return s;
+  }
+
+  u32(): number {
+    const v = this.buf.readUInt32LE(this.pos - this.bufStart);
+    this.pos += 4;
+    return v;
+  }
+
+  u64(): bigint {
+    const v = this.buf.readBigUInt64LE(this.pos - this.bufStart);
+    this.pos += 8;
+    return v;
+  }
+
+  private bound(n: number, what: string): void {
+    if (this.pos + n <= this.end) return;
+    if (this.pos + n > this.size) throw this.fail(`it ends inside ${what} (at byte ${this.pos} of ${this.size})`);
+    throw this.fail(`its header runs past the ${MAX_HEADER_BYTES / 2 ** 20} MiB Plinth reads (at ${what})`);
+  }
+}

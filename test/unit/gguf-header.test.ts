@@ -1,0 +1,159 @@
+import { test, after } from "node:test";
+import assert from "../helpers/assert.ts";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import fc from "fast-check";
+import { readGgufFileInfo } from "node-llama-cpp";
+import { ModelFileRefused } from "../../src/core/engine-factory.ts";
+import { checkGgufFiles, checkGgufHeader, GgufHeaderError } from "../../src/engines/llama-cpp/gguf-header.ts";
+import { BERT_TINY_SPEC, ensureBertFixtureModel, ensureFixtureModel, HARMONY_SPEC, SPM_SPEC } from "../fixtures/models.ts";
+
+// The GGUF header check (gguf-header.ts) against real fixture files, hand-made malformed headers, and
+// random truncations and mutations of a real header: it never hangs, never throws anything but its
+// own refusal, and a file it lets through is one node-llama-cpp's reader finishes quickly.
+
+const dir = mkdtempSync(path.join(tmpdir(), "plinth-gguf-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+function file(bytes: Buffer): string {
+  const p = path.join(dir, `f${n++}.gguf`);
+  writeFileSync(p, bytes);
+  return p;
+}
+
+/** Little-endian pieces of a GGUF header. */
+const u32 = (v: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(v);
+  return b;
+};
+const u64 = (v: bigint | number) => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64LE(BigInt(v));
+  return b;
+};
+const str = (s: string) => Buffer.concat([u64(Buffer.byteLength(s)), Buffer.from(s)]);
+const header = (tensors: bigint | number, kvs: bigint | number, version = 3) => Buffer.concat([Buffer.from("GGUF"), u32(version), u64(tensors), u64(kvs)]);
+
+async function refused(p: string, message: RegExp): Promise<void> {
+  await assert.rejects(checkGgufHeader(p), (err: Error) => {
+    assert.ok(err instanceof ModelFileRefused, `${err.name}: ${err.message}`);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+test("real fixture models pass, in milliseconds", async () => {
+  const files = [await ensureFixtureModel(), await ensureFixtureModel(SPM_SPEC), await ensureFixtureModel(HARMONY_SPEC), await ensureBertFixtureModel(BERT_TINY_SPEC)];
+  for (const p of files) {
+    const h = await checkGgufHeader(p);
+    assert.equal(h.version, 3);
+    assert.ok(h.tensors > 0 && h.metadata > 0, JSON.stringify(h));
+    const info = await readGgufFileInfo(p);
+    assert.equal(h.headerBytes, info.metadataSize + (info.tensorInfoSize ?? 0), p);
+  }
+  const start = performance.now();
+  for (let i = 0; i < 10; i++) await checkGgufHeader(files[0]);
+  assert.ok((performance.now() - start) / 10 < 50, "a fixture's header takes milliseconds");
+});
+
+test("the audit's file: counts of 2^63 are refused at once", async () => {
+  const p = file(Buffer.from("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x7f", "latin1"));
+  await refused(p, /declares 9223372036854775807 tensors, more than its remaining bytes can hold/);
+  await refused(file(header(0, 2n ** 63n - 1n)), /metadata entries, more than its remaining bytes can hold/);
+});
+
+test("files that are not GGUF models are refused with what is wrong", async () => {
+  await refused(file(Buffer.alloc(0)), /it is empty/);
+  await refused(file(Buffer.from("GGU")), /ends inside the magic number/);
+  await refused(file(Buffer.from("not a model at all, just text")), /GGUF magic number/);
+  await refused(file(header(0, 0, 1)), /GGUF version 1 is not supported/);
+  await refused(file(Buffer.concat([Buffer.from("GGUF"), Buffer.from([0, 0, 0, 3]), u64(0), u64(0)])), /big-endian/);
+  await refused(file(Buffer.concat([Buffer.from("GGUF"), u32(3), u64(0)])), /ends inside the tensor and metadata counts/);
+  const sub = path.join(dir, "dir.gguf");
+  mkdirSync(sub);
+  await refused(sub, /not a regular file \(a directory\)/);
+  const zero = path.join(dir, "zero.gguf");
+  symlinkSync("/dev/zero", zero);
+  await refused(zero, /not a regular file \(a device\)/);
+  await refused(path.join(dir, "missing.gguf"), /does not exist/);
+});
+
+test("metadata and tensor infos are walked with every length and count bounded", async () => {
+  const kv = (key: string, type: number, value: Buffer) => Buffer.concat([str(key), u32(type), value]);
+  // A string longer than the file.
+  await refused(file(Buffer.concat([header(0, 1), u64(2n ** 62n), Buffer.alloc(8)])), /ends inside the key of metadata entry 0/);
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 8, u64(1000))])), /ends inside the value of metadata entry 0/);
+  // Unknown value types, nested arrays, arrays larger than the file.
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 13, u32(0))])), /unknown value type 13/);
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 9, Buffer.concat([u32(9), u64(1), u32(0), u64(0)]))])), /array of arrays/);
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 9, Buffer.concat([u32(77), u64(1), u32(0)]))])), /array of unknown value type 77/);
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 9, Buffer.concat([u32(0), u64(2n ** 40n)]))])), /items in the array of metadata entry 0, more than its remaining bytes/);
+  await refused(file(Buffer.concat([header(0, 1), kv("a", 9, Buffer.concat([u32(8), u64(3), str("x"), str("y"), u64(100)]))])), /ends inside item 2 of metadata entry 0/);
+  // Tensor infos: too many dimensions, too many elements, cut short.
+  const tensor = (dims: bigint[]) => Buffer.concat([str("t"), u32(dims.length), ...dims.map(u64), u32(0), u64(0)]);
+  await refused(file(Buffer.concat([header(1, 0), tensor([1n, 1n, 1n, 1n, 1n])])), /5 dimensions \(at most 4\)/);
+  await refused(file(Buffer.concat([header(1, 0), tensor([2n ** 32n, 2n ** 32n])])), /more elements than llama.cpp can count/);
+  await refused(file(Buffer.concat([header(2, 0), tensor([4n, 4n])])), /ends inside the name of tensor info 1/);
+  // A well-formed header of each kind passes.
+  const ok = Buffer.concat([header(1, 3), kv("s", 8, str("v")), kv("a", 9, Buffer.concat([u32(8), u64(2), str("x"), str("yz")])), kv("f", 9, Buffer.concat([u32(6), u64(2), u32(0), u32(0)])), tensor([4n, 4n])]);
+  assert.deepEqual(await checkGgufHeader(file(ok)), { version: 3, tensors: 1, metadata: 3, headerBytes: ok.length });
+});
+
+test("every part of a split model is checked", async () => {
+  const good = readFileSync(await ensureFixtureModel());
+  writeFileSync(path.join(dir, "m-00001-of-00002.gguf"), good);
+  writeFileSync(path.join(dir, "m-00002-of-00002.gguf"), Buffer.from("junk"));
+  await assert.rejects(checkGgufFiles(path.join(dir, "m-00001-of-00002.gguf")), /m-00002-of-00002.gguf' is not a usable GGUF model file/);
+});
+
+test("random truncations and mutations of a real header: refused or passed, never a hang, and what passes node-llama-cpp reads", async () => {
+  const real = readFileSync(await ensureFixtureModel());
+  const { headerBytes } = await checkGgufHeader(await ensureFixtureModel());
+  // The header and a little of the data: what the check and node-llama-cpp's reader look at.
+  const head = real.subarray(0, headerBytes + 64);
+  const mutation = fc.oneof(
+    fc.record({ kind: fc.constant("cut" as const), at: fc.integer({ min: 0, max: head.length }) }),
+    fc.record({ kind: fc.constant("byte" as const), at: fc.integer({ min: 0, max: head.length - 1 }), value: fc.integer({ min: 0, max: 255 }) }),
+    fc.record({ kind: fc.constant("u64" as const), at: fc.integer({ min: 0, max: head.length - 8 }), value: fc.bigUintN(64) }),
+    // Small changes to the counts and lengths near the start, where they are.
+    fc.record({ kind: fc.constant("count" as const), at: fc.integer({ min: 8, max: 400 }), value: fc.integer({ min: 0, max: 1 << 20 }) }),
+  );
+  const outcomes = { passed: 0, refused: 0 };
+  await fc.assert(
+    fc.asyncProperty(fc.array(mutation, { minLength: 1, maxLength: 4 }), async (mutations) => {
+      let bytes = Buffer.from(head);
+      for (const m of mutations) {
+        if (m.kind === "cut") bytes = bytes.subarray(0, Math.min(m.at, bytes.length));
+        else if (m.at + (m.kind === "byte" ? 1 : 8) > bytes.length) continue;
+        else if (m.kind === "byte") bytes[m.at] = m.value;
+        else bytes.writeBigUInt64LE(m.kind === "u64" ? m.value : BigInt(m.value), m.at);
+      }
+      const p = file(bytes);
+      const start = performance.now();
+      let passed = false;
+      try {
+        await checkGgufHeader(p);
+        passed = true;
+      } catch (err) {
+        assert.ok(err instanceof GgufHeaderError, `${(err as Error).name}: ${(err as Error).message}`);
+      }
+      assert.ok(performance.now() - start < 1000, "the check answers within a second");
+      outcomes[passed ? "passed" : "refused"]++;
+      if (passed) {
+        // What passed, node-llama-cpp's reader finishes (it may still refuse, for its own reasons).
+        const read = readGgufFileInfo(p).then(
+          () => "done",
+          () => "done",
+        );
+        const timeout = new Promise((r) => setTimeout(() => r("hung"), 5000).unref());
+        assert.equal(await Promise.race([read, timeout]), "done", "node-llama-cpp read the passed header to its end");
+      }
+      rmSync(p);
+    }),
+    { numRuns: 300 },
+  );
+  // Both sides were exercised (mutations of string bytes and data pass; of counts and lengths mostly not).
+  assert.ok(outcomes.passed > 10 && outcomes.refused > 10, JSON.stringify(outcomes));
+});
