@@ -84,6 +84,20 @@ test("with thinking turned off the answer starts at once and no tokens count as 
   assert.deepEqual(r.end.chunks[0], { kind: "usage", reasoningTokens: 0 });
 });
 
+test("a section the prompt closed is over: an opening marker the model writes anyway is answer text", () => {
+  const closed = { ...THINK, startsInside: false, closedInPrompt: true };
+  const r = route({ reasoning: closed }, ["<think>", "Hi", " there"]);
+  assert.deepEqual(r.start, [{ kind: "answer-starts", viaInjection: false, call: false }]);
+  assert.equal(r.reasoning, "");
+  assert.equal(r.answer, "<think>Hi there");
+  assert.deepEqual(r.end.chunks.at(-2), { kind: "usage", reasoningTokens: 0 });
+  // A section node-llama-cpp finds opened on the response's start has no opening marker to wait for
+  // (GLM 4.6's, Kimi K3's): turned off, none of the answer may be taken for thinking.
+  const unmarked = route({ reasoning: { ...closed, open: "" } }, ["Hi", " there"]);
+  assert.equal(unmarked.reasoning, "");
+  assert.equal(unmarked.answer, "Hi there");
+});
+
 test("a call in free text: the text before it is answer, then the call's name and arguments", () => {
   const tools = { format: HERMES, trigger: "<tool_call>", forced: false };
   const router = new TextRouter({ tools });

@@ -18,6 +18,11 @@ export interface ReasoningPlan {
   close: string[];
   /** The prompt already opened the section, so generation starts inside it. */
   startsInside: boolean;
+  /**
+   * The prompt already closed the section (thinking turned off, or a generation prompt that closes
+   * it): the answer has no thinking section, and a thinking marker the model writes anyway is text.
+   */
+  closedInPrompt?: boolean;
   /** Thinking tokens allowed before the section is closed by force. */
   budget?: number;
   /** Tokens that close the section (the template's closing marker and layout). */

@@ -381,7 +381,9 @@ export class PromptRenderer {
     const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.tokenizer), ...(answerOpening ?? [])];
     let promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
     let startsInside = enabled;
-    if (openTurn) ({ promptSuffix, startsInside } = this.afterOpenTurn(openTurn, thinkingSwitch(req), constrained, prefix, suffix, layout, closed));
+    let closedInPrompt = !enabled;
+    if (openTurn)
+      ({ promptSuffix, startsInside, closedInPrompt } = this.afterOpenTurn(openTurn, thinkingSwitch(req), constrained, prefix, suffix, layout, closed));
     return {
       promptSuffix,
       answerOpening,
@@ -389,6 +391,7 @@ export class PromptRenderer {
         open: prefix.toString().trim(),
         close: [...new Set([suffix.toString(), suffix.toString().trim()])],
         startsInside,
+        closedInPrompt,
         budget: req.reasoning?.budgetTokens,
         closeTokens: LlamaText([suffix, layout]).tokenize(this.tokenizer),
       },
@@ -403,7 +406,8 @@ export class PromptRenderer {
    * needs it and the template does not: thinking asked for on a model whose template would not
    * think (Granite's), or a thinking model whose answer is held to a grammar or a forced tool call
    * from its first token, which could never open the section on its own. Thinking turned off on a
-   * template without a switch (DeepSeek R1's) closes the section it opened.
+   * template without a switch (DeepSeek R1's) closes the section it opened. `closedInPrompt`: the
+   * prompt ends with the section closed (by the template or by Plinth), so the answer has none.
    */
   private afterOpenTurn(
     turn: OpenTurn,
@@ -413,16 +417,18 @@ export class PromptRenderer {
     suffix: LlamaText,
     layout: LlamaText,
     closed: Token[],
-  ): { promptSuffix: Token[]; startsInside: boolean } {
+  ): { promptSuffix: Token[]; startsInside: boolean; closedInPrompt: boolean } {
+    const shut = { startsInside: false, closedInPrompt: true };
     if (thinking === "off") {
-      if (turn.thinking === "closed") return { promptSuffix: [], startsInside: false };
-      if (turn.thinking === "opened") return { promptSuffix: LlamaText([suffix, layout]).tokenize(this.tokenizer), startsInside: false };
-      return { promptSuffix: closed, startsInside: false };
+      if (turn.thinking === "closed") return { promptSuffix: [], ...shut };
+      if (turn.thinking === "opened") return { promptSuffix: LlamaText([suffix, layout]).tokenize(this.tokenizer), ...shut };
+      return { promptSuffix: closed, ...shut };
     }
-    if (turn.thinking === "opened") return { promptSuffix: [], startsInside: true };
-    if (turn.thinking === "closed" && thinking === "default") return { promptSuffix: [], startsInside: false };
+    if (turn.thinking === "opened") return { promptSuffix: [], startsInside: true, closedInPrompt: false };
+    if (turn.thinking === "closed" && thinking === "default") return { promptSuffix: [], ...shut };
     const open = constrained ? thinking === "on" || turn.thinksByDefault : thinking === "on" && !turn.thinksByDefault;
-    return open ? { promptSuffix: prefix.tokenize(this.tokenizer), startsInside: true } : { promptSuffix: [], startsInside: false };
+    if (open) return { promptSuffix: prefix.tokenize(this.tokenizer), startsInside: true, closedInPrompt: false };
+    return { promptSuffix: [], startsInside: false, closedInPrompt: turn.thinking === "closed" };
   }
 
   /** The prompt text to report back (echo); token prompts are spelled by `spell`. */

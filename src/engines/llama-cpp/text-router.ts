@@ -19,6 +19,8 @@ export interface RouterReasoning {
   close: string[];
   /** The prompt already opened the section. */
   startsInside: boolean;
+  /** The prompt already closed the section: nothing generated is thinking. */
+  closedInPrompt?: boolean;
   /** Thinking tokens allowed before the section must be closed by force. */
   budget?: number;
 }
@@ -76,7 +78,10 @@ export class TextRouter {
 
   constructor(private readonly setup: RouterSetup) {
     const { reasoning, tools } = setup;
-    this.splitter = reasoning ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside) : null;
+    // A section the prompt closed is over before generation starts: the model's turn is all answer,
+    // even when it writes an opening marker first (a thinking model told not to think often does;
+    // Kimi K2 Thinking's and RWKV World's fixtures did at their first token).
+    this.splitter = reasoning && !reasoning.closedInPrompt ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside) : null;
     this.trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
     this.header = setup.answerHeader ? new HeaderFilter(setup.answerHeader) : null;
   }
