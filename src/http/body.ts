@@ -4,6 +4,7 @@ import { type Readable, Transform, type TransformCallback } from "node:stream";
 import zlib from "node:zlib";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
+import { JsonShapeGuard } from "./json-shape.ts";
 
 export interface BodyOptions {
   /** Largest body accepted, after decompression. */
@@ -59,7 +60,13 @@ export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): vo
     const guard = new BodyGuard(opts.bodyTimeoutMs, () => cutOff.add(request.raw));
     bodies.set(request.raw, { guard, decoder });
     payload.pipe(guard);
-    if (!decoder) return guard;
+    const shape = new JsonShapeGuard();
+    if (!decoder) {
+      guard.on("error", (err) => shape.destroy(err));
+      // Fastify reads the received length from the stream it is given, for the body limit.
+      Object.defineProperty(shape, "receivedEncodedLength", { get: () => guard.received });
+      return guard.pipe(shape);
+    }
     const encoding = String(request.headers["content-encoding"]).trim().toLowerCase();
     guard.on("error", (err) => decoder.destroy(err));
     decoder.prependListener("error", (err: Error & { statusCode?: number }) => {
@@ -67,9 +74,10 @@ export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): vo
       err.statusCode = 400;
       err.message = `The request body is not valid ${encoding} data (${err.message}).`;
     });
+    decoder.on("error", (err) => shape.destroy(err));
     // Fastify compares this with Content-Length, and holds it to the body limit too.
-    Object.defineProperty(decoder, "receivedEncodedLength", { get: () => guard.received });
-    return guard.pipe(decoder);
+    Object.defineProperty(shape, "receivedEncodedLength", { get: () => guard.received });
+    return guard.pipe(decoder).pipe(shape);
   });
 
   app.addHook("onSend", async (request, reply, payload) => {

@@ -120,6 +120,34 @@ describe("bodies", () => {
   });
 });
 
+describe("bodies that would hold the event loop in JSON.parse", () => {
+  test("a body of more objects, values or members than one request may is a 413 before it is parsed, plain or compressed; a vocabulary-wide logit_bias is not", async () => {
+    const s = await app({ bodyLimit: 16 * 1024 * 1024 });
+    try {
+      const parts = JSON.stringify({ ...ok, messages: [{ role: "user", content: Array.from({ length: 120_000 }, () => ({ type: "text", text: "a" })) }] });
+      const wide = JSON.stringify({ ...ok, logit_bias: Object.fromEntries(Array.from({ length: 400_000 }, (_, i) => [`k${i}`, 1])) });
+      const ints = JSON.stringify({ model: "tiny", input: Array.from({ length: 8 }, () => Array.from({ length: 150_000 }, () => 1)) });
+      for (const [url, body, bound] of [
+        ["/v1/chat/completions", parts, /100,000 objects and arrays/],
+        ["/v1/chat/completions", wide, /300,001 members/],
+        ["/v1/embeddings", ints, /1,000,000 values/],
+      ] as const) {
+        for (const gzip of [false, true]) {
+          const r = await s.inject({ method: "POST", url, headers: { ...JSON_TYPE, ...(gzip ? { "content-encoding": "gzip" } : {}) }, payload: gzip ? gzipSync(body) : body });
+          const e = envelope(r, 413);
+          assert.equal(e.code, "request_too_large");
+          assert.match(e.message, bound);
+        }
+      }
+      const bias = JSON.stringify({ ...ok, logit_bias: Object.fromEntries(Array.from({ length: 262_144 }, (_, i) => [String(i), 1])) });
+      const r = await s.inject({ method: "POST", url: "/v1/chat/completions", headers: JSON_TYPE, payload: bias });
+      assert.notEqual(r.statusCode, 413, r.body);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe("Host header (DNS rebinding)", () => {
   test("bound to loopback: loopback names and IP literals pass; any other name is a 403 in the envelope", async () => {
     const s = await app({ host: "127.0.0.1" });
