@@ -1,8 +1,8 @@
 import assert from "../helpers/assert.ts";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { after, test } from "node:test";
+import { after, before, test } from "node:test";
 import { serve } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { dbx } from "../helpers/databricks.ts";
@@ -24,12 +24,17 @@ const BAD: Record<string, string> = {
   empty: "empty.gguf",
   "a directory": "dir.gguf",
   "a symlink to /dev/zero": "zero.gguf",
+  "a model cut short inside its tensor data": "cut.gguf",
 };
 writeFileSync(path.join(dir, "hostile.gguf"), Buffer.from("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x7f", "latin1"));
 writeFileSync(path.join(dir, "random.gguf"), Buffer.from(Array.from({ length: 8192 }, (_, i) => (i * 2654435761) >>> 24)));
 writeFileSync(path.join(dir, "empty.gguf"), "");
 mkdirSync(path.join(dir, "dir.gguf"));
 symlinkSync("/dev/zero", path.join(dir, "zero.gguf"));
+before(async () => {
+  const whole = readFileSync(await ensureFixtureModel());
+  writeFileSync(path.join(dir, "cut.gguf"), whole.subarray(0, Math.floor(whole.length * 0.9)));
+});
 
 /** A request of another client, timed: it must not wait on the refused load. */
 async function otherRequest(url: string): Promise<number> {

@@ -98,7 +98,23 @@ test("metadata and tensor infos are walked with every length and count bounded",
   await refused(file(Buffer.concat([header(2, 0), tensor([4n, 4n])])), /ends inside the name of tensor info 1/);
   // A well-formed header of each kind passes.
   const ok = Buffer.concat([header(1, 3), kv("s", 8, str("v")), kv("a", 9, Buffer.concat([u32(8), u64(2), str("x"), str("yz")])), kv("f", 9, Buffer.concat([u32(6), u64(2), u32(0), u32(0)])), tensor([4n, 4n])]);
-  assert.deepEqual(await checkGgufHeader(file(ok)), { version: 3, tensors: 1, metadata: 3, headerBytes: ok.length });
+  // Its one 4×4 f32 tensor's 64 bytes follow, from the next multiple of 32.
+  const data = Buffer.alloc(Math.ceil(ok.length / 32) * 32 - ok.length + 64);
+  assert.deepEqual(await checkGgufHeader(file(Buffer.concat([ok, data]))), { version: 3, tensors: 1, metadata: 3, headerBytes: ok.length });
+});
+
+test("a file cut short inside its tensor data (an interrupted download) is refused, by llama.cpp's arithmetic", async () => {
+  const real = readFileSync(await ensureFixtureModel());
+  await checkGgufHeader(file(real));
+  await refused(file(real.subarray(0, real.length - 1)), new RegExp(`it is cut short: tensor \\d+'s data ends at byte ${real.length}, but the file has ${real.length - 1} bytes`));
+  // The data section starts at general.alignment (here 256), not at the default 32.
+  const kv = (key: string, type: number, value: Buffer) => Buffer.concat([str(key), u32(type), value]);
+  const q8 = Buffer.concat([str("t"), u32(2), u64(64), u64(2), u32(8), u64(0)]); // Q8_0: 2 rows of 2 blocks of 34 bytes
+  const head = Buffer.concat([header(1, 1), kv("general.alignment", 4, u32(256)), q8]);
+  assert.ok(head.length < 256);
+  await refused(file(Buffer.concat([head, Buffer.alloc(32 - (head.length % 32) + 136)])), /data ends at byte 392/);
+  await refused(file(Buffer.concat([head, Buffer.alloc(256 - head.length + 135)])), /data ends at byte 392, but the file has 391 bytes/);
+  await checkGgufHeader(file(Buffer.concat([head, Buffer.alloc(256 - head.length + 136)])));
 });
 
 test("every part of a split model is checked", async () => {
@@ -113,6 +129,7 @@ test("random truncations and mutations of a real header: refused or passed, neve
   const { headerBytes } = await checkGgufHeader(await ensureFixtureModel());
   // The header and a little of the data: what the check and node-llama-cpp's reader look at.
   const head = real.subarray(0, headerBytes + 64);
+  const rest = real.subarray(head.length);
   const mutation = fc.oneof(
     fc.record({ kind: fc.constant("cut" as const), at: fc.integer({ min: 0, max: head.length }) }),
     fc.record({ kind: fc.constant("byte" as const), at: fc.integer({ min: 0, max: head.length - 1 }), value: fc.integer({ min: 0, max: 255 }) }),
@@ -124,13 +141,17 @@ test("random truncations and mutations of a real header: refused or passed, neve
   await fc.assert(
     fc.asyncProperty(fc.array(mutation, { minLength: 1, maxLength: 4 }), async (mutations) => {
       let bytes = Buffer.from(head);
+      let cut = false;
       for (const m of mutations) {
-        if (m.kind === "cut") bytes = bytes.subarray(0, Math.min(m.at, bytes.length));
-        else if (m.at + (m.kind === "byte" ? 1 : 8) > bytes.length) continue;
+        if (m.kind === "cut") {
+          bytes = bytes.subarray(0, Math.min(m.at, bytes.length));
+          cut = true;
+        } else if (m.at + (m.kind === "byte" ? 1 : 8) > bytes.length) continue;
         else if (m.kind === "byte") bytes[m.at] = m.value;
         else bytes.writeBigUInt64LE(m.kind === "u64" ? m.value : BigInt(m.value), m.at);
       }
-      const p = file(bytes);
+      // The rest of the tensor data follows, unless the file was cut.
+      const p = file(cut ? bytes : Buffer.concat([bytes, rest]));
       const start = performance.now();
       let passed = false;
       try {

@@ -10,8 +10,9 @@ import { ModelFileRefused } from "../../core/engine-factory.ts";
 // here is checked against the bytes the file still has before it is believed, the header is walked
 // to its end without keeping what it says (strings and fixed-size arrays are skipped, not read), and
 // the walk itself is capped (MAX_HEADER_BYTES, MAX_ARRAY_ITEMS, ...) far above what real models hold:
-// a file that passes is one whose header node-llama-cpp reads to its end quickly. What lies after the
-// header (the tensor data) is llama.cpp's to check, and it does so without hanging.
+// a file that passes is one whose header node-llama-cpp reads to its end quickly. The tensor data
+// itself is llama.cpp's to read; only its extent is checked here: a file cut short (an interrupted
+// download) is refused by name instead of failing inside llama.cpp's loader.
 //
 // The layout (GGUF v2 and v3, little-endian; llama.cpp's ggml/include/gguf.h):
 //   "GGUF" u32 version, u64 tensor count, u64 metadata count,
@@ -45,6 +46,22 @@ const MIN_KV_BYTES = LENGTH_BYTES + 4 + 1;
 /** The least bytes a tensor info takes: an empty name's length, no dimensions, the type, the offset. */
 const MIN_TENSOR_BYTES = LENGTH_BYTES + 4 + 4 + 8;
 const INT64_MAX = 2n ** 63n - 1n;
+/** The metadata key that sets the data section's alignment (a u32; 32 when absent). */
+const ALIGNMENT_KEY = "general.alignment";
+const DEFAULT_ALIGNMENT = 32;
+const U32 = 4;
+/**
+ * [elements per block, bytes per block] of each ggml tensor type, by type number, as the llama.cpp
+ * that node-llama-cpp 3.21.1 bundles defines them (printed from its ggml_blck_size and
+ * ggml_type_size). Removed types are left out; a tensor of a type not listed is not measured here.
+ */
+const TENSOR_TYPES: Record<number, readonly [number, number]> = {
+  0: [1, 4], 1: [1, 2], 2: [32, 18], 3: [32, 20], 6: [32, 22], 7: [32, 24], 8: [32, 34], 9: [32, 36],
+  10: [256, 84], 11: [256, 110], 12: [256, 144], 13: [256, 176], 14: [256, 210], 15: [256, 292],
+  16: [256, 66], 17: [256, 74], 18: [256, 98], 19: [256, 50], 20: [32, 18], 21: [256, 110], 22: [256, 82],
+  23: [256, 136], 24: [1, 1], 25: [1, 2], 26: [1, 4], 27: [1, 8], 28: [1, 8], 29: [256, 56], 30: [1, 2],
+  34: [256, 54], 35: [256, 66], 39: [32, 17], 40: [64, 36], 41: [128, 18], 42: [64, 18],
+};
 
 /** What a header that passed says about itself. */
 export interface GgufHeader {
@@ -126,11 +143,17 @@ async function walk(c: Cursor): Promise<GgufHeader> {
   const tensors = c.count(c.u64(), MIN_TENSOR_BYTES, MAX_TENSORS, "tensors");
   const kvs = c.count(c.u64(), MIN_KV_BYTES, MAX_KV, "metadata entries");
   let arrayItems = 0;
+  let alignment = DEFAULT_ALIGNMENT;
   for (let i = 0; i < kvs; i++) {
     const where = `metadata entry ${i}`;
-    await c.string(`the key of ${where}`);
+    const isAlignment = await c.stringIs(`the key of ${where}`, ALIGNMENT_KEY);
     await c.need(4, `the value type of ${where}`);
     const type = c.u32();
+    if (isAlignment && type === U32) {
+      await c.need(4, `the value of ${where}`);
+      alignment = c.u32();
+      continue;
+    }
     if (type === ARRAY) {
       await c.need(12, `the array header of ${where}`);
       const itemType = c.u32();
@@ -156,6 +179,9 @@ async function walk(c: Cursor): Promise<GgufHeader> {
       c.skip(bytes, `the value of ${where}`);
     }
   }
+  /** Where the data of the tensor that reaches furthest ends, from the data section's start. */
+  let dataEnd = 0n;
+  let furthest = -1;
   for (let i = 0; i < tensors; i++) {
     const where = `tensor info ${i}`;
     await c.string(`the name of ${where}`);
@@ -163,15 +189,41 @@ async function walk(c: Cursor): Promise<GgufHeader> {
     const dims = c.u32();
     if (dims > MAX_DIMS) throw c.fail(`${where} has ${dims} dimensions (at most ${MAX_DIMS})`);
     await c.need(dims * 8 + 12, where);
+    const shape: bigint[] = [];
     let elements = 1n;
     for (let d = 0; d < dims; d++) {
       const n = c.u64();
+      shape.push(n);
       elements *= n;
       if (n > INT64_MAX || elements > INT64_MAX) throw c.fail(`${where} has more elements than llama.cpp can count`);
     }
-    c.skip(12, where); // the ggml type (llama.cpp checks it) and the data offset
+    const type = c.u32(); // an unknown type is llama.cpp's to refuse
+    const offset = c.u64();
+    const bytes = tensorBytes(type, shape);
+    if (bytes !== undefined && offset + bytes > dataEnd) {
+      dataEnd = offset + bytes;
+      furthest = i;
+    }
+  }
+  // llama.cpp's loader refuses a tensor whose data runs past the file's end (a model "corrupted or
+  // incomplete"); the same arithmetic here names the file and says by how much it is short.
+  if (furthest >= 0 && alignment > 0 && (alignment & (alignment - 1)) === 0) {
+    const dataStart = BigInt(Math.ceil(c.pos / alignment) * alignment);
+    const needed = dataStart + dataEnd;
+    if (needed > BigInt(c.size))
+      throw c.fail(`it is cut short: tensor ${furthest}'s data ends at byte ${needed}, but the file has ${c.size} bytes (an incomplete download?)`);
   }
   return { version, tensors, metadata: kvs, headerBytes: c.pos };
+}
+
+/** Bytes of a tensor's data (ggml_nbytes of a contiguous tensor), or undefined for a type not listed. */
+function tensorBytes(type: number, shape: readonly bigint[]): bigint | undefined {
+  const traits = TENSOR_TYPES[type];
+  if (!traits) return undefined;
+  const [block, blockBytes] = traits;
+  const rows = shape.slice(1).reduce((n, d) => n * d, 1n);
+  const first = shape[0] ?? 1n;
+  return ((first + BigInt(block) - 1n) / BigInt(block)) * BigInt(blockBytes) * rows;
 }
 
 /**
@@ -221,6 +273,18 @@ class Cursor {
   async string(what: string): Promise<void> {
     if (!this.buffered(LENGTH_BYTES)) await this.need(LENGTH_BYTES, what);
     this.skipString(() => what);
+  }
+
+  /** Moves past a GGUF string, telling whether it spells `expected` (an ASCII key). */
+  async stringIs(what: string, expected: string): Promise<boolean> {
+    if (!this.buffered(LENGTH_BYTES)) await this.need(LENGTH_BYTES, what);
+    if (this.buf.readBigUInt64LE(this.pos - this.bufStart) !== BigInt(expected.length)) {
+      this.skipString(() => what);
+      return false;
+    }
+    this.pos += LENGTH_BYTES;
+    await this.need(expected.length, what);
+    return this.bytes(expected.length) === expected;
   }
 
   /** Whether `n` bytes from the position are in the chunk already. */
