@@ -100,7 +100,57 @@ const GRANITE: KnownLayout = {
   },
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE];
+/**
+ * DeepSeek R1 (and its distills): a turn's calls are one section between
+ * `<｜tool▁calls▁begin｜>` and `<｜tool▁calls▁end｜>`, each call
+ * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` then its arguments in a ```json block and
+ * `<｜tool▁call▁end｜>`, one per line, as llama.cpp's server reads them. (The distills' template
+ * documents no tools; llama.cpp's server then shows the model none either.)
+ */
+const DEEPSEEK_R1: KnownLayout = {
+  name: "deepseek-r1",
+  matches: (t) => t.includes("<｜tool▁calls▁begin｜>") && t.includes("<｜tool▁call▁begin｜>") && t.includes("<｜tool▁sep｜>") && t.includes("```json"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: LlamaText(new SpecialTokensText("<｜tool▁call▁begin｜>function<｜tool▁sep｜>")),
+      paramsPrefix: "\n```json\n",
+      suffix: LlamaText("\n```", new SpecialTokensText("<｜tool▁call▁end｜>")),
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: LlamaText(new SpecialTokensText("<｜tool▁output▁begin｜>")), suffix: LlamaText(new SpecialTokensText("<｜tool▁output▁end｜>")) },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<｜tool▁calls▁begin｜>")), betweenCalls: "\n", sectionSuffix: LlamaText(new SpecialTokensText("<｜tool▁calls▁end｜>")) },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+};
+
+/**
+ * Cohere Command R+ (its tool_use template): `Action:` then a ```json block holding the turn's calls
+ * as one list of `{"tool_name": …, "parameters": {…}}`, indented as the template writes answered
+ * calls; results go back in `<results>` system turns, which the template writes.
+ */
+const COMMAND_R_PLUS: KnownLayout = {
+  name: "command-r-plus",
+  matches: (t) => t.includes("<|CHATBOT_TOKEN|>") && t.includes("Action:") && t.includes('"tool_name"') && t.includes('"parameters"') && !t.includes("<|START_ACTION|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '    {\n        "tool_name": "',
+      paramsPrefix: '",\n        "parameters": ',
+      suffix: "\n    }",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "<results>\n", suffix: "</results>" },
+    parallelism: {
+      call: { sectionPrefix: "Action:\n```json\n[\n", betweenCalls: ",\n", sectionSuffix: "\n]```" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS];
 
 /** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
 interface JinjaToolInternals {
