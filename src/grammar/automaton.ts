@@ -497,11 +497,11 @@ export function dfaLengthRange(dfa: Dfa): [number, number] | null {
 }
 
 /**
- * GBNF for the JSON-encoded content of the strings of a trimmed DFA: one rule per live state
- * (right recursion, which llama.cpp runs without growing its stacks). Null when the language is
- * empty.
+ * GBNF for the JSON-encoded content of the strings of a trimmed DFA (or, with another `encode`, the
+ * strings as they are): one rule per live state (right recursion, which llama.cpp runs without
+ * growing its stacks). Null when the language is empty.
  */
-export function dfaToGbnf(b: GrammarBuilder, dfa: Dfa, hint: string): string | null {
+export function dfaToGbnf(b: GrammarBuilder, dfa: Dfa, hint: string, encode: (b: GrammarBuilder, set: CodePointSet) => string = jsonEncodedChar): string | null {
   if (!dfa.states[0].live) return null;
   const names = new Map<number, string>();
   const bodies = new Map<number, string>();
@@ -525,7 +525,7 @@ export function dfaToGbnf(b: GrammarBuilder, dfa: Dfa, hint: string): string | n
     for (const e of dfa.states[s].edges) {
       const next = nameOf(e.to);
       if (next !== "" && !bodies.has(e.to)) todo.push(e.to);
-      alts.push(next === "" ? jsonEncodedChar(b, e.set) : `${jsonEncodedChar(b, e.set)} ${next}`);
+      alts.push(next === "" ? encode(b, e.set) : `${encode(b, e.set)} ${next}`);
     }
     if (dfa.states[s].accept) alts.push('""');
     bodies.set(s, alts.join(" | "));

@@ -20,6 +20,8 @@ import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-
 import { type CompileControl, REQUEST_COMPILE_MS, RequestCompileDeadlineError, schemaCompiler } from "../../grammar/schema-compiler.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
+import type { XmlToolLayout } from "./xml-tool-calls.ts";
+import { isRawString, rawStringGrammar, resolveLocalRef, xmlArgumentsGrammar, type XmlParameterGrammar } from "../../grammar/xml-arguments.ts";
 
 export interface Constraints {
   /** Functions to document in the prompt, through the model's template. */
@@ -70,12 +72,18 @@ export class ConstraintPlanner {
   /** The same markers by token, with their text (for the decode loop). */
   readonly markers: ReadonlyMap<Token, string>;
 
-  /** `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as text). */
+  /**
+   * `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as
+   * text); `xml`, for templates that write arguments as XML parameters, gives the layout and how
+   * the arguments are written.
+   */
   constructor(
     private readonly model: LlamaModel,
     wrapper: ChatWrapper,
     format?: ToolCallFormat,
+    private readonly xml?: XmlToolLayout,
   ) {
+    format ??= xml?.format;
     const call = wrapper.settings.functions.call;
     const parallel = wrapper.settings.functions.parallelism?.call;
     this.format = format ?? {
@@ -86,7 +94,7 @@ export class ConstraintPlanner {
       betweenCalls: parallel ? this.literal(parallel.betweenCalls) : "",
       sectionSuffix: parallel ? this.literal(parallel.sectionSuffix) : "",
     };
-    this.severalCalls = format === undefined;
+    this.severalCalls = format === undefined || xml !== undefined;
     // A call is recognised by the leading marker of what opens it: the section marker when the
     // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>"). A
     // control token that opens it is the marker by itself: sampling it is the model's decision to
@@ -165,7 +173,7 @@ export class ConstraintPlanner {
       // (other requests' schemas take turns with its tools), and the tools' grammars, each within
       // bounds alone, must be within them together (one grammar is loaded), which is known to fail
       // as soon as the sum passes the bound, before the remaining tools cost anything.
-      const args: Array<{ name: string; argsGbnf: string; loadCost: number; relaxed: string[] }> = [];
+      const args: Array<{ name: string; argsGbnf: string; loadCost: number; relaxed: string[]; raw?: Set<string> }> = [];
       let cost = 0;
       for (const t of offered) {
         const a = { name: t.name, ...(await this.argumentsGrammar(t, req.tools!.indexOf(t), control)) };
@@ -178,8 +186,9 @@ export class ConstraintPlanner {
       }
       for (const a of args) out.relaxed.push(...a.relaxed.map((p) => `${a.name}:${p}`));
       const parallel = this.severalCalls && req.parallelToolCalls !== false && named === undefined;
+      const format = this.xml ? { ...this.format, xml: { tags: this.xml.tags, rawParams: new Map(args.map((a) => [a.name, a.raw ?? new Set<string>()])) } } : this.format;
       out.tools = {
-        format: this.format,
+        format,
         trigger: this.trigger,
         forced: choice === "required" || named !== undefined || (typeof choice === "object" && "required" in choice && choice.required),
         grammar: await this.compile(toolCallGrammar(args, this.format, parallel, this.spell)),
@@ -201,7 +210,8 @@ export class ConstraintPlanner {
     return LlamaText.fromJSON([{ type: "specialTokensText", value: text }]).tokenize(this.model.tokenizer);
   }
 
-  private async argumentsGrammar(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[] }> {
+  private async argumentsGrammar(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[]; raw?: Set<string> }> {
+    if (this.xml) return this.xmlArguments(tool, i, control);
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
       const loadCost = estimateLoadCost(argsGbnf);
@@ -210,6 +220,59 @@ export class ConstraintPlanner {
     }
     const { gbnf, loadCost, relaxed } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`, control, "tools");
     return { argsGbnf: gbnf, loadCost, relaxed: relaxed.map((r) => r.path) };
+  }
+
+  /**
+   * A call's arguments as XML parameters (grammar/xml-arguments.ts): a raw string value held to the
+   * string keywords of its schema, any other value to its schema as JSON (compiled as a schema of
+   * its own, with the tool's definitions), the parameters in the schema's order. A free-text tool's
+   * input is its one raw parameter, `input`.
+   */
+  private async xmlArguments(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[]; raw: Set<string> }> {
+    const tags = this.xml!.tags;
+    const field = `tools[${i}].parameters`;
+    const params: XmlParameterGrammar[] = [];
+    const relaxed: string[] = [];
+    const raw = new Set<string>();
+    const rawGrammar = (schema: unknown, path: string, strict: boolean) => {
+      try {
+        const g = rawStringGrammar(schema, tags.valueClose, strict, path);
+        relaxed.push(...g.relaxed.map((r) => r.path));
+        return g.gbnf;
+      } catch (err) {
+        if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
+        if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+        throw err;
+      }
+    };
+    if (tool.input) {
+      if (tool.input.syntax !== "text") throw invalidField("{field} cannot be enforced for this model: its calls write arguments as XML parameters, and only free-text inputs (syntax \"text\") are supported there.", `tools[${i}].input`);
+      params.push({ name: "input", required: true, gbnf: rawGrammar({ type: "string" }, "", false) });
+      raw.add("input");
+    } else {
+      const schema = (tool.parameters ?? {}) as { properties?: Record<string, unknown>; required?: unknown; $defs?: unknown; definitions?: unknown };
+      const properties = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
+      const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+      const defs = { ...(schema.$defs !== undefined ? { $defs: schema.$defs } : {}), ...(schema.definitions !== undefined ? { definitions: schema.definitions } : {}) };
+      for (const [name, propSchema] of Object.entries(properties)) {
+        const path = `properties.${name}`;
+        let gbnf: string;
+        if (isRawString(propSchema, schema)) {
+          gbnf = rawGrammar(resolveLocalRef(propSchema, schema), path, tool.strict);
+          raw.add(name);
+        } else {
+          const own = propSchema && typeof propSchema === "object" && !Array.isArray(propSchema) ? { ...defs, ...propSchema } : propSchema;
+          const compiled = await schemaGrammar(own, tool.strict, field, control, "tools");
+          relaxed.push(...compiled.relaxed.map((r) => (r.path === "" ? path : `${path}.${r.path}`)));
+          gbnf = compiled.gbnf;
+        }
+        params.push({ name, required: required.has(name), gbnf });
+      }
+    }
+    const argsGbnf = xmlArgumentsGrammar(tags, params);
+    const loadCost = estimateLoadCost(argsGbnf);
+    if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", field);
+    return { argsGbnf, loadCost, relaxed, raw };
   }
 
   private async contentGrammar(req: GenerationRequest, control: CompileControl): Promise<{ gbnf: string; relaxed: string[] }> {

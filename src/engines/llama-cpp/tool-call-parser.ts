@@ -1,3 +1,5 @@
+import { type XmlArguments, XmlArgumentsReader } from "./xml-tool-calls.ts";
+
 /** The text layout of a model's tool calls, as its chat template writes them. */
 export interface ToolCallFormat {
   /** Opens a turn's group of calls, e.g. Mistral's `[TOOL_CALLS][`; often empty. */
@@ -12,6 +14,12 @@ export interface ToolCallFormat {
   betweenCalls: string;
   /** Closes the group of calls, e.g. Mistral's `]`; often empty. */
   sectionSuffix: string;
+  /**
+   * Arguments written as XML parameters (xml-tool-calls.ts) rather than as a JSON object: read
+   * back into the text of a JSON object. `paramsPrefix` may then be empty (the parameters' tags
+   * then end the name).
+   */
+  xml?: XmlArguments;
 }
 
 export type ToolCallEvent =
@@ -33,6 +41,7 @@ export class ToolCallParser {
   private inString = false;
   private escaped = false;
   private started = false;
+  private xml: XmlArgumentsReader | null = null;
 
   constructor(private readonly format: ToolCallFormat) {}
 
@@ -49,14 +58,26 @@ export class ToolCallParser {
     for (;;) {
       if (this.state === "closed") break;
       if (this.state === "name") {
-        const at = this.buffer.indexOf(this.format.paramsPrefix);
+        const xml = this.format.xml;
+        const at = xml && this.format.paramsPrefix === "" ? this.buffer.indexOf("<") : this.buffer.indexOf(this.format.paramsPrefix);
         if (at === -1) break;
-        events.push({ type: "name", index: this.index, name: this.buffer.slice(0, at).trim() });
+        const name = this.buffer.slice(0, at).trim();
+        events.push({ type: "name", index: this.index, name });
         this.named++;
         this.buffer = this.buffer.slice(at + this.format.paramsPrefix.length);
         this.state = "args";
         this.depth = 0;
         this.started = false;
+        if (xml) this.xml = new XmlArgumentsReader(xml.tags, xml.rawParams.get(name) ?? new Set());
+        continue;
+      }
+      if (this.state === "args" && this.xml) {
+        const { json, used, done } = this.xml.read(this.buffer);
+        if (json) events.push({ type: "arguments", index: this.index, text: json });
+        this.buffer = this.buffer.slice(used);
+        if (!done) break;
+        this.xml = null;
+        this.state = "suffix";
         continue;
       }
       if (this.state === "args") {

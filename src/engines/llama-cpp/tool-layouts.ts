@@ -1,3 +1,4 @@
+import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
@@ -388,12 +389,15 @@ export function prepareToolRendering(
   if (prepared.has(wrapper)) return undefined;
   prepared.add(wrapper);
   mendLayout(wrapper, tokenizer, template);
-  const undo = adoptKnownToolLayout(wrapper, template);
+  // Templates that write arguments as XML parameters (xml-tool-calls.ts) take theirs whatever
+  // node-llama-cpp read.
+  const xml = adoptXmlToolLayout(wrapper, template);
+  const undo = xml?.undo ?? adoptKnownToolLayout(wrapper, template);
   renderLikePythonJinja(wrapper);
   if (!undo) return undefined;
   try {
     probe(wrapper);
-    return LAYOUTS.find((l) => l.matches(template))?.name;
+    return xml?.name ?? LAYOUTS.find((l) => l.matches(template))?.name;
   } catch {
     undo();
     return undefined;

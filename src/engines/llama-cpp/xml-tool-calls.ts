@@ -1,0 +1,209 @@
+import type { ChatWrapperSettings, JinjaTemplateChatWrapper } from "node-llama-cpp";
+import type { XmlArgumentTags } from "../../grammar/xml-arguments.ts";
+import type { ToolCallFormat } from "./tool-call-parser.ts";
+
+// Tool calls whose arguments are XML parameters rather than one JSON object: Qwen3-Coder's
+//
+//   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n…</function>\n</tool_call>
+//
+// (Qwen 3.5, Nemotron 3 Nano and StepFun 3.5 write the same), GLM 4.5–4.7's
+// `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>…</tool_call>` and MiniMax-M2's
+// `<invoke name="NAME"><parameter name="KEY">VALUE</parameter>…</invoke>`. A string value is written
+// as it is, anything else as JSON.
+//
+// node-llama-cpp reads a call layout by rendering sample calls, so it can only find a layout with
+// the arguments as one piece: for Qwen3-Coder it wraps them in one parameter, `params`, holding
+// JSON (`<parameter=params>\n{"city": "Paris"}\n</parameter>`), a layout the model never saw. For
+// these families the template gets the arguments as an object and writes each parameter itself
+// (as llama.cpp's server passes them); calls are generated in the same layout, parameter by
+// parameter (grammar/xml-arguments.ts), and read back into a JSON object (XmlArgumentsReader).
+
+/** An XML argument layout: where calls open and close, and the tags around each parameter. */
+export interface XmlToolLayout {
+  /** Which family, for logs and tests. */
+  name: string;
+  matches(template: string): boolean;
+  /** The call layout, with `paramsPrefix` ending the name and `suffix` following `tags.end`. */
+  format: ToolCallFormat;
+  tags: XmlArgumentTags;
+}
+
+/**
+ * Qwen3-Coder (and Qwen 3.5, Nemotron 3 Nano, StepFun 3.5 Flash): recognised as llama.cpp
+ * recognises it. Calls follow each other with a newline between them.
+ */
+const QWEN3_CODER: XmlToolLayout = {
+  name: "qwen3-coder",
+  matches: (t) => t.includes("<tool_call>") && t.includes("<function=") && t.includes("<parameter="),
+  format: { sectionPrefix: "", prefix: "<tool_call>\n<function=", paramsPrefix: ">\n", suffix: "</tool_call>", betweenCalls: "\n", sectionSuffix: "" },
+  tags: { keyOpen: "<parameter=", keyClose: ">\n", valueClose: "\n</parameter>\n", end: "</function>\n" },
+};
+
+const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER];
+
+/** The XML layout of a template's family, if it is one. */
+export function xmlLayoutOf(template: string): XmlToolLayout | undefined {
+  return LAYOUTS.find((l) => l.matches(template));
+}
+
+interface JinjaInternals {
+  _usingJinjaFunctionCallTemplate: boolean;
+  _stringifyFunctionParams: boolean;
+  _stringifyFunctionResult: boolean;
+  _wrapFunctionParamsInsideMapKey: string | undefined;
+  settings: ChatWrapperSettings;
+}
+
+const adopted = new WeakMap<JinjaTemplateChatWrapper, XmlToolLayout>();
+
+/** The XML layout a wrapper was given (adoptXmlToolLayout). */
+export function xmlLayoutOfWrapper(wrapper: unknown): XmlToolLayout | undefined {
+  return adopted.get(wrapper as JinjaTemplateChatWrapper);
+}
+
+/**
+ * Switches a Jinja wrapper whose template writes XML arguments to its template path, with the
+ * arguments handed over as the object they are (whatever layout node-llama-cpp read). Returns the
+ * family and the call that undoes it, or undefined for a template of no XML family.
+ */
+export function adoptXmlToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): { name: string; undo: () => void } | undefined {
+  const layout = xmlLayoutOf(template);
+  if (!layout) return undefined;
+  const internals = wrapper as unknown as JinjaInternals;
+  if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
+    throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; xml-tool-calls.ts needs updating");
+  const before = {
+    settings: internals.settings,
+    using: internals._usingJinjaFunctionCallTemplate,
+    params: internals._stringifyFunctionParams,
+    result: internals._stringifyFunctionResult,
+    wrap: internals._wrapFunctionParamsInsideMapKey,
+  };
+  const f = layout.format;
+  // node-llama-cpp's own rendering of calls (outside the template) is never used on this path; the
+  // settings still say where calls open, which the prompt's open turn and the call trigger read.
+  internals.settings = {
+    ...internals.settings,
+    functions: {
+      call: { optionalPrefixSpace: false, prefix: f.sectionPrefix + f.prefix, paramsPrefix: f.paramsPrefix, suffix: layout.tags.end + f.suffix + f.sectionSuffix, emptyCallParamsPlaceholder: {} },
+      result: { prefix: "", suffix: "" },
+      parallelism: {
+        call: { sectionPrefix: "", betweenCalls: f.betweenCalls, sectionSuffix: "" },
+        result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+      },
+    },
+  };
+  internals._usingJinjaFunctionCallTemplate = true;
+  internals._stringifyFunctionParams = false;
+  internals._stringifyFunctionResult = false;
+  internals._wrapFunctionParamsInsideMapKey = undefined;
+  adopted.set(wrapper, layout);
+  return {
+    name: layout.name,
+    undo: () => {
+      adopted.delete(wrapper);
+      internals.settings = before.settings;
+      internals._usingJinjaFunctionCallTemplate = before.using;
+      internals._stringifyFunctionParams = before.params;
+      internals._stringifyFunctionResult = before.result;
+      internals._wrapFunctionParamsInsideMapKey = before.wrap;
+    },
+  };
+}
+
+/** What the call parser needs to read one request's XML arguments. */
+export interface XmlArguments {
+  tags: XmlArgumentTags;
+  /** The parameters written raw (strings), by tool. */
+  rawParams: ReadonlyMap<string, ReadonlySet<string>>;
+}
+
+/**
+ * Reads one call's XML parameters, as generated, into the text of a JSON object, incrementally: a
+ * raw string value is streamed as a JSON string as it comes (held back only where the closing tag
+ * may be starting), any other value is passed on once closed, as the JSON it is or, when it is not
+ * JSON, as a string (as llama.cpp reads it).
+ */
+export class XmlArgumentsReader {
+  private state: "between" | "key" | "raw" | "json" = "between";
+  private count = 0;
+
+  constructor(
+    private readonly tags: XmlArgumentTags,
+    private readonly raw: ReadonlySet<string>,
+  ) {}
+
+  /** Reads from `text`: the JSON text read, how much of `text` was used, and whether the arguments ended. */
+  read(text: string): { json: string; used: number; done: boolean } {
+    const { keyOpen, keyClose, valueClose, end } = this.tags;
+    let json = "";
+    let at = 0;
+    for (;;) {
+      const rest = text.slice(at);
+      if (this.state === "between") {
+        if (rest.startsWith(end)) {
+          json += this.count === 0 ? "{}" : "}";
+          return { json, used: at + end.length, done: true };
+        }
+        if (rest.startsWith(keyOpen)) {
+          at += keyOpen.length;
+          this.state = "key";
+          continue;
+        }
+        // Not yet telling (or, past the grammar, stray text: skipped a character at a time).
+        if (end.startsWith(rest) || keyOpen.startsWith(rest)) return { json, used: at, done: false };
+        at += 1;
+        continue;
+      }
+      if (this.state === "key") {
+        const close = rest.indexOf(keyClose);
+        if (close === -1) return { json, used: at, done: false };
+        const name = rest.slice(0, close).trim();
+        json += `${this.count === 0 ? "{" : ", "}${JSON.stringify(name)}: `;
+        this.count++;
+        at += close + keyClose.length;
+        if (this.raw.has(name)) {
+          json += '"';
+          this.state = "raw";
+        } else this.state = "json";
+        continue;
+      }
+      const close = rest.indexOf(valueClose);
+      if (this.state === "raw") {
+        if (close === -1) {
+          const keep = heldBack(rest, valueClose);
+          json += escaped(rest.slice(0, rest.length - keep));
+          return { json, used: text.length - keep, done: false };
+        }
+        json += `${escaped(rest.slice(0, close))}"`;
+      } else {
+        if (close === -1) return { json, used: at, done: false };
+        json += jsonOrString(rest.slice(0, close));
+      }
+      at += close + valueClose.length;
+      this.state = "between";
+    }
+  }
+}
+
+/** The length of the longest end of `text` that `tag` starts with (it may be the tag arriving). */
+function heldBack(text: string, tag: string): number {
+  for (let k = Math.min(text.length, tag.length - 1); k > 0; k--) if (tag.startsWith(text.slice(text.length - k))) return k;
+  return 0;
+}
+
+/** A text as the inside of a JSON string. */
+function escaped(text: string): string {
+  return JSON.stringify(text).slice(1, -1);
+}
+
+/** A value as JSON: itself when it is JSON, else as a string. */
+function jsonOrString(text: string): string {
+  const trimmed = text.trim();
+  try {
+    JSON.parse(trimmed);
+    return trimmed;
+  } catch {
+    return JSON.stringify(text);
+  }
+}

@@ -1,0 +1,149 @@
+import { ALL_CHARS, charClass, GrammarBuilder, literal, literalAlternatives, seq } from "./gbnf.ts";
+import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, langOfRegex, withAutomatonBudget } from "./automaton.ts";
+import { prefixRules } from "./compose.ts";
+import { type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
+import { parsePattern, PatternError, PatternLimitError, type RegexNode } from "./regex-to-gbnf.ts";
+import { FORMAT_REGEX } from "./string-formats.ts";
+
+// Grammars for tool-call arguments written as XML parameters rather than as one JSON object
+// (Qwen3-Coder's `<parameter=city>\nParis\n</parameter>\n`, GLM's `<arg_key>city</arg_key>…`,
+// MiniMax-M2's `<parameter name="city">Paris</parameter>`): each property of the tool's schema is
+// one parameter block, a string value written as raw text, any other value as JSON per its schema,
+// as these families' templates write the calls of a conversation and as llama.cpp's server reads
+// them back.
+
+/** The tags around each parameter of a call. */
+export interface XmlArgumentTags {
+  /** Opens a parameter, up to its name: `<parameter=`. */
+  keyOpen: string;
+  /** Between the name and the value: `>\n`. */
+  keyClose: string;
+  /** Closes the value: `\n</parameter>\n`. A raw string value never contains it. */
+  valueClose: string;
+  /** Closes the arguments (after the last parameter): `</function>\n`. */
+  end: string;
+}
+
+/** A parameter's value grammar (a whole grammar with its own `root`). */
+export interface XmlParameterGrammar {
+  name: string;
+  required: boolean;
+  gbnf: string;
+}
+
+/** The grammar of one call's arguments: the parameters in the schema's order, the required ones present. */
+export function xmlArgumentsGrammar(tags: XmlArgumentTags, params: readonly XmlParameterGrammar[]): string {
+  const rules: string[] = [];
+  const items = params.map((p, i) => {
+    rules.push(prefixRules(p.gbnf, `p${i}-`));
+    rules.push(`p${i} ::= ${literal(tags.keyOpen + p.name + tags.keyClose)} p${i}-root ${literal(tags.valueClose)}`);
+    return p.required ? `p${i}` : `p${i}?`;
+  });
+  return [`root ::= ${seq(...items, literal(tags.end))}`, ...rules].join("\n");
+}
+
+/**
+ * Whether a property's value is written raw (a string), as llama.cpp decides it: a schema of type
+ * string, or of string constants only. Everything else is written (and read back) as JSON.
+ */
+export function isRawString(schema: unknown, root?: unknown): boolean {
+  const s = resolveLocalRef(schema, root);
+  if (!s || typeof s !== "object" || Array.isArray(s)) return false;
+  const { type, enum: values, const: constant } = s as { type?: unknown; enum?: unknown; const?: unknown };
+  if (type === "string" || (Array.isArray(type) && type.length === 1 && type[0] === "string")) return true;
+  if (type !== undefined) return false;
+  if (typeof constant === "string") return true;
+  return Array.isArray(values) && values.length > 0 && values.every((v) => typeof v === "string");
+}
+
+/** A `$ref` to the schema's own `#/$defs/…` or `#/definitions/…`, followed once. */
+export function resolveLocalRef(schema: unknown, root: unknown): unknown {
+  const ref = (schema as { $ref?: unknown } | null)?.$ref;
+  if (typeof ref !== "string" || !root || typeof root !== "object") return schema;
+  const m = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref);
+  if (!m) return schema;
+  const defs = (root as Record<string, unknown>)[m[1]] as Record<string, unknown> | undefined;
+  return defs?.[decodeURIComponent(m[2]).replace(/~1/g, "/").replace(/~0/g, "~")] ?? schema;
+}
+
+/** The regex of `text` itself, for the automaton. */
+function textNode(text: string): RegexNode {
+  return { kind: "seq", items: [...text].map((ch) => ({ kind: "set", set: [[ch.codePointAt(0)!, ch.codePointAt(0)!]] as const })) } as RegexNode;
+}
+
+const ANY: RegexNode = { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: 0, max: undefined } as RegexNode;
+
+/**
+ * The texts a raw value may be so that it and the closing tag after it read back as written: no
+ * occurrence of the tag inside, and no ending that the tag would complete early (Qwen's value
+ * `a\n</parameter>` followed by `\n</parameter>\n` would end at the first tag).
+ */
+export function closeFreeLang(close: string): Lang {
+  const bad: Lang[] = [{ kind: "re", node: { kind: "seq", items: [ANY, textNode(close), ANY] } as RegexNode }];
+  for (let k = 1; k < close.length; k++) {
+    const head = close.slice(0, k);
+    if ((head + close).indexOf(close) < k) bad.push({ kind: "re", node: { kind: "seq", items: [ANY, textNode(head)] } as RegexNode });
+  }
+  return { kind: "and", parts: bad.map((part): Lang => ({ kind: "not", part })) };
+}
+
+/**
+ * The grammar of a raw string value: the text, never containing `close`, held to the schema's
+ * string keywords where it can be (enum and const; minLength, maxLength, pattern and format through
+ * an automaton). With `strict` off, what cannot be enforced is relaxed and listed, as the JSON
+ * schema compiler does; with it on, refused.
+ */
+export function rawStringGrammar(schema: unknown, close: string, strict: boolean, path: string): { gbnf: string; relaxed: Relaxation[] } {
+  const s = (schema && typeof schema === "object" ? schema : {}) as Record<string, unknown>;
+  const relaxed: Relaxation[] = [];
+  const join = (key: string) => (path === "" ? key : `${path}.${key}`);
+  const relax = (key: string, message: string) => {
+    if (strict) throw new UnsupportedSchemaError(join(key), message);
+    relaxed.push({ path: join(key), message });
+  };
+  const constants = typeof s.const === "string" ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v): v is string => typeof v === "string") : undefined;
+  if (constants) {
+    const allowed = constants.filter((v) => !(v + close).slice(0, -1).includes(close));
+    if (allowed.length === 0) throw new UnsupportedSchemaError(join(s.const !== undefined ? "const" : "enum"), "no value can be written as a parameter");
+    const b = new GrammarBuilder();
+    b.define("root", literalAlternatives(allowed, (expr) => b.rule("value", expr)));
+    return { gbnf: b.render(), relaxed };
+  }
+  const parts: Array<{ lang: Lang; key: string }> = [];
+  const count = (key: string): number | undefined => {
+    const v = s[key];
+    if (v === undefined) return undefined;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new UnsupportedSchemaError(join(key), `${key} must be a non-negative integer`);
+    return v;
+  };
+  const [min, max] = [count("minLength") ?? 0, count("maxLength")];
+  if (max !== undefined && max < min) throw new UnsupportedSchemaError(join("maxLength"), "maxLength is below minLength");
+  if (min > 0 || max !== undefined) parts.push({ key: max !== undefined ? "maxLength" : "minLength", lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min, max } as RegexNode } });
+  if (typeof s.pattern === "string") {
+    try {
+      parts.push({ key: "pattern", lang: langOfRegex(parsePattern(s.pattern)) });
+    } catch (e) {
+      if (e instanceof PatternLimitError) throw new SchemaLimitError(join("pattern"), e.message);
+      if (!(e instanceof PatternError)) throw e;
+      relax("pattern", e.message);
+    }
+  }
+  if (typeof s.format === "string" && Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format) && s.pattern === undefined)
+    parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+  return withAutomatonBudget(() => {
+    for (;;) {
+      const b = new GrammarBuilder();
+      try {
+        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, parts.map((p) => p.key)]);
+        const dfa = cachedDfa(key, () => ({ kind: "and", parts: [closeFreeLang(close), ...parts.map((p) => p.lang)] }));
+        if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(parts.at(-1)?.key ?? "type"), "no string satisfies the schema and can be written as a parameter");
+        b.define("root", dfaToGbnf(b, dfa, "raw", (_, set) => charClass(set))!);
+        return { gbnf: b.render(), relaxed };
+      } catch (e) {
+        if (!(e instanceof AutomatonLimitError) || parts.length === 0) throw e;
+        const dropped = parts.pop()!;
+        relax(dropped.key, e.message);
+      }
+    }
+  });
+}

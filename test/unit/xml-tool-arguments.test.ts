@@ -1,0 +1,50 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
+import { xmlLayoutOf } from "../../src/engines/llama-cpp/xml-tool-calls.ts";
+import { closeFreeLang, rawStringGrammar } from "../../src/grammar/xml-arguments.ts";
+import { langMatcher } from "../../src/grammar/automaton.ts";
+
+// Qwen3-Coder's XML parameters read back into JSON arguments, and the raw-string grammar's
+// exclusion of the closing tag. (The integration tests run both against a model: chat-tool-xml-args.)
+
+const qwen = xmlLayoutOf("<tool_call> <function= <parameter=")!;
+
+/** The calls in `text` (after the opening), fed `piece` characters at a time. */
+function read(text: string, raw: Record<string, string[]>, piece: number) {
+  const p = new ToolCallParser({ ...qwen.format, xml: { tags: qwen.tags, rawParams: new Map(Object.entries(raw).map(([k, v]) => [k, new Set(v)])) } });
+  const events: ToolCallEvent[] = [];
+  for (let i = 0; i < text.length; i += piece) events.push(...p.push(text.slice(i, i + piece)));
+  const calls: Array<{ name: string; args: string }> = [];
+  for (const e of events) {
+    if (e.type === "name") calls[e.index] = { name: e.name, args: "" };
+    if (e.type === "arguments") calls[e.index].args += e.text;
+  }
+  return { calls, done: events.filter((e) => e.type === "done").length };
+}
+
+test("Qwen3-Coder parameters become a JSON object: strings as strings (tags and quotes inside kept), other values as JSON or, when not JSON, as strings", () => {
+  const text =
+    'get_weather>\n<parameter=city>\nSaint "E" <b>\n</parameter\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{"a": [1]}\n</parameter>\n<parameter=flag>\nTrue\n</parameter>\n</function>\n</tool_call>' +
+    "\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+  for (const piece of [1, 2, 3, 7, 1000]) {
+    const { calls, done } = read(text, { get_weather: ["city"] }, piece);
+    assert.equal(done, 2);
+    assert.deepEqual(calls.map((c) => c.name), ["get_weather", "now"]);
+    assert.deepEqual(JSON.parse(calls[0].args), { city: 'Saint "E" <b>\n</parameter', days: 3, opts: { a: [1] }, flag: "True" });
+    assert.equal(calls[1].args, "{}");
+  }
+});
+
+test("a raw string value never contains the closing tag, nor ends where the tag would close it early", () => {
+  const close = "\n</parameter>\n";
+  const { gbnf } = rawStringGrammar({ type: "string" }, close, true, "");
+  assert.match(gbnf, /^root ::= /);
+  // The language the grammar is written from (as an automaton).
+  const allowed = langMatcher(closeFreeLang(close));
+  for (const s of ["", "a", "\n</parameter", "<b>\n</b>", "\n</parameter>x"]) assert.ok(allowed(s), JSON.stringify(s));
+  for (const s of ["a\n</parameter>", "x\n</parameter>\ny", close]) assert.ok(!allowed(s), JSON.stringify(s));
+  // Enums keep their values; one that holds the tag cannot be written and is left out.
+  assert.match(rawStringGrammar({ enum: ["a", `b${close}`] }, close, true, "").gbnf, /^root ::= "a"$/m);
+  assert.throws(() => rawStringGrammar({ type: "string", minLength: 3, maxLength: 2 }, close, true, "properties.x"), /maxLength is below minLength/);
+});
