@@ -8,14 +8,16 @@ import { ApiError } from "../core/errors.ts";
 // These bounds, checked on the bytes as they arrive (a few tens of ms for a full-size body, spread
 // over its arrival), refuse such a body before it is parsed. They sit far above what any request
 // of the APIs served needs: 10,000 messages with their parts and calls are ~50,000 objects and
-// arrays; OpenAI caps an embeddings request at 300,000 tokens; a logit_bias map may name every
-// token of a 262k vocabulary.
+// arrays; a prompt of token ids for a million-token context is a million numbers (which parse at
+// ~30 ms a million); a logit_bias map may name every token of a 262k vocabulary. An object's keys
+// cost far more than an array's items (a million of them made the object a 0.85 s dictionary), so
+// the width bound is on objects only.
 
 /** Values of every kind (strings, numbers, literals, objects, arrays) in one body. */
-export const JSON_MAX_VALUES = 1_000_000;
+export const JSON_MAX_VALUES = 2_000_000;
 /** Objects and arrays in one body. */
 export const JSON_MAX_CONTAINERS = 100_000;
-/** Members of one object or elements of one array. */
+/** Members (keys) of one object. */
 export const JSON_MAX_MEMBERS = 300_001;
 export interface JsonShapeLimits {
   values: number;
@@ -24,7 +26,7 @@ export interface JsonShapeLimits {
 }
 const DEFAULT_LIMITS: JsonShapeLimits = { values: JSON_MAX_VALUES, containers: JSON_MAX_CONTAINERS, members: JSON_MAX_MEMBERS };
 
-/** Containers deeper than this are counted in the totals but not each on its own. */
+/** Objects deeper than this are counted in the totals but their keys are not. */
 const TRACKED_DEPTH = 1024;
 
 const QUOTE = 0x22;
@@ -48,7 +50,7 @@ export class JsonShapeGuard extends Transform {
   private values = 0;
   private containers = 0;
   private depth = 0;
-  /** Commas seen in each open container, for the first TRACKED_DEPTH levels. */
+  /** Commas seen in each open container, for the first TRACKED_DEPTH levels; -1 for an array. */
   private readonly commas = new Int32Array(TRACKED_DEPTH);
 
   constructor(limits: Partial<JsonShapeLimits> = {}) {
@@ -77,11 +79,11 @@ export class JsonShapeGuard extends Transform {
       if (c === QUOTE) inString = true;
       else if (c === COMMA) {
         values++;
-        if (depth > 0 && depth <= TRACKED_DEPTH && ++commas[depth - 1] >= maxMembers) return tooMany(`more than ${count(maxMembers)} members in one object or array`);
+        if (depth > 0 && depth <= TRACKED_DEPTH && commas[depth - 1] >= 0 && ++commas[depth - 1] >= maxMembers) return tooMany(`more than ${count(maxMembers)} keys in one object`);
       } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
         containers++;
         depth++;
-        if (depth <= TRACKED_DEPTH) commas[depth - 1] = 0;
+        if (depth <= TRACKED_DEPTH) commas[depth - 1] = c === OPEN_BRACE ? 0 : -1;
       } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
         if (depth > 0) depth--;
       }

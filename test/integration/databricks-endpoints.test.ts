@@ -12,11 +12,19 @@ import { startTestServer, type TestServer } from "../helpers/server.ts";
 // that finds the endpoints again, scale to zero, and runtime model loading.
 
 const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-dbx-endpoints-"));
-/** A model file cut after its header: it passes the header check, and its load fails. */
-const GHOST = path.join(dataDir, "ghost-truncated.gguf");
+/**
+ * A model file of an architecture llama.cpp does not know ("llama" renamed "llamz" in its
+ * metadata): it passes the file check, and its load fails.
+ */
+const GHOST = path.join(dataDir, "ghost-unknown-arch.gguf");
 let s: TestServer;
 before(async () => {
-  writeFileSync(GHOST, readFileSync(await ensureFixtureModel()).subarray(0, 200_000));
+  const model = Buffer.from(readFileSync(await ensureFixtureModel()));
+  // general.architecture's value: the key, its type (u32 8, a string), the length (u64 5), "llama".
+  const at = model.indexOf(Buffer.concat([Buffer.from("general.architecture"), Buffer.from([8, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]), Buffer.from("llama")]));
+  assert.ok(at > 0, "the fixture's architecture is written where expected");
+  model.write("llamz", at + "general.architecture".length + 12, "latin1");
+  writeFileSync(GHOST, model);
   s = await startTestServer({ "data-dir": dataDir, "route-seed": "42", "scale-to-zero-after": "0.4" }, { think: true });
 });
 after(async () => {

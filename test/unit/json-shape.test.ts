@@ -28,7 +28,7 @@ describe("JSON shape bounds", () => {
     assert.equal(out.toString(), body);
   });
 
-  test("too many objects and arrays, too many values and too wide an object are each a 413 naming the bound", async () => {
+  test("too many objects and arrays, too many values and too wide an object are each a 413 naming the bound; a long array is not too wide", async () => {
     const parts = JSON.stringify({ content: Array.from({ length: JSON_MAX_CONTAINERS + 1 }, () => ({ t: 1 })) });
     const a = await feed(parts);
     assert.equal(a.error?.status, 413);
@@ -37,12 +37,13 @@ describe("JSON shape bounds", () => {
     const wide = JSON.stringify({ logit_bias: Object.fromEntries(Array.from({ length: JSON_MAX_MEMBERS + 1 }, (_, i) => [String(i), 1])) });
     const b = await feed(wide);
     assert.equal(b.error?.status, 413);
-    assert.match(b.error!.message, /members in one object or array/);
+    assert.match(b.error!.message, /more than 300,001 keys in one object/);
+    assert.equal((await feed(JSON.stringify({ prompt: Array.from({ length: JSON_MAX_MEMBERS * 3 }, () => 9) }))).error, undefined);
 
     const rows = Array.from({ length: 4 }, () => Array.from({ length: JSON_MAX_VALUES / 4 + 1 }, () => 7));
     const c = await feed(JSON.stringify({ input: rows }));
     assert.equal(c.error?.status, 413);
-    assert.match(c.error!.message, /more than 1,000,000 values/);
+    assert.match(c.error!.message, /more than 2,000,000 values/);
   });
 
   test("a vocabulary-wide logit_bias map and an embeddings batch of 300,000 token ids pass", async () => {
@@ -60,7 +61,7 @@ describe("JSON shape bounds", () => {
 
   test("property: a body is refused exactly when its parsed value passes a bound, wherever its chunks are cut", async () => {
     // What the guard bounds, counted on the parsed value: commas written (values − 1), containers,
-    // and the widest container.
+    // and the widest object.
     const shape = (v: unknown): { commas: number; containers: number; widest: number } => {
       if (v === null || typeof v !== "object") return { commas: 0, containers: 0, widest: 0 };
       const items = Array.isArray(v) ? v : Object.values(v);
@@ -68,7 +69,7 @@ describe("JSON shape bounds", () => {
       return {
         commas: Math.max(items.length - 1, 0) + inner.reduce((n, s) => n + s.commas, 0),
         containers: 1 + inner.reduce((n, s) => n + s.containers, 0),
-        widest: Math.max(items.length, ...inner.map((s) => s.widest)),
+        widest: Math.max(Array.isArray(v) ? 0 : items.length, ...inner.map((s) => s.widest)),
       };
     };
     const limits: JsonShapeLimits = { values: 40, containers: 12, members: 6 };
