@@ -39,7 +39,43 @@ const QWEN3_CODER: XmlToolLayout = {
   tags: { keyOpen: "<parameter=", keyClose: ">\n", valueClose: "\n</parameter>\n", end: "</function>\n" },
 };
 
-const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER];
+/**
+ * GLM 4.5 and 4.6: `<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n…</tool_call>`
+ * (the template's newlines are the ones Jinja's trim_blocks leaves), calls a newline apart. The
+ * arguments end with the call itself, so the call has no suffix of its own.
+ */
+const GLM_4_6: XmlToolLayout = {
+  name: "glm-4.6",
+  matches: (t) => t.includes("[gMASK]") && t.includes("<tool_call>") && t.includes("</arg_key>\n<arg_value>"),
+  format: { sectionPrefix: "", prefix: "<tool_call>", paramsPrefix: "\n", suffix: "", betweenCalls: "\n", sectionSuffix: "" },
+  tags: { keyOpen: "<arg_key>", keyClose: "</arg_key>\n<arg_value>", valueClose: "</arg_value>\n", end: "</tool_call>" },
+};
+
+/**
+ * GLM 4.7: the same tags with nothing between them, `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>…`:
+ * the name ends where the first tag (or the call's end) begins.
+ */
+const GLM_4_7: XmlToolLayout = {
+  name: "glm-4.7",
+  matches: (t) => t.includes("[gMASK]") && t.includes("<tool_call>") && t.includes("</arg_key><arg_value>"),
+  format: { sectionPrefix: "", prefix: "<tool_call>", paramsPrefix: "", suffix: "", betweenCalls: "", sectionSuffix: "" },
+  tags: { keyOpen: "<arg_key>", keyClose: "</arg_key><arg_value>", valueClose: "</arg_value>", end: "</tool_call>" },
+};
+
+/**
+ * MiniMax-M2: a turn's calls in one `<minimax:tool_call>` section,
+ * `<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n…</invoke>\n` each.
+ */
+const MINIMAX_M2: XmlToolLayout = {
+  name: "minimax-m2",
+  matches: (t) => t.includes("<minimax:tool_call>") && t.includes('<invoke name="') && t.includes('<parameter name="'),
+  format: { sectionPrefix: "<minimax:tool_call>\n", prefix: '<invoke name="', paramsPrefix: '">\n', suffix: "", betweenCalls: "", sectionSuffix: "</minimax:tool_call>" },
+  tags: { keyOpen: '<parameter name="', keyClose: '">', valueClose: "</parameter>\n", end: "</invoke>\n" },
+};
+
+// (Seed-OSS writes Qwen3-Coder's tags inside <seed:tool_call>, but node-llama-cpp renders it with
+// its own Seed wrapper rather than the template, so no layout here would be used.)
+const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER, GLM_4_6, GLM_4_7, MINIMAX_M2];
 
 /** The XML layout of a template's family, if it is one. */
 export function xmlLayoutOf(template: string): XmlToolLayout | undefined {
