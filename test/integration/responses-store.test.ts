@@ -203,3 +203,44 @@ test("a stored response without a stream: read while it runs, and deleted, its c
   assert.equal(answer.json.status, "cancelled");
   assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });
+
+test("cancels and a DELETE of one background response at once: each is answered 200 or 404, never a 5xx", async () => {
+  // A cancel waits for the run to record that it stopped, then reads the response again; a DELETE
+  // that came meanwhile (it waits for the same run) had removed it by then, and that read found nothing.
+  const seen = new Set<string>();
+  for (let round = 0; round < 16; round++) {
+    // Some rounds race a run that is still going, some one that is just finishing on its own.
+    const long = round % 2 === 0;
+    const created = await call("POST", "/responses", {
+      model: "tiny",
+      input: "tell me a story",
+      background: true,
+      max_output_tokens: long ? 400 : 2 + round,
+      ...(long ? { logit_bias: NO_EOG } : {}),
+    });
+    assert.equal(created.status, 200);
+    const id = created.json.id as string;
+    if (!long) await new Promise((r) => setTimeout(r, round));
+    // Which of them reads the stopped run first follows the order they came in: the DELETE goes
+    // first, between or last.
+    const ops: Array<["cancel" | "delete", () => ReturnType<typeof call>]> = [
+      ["cancel", () => call("POST", `/responses/${id}/cancel`)],
+      ["cancel", () => call("POST", `/responses/${id}/cancel`)],
+    ];
+    ops.splice(round % 3, 0, ["delete", () => call("DELETE", `/responses/${id}`)]);
+    const answers = await Promise.all(ops.map(([, send]) => send()));
+    for (const [i, a] of answers.entries()) {
+      const what = ops[i][0];
+      assert.ok(a.status === 200 || a.status === 404, `${what} in round ${round}: ${a.status} ${a.text}`);
+      seen.add(`${what} ${a.status}`);
+      if (a.status === 404) assert.equal(a.json.error.code, "not_found");
+      else if (what === "cancel") {
+        assert.equal(a.json.id, id);
+        assert.ok(["cancelled", "completed", "incomplete"].includes(a.json.status), a.json.status);
+      } else assert.deepEqual(a.json, { id, object: "response", deleted: true });
+    }
+    assert.equal((await call("GET", `/responses/${id}`)).status, 404);
+  }
+  // The race was run: some cancel came after the delete had removed the response.
+  assert.ok(seen.has("cancel 404"), [...seen].join(", "));
+});
