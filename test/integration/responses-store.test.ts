@@ -244,3 +244,52 @@ test("cancels and a DELETE of one background response at once: each is answered 
   // The race was run: some cancel came after the delete had removed the response.
   assert.ok(seen.has("cancel 404"), [...seen].join(", "));
 });
+
+test("a conversation refuses content parts its later turns could not use, by the item's part; a user image is kept", async () => {
+  const file = { type: "input_file", file_data: "data:application/pdf;base64,AAAA", filename: "x.pdf" };
+  const created = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: [{ type: "input_text", text: "hello" }, file] }] });
+  assert.equal(created.status, 400, created.text);
+  assert.equal(created.json.error.param, "items[0].content[1].type");
+  assert.match(created.json.error.message, /input_file/);
+
+  const conv = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: "hello" }] });
+  assert.equal(conv.status, 200);
+  const audio = { type: "input_audio", input_audio: { data: "AAAA", format: "wav" } };
+  const added = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "user", content: [audio] }] });
+  assert.equal(added.status, 400, added.text);
+  assert.equal(added.json.error.param, "items[0].content[0].type");
+  // An image is for user messages only, as in a response's input.
+  const image = { type: "input_image", image_url: "data:image/png;base64,AAAA" };
+  const misplaced = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "assistant", content: [image] }] });
+  assert.equal(misplaced.status, 400, misplaced.text);
+  assert.equal(misplaced.json.error.param, "items[0].content[0]");
+
+  // Nothing refused was stored: the conversation's next turn works.
+  const turn = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: conv.json.id, max_output_tokens: 2 });
+  assert.equal(turn.status, 200, turn.text);
+
+  // A user image is kept (a remote model may read it); a text-only model's turn names the
+  // conversation, not a position of its own input.
+  const withImage = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "user", content: [{ type: "input_text", text: "see" }, image] }] });
+  assert.equal(withImage.status, 200, withImage.text);
+  const refused = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: conv.json.id, max_output_tokens: 2 });
+  assert.equal(refused.status, 400, refused.text);
+  assert.equal(refused.json.error.param, "conversation");
+
+  // One stored before its parts were checked (by an earlier version) is named by its id.
+  const old = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: "hello" }] });
+  const db = new Database(path.join(dataDir, "plinth.db"));
+  try {
+    const row = db.prepare("SELECT namespace, position FROM conversation_items WHERE conversation_id = ?").get(old.json.id) as { namespace: string; position: number };
+    const item = { type: "message", id: "msg_stored_file", role: "user", content: [{ type: "input_text", text: "x" }, file] };
+    db.prepare("INSERT INTO conversation_items (namespace, conversation_id, id, position, item, created_at) VALUES (?, ?, ?, ?, ?, ?)").run(
+      row.namespace, old.json.id, item.id, row.position + 1, JSON.stringify(item), Math.floor(Date.now() / 1000),
+    );
+  } finally {
+    db.close();
+  }
+  const stale = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: old.json.id, max_output_tokens: 2 });
+  assert.equal(stale.status, 400, stale.text);
+  assert.equal(stale.json.error.param, "conversation");
+  assert.match(stale.json.error.message, /'msg_stored_file' of the conversation .*content\[1\] has type 'input_file'/);
+});
