@@ -203,3 +203,93 @@ test("a stored response without a stream: read while it runs, and deleted, its c
   assert.equal(answer.json.status, "cancelled");
   assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });
+
+test("cancels and a DELETE of one background response at once: each is answered 200 or 404, never a 5xx", async () => {
+  // A cancel waits for the run to record that it stopped, then reads the response again; a DELETE
+  // that came meanwhile (it waits for the same run) had removed it by then, and that read found nothing.
+  const seen = new Set<string>();
+  for (let round = 0; round < 16; round++) {
+    // Some rounds race a run that is still going, some one that is just finishing on its own.
+    const long = round % 2 === 0;
+    const created = await call("POST", "/responses", {
+      model: "tiny",
+      input: "tell me a story",
+      background: true,
+      max_output_tokens: long ? 400 : 2 + round,
+      ...(long ? { logit_bias: NO_EOG } : {}),
+    });
+    assert.equal(created.status, 200);
+    const id = created.json.id as string;
+    if (!long) await new Promise((r) => setTimeout(r, round));
+    // Which of them reads the stopped run first follows the order they came in: the DELETE goes
+    // first, between or last.
+    const ops: Array<["cancel" | "delete", () => ReturnType<typeof call>]> = [
+      ["cancel", () => call("POST", `/responses/${id}/cancel`)],
+      ["cancel", () => call("POST", `/responses/${id}/cancel`)],
+    ];
+    ops.splice(round % 3, 0, ["delete", () => call("DELETE", `/responses/${id}`)]);
+    const answers = await Promise.all(ops.map(([, send]) => send()));
+    for (const [i, a] of answers.entries()) {
+      const what = ops[i][0];
+      assert.ok(a.status === 200 || a.status === 404, `${what} in round ${round}: ${a.status} ${a.text}`);
+      seen.add(`${what} ${a.status}`);
+      if (a.status === 404) assert.equal(a.json.error.code, "not_found");
+      else if (what === "cancel") {
+        assert.equal(a.json.id, id);
+        assert.ok(["cancelled", "completed", "incomplete"].includes(a.json.status), a.json.status);
+      } else assert.deepEqual(a.json, { id, object: "response", deleted: true });
+    }
+    assert.equal((await call("GET", `/responses/${id}`)).status, 404);
+  }
+  // The race was run: some cancel came after the delete had removed the response.
+  assert.ok(seen.has("cancel 404"), [...seen].join(", "));
+});
+
+test("a conversation refuses content parts its later turns could not use, by the item's part; a user image is kept", async () => {
+  const file = { type: "input_file", file_data: "data:application/pdf;base64,AAAA", filename: "x.pdf" };
+  const created = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: [{ type: "input_text", text: "hello" }, file] }] });
+  assert.equal(created.status, 400, created.text);
+  assert.equal(created.json.error.param, "items[0].content[1].type");
+  assert.match(created.json.error.message, /input_file/);
+
+  const conv = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: "hello" }] });
+  assert.equal(conv.status, 200);
+  const audio = { type: "input_audio", input_audio: { data: "AAAA", format: "wav" } };
+  const added = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "user", content: [audio] }] });
+  assert.equal(added.status, 400, added.text);
+  assert.equal(added.json.error.param, "items[0].content[0].type");
+  // An image is for user messages only, as in a response's input.
+  const image = { type: "input_image", image_url: "data:image/png;base64,AAAA" };
+  const misplaced = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "assistant", content: [image] }] });
+  assert.equal(misplaced.status, 400, misplaced.text);
+  assert.equal(misplaced.json.error.param, "items[0].content[0]");
+
+  // Nothing refused was stored: the conversation's next turn works.
+  const turn = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: conv.json.id, max_output_tokens: 2 });
+  assert.equal(turn.status, 200, turn.text);
+
+  // A user image is kept (a remote model may read it); a text-only model's turn names the
+  // conversation, not a position of its own input.
+  const withImage = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "user", content: [{ type: "input_text", text: "see" }, image] }] });
+  assert.equal(withImage.status, 200, withImage.text);
+  const refused = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: conv.json.id, max_output_tokens: 2 });
+  assert.equal(refused.status, 400, refused.text);
+  assert.equal(refused.json.error.param, "conversation");
+
+  // One stored before its parts were checked (by an earlier version) is named by its id.
+  const old = await call("POST", "/conversations", { items: [{ type: "message", role: "user", content: "hello" }] });
+  const db = new Database(path.join(dataDir, "plinth.db"));
+  try {
+    const row = db.prepare("SELECT namespace, position FROM conversation_items WHERE conversation_id = ?").get(old.json.id) as { namespace: string; position: number };
+    const item = { type: "message", id: "msg_stored_file", role: "user", content: [{ type: "input_text", text: "x" }, file] };
+    db.prepare("INSERT INTO conversation_items (namespace, conversation_id, id, position, item, created_at) VALUES (?, ?, ?, ?, ?, ?)").run(
+      row.namespace, old.json.id, item.id, row.position + 1, JSON.stringify(item), Math.floor(Date.now() / 1000),
+    );
+  } finally {
+    db.close();
+  }
+  const stale = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: old.json.id, max_output_tokens: 2 });
+  assert.equal(stale.status, 400, stale.text);
+  assert.equal(stale.json.error.param, "conversation");
+  assert.match(stale.json.error.message, /'msg_stored_file' of the conversation .*content\[1\] has type 'input_file'/);
+});

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { messageList } from "../openai/chat-protocol.ts";
 import { jsonObject } from "../json-object.ts";
 import { boundedStop } from "../stop-field.ts";
+import { functionParameters } from "../function-parameters.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -82,8 +83,7 @@ export type DatabricksChatMessage = z.infer<typeof chatMessage>;
 export const functionObject = z.strictObject({
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string({ error: (i) => (i.input === undefined ? "description is required for every function" : undefined) }),
-  parameters: z
-    .record(z.string(), z.unknown())
+  parameters: functionParameters()
     .refine((p) => p.properties == null || typeof p.properties !== "object" || Object.keys(p.properties as object).length <= 15, {
       message: "parameters.properties is limited to 15 keys",
       path: ["properties"],

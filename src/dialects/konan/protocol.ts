@@ -1,8 +1,8 @@
 import { z } from "zod";
 import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
-import { jsonObject } from "../json-object.ts";
 import { boundedStop } from "../stop-field.ts";
+import { functionParameters } from "../function-parameters.ts";
 
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
@@ -44,7 +44,7 @@ export const konanChatRequest = z.object({
         function: z.object({
           name: z.string().min(1),
           description: z.string().optional(),
-          parameters: jsonObject().optional(),
+          parameters: functionParameters().optional(),
           strict: z.boolean().nullish(),
         }),
       }),

@@ -5,6 +5,7 @@ import { serviceFieldsSchema } from "./service-fields.ts";
 import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 import { jsonObject } from "../json-object.ts";
+import { functionParameters } from "../function-parameters.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -86,7 +87,7 @@ export const functionTools = z
       function: z.object({
         name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
         description: z.string().optional(),
-        parameters: jsonObject().optional(),
+        parameters: functionParameters().optional(),
         strict: z.boolean().nullish(),
       }),
     }),

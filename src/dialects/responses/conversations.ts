@@ -7,6 +7,7 @@ import { type IncludeQuery, inputItem, type ListQuery } from "./protocol.ts";
 import type { ConversationRecord } from "../../store/store.ts";
 import type { ResponsesDeps } from "./responses.ts";
 import { itemToWire, readInclude } from "./items.ts";
+import { checkItemContent } from "./to-canonical.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
@@ -43,6 +44,9 @@ async function normalise(items: Item[], ns: string, deps: ResponsesDeps): Promis
       out.push(found);
       continue;
     }
+    // A part the next turn would refuse (a file, audio, an image outside a user message) is
+    // refused now: stored, it would fail every later turn of the conversation.
+    checkItemContent(item, `items[${i}]`);
     const type = (item.type as string | undefined) ?? "message";
     const id = typeof item.id === "string" && item.id ? item.id : newId(ITEM_ID_PREFIX[type] ?? `${type.split("_").map((w) => w[0]).join("")}_`);
     const stored: Item = { ...item, type, id };

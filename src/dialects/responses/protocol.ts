@@ -7,6 +7,7 @@ import { serviceFieldsSchema } from "../openai/service-fields.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
+import { functionParameters } from "../function-parameters.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -110,7 +111,7 @@ const functionTool = z.object({
   type: z.literal("function"),
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
-  parameters: jsonObject().nullish(),
+  parameters: functionParameters().nullish(),
   strict: z.boolean().nullish(),
 });
 

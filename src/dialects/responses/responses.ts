@@ -362,7 +362,11 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
     run.abort.abort(stopReason.cancelled());
     await run.done;
   }
-  return { kind: "json", body: (await deps.store.responses.get(ns, id))!.body };
+  // Read again for the object as the run left it; a DELETE that came meanwhile (it stops the same
+  // run, and removes the row once the run has ended) leaves nothing to answer with but its 404.
+  const after = await deps.store.responses.get(ns, id);
+  if (!after) throw notFound("response", id);
+  return { kind: "json", body: after.body };
 }
 
 /**

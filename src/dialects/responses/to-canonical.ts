@@ -1,6 +1,6 @@
 import { randomInt } from "node:crypto";
 import { withParts } from "../../core/content-parts.ts";
-import { badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
+import { ApiError, badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import { enableThinking } from "../openai/chat-to-canonical.ts";
 import { foreignFields } from "../openai/foreign-fields.ts";
@@ -34,7 +34,8 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
   refuseUnsupported(body);
   refuseUnansweredCalls(items);
   const origins: Array<number | undefined> = [];
-  const messages = itemsToMessages(items, ownFrom, origins);
+  const earlier = body.previous_response_id ? "previous_response_id" : body.conversation ? "conversation" : "input";
+  const messages = itemsToMessages(items, ownFrom, origins, earlier);
   // Instructions lead the prompt and are never carried over from an earlier response.
   if (body.instructions) {
     messages.unshift({ role: "system", content: body.instructions });
@@ -247,7 +248,7 @@ function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice
  * become tool messages; reasoning items are not re-rendered (the chat path does not render earlier
  * turns' reasoning either, so the prompt keeps the previous turn's prefix).
  */
-export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<number | undefined> = []): Message[] {
+export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<number | undefined> = [], earlier = "input"): Message[] {
   const out: Message[] = [];
   const lastAssistant = (): Message => {
     const last = out.at(-1);
@@ -263,9 +264,13 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
         const m = item as Extract<InputItem, { role: string }>;
         const role = m.role === "developer" ? "system" : m.role;
         // Positions are the client's only for this request's own items; earlier ones are its history.
-        const at = i >= ownFrom ? `input[${i - ownFrom}].content` : "input";
-        origins[out.length] = i >= ownFrom ? i - ownFrom : undefined;
-        out.push({ role, ...(role === "user" ? userContent(m.content, at) : { content: flattenContent(m.content, at) }) });
+        if (i < ownFrom) {
+          origins[out.length] = undefined;
+          out.push({ role, ...earlierContent(item, () => messageContent(role, m.content, `item '${m.id}' content`), earlier) });
+          return;
+        }
+        origins[out.length] = i - ownFrom;
+        out.push({ role, ...messageContent(role, m.content, `input[${i - ownFrom}].content`) });
         return;
       }
       case "function_call":
@@ -280,7 +285,9 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
       case "custom_tool_call_output": {
         const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }> };
         origins[out.length] = i >= ownFrom ? i - ownFrom : undefined;
-        out.push({ role: "tool", content: typeof o.output === "string" ? o.output : flattenContent(o.output, i >= ownFrom ? `input[${i - ownFrom}].output` : "input"), toolCallId: o.call_id });
+        const output = (at: string) => (typeof o.output === "string" ? o.output : flattenContent(o.output, at));
+        const content = i >= ownFrom ? output(`input[${i - ownFrom}].output`) : earlierContent(item, () => output(`item '${String((item as { id?: unknown }).id)}' output`), earlier);
+        out.push({ role: "tool", content, toolCallId: o.call_id });
         return;
       }
       case "reasoning":
@@ -304,6 +311,38 @@ function textOf(part: WirePart, at: string): string {
   if (part.type === "refusal" && typeof part.refusal === "string") return part.refusal;
   if (part.type === "input_image") throw badRequest(`${at} is an image; images belong in user messages.`, at);
   throw badRequest(`${at} has type '${part.type}'; this server takes text and input_image parts only.`, `${at}.type`);
+}
+
+/** A message's content: a user message's text and images, any other role's text. */
+function messageContent(role: string, content: string | WirePart[], at: string): Pick<Message, "content" | "parts"> {
+  return role === "user" ? userContent(content, at) : { content: flattenContent(content, at) };
+}
+
+/**
+ * An earlier item (of the conversation or the response continued) that cannot be used: it is not
+ * this request's input, so its refusal names the item by id and the field that brought it in
+ * (stored before its parts were checked on the way in, as conversations' items once were).
+ */
+function earlierContent<T>(item: { id?: unknown }, read: () => T, param: string): T {
+  try {
+    return read();
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 400) throw err;
+    const from = param === "conversation" ? "the conversation" : param === "previous_response_id" ? "the response continued" : "this request's history";
+    throw badRequest(`The item '${String(item.id)}' of ${from} cannot be used: ${err.message}`, param, err.code);
+  }
+}
+
+/**
+ * Checks an item's content parts as a request's input would be checked, for items stored to be
+ * used later (a conversation's): a part that the next turn would refuse is refused now, by `at`.
+ */
+export function checkItemContent(item: Record<string, unknown>, at: string): void {
+  const type = item.type ?? "message";
+  if (type === "message" && (typeof item.content === "string" || Array.isArray(item.content)))
+    messageContent(item.role as string, item.content as string | WirePart[], `${at}.content`);
+  if ((type === "function_call_output" || type === "custom_tool_call_output") && Array.isArray(item.output))
+    flattenContent(item.output as WirePart[], `${at}.output`);
 }
 
 /** A user message's text and images; whether the model can read the images is the engine's call. */

@@ -12,6 +12,7 @@ import {
 import { invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, ToolDefinition } from "../../core/types.ts";
 import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.ts";
+import { asObjectSchema, notAnObjectSchema } from "../../core/object-schema.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { literal } from "../../grammar/gbnf.ts";
 import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
@@ -218,7 +219,13 @@ export class ConstraintPlanner {
       if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField(`{field} is too large to enforce: its grammar would take the engine too long to load.`, `tools[${i}].input`);
       return { argsGbnf, loadCost, relaxed: [] };
     }
-    const { gbnf, loadCost, relaxed } = await schemaGrammar(tool.parameters, tool.strict, `tools[${i}].parameters`, control, "tools");
+    // The arguments are one JSON object, whatever a typeless schema (`{}`, a bare `properties`)
+    // leaves open: no call layout can read a bare value back (the generic `||call: name(...)` one
+    // finds the arguments' end by their braces). The dialects refuse schemas of other types; one
+    // that came some other way is refused here, by its field, rather than compiled.
+    const why = notAnObjectSchema(tool.parameters);
+    if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, `tools[${i}].parameters`);
+    const { gbnf, loadCost, relaxed } = await schemaGrammar(asObjectSchema(tool.parameters), tool.strict, `tools[${i}].parameters`, control, "tools");
     return { argsGbnf: gbnf, loadCost, relaxed: relaxed.map((r) => r.path) };
   }
 
