@@ -160,8 +160,8 @@ export class ConstraintPlanner {
   /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
   async plan(req: GenerationRequest, header?: string, signal?: AbortSignal): Promise<Constraints> {
     const out: Constraints = { relaxed: [] };
-    // All of this request's schemas share one compile deadline and the client's signal.
-    const control: CompileControl = { deadline: performance.now() + REQUEST_COMPILE_MS, signal };
+    // All of this request's schemas share one budget of compile time and the client's signal.
+    const control: CompileControl = { leftMs: REQUEST_COMPILE_MS, signal };
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
       const choice = req.toolChoice;
