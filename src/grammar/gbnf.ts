@@ -293,7 +293,11 @@ export class GrammarBuilder {
   private readonly nextSuffix = new Map<string, number>();
   private chars = 0;
 
-  constructor(private readonly limits: GrammarLimits = DEFAULT_GRAMMAR_LIMITS) {}
+  constructor(
+    private readonly limits: GrammarLimits = DEFAULT_GRAMMAR_LIMITS,
+    /** The message a text past maxGrammarChars is refused with, when that bound stands for another. */
+    private readonly tooLong?: string,
+  ) {}
 
   /** Rules defined so far. */
   get size(): number {
@@ -320,7 +324,9 @@ export class GrammarBuilder {
   define(name: string, body: string): void {
     if (this.bodies.has(name)) throw new Error(`rule ${name} defined twice`);
     this.chars += name.length + body.length + 5;
-    if (this.chars > this.limits.maxGrammarChars) throw new GrammarLimitError(`the grammar would be longer than ${this.limits.maxGrammarChars} characters`);
+    if (this.chars > this.limits.maxGrammarChars) {
+      throw new GrammarLimitError(this.tooLong ?? `the grammar would be longer than ${this.limits.maxGrammarChars} characters`);
+    }
     this.bodies.set(name, body);
     if (!this.byBody.has(body)) this.byBody.set(body, name);
   }

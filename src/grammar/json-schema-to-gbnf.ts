@@ -27,9 +27,10 @@
 // and bytes are checked on the raw value without recursion before any other work; repetition
 // counts (minLength, maxLength, minItems, maxItems, minProperties, maxProperties, `{n,m}` in
 // patterns), pattern length and group nesting, reference chains, grammar rules and grammar size,
-// and automaton states are checked where they arise, before the work that grows with them. Every
-// step is linear in what it produces (rule names are numbered per base; optional properties are a
-// chain of rules), so a schema within the limits compiles in bounded time. A `pattern` next to an
+// and automaton states are checked where they arise, before the work that grows with them (the
+// grammar's text also stops at the length whose parse alone would pass the load-cost bound). Every
+// step is linear in what it produces (rule names are numbered per base; optional properties and
+// prefix items are chains of rules), so a schema within the limits compiles in bounded time. A `pattern` next to an
 // `enum` is checked with an automaton, never with a backtracking RegExp.
 //
 // Stricter than JSON Schema, by design:
@@ -116,7 +117,7 @@ import {
   cpSet,
 } from "./gbnf.ts";
 import { unfinishableRules } from "./finite.ts";
-import { DEFAULT_MAX_LOAD_COST, grammarLoadCost, parseGrammar, type ParsedGrammar } from "./load-cost.ts";
+import { DEFAULT_MAX_LOAD_COST, grammarLoadCost, maxCharsWithin, parseGrammar, type ParsedGrammar } from "./load-cost.ts";
 import { boundedNumber, boundsHoldAsDoubles, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import {
@@ -321,7 +322,13 @@ class Converter {
     private readonly limits: SchemaLimits,
   ) {
     this.ws = maxWhitespace === 0 ? "" : "ws";
-    this.b = new GrammarBuilder({ maxRules: limits.maxRules, maxGrammarChars: limits.maxGrammarChars });
+    // The text is bounded by the load-cost bound too (its parse alone costs a bound per character),
+    // so a grammar too costly to load is refused while it grows, not once it is all built.
+    const loadChars = maxCharsWithin(limits.maxLoadCost);
+    this.b = new GrammarBuilder(
+      { maxRules: limits.maxRules, maxGrammarChars: Math.min(limits.maxGrammarChars, loadChars) },
+      loadChars < limits.maxGrammarChars ? `its grammar would take the engine too long to load (more than ${loadChars} characters to parse, past the load limit of ${Math.round(limits.maxLoadCost / 1e6)} M units)` : undefined,
+    );
   }
 
   convert(): string {
@@ -1300,17 +1307,26 @@ class Converter {
     const itemExprs = prefix.slice(0, k).map((p, i) => this.visit(p, join(join(path, Array.isArray(s.items) ? "items" : "prefixItems"), i), new Set()));
     const restExpr = rest === false || (maxItems !== undefined && maxItems <= k) ? null : this.visit(rest, restPath, new Set());
     const hint = hintOf(path, "arr");
-    // cont(i): what may follow once i ≥ 1 items are written.
-    const cont = (i: number): string => {
-      if (i < k) {
-        const step = seq(sep, itemExprs[i], cont(i + 1));
-        return i >= minItems ? opt(step) : step;
-      }
+    // tail: what may follow once i ≥ 1 items are written. Past the prefix items, the rest schema's
+    // items, counted against what minItems and maxItems leave.
+    const restFrom = (i: number): string => {
       if (restExpr === null) return "";
       const more = this.b.rule(`${hint}-more`, seq(sep, restExpr));
       return this.b.repeat(`${hint}-more`, more, Math.max(0, minItems - i), maxItems === undefined ? undefined : maxItems - i);
     };
-    const first = k > 0 ? seq(itemExprs[0], cont(1)) : restExpr !== null ? seq(restExpr, cont(1)) : null;
+    let tail = restFrom(Math.max(k, 1));
+    // Then the prefix items from the last one backwards, as a chain of rules: item i's rule is the
+    // separator, the item and the name of what follows it (optional once minItems is met). Writing
+    // what follows inside item i's own group instead nested the groups as deep as there are items,
+    // which llama.cpp's grammar parser refuses from about 1,000 (a 500 on 1,000 optional items), and
+    // made the text, and the time to build it, grow with the square of the items (20,000 required
+    // items held the compile worker for 5 s). A chain is linear and never nests; the rule each item
+    // ends on is its last element, so llama.cpp's stacks do not grow along it either.
+    for (let i = k - 1; i >= 1; i--) {
+      const step = this.b.rule(`${hint}-item`, seq(sep, itemExprs[i], tail));
+      tail = i >= minItems ? opt(step) : step;
+    }
+    const first = k > 0 ? seq(itemExprs[0], tail) : restExpr !== null ? seq(restExpr, tail) : null;
     if (first === null) return this.b.rule(hint, seq('"["', ws, '"]"'));
     if (minItems >= 1) return this.b.rule(hint, seq('"["', ws, first, ws, '"]"'));
     return this.b.rule(hint, seq('"["', ws, opt(seq(first, ws)), '"]"'));

@@ -320,6 +320,15 @@ export function leftRecursionWalk(rules: readonly GrammarRule[]): number {
 }
 
 /**
+ * The longest grammar text whose load cost can stay within `maxLoadCost`: the parse alone costs
+ * CHAR_COST a character. A builder stopping there refuses a grammar as soon as it is known to be
+ * too costly, rather than after building megabytes of it (48,000 array items took 1.5 s to refuse).
+ */
+export function maxCharsWithin(maxLoadCost: number): number {
+  return Math.floor(maxLoadCost / CHAR_COST);
+}
+
+/**
  * The units of work llama.cpp spends loading `gbnf`: CHAR_COST per character for the parse, plus
  * every element its left-recursion check visits (see the file header). Infinity when the count
  * overflows. Throws on text that is not a grammar llama.cpp would parse.

@@ -5,10 +5,13 @@
 // before costs nothing. The in-thread limits (SchemaLimits) still apply inside the worker.
 //
 // A request may bring many schemas (128 tools), each within the limits and costing up to half a
-// second. So a caller passes a CompileControl: one deadline for all of a request's schemas (a job
-// starting near it gets only what is left), and the client's signal, which takes the request's
+// second. So a caller passes a CompileControl: one budget of worker time for all of a request's
+// schemas (a job is cut at what is left of it), and the client's signal, which takes the request's
 // queued jobs out at once. Callers compile a request's schemas one after another, so the queue holds
-// at most one job per request and the requests take turns on the worker.
+// at most one job per request and the requests take turns on the worker. Only the time a request's
+// own jobs hold the worker is charged to it, not the time they wait for it: charging the wait (a
+// deadline from the request's start) refused a small schema queued behind a slow one as if it had
+// been slow itself, with every other request queued then.
 import { Worker } from "node:worker_threads";
 import {
   type CompiledSchema,
@@ -25,16 +28,19 @@ interface Job {
   id: number;
   schema: unknown;
   opts: JsonSchemaToGbnfOptions;
-  /** performance.now() past which the job is refused (the request's deadline, if it set one). */
-  deadline: number | undefined;
+  /** The request's budget, charged with the time this job holds the worker. */
+  control: CompileControl;
   resolve: (c: CompiledSchema) => void;
   reject: (e: unknown) => void;
 }
 
 /** What one request's compilations share. */
 export interface CompileControl {
-  /** performance.now() by which all of the request's schemas must be compiled. */
-  deadline?: number;
+  /**
+   * Milliseconds of worker time left to the request's schemas (none: no budget but the per-job
+   * limit). Each job is cut at what is left and takes what it used; waiting in the queue is free.
+   */
+  leftMs?: number;
   /** The client's signal: when it aborts, the request's queued jobs are dropped. */
   signal?: AbortSignal;
 }
@@ -47,7 +53,7 @@ export class SchemaCompiler {
   private ready: Promise<Worker> | undefined;
   private readonly queue: Job[] = [];
   /** The job the worker holds (set as soon as it leaves the queue, before the worker is up). */
-  private current: { job: Job; timer: NodeJS.Timeout | undefined } | undefined;
+  private current: Current | undefined;
   private nextId = 1;
   private readonly cache = new Map<string, CompiledSchema>();
   /** Servers using the compiler (acquire/release); the worker stops once none is left and it is idle. */
@@ -107,7 +113,7 @@ export class SchemaCompiler {
         id: this.nextId++,
         schema,
         opts,
-        deadline: control.deadline,
+        control,
         resolve: (c) => {
           signal?.removeEventListener("abort", onAbort);
           if (key !== undefined) {
@@ -184,20 +190,22 @@ export class SchemaCompiler {
       if (this.stopWhenIdle) void this.dispose();
       return;
     }
-    if (job.deadline !== undefined && performance.now() >= job.deadline) {
+    if (job.control.leftMs !== undefined && job.control.leftMs <= 0) {
       job.reject(requestDeadlinePassed());
       this.pump();
       return;
     }
     // The job counts as current from here, so a dispose() while the worker starts waits for it.
-    const cur: { job: Job; timer: NodeJS.Timeout | undefined } = { job, timer: undefined };
+    const cur: Current = { job, timer: undefined, startedAt: undefined };
     this.current = cur;
     void this.start().then((worker) => {
       if (this.current !== cur) return; // the worker died while starting; fail() moved on
-      const left = job.deadline === undefined ? Infinity : Math.max(0, job.deadline - performance.now());
+      const left = job.control.leftMs ?? Infinity;
+      cur.startedAt = performance.now();
       cur.timer = setTimeout(() => {
         // Past the deadline: this worker is busy for who knows how long; drop it.
         if (this.current !== cur) return;
+        charge(cur);
         this.worker = undefined;
         this.ready = undefined;
         this.current = undefined;
@@ -211,6 +219,7 @@ export class SchemaCompiler {
         // Not transferable (a value the structured clone refuses): refused now, the worker kept.
         clearTimeout(cur.timer);
         this.current = undefined;
+        charge(cur);
         job.reject(new SchemaLimitError("", `the schema cannot be compiled: ${(err as Error).message}`));
         this.pump();
       }
@@ -222,6 +231,7 @@ export class SchemaCompiler {
     if (!cur || cur.job.id !== m.id) return;
     clearTimeout(cur.timer);
     this.current = undefined;
+    charge(cur);
     if (m.ok) cur.job.resolve({ gbnf: m.gbnf, relaxed: m.relaxed, loadCost: m.loadCost });
     else if (m.code === "limit") cur.job.reject(new SchemaLimitError(m.path, m.message));
     else if (m.code === "unsupported") cur.job.reject(new UnsupportedSchemaError(m.path, m.message));
@@ -238,10 +248,26 @@ export class SchemaCompiler {
     this.current = undefined;
     if (cur) {
       clearTimeout(cur.timer);
+      charge(cur);
       cur.job.reject(error);
     }
     this.pump();
   }
+}
+
+/** The job the worker holds, and since when (set once the worker has it). */
+interface Current {
+  job: Job;
+  timer: NodeJS.Timeout | undefined;
+  startedAt: number | undefined;
+}
+
+/** Charges the request of the job that leaves the worker with the time it held it (once). */
+function charge(cur: Current): void {
+  if (cur.startedAt === undefined) return;
+  const { control } = cur.job;
+  if (control.leftMs !== undefined) control.leftMs -= performance.now() - cur.startedAt;
+  cur.startedAt = undefined;
 }
 
 /** A request's schemas, together, took longer than REQUEST_COMPILE_MS: the fault of them all, not of the one compiling last. */
@@ -251,7 +277,7 @@ function requestDeadlinePassed(): SchemaLimitError {
   return new RequestCompileDeadlineError("", `compiling this request's schemas took longer than the ${REQUEST_COMPILE_MS} ms one request may use`);
 }
 
-/** How long all of one request's schemas may take to compile together (see CompileControl). */
+/** How long all of one request's schemas may hold the compiler together (see CompileControl). */
 export const REQUEST_COMPILE_MS = 5000;
 
 /** The process's compiler: grammar compilation is CPU work, one thread for it is enough. */

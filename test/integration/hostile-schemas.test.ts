@@ -1,5 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
+import { Ajv2020 } from "ajv/dist/2020.js";
 import { useTestServer } from "../helpers/server.ts";
 
 // Grammar-heavy (and template-heavy) hostile bodies against the real engine: each answers a 4xx
@@ -155,4 +156,57 @@ test("many costly tool schemas take turns with other requests and stop at the bo
   // Refused by the bound they pass together, long before the time all of them may take.
   assert.match(refused.error?.message ?? "", /too large to enforce together: their grammars .*the first \d+ of them/);
   assert.ok(took < 2500, `refused after ${Math.round(took)} ms`);
+});
+
+test("a schema of 20,000 prefixItems (360 KB) is answered promptly and another client's small schema alongside it", async () => {
+  // Its grammar was built in time growing with the square of the items: it held the one compile
+  // worker for 5 s, and the other client's schema, queued behind it, was refused as out of time.
+  const items = Array.from({ length: 20_000 }, () => ({ type: "string" }));
+  for (const minItems of [20_000, 0]) {
+    // A description of its own each time, so the compiler's cache does not answer.
+    const schema = { type: "array", prefixItems: items, minItems, description: `run ${minItems} ${Math.random()}` };
+    const th = performance.now();
+    const hostile = s.http.postRaw("/v1/chat/completions", { ...chat, response_format: rf(schema) }).then((r) => ({ r, took: performance.now() - th }));
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = performance.now();
+    const small = { type: "object", properties: { n: { type: "integer" }, [`q${Math.random().toString(36).slice(2, 8)}`]: { type: "boolean" } }, required: ["n"] };
+    const other = await s.http.postRaw("/v1/chat/completions", { ...chat, response_format: rf(small) });
+    const otherTook = performance.now() - t0;
+    assert.equal(other.status, 200, other.text.slice(0, 300));
+    // About 0.1 s here alone; the rest of the big one's compile at most (0.2-0.5 s on a loaded machine).
+    assert.ok(otherTook < 2000, `the other request waited ${Math.round(otherTook)} ms`);
+    const { r, took } = await hostile;
+    assert.equal(r.status, 200, r.text.slice(0, 300));
+    assert.ok(took < 3000, `the 20,000 items took ${Math.round(took)} ms`);
+  }
+});
+
+test("1,000 and more optional prefixItems are enforced (chat and responses), not a 500 from llama.cpp's grammar parser", async () => {
+  const ajv = new Ajv2020({ strict: false });
+  const cases: Array<[unknown, number]> = [[{ type: "string", maxLength: 3 }, 1000], [{ type: "integer" }, 1000], [{ type: "boolean" }, 1000], [{ const: 5 }, 1000], [{ type: "integer" }, 1500]];
+  for (const [item, n] of cases) {
+    const schema = { type: "array", prefixItems: Array.from({ length: n }, () => item), items: false };
+    const validate = ajv.compile(schema);
+    // The fixture model writes at random: an answer may run to max_tokens inside the array, so a
+    // few seeds are tried; every answer that ends must be valid, and one must end.
+    let ended = 0;
+    for (let seed = 1; seed <= 4 && ended < 2; seed++) {
+      const r = await s.http.postRaw("/v1/chat/completions", { ...chat, max_tokens: 200, temperature: 1, seed, response_format: rf(schema) });
+      assert.equal(r.status, 200, `${JSON.stringify(item)} x ${n}: ${r.text.slice(0, 300)}`);
+      const choice = (r.json as { choices: Array<{ finish_reason: string; message: { content: string } }> }).choices[0];
+      if (choice.finish_reason === "stop") {
+        ended++;
+        assert.ok(validate(JSON.parse(choice.message.content)), `${choice.message.content}: ${JSON.stringify(validate.errors)}`);
+      }
+      const q = await s.http.postRaw("/v1/responses", { model: "tiny", input: "x", max_output_tokens: 200, temperature: 1, seed, text: { format: { type: "json_schema", name: "x", schema } } });
+      assert.equal(q.status, 200, `${JSON.stringify(item)} x ${n} (responses): ${q.text.slice(0, 300)}`);
+      const answer = q.json as { status: string; output: Array<{ type: string; content?: Array<{ text: string }> }> };
+      if (answer.status === "completed") {
+        ended++;
+        const text = answer.output.find((o) => o.type === "message")!.content![0].text;
+        assert.ok(validate(JSON.parse(text)), `${text}: ${JSON.stringify(validate.errors)}`);
+      }
+    }
+    assert.ok(ended > 0, `${JSON.stringify(item)} x ${n}: no answer ended within max_tokens`);
+  }
 });

@@ -334,6 +334,100 @@ describe("grammar text", () => {
     await assertAccepts({ type: "array" }, ["[]", '[1,"a",[{}]]'], ["[,]"]);
   });
 
+  test("prefixItems are a chain of rules: no rule nests or grows with the items, so text and work are linear", () => {
+    /** Deepest parenthesis nesting of the array's rules (outside literals and classes), and the longest. */
+    const shape = (gbnf: string) => {
+      let depth = 0;
+      let longest = 0;
+      for (const line of gbnf.split("\n").filter((l) => l.startsWith("root-arr"))) {
+        longest = Math.max(longest, line.length);
+        let d = 0;
+        for (let i = 0; i < line.length; i++) {
+          const c = line[i];
+          if (c === '"' || c === "[") {
+            const close = c === '"' ? '"' : "]";
+            for (i++; i < line.length && line[i] !== close; i++) if (line[i] === "\\") i++;
+          } else if (c === "(") depth = Math.max(depth, ++d);
+          else if (c === ")") d--;
+        }
+      }
+      return { depth, longest };
+    };
+    const items = (n: number) => Array.from({ length: n }, (_, i) => [{ type: "string" }, { type: "integer" }, { type: "boolean" }, { const: i }][i % 4]);
+    for (const min of ["none", "all"] as const) {
+      const sizes: number[] = [];
+      for (const n of [250, 1000, 4000]) {
+        const gbnf = jsonSchemaToGbnf({ type: "array", prefixItems: items(n), minItems: min === "all" ? n : 0 });
+        const { depth, longest } = shape(gbnf);
+        // The nested construction had a group per item inside the previous one: 1,000 deep.
+        assert.ok(depth <= 3, `${n} items (${min} required) nest ${depth} deep`);
+        assert.ok(longest < 400, `${n} items (${min} required): a rule of ${longest} characters`);
+        sizes.push(gbnf.length / n);
+      }
+      assert.ok(sizes[2] < sizes[0] * 1.5, `characters per item grew from ${sizes[0].toFixed(1)} to ${sizes[2].toFixed(1)}`);
+    }
+    // 20,000 required items (a 360 KB body) held the compile worker for 5 s; in-thread the nested
+    // construction ran out of stack. Linear now, with room for a loaded machine.
+    const t0 = performance.now();
+    const big = compileJsonSchema({ type: "array", prefixItems: Array.from({ length: 20_000 }, () => ({ type: "string" })), minItems: 20_000 });
+    const took = performance.now() - t0;
+    assert.ok(took < 2500, `20,000 items took ${Math.round(took)} ms`);
+    assert.ok(big.gbnf.length < 2_000_000);
+    // A grammar too long to load within the bound is refused as soon as its text passes what the
+    // bound allows (the parse alone costs that much), not once all of it is built and costed.
+    assert.throws(
+      () => compileJsonSchema({ type: "array", prefixItems: Array.from({ length: 20_000 }, () => ({ type: "string" })) }, { limits: { maxLoadCost: 1_000_000 } }),
+      (e: unknown) => e instanceof SchemaLimitError && /too long to load \(more than 62500 characters to parse/.test(e.message),
+    );
+  });
+
+  test("1,000 and more optional prefixItems load in llama.cpp and accept arrays up to their count", async () => {
+    // llama.cpp's grammar parser refused the nested groups from 1,000 optional items on: a 500.
+    for (const [item, value] of [[{ type: "string" }, '"a"'], [{ type: "integer" }, "7"], [{ type: "boolean" }, "true"], [{ const: 5 }, "5"]] as const) {
+      const n = 1000;
+      const accepts = await matcher({ type: "array", prefixItems: Array.from({ length: n }, () => item), items: false });
+      const arr = (k: number) => `[${Array.from({ length: k }, () => value).join(",")}]`;
+      for (const k of [0, 1, 2, 999, n]) assert.ok(accepts(arr(k)), `${JSON.stringify(item)}: ${k} items`);
+      assert.ok(!accepts(arr(n + 1)), `${JSON.stringify(item)}: ${n + 1} items`);
+      assert.ok(!accepts("[null]"));
+    }
+    // Required ones first, then optional ones, then the rest schema: every boundary holds.
+    const accepts = await matcher({ type: "array", prefixItems: Array.from({ length: 1500 }, () => ({ type: "integer" })), items: { type: "null" }, minItems: 3, maxItems: 1502 });
+    const ints = (k: number) => Array.from({ length: k }, () => "1");
+    for (const ok of [ints(3), ints(4), ints(1500), [...ints(1500), "null"], [...ints(1500), "null", "null"]]) assert.ok(accepts(`[${ok.join(",")}]`), `${ok.length} items`);
+    for (const no of [ints(2), [...ints(1499), "null"], [...ints(1500), "null", "null", "null"], [...ints(1500), "1"]]) assert.ok(!accepts(`[${no.join(",")}]`), `${no.length} items`);
+  });
+
+  test("prefixItems with minItems, maxItems and a rest schema accept exactly what a validator accepts (fast-check, llama.cpp's grammar engine)", async () => {
+    const ajv = newAjv();
+    const itemSchema = fc.constantFrom<unknown>({ type: "string", maxLength: 1 }, { type: "integer" }, { type: "boolean" }, { const: 2 }, { type: "null" }, {});
+    const value = fc.constantFrom<unknown>("a", "", 1, 2, -3, true, false, null, "bb", 1.5);
+    const schema = fc.record(
+      {
+        prefixItems: fc.array(itemSchema, { minLength: 1, maxLength: 6 }),
+        items: fc.constantFrom<unknown>(false, { type: "integer" }, { type: "null" }, {}),
+        minItems: fc.integer({ min: 0, max: 7 }),
+        maxItems: fc.integer({ min: 0, max: 9 }),
+      },
+      { requiredKeys: ["prefixItems"] },
+    );
+    await fc.assert(
+      fc.asyncProperty(schema, fc.array(fc.array(value, { maxLength: 9 }), { minLength: 1, maxLength: 12 }), async (props, candidates) => {
+        const s = { type: "array", ...props };
+        let accepts: (text: string) => boolean;
+        try {
+          accepts = await matcher(s);
+        } catch (e) {
+          // No array satisfies it (minItems past maxItems or past what `items: false` allows).
+          if (e instanceof UnsupportedSchemaError) return candidates.every((c) => !ajv.validate(s, c));
+          throw e;
+        }
+        return candidates.every((c) => accepts(JSON.stringify(c)) === ajv.validate(s, c));
+      }),
+      { numRuns: 150 },
+    );
+  });
+
   test("oneOf that provably admits one branch per value compiles: types, consts, a required discriminator (through $ref)", async () => {
     await assertAccepts({ oneOf: [{ type: "integer" }, { type: "string" }, { type: "null" }] }, ["1", '"a"', "null"], ["true"]);
     await assertAccepts({ oneOf: [{ const: 1 }, { enum: [2, 3] }] }, ["1", "3"], ["4"]);

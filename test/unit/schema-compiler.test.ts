@@ -3,7 +3,7 @@ import { after, test } from "node:test";
 import { SchemaLimitError, UnsupportedSchemaError } from "../../src/grammar/json-schema-to-gbnf.ts";
 import { SchemaCompiler } from "../../src/grammar/schema-compiler.ts";
 
-// The worker that compiles schemas off the event loop: results, refusals, the deadline, and the
+// The worker that compiles schemas off the event loop: results, refusals, the time limits, and the
 // event loop staying free while a costly schema compiles.
 
 const compiler = new SchemaCompiler(20_000);
@@ -89,20 +89,42 @@ test("a request's queued schemas leave the queue when its client does", async ()
   }
 });
 
-test("a request's schemas share one deadline: a job is cut at what is left of it", async () => {
+test("a request's schemas share one budget of worker time: a job is cut at what is left of it", async () => {
   const own = new SchemaCompiler(20_000);
   try {
     await own.compile({ type: "null" }); // the worker is up
     // The per-job limit is 20 s; the request has 50 ms for all its schemas.
-    const control = { deadline: performance.now() + 50 };
+    const control = { leftMs: 50 };
     await assert.rejects(
       own.compile(costly(203), { limits: { maxLoadCost: Infinity } }, control),
       (e: unknown) => e instanceof SchemaLimitError && /this request's schemas took longer/.test(e.message),
     );
+    assert.ok(control.leftMs <= 0, `${control.leftMs} ms left`);
     // Its next schema is refused without reaching the worker.
     await assert.rejects(own.compile({ type: "string", maxLength: 7 }, {}, control), (e: unknown) => e instanceof SchemaLimitError && /this request's schemas/.test(e.message));
     // Another request is unaffected.
-    assert.match((await own.compile({ type: "string", maxLength: 8 }, {}, { deadline: performance.now() + 20_000 })).gbnf, /root/);
+    assert.match((await own.compile({ type: "string", maxLength: 8 }, {}, { leftMs: 20_000 })).gbnf, /root/);
+  } finally {
+    await own.dispose();
+  }
+});
+
+test("time spent waiting behind another request's schema is not charged to a request", async () => {
+  const own = new SchemaCompiler(20_000);
+  try {
+    await own.compile({ type: "null" }); // the worker is up
+    // One request's slow schema holds the worker; another's small one, with a budget far shorter
+    // than that wait, queues behind it. It used to be refused for the other's time (a deadline from
+    // its start); now it compiles, charged only what it took itself.
+    const slow = own.compile(costly(204), { limits: { maxLoadCost: Infinity } });
+    const control = { leftMs: 100 };
+    const t0 = performance.now();
+    const small = await own.compile({ type: "string", maxLength: 9 }, {}, control);
+    const waited = performance.now() - t0;
+    assert.match(small.gbnf, /root/);
+    assert.ok(waited > 100, `queued for ${Math.round(waited)} ms only: the slow schema did not hold the worker long enough to show it`);
+    assert.ok(control.leftMs > 0 && control.leftMs < 100, `${control.leftMs} ms left`);
+    await slow;
   } finally {
     await own.dispose();
   }

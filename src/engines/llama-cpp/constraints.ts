@@ -161,8 +161,8 @@ export class ConstraintPlanner {
   /** `header`: what the model writes before an answer it chose over a call (gpt-oss's final channel). */
   async plan(req: GenerationRequest, header?: string, signal?: AbortSignal): Promise<Constraints> {
     const out: Constraints = { relaxed: [] };
-    // All of this request's schemas share one compile deadline and the client's signal.
-    const control: CompileControl = { deadline: performance.now() + REQUEST_COMPILE_MS, signal };
+    // All of this request's schemas share one budget of compile time and the client's signal.
+    const control: CompileControl = { leftMs: REQUEST_COMPILE_MS, signal };
     const useTools = req.tools && req.tools.length > 0 && req.toolChoice !== "none";
     if (useTools) {
       const choice = req.toolChoice;
@@ -192,7 +192,8 @@ export class ConstraintPlanner {
         format,
         trigger: this.trigger,
         forced: choice === "required" || named !== undefined || (typeof choice === "object" && "required" in choice && choice.required),
-        grammar: await this.compile(toolCallGrammar(args, this.format, parallel, this.spell)),
+        // Several tools make one grammar: a refusal names the tool only when it is the one offered.
+        grammar: await this.compile(toolCallGrammar(args, this.format, parallel, this.spell), offered.length === 1 ? toolField(offered[0], req.tools!.indexOf(offered[0])) : "tools"),
         prefixTokens: this.tokenize(this.opening),
       };
     }
@@ -202,7 +203,8 @@ export class ConstraintPlanner {
       out.relaxed.push(...content.relaxed);
       if (header && out.tools && !out.tools.forced) text = withHeader(text, header);
       if (out.tools && !out.tools.forced) text = orToolTrigger(text, this.trigger, this.spell);
-      out.contentGrammar = await this.compile(text);
+      const rf = req.responseFormat;
+      out.contentGrammar = await this.compile(text, rf.type === "json_schema" ? "responseFormat.schema" : rf.type === "regex" ? "responseFormat.pattern" : "responseFormat");
     }
     return out;
   }
@@ -290,8 +292,15 @@ export class ConstraintPlanner {
     return { gbnf, relaxed: relaxed.map((r) => r.path) };
   }
 
-  /** Compiled grammars, most recently used last; bounded so distinct schemas cannot grow memory. */
-  private compile(text: string): Promise<LlamaGrammar> {
+  /**
+   * Compiled grammars, most recently used last; bounded so distinct schemas cannot grow memory.
+   * `field`: where the grammar came from. The grammars here are built to be what llama.cpp parses,
+   * but should one not be (its parser also has limits of its own, such as how deep groups nest,
+   * that a schema could reach in a way not foreseen), the request is a 400 naming the field that
+   * made it, not a 500: it is that input, not the server's state, that fails, and retrying it
+   * fails the same way.
+   */
+  private compile(text: string, field: string): Promise<LlamaGrammar> {
     const key = createHash("sha256").update(text).digest("hex");
     let grammar = this.grammars.get(key);
     if (grammar) {
@@ -299,7 +308,9 @@ export class ConstraintPlanner {
       this.grammars.set(key, grammar);
       return grammar;
     }
-    grammar = this.model.llama.createGrammar({ grammar: text });
+    grammar = this.model.llama.createGrammar({ grammar: text }).catch((err: unknown) => {
+      throw invalidField(`{field} cannot be enforced: the engine refused the grammar made of it (${err instanceof Error ? err.message : String(err)}).`, field);
+    });
     this.grammars.set(key, grammar);
     grammar.catch(() => this.grammars.delete(key));
     while (this.grammars.size > GRAMMAR_CACHE_ENTRIES) this.grammars.delete(this.grammars.keys().next().value!);
@@ -329,6 +340,11 @@ function patternGrammar(pattern: string): string {
   if (estimateLoadCost(gbnf) > DEFAULT_MAX_LOAD_COST)
     throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", "responseFormat.pattern");
   return gbnf;
+}
+
+/** The canonical field of a tool's definition: its parameters, or a free-text tool's input. */
+function toolField(tool: ToolDefinition, i: number): string {
+  return tool.input ? `tools[${i}].input` : `tools[${i}].parameters`;
 }
 
 async function schemaGrammar(schema: unknown, strict: boolean, field: string, control: CompileControl, together = field): Promise<CompiledSchema> {
