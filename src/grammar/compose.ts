@@ -16,6 +16,18 @@ export function prefixRules(gbnf: string, prefix: string): string {
   });
 }
 
+/**
+ * A counter the template writes into each call next to its name (Kimi K2's
+ * `functions.NAME:0<|tool_call_argument_begin|>`, Cohere2 MoE's `"tool_call_id": "0", "tool_name"`):
+ * the model writes digits there, whatever the count, so it cannot be part of a fixed piece of the
+ * layout. `beforeName`: the digits follow the call prefix and `separator` leads from them to the
+ * name; otherwise `separator` follows the name and the digits lead to the params prefix.
+ */
+export interface CallIndex {
+  at: "beforeName" | "afterName";
+  separator: string;
+}
+
 export interface CallGrammarParts {
   /** Between the function name and its arguments, e.g. `", "arguments": `. */
   paramsPrefix: string;
@@ -24,6 +36,7 @@ export interface CallGrammarParts {
   prefix: string;
   /** Closes the group of calls (may be empty). */
   sectionSuffix: string;
+  index?: CallIndex;
 }
 
 /**
@@ -40,13 +53,22 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
   const rules: string[] = [];
   const alternatives = tools.map((t, i) => {
     rules.push(prefixRules(t.argsGbnf, `t${i}-`));
-    return `${spell(t.name + parts.paramsPrefix)} t${i}-root${parts.suffix ? ` ${spell(parts.suffix)}` : ""}`;
+    const index = parts.index;
+    const named =
+      index === undefined
+        ? spell(t.name + parts.paramsPrefix)
+        : index.at === "beforeName"
+          ? `call-index ${spell(index.separator + t.name + parts.paramsPrefix)}`
+          : `${spell(t.name + index.separator)} call-index ${spell(parts.paramsPrefix)}`;
+    return `${named} t${i}-root${parts.suffix ? ` ${spell(parts.suffix)}` : ""}`;
   });
   const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
   const more = parallel ? ` ( ${spell(parts.betweenCalls + parts.prefix)} call )*` : "";
   const close = parts.sectionSuffix ? ` ${spell(parts.sectionSuffix)}` : "";
   const root = `root ::= call${more}${close}`;
-  return [root, call, ...rules].join("\n");
+  // A counter as llama.cpp's server lets the model write one (digits), bounded so it cannot run on.
+  const index = parts.index ? ["call-index ::= [0-9]{1,9}"] : [];
+  return [root, call, ...index, ...rules].join("\n");
 }
 
 /** A content grammar that also lets the model start a tool call (the engine then switches grammars). */

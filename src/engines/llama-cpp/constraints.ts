@@ -22,6 +22,7 @@ import { type CompileControl, REQUEST_COMPILE_MS, RequestCompileDeadlineError, s
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
+import { callIndexOf } from "./tool-layouts.ts";
 import { isRawString, rawStringGrammar, resolveLocalRef, xmlArgumentsGrammar, type XmlParameterGrammar } from "../../grammar/xml-arguments.ts";
 
 export interface Constraints {
@@ -94,6 +95,8 @@ export class ConstraintPlanner {
       suffix: this.literal(call.suffix),
       betweenCalls: parallel ? this.literal(parallel.betweenCalls) : "",
       sectionSuffix: parallel ? this.literal(parallel.sectionSuffix) : "",
+      // A counter next to the name (Kimi K2's), which the wrapper's settings cannot hold.
+      ...(callIndexOf(wrapper) ? { index: callIndexOf(wrapper) } : {}),
     };
     this.severalCalls = format === undefined || xml !== undefined;
     // A call is recognised by the leading marker of what opens it: the section marker when the

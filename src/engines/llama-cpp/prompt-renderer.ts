@@ -21,6 +21,7 @@ import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
+import { renderJinjaLikePython } from "./jinja-python.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
 import { FaithfulMistralChatWrapper } from "./mistral-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
@@ -88,6 +89,8 @@ export class PromptRenderer {
   ) {
     this.id = opts.id;
     this.vocabSize = opts.vocabSize;
+    // Before node-llama-cpp first runs a template (its checks and its reading of call layouts).
+    renderJinjaLikePython();
     const template = model.fileInfo.metadata?.tokenizer?.chat_template;
     this.template = typeof template === "string" ? template : undefined;
     this.tokenizer = memoTokenizer(model);

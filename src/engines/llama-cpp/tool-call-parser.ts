@@ -1,3 +1,4 @@
+import type { CallIndex } from "../../grammar/compose.ts";
 import { type XmlArguments, XmlArgumentsReader } from "./xml-tool-calls.ts";
 
 /** The text layout of a model's tool calls, as its chat template writes them. */
@@ -20,6 +21,8 @@ export interface ToolCallFormat {
    * then end the name).
    */
   xml?: XmlArguments;
+  /** A counter written next to the name (Kimi K2's `NAME:0`): read past, not part of the name. */
+  index?: CallIndex;
 }
 
 export type ToolCallEvent =
@@ -61,7 +64,7 @@ export class ToolCallParser {
         const xml = this.format.xml;
         const at = xml && this.format.paramsPrefix === "" ? this.buffer.indexOf("<") : this.buffer.indexOf(this.format.paramsPrefix);
         if (at === -1) break;
-        const name = this.buffer.slice(0, at).trim();
+        const name = withoutIndex(this.buffer.slice(0, at).trim(), this.format.index);
         events.push({ type: "name", index: this.index, name });
         this.named++;
         this.buffer = this.buffer.slice(at + this.format.paramsPrefix.length);
@@ -134,4 +137,16 @@ export class ToolCallParser {
     }
     return events;
   }
+}
+
+/** A call's name without the counter its layout writes next to it. */
+function withoutIndex(name: string, index: CallIndex | undefined): string {
+  if (!index) return name;
+  if (index.at === "beforeName") {
+    const digits = /^[0-9]*/.exec(name)![0];
+    return name.slice(digits.length).startsWith(index.separator) ? name.slice(digits.length + index.separator.length) : name;
+  }
+  const digits = /[0-9]*$/.exec(name)![0];
+  const head = name.slice(0, name.length - digits.length);
+  return head.endsWith(index.separator) ? head.slice(0, head.length - index.separator.length) : name;
 }

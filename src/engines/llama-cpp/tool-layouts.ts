@@ -1,3 +1,4 @@
+import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
@@ -22,6 +23,13 @@ interface KnownLayout {
   /** Whether a template is of this family. */
   matches(template: string): boolean;
   functions: FunctionsSettings;
+  /** A counter each call carries next to its name (which node-llama-cpp's settings cannot express). */
+  index?: CallIndex;
+  /**
+   * Taken even where node-llama-cpp read a layout: what it reads from sample calls holds the
+   * counter of its one sample as fixed text (Kimi K2's `:0<|tool_call_argument_begin|>`).
+   */
+  replacesRead?: boolean;
 }
 
 /**
@@ -151,7 +159,48 @@ const COMMAND_R_PLUS: KnownLayout = {
   },
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS];
+/**
+ * Kimi K2 (Instruct, Thinking): a turn's calls are one section between
+ * `<|tool_calls_section_begin|>` and `<|tool_calls_section_end|>`, each call
+ * `<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}<|tool_call_end|>`, where
+ * IDX counts calls (across the whole conversation in K2 Instruct's later template and K2 Thinking's,
+ * within the turn in the first K2 template). The template computes it for answered calls; the model
+ * writes its own, digits as llama.cpp's server allows, and the parser drops it from the name.
+ */
+const KIMI_K2: KnownLayout = {
+  name: "kimi-k2",
+  matches: (t) => t.includes("<|tool_calls_section_begin|>") && t.includes("<|tool_call_begin|>") && t.includes("<|tool_call_argument_begin|>") && t.includes("'functions.'"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: LlamaText(new SpecialTokensText("<|tool_call_begin|>functions.")),
+      paramsPrefix: LlamaText(new SpecialTokensText("<|tool_call_argument_begin|>")),
+      suffix: LlamaText(new SpecialTokensText("<|tool_call_end|>")),
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: {
+        sectionPrefix: LlamaText(new SpecialTokensText("<|tool_calls_section_begin|>")),
+        betweenCalls: "",
+        sectionSuffix: LlamaText(new SpecialTokensText("<|tool_calls_section_end|>")),
+      },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  index: { at: "afterName", separator: ":" },
+  replacesRead: true,
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2];
+
+/** The call counter of the layout a wrapper was given (see KnownLayout.index). */
+const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
+
+/** Where the calls of a wrapper's layout carry a counter next to the name, if they do. */
+export function callIndexOf(wrapper: unknown): CallIndex | undefined {
+  return indexes.get(wrapper as JinjaTemplateChatWrapper);
+}
 
 /** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
 interface JinjaToolInternals {
@@ -163,14 +212,27 @@ interface JinjaToolInternals {
 }
 
 /**
- * node-llama-cpp leaves `content` out of an assistant message that only calls tools; templates test
- * it with `is not none` and trim it, which Python's Jinja (and llama.cpp's) pass for a missing value
- * and node-llama-cpp's Jinja engine refuses. Such a message gets empty content, as clients send.
+ * The messages as clients send them. node-llama-cpp leaves `content` out of an assistant message
+ * that only calls tools; templates test it with `is not none` and trim it, which Python's Jinja (and
+ * llama.cpp's) pass for a missing value and node-llama-cpp's Jinja engine refuses: such a message
+ * gets empty content. And it names the function in each `tool` message, which OpenAI's clients do
+ * not send and llama.cpp's server does not add: Kimi K2's template writes a tool turn's `name`, when
+ * there is one, as the turn's role (`<|im_system|>get_weather` for llama.cpp's `<|im_system|>tool`).
  */
 function withContent(params: Record<string, unknown>): Record<string, unknown> {
   const messages = params.messages;
   if (!Array.isArray(messages)) return params;
-  return { ...params, messages: messages.map((m: Record<string, unknown>) => (m && m.content === undefined ? { ...m, content: "" } : m)) };
+  const asSent = (m: Record<string, unknown>) => {
+    if (!m || typeof m !== "object") return m;
+    let out = m;
+    if (out.content === undefined) out = { ...out, content: "" };
+    if (out.role === "tool" && "name" in out) {
+      const { name: _, ...rest } = out;
+      out = rest;
+    }
+    return out;
+  };
+  return { ...params, messages: messages.map(asSent) };
 }
 
 /**
@@ -208,24 +270,30 @@ function withDescriptions(tool: unknown): unknown {
  * undefined when the wrapper already had a layout or the template is of no known family.
  */
 function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): (() => void) | undefined {
-  if (wrapper.usingJinjaFunctionCallTemplate) return undefined;
   const layout = LAYOUTS.find((l) => l.matches(template));
-  if (!layout) return undefined;
+  if (!layout || (wrapper.usingJinjaFunctionCallTemplate && !layout.replacesRead)) return undefined;
   const internals = wrapper as unknown as JinjaToolInternals;
   if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
     throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
-  const before = { settings: internals.settings, params: internals._stringifyFunctionParams, result: internals._stringifyFunctionResult };
+  const before = {
+    settings: internals.settings,
+    using: internals._usingJinjaFunctionCallTemplate,
+    params: internals._stringifyFunctionParams,
+    result: internals._stringifyFunctionResult,
+  };
   internals.settings = { ...internals.settings, functions: layout.functions };
   internals._usingJinjaFunctionCallTemplate = true;
   // Arguments go to the template as objects (it writes them with tojson); results as the text the
   // client sent (see toChatHistory), which the template writes as it is.
   internals._stringifyFunctionParams = false;
   internals._stringifyFunctionResult = false;
+  if (layout.index) indexes.set(wrapper, layout.index);
   return () => {
     internals.settings = before.settings;
-    internals._usingJinjaFunctionCallTemplate = false;
+    internals._usingJinjaFunctionCallTemplate = before.using;
     internals._stringifyFunctionParams = before.params;
     internals._stringifyFunctionResult = before.result;
+    indexes.delete(wrapper);
   };
 }
 
