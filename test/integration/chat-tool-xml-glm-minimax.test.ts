@@ -222,11 +222,49 @@ test("glm46: tools, a call's arguments as <arg_key>/<arg_value> pairs (strings r
   const calls =
     "<|assistant|>\n<think></think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris\n<b></arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"a\": [1, \"x\"]}</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>" +
     '<|observation|>\n<tool_response>\n{"temp": 20}\n</tool_response>\n<tool_response>\nnoon\n</tool_response>';
-  // llama-server's open turn is "<|assistant|>" (the model opens "\n<think>" itself); GLM 4.6's
-  // template writes "\n<think>" into every assistant turn, which node-llama-cpp reads as a section
-  // opened on the response's start, and Plinth's open turn opens it.
-  await assertPrompt("glm46", [SYSTEM, QUESTION], tools + "<|assistant|>\n<think>");
-  await assertPrompt("glm46", ANSWERED, tools + calls + "<|assistant|>\n<think>");
+  // The open turn is "<|assistant|>": the model opens "\n<think>" itself (GLM 4.6's template writes
+  // "\n<think>" into every assistant turn, which node-llama-cpp reads as a section opened on the
+  // response's start, and its own open turn had opened it).
+  await assertPrompt("glm46", [SYSTEM, QUESTION], tools + "<|assistant|>");
+  await assertPrompt("glm46", ANSWERED, tools + calls + "<|assistant|>");
+  await assertPrompt("glm46", ANSWERED, tools + calls + "<|assistant|>", { chat_template_kwargs: { enable_thinking: true } });
+});
+
+test("glm46: thinking off renders as llama-server renders it: '/nothink' after each user message, the open turn closing an empty section", async () => {
+  const head = "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nWhat is the weather in Paris?/nothink";
+  const off = { chat_template_kwargs: { enable_thinking: false } };
+  const rendered = await server.http.tokenize({ model: "glm46", messages: [SYSTEM, QUESTION], ...off });
+  const wanted = await server.http.tokenize({ model: "glm46", prompt: head + "<|assistant|>\n<think></think>" });
+  assert.deepEqual(rendered.tokens, wanted.tokens);
+  // After tool results (no user message ends the prompt), the same open turn.
+  const calls =
+    "<|assistant|>\n<think></think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris\n<b></arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"a\": [1, \"x\"]}</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>" +
+    '<|observation|>\n<tool_response>\n{"temp": 20}\n</tool_response>\n<tool_response>\nnoon\n</tool_response>';
+  const answered = await server.http.tokenize({ model: "glm46", messages: ANSWERED, ...off });
+  const answeredWanted = await server.http.tokenize({ model: "glm46", prompt: head + calls + "<|assistant|>\n<think></think>" });
+  assert.deepEqual(answered.tokens, answeredWanted.tokens);
+});
+
+test("glm46: the model's own <think> opens the reasoning (thinking on); with thinking off what it writes is the answer", async () => {
+  // The model writes <think> at every step: the first opens the section, the rest are reasoning.
+  const body = { model: "glm46", messages: [SYSTEM, QUESTION], max_tokens: 6, temperature: 0, logit_bias: { [EXTRA_TOKENS.thinkOpen]: 100, [EXTRA_TOKENS.thinkClose]: -100 } };
+  for (const on of [{}, { reasoning_effort: "high" as const }]) {
+    const m = (await server.http.chat({ ...body, ...on })).choices[0].message;
+    assert.equal(m.reasoning_content, "<think>".repeat(5), JSON.stringify({ on, m }));
+    assert.ok(!m.content, JSON.stringify(m));
+  }
+  const stream = await server.http.chatStream(body);
+  assert.equal(stream.reasoning, "<think>".repeat(5));
+  assert.equal(stream.content, "");
+  // (The prompt is the one llama-server renders, '/nothink' included.)
+  const prompt = await server.http.tokenize({ model: "glm46", prompt: "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nWhat is the weather in Paris?/nothink<|assistant|>\n<think></think>" });
+  for (const off of [{ reasoning_effort: "none" as const }, { chat_template_kwargs: { enable_thinking: false } }]) {
+    const r = await server.http.chat({ ...body, ...off });
+    const c = r.choices[0];
+    assert.equal(c.message.reasoning_content, undefined, JSON.stringify(c));
+    assert.equal(c.message.content, "<think>".repeat(6));
+    assert.equal(r.usage!.prompt_tokens, prompt.tokens.length);
+  }
 });
 
 test("glm47: tools, a call's arguments as <arg_key>/<arg_value> pairs with nothing between the tags, and the results render as llama-server renders them (thinking off)", async () => {

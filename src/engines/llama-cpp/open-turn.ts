@@ -95,16 +95,56 @@ export class OpenTurns {
     let last = values.length - 1;
     while (last >= 0 && values[last] === "") last--;
     const tail = values[last];
-    const rendered = this.rendered[thinking];
-    const prompt = this.prompts[thinking];
-    if (rendered === undefined || prompt === undefined || !(tail instanceof SpecialTokensText) || !tail.value.endsWith(rendered)) return undefined;
+    if (!(tail instanceof SpecialTokensText)) return undefined;
+    const found = this.ending(tail.value, thinking);
+    if (!found) return undefined;
+    const { rendered, prompt } = found;
     values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - rendered.length) + prompt);
     return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
+  }
+
+  /**
+   * How `text` ends as node-llama-cpp wrote the probe's open turn for `thinking`, and the generation
+   * prompt to put there. A switch may add to the end of a user message (GLM 4.6's "/nothink" with
+   * thinking off), which a turn after tool results does not end with: then the open turn is matched
+   * by the rendering of a switch that adds nothing there, and the same addition is left off the prompt.
+   */
+  private ending(text: string, thinking: ThinkingSwitch): { rendered: string; prompt: string } | undefined {
+    const rendered = this.rendered[thinking];
+    const prompt = this.prompts[thinking];
+    if (rendered === undefined || prompt === undefined) return undefined;
+    if (text.endsWith(rendered)) return { rendered, prompt };
+    for (const other of ["default", "on", "off"] as const) {
+      const shorter = this.rendered[other];
+      if (other === thinking || !shorter || shorter.length >= rendered.length || !rendered.endsWith(shorter) || !text.endsWith(shorter)) continue;
+      const added = rendered.slice(0, rendered.length - shorter.length);
+      if (prompt.startsWith(added)) return { rendered: shorter, prompt: prompt.slice(added.length) };
+    }
+    return undefined;
   }
 
   /** Whether the template has a thinking section with plain-text markers. */
   get hasThinking(): boolean {
     return this.markers !== undefined;
+  }
+
+  /**
+   * The thinking section's opening as the template writes it in an assistant turn: what node-llama-cpp's
+   * open turn adds to the generation prompt, where that is the opening marker alone (GLM 4.6's
+   * "\n<think>"); else the marker. For a section node-llama-cpp finds opened on the response's start,
+   * which has no opening of its own to write.
+   */
+  get opening(): string | undefined {
+    if (!this.markers) return undefined;
+    const rendered = this.rendered.on ?? "";
+    const prompt = this.prompts.on ?? "";
+    const added = rendered.startsWith(prompt) ? rendered.slice(prompt.length) : "";
+    return added.trim() === this.markers.open ? added : this.markers.open;
+  }
+
+  /** Whether every switch's open turn could be read. */
+  get complete(): boolean {
+    return (["default", "on", "off"] as const).every((t) => this.prompts[t] !== undefined && this.rendered[t] !== undefined);
   }
 
   /** Whether the template's generation prompt is what node-llama-cpp writes, whatever the switch. */

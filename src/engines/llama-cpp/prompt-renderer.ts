@@ -146,7 +146,7 @@ export class PromptRenderer {
         own instanceof JinjaTemplateChatWrapper &&
         !/\btools\b/.test(this.template ?? "") &&
         rendersAlike(new FaithfulChatMLChatWrapper(), own) &&
-        OpenTurns.probe(own, thinkingMarkers(own))?.agrees === true;
+        OpenTurns.probe(own, thinkingMarkers(own, this.template))?.agrees === true;
       if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
       else wrapper = own ?? wrapper;
     }
@@ -309,10 +309,14 @@ export class PromptRenderer {
   private get openTurns(): OpenTurns | undefined {
     if (this.openTurnsOnce === null) {
       const thought = this.thought;
-      const markers = thought && thinkingMarkers(this.wrapper);
-      // A thinking section without plain-text markers (opened on the response's start) keeps the old path.
-      this.openTurnsOnce =
+      const markers = thought && thinkingMarkers(this.wrapper, this.template);
+      // A thinking section without plain-text markers keeps node-llama-cpp's open turn.
+      const turns =
         this.wrapper instanceof JinjaTemplateChatWrapper && !this.harmony && (!thought || markers) ? OpenTurns.probe(this.wrapper, markers) : undefined;
+      // So does one opened on the response's start unless node-llama-cpp can render every switch:
+      // it moves the open turn into `reasoning_content`, which Laguna's template leaves out with
+      // thinking off (the request would fail to render).
+      this.openTurnsOnce = opensOnStart(thought) && !turns?.complete ? undefined : turns;
     }
     return this.openTurnsOnce;
   }
@@ -321,14 +325,22 @@ export class PromptRenderer {
   private withoutThinkingMarkers(text: LlamaText, wrapper: ChatWrapper): LlamaText {
     const thought = this.thought;
     if (!(wrapper instanceof JinjaTemplateChatWrapper) || !thought) return text;
-    const open = plainText(thought.prefix)?.trim();
-    const close = plainText(thought.suffix)?.trim();
-    if (!open || !close) return text;
     const values = [...text.values];
     let last = values.length - 1;
     while (last >= 0 && values[last] === "") last--;
     const tail = values[last];
     if (!(tail instanceof SpecialTokensText)) return text;
+    // A section node-llama-cpp opened on the response's start, where `planReasoning` opens it as the
+    // template writes it: its opening comes off.
+    const opening = wrapper === this.wrapper && opensOnStart(thought) ? this.openTurns?.opening : undefined;
+    if (opening !== undefined) {
+      if (!tail.value.endsWith(opening)) return text;
+      values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - opening.length));
+      return LlamaText(values.slice(0, last + 1));
+    }
+    const open = plainText(thought.prefix)?.trim();
+    const close = plainText(thought.suffix)?.trim();
+    if (!open || !close) return text;
     this.trailingMarkers ??= new RegExp(`(?:${escapeRegExp(open)}\\s*)?(?:${escapeRegExp(close)}\\s*)?$`);
     const trailing = this.trailingMarkers;
     const kept = tail.value.replace(trailing, "");
@@ -371,8 +383,13 @@ export class PromptRenderer {
         );
       return undefined;
     }
-    // Some templates open the section themselves ("openedOnStart"): there is no prefix to add.
-    const prefix = typeof thought.prefix === "object" && "type" in thought.prefix ? LlamaText([]) : LlamaText(thought.prefix);
+    // Some templates open the section in every assistant turn ("openedOnStart"): node-llama-cpp's
+    // open turn has opened it, and there is no prefix to add. Where the open turn is the template's
+    // generation prompt instead (GLM 4.6's, which leaves the opening to the model), the prefix is
+    // the opening as the template writes it (open-turn.ts).
+    const openedOnStart = opensOnStart(thought);
+    const opening = openedOnStart && openTurn ? this.openTurns?.opening : undefined;
+    const prefix = !openedOnStart ? LlamaText(thought.prefix as string | LlamaText) : LlamaText(opening === undefined ? [] : new SpecialTokensText(opening));
     const suffix = LlamaText(thought.suffix ?? "");
     const enabled = req.reasoning?.enabled ?? true;
     // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
@@ -622,12 +639,26 @@ function thinkingSwitch(req: GenerationRequest): ThinkingSwitch {
   return req.reasoning.enabled === false ? "off" : "on";
 }
 
-/** A wrapper's thinking markers as plain text ("<think>", "</think>"), when it has both. */
-function thinkingMarkers(wrapper: ChatWrapper): { open: string; close: string } | undefined {
+/**
+ * A wrapper's thinking markers as plain text ("<think>", "</think>"), when it has both. A section
+ * node-llama-cpp finds opened on the response's start has no opening marker of its own: GLM 4.5/4.6's
+ * template writes "\n<think>" into every assistant turn, so node-llama-cpp counts it as part of the
+ * turn. Its opening is then taken from a closing tag ("</think>" → "<think>"), if the template writes it.
+ */
+function thinkingMarkers(wrapper: ChatWrapper, template: string | undefined): { open: string; close: string } | undefined {
   const thought = wrapper.settings.segments?.thought;
-  const open = plainText(thought?.prefix)?.trim();
   const close = plainText(thought?.suffix)?.trim();
-  return open && close ? { open, close } : undefined;
+  if (!close) return undefined;
+  const openedOnStart = opensOnStart(thought);
+  const tag = openedOnStart ? /^<\/([^<>\s/]+)>$/.exec(close)?.[1] : undefined;
+  const open = openedOnStart ? (tag && template?.includes(`<${tag}>`) ? `<${tag}>` : undefined) : plainText(thought?.prefix)?.trim();
+  return open ? { open, close } : undefined;
+}
+
+/** Whether node-llama-cpp finds the thinking section opened on the response's start (no opening marker of its own). */
+function opensOnStart(thought: NonNullable<ChatWrapperSettings["segments"]>["thought"]): boolean {
+  const prefix = thought?.prefix;
+  return typeof prefix === "object" && !(prefix instanceof LlamaText) && "type" in prefix;
 }
 
 /** A segment's plain text (a prefix or suffix given as text or LlamaText), or undefined. */
