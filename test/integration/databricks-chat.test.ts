@@ -171,8 +171,9 @@ test("the tool loop: a thinking model's call turn goes back as it came (reasonin
   assert.equal(first.status, 200, first.text);
   const message = first.json.choices[0].message;
   assert.ok(message.tool_calls?.length >= 1, first.text);
-  const answer = { role: "tool", tool_call_id: message.tool_calls[0].id, content: "sunny" };
-  const second = await chat("think", { messages: [user("weather?"), message, answer], tools, reasoning_effort: "low", max_tokens: 4 });
+  // Every call gets its answer (the model may have made several: parallel calls are on by default).
+  const answers = message.tool_calls.map((c: { id: string }) => ({ role: "tool", tool_call_id: c.id, content: "sunny" }));
+  const second = await chat("think", { messages: [user("weather?"), message, ...answers], tools, reasoning_effort: "low", max_tokens: 4 });
   assert.equal(second.status, 200, second.text);
   const call = { id: "call_1", type: "function", function: { name: "weather", arguments: '{"p0":"x"}' } };
   const echoed = await chat("tiny", { messages: [user("weather?"), { role: "assistant", content: "", tool_calls: [call] }, { role: "tool", tool_call_id: "call_1", content: "sunny" }], tools, max_tokens: 4 });

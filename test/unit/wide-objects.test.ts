@@ -88,7 +88,9 @@ test("tool parameters and schemas are taken as objects without a copy of each ke
   const { value, reads } = watched(wide);
   const parsed = chatCompletionRequest.safeParse({ ...base, tools: [{ type: "function", function: { name: "f", parameters: value } }] });
   assert.equal(parsed.success, true);
-  assert.equal(reads(), 0, "the schema compiler, which bounds a schema's size, is the one to read it");
+  // The check that parameters describe an object reads a few named keywords (type, enum, anyOf, …),
+  // never each property: the schema compiler, which bounds a schema's size, is the one to read those.
+  assert.ok(reads() <= 16, `${reads()} reads of a 50,000-key schema`);
   assert.equal(chatCompletionRequest.safeParse({ ...base, tools: [{ type: "function", function: { name: "f", parameters: "{}" } }] }).success, false);
   assert.equal(chatCompletionRequest.safeParse({ ...base, tools: [{ type: "function", function: { name: "f", parameters: [] } }] }).success, false);
 });
