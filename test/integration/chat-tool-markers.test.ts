@@ -158,6 +158,23 @@ for (const model of ["mistral", "granite", "nemo", "kimi"]) {
   });
 }
 
+test("a call layout's closing and inner markers sampled outside a call decode to nothing, streamed or not: only the opening marker reads as text there", async () => {
+  // Kimi K2's markers after its opening one, made certain; the opening one banned.
+  const inner = ["<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"];
+  const bias = Object.fromEntries([...inner.map((m) => [ids.kimi[m], 100]), [ids.kimi["<|tool_calls_section_begin|>"], -100]]);
+  const body = ask("kimi", { logit_bias: bias, temperature: 1, seed: 5, max_tokens: 24 });
+  const c = (await server.http.chat(body)).choices[0];
+  assert.equal(c.message.tool_calls, undefined, JSON.stringify(c));
+  for (const m of inner) assert.ok(!(c.message.content ?? "").includes(m), `${m} in ${JSON.stringify(c.message.content)}`);
+  const stream = await streamed(body);
+  for (const m of inner) assert.ok(!stream.content.includes(m), `${m} in ${JSON.stringify(stream.content)}`);
+  const raw = await server.http.chat({ ...body, logprobs: true });
+  const tokens = raw.choices[0].logprobs!.content!.map((t) => t.token);
+  // The markers were sampled (and counted): each decoded to nothing.
+  assert.equal(raw.usage!.completion_tokens, 24);
+  assert.deepEqual(tokens, Array(24).fill(""));
+});
+
 const SYSTEM: ChatMessageBody = { role: "system", content: "You are a helpful assistant." };
 const QUESTION: ChatMessageBody = { role: "user", content: "What is the weather in Paris?" };
 const ROUND_TRIP: ChatMessageBody[] = [

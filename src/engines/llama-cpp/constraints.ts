@@ -111,6 +111,14 @@ export class ConstraintPlanner {
     this.markers = new Map([...this.markerTokens].map(([text, token]) => [token, text]));
   }
 
+  /**
+   * The markers that mean something only inside a call (all but the one that opens it): sampled
+   * anywhere else, such a token is the control token it is, not text.
+   */
+  get innerMarkers(): ReadonlySet<Token> {
+    return new Set([...this.markerTokens].filter(([text]) => text !== this.trigger).map(([, token]) => token));
+  }
+
   /** Everything a call is opened with, as text: the section marker (if any) and the call prefix. */
   get opening(): string {
     return this.format.sectionPrefix + this.format.prefix;

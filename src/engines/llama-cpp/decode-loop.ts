@@ -69,6 +69,13 @@ export interface LoopSetup {
    * llama.cpp counts as end-of-generation and renders as nothing).
    */
   markers?: ReadonlyMap<Token, string>;
+  /**
+   * Those of `markers` that read as their text only inside a tool call (a call layout's closing and
+   * inner markers): a stray one in the answer or the thinking decodes as the control token it is,
+   * to nothing, instead of showing its text there (Command R7B's <|END_ACTION|>, Kimi K2's
+   * <|tool_call_end|> sampled in free text).
+   */
+  callMarkers?: ReadonlySet<Token>;
   /** Put into the sequence when a thinking section closes, before the answer (gpt-oss's next message header). */
   answerOpening?: Token[];
   /** A header the model may write at the start of its answer, which is not part of the answer. */
@@ -93,7 +100,8 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
-    return marker === undefined ? decoder.push(t) : decoder.flush() + marker;
+    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall && !tools?.forced)) return decoder.push(t);
+    return decoder.flush() + marker;
   };
   function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {
     // No token follows, so what the router asks for now has nothing left to act on.
@@ -153,6 +161,13 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
       let replacement = forced ? tokens : undefined;
       const edit = edits.take();
       if (edit) {
+        // What the router puts into the sequence (a call's opening, a closed thinking section) counts
+        // against the token budget like what the model samples: when it does not fit, the generation
+        // ends here rather than run past max_tokens.
+        if (generated.length + edit.tokens.length > setup.maxTokens) {
+          yield* finish("length", 0);
+          return;
+        }
         replacement = forced || !edit.replace ? [...tokens, ...edit.tokens] : edit.tokens;
         generated.push(...edit.tokens);
         yield router.written(edit.tokens.length);

@@ -398,6 +398,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       // The call layout's control-token markers are read as their text only while calls can be made:
       // otherwise such a token stays what it decodes to, nothing.
       markers: prepared.tools ? new Map([...(this.harmony?.markers ?? []), ...this.constraints.markers]) : this.harmony?.markers,
+      callMarkers: prepared.tools ? this.constraints.innerMarkers : undefined,
       answerOpening: prepared.answerOpening,
       answerHeader: prepared.answerHeader,
       grammar,
