@@ -23,6 +23,8 @@ import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
 import { callIndexOf } from "./tool-layouts.ts";
+import { GEMMA4_QUOTE, Gemma4ArgumentsReader } from "./gemma4-tool-calls.ts";
+import { gemma4ArgumentsGrammar } from "../../grammar/gemma4-arguments.ts";
 import { isRawString, rawStringGrammar, resolveLocalRef, xmlArgumentsGrammar, type XmlParameterGrammar } from "../../grammar/xml-arguments.ts";
 
 export interface Constraints {
@@ -71,19 +73,24 @@ export class ConstraintPlanner {
   /** Control tokens the call layout is written with, by their text (see literal). */
   private readonly markerTokens = new Map<string, Token>();
 
+  /** Gemma 4's string quote as text (see gemma4Arguments). */
+  private quote = GEMMA4_QUOTE;
+
   /** The same markers by token, with their text (for the decode loop). */
   readonly markers: ReadonlyMap<Token, string>;
 
   /**
    * `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as
    * text); `xml`, for templates that write arguments as XML parameters, gives the layout and how
-   * the arguments are written.
+   * the arguments are written; `gemma4`, for Gemma 4's templates, that the arguments are written in
+   * its own notation (gemma4-tool-calls.ts).
    */
   constructor(
     private readonly model: LlamaModel,
     wrapper: ChatWrapper,
     format?: ToolCallFormat,
     private readonly xml?: XmlToolLayout,
+    private readonly gemma4 = false,
   ) {
     format ??= xml?.format;
     const call = wrapper.settings.functions.call;
@@ -99,6 +106,12 @@ export class ConstraintPlanner {
       ...(callIndexOf(wrapper) ? { index: callIndexOf(wrapper) } : {}),
     };
     this.severalCalls = format === undefined || xml !== undefined;
+    if (gemma4) {
+      // The quote token is a marker too (named in grammars, read as its text); the name ends at the
+      // arguments' `{`.
+      this.quote = this.literal(LlamaText(new SpecialTokensText(GEMMA4_QUOTE))) || GEMMA4_QUOTE;
+      this.format = { ...this.format, encoded: { nameEnd: "{", reader: () => new Gemma4ArgumentsReader() } };
+    }
     // A call is recognised by the leading marker of what opens it: the section marker when the
     // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>"). A
     // control token that opens it is the marker by itself: sampling it is the model's decision to
@@ -226,6 +239,7 @@ export class ConstraintPlanner {
 
   private async argumentsGrammar(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[]; raw?: Set<string> }> {
     if (this.xml) return this.xmlArguments(tool, i, control);
+    if (this.gemma4) return this.gemma4Arguments(tool, i);
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
       const loadCost = estimateLoadCost(argsGbnf);
@@ -293,6 +307,33 @@ export class ConstraintPlanner {
     const loadCost = estimateLoadCost(argsGbnf);
     if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", field);
     return { argsGbnf, loadCost, relaxed, raw };
+  }
+
+  /**
+   * A call's arguments in Gemma 4's notation (grammar/gemma4-arguments.ts), compiled from the tool's
+   * schema. A free-text tool's input is one string argument, `input`.
+   */
+  private gemma4Arguments(tool: ToolDefinition, i: number): { argsGbnf: string; loadCost: number; relaxed: string[] } {
+    const field = tool.input ? `tools[${i}].input` : `tools[${i}].parameters`;
+    let schema: unknown = tool.parameters;
+    if (tool.input) {
+      if (tool.input.syntax !== "text") throw invalidField("{field} cannot be enforced for this model: its calls write arguments in Gemma 4's notation, and only free-text inputs (syntax \"text\") are supported there.", field);
+      schema = { type: "object", properties: { input: { type: "string" } }, required: ["input"] };
+    } else {
+      const why = notAnObjectSchema(tool.parameters);
+      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field);
+    }
+    let compiled: { gbnf: string; relaxed: Array<{ path: string }> };
+    try {
+      compiled = gemma4ArgumentsGrammar(schema ?? {}, { quote: this.spell(this.quote), quoteText: this.quote, strict: tool.strict });
+    } catch (err) {
+      if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
+      if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+      throw err;
+    }
+    const loadCost = estimateLoadCost(compiled.gbnf);
+    if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", field);
+    return { argsGbnf: compiled.gbnf, loadCost, relaxed: compiled.relaxed.map((r) => r.path) };
   }
 
   private async contentGrammar(req: GenerationRequest, control: CompileControl): Promise<{ gbnf: string; relaxed: string[] }> {

@@ -20,6 +20,7 @@ import {
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
+import { wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
 import { renderJinjaLikePython } from "./jinja-python.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
@@ -281,6 +282,11 @@ export class PromptRenderer {
         look(call.arguments, `prompt.messages[${i}].toolCalls[${k}].arguments`);
       }),
     );
+    // An earlier Gemma 4 template writes a result that is JSON as a value too (toolResponsesOnTurn).
+    if (this.template && wantsToolResponses(this.template))
+      req.prompt.messages.forEach((m, i) => {
+        if (m.role === "tool" && typeof m.content === "string" && /^\s*[[{]/.test(m.content)) look(m.content, `prompt.messages[${i}].content`);
+      });
   }
 
   /** A pattern matching the text of any of the vocabulary's control tokens (built on first use). */

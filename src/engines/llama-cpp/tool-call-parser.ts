@@ -23,6 +23,17 @@ export interface ToolCallFormat {
   xml?: XmlArguments;
   /** A counter written next to the name (Kimi K2's `NAME:0`): read past, not part of the name. */
   index?: CallIndex;
+  /**
+   * Arguments in a notation of their own (Gemma 4's `{key:<|"|>text<|"|>,…}`) rather than JSON:
+   * the name ends where `nameEnd` begins (`paramsPrefix` is then empty), and a reader made for
+   * each call turns the arguments, from there, into the text of a JSON object.
+   */
+  encoded?: { nameEnd: string; reader(): ArgumentsReader };
+}
+
+/** Reads a call's arguments from generated text: the JSON read, how much text was used, whether they ended. */
+export interface ArgumentsReader {
+  read(text: string): { json: string; used: number; done: boolean };
 }
 
 export type ToolCallEvent =
@@ -44,7 +55,7 @@ export class ToolCallParser {
   private inString = false;
   private escaped = false;
   private started = false;
-  private xml: XmlArgumentsReader | null = null;
+  private reader: ArgumentsReader | null = null;
 
   constructor(private readonly format: ToolCallFormat) {}
 
@@ -62,7 +73,8 @@ export class ToolCallParser {
       if (this.state === "closed") break;
       if (this.state === "name") {
         const xml = this.format.xml;
-        const at = xml && this.format.paramsPrefix === "" ? this.buffer.indexOf("<") : this.buffer.indexOf(this.format.paramsPrefix);
+        const encoded = this.format.encoded;
+        const at = encoded ? this.buffer.indexOf(encoded.nameEnd) : xml && this.format.paramsPrefix === "" ? this.buffer.indexOf("<") : this.buffer.indexOf(this.format.paramsPrefix);
         if (at === -1) break;
         const name = withoutIndex(this.buffer.slice(0, at).trim(), this.format.index);
         events.push({ type: "name", index: this.index, name });
@@ -71,15 +83,16 @@ export class ToolCallParser {
         this.state = "args";
         this.depth = 0;
         this.started = false;
-        if (xml) this.xml = new XmlArgumentsReader(xml.tags, xml.rawParams.get(name) ?? new Set());
+        if (xml) this.reader = new XmlArgumentsReader(xml.tags, xml.rawParams.get(name) ?? new Set());
+        else if (encoded) this.reader = encoded.reader();
         continue;
       }
-      if (this.state === "args" && this.xml) {
-        const { json, used, done } = this.xml.read(this.buffer);
+      if (this.state === "args" && this.reader) {
+        const { json, used, done } = this.reader.read(this.buffer);
         if (json) events.push({ type: "arguments", index: this.index, text: json });
         this.buffer = this.buffer.slice(used);
         if (!done) break;
-        this.xml = null;
+        this.reader = null;
         this.state = "suffix";
         continue;
       }

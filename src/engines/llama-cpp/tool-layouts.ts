@@ -1,5 +1,6 @@
 import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
+import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
@@ -305,23 +306,66 @@ function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: strin
  * refused `'\n' + content` in Qwen 3's template for every answered call, and node-llama-cpp fell
  * back to writing calls and results into the assistant's text, unlike the template.
  */
-function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper): void {
+function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: string): void {
   if (!wrapper.usingJinjaFunctionCallTemplate) return;
   const internals = wrapper as unknown as JinjaToolInternals;
   const jinja = internals._jinjaTemplate;
   if (typeof jinja?.render !== "function") throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; tool-layouts.ts needs updating");
+  // An earlier Gemma 4 template reads results only from the assistant's turn, as llama.cpp's server
+  // rewrites the messages for it.
+  const onTurn = wantsToolResponses(template);
+  let results: unknown[] = [];
+  if (onTurn) {
+    // The conversation's results that are JSON, in order, as values (undefined for a text): the
+    // template sees a placeholder for each result's text, so these go to it as values and their
+    // texts are left empty (see toolResponsesOnTurn).
+    const generate = wrapper.generateContextState.bind(wrapper);
+    wrapper.generateContextState = (options) => {
+      const values: unknown[] = [];
+      const chatHistory = options.chatHistory.map((item) => {
+        if (item.type !== "model") return item;
+        const response = item.response.map((r) => {
+          if (typeof r !== "object" || r.type !== "functionCall" || r.result === undefined) return r;
+          const value = typeof r.result === "string" ? jsonValue(r.result) : undefined;
+          values.push(value);
+          return value === undefined ? r : { ...r, result: "" };
+        });
+        return { ...item, response };
+      });
+      results = values;
+      try {
+        return generate({ ...options, chatHistory });
+      } finally {
+        results = [];
+      }
+    };
+  }
+  const asServerPasses = (params: Record<string, unknown>) => {
+    const out = withContent(params);
+    return onTurn && Array.isArray(out.messages) ? { ...out, messages: toolResponsesOnTurn(out.messages as Array<Record<string, unknown>>, results) } : out;
+  };
   const render = (params: Record<string, unknown>): string => {
     try {
-      return jinja.render(withContent(params));
+      return jinja.render(asServerPasses(params));
     } catch (err) {
       if (!Array.isArray(params.tools) || params.tools.length === 0) throw err;
-      return jinja.render(withContent({ ...params, tools: params.tools.map(withDescriptions) }));
+      return jinja.render(asServerPasses({ ...params, tools: params.tools.map(withDescriptions) }));
     }
   };
   internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
   // Results reach the template as the text the client sent (see toChatHistory), as llama.cpp's
   // server passes them, whatever node-llama-cpp guessed from its samples about writing values out.
   internals._stringifyFunctionResult = false;
+}
+
+/** A text's JSON value when it is JSON other than a string; undefined otherwise. */
+function jsonValue(text: string): unknown {
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === "string" ? undefined : value;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The pieces of a call layout in the order a turn writes them (a name and arguments in between). */
@@ -459,13 +503,15 @@ export function prepareToolRendering(
   mendLayout(wrapper, tokenizer, template);
   // Templates that write arguments as XML parameters (xml-tool-calls.ts) take theirs whatever
   // node-llama-cpp read.
+  // So does Gemma 4, whose arguments are a notation of its own (gemma4-tool-calls.ts).
   const xml = adoptXmlToolLayout(wrapper, template);
-  const undo = xml?.undo ?? adoptKnownToolLayout(wrapper, template);
-  renderLikePythonJinja(wrapper);
+  const gemma4 = xml ? undefined : adoptGemma4ToolLayout(wrapper, template);
+  const undo = xml?.undo ?? gemma4 ?? adoptKnownToolLayout(wrapper, template);
+  renderLikePythonJinja(wrapper, template);
   if (!undo) return undefined;
   try {
     probe(wrapper);
-    return xml?.name ?? LAYOUTS.find((l) => l.matches(template))?.name;
+    return xml?.name ?? (gemma4 ? "gemma4" : LAYOUTS.find((l) => l.matches(template))?.name);
   } catch {
     undo();
     return undefined;

@@ -1,0 +1,110 @@
+import assert from "../helpers/assert.ts";
+import { test } from "node:test";
+import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
+import { Gemma4ArgumentsReader, isGemma4Template, toolResponsesOnTurn, wantsToolResponses } from "../../src/engines/llama-cpp/gemma4-tool-calls.ts";
+import { gemma4ArgumentsGrammar } from "../../src/grammar/gemma4-arguments.ts";
+import { UnsupportedSchemaError } from "../../src/grammar/json-schema-to-gbnf.ts";
+import { GEMMA_4_INTERLEAVED_TEMPLATE, GEMMA_4_TEMPLATE } from "../fixtures/real-templates.ts";
+
+// Gemma 4's call notation (gemma4-tool-calls.ts, grammar/gemma4-arguments.ts): reading a call's
+// arguments back into JSON, whole or a piece at a time, and the grammar built from a schema.
+
+const Q = '<|"|>';
+const CALL = `{city:${Q}Pa"ris\\n${Q},days:3,opts:{a:[1,${Q}x${Q},-2.5e3],b:true,c:null},empty:{},list:[]}`;
+const JSON_ARGS = '{"city":"Pa\\"ris\\\\n","days":3,"opts":{"a":[1,"x",-2.5e3],"b":true,"c":null},"empty":{},"list":[]}';
+
+function readAll(text: string, step: number): { json: string; rest: string } {
+  const reader = new Gemma4ArgumentsReader();
+  let json = "";
+  let pending = "";
+  for (let i = 0; i < text.length; i += step) {
+    pending += text.slice(i, i + step);
+    const r = reader.read(pending);
+    json += r.json;
+    pending = pending.slice(r.used);
+    if (r.done) return { json, rest: pending + text.slice(i + step) };
+  }
+  return { json, rest: pending };
+}
+
+test("gemma 4 reader: arguments become compact JSON (keys quoted, strings escaped), the same whole and a character at a time", () => {
+  for (const step of [CALL.length, 1, 2, 3, 7]) {
+    const { json, rest } = readAll(CALL + "<tool_call|>", step);
+    assert.equal(json, JSON_ARGS, `step ${step}`);
+    assert.equal(rest, "<tool_call|>");
+    assert.deepEqual(JSON.parse(json), { city: 'Pa"ris\\n', days: 3, opts: { a: [1, "x", -2500], b: true, c: null }, empty: {}, list: [] });
+  }
+  assert.equal(readAll("{}", 1).json, "{}");
+});
+
+test("gemma 4 reader: a string is passed on as it comes, holding back only what may be the closing quote", () => {
+  const reader = new Gemma4ArgumentsReader();
+  assert.deepEqual(reader.read(`{text:${Q}Hello wor`), { json: '{"text":"Hello wor', used: 20, done: false });
+  assert.deepEqual(reader.read("ld<|"), { json: "ld", used: 2, done: false });
+  assert.deepEqual(reader.read(`<|"|>}`), { json: '"}', used: 6, done: true });
+});
+
+test("gemma 4 parser: names end at the arguments' brace, several calls follow each other", () => {
+  const parser = new ToolCallParser({
+    sectionPrefix: "",
+    prefix: "<|tool_call>call:",
+    paramsPrefix: "",
+    suffix: "<tool_call|>",
+    betweenCalls: "",
+    sectionSuffix: "",
+    encoded: { nameEnd: "{", reader: () => new Gemma4ArgumentsReader() },
+  });
+  const events: ToolCallEvent[] = [];
+  const text = `get_weather${CALL}<tool_call|><|tool_call>call:get_time{zone:${Q}UTC${Q}}<tool_call|>`;
+  for (const ch of text) events.push(...parser.push(ch));
+  const calls: Array<{ name: string; args: string }> = [];
+  for (const e of events) {
+    if (e.type === "name") calls[e.index] = { name: e.name, args: "" };
+    if (e.type === "arguments") calls[e.index].args += e.text;
+  }
+  assert.deepEqual(calls, [{ name: "get_weather", args: JSON_ARGS }, { name: "get_time", args: '{"zone":"UTC"}' }]);
+  assert.equal(events.filter((e) => e.type === "done").length, 2);
+});
+
+const opts = { quote: "<[99]>", quoteText: Q, strict: true };
+
+test("gemma 4 grammar: bare keys in the schema's order, required ones present, strings between quote tokens", () => {
+  const { gbnf } = gemma4ArgumentsGrammar(
+    { type: "object", properties: { city: { type: "string", maxLength: 5 }, days: { type: "integer", minimum: 1, maximum: 7 }, unit: { enum: ["c", "f"] } }, required: ["days"] },
+    opts,
+  );
+  assert.match(gbnf, /^root ::= /);
+  assert.ok(gbnf.includes('"city:"') && gbnf.includes('"days:"') && gbnf.includes('"unit:"'), gbnf);
+  assert.ok(gbnf.includes("<[99]>"), gbnf);
+  assert.ok(gbnf.indexOf('"city:"') < gbnf.indexOf('"days:"'));
+  // No property at all: only `{}`.
+  assert.equal(gemma4ArgumentsGrammar({ type: "object", properties: {}, additionalProperties: false }, opts).gbnf, 'root ::= "{}"');
+});
+
+test("gemma 4 grammar: what cannot be written is refused when strict and relaxed (and listed) when not", () => {
+  const schema = { type: "object", properties: { "a:b": { type: "string" }, n: { type: "string", not: { const: "x" } } }, required: ["n"] };
+  assert.throws(() => gemma4ArgumentsGrammar(schema, opts), UnsupportedSchemaError);
+  const { relaxed } = gemma4ArgumentsGrammar(schema, { ...opts, strict: false });
+  assert.deepEqual(relaxed.map((r) => r.path).sort(), ["properties.a:b", "properties.n.not"]);
+  assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { "a:b": { type: "string" } }, required: ["a:b"] }, { ...opts, strict: false }), UnsupportedSchemaError);
+});
+
+test("gemma 4 templates: recognised as llama.cpp recognises them; the earlier one gets results on the assistant's turn", () => {
+  assert.ok(isGemma4Template(GEMMA_4_TEMPLATE) && isGemma4Template(GEMMA_4_INTERLEAVED_TEMPLATE));
+  assert.ok(!wantsToolResponses(GEMMA_4_TEMPLATE) && wantsToolResponses(GEMMA_4_INTERLEAVED_TEMPLATE));
+  const calls = [{ id: "c1", type: "function", function: { name: "f", arguments: {} } }, { id: "c2", type: "function", function: { name: "g", arguments: {} } }];
+  const out = toolResponsesOnTurn(
+    [
+      { role: "user", content: "u" },
+      { role: "assistant", content: "", tool_calls: calls },
+      { role: "tool", tool_call_id: "c1", content: "ID1" },
+      { role: "tool", tool_call_id: "c2", content: "ID2" },
+      { role: "assistant", content: "done" },
+    ],
+    [{ t: 1 }, undefined],
+  );
+  assert.deepEqual(out, [
+    { role: "user", content: "u" },
+    { role: "assistant", tool_calls: calls, tool_responses: [{ name: "fID1", response: { t: 1 } }, { name: "g", response: "ID2" }], content: "done" },
+  ]);
+});
