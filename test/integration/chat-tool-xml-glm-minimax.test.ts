@@ -267,6 +267,20 @@ test("glm46: the model's own <think> opens the reasoning (thinking on); with thi
   }
 });
 
+test("glm46: a forced call after a thinking section Plinth closed at its budget is named (the blank line after the closing marker went into the name)", async () => {
+  for (const [seed, choice] of [[1, "required"], [2, { type: "function", function: { name: "get_weather" } }]] as const) {
+    // The model opens its section at once and never closes it: the 64-token budget of "minimal" does.
+    const bias = { [EXTRA_TOKENS.thinkOpen]: 100, [EXTRA_TOKENS.thinkClose]: -100 };
+    const body = ask("glm46", { reasoning_effort: "minimal", tool_choice: choice, max_tokens: 400, parallel_tool_calls: false, seed, logit_bias: bias });
+    const c = (await server.http.chat(body)).choices[0];
+    assert.ok((c.message.reasoning_content ?? "").length > 0, `it thought first: ${JSON.stringify(c).slice(0, 600)}`);
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c).slice(0, 400));
+    checkCalls(c.message.tool_calls, c.message.content);
+    const stream = await streamed(body);
+    assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+  }
+});
+
 test("glm47: tools, a call's arguments as <arg_key>/<arg_value> pairs with nothing between the tags, and the results render as llama-server renders them (thinking off)", async () => {
   const tools =
     "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" +

@@ -177,13 +177,20 @@ test("a forced call opens the answer: from the prompt, or written after thinking
     { kind: "call-starts", opening: { kind: "append" } },
   ]);
   assert.equal(thinking.inCall, true);
-  // Text after the closing marker in the same token already belongs to the call.
-  const r = route({ tools, reasoning: THINK }, ["hmm</think>f", '", "arguments": {}']);
+  // Text after the closing marker in the same token comes before the call's opening in the
+  // sequence: it is answer text, not the start of the call's name; the call is what follows the
+  // opening once written. The blank line Plinth writes after a forced "</think>" is nothing.
+  const router = new TextRouter({ tools, reasoning: THINK });
+  router.start();
+  const before = [drain(router.push("hmm</think>f", 1)), drain(router.push("\n\n", 1))];
+  assert.deepEqual(before.map((b) => b.chunks.filter((c) => c.kind === "text" && !c.channel).map((c) => (c as { text: string }).text)), [["f"], [""]]);
+  router.written(3);
+  const call = drain(router.push('lookup", "arguments": {}', 1));
   assert.deepEqual(
-    r.chunks.filter((c) => c.kind === "tool-call"),
-    [{ kind: "tool-call", index: 0, name: "f" }],
+    call.chunks.filter((c) => c.kind === "tool-call"),
+    [{ kind: "tool-call", index: 0, name: "lookup" }],
   );
-  assert.deepEqual(r.end.chunks.at(-1), { kind: "end", reason: "tool_calls" });
+  assert.deepEqual(drain(router.finish("stop")).chunks.at(-1), { kind: "end", reason: "tool_calls" });
 });
 
 test("gpt-oss's final-channel header is dropped from the answer, even in pieces", () => {

@@ -74,6 +74,13 @@ export class TextRouter {
   private readonly trigger: StopMatcher | null;
   private readonly header: HeaderFilter | null;
   private parser: ToolCallParser | null = null;
+  /**
+   * A forced call's opening is to be appended after the token being routed (the thinking section
+   * closed): until it is written, text is what goes before the call in the sequence (the "\n\n"
+   * after a forced "</think>"), not the call's own text. GLM 4.6's calls came back nameless: the
+   * blank line was read as the start of the name.
+   */
+  private openingPending = false;
   private thoughtTokens = 0;
 
   constructor(private readonly setup: RouterSetup) {
@@ -152,6 +159,7 @@ export class TextRouter {
 
   /** The chunk that accounts for `count` tokens the engine wrote into the sequence itself. */
   written(count: number): EngineChunk {
+    this.openingPending = false;
     // Written rather than sampled, but output all the same: counted in usage.
     return this.parser ? { kind: "tool-call-arguments", index: 0, text: "", tokens: count } : { kind: "text", text: "", tokens: count };
   }
@@ -193,6 +201,7 @@ export class TextRouter {
 
   private openCall(opening: CallOpening, actions: RouterAction[]): void {
     this.parser = new ToolCallParser(this.setup.tools!.format);
+    this.openingPending = opening.kind === "append";
     actions.push({ kind: "call-starts", opening });
   }
 
@@ -205,7 +214,11 @@ export class TextRouter {
     actions: RouterAction[],
   ): Generator<EngineChunk> {
     if (this.parser) {
-      yield* this.callText(this.parser, text, tokens);
+      // What comes before the opening in the sequence is not the call's: text the model wrote after
+      // its closing marker, in the same token, is answer text; the closing layout Plinth writes after
+      // a forced "</think>" (the blank line) is nothing to show.
+      if (this.openingPending) yield { kind: "text", text: text.trim() === "" ? "" : text, tokens, ...logprobs };
+      else yield* this.callText(this.parser, text, tokens);
       return;
     }
     if (this.header) text = this.header.push(text);
