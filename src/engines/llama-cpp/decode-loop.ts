@@ -73,7 +73,8 @@ export interface LoopSetup {
    * Those of `markers` that read as their text only inside a tool call (a call layout's closing and
    * inner markers): a stray one in the answer or the thinking decodes as the control token it is,
    * to nothing, instead of showing its text there (Command R7B's <|END_ACTION|>, Kimi K2's
-   * <|tool_call_end|> sampled in free text).
+   * <|tool_call_end|> sampled in free text; DeepSeek V3.1's <｜tool▁call▁begin｜> in the thinking
+   * before a forced call).
    */
   callMarkers?: ReadonlySet<Token>;
   /** Put into the sequence when a thinking section closes, before the answer (gpt-oss's next message header). */
@@ -100,7 +101,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
-    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall && !tools?.forced)) return decoder.push(t);
+    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall)) return decoder.push(t);
     return decoder.flush() + marker;
   };
   function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {
