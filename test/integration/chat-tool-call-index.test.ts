@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { Ajv } from "ajv";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
 import { APRIEL_1_5_TEMPLATE, APRIEL_1_6_TEMPLATE, KIMI_K2_INSTRUCT_TEMPLATE, KIMI_K2_THINKING_TEMPLATE } from "../fixtures/real-templates.ts";
-import { type ChatBody, type ChatChunk, type ChatMessageBody } from "../helpers/requests.ts";
+import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
 // Tool calling through the model's own template for families whose templates node-llama-cpp's
 // Jinja engine could not run, and which therefore fell back to node-llama-cpp's generic `||call:`
@@ -50,57 +50,21 @@ after(async () => {
   await server?.close();
 });
 
-const weather = {
-  type: "object",
-  properties: { city: { type: "string", description: "City name", maxLength: 12 }, days: { type: "integer", minimum: 1, maximum: 7 } },
-  required: ["city", "days"],
-  additionalProperties: false,
-};
-const clock = { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"], additionalProperties: false };
-const TOOLS = [
-  { type: "function" as const, function: { name: "get_weather", description: "Get the weather for a city", parameters: weather } },
-  { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: clock } },
-];
-const ajv = new Ajv({ strict: false });
-const validators: Record<string, ReturnType<typeof ajv.compile>> = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) };
+const weather = WEATHER_SCHEMA;
+const clock = CLOCK_SCHEMA;
+const TOOLS = WEATHER_AND_CLOCK;
 
 /** Text of the layouts that must never reach content. */
 const LEAKS = [...KIMI_MARKERS, "functions.", "<tool_calls>", "</tool_calls>", "||call"];
 
-function checkCalls(calls: Array<{ name: string; arguments: string }>, content: string | null) {
-  assert.ok(calls.length > 0, "expected tool calls");
-  for (const call of calls) {
-    const validate = validators[call.name];
-    assert.ok(validate, `unknown tool ${call.name}`);
-    assert.ok(validate(JSON.parse(call.arguments)), `${call.arguments}: ${JSON.stringify(validate.errors)}`);
-  }
-  for (const marker of LEAKS) assert.ok(!(content ?? "").includes(marker), `${marker} leaked into ${content}`);
-}
+const checkCalls = toolCallChecker({ get_weather: weather, get_time: clock }, LEAKS);
 
 const SYSTEM: ChatMessageBody = { role: "system", content: "You are a helpful assistant." };
 const QUESTION: ChatMessageBody = { role: "user", content: "What is the weather in Paris?" };
 
 const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({ model, messages: [SYSTEM, QUESTION], tools: TOOLS, max_tokens: 120, ...extra });
 
-async function streamed(body: ChatBody) {
-  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
-  assert.equal(res.status, 200);
-  let content = "";
-  let finish: string | null = null;
-  const calls: Array<{ id: string; name: string; arguments: string }> = [];
-  for (const line of (await res.text()).split("\n")) {
-    if (!line.startsWith("data: {")) continue;
-    const choice = (JSON.parse(line.slice(6)) as ChatChunk).choices[0];
-    if (!choice) continue;
-    content += choice.delta.content ?? "";
-    for (const d of choice.delta.tool_calls ?? []) {
-      if (d.id) calls[d.index] = { id: d.id, name: d.function?.name ?? "", arguments: "" };
-      calls[d.index].arguments += d.function?.arguments ?? "";
-    }
-    finish = choice.finish_reason ?? finish;
-  }
-  return { content, calls, finish };
-}
+const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 
 /** How each family's calls open. */
 const OPENINGS: Record<string, string> = {
@@ -136,26 +100,14 @@ for (const model of MODELS) {
   });
 
   test(`${model}: a call Plinth returned goes back with its result, and the conversation continues`, async () => {
-    const first = (await server.http.chat(ask(model, { tool_choice: "required", parallel_tool_calls: false, seed: 5 }))).choices[0];
-    const call = first.message.tool_calls![0];
-    const next = await server.http.chat({
-      ...ask(model, { max_tokens: 8 }),
-      messages: [SYSTEM, QUESTION, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: call.id, content: '{"temp": 20}' }],
-    });
-    assert.ok(next.usage!.prompt_tokens > 0);
+    await assertConversationContinues(server.http, (extra) => ask(model, extra), [SYSTEM, QUESTION]);
   });
 }
 
 test("kimi: in auto mode, the model's sampling <|tool_calls_section_begin|> starts a call, held to the schema, its counter left out of the name", async () => {
   const marker = "<|tool_calls_section_begin|>";
   const body = ask("kimi", { parallel_tool_calls: false, logit_bias: { [ids.kimi[marker]]: 100 }, temperature: 1, seed: 3 });
-  const c = (await server.http.chat(body)).choices[0];
-  assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
-  checkCalls(c.message.tool_calls!.map((t) => t.function), c.message.content);
-  const stream = await streamed(body);
-  assert.equal(stream.finish, "tool_calls");
-  assert.ok(!stream.content.includes(marker), stream.content);
-  assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+  await assertMarkerStartsCall(server.http, server.url, body, marker, checkCalls);
 });
 
 const ROUND_TRIP: ChatMessageBody[] = [

@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { Ajv } from "ajv";
 import { ensureFixtureModel, type FixtureSpec, TINY_SPEC } from "../fixtures/models.ts";
 import { GEMMA_4_INTERLEAVED_TEMPLATE, GEMMA_4_TEMPLATE } from "../fixtures/real-templates.ts";
-import { type ChatBody, type ChatChunk, type ChatCompletion, type ChatMessageBody } from "../helpers/requests.ts";
+import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 
 // Tool calling for Gemma 4, whose calls are a notation of its own rather than JSON:
 //   <|tool_call>call:NAME{key:VALUE,…}<tool_call|>
@@ -49,23 +49,10 @@ const TOOLS = [
   { type: "function" as const, function: { name: "get_weather", description: "Get the weather for a city", parameters: weather } },
   { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: clock } },
 ];
-const ajv = new Ajv({ strict: false });
-const validators: Record<string, ReturnType<typeof ajv.compile>> = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) };
-
-type ToolCall = NonNullable<ChatCompletion["choices"][number]["message"]["tool_calls"]>[number];
 
 const MARKUP = [...MARKERS, "call:", "<|", "|>"];
 
-function checkCalls(calls: ToolCall[] | undefined, content: string | null) {
-  assert.ok(calls && calls.length > 0, "expected tool calls");
-  for (const call of calls) {
-    const validate = validators[call.function.name];
-    assert.ok(validate, `unknown tool ${call.function.name}`);
-    assert.ok(validate(JSON.parse(call.function.arguments)), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
-    for (const m of MARKUP) assert.ok(!call.function.arguments.includes(m), `${m} in ${call.function.arguments}`);
-  }
-  for (const m of MARKUP) assert.ok(!(content ?? "").includes(m), `${m} leaked into ${content}`);
-}
+const checkCalls = toolCallChecker({ get_weather: weather, get_time: clock }, MARKUP);
 
 const ask = (extra: Partial<ChatBody> = {}): ChatBody => ({
   model: "gemma",
@@ -75,28 +62,7 @@ const ask = (extra: Partial<ChatBody> = {}): ChatBody => ({
   ...extra,
 });
 
-/** A streamed answer put back together: content, the calls by index, the finish reason. */
-async function streamed(body: ChatBody) {
-  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
-  assert.equal(res.status, 200);
-  let content = "";
-  let finish: string | null = null;
-  const calls: Array<{ id: string; name: string; arguments: string }> = [];
-  let deltas = 0;
-  for (const line of (await res.text()).split("\n")) {
-    if (!line.startsWith("data: {")) continue;
-    const choice = (JSON.parse(line.slice(6)) as ChatChunk).choices[0];
-    if (!choice) continue;
-    content += choice.delta.content ?? "";
-    for (const d of choice.delta.tool_calls ?? []) {
-      if (d.id) calls[d.index] = { id: d.id, name: d.function?.name ?? "", arguments: "" };
-      calls[d.index].arguments += d.function?.arguments ?? "";
-      if (d.function?.arguments) deltas++;
-    }
-    finish = choice.finish_reason ?? finish;
-  }
-  return { content, calls, finish, deltas };
-}
+const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 
 test("gemma 4: a forced call (required, named) is written in Gemma's notation and read back as JSON arguments valid for the schema, streamed the same", async () => {
   const seen = new Set<string>();

@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { Ajv } from "ajv";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
 import { GRANITE_3_3_TEMPLATE, KIMI_K2_TEMPLATE, MISTRAL_NEMO_TEMPLATE, MISTRAL_SMALL_3_2_TEMPLATE } from "../fixtures/real-templates.ts";
-import { type ChatBody, type ChatChunk, type ChatCompletion, type ChatMessageBody } from "../helpers/requests.ts";
+import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
 // Tool calling for templates whose call markers are control tokens and whose layout node-llama-cpp
 // cannot read: Mistral Small 3.x (`[TOOL_CALLS]name[ARGS]{json}`) and Granite 3.x
@@ -48,32 +48,11 @@ after(async () => {
   await server?.close();
 });
 
-const weather = {
-  type: "object",
-  properties: { city: { type: "string", description: "City name", maxLength: 12 }, days: { type: "integer", minimum: 1, maximum: 7 } },
-  required: ["city", "days"],
-  additionalProperties: false,
-};
-const clock = { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"], additionalProperties: false };
-const TOOLS = [
-  { type: "function" as const, function: { name: "get_weather", description: "Get the weather for a city", parameters: weather } },
-  { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: clock } },
-];
-const ajv = new Ajv({ strict: false });
-const validators: Record<string, ReturnType<typeof ajv.compile>> = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) };
+const weather = WEATHER_SCHEMA;
+const clock = CLOCK_SCHEMA;
+const TOOLS = WEATHER_AND_CLOCK;
 
-type ToolCall = NonNullable<ChatCompletion["choices"][number]["message"]["tool_calls"]>[number];
-
-function checkCalls(calls: ToolCall[] | undefined, content: string | null) {
-  assert.ok(calls && calls.length > 0, "expected tool calls");
-  for (const call of calls) {
-    assert.match(call.id, /^call_/);
-    const validate = validators[call.function.name];
-    assert.ok(validate, `unknown tool ${call.function.name}`);
-    assert.ok(validate(JSON.parse(call.function.arguments)), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
-  }
-  for (const marker of [...MISTRAL_MARKERS, ...GRANITE_MARKERS, ...KIMI_MARKERS, "[", "]"]) assert.ok(!(content ?? "").includes(marker), `${marker} leaked into ${content}`);
-}
+const checkCalls = toolCallChecker({ get_weather: weather, get_time: clock }, [...MISTRAL_MARKERS, ...GRANITE_MARKERS, ...KIMI_MARKERS, "[", "]"]);
 
 const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({
   model,
@@ -83,27 +62,7 @@ const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({
   ...extra,
 });
 
-/** A streamed answer put back together: content, the calls by index, the finish reason. */
-async function streamed(body: ChatBody) {
-  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
-  assert.equal(res.status, 200);
-  let content = "";
-  let finish: string | null = null;
-  const calls: Array<{ id: string; name: string; arguments: string }> = [];
-  for (const line of (await res.text()).split("\n")) {
-    if (!line.startsWith("data: {")) continue;
-    const chunk = JSON.parse(line.slice(6)) as ChatChunk;
-    const choice = chunk.choices[0];
-    if (!choice) continue;
-    content += choice.delta.content ?? "";
-    for (const d of choice.delta.tool_calls ?? []) {
-      if (d.id) calls[d.index] = { id: d.id, name: d.function?.name ?? "", arguments: "" };
-      calls[d.index].arguments += d.function?.arguments ?? "";
-    }
-    finish = choice.finish_reason ?? finish;
-  }
-  return { content, calls, finish };
-}
+const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 
 /** How each family's calls open (Nemo's is the older JSON list, as node-llama-cpp's Mistral wrapper writes it). */
 const OPENINGS: Record<string, string> = {
@@ -144,13 +103,7 @@ for (const model of ["mistral", "granite", "nemo", "kimi"]) {
   test(`${model}: in auto mode, the model's sampling its control-token marker starts a call, held to the schema`, async () => {
     const marker = { granite: "<|tool_call|>", kimi: "<|tool_calls_section_begin|>" }[model] ?? "[TOOL_CALLS]";
     const body = ask(model, { parallel_tool_calls: false, logit_bias: { [ids[model][marker]]: 100 }, temperature: 1, seed: 3 });
-    const c = (await server.http.chat(body)).choices[0];
-    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
-    checkCalls(c.message.tool_calls, c.message.content);
-    const stream = await streamed(body);
-    assert.equal(stream.finish, "tool_calls");
-    assert.ok(!stream.content.includes(marker), stream.content);
-    assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+    await assertMarkerStartsCall(server.http, server.url, body, marker, checkCalls);
     // Without tools the marker stays what it decodes to: nothing.
     const plain = (await server.http.chat({ ...body, tools: undefined, parallel_tool_calls: undefined, max_tokens: 4 })).choices[0];
     assert.equal(plain.message.tool_calls, undefined);
@@ -221,13 +174,7 @@ test("granite: tools go into the template's available_tools turn and results int
 
 for (const model of ["mistral", "granite"]) {
   test(`${model}: a call Plinth returned goes back with its result, and the conversation continues`, async () => {
-    const first = (await server.http.chat(ask(model, { tool_choice: "required", parallel_tool_calls: false, seed: 5 }))).choices[0];
-    const call = first.message.tool_calls![0];
-    const next = await server.http.chat({
-      ...ask(model, { max_tokens: 8 }),
-      messages: [SYSTEM, QUESTION, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: call.id, content: '{"temp": 20}' }],
-    });
-    assert.ok(next.usage!.prompt_tokens > 0);
+    await assertConversationContinues(server.http, (extra) => ask(model, extra), [SYSTEM, QUESTION]);
   });
 }
 

@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { Ajv } from "ajv";
 import { EXTRA_TOKENS, ensureFixtureModel, type FixtureSpec, TINY_SPEC } from "../fixtures/models.ts";
 import { GLM_4_6_TEMPLATE, GLM_4_7_TEMPLATE, MINIMAX_M2_TEMPLATE } from "../fixtures/real-templates.ts";
-import { type ChatBody, type ChatChunk, type ChatCompletion, type ChatMessageBody } from "../helpers/requests.ts";
+import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
+import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 
 // Tool calls with XML-parameter arguments in GLM 4.5–4.7's and MiniMax-M2's layouts (the
 // Qwen3-Coder layout is chat-tool-xml-args.test.ts):
@@ -48,22 +48,10 @@ const TOOLS = [
   { type: "function" as const, function: { name: "get_weather", description: "Get the weather for a city", parameters: weather } },
   { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: clock } },
 ];
-const ajv = new Ajv({ strict: false });
-const validators: Record<string, ReturnType<typeof ajv.compile>> = { get_weather: ajv.compile(weather), get_time: ajv.compile(clock) };
-
-type ToolCall = NonNullable<ChatCompletion["choices"][number]["message"]["tool_calls"]>[number];
 
 const MARKUP = ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "minimax:tool_call>", "<invoke", "</invoke>", "<parameter", "</parameter>"];
 
-function checkCalls(calls: ToolCall[] | undefined, content: string | null) {
-  assert.ok(calls && calls.length > 0, "expected tool calls");
-  for (const call of calls) {
-    const validate = validators[call.function.name];
-    assert.ok(validate, `unknown tool ${call.function.name}`);
-    assert.ok(validate(JSON.parse(call.function.arguments)), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
-  }
-  for (const m of MARKUP) assert.ok(!(content ?? "").includes(m), `${m} leaked into ${content}`);
-}
+const checkCalls = toolCallChecker({ get_weather: weather, get_time: clock }, MARKUP);
 
 const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({
   model,
@@ -76,28 +64,7 @@ const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({
   ...extra,
 });
 
-/** A streamed answer put back together: content, the calls by index, the finish reason. */
-async function streamed(body: ChatBody) {
-  const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
-  assert.equal(res.status, 200);
-  let content = "";
-  let finish: string | null = null;
-  const calls: Array<{ id: string; name: string; arguments: string }> = [];
-  let deltas = 0;
-  for (const line of (await res.text()).split("\n")) {
-    if (!line.startsWith("data: {")) continue;
-    const choice = (JSON.parse(line.slice(6)) as ChatChunk).choices[0];
-    if (!choice) continue;
-    content += choice.delta.content ?? "";
-    for (const d of choice.delta.tool_calls ?? []) {
-      if (d.id) calls[d.index] = { id: d.id, name: d.function?.name ?? "", arguments: "" };
-      calls[d.index].arguments += d.function?.arguments ?? "";
-      if (d.function?.arguments) deltas++;
-    }
-    finish = choice.finish_reason ?? finish;
-  }
-  return { content, calls, finish, deltas };
-}
+const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 
 for (const [model, opening] of [
   ["glm46", "<tool_call>"],

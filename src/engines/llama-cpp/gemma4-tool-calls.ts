@@ -1,4 +1,5 @@
-import { type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
+import { type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
+import { switchToTemplatePath } from "./template-path.ts";
 
 // Gemma 4's tool calls: `<|tool_call>call:NAME{key:VALUE,…}<tool_call|>`, its own notation rather
 // than JSON: keys bare, strings between `<|"|>` tokens (`<|"|>Paris<|"|>`, nothing escaped inside),
@@ -21,14 +22,6 @@ export function isGemma4Template(template: string): boolean {
   return template.includes("'<|tool_call>call:'");
 }
 
-interface JinjaInternals {
-  _usingJinjaFunctionCallTemplate: boolean;
-  _stringifyFunctionParams: boolean;
-  _stringifyFunctionResult: boolean;
-  _wrapFunctionParamsInsideMapKey: string | undefined;
-  settings: ChatWrapperSettings;
-}
-
 const adopted = new WeakSet<JinjaTemplateChatWrapper>();
 
 /** Whether a wrapper was given Gemma 4's layout (adoptGemma4ToolLayout). */
@@ -44,19 +37,9 @@ export function usesGemma4Layout(wrapper: unknown): boolean {
  */
 export function adoptGemma4ToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): (() => void) | undefined {
   if (!isGemma4Template(template)) return undefined;
-  const internals = wrapper as unknown as JinjaInternals;
-  if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
-    throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; gemma4-tool-calls.ts needs updating");
-  const before = {
-    settings: internals.settings,
-    using: internals._usingJinjaFunctionCallTemplate,
-    params: internals._stringifyFunctionParams,
-    result: internals._stringifyFunctionResult,
-    wrap: internals._wrapFunctionParamsInsideMapKey,
-  };
-  internals.settings = {
-    ...internals.settings,
-    functions: {
+  const undo = switchToTemplatePath(
+    wrapper,
+    {
       call: {
         optionalPrefixSpace: false,
         prefix: LlamaText(new SpecialTokensText("<|tool_call>call:")),
@@ -71,19 +54,12 @@ export function adoptGemma4ToolLayout(wrapper: JinjaTemplateChatWrapper, templat
         result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
       },
     },
-  };
-  internals._usingJinjaFunctionCallTemplate = true;
-  internals._stringifyFunctionParams = false;
-  internals._stringifyFunctionResult = false;
-  internals._wrapFunctionParamsInsideMapKey = undefined;
+    "gemma4-tool-calls.ts",
+  );
   adopted.add(wrapper);
   return () => {
     adopted.delete(wrapper);
-    internals.settings = before.settings;
-    internals._usingJinjaFunctionCallTemplate = before.using;
-    internals._stringifyFunctionParams = before.params;
-    internals._stringifyFunctionResult = before.result;
-    internals._wrapFunctionParamsInsideMapKey = before.wrap;
+    undo();
   };
 }
 

@@ -1,6 +1,7 @@
-import type { ChatWrapperSettings, JinjaTemplateChatWrapper } from "node-llama-cpp";
+import type { JinjaTemplateChatWrapper } from "node-llama-cpp";
 import type { XmlArgumentTags } from "../../grammar/xml-arguments.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
+import { switchToTemplatePath } from "./template-path.ts";
 
 // Tool calls whose arguments are XML parameters rather than one JSON object: Qwen3-Coder's
 //
@@ -82,14 +83,6 @@ export function xmlLayoutOf(template: string): XmlToolLayout | undefined {
   return LAYOUTS.find((l) => l.matches(template));
 }
 
-interface JinjaInternals {
-  _usingJinjaFunctionCallTemplate: boolean;
-  _stringifyFunctionParams: boolean;
-  _stringifyFunctionResult: boolean;
-  _wrapFunctionParamsInsideMapKey: string | undefined;
-  settings: ChatWrapperSettings;
-}
-
 const adopted = new WeakMap<JinjaTemplateChatWrapper, XmlToolLayout>();
 
 /** The XML layout a wrapper was given (adoptXmlToolLayout). */
@@ -105,22 +98,12 @@ export function xmlLayoutOfWrapper(wrapper: unknown): XmlToolLayout | undefined 
 export function adoptXmlToolLayout(wrapper: JinjaTemplateChatWrapper, template: string): { name: string; undo: () => void } | undefined {
   const layout = xmlLayoutOf(template);
   if (!layout) return undefined;
-  const internals = wrapper as unknown as JinjaInternals;
-  if (typeof internals._usingJinjaFunctionCallTemplate !== "boolean" || typeof internals.settings !== "object")
-    throw new Error("node-llama-cpp's JinjaTemplateChatWrapper internals changed; xml-tool-calls.ts needs updating");
-  const before = {
-    settings: internals.settings,
-    using: internals._usingJinjaFunctionCallTemplate,
-    params: internals._stringifyFunctionParams,
-    result: internals._stringifyFunctionResult,
-    wrap: internals._wrapFunctionParamsInsideMapKey,
-  };
   const f = layout.format;
   // node-llama-cpp's own rendering of calls (outside the template) is never used on this path; the
   // settings still say where calls open, which the prompt's open turn and the call trigger read.
-  internals.settings = {
-    ...internals.settings,
-    functions: {
+  const undo = switchToTemplatePath(
+    wrapper,
+    {
       call: { optionalPrefixSpace: false, prefix: f.sectionPrefix + f.prefix, paramsPrefix: f.paramsPrefix, suffix: layout.tags.end + f.suffix + f.sectionSuffix, emptyCallParamsPlaceholder: {} },
       result: { prefix: "", suffix: "" },
       parallelism: {
@@ -128,21 +111,14 @@ export function adoptXmlToolLayout(wrapper: JinjaTemplateChatWrapper, template: 
         result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
       },
     },
-  };
-  internals._usingJinjaFunctionCallTemplate = true;
-  internals._stringifyFunctionParams = false;
-  internals._stringifyFunctionResult = false;
-  internals._wrapFunctionParamsInsideMapKey = undefined;
+    "xml-tool-calls.ts",
+  );
   adopted.set(wrapper, layout);
   return {
     name: layout.name,
     undo: () => {
       adopted.delete(wrapper);
-      internals.settings = before.settings;
-      internals._usingJinjaFunctionCallTemplate = before.using;
-      internals._stringifyFunctionParams = before.params;
-      internals._stringifyFunctionResult = before.result;
-      internals._wrapFunctionParamsInsideMapKey = before.wrap;
+      undo();
     },
   };
 }
