@@ -16,6 +16,7 @@ import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../te
 import { constraintsBench } from "./constraints.ts";
 import { embeddingsBenchmark } from "./embeddings.ts";
 import { llamaServerBench } from "./llama-server.ts";
+import { threadCpuBench } from "./thread-cpu.ts";
 import { metricsBench } from "./metrics.ts";
 import { prefillStallBench } from "./prefill-stall.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
@@ -182,6 +183,8 @@ async function main() {
   const llamaServer = process.env.LLAMA_SERVER_BIN;
   if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
   else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
+  // Where each server's CPU goes per token (Plinth alone when LLAMA_SERVER_BIN is unset).
+  await threadCpuBench(modelPath, { bin: llamaServer, concurrency: CONCURRENCY.filter((c) => c <= 8), rounds: ROUNDS, maxTokens: MAX_TOKENS, ctx: CTX });
   await prefillStallBench(modelPath, {
     rounds: ROUNDS,
     streams: Number(process.env.BENCH_STALL_STREAMS ?? 4),

@@ -8,6 +8,8 @@ import { createServer } from "node:net";
  */
 export interface LlamaServer {
   url: string;
+  /** The server's process id (benchmarks read its threads' CPU time). */
+  pid: number;
   /** Its recent stderr, for failure messages. */
   log(): string;
   close(): Promise<void>;
@@ -53,5 +55,5 @@ export async function startLlamaServer(bin: string, modelPath: string, args: str
     await close();
     throw err;
   }
-  return { url, log: () => log, close };
+  return { url, pid: child.pid!, log: () => log, close };
 }
