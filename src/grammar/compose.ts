@@ -80,3 +80,26 @@ export function orToolTrigger(contentGbnf: string, trigger: string, spell: Spell
 export function withHeader(gbnf: string, header: string): string {
   return [`root ::= ${literal(header)} h-root`, prefixRules(gbnf, "h-")].join("\n");
 }
+
+/**
+ * The members of an object-like list in a fixed order (a schema's property order), the required
+ * ones present, `separator` between two written ones: Gemma 4's `{k:v,…}` and LFM2's keyword
+ * arguments `k=v, …` are both written so. Each member is an expression; `rule` names a body as a
+ * rule of the caller's grammar and returns its name. Returns the expression of the whole list
+ * (`""` when it may only be empty).
+ */
+export function orderedMembers(members: ReadonlyArray<{ expr: string; required: boolean }>, separator: string, rule: (body: string) => string): string {
+  // tail[i]: the members from i on, after one already written (each with its separator);
+  // head[i]: the members from i on, none written yet.
+  const n = members.length;
+  const sep = literal(separator);
+  const tail: string[] = new Array(n + 1).fill('""');
+  const head: string[] = new Array(n + 1).fill('""');
+  for (let i = n - 1; i >= 0; i--) {
+    const m = members[i];
+    const next = tail[i + 1] === '""' ? "" : ` ${tail[i + 1]}`;
+    tail[i] = rule(m.required ? `${sep} ${m.expr}${next}` : `(${sep} ${m.expr})?${next}`);
+    head[i] = rule(m.required ? `${m.expr}${next}` : head[i + 1] === '""' ? `(${m.expr}${next})?` : `${m.expr}${next} | ${head[i + 1]}`);
+  }
+  return head[0];
+}

@@ -1,5 +1,5 @@
 import { literal } from "./gbnf.ts";
-import { prefixRules } from "./compose.ts";
+import { orderedMembers, prefixRules } from "./compose.ts";
 import { compileJsonSchema, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
 import { rawStringGrammar } from "./xml-arguments.ts";
 
@@ -237,18 +237,8 @@ class Gemma4Compiler {
       expr: this.rule(`${literal(`${key}:`)} ${this.value(sub, this.join(path, `properties.${key}`), depth + 1)}`),
       required: required.has(key),
     }));
-    // tail[i]: the members from i on, after one already written (each with its comma);
-    // head[i]: the members from i on, none written yet.
-    const n = members.length;
-    const tail: string[] = new Array(n + 1).fill('""');
-    const head: string[] = new Array(n + 1).fill('""');
-    for (let i = n - 1; i >= 0; i--) {
-      const m = members[i];
-      const next = tail[i + 1] === '""' ? "" : ` ${tail[i + 1]}`;
-      tail[i] = this.rule(m.required ? `"," ${m.expr}${next}` : `("," ${m.expr})?${next}`);
-      head[i] = this.rule(m.required ? `${m.expr}${next}` : head[i + 1] === '""' ? `(${m.expr}${next})?` : `${m.expr}${next} | ${head[i + 1]}`);
-    }
-    return this.rule(`"{" ${head[0]} "}"`);
+    const list = orderedMembers(members, ",", (body) => this.rule(body));
+    return this.rule(`"{" ${list} "}"`);
   }
 
   /** `[v,…]`, items per `items`, as many as minItems/maxItems allow. */

@@ -25,6 +25,11 @@ import type { XmlToolLayout } from "./xml-tool-calls.ts";
 import { callIndexOf } from "./tool-layouts.ts";
 import { GEMMA4_QUOTE, Gemma4ArgumentsReader } from "./gemma4-tool-calls.ts";
 import { gemma4ArgumentsGrammar } from "../../grammar/gemma4-arguments.ts";
+import { PythonArgumentsReader } from "./python-tool-calls.ts";
+import { type PythonArgumentGrammar, pythonArgumentsGrammar, pythonLiterals, writableKeyword } from "../../grammar/python-arguments.ts";
+
+/** A call notation of its own, for the arguments of templates that write neither JSON nor XML parameters. */
+export type ArgumentNotation = "gemma4" | "python";
 import { isRawString, rawStringGrammar, resolveLocalRef, xmlArgumentsGrammar, type XmlParameterGrammar } from "../../grammar/xml-arguments.ts";
 
 export interface Constraints {
@@ -82,15 +87,16 @@ export class ConstraintPlanner {
   /**
    * `format` replaces the layout read from the wrapper (for layouts the wrapper cannot express as
    * text); `xml`, for templates that write arguments as XML parameters, gives the layout and how
-   * the arguments are written; `gemma4`, for Gemma 4's templates, that the arguments are written in
-   * its own notation (gemma4-tool-calls.ts).
+   * the arguments are written; `notation`, for templates whose arguments are neither JSON nor XML,
+   * which one: Gemma 4's own (gemma4-tool-calls.ts) or LFM2's Python keyword arguments
+   * (python-tool-calls.ts).
    */
   constructor(
     private readonly model: LlamaModel,
     wrapper: ChatWrapper,
     format?: ToolCallFormat,
     private readonly xml?: XmlToolLayout,
-    private readonly gemma4 = false,
+    private readonly notation?: ArgumentNotation,
   ) {
     format ??= xml?.format;
     const call = wrapper.settings.functions.call;
@@ -106,12 +112,14 @@ export class ConstraintPlanner {
       ...(callIndexOf(wrapper) ? { index: callIndexOf(wrapper) } : {}),
     };
     this.severalCalls = format === undefined || xml !== undefined;
-    if (gemma4) {
+    if (notation === "gemma4") {
       // The quote token is a marker too (named in grammars, read as its text); the name ends at the
       // arguments' `{`.
       this.quote = this.literal(LlamaText(new SpecialTokensText(GEMMA4_QUOTE))) || GEMMA4_QUOTE;
       this.format = { ...this.format, encoded: { nameEnd: "{", reader: () => new Gemma4ArgumentsReader() } };
     }
+    // The name ends at the `(` that opens the keyword arguments; the reader stops at their `)`.
+    if (notation === "python") this.format = { ...this.format, encoded: { nameEnd: "(", reader: () => new PythonArgumentsReader() } };
     // A call is recognised by the leading marker of what opens it: the section marker when the
     // format has one (Mistral's "[TOOL_CALLS]"), else the call prefix's (e.g. "<tool_call>"). A
     // control token that opens it is the marker by itself: sampling it is the model's decision to
@@ -239,7 +247,8 @@ export class ConstraintPlanner {
 
   private async argumentsGrammar(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[]; raw?: Set<string> }> {
     if (this.xml) return this.xmlArguments(tool, i, control);
-    if (this.gemma4) return this.gemma4Arguments(tool, i);
+    if (this.notation === "gemma4") return this.gemma4Arguments(tool, i);
+    if (this.notation === "python") return this.pythonArguments(tool, i, control);
     if (tool.input) {
       const argsGbnf = freeTextArguments(tool.input, i);
       const loadCost = estimateLoadCost(argsGbnf);
@@ -287,7 +296,6 @@ export class ConstraintPlanner {
       const schema = (tool.parameters ?? {}) as { properties?: Record<string, unknown>; required?: unknown; $defs?: unknown; definitions?: unknown };
       const properties = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
       const required = new Set(Array.isArray(schema.required) ? schema.required : []);
-      const defs = { ...(schema.$defs !== undefined ? { $defs: schema.$defs } : {}), ...(schema.definitions !== undefined ? { definitions: schema.definitions } : {}) };
       for (const [name, propSchema] of Object.entries(properties)) {
         const path = `properties.${name}`;
         let gbnf: string;
@@ -295,10 +303,7 @@ export class ConstraintPlanner {
           gbnf = rawGrammar(resolveLocalRef(propSchema, schema), path, tool.strict);
           raw.add(name);
         } else {
-          const own = propSchema && typeof propSchema === "object" && !Array.isArray(propSchema) ? { ...defs, ...propSchema } : propSchema;
-          const compiled = await schemaGrammar(own, tool.strict, field, control, "tools");
-          relaxed.push(...compiled.relaxed.map((r) => (r.path === "" ? path : `${path}.${r.path}`)));
-          gbnf = compiled.gbnf;
+          gbnf = await propertyGrammar(schema, propSchema, path, tool.strict, field, control, relaxed);
         }
         params.push({ name, required: required.has(name), gbnf });
       }
@@ -334,6 +339,42 @@ export class ConstraintPlanner {
     const loadCost = estimateLoadCost(compiled.gbnf);
     if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", field);
     return { argsGbnf: compiled.gbnf, loadCost, relaxed: compiled.relaxed.map((r) => r.path) };
+  }
+
+  /**
+   * A call's arguments as Python keyword arguments (grammar/python-arguments.ts), each property's
+   * value compiled from its schema as JSON (with the tool's definitions), Python's True, False and
+   * None allowed where the schema allows those values. A free-text tool's input is one string
+   * argument, `input`. A property whose name cannot be a keyword is left out (refused if required).
+   */
+  private async pythonArguments(tool: ToolDefinition, i: number, control: CompileControl): Promise<{ argsGbnf: string; loadCost: number; relaxed: string[] }> {
+    const field = tool.input ? `tools[${i}].input` : `tools[${i}].parameters`;
+    let schema: { properties?: Record<string, unknown>; required?: unknown; $defs?: unknown; definitions?: unknown } = (tool.parameters ?? {}) as never;
+    if (tool.input) {
+      if (tool.input.syntax !== "text") throw invalidField("{field} cannot be enforced for this model: its calls write arguments as Python keyword arguments, and only free-text inputs (syntax \"text\") are supported there.", field);
+      schema = { properties: { input: { type: "string" } }, required: ["input"] };
+    } else {
+      const why = notAnObjectSchema(tool.parameters);
+      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field);
+    }
+    const properties = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
+    const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+    const relaxed: string[] = [];
+    const args: PythonArgumentGrammar[] = [];
+    for (const [name, propSchema] of Object.entries(properties)) {
+      const path = `properties.${name}`;
+      if (!writableKeyword(name)) {
+        if (required.has(name) || tool.strict) throw invalidField(`{field} cannot be enforced: property ${JSON.stringify(name)} cannot be written as a Python keyword argument.`, field);
+        relaxed.push(path);
+        continue;
+      }
+      const gbnf = await propertyGrammar(schema, propSchema, path, tool.strict, field, control, relaxed);
+      args.push({ name, required: required.has(name), gbnf, literals: pythonLiterals(propSchema, schema) });
+    }
+    const argsGbnf = pythonArgumentsGrammar(args);
+    const loadCost = estimateLoadCost(argsGbnf);
+    if (loadCost > DEFAULT_MAX_LOAD_COST) throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", field);
+    return { argsGbnf, loadCost, relaxed };
   }
 
   private async contentGrammar(req: GenerationRequest, control: CompileControl): Promise<{ gbnf: string; relaxed: string[] }> {
@@ -411,6 +452,18 @@ async function schemaGrammar(schema: unknown, strict: boolean, field: string, co
     if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
     throw err;
   }
+}
+
+/**
+ * One property's value as JSON, compiled as a schema of its own with the tool's definitions (which
+ * its references may name); its relaxed keywords are added to `relaxed` under `path`.
+ */
+async function propertyGrammar(toolSchema: { $defs?: unknown; definitions?: unknown }, propSchema: unknown, path: string, strict: boolean, field: string, control: CompileControl, relaxed: string[]): Promise<string> {
+  const defs = { ...(toolSchema.$defs !== undefined ? { $defs: toolSchema.$defs } : {}), ...(toolSchema.definitions !== undefined ? { definitions: toolSchema.definitions } : {}) };
+  const own = propSchema && typeof propSchema === "object" && !Array.isArray(propSchema) ? { ...defs, ...propSchema } : propSchema;
+  const compiled = await schemaGrammar(own, strict, field, control, "tools");
+  relaxed.push(...compiled.relaxed.map((r) => (r.path === "" ? path : `${path}.${r.path}`)));
+  return compiled.gbnf;
 }
 
 function escapeRegExp(text: string): string {

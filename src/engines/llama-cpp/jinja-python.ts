@@ -1,4 +1,4 @@
-import { Environment } from "@huggingface/jinja";
+import { Environment, Interpreter } from "@huggingface/jinja";
 
 // Python's behaviour where node-llama-cpp's Jinja engine (@huggingface/jinja) has none, for the
 // templates that rely on it. Python's Jinja is what the models' authors render with, and llama.cpp's
@@ -10,6 +10,10 @@ import { Environment } from "@huggingface/jinja";
 // - `dict|string`: Apriel's templates list each tool as `tool|string`, Python's repr of the dict
 //   (`{'type': 'function', …}`); the engine refused it ("Unknown ObjectValue filter: string"), so
 //   node-llama-cpp could not render tools through the template at all.
+// - `list|string`, `bool|string`, `none|string`: LFM2.5's template writes an answered call's
+//   arguments that are not strings or mappings with `|string`, Python's `[1, 'x']`, `True`, `None`;
+//   the engine wrote a list as JSON and a boolean as `true`, and refused None, so the whole
+//   conversation fell back to node-llama-cpp's own writing of calls.
 //
 // The engine's value classes are not exported: they are reached through values it makes of plain
 // ones, and their builtins extended (a builtin of a dict is also what the engine applies as a
@@ -63,6 +67,15 @@ export function renderJinjaLikePython(): void {
     ];
   });
   extendBuiltins(Object.getPrototypeOf(dict), (self) => [["string", new FunctionValue(() => new StringValue(pythonRepr(self)))]]);
+  // Other values' `string` filter is decided inside the interpreter's applyFilter, ahead of builtins.
+  const proto = Interpreter.prototype as unknown as { applyFilter?: (operand: Value, filter: { type: string; value: unknown }, env: unknown) => Value };
+  const applyFilter = proto.applyFilter;
+  if (typeof applyFilter !== "function") throw new Error("@huggingface/jinja's interpreter changed; jinja-python.ts needs updating");
+  const PYTHON_STRING = new Set(["ArrayValue", "BooleanValue", "NullValue", "TupleValue"]);
+  proto.applyFilter = function (this: unknown, operand, filter, env) {
+    if (filter?.type === "Identifier" && filter.value === "string" && PYTHON_STRING.has(operand?.type)) return new StringValue(pythonRepr(operand));
+    return applyFilter.call(this, operand, filter, env);
+  };
 }
 
 /** Rebuilds a value class's builtins on each use (they may depend on a changing value), with more. */

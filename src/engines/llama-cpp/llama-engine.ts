@@ -15,6 +15,7 @@ import { generationFirstStrategy } from "./batch-strategy.ts";
 import { ConstraintPlanner, RELAXED_HEADER, relaxedHeader } from "./constraints.ts";
 import { xmlLayoutOfWrapper } from "./xml-tool-calls.ts";
 import { usesGemma4Layout } from "./gemma4-tool-calls.ts";
+import { usesLfm2Layout } from "./python-tool-calls.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
@@ -151,7 +152,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     this.renderer = new PromptRenderer(model, { id: opts.id, chatWrapper: opts.chatWrapper, vocabSize: this.vocabSize });
     this.harmony = this.renderer.harmony;
     this.pieces = new TokenPieces(model);
-    this.constraints = new ConstraintPlanner(model, this.renderer.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined, xmlLayoutOfWrapper(this.renderer.wrapper), usesGemma4Layout(this.renderer.wrapper));
+    this.constraints = new ConstraintPlanner(model, this.renderer.wrapper, this.harmony ? HARMONY_CALL_FORMAT : undefined, xmlLayoutOfWrapper(this.renderer.wrapper), usesGemma4Layout(this.renderer.wrapper) ? "gemma4" : usesLfm2Layout(this.renderer.wrapper) ? "python" : undefined);
     this.prefixStore = new PrefixStore(opts.cacheRam ?? 0, opts.cacheMinTokens ?? 16, opts.id);
     this.slotCache = new SlotCache(this.sequences, this.prefixStore);
   }

@@ -1,6 +1,7 @@
 import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
+import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
@@ -503,15 +504,17 @@ export function prepareToolRendering(
   mendLayout(wrapper, tokenizer, template);
   // Templates that write arguments as XML parameters (xml-tool-calls.ts) take theirs whatever
   // node-llama-cpp read.
-  // So does Gemma 4, whose arguments are a notation of its own (gemma4-tool-calls.ts).
+  // So do Gemma 4, whose arguments are a notation of its own (gemma4-tool-calls.ts), and LFM2,
+  // whose calls are Python calls (python-tool-calls.ts).
   const xml = adoptXmlToolLayout(wrapper, template);
   const gemma4 = xml ? undefined : adoptGemma4ToolLayout(wrapper, template);
-  const undo = xml?.undo ?? gemma4 ?? adoptKnownToolLayout(wrapper, template);
+  const lfm2 = xml || gemma4 ? undefined : adoptLfm2ToolLayout(wrapper, template);
+  const undo = xml?.undo ?? gemma4 ?? lfm2 ?? adoptKnownToolLayout(wrapper, template);
   renderLikePythonJinja(wrapper, template);
   if (!undo) return undefined;
   try {
     probe(wrapper);
-    return xml?.name ?? (gemma4 ? "gemma4" : LAYOUTS.find((l) => l.matches(template))?.name);
+    return xml?.name ?? (gemma4 ? "gemma4" : lfm2 ? "lfm2" : LAYOUTS.find((l) => l.matches(template))?.name);
   } catch {
     undo();
     return undefined;
