@@ -281,7 +281,7 @@ export class ConstraintPlanner {
     };
     if (tool.input) {
       if (tool.input.syntax !== "text") throw invalidField("{field} cannot be enforced for this model: its calls write arguments as XML parameters, and only free-text inputs (syntax \"text\") are supported there.", `tools[${i}].input`);
-      params.push({ name: "input", required: true, gbnf: rawGrammar({ type: "string" }, "", false) });
+      params.push({ name: "input", required: true, gbnf: rawGrammar({ type: "string" }, "", false), raw: true });
       raw.add("input");
     } else {
       const schema = (tool.parameters ?? {}) as { properties?: Record<string, unknown>; required?: unknown; $defs?: unknown; definitions?: unknown };
@@ -300,7 +300,7 @@ export class ConstraintPlanner {
           relaxed.push(...compiled.relaxed.map((r) => (r.path === "" ? path : `${path}.${r.path}`)));
           gbnf = compiled.gbnf;
         }
-        params.push({ name, required: required.has(name), gbnf });
+        params.push({ name, required: required.has(name), gbnf, raw: raw.has(name) });
       }
     }
     const argsGbnf = xmlArgumentsGrammar(tags, params);
