@@ -7,7 +7,8 @@ import { FORMAT_REGEX } from "./string-formats.ts";
 
 // Grammars for tool-call arguments written as XML parameters rather than as one JSON object
 // (Qwen3-Coder's `<parameter=city>\nParis\n</parameter>\n`, GLM's `<arg_key>city</arg_key>…`,
-// MiniMax-M2's `<parameter name="city">Paris</parameter>`): each property of the tool's schema is
+// MiniMax-M2's `<parameter name="city">Paris</parameter>`, DeepSeek V3.2's
+// `<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>`): each property of the tool's schema is
 // one parameter block, a string value written as raw text, any other value as JSON per its schema,
 // as these families' templates write the calls of a conversation and as llama.cpp's server reads
 // them back.
@@ -18,6 +19,11 @@ export interface XmlArgumentTags {
   keyOpen: string;
   /** Between the name and the value: `>\n`. */
   keyClose: string;
+  /**
+   * Between the name and a raw (string) value, where the layout tells the two kinds apart (DeepSeek
+   * V3.2's `" string="true">` against `" string="false">`); `keyClose` when absent.
+   */
+  rawKeyClose?: string;
   /** Closes the value: `\n</parameter>\n`. A raw string value never contains it. */
   valueClose: string;
   /** Closes the arguments (after the last parameter): `</function>\n`. */
@@ -29,6 +35,8 @@ export interface XmlParameterGrammar {
   name: string;
   required: boolean;
   gbnf: string;
+  /** The value is written raw (a string), not as JSON. */
+  raw?: boolean;
 }
 
 /** The grammar of one call's arguments: the parameters in the schema's order, the required ones present. */
@@ -36,7 +44,7 @@ export function xmlArgumentsGrammar(tags: XmlArgumentTags, params: readonly XmlP
   const rules: string[] = [];
   const items = params.map((p, i) => {
     rules.push(prefixRules(p.gbnf, `p${i}-`));
-    rules.push(`p${i} ::= ${literal(tags.keyOpen + p.name + tags.keyClose)} p${i}-root ${literal(tags.valueClose)}`);
+    rules.push(`p${i} ::= ${literal(tags.keyOpen + p.name + (p.raw ? (tags.rawKeyClose ?? tags.keyClose) : tags.keyClose))} p${i}-root ${literal(tags.valueClose)}`);
     return p.required ? `p${i}` : `p${i}?`;
   });
   return [`root ::= ${seq(...items, literal(tags.end))}`, ...rules].join("\n");

@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
 import { xmlLayoutOf } from "../../src/engines/llama-cpp/xml-tool-calls.ts";
-import { closeFreeLang, rawStringGrammar } from "../../src/grammar/xml-arguments.ts";
+import { closeFreeLang, rawStringGrammar, xmlArgumentsGrammar } from "../../src/grammar/xml-arguments.ts";
 import { langMatcher } from "../../src/grammar/automaton.ts";
 
 // Qwen3-Coder's XML parameters read back into JSON arguments, and the raw-string grammar's
@@ -11,8 +11,8 @@ import { langMatcher } from "../../src/grammar/automaton.ts";
 const qwen = xmlLayoutOf("<tool_call> <function= <parameter=")!;
 
 /** The calls in `text` (after the opening), fed `piece` characters at a time. */
-function read(text: string, raw: Record<string, string[]>, piece: number) {
-  const p = new ToolCallParser({ ...qwen.format, xml: { tags: qwen.tags, rawParams: new Map(Object.entries(raw).map(([k, v]) => [k, new Set(v)])) } });
+function read(text: string, raw: Record<string, string[]>, piece: number, layout = qwen) {
+  const p = new ToolCallParser({ ...layout.format, xml: { tags: layout.tags, rawParams: new Map(Object.entries(raw).map(([k, v]) => [k, new Set(v)])) } });
   const events: ToolCallEvent[] = [];
   for (let i = 0; i < text.length; i += piece) events.push(...p.push(text.slice(i, i + piece)));
   const calls: Array<{ name: string; args: string }> = [];
@@ -47,4 +47,24 @@ test("a raw string value never contains the closing tag, nor ends where the tag 
   // Enums keep their values; one that holds the tag cannot be written and is left out.
   assert.match(rawStringGrammar({ enum: ["a", `b${close}`] }, close, true, "").gbnf, /^root ::= "a"$/m);
   assert.throws(() => rawStringGrammar({ type: "string", minLength: 3, maxLength: 2 }, close, true, "properties.x"), /maxLength is below minLength/);
+});
+
+const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
+
+test("DeepSeek V3.2's DSML parameters (string=\"true\" raw, string=\"false\" JSON) become a JSON object, and its grammar marks each kind", () => {
+  assert.equal(dsml.name, "deepseek-v3.2");
+  const text =
+    'get_weather">\n<｜DSML｜parameter name="city" string="true">Rome "x"</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n' +
+    '<｜DSML｜invoke name="now">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>';
+  for (const piece of [1, 3, 1000]) {
+    const { calls, done } = read(text, { get_weather: ["city"] }, piece, dsml);
+    assert.equal(done, 2);
+    assert.deepEqual(calls.map((c) => c.name), ["get_weather", "now"]);
+    assert.deepEqual(JSON.parse(calls[0].args), { city: 'Rome "x"', days: 3 });
+    assert.equal(calls[1].args, "{}");
+  }
+  const g = xmlArgumentsGrammar(dsml.tags, [{ name: "city", required: true, gbnf: "root ::= [a-z]*", raw: true }, { name: "days", required: false, gbnf: "root ::= [0-9]+" }]);
+  assert.match(g, /name=\\"city\\" string=\\"true\\">/);
+  assert.match(g, /name=\\"days\\" string=\\"false\\">/);
+  assert.equal(xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} tool_calls")?.name, "deepseek-v4");
 });

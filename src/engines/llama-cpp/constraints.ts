@@ -290,7 +290,7 @@ export class ConstraintPlanner {
     };
     if (tool.input) {
       if (tool.input.syntax !== "text") throw invalidField("{field} cannot be enforced for this model: its calls write arguments as XML parameters, and only free-text inputs (syntax \"text\") are supported there.", `tools[${i}].input`);
-      params.push({ name: "input", required: true, gbnf: rawGrammar({ type: "string" }, "", false) });
+      params.push({ name: "input", required: true, gbnf: rawGrammar({ type: "string" }, "", false), raw: true });
       raw.add("input");
     } else {
       const schema = (tool.parameters ?? {}) as { properties?: Record<string, unknown>; required?: unknown; $defs?: unknown; definitions?: unknown };
@@ -305,7 +305,7 @@ export class ConstraintPlanner {
         } else {
           gbnf = await propertyGrammar(schema, propSchema, path, tool.strict, field, control, relaxed);
         }
-        params.push({ name, required: required.has(name), gbnf });
+        params.push({ name, required: required.has(name), gbnf, raw: raw.has(name) });
       }
     }
     const argsGbnf = xmlArgumentsGrammar(tags, params);

@@ -28,6 +28,12 @@ export interface OpenTurn {
   thinking: OpenTurnThinking;
   /** The model thinks when the switch is left alone (its template opens the section, or has a switch that is not off by default). */
   thinksByDefault: boolean;
+  /**
+   * Set on a turn the template leaves unwritten (an answer after tool results) when the template
+   * reads the thinking switch itself (its generation prompt turned off is not the one turned on):
+   * what it writes there, nothing, is what it wants for either setting.
+   */
+  templateSwitched?: boolean;
 }
 
 export class OpenTurns {
@@ -158,7 +164,8 @@ export class OpenTurns {
    * opened only as `planReasoning` decides for the template.
    */
   unwritten(): OpenTurn {
-    return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault };
+    const switched = this.prompts.off !== undefined && this.prompts.on !== undefined && this.prompts.off !== this.prompts.on;
+    return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault, ...(switched ? { templateSwitched: true } : {}) };
   }
 
   private get thinksByDefault(): boolean {

@@ -432,7 +432,8 @@ export class PromptRenderer {
    * needs it and the template does not: thinking asked for on a model whose template would not
    * think (Granite's), or a thinking model whose answer is held to a grammar or a forced tool call
    * from its first token, which could never open the section on its own. Thinking turned off on a
-   * template without a switch (DeepSeek R1's) closes the section it opened. `closedInPrompt`: the
+   * template without a switch (DeepSeek R1's) closes the section it opened; after tool results,
+   * where a template with a switch writes no open turn, nothing is added. `closedInPrompt`: the
    * prompt ends with the section closed (by the template or by Plinth), so the answer has none.
    */
   private afterOpenTurn(
@@ -448,6 +449,9 @@ export class PromptRenderer {
     if (thinking === "off") {
       if (turn.thinking === "closed") return { promptSuffix: [], ...shut };
       if (turn.thinking === "opened") return { promptSuffix: LlamaText([suffix, layout]).tokenize(this.tokenizer), ...shut };
+      // DeepSeek V3.1's template, turned off, writes nothing after tool results, as llama-server
+      // renders it; an empty section there was text the model never saw.
+      if (turn.templateSwitched) return { promptSuffix: [], ...shut };
       return { promptSuffix: closed, ...shut };
     }
     if (turn.thinking === "opened") return { promptSuffix: [], startsInside: true, closedInPrompt: false };

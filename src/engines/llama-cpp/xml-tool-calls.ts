@@ -9,7 +9,8 @@ import { switchToTemplatePath } from "./template-path.ts";
 //
 // (Qwen 3.5, Nemotron 3 Nano and StepFun 3.5 write the same), GLM 4.5–4.7's
 // `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>…</tool_call>` and MiniMax-M2's
-// `<invoke name="NAME"><parameter name="KEY">VALUE</parameter>…</invoke>`. A string value is written
+// `<invoke name="NAME"><parameter name="KEY">VALUE</parameter>…</invoke>`, and DeepSeek V3.2's and
+// V4's DSML markup (the same with a `string="true|false"` mark on each parameter). A string value is written
 // as it is, anything else as JSON.
 //
 // node-llama-cpp reads a call layout by rendering sample calls, so it can only find a layout with
@@ -74,9 +75,25 @@ const MINIMAX_M2: XmlToolLayout = {
   tags: { keyOpen: '<parameter name="', keyClose: '">', valueClose: "</parameter>\n", end: "</invoke>\n" },
 };
 
+/**
+ * DeepSeek V3.2's DSML markup (`｜DSML｜` is text, not a token): a turn's calls in one
+ * `<｜DSML｜function_calls>` block, each `<｜DSML｜invoke name="NAME">\n` then its parameters as
+ * `<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>\n` (`string="false"` and
+ * JSON for values that are not strings) and `</｜DSML｜invoke>\n`. Recognised as llama.cpp
+ * recognises it (the template names `dsml_token`); llama.cpp's parser reads the same layout.
+ */
+const dsml = (block: string): Pick<XmlToolLayout, "format" | "tags"> => ({
+  format: { sectionPrefix: `<｜DSML｜${block}>\n`, prefix: '<｜DSML｜invoke name="', paramsPrefix: '">\n', suffix: "", betweenCalls: "", sectionSuffix: `</｜DSML｜${block}>` },
+  tags: { keyOpen: '<｜DSML｜parameter name="', keyClose: '" string="false">', rawKeyClose: '" string="true">', valueClose: "</｜DSML｜parameter>\n", end: "</｜DSML｜invoke>\n" },
+});
+const isDsml = (t: string) => t.includes("dsml_token") && t.includes("DSML");
+const DEEPSEEK_V3_2: XmlToolLayout = { name: "deepseek-v3.2", matches: (t) => isDsml(t) && t.includes("function_calls"), ...dsml("function_calls") };
+/** DeepSeek V4: V3.2's markup, the block named `tool_calls`. */
+const DEEPSEEK_V4: XmlToolLayout = { name: "deepseek-v4", matches: (t) => isDsml(t) && !t.includes("function_calls") && t.includes("tool_calls"), ...dsml("tool_calls") };
+
 // (Seed-OSS writes Qwen3-Coder's tags inside <seed:tool_call>, but node-llama-cpp renders it with
 // its own Seed wrapper rather than the template, so no layout here would be used.)
-const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER, GLM_4_6, GLM_4_7, MINIMAX_M2];
+const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER, GLM_4_6, GLM_4_7, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4];
 
 /** The XML layout of a template's family, if it is one. */
 export function xmlLayoutOf(template: string): XmlToolLayout | undefined {
@@ -168,12 +185,15 @@ export class XmlArgumentsReader {
         continue;
       }
       if (this.state === "key") {
-        const close = rest.indexOf(keyClose);
-        if (close === -1) return { json, used: at, done: false };
+        // The name ends at the first of the closes the layout has (DeepSeek's two tell string
+        // values from the others; which one the value is, is the schema's to say, as llama.cpp reads it).
+        const closes = [keyClose, this.tags.rawKeyClose ?? keyClose].map((c) => ({ c, at: rest.indexOf(c) })).filter((x) => x.at !== -1);
+        if (closes.length === 0) return { json, used: at, done: false };
+        const { c: closeTag, at: close } = closes.reduce((a, b) => (b.at < a.at ? b : a));
         const name = rest.slice(0, close).trim();
         json += `${this.count === 0 ? "{" : ", "}${JSON.stringify(name)}: `;
         this.count++;
-        at += close + keyClose.length;
+        at += close + closeTag.length;
         if (this.raw.has(name)) {
           json += '"';
           this.state = "raw";
