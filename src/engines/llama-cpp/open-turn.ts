@@ -28,6 +28,12 @@ export interface OpenTurn {
   thinking: OpenTurnThinking;
   /** The model thinks when the switch is left alone (its template opens the section, or has a switch that is not off by default). */
   thinksByDefault: boolean;
+  /**
+   * Set for a generation prompt written where node-llama-cpp's open turn was not found (Gemma 4's
+   * after tool results, gemma4-thinking.ts): it is the template's for this switch, so Plinth closes
+   * nothing after it, thinking off included.
+   */
+  final?: boolean;
 }
 
 export class OpenTurns {
@@ -159,6 +165,11 @@ export class OpenTurns {
    */
   unwritten(): OpenTurn {
     return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault };
+  }
+
+  /** A generation prompt the template writes where node-llama-cpp's open turn was not found (see OpenTurn.final). */
+  written(prompt: string): OpenTurn {
+    return { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault, final: true };
   }
 
   private get thinksByDefault(): boolean {
