@@ -9,6 +9,8 @@ export class ReasoningSplitter {
   private pending = "";
   /** Newlines right after the closing marker are template layout, not answer. */
   private trimNewlines = false;
+  /** So are newlines right after an opening marker the model wrote (Gemma 4's `<|channel>thought\n`). */
+  private trimOpening = false;
 
   private readonly closers: string[];
 
@@ -27,6 +29,11 @@ export class ReasoningSplitter {
     return this.inside;
   }
 
+  /** No marker counts any more: the section closed, or the answer began without one. */
+  get settled(): boolean {
+    return this.done;
+  }
+
   push(text: string): { reasoning: string; content: string } {
     this.pending += text;
     let reasoning = "";
@@ -40,6 +47,10 @@ export class ReasoningSplitter {
         content += this.pending;
         this.pending = "";
         break;
+      }
+      if (this.inside && this.trimOpening) {
+        this.pending = this.pending.replace(/^\n+/, "");
+        if (this.pending) this.trimOpening = false;
       }
       const markers = this.inside ? this.closers : [this.open];
       const { at, marker } = earliest(this.pending, markers);
@@ -61,6 +72,7 @@ export class ReasoningSplitter {
           } else {
             content = "";
             this.inside = true;
+            this.trimOpening = true;
           }
         }
         continue;

@@ -30,11 +30,12 @@ export function toolCallChecker(schemas: Record<string, object>, leaks: readonly
   };
 }
 
-/** A streamed chat answer put back together: content, the calls by index, the finish reason, how many argument deltas came. */
+/** A streamed chat answer put back together: content, reasoning, the calls by index, the finish reason, how many argument deltas came. */
 export async function streamedCalls(url: string, body: ChatBody) {
   const res = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
   assert.equal(res.status, 200);
   let content = "";
+  let reasoning = "";
   let finish: string | null = null;
   const calls: Array<{ id: string; name: string; arguments: string }> = [];
   let deltas = 0;
@@ -43,6 +44,7 @@ export async function streamedCalls(url: string, body: ChatBody) {
     const choice = (JSON.parse(line.slice(6)) as ChatChunk).choices[0];
     if (!choice) continue;
     content += choice.delta.content ?? "";
+    reasoning += choice.delta.reasoning_content ?? "";
     for (const d of choice.delta.tool_calls ?? []) {
       if (d.id) calls[d.index] = { id: d.id, name: d.function?.name ?? "", arguments: "" };
       calls[d.index].arguments += d.function?.arguments ?? "";
@@ -50,7 +52,7 @@ export async function streamedCalls(url: string, body: ChatBody) {
     }
     finish = choice.finish_reason ?? finish;
   }
-  return { content, calls, finish, deltas };
+  return { content, reasoning, calls, finish, deltas };
 }
 
 type Http = { chat(body: ChatBody): Promise<ChatCompletion> };

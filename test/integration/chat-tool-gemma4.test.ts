@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { ensureFixtureModel, type FixtureSpec, TINY_SPEC } from "../fixtures/models.ts";
 import { GEMMA_4_INTERLEAVED_TEMPLATE, GEMMA_4_TEMPLATE } from "../fixtures/real-templates.ts";
-import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
+import { type ChatBody, type ChatMessageBody, plinthModel } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 
@@ -12,8 +12,14 @@ import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 // JSON; tools declared in the template's `declaration:` notation, results written back as
 // <|tool_response>response:NAME{…}<tool_response|>. The fixtures are the tiny model with each real
 // Gemma 4 template (llama.cpp's models/templates) and Gemma's markers as control tokens. The
-// expected prompts are llama-server's (--jinja, /apply-template with enable_thinking false, the
-// template's own default, which Plinth keeps) renderings of the same conversations on the same file.
+// expected prompts are llama-server's (--jinja, /apply-template) renderings of the same conversations
+// on the same file, with thinking left alone (on: llama-server sets enable_thinking for a template
+// that can think) and turned off.
+//
+// Gemma 4 also thinks: `<|think|>` at the top of the system turn asks for it, and the model writes
+// `<|channel>thought\n…<channel|>` before its answer; with thinking off the generation prompt closes
+// the section empty. Forced-call checks keep thinking off, so the random-weight model's answer is
+// the call itself.
 
 const MARKERS = ["<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>', "<|channel>", "<channel|>", "<|think|>"];
 const GEMMA4_SPEC: FixtureSpec = { ...TINY_SPEC, name: "plinth-gemma-4", seed: 4401, chatTemplate: GEMMA_4_TEMPLATE, controlTokens: MARKERS };
@@ -54,11 +60,15 @@ const MARKUP = [...MARKERS, "call:", "<|", "|>"];
 
 const checkCalls = toolCallChecker({ get_weather: weather, get_time: clock }, MARKUP);
 
+/** Thinking turned off, the template's way (also what /tokenize reads). */
+const OFF = { chat_template_kwargs: { enable_thinking: false } };
+
 const ask = (extra: Partial<ChatBody> = {}): ChatBody => ({
   model: "gemma",
   messages: [{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "What is the weather in Paris?" }],
   tools: TOOLS,
   max_tokens: 200,
+  ...OFF,
   ...extra,
 });
 
@@ -87,8 +97,8 @@ test("gemma 4: a forced call (required, named) is written in Gemma's notation an
   assert.deepEqual(whole.message.tool_calls!.map((c) => c.function.name), ["get_time"]);
   checkCalls(whole.message.tool_calls, whole.message.content);
   // The call opens as the template writes calls: the prompt, then `<|tool_call>call:`.
-  const forced = await server.http.tokenize({ model: "gemma", messages: named.messages, tools: named.tools, tool_choice: named.tool_choice });
-  const free = await server.http.tokenize({ model: "gemma", messages: named.messages, tools: named.tools });
+  const forced = await server.http.tokenize({ model: "gemma", messages: named.messages, tools: named.tools, tool_choice: named.tool_choice, ...OFF });
+  const free = await server.http.tokenize({ model: "gemma", messages: named.messages, tools: named.tools, ...OFF });
   const opening = await server.http.tokenize({ model: "gemma", prompt: "<|tool_call>call:", add_special_tokens: false });
   assert.deepEqual(forced.tokens, [...free.tokens, ...opening.tokens]);
   const stream = await streamed(named);
@@ -142,15 +152,20 @@ const ONE_TOOL = [
 // llama-server's rendering of the tools (its /apply-template on the fixture, enable_thinking false).
 const TOOLS_TEXT =
   '<|turn>system\nYou are a helpful assistant.<|tool>declaration:get_weather{description:<|"|>Get the weather for a city<|"|>,parameters:{properties:{city:{description:<|"|>City name<|"|>,type:<|"|>STRING<|"|>},days:{type:<|"|>INTEGER<|"|>}},required:[<|"|>city<|"|>],type:<|"|>OBJECT<|"|>}}<tool|><turn|>\n';
+// The same with thinking on (llama-server's default): the thinking instruction tops the system turn.
+const THINKING_TOOLS_TEXT = TOOLS_TEXT.replace("<|turn>system\n", "<|turn>system\n<|think|>\n");
 const USER = "<|turn>user\nWhat is the weather in Paris?<turn|>\n<|turn>model\n";
+/** The section the template closes empty in its generation prompt when thinking is off. */
+const CLOSED = "<|channel>thought\n<channel|>";
 
-/** The prompt's tokens equal the tokens of `expected` (special-token text read as those tokens). */
-async function assertPrompt(model: string, messages: ChatMessageBody[], expected: string) {
-  const rendered = await server.http.tokenize({ model, messages, tools: ONE_TOOL });
+/** The prompt's tokens (thinking as `thinking` says) equal the tokens of `expected` (special-token text read as those tokens). */
+async function assertPrompt(model: string, messages: ChatMessageBody[], expected: string, thinking: "default" | "off" = "off") {
+  const switched = thinking === "off" ? OFF : {};
+  const rendered = await server.http.tokenize({ model, messages, tools: ONE_TOOL, ...switched });
   // (The fixture's tokenizer adds BOS, as llama-server adds it when it tokenizes the rendered text.)
   const wanted = await server.http.tokenize({ model, prompt: expected });
   if (rendered.tokens.join() !== wanted.tokens.join()) {
-    const text = (await server.http.tokenize({ model, messages, tools: ONE_TOOL, return_token_strs: true })).token_strs!.join("");
+    const text = (await server.http.tokenize({ model, messages, tools: ONE_TOOL, ...switched, return_token_strs: true })).token_strs!.join("");
     assert.fail(`prompt differs from llama-server's rendering:\n${text}\n---- expected:\n${expected}`);
   }
 }
@@ -172,10 +187,8 @@ test("gemma 4: the template declares the tools and writes a call in its notation
 
 test("gemma 4 (interleaved template): results go on the assistant's turn as llama-server passes them, a JSON result as its value", async () => {
   await assertPrompt("gemma-il", [SYSTEM, QUESTION], TOOLS_TEXT + USER + "<|channel>thought\n<channel|>");
-  // (Known gap: llama-server's prompt goes on with the template's generation prompt after the
-  // results, `<|channel>thought\n<channel|>` with thinking off; Plinth continues the open turn
-  // right after `<tool_response|>`, as node-llama-cpp renders a turn that awaits the model.)
-  await assertPrompt("gemma-il", ANSWERED, TOOLS_TEXT + USER + CALL_TEXT + "<|tool_response>response:get_weather{temp:20}<tool_response|>");
+  // After the results this template's generation prompt closes the section too, with thinking off.
+  await assertPrompt("gemma-il", ANSWERED, TOOLS_TEXT + USER + CALL_TEXT + "<|tool_response>response:get_weather{temp:20}<tool_response|>" + CLOSED);
   // The answer after the results joins the same turn; a result that is not JSON is a string.
   await assertPrompt(
     "gemma-il",
@@ -185,7 +198,7 @@ test("gemma 4 (interleaved template): results go on the assistant's turn as llam
   await assertPrompt(
     "gemma-il",
     [...ANSWERED.slice(0, 3), { role: "tool", tool_call_id: "call_abc123", content: "sunny" }],
-    TOOLS_TEXT + USER + CALL_TEXT + '<|tool_response>response:get_weather{value:<|"|>sunny<|"|>}<tool_response|>',
+    TOOLS_TEXT + USER + CALL_TEXT + '<|tool_response>response:get_weather{value:<|"|>sunny<|"|>}<tool_response|>' + CLOSED,
   );
 });
 
@@ -194,7 +207,68 @@ test("gemma 4: a call Plinth returned goes back with its result, written as the 
   const call = first.message.tool_calls![0];
   const zone = (JSON.parse(call.function.arguments) as { zone: string }).zone;
   const messages: ChatMessageBody[] = [SYSTEM, QUESTION, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: call.id, content: "noon" }];
-  const rendered = await server.http.tokenize({ model: "gemma", messages, tools: TOOLS });
+  const rendered = await server.http.tokenize({ model: "gemma", messages, tools: TOOLS, ...OFF });
   const tail = await server.http.tokenize({ model: "gemma", prompt: `<|tool_call>call:get_time{zone:<|"|>${zone}<|"|>}<tool_call|><|tool_response>response:get_time{value:<|"|>noon<|"|>}<tool_response|>`, add_special_tokens: false });
   assert.deepEqual(rendered.tokens.slice(-tail.tokens.length), tail.tokens);
+});
+
+// ---- Thinking.
+
+test("gemma 4: both templates are thinking models in the model list", async () => {
+  const models = await server.client.models.list();
+  const byId = Object.fromEntries(models.data.map((m) => [m.id, plinthModel(m)]));
+  assert.equal(byId.gemma.reasoning, true);
+  assert.equal(byId["gemma-il"].reasoning, true);
+});
+
+const ANSWERED_WITH_TEXT: ChatMessageBody[] = [SYSTEM, QUESTION, { ...ANSWERED[2], content: "Let me check." }, ANSWERED[3]];
+
+test("gemma 4: with thinking left alone (on, as llama-server sets it) and off, prompts are llama-server's", async () => {
+  const RESULT = '<|tool_response>response:get_weather{value:<|"|>{"temp": 20}<|"|>}<tool_response|>';
+  // Left alone: <|think|> in the system turn, and the generation prompt leaves the section to the model.
+  await assertPrompt("gemma", [SYSTEM, QUESTION], THINKING_TOOLS_TEXT + USER, "default");
+  await assertPrompt("gemma", ANSWERED, THINKING_TOOLS_TEXT + USER + CALL_TEXT + RESULT, "default");
+  // A turn closed after its results (an answer went with the calls): llama-server opens the model's
+  // next turn itself, with no closed section even when thinking is off.
+  await assertPrompt("gemma", ANSWERED_WITH_TEXT, THINKING_TOOLS_TEXT + USER + CALL_TEXT + RESULT + "Let me check.<turn|>\n<|turn>model\n", "default");
+  await assertPrompt("gemma", ANSWERED_WITH_TEXT, TOOLS_TEXT + USER + CALL_TEXT + RESULT + "Let me check.<turn|>\n<|turn>model\n", "off");
+  await assertPrompt("gemma-il", [SYSTEM, QUESTION], THINKING_TOOLS_TEXT + USER, "default");
+  await assertPrompt("gemma-il", ANSWERED, THINKING_TOOLS_TEXT + USER + CALL_TEXT + "<|tool_response>response:get_weather{temp:20}<tool_response|>", "default");
+  // Without tools or a system message, thinking on still opens a system turn for <|think|>.
+  for (const model of ["gemma", "gemma-il"]) {
+    const on = await server.http.tokenize({ model, messages: [QUESTION] });
+    const off = await server.http.tokenize({ model, messages: [QUESTION], ...OFF });
+    assert.deepEqual(on.tokens, (await server.http.tokenize({ model, prompt: "<|turn>system\n<|think|>\n<turn|>\n" + USER })).tokens);
+    assert.deepEqual(off.tokens, (await server.http.tokenize({ model, prompt: USER + CLOSED })).tokens);
+  }
+});
+
+test("gemma 4: every dialect's control turns thinking on and off (no 'no thinking section' refusal)", async () => {
+  const plain = { model: "gemma", messages: [SYSTEM, QUESTION], max_tokens: 1 };
+  const count = async (extra: Partial<ChatBody>) => (await server.http.chat({ ...plain, ...extra } as ChatBody)).usage!.prompt_tokens;
+  const on = (await server.http.tokenize({ model: "gemma", messages: [SYSTEM, QUESTION] })).tokens.length;
+  const off = (await server.http.tokenize({ model: "gemma", messages: [SYSTEM, QUESTION], ...OFF })).tokens.length;
+  assert.notEqual(on, off);
+  assert.equal(await count({}), on);
+  for (const extra of [{ reasoning_effort: "none" }, OFF, { reasoning: { enabled: false } }] as Partial<ChatBody>[]) assert.equal(await count(extra), off, JSON.stringify(extra));
+  for (const extra of [{ reasoning_effort: "high" }, { chat_template_kwargs: { enable_thinking: true } }, { reasoning: { enabled: true } }] as Partial<ChatBody>[])
+    assert.equal(await count(extra), on, JSON.stringify(extra));
+});
+
+test("gemma 4: the thought is reasoning_content, never content, and a forced call follows it (streamed the same)", async () => {
+  for (const model of ["gemma", "gemma-il"]) {
+    // Held to a call from its first token, the model could not open the section: Plinth opens it as
+    // the template writes it, and the minimal effort's budget closes it for the random-weight model.
+    const body = ask({ model, tool_choice: "required", parallel_tool_calls: false, chat_template_kwargs: undefined, reasoning_effort: "minimal", temperature: 0, max_tokens: 300, logit_bias: { [ids['<|"|>']]: 8 } });
+    const c = (await server.http.chat(body)).choices[0];
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
+    assert.ok(c.message.reasoning_content && c.message.reasoning_content.length > 0, JSON.stringify(c.message));
+    assert.ok(!c.message.content, JSON.stringify(c.message));
+    checkCalls(c.message.tool_calls, c.message.content);
+    for (const m of MARKUP) assert.ok(!c.message.reasoning_content!.includes(m), `${m} in ${c.message.reasoning_content}`);
+    const stream = await streamed(body);
+    assert.equal(stream.reasoning, c.message.reasoning_content);
+    assert.equal(stream.content, "");
+    assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+  }
 });

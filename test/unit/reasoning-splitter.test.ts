@@ -56,3 +56,15 @@ test("the template's newline before the closing marker is layout, not reasoning"
   const q = [t.push("a\n"), t.push("b"), t.push("</think>"), t.flush()];
   assert.equal(q.map((p) => p.reasoning).join(""), "a\nb");
 });
+
+test("Gemma 4's section: the channel's name line is layout, the thought is reasoning, the answer follows the close", () => {
+  const s = new ReasoningSplitter("<|channel>thought", ["<channel|>"]);
+  const parts = [s.push("<|channel>"), s.push("thought"), s.push("\n"), s.push("plan\nit"), s.push("<channel|>"), s.push("Answer"), s.flush()];
+  assert.equal(parts.map((p) => p.reasoning).join(""), "plan\nit");
+  assert.equal(parts.map((p) => p.content).join(""), "Answer");
+  assert.equal(s.settled, true);
+  // Before the answer starts, a section may still open.
+  const t = new ReasoningSplitter("<|channel>thought", ["<channel|>"]);
+  t.push("<|chan");
+  assert.equal(t.settled, false);
+});

@@ -77,6 +77,12 @@ export interface LoopSetup {
    * before a forced call).
    */
   callMarkers?: ReadonlySet<Token>;
+  /**
+   * Those of `markers` that open or close the thinking section (Gemma 4's `<|channel>`, `<channel|>`):
+   * read as their text only until the section is over, so a stray one in the answer (Gemma 4 may end
+   * its answer with a lone `<channel|>`) decodes to nothing rather than showing its text there.
+   */
+  thoughtMarkers?: ReadonlySet<Token>;
   /** Put into the sequence when a thinking section closes, before the answer (gpt-oss's next message header). */
   answerOpening?: Token[];
   /** A header the model may write at the start of its answer, which is not part of the answer. */
@@ -101,7 +107,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
-    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall)) return decoder.push(t);
+    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver)) return decoder.push(t);
     return decoder.flush() + marker;
   };
   function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {

@@ -398,8 +398,10 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       tools: prepared.tools,
       contentGrammar: prepared.contentGrammar,
       // The call layout's control-token markers are read as their text only while calls can be made:
-      // otherwise such a token stays what it decodes to, nothing.
-      markers: prepared.tools ? new Map([...(this.harmony?.markers ?? []), ...this.constraints.markers]) : this.harmony?.markers,
+      // otherwise such a token stays what it decodes to, nothing. So are the thinking section's, only
+      // while a section can be open (a section the prompt closed has no markers to read).
+      markers: this.markersFor(prepared),
+      thoughtMarkers: prepared.reasoning && !prepared.reasoning.closedInPrompt ? new Set(this.renderer.thinkingMarkers.keys()) : undefined,
       callMarkers: prepared.tools ? this.constraints.innerMarkers : undefined,
       answerOpening: prepared.answerOpening,
       answerHeader: prepared.answerHeader,
@@ -408,6 +410,14 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       signal,
       onPromptEvaluated: () => this.slotCache.promptEvaluated(slot),
     });
+  }
+
+  /** The control tokens the decode loop reads as their text for this request (see generate). */
+  private markersFor(prepared: LlamaPrepared): ReadonlyMap<Token, string> | undefined {
+    const thinking = prepared.reasoning && !prepared.reasoning.closedInPrompt ? this.renderer.thinkingMarkers : undefined;
+    const calls = prepared.tools ? this.constraints.markers : undefined;
+    if (!thinking?.size && !calls) return this.harmony?.markers;
+    return new Map([...(thinking ?? []), ...(this.harmony?.markers ?? []), ...(calls ?? [])]);
   }
 
   pickSlot(prepared: LlamaPrepared, free: readonly number[]): number {

@@ -34,6 +34,12 @@ export interface OpenTurn {
    * what it writes there, nothing, is what it wants for either setting.
    */
   templateSwitched?: boolean;
+  /**
+   * Set for a generation prompt written where node-llama-cpp's open turn was not found (Gemma 4's
+   * after tool results, gemma4-thinking.ts): it is the template's for this switch, so Plinth closes
+   * nothing after it, thinking off included.
+   */
+  final?: boolean;
 }
 
 export class OpenTurns {
@@ -166,6 +172,11 @@ export class OpenTurns {
   unwritten(): OpenTurn {
     const switched = this.prompts.off !== undefined && this.prompts.on !== undefined && this.prompts.off !== this.prompts.on;
     return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault, ...(switched ? { templateSwitched: true } : {}) };
+  }
+
+  /** A generation prompt the template writes where node-llama-cpp's open turn was not found (see OpenTurn.final). */
+  written(prompt: string): OpenTurn {
+    return { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault, final: true };
   }
 
   private get thinksByDefault(): boolean {

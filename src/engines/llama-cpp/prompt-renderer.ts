@@ -21,6 +21,7 @@ import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { wantsToolResponses } from "./gemma4-tool-calls.ts";
+import { Gemma4Thinking } from "./gemma4-thinking.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
 import { renderJinjaLikePython } from "./jinja-python.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
@@ -83,6 +84,8 @@ export class PromptRenderer {
   private readonly familyWrapper: ChatWrapper | undefined;
   /** Set when the template writes nothing for an empty leading system message (Phi 3.5's). */
   private readonly leavesOutEmptySystem: boolean = false;
+  /** Set for Gemma 4's templates: their thinking section and generation prompts (gemma4-thinking.ts). */
+  private readonly gemma4: Gemma4Thinking | undefined;
 
   constructor(
     private readonly model: LlamaModel,
@@ -157,6 +160,8 @@ export class PromptRenderer {
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
     if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
       prepareToolRendering(wrapper, this.template, model.tokenizer, (w) => w.generateContextState({ chatHistory: LAYOUT_PROBE, availableFunctions: LAYOUT_PROBE_FUNCTIONS }));
+    // Gemma 4 thinks in a section node-llama-cpp cannot find in its template.
+    if (wrapper instanceof JinjaTemplateChatWrapper && this.template) this.gemma4 = Gemma4Thinking.adopt(wrapper, this.template);
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);
@@ -194,10 +199,17 @@ export class PromptRenderer {
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
     const turns = prefilled(prompt) || wrapper !== this.wrapper ? undefined : this.openTurns;
     const rewritten = turns?.rewrite(state.contextText, thinkingSwitch(req));
-    const opened = rewritten?.text ?? (prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper));
+    let opened = rewritten?.text ?? (prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper));
+    let openTurn = rewritten?.openTurn ?? turns?.unwritten();
+    // Gemma 4's generation prompt where the open turn was not the probed one (after tool results).
+    const written = turns && !rewritten ? this.gemma4?.generationPrompt(tailText(opened), prompt.messages.at(-1)?.role === "tool", thinkingSwitch(req)) : undefined;
+    if (turns && written !== undefined) {
+      opened = LlamaText([opened, new SpecialTokensText(written)]);
+      openTurn = turns.written(written);
+    }
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
-    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn: rewritten?.openTurn ?? turns?.unwritten() };
+    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn };
   }
 
   /**
@@ -373,6 +385,30 @@ export class PromptRenderer {
   private thoughtOnce: NonNullable<ChatWrapperSettings["segments"]>["thought"] | null = null;
 
   /**
+   * The thinking section's markers that are control tokens (Gemma 4's `<|channel>` and `<channel|>`),
+   * by token, with their text. Such a token decodes to nothing, so the decode loop reads these as
+   * their text while a section may be open, as it reads a call layout's markers; otherwise the model's
+   * thinking could never be told from its answer (`thought\n…` went into content).
+   */
+  get thinkingMarkers(): ReadonlyMap<Token, string> {
+    if (this.thinkingMarkersOnce) return this.thinkingMarkersOnce;
+    const markers = new Map<Token, string>();
+    const thought = this.thought;
+    for (const part of [thought?.prefix, thought?.suffix]) {
+      const text = plainText(part);
+      if (!text) continue;
+      for (const token of LlamaText(new SpecialTokensText(text)).tokenize(this.tokenizer)) {
+        if (!this.model.isSpecialToken(token) || this.model.isEogToken(token) || !this.model.getTokenAttributes(token).control) continue;
+        const spelled = this.model.detokenize([token], true);
+        if (spelled && text.includes(spelled)) markers.set(token, spelled);
+      }
+    }
+    this.thinkingMarkersOnce = markers;
+    return markers;
+  }
+  private thinkingMarkersOnce: ReadonlyMap<Token, string> | undefined;
+
+  /**
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
    * (or, turned off, open and close it empty) after the generation prompt, and how to end it.
    */
@@ -399,11 +435,12 @@ export class PromptRenderer {
     const suffix = LlamaText(thought.suffix ?? "");
     const enabled = req.reasoning?.enabled ?? true;
     // What follows the closed section: a blank line for <think>-style templates; gpt-oss's next
-    // message, which the engine writes itself (see harmony.ts).
+    // message, which the engine writes itself (see harmony.ts); nothing for Gemma 4's, whose answer
+    // follows `<channel|>` directly.
     const answerOpening = this.harmony?.answerOpening(modelMayCall);
     // (A suffix that already ends its line or paragraph, as Qwen 3's "\n</think>\n\n", gets only the rest.)
     const newlines = /\n*$/.exec(suffix.toString())![0].length;
-    const layout = this.harmony ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n".slice(Math.min(newlines, 2))));
+    const layout = this.harmony || this.gemma4 ? LlamaText([]) : LlamaText(new SpecialTokensText("\n\n".slice(Math.min(newlines, 2))));
     const closed = [...LlamaText([prefix, suffix, layout]).tokenize(this.tokenizer), ...(answerOpening ?? [])];
     let promptSuffix = enabled ? prefix.tokenize(this.tokenizer) : closed;
     let startsInside = enabled;
@@ -448,6 +485,9 @@ export class PromptRenderer {
     const shut = { startsInside: false, closedInPrompt: true };
     if (thinking === "off") {
       if (turn.thinking === "closed") return { promptSuffix: [], ...shut };
+      // The template leaves the section to the model here even with thinking off (Gemma 4's after
+      // tool results): nothing is added, and a section the model opens is still its thinking.
+      if (turn.final && turn.thinking === "none") return { promptSuffix: [], startsInside: false, closedInPrompt: false };
       if (turn.thinking === "opened") return { promptSuffix: LlamaText([suffix, layout]).tokenize(this.tokenizer), ...shut };
       // DeepSeek V3.1's template, turned off, writes nothing after tool results, as llama-server
       // renders it; an empty section there was text the model never saw.
@@ -490,6 +530,13 @@ export class PromptRenderer {
     }
     return { stopTokens, formatStops };
   }
+}
+
+/** The template text a rendering ends with (its last special-token part), or "" when it ends with message text. */
+function tailText(text: LlamaText): string {
+  const values = text.values.filter((v) => v !== "");
+  const last = values.at(-1);
+  return last instanceof SpecialTokensText ? last.value : "";
 }
 
 /** UTF-8 bytes of a templated text's plain and special-token parts. */

@@ -98,6 +98,11 @@ export class TextRouter {
     return this.splitter?.thinking ?? false;
   }
 
+  /** Past the point where a thinking section can open or close: it is over, or the answer began without one. */
+  get thoughtOver(): boolean {
+    return this.splitter?.settled ?? true;
+  }
+
   /** Tokens counted as thinking so far. */
   get reasoningTokens(): number {
     return this.thoughtTokens;
