@@ -1,6 +1,7 @@
 import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
+import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
@@ -353,6 +354,8 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
     }
   };
   internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
+  // A template that writes results with tojson (Command R7B's) gets them escaped (json-results.ts).
+  if (!onTurn && writesResultsAsJsonStrings(render)) escapeResultsAsJsonStrings(wrapper);
   // Results reach the template as the text the client sent (see toChatHistory), as llama.cpp's
   // server passes them, whatever node-llama-cpp guessed from its samples about writing values out.
   internals._stringifyFunctionResult = false;
