@@ -194,7 +194,40 @@ const KIMI_K2: KnownLayout = {
   replacesRead: true,
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2];
+/**
+ * Cohere Command R7B: a turn's calls are one JSON list between the `<|START_ACTION|>` and
+ * `<|END_ACTION|>` control tokens, one call a line,
+ * `{"tool_call_id": "N", "tool_name": NAME, "parameters": {…}}`, where N counts the conversation's
+ * calls (the template numbers answered calls itself, from the calls' order; results go back in
+ * `<|START_TOOL_RESULT|>` system turns that name the same N). The model writes its own N, digits as
+ * llama.cpp's server allows, and the parser drops it: the client's call ids are OpenAI's. A plan may
+ * come first in `<|START_THINKING|>`…`<|END_THINKING|>`, an answer in
+ * `<|START_RESPONSE|>`…`<|END_RESPONSE|>`, control tokens that decode to nothing. node-llama-cpp
+ * reads a layout from the template, but with an empty plan and the first call's counter as fixed
+ * text in its opening and the start of the results' turn in its close.
+ */
+const COMMAND_R7B: KnownLayout = {
+  name: "command-r7b",
+  matches: (t) => t.includes("<|START_ACTION|>") && t.includes("<|END_ACTION|>") && t.includes('"tool_call_id"') && t.includes("<|START_RESPONSE|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '{"tool_call_id": "',
+      paramsPrefix: '", "parameters": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<|START_ACTION|>"), "[\n    "), betweenCalls: ",\n    ", sectionSuffix: LlamaText("\n]", new SpecialTokensText("<|END_ACTION|>")) },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  index: { at: "beforeName", separator: '", "tool_name": "' },
+  replacesRead: true,
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B];
 
 /** The call counter of the layout a wrapper was given (see KnownLayout.index). */
 const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
