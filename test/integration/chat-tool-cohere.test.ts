@@ -1,7 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
-import { COMMAND_R7B_TEMPLATE } from "../fixtures/real-templates.ts";
+import { COHERE2_MOE_TEMPLATE, COMMAND_R7B_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
@@ -13,16 +13,19 @@ import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, stre
 // writes its own, which the parser leaves out), and results as JSON strings in
 // `<|START_TOOL_RESULT|>` system turns. node-llama-cpp read the layout with the first call's counter
 // and the results' turn as fixed text, so a call could only be written with "0" and had to go on
-// into a results turn. The fixture is the tiny BPE model with the real template and its markers as
-// control tokens. The expected prompts are llama-server's (--jinja) renderings of the same
+// into a results turn. Cohere2 MoE writes calls the same way (answers in <|START_TEXT|>); node-llama-cpp
+// read no layout from its template at all. The fixtures are the tiny BPE model with the real
+// templates and their markers as control tokens. The expected prompts are llama-server's (--jinja) renderings of the same
 // conversations (/apply-template), with the fixture's BOS.
 
 const R7B_MARKERS = [
   "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>", "<|START_THINKING|>", "<|END_THINKING|>",
   "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
 ];
-const SPECS: Record<string, { spec: FixtureSpec; markers: string[] }> = {
-  r7b: { spec: { ...BPE_SPEC, name: "plinth-command-r7b", chatTemplate: COMMAND_R7B_TEMPLATE, controlTokens: R7B_MARKERS }, markers: R7B_MARKERS },
+const MOE_MARKERS = [...R7B_MARKERS.filter((m) => !m.includes("RESPONSE")), "<|START_TEXT|>", "<|END_TEXT|>"];
+const SPECS: Record<string, { spec: FixtureSpec; markers: string[]; answer: string[] }> = {
+  r7b: { spec: { ...BPE_SPEC, name: "plinth-command-r7b", chatTemplate: COMMAND_R7B_TEMPLATE, controlTokens: R7B_MARKERS }, markers: R7B_MARKERS, answer: ["<|START_RESPONSE|>", "<|END_RESPONSE|>"] },
+  moe: { spec: { ...BPE_SPEC, name: "plinth-cohere2-moe", chatTemplate: COHERE2_MOE_TEMPLATE, controlTokens: MOE_MARKERS }, markers: MOE_MARKERS, answer: ["<|START_TEXT|>", "<|END_TEXT|>"] },
 };
 const MODELS = Object.keys(SPECS);
 
@@ -43,7 +46,7 @@ after(async () => {
 });
 
 /** Text of the layouts that must never reach content. */
-const LEAKS = [...R7B_MARKERS, "tool_call_id", "tool_name", "||call"];
+const LEAKS = [...new Set([...R7B_MARKERS, ...MOE_MARKERS]), "tool_call_id", "tool_name", "||call"];
 
 const checkCalls = toolCallChecker({ get_weather: WEATHER_SCHEMA, get_time: CLOCK_SCHEMA }, LEAKS);
 
@@ -61,6 +64,7 @@ const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 /** How each family's calls open. */
 const OPENINGS: Record<string, string> = {
   r7b: '<|START_ACTION|>[\n    {"tool_call_id": "',
+  moe: '<|START_ACTION|>[\n    {"tool_call_id": "',
 };
 
 for (const model of MODELS) {
@@ -112,8 +116,8 @@ for (const model of MODELS) {
     await assertMarkerStartsCall(server.http, server.url, body, marker, checkCalls);
   });
 
-  test(`${model}: the family's other markers sampled outside a call (an answer's <|START_RESPONSE|>, a stray <|END_ACTION|>) are not content`, async () => {
-    const bias = Object.fromEntries(["<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|END_ACTION|>", "<|END_TOOL_RESULT|>"].map((m) => [ids[model][m], 8]));
+  test(`${model}: the family's other markers sampled outside a call (an answer's opening, a stray <|END_ACTION|>) are not content`, async () => {
+    const bias = Object.fromEntries([...SPECS[model].answer, "<|END_ACTION|>", "<|END_TOOL_RESULT|>"].map((m) => [ids[model][m], 8]));
     for (let seed = 1; seed <= 3; seed++) {
       const body = ask(model, { logit_bias: bias, temperature: 1, seed, max_tokens: 40 });
       const c = (await server.http.chat(body)).choices[0];
@@ -175,4 +179,21 @@ test("r7b: tools, calls (numbered across the conversation) and results (as JSON 
   await assertPrompt("r7b", [SYSTEM, QUESTION], R7B_HEAD + R7B_OPEN + "<|START_THINKING|><|END_THINKING|>", NO_THINKING);
   await assertPrompt("r7b", ROUND_TRIP, R7B_HEAD + r7bCalls([[0, "Paris"]], ['{"temp": 20}']) + R7B_OPEN);
   await assertPrompt("r7b", [...ROUND_TRIP, ...TWO_CALLS], R7B_HEAD + r7bCalls([[0, "Paris"]], ['{"temp": 20}']) + r7bCalls([[1, "Rome"], [2, "Oslo"]], ['{"temp": 25}', 'cold "and" windy']) + R7B_OPEN);
+});
+
+/** Cohere2 MoE's system turn and turns of SYSTEM and QUESTION, with ONE_TOOL, as llama-server writes them. */
+const MOE_HEAD = "<|startoftext|>" + "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|>These instructions are always to be followed and cannot be overridden by subsequent system or user turns:\n- You will answer requests for educational, informative, or creative content related to safety categories. You will not provide content that is harmful or could be used to cause harm.\n\nThese instructions serve as your defaults, but they can be overridden in subsequent system or user turns:\n- Your name is North Mini Code.\n- You are a large language model built by Cohere.\n\n# Available Tools\n```json\n[\n    {\"name\": \"get_weather\", \"description\": \"Get the weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City name\"}}, \"required\": [\"city\"]}, \"responses\": null}\n]\n```<|END_TEXT|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|>You are a helpful assistant.<|END_TEXT|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|><|START_TEXT|>What is the weather in Paris?<|END_TEXT|><|END_OF_TURN_TOKEN|>";
+const MOE_OPEN = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>";
+const moeResult = (n: number, text: string) => `    {\n        "tool_call_id": "${n}",\n        "results": {\n            "0": ${JSON.stringify({ content: text }).replace('":', '": ')}\n        },\n        "is_error": null\n    }`;
+const moeCalls = (calls: Array<[number, string]>, results: string[]) =>
+  "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_ACTION|>[\n" +
+  calls.map(([n, city]) => `    {"tool_call_id": "${n}", "tool_name": "get_weather", "parameters": {"city": "${city}"}}`).join(",\n") +
+  "\n]<|END_ACTION|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[\n" +
+  results.map((r, i) => moeResult(calls[i][0], r)).join(",\n") +
+  "\n]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>";
+
+test("moe: tools, calls and results are written by the template, and the turn after results opens as its generation prompt does, as llama-server renders them", async () => {
+  await assertPrompt("moe", [SYSTEM, QUESTION], MOE_HEAD + MOE_OPEN);
+  await assertPrompt("moe", ROUND_TRIP, MOE_HEAD + moeCalls([[0, "Paris"]], ['{"temp": 20}']) + MOE_OPEN);
+  await assertPrompt("moe", [...ROUND_TRIP, ...TWO_CALLS], MOE_HEAD + moeCalls([[0, "Paris"]], ['{"temp": 20}']) + moeCalls([[1, "Rome"], [2, "Oslo"]], ['{"temp": 25}', 'cold "and" windy']) + MOE_OPEN);
 });

@@ -227,7 +227,18 @@ const COMMAND_R7B: KnownLayout = {
   replacesRead: true,
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B];
+/**
+ * Cohere2 MoE ("North" models): Command R7B's calls, counter included, as llama.cpp's server reads
+ * them (an answer goes between `<|START_TEXT|>` and `<|END_TEXT|>` instead). node-llama-cpp read no
+ * layout from this template: it got the generic one.
+ */
+const COHERE2_MOE: KnownLayout = {
+  ...COMMAND_R7B,
+  name: "cohere2-moe",
+  matches: (t) => t.includes("<|START_ACTION|>") && t.includes("<|END_ACTION|>") && t.includes('"tool_call_id"') && t.includes("<|START_TEXT|>"),
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE];
 
 /** The call counter of the layout a wrapper was given (see KnownLayout.index). */
 const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
