@@ -238,7 +238,34 @@ const COHERE2_MOE: KnownLayout = {
   matches: (t) => t.includes("<|START_ACTION|>") && t.includes("<|END_ACTION|>") && t.includes('"tool_call_id"') && t.includes("<|START_TEXT|>"),
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE];
+/**
+ * Apertus (swiss-ai): a turn's calls are one JSON list between the `<|tools_prefix|>` and
+ * `<|tools_suffix|>` control tokens, each call an object keyed by the function's name,
+ * `[{"NAME": {…}}, {"NAME": {…}}]`; the results follow in the same assistant turn as a plain list,
+ * which the template writes. node-llama-cpp reads this layout from the template, but with that
+ * list's opening `[` in the calls' close, so a call had to go on into its results.
+ */
+const APERTUS: KnownLayout = {
+  name: "apertus",
+  matches: (t) => t.includes("<|tools_prefix|>") && t.includes("<|tools_suffix|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '{"',
+      paramsPrefix: '": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<|tools_prefix|>"), "["), betweenCalls: ", ", sectionSuffix: LlamaText("]", new SpecialTokensText("<|tools_suffix|>")) },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  replacesRead: true,
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE, APERTUS];
 
 /** The call counter of the layout a wrapper was given (see KnownLayout.index). */
 const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();

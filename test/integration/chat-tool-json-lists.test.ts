@@ -1,12 +1,15 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
+import { getLlama, LlamaText } from "node-llama-cpp";
+import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
-import { COHERE2_MOE_TEMPLATE, COMMAND_R7B_TEMPLATE } from "../fixtures/real-templates.ts";
+import { APERTUS_TEMPLATE, COHERE2_MOE_TEMPLATE, COMMAND_R7B_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
-// Tool calling through the model's own template for Cohere's marker-wrapped families. Command R7B
+// Tool calling through the model's own template for families whose calls are one JSON list between
+// two control tokens. Command R7B
 // writes a turn's calls as one JSON list between control tokens,
 // `<|START_ACTION|>[\n    {"tool_call_id": "N", "tool_name": NAME, "parameters": {…}}\n]<|END_ACTION|>`,
 // N a counter over the conversation's calls (the template numbers answered calls itself; the model
@@ -14,7 +17,9 @@ import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, stre
 // `<|START_TOOL_RESULT|>` system turns. node-llama-cpp read the layout with the first call's counter
 // and the results' turn as fixed text, so a call could only be written with "0" and had to go on
 // into a results turn. Cohere2 MoE writes calls the same way (answers in <|START_TEXT|>); node-llama-cpp
-// read no layout from its template at all. The fixtures are the tiny BPE model with the real
+// read no layout from its template at all. Apertus writes `<|tools_prefix|>[{"NAME": {…}}, …]<|tools_suffix|>`
+// and the results right after, in the same turn, as a plain list; node-llama-cpp read that list's
+// opening `[` into the calls' close. The fixtures are the tiny BPE model with the real
 // templates and their markers as control tokens. The expected prompts are llama-server's (--jinja) renderings of the same
 // conversations (/apply-template), with the fixture's BOS.
 
@@ -23,9 +28,15 @@ const R7B_MARKERS = [
   "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
 ];
 const MOE_MARKERS = [...R7B_MARKERS.filter((m) => !m.includes("RESPONSE")), "<|START_TEXT|>", "<|END_TEXT|>"];
-const SPECS: Record<string, { spec: FixtureSpec; markers: string[]; answer: string[] }> = {
-  r7b: { spec: { ...BPE_SPEC, name: "plinth-command-r7b", chatTemplate: COMMAND_R7B_TEMPLATE, controlTokens: R7B_MARKERS }, markers: R7B_MARKERS, answer: ["<|START_RESPONSE|>", "<|END_RESPONSE|>"] },
-  moe: { spec: { ...BPE_SPEC, name: "plinth-cohere2-moe", chatTemplate: COHERE2_MOE_TEMPLATE, controlTokens: MOE_MARKERS }, markers: MOE_MARKERS, answer: ["<|START_TEXT|>", "<|END_TEXT|>"] },
+const APERTUS_MARKERS = [
+  "<|system_start|>", "<|system_end|>", "<|developer_start|>", "<|developer_end|>", "<|user_start|>", "<|user_end|>",
+  "<|assistant_start|>", "<|assistant_end|>", "<|inner_prefix|>", "<|inner_suffix|>", "<|tools_prefix|>", "<|tools_suffix|>",
+];
+/** Each family's markers, and those of them that mean nothing outside a call or an answer's frame (`stray`). */
+const SPECS: Record<string, { spec: FixtureSpec; markers: string[]; stray: string[] }> = {
+  r7b: { spec: { ...BPE_SPEC, name: "plinth-command-r7b", chatTemplate: COMMAND_R7B_TEMPLATE, controlTokens: R7B_MARKERS }, markers: R7B_MARKERS, stray: ["<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|END_ACTION|>", "<|END_TOOL_RESULT|>"] },
+  moe: { spec: { ...BPE_SPEC, name: "plinth-cohere2-moe", chatTemplate: COHERE2_MOE_TEMPLATE, controlTokens: MOE_MARKERS }, markers: MOE_MARKERS, stray: ["<|START_TEXT|>", "<|END_TEXT|>", "<|END_ACTION|>", "<|END_TOOL_RESULT|>"] },
+  apertus: { spec: { ...BPE_SPEC, name: "plinth-apertus", chatTemplate: APERTUS_TEMPLATE, controlTokens: APERTUS_MARKERS }, markers: APERTUS_MARKERS, stray: ["<|tools_suffix|>", "<|inner_suffix|>"] },
 };
 const MODELS = Object.keys(SPECS);
 
@@ -46,7 +57,7 @@ after(async () => {
 });
 
 /** Text of the layouts that must never reach content. */
-const LEAKS = [...new Set([...R7B_MARKERS, ...MOE_MARKERS]), "tool_call_id", "tool_name", "||call"];
+const LEAKS = [...new Set([...R7B_MARKERS, ...MOE_MARKERS, ...APERTUS_MARKERS]), "tool_call_id", "tool_name", '{"get_', "||call"];
 
 const checkCalls = toolCallChecker({ get_weather: WEATHER_SCHEMA, get_time: CLOCK_SCHEMA }, LEAKS);
 
@@ -55,9 +66,12 @@ const QUESTION: ChatMessageBody = { role: "user", content: "What is the weather 
 
 // A plan in <|START_THINKING|> may come before the calls, and random weights never close it: the
 // forced-call checks turn thinking off (the template's enable_thinking, which /tokenize takes too).
+// Apertus's template has a switch ("Deliberation: disabled" by default) but no thinking markers
+// Plinth reads, so it takes no thinking switch and is asked without one.
 const NO_THINKING = { chat_template_kwargs: { enable_thinking: false } };
+const noThinking = (model: string) => (model === "apertus" ? {} : NO_THINKING);
 
-const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({ model, messages: [SYSTEM, QUESTION], tools: WEATHER_AND_CLOCK, max_tokens: 120, ...NO_THINKING, ...extra });
+const ask = (model: string, extra: Partial<ChatBody> = {}): ChatBody => ({ model, messages: [SYSTEM, QUESTION], tools: WEATHER_AND_CLOCK, max_tokens: 120, ...noThinking(model), ...extra });
 
 const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 
@@ -65,6 +79,7 @@ const streamed = (body: ChatBody) => streamedCalls(server.url, body);
 const OPENINGS: Record<string, string> = {
   r7b: '<|START_ACTION|>[\n    {"tool_call_id": "',
   moe: '<|START_ACTION|>[\n    {"tool_call_id": "',
+  apertus: '<|tools_prefix|>[{"',
 };
 
 for (const model of MODELS) {
@@ -80,8 +95,8 @@ for (const model of MODELS) {
     const whole = answer.choices[0];
     // The call opens as the family's calls open (its markers as their tokens): the prompt is the
     // template's rendering, then that opening.
-    const forced = await server.http.tokenize({ model, messages: named.messages, tools: named.tools, tool_choice: named.tool_choice, ...NO_THINKING });
-    const free = await server.http.tokenize({ model, messages: named.messages, tools: named.tools, ...NO_THINKING });
+    const forced = await server.http.tokenize({ model, messages: named.messages, tools: named.tools, tool_choice: named.tool_choice, ...noThinking(model) });
+    const free = await server.http.tokenize({ model, messages: named.messages, tools: named.tools, ...noThinking(model) });
     const opening = await server.http.tokenize({ model, prompt: OPENINGS[model], add_special_tokens: false });
     assert.deepEqual(forced.tokens, [...free.tokens, ...opening.tokens]);
     assert.equal(answer.usage!.prompt_tokens, forced.count);
@@ -110,14 +125,14 @@ for (const model of MODELS) {
     assert.equal(several, 2, "no answer with several calls");
   });
 
-  test(`${model}: in auto mode, the model's sampling <|START_ACTION|> starts a call, held to the schema`, async () => {
-    const marker = "<|START_ACTION|>";
+  test(`${model}: in auto mode, the model's sampling the calls' opening marker starts a call, held to the schema`, async () => {
+    const marker = OPENINGS[model].slice(0, OPENINGS[model].indexOf("|>") + 2);
     const body = ask(model, { parallel_tool_calls: false, logit_bias: { [ids[model][marker]]: 100 }, temperature: 1, seed: 3 });
     await assertMarkerStartsCall(server.http, server.url, body, marker, checkCalls);
   });
 
-  test(`${model}: the family's other markers sampled outside a call (an answer's opening, a stray <|END_ACTION|>) are not content`, async () => {
-    const bias = Object.fromEntries([...SPECS[model].answer, "<|END_ACTION|>", "<|END_TOOL_RESULT|>"].map((m) => [ids[model][m], 8]));
+  test(`${model}: the family's other markers sampled outside a call (an answer's frame, a stray call close) are not content`, async () => {
+    const bias = Object.fromEntries(SPECS[model].stray.map((m) => [ids[model][m], 8]));
     for (let seed = 1; seed <= 3; seed++) {
       const body = ask(model, { logit_bias: bias, temperature: 1, seed, max_tokens: 40 });
       const c = (await server.http.chat(body)).choices[0];
@@ -196,4 +211,35 @@ test("moe: tools, calls and results are written by the template, and the turn af
   await assertPrompt("moe", [SYSTEM, QUESTION], MOE_HEAD + MOE_OPEN);
   await assertPrompt("moe", ROUND_TRIP, MOE_HEAD + moeCalls([[0, "Paris"]], ['{"temp": 20}']) + MOE_OPEN);
   await assertPrompt("moe", [...ROUND_TRIP, ...TWO_CALLS], MOE_HEAD + moeCalls([[0, "Paris"]], ['{"temp": 20}']) + moeCalls([[1, "Rome"], [2, "Oslo"]], ['{"temp": 25}', 'cold "and" windy']) + MOE_OPEN);
+});
+
+/** Apertus's system and developer turns (ONE_TOOL) and QUESTION, as llama-server writes them. */
+const APERTUS_HEAD = "<|startoftext|>" + "<|system_start|>You are a helpful assistant.<|system_end|><|developer_start|>Deliberation: disabled\nTool Capabilities:\n// Get the weather for a city\ntype get_weather = (_: {\n// City name\ncity: string\n}) => any;<|developer_end|><|user_start|>What is the weather in Paris?<|user_end|>";
+const ANSWERED: ChatMessageBody[] = [...ROUND_TRIP, { role: "assistant", content: "It is 20." }, { role: "user", content: "And Rome and Oslo?" }];
+
+test("apertus: tools, calls and their results (in the calling turn) are written by the template, as llama-server renders them", async () => {
+  const first = '<|assistant_start|><|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>[{"temp": 20}]It is 20.<|assistant_end|><|user_start|>And Rome and Oslo?<|user_end|>';
+  const second = '<|assistant_start|><|tools_prefix|>[{"get_weather": {"city": "Rome"}}, {"get_weather": {"city": "Oslo"}}]<|tools_suffix|>[{"temp": 25}, {"temp": -1}]Warm and cold.<|assistant_end|><|user_start|>Thanks<|user_end|>';
+  // (A result that is text right after the template's ", " is tokenized apart from it here, where
+  // llama-server may merge the two: " cold" as one token there, " " and "cold" here.)
+  const twoCalls = TWO_CALLS.map((m) => (m.role === "tool" && m.tool_call_id === "call_3" ? { ...m, content: '{"temp": -1}' } : m));
+  await assertPrompt("apertus", [SYSTEM, QUESTION], APERTUS_HEAD + "<|assistant_start|>");
+  await assertPrompt("apertus", ANSWERED, APERTUS_HEAD + first + "<|assistant_start|>");
+  await assertPrompt("apertus", [...ANSWERED, ...twoCalls, { role: "assistant", content: "Warm and cold." }, { role: "user", content: "Thanks" }], APERTUS_HEAD + first + second + "<|assistant_start|>");
+});
+
+test("apertus: the calls' close is `]<|tools_suffix|>`, not the results' opening `[` after it, which the model was made to write", async () => {
+  // Read from the renderer the engine uses: what a call grammar ends with.
+  const llama = await getLlama({ gpu: false });
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel(SPECS.apertus.spec), vocabOnly: true });
+  try {
+    const settings = new PromptRenderer(model, { id: "apertus", vocabSize: 100_000 }).wrapper.settings.functions;
+    const text = (t: unknown) => LlamaText(t as never).toString();
+    assert.deepEqual(
+      [settings.parallelism?.call.sectionPrefix, settings.call.prefix, settings.call.paramsPrefix, settings.call.suffix, settings.parallelism?.call.betweenCalls, settings.parallelism?.call.sectionSuffix].map(text),
+      ["<|tools_prefix|>[", '{"', '": ', "}", ", ", "]<|tools_suffix|>"],
+    );
+  } finally {
+    await model.dispose();
+  }
 });
