@@ -120,6 +120,9 @@ export class OpenTurns {
    * prompt to put there. A switch may add to the end of a user message (GLM 4.6's "/nothink" with
    * thinking off), which a turn after tool results does not end with: then the open turn is matched
    * by the rendering of a switch that adds nothing there, and the same addition is left off the prompt.
+   * So may the template itself (Cohere2 MoE closes a user message's text with <|END_TEXT|>, a
+   * results turn with <|END_TOOL_RESULT|>): then what both renderings share at their start (the
+   * user message's end) is left out of both, as much as it takes for the rest to end `text`.
    */
   private ending(text: string, thinking: ThinkingSwitch): { rendered: string; prompt: string } | undefined {
     const rendered = this.rendered[thinking];
@@ -132,6 +135,9 @@ export class OpenTurns {
       const added = rendered.slice(0, rendered.length - shorter.length);
       if (prompt.startsWith(added)) return { rendered: shorter, prompt: prompt.slice(added.length) };
     }
+    let shared = 0;
+    while (shared < rendered.length - 1 && rendered[shared] === prompt[shared]) shared++;
+    for (let k = 1; k <= shared; k++) if (text.endsWith(rendered.slice(k))) return { rendered: rendered.slice(k), prompt: prompt.slice(k) };
     return undefined;
   }
 

@@ -2,6 +2,7 @@ import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
+import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
 import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
@@ -194,7 +195,78 @@ const KIMI_K2: KnownLayout = {
   replacesRead: true,
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2];
+/**
+ * Cohere Command R7B: a turn's calls are one JSON list between the `<|START_ACTION|>` and
+ * `<|END_ACTION|>` control tokens, one call a line,
+ * `{"tool_call_id": "N", "tool_name": NAME, "parameters": {…}}`, where N counts the conversation's
+ * calls (the template numbers answered calls itself, from the calls' order; results go back in
+ * `<|START_TOOL_RESULT|>` system turns that name the same N). The model writes its own N, digits as
+ * llama.cpp's server allows, and the parser drops it: the client's call ids are OpenAI's. A plan may
+ * come first in `<|START_THINKING|>`…`<|END_THINKING|>`, an answer in
+ * `<|START_RESPONSE|>`…`<|END_RESPONSE|>`, control tokens that decode to nothing. node-llama-cpp
+ * reads a layout from the template, but with an empty plan and the first call's counter as fixed
+ * text in its opening and the start of the results' turn in its close.
+ */
+const COMMAND_R7B: KnownLayout = {
+  name: "command-r7b",
+  matches: (t) => t.includes("<|START_ACTION|>") && t.includes("<|END_ACTION|>") && t.includes('"tool_call_id"') && t.includes("<|START_RESPONSE|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '{"tool_call_id": "',
+      paramsPrefix: '", "parameters": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<|START_ACTION|>"), "[\n    "), betweenCalls: ",\n    ", sectionSuffix: LlamaText("\n]", new SpecialTokensText("<|END_ACTION|>")) },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  index: { at: "beforeName", separator: '", "tool_name": "' },
+  replacesRead: true,
+};
+
+/**
+ * Cohere2 MoE ("North" models): Command R7B's calls, counter included, as llama.cpp's server reads
+ * them (an answer goes between `<|START_TEXT|>` and `<|END_TEXT|>` instead). node-llama-cpp read no
+ * layout from this template: it got the generic one.
+ */
+const COHERE2_MOE: KnownLayout = {
+  ...COMMAND_R7B,
+  name: "cohere2-moe",
+  matches: (t) => t.includes("<|START_ACTION|>") && t.includes("<|END_ACTION|>") && t.includes('"tool_call_id"') && t.includes("<|START_TEXT|>"),
+};
+
+/**
+ * Apertus (swiss-ai): a turn's calls are one JSON list between the `<|tools_prefix|>` and
+ * `<|tools_suffix|>` control tokens, each call an object keyed by the function's name,
+ * `[{"NAME": {…}}, {"NAME": {…}}]`; the results follow in the same assistant turn as a plain list,
+ * which the template writes. node-llama-cpp reads this layout from the template, but with that
+ * list's opening `[` in the calls' close, so a call had to go on into its results.
+ */
+const APERTUS: KnownLayout = {
+  name: "apertus",
+  matches: (t) => t.includes("<|tools_prefix|>") && t.includes("<|tools_suffix|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: '{"',
+      paramsPrefix: '": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: LlamaText(new SpecialTokensText("<|tools_prefix|>"), "["), betweenCalls: ", ", sectionSuffix: LlamaText("]", new SpecialTokensText("<|tools_suffix|>")) },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  replacesRead: true,
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE, APERTUS];
 
 /** The call counter of the layout a wrapper was given (see KnownLayout.index). */
 const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
@@ -354,6 +426,8 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
     }
   };
   internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
+  // A template that writes results with tojson (Command R7B's) gets them escaped (json-results.ts).
+  if (!onTurn && writesResultsAsJsonStrings(render)) escapeResultsAsJsonStrings(wrapper);
   // Results reach the template as the text the client sent (see toChatHistory), as llama.cpp's
   // server passes them, whatever node-llama-cpp guessed from its samples about writing values out.
   internals._stringifyFunctionResult = false;
