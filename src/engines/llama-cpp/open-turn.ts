@@ -122,7 +122,9 @@ export class OpenTurns {
    * by the rendering of a switch that adds nothing there, and the same addition is left off the prompt.
    * So may the template itself (Cohere2 MoE closes a user message's text with <|END_TEXT|>, a
    * results turn with <|END_TOOL_RESULT|>): then what both renderings share at their start (the
-   * user message's end) is left out of both, as much as it takes for the rest to end `text`.
+   * user message's end) is left out of both, as much as it takes for the rest to end `text`. The
+   * cut falls only between two markers (`…>` then `<…`): anywhere else a rest as short as `｜>`
+   * ends many a text by chance (DeepSeek's results end `<｜tool▁outputs▁end｜>`).
    */
   private ending(text: string, thinking: ThinkingSwitch): { rendered: string; prompt: string } | undefined {
     const rendered = this.rendered[thinking];
@@ -137,7 +139,8 @@ export class OpenTurns {
     }
     let shared = 0;
     while (shared < rendered.length - 1 && rendered[shared] === prompt[shared]) shared++;
-    for (let k = 1; k <= shared; k++) if (text.endsWith(rendered.slice(k))) return { rendered: rendered.slice(k), prompt: prompt.slice(k) };
+    for (let k = 1; k <= shared; k++)
+      if (rendered[k - 1] === ">" && rendered[k] === "<" && text.endsWith(rendered.slice(k))) return { rendered: rendered.slice(k), prompt: prompt.slice(k) };
     return undefined;
   }
 
