@@ -22,7 +22,7 @@ import { type CompileControl, REQUEST_COMPILE_MS, RequestCompileDeadlineError, s
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
-import { callIndexOf } from "./tool-layouts.ts";
+import { callIndexOf, takesOneCall } from "./tool-layouts.ts";
 import { GEMMA4_QUOTE, Gemma4ArgumentsReader } from "./gemma4-tool-calls.ts";
 import { gemma4ArgumentsGrammar } from "../../grammar/gemma4-arguments.ts";
 import { PythonArgumentsReader } from "./python-tool-calls.ts";
@@ -72,7 +72,7 @@ export class ConstraintPlanner {
   readonly format: ToolCallFormat;
   readonly trigger: string;
 
-  /** Whether one turn can hold several calls (gpt-oss ends the turn with each call). */
+  /** Whether one turn can hold several calls (gpt-oss ends the turn with each call; GigaChat's templates write one). */
   private readonly severalCalls: boolean;
 
   /** Control tokens the call layout is written with, by their text (see literal). */
@@ -111,7 +111,7 @@ export class ConstraintPlanner {
       // A counter next to the name (Kimi K2's), which the wrapper's settings cannot hold.
       ...(callIndexOf(wrapper) ? { index: callIndexOf(wrapper) } : {}),
     };
-    this.severalCalls = format === undefined || xml !== undefined;
+    this.severalCalls = (format === undefined || xml !== undefined) && !takesOneCall(wrapper);
     if (notation === "gemma4") {
       // The quote token is a marker too (named in grammars, read as its text); the name ends at the
       // arguments' `{`.

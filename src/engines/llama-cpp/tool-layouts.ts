@@ -33,6 +33,11 @@ interface KnownLayout {
    * counter of its one sample as fixed text (Kimi K2's `:0<|tool_call_argument_begin|>`).
    */
   replacesRead?: boolean;
+  /**
+   * One call per turn: the template writes only a message's first call, and llama.cpp's server
+   * reads at most one (GigaChat's), so a second would be lost from the history.
+   */
+  oneCall?: boolean;
 }
 
 /**
@@ -266,7 +271,58 @@ const APERTUS: KnownLayout = {
   replacesRead: true,
 };
 
-const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE, APERTUS];
+/**
+ * GigaChat 3 (ai-sage): a call is a turn of its own, under the `function call` role, after the
+ * assistant's turn: `<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": …, "arguments": {…}}`,
+ * one call per turn (the template writes only a message's first call, and llama.cpp's server reads
+ * at most one); results come back as `function result` turns, which the template writes.
+ */
+const GIGACHAT_3: KnownLayout = {
+  name: "gigachat-3",
+  matches: (t) => t.includes("<|role_sep|>") && t.includes("<|message_sep|>") && t.includes("'function call'") && !t.includes("<|function_call|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: LlamaText(new SpecialTokensText("<|message_sep|>"), "\n\nfunction call", new SpecialTokensText("<|role_sep|>"), '\n{"name": "'),
+      paramsPrefix: '", "arguments": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  oneCall: true,
+};
+
+/**
+ * GigaChat 3.1: the call stays in the assistant's turn, after its text, opened by the
+ * `<|function_call|>` control token: `<|function_call|>{"name": …, "arguments": {…}}`, one call per
+ * turn (the template writes only a message's first); results come back as `function result` turns.
+ */
+const GIGACHAT_3_1: KnownLayout = {
+  name: "gigachat-3.1",
+  matches: (t) => t.includes("<|role_sep|>") && t.includes("<|message_sep|>") && t.includes("<|function_call|>"),
+  functions: {
+    call: {
+      optionalPrefixSpace: false,
+      prefix: LlamaText(new SpecialTokensText("<|function_call|>"), '{"name": "'),
+      paramsPrefix: '", "arguments": ',
+      suffix: "}",
+      emptyCallParamsPlaceholder: {},
+    },
+    result: { prefix: "", suffix: "" },
+    parallelism: {
+      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
+      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+    },
+  },
+  oneCall: true,
+};
+
+const LAYOUTS: readonly KnownLayout[] = [HERMES, MISTRAL, GRANITE, DEEPSEEK_R1, COMMAND_R_PLUS, KIMI_K2, COMMAND_R7B, COHERE2_MOE, APERTUS, GIGACHAT_3, GIGACHAT_3_1];
 
 /** The call counter of the layout a wrapper was given (see KnownLayout.index). */
 const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
@@ -274,6 +330,14 @@ const indexes = new WeakMap<JinjaTemplateChatWrapper, CallIndex>();
 /** Where the calls of a wrapper's layout carry a counter next to the name, if they do. */
 export function callIndexOf(wrapper: unknown): CallIndex | undefined {
   return indexes.get(wrapper as JinjaTemplateChatWrapper);
+}
+
+/** The wrappers whose layout takes one call per turn (see KnownLayout.oneCall). */
+const oneCallWrappers = new WeakSet<JinjaTemplateChatWrapper>();
+
+/** Whether a wrapper's layout takes one call per turn, whatever parallel_tool_calls says. */
+export function takesOneCall(wrapper: unknown): boolean {
+  return oneCallWrappers.has(wrapper as JinjaTemplateChatWrapper);
 }
 
 /** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
@@ -362,7 +426,9 @@ function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: strin
   internals._stringifyFunctionParams = false;
   internals._stringifyFunctionResult = false;
   if (layout.index) indexes.set(wrapper, layout.index);
+  if (layout.oneCall) oneCallWrappers.add(wrapper);
   return () => {
+    oneCallWrappers.delete(wrapper);
     internals.settings = before.settings;
     internals._usingJinjaFunctionCallTemplate = before.using;
     internals._stringifyFunctionParams = before.params;
