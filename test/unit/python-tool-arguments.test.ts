@@ -104,3 +104,9 @@ test("jinja: `|string` of a list, a boolean and None is Python's, as the LFM2.5 
   const t = new Template("{{ l | string }} {{ b | string }} {{ n | string }} {{ 3 | string }}");
   assert.equal(t.render({ l: ["a", true, null, 2.5, { k: "v" }], b: false, n: null }), "['a', True, None, 2.5, {'k': 'v'}] False None 3");
 });
+
+test("a list's min and max render as Python's (MiniCPM5's template counts calls with `[a, b]|min`)", () => {
+  renderJinjaLikePython();
+  const t = new Template("{{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ ['b', 'a'] | min }} {% set n = [x, y]|min %}{{ n + 1 }}");
+  assert.equal(t.render({ x: 4, y: 0 }), "1 3 a 1");
+});

@@ -14,6 +14,9 @@ import { Environment, Interpreter } from "@huggingface/jinja";
 //   arguments that are not strings or mappings with `|string`, Python's `[1, 'x']`, `True`, `None`;
 //   the engine wrote a list as JSON and a boolean as `true`, and refused None, so the whole
 //   conversation fell back to node-llama-cpp's own writing of calls.
+// - `list|min`, `list|max`: MiniCPM5's template counts an answered turn's calls with
+//   `[a, b]|min`; the engine refused it ("Unknown ArrayValue filter: min"), so calls and results
+//   were written by node-llama-cpp instead of the template.
 //
 // The engine's value classes are not exported: they are reached through values it makes of plain
 // ones, and their builtins extended (a builtin of a dict is also what the engine applies as a
@@ -74,8 +77,15 @@ export function renderJinjaLikePython(): void {
   const PYTHON_STRING = new Set(["ArrayValue", "BooleanValue", "NullValue", "TupleValue"]);
   proto.applyFilter = function (this: unknown, operand, filter, env) {
     if (filter?.type === "Identifier" && filter.value === "string" && PYTHON_STRING.has(operand?.type)) return new StringValue(pythonRepr(operand));
+    if (filter?.type === "Identifier" && (filter.value === "min" || filter.value === "max") && operand?.type === "ArrayValue") return extreme(operand.value as Value[], filter.value);
     return applyFilter.call(this, operand, filter, env);
   };
+}
+
+/** A list's least or greatest item, compared as Python compares numbers or strings. */
+function extreme(items: readonly Value[], which: "min" | "max"): Value {
+  if (items.length === 0) throw new Error(`${which}() arg is an empty sequence`);
+  return items.reduce((best, v) => ((which === "min" ? (v.value as number) < (best.value as number) : (v.value as number) > (best.value as number)) ? v : best));
 }
 
 /** Rebuilds a value class's builtins on each use (they may depend on a changing value), with more. */

@@ -10,7 +10,8 @@ import { switchToTemplatePath } from "./template-path.ts";
 // (Qwen 3.5, Nemotron 3 Nano and StepFun 3.5 write the same), GLM 4.5–4.7's
 // `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>…</tool_call>` and MiniMax-M2's
 // `<invoke name="NAME"><parameter name="KEY">VALUE</parameter>…</invoke>`, and DeepSeek V3.2's and
-// V4's DSML markup (the same with a `string="true|false"` mark on each parameter). A string value is written
+// V4's DSML markup (the same with a `string="true|false"` mark on each parameter), and MiniCPM5's
+// `<function name="NAME"><param name="KEY">VALUE</param>…</function>`. A string value is written
 // as it is, anything else as JSON.
 //
 // node-llama-cpp reads a call layout by rendering sample calls, so it can only find a layout with
@@ -91,9 +92,22 @@ const DEEPSEEK_V3_2: XmlToolLayout = { name: "deepseek-v3.2", matches: (t) => is
 /** DeepSeek V4: V3.2's markup, the block named `tool_calls`. */
 const DEEPSEEK_V4: XmlToolLayout = { name: "deepseek-v4", matches: (t) => isDsml(t) && !t.includes("function_calls") && t.includes("tool_calls"), ...dsml("tool_calls") };
 
+/**
+ * MiniCPM5: `<function name="NAME"><param name="KEY">VALUE</param>…</function>`, calls a newline
+ * apart, no section around them. Recognised as llama.cpp recognises it (its template's "Tool usage
+ * guidelines"). The template wraps a string holding `<`, `&` or a newline in `<![CDATA[…]]>`;
+ * calls are generated with raw values that never hold `</param>`, which llama.cpp reads the same.
+ */
+const MINICPM5: XmlToolLayout = {
+  name: "minicpm5",
+  matches: (t) => t.includes("Tool usage guidelines:") && t.includes('<function name=\"') && t.includes('<param name=\"'),
+  format: { sectionPrefix: "", prefix: '<function name="', paramsPrefix: '">', suffix: "", betweenCalls: "\n", sectionSuffix: "" },
+  tags: { keyOpen: '<param name="', keyClose: '">', valueClose: "</param>", end: "</function>" },
+};
+
 // (Seed-OSS writes Qwen3-Coder's tags inside <seed:tool_call>, but node-llama-cpp renders it with
 // its own Seed wrapper rather than the template, so no layout here would be used.)
-const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER, GLM_4_6, GLM_4_7, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4];
+const LAYOUTS: readonly XmlToolLayout[] = [QWEN3_CODER, GLM_4_6, GLM_4_7, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4, MINICPM5];
 
 /** The XML layout of a template's family, if it is one. */
 export function xmlLayoutOf(template: string): XmlToolLayout | undefined {
