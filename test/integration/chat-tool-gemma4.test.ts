@@ -234,6 +234,14 @@ test("gemma 4: with thinking left alone (on, as llama-server sets it) and off, p
   await assertPrompt("gemma", ANSWERED_WITH_TEXT, TOOLS_TEXT + USER + CALL_TEXT + RESULT + "Let me check.<turn|>\n<|turn>model\n", "off");
   await assertPrompt("gemma-il", [SYSTEM, QUESTION], THINKING_TOOLS_TEXT + USER, "default");
   await assertPrompt("gemma-il", ANSWERED, THINKING_TOOLS_TEXT + USER + CALL_TEXT + "<|tool_response>response:get_weather{temp:20}<tool_response|>", "default");
+  // Text that went with the calls: llama-server's rewrite of the messages for this template keeps
+  // only the answer after the results, so the text is left out and the call is still in the notation.
+  const ON_TURN = CALL_TEXT + "<|tool_response>response:get_weather{temp:20}<tool_response|>";
+  await assertPrompt("gemma-il", ANSWERED_WITH_TEXT, THINKING_TOOLS_TEXT + USER + ON_TURN, "default");
+  await assertPrompt("gemma-il", ANSWERED_WITH_TEXT, TOOLS_TEXT + USER + ON_TURN + CLOSED, "off");
+  const answered: ChatMessageBody[] = [...ANSWERED_WITH_TEXT, { role: "assistant", content: "It is 20 degrees." }, { role: "user", content: "Thanks" }];
+  await assertPrompt("gemma-il", answered, THINKING_TOOLS_TEXT + USER + ON_TURN + "It is 20 degrees.<turn|>\n<|turn>user\nThanks<turn|>\n<|turn>model\n", "default");
+  await assertPrompt("gemma-il", answered, TOOLS_TEXT + USER + ON_TURN + "It is 20 degrees.<turn|>\n<|turn>user\nThanks<turn|>\n<|turn>model\n" + CLOSED, "off");
   // Without tools or a system message, thinking on still opens a system turn for <|think|>.
   for (const model of ["gemma", "gemma-il"]) {
     const on = await server.http.tokenize({ model, messages: [QUESTION] });

@@ -1,4 +1,4 @@
-import { type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
+import { type ChatHistoryItem, type ChatModelFunctions, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText } from "node-llama-cpp";
 import { toChatHistory } from "./chat-history.ts";
 
 // The turn a chat prompt leaves open for the answer, written the way the model's template writes it.
@@ -35,9 +35,9 @@ export interface OpenTurn {
    */
   templateSwitched?: boolean;
   /**
-   * Set for a generation prompt written where node-llama-cpp's open turn was not found (Gemma 4's
-   * after tool results, gemma4-thinking.ts): it is the template's for this switch, so Plinth closes
-   * nothing after it, thinking off included.
+   * Set for a generation prompt written where node-llama-cpp's open turn was not found (after tool
+   * results, `rewriteAfterResults`; Gemma 4's, gemma4-thinking.ts): it is the template's for this
+   * switch, so Plinth closes nothing after it, thinking off included.
    */
   final?: boolean;
 }
@@ -48,6 +48,8 @@ export class OpenTurns {
     private readonly rendered: Partial<Record<ThinkingSwitch, string>>,
     private readonly prompts: Partial<Record<ThinkingSwitch, string>>,
     private readonly markers: { open: string; close: string } | undefined,
+    /** After tool results, per switch: what node-llama-cpp writes there, and the template's generation prompt. */
+    private readonly afterResults: Partial<Record<ThinkingSwitch, { rendered: string; prompt: string }>>,
   ) {}
 
   /**
@@ -92,7 +94,7 @@ export class OpenTurns {
         }
       }
       if (prompts.default === undefined) return undefined;
-      return new OpenTurns(rendered, prompts, markers);
+      return new OpenTurns(rendered, prompts, markers, probeAfterResults(wrapper, jinja, switchFor, markers !== undefined));
     } catch {
       return undefined;
     }
@@ -113,6 +115,30 @@ export class OpenTurns {
     const { rendered, prompt } = found;
     values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - rendered.length) + prompt);
     return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
+  }
+
+  /**
+   * For a prompt that ends with tool results: `text` with what node-llama-cpp wrote after them
+   * rewritten as the template's generation prompt there, for `thinking`, where the two differ.
+   * node-llama-cpp renders the answer to come as an empty assistant message and cuts it off, which
+   * a template that opens the turn after results in its own way writes otherwise: DeepSeek V3.2's
+   * generation prompt there is `\n\n<think>` (`\n\n<think></think>` with thinking off), where
+   * node-llama-cpp's rendering, thinking markers taken off, left only the blank line. Undefined where
+   * the template writes nothing else there, or the text does not end as the probe's did.
+   */
+  rewriteAfterResults(text: LlamaText, thinking: ThinkingSwitch): { text: LlamaText; openTurn: OpenTurn } | undefined {
+    const found = this.afterResults[thinking];
+    if (!found || found.rendered === found.prompt) return undefined;
+    const values = [...text.values];
+    let last = values.length - 1;
+    while (last >= 0 && values[last] === "") last--;
+    const tail = values[last];
+    if (found.rendered !== "") {
+      if (!(tail instanceof SpecialTokensText) || !tail.value.endsWith(found.rendered)) return undefined;
+      values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - found.rendered.length));
+    }
+    const kept = values.slice(0, last + 1);
+    return { text: LlamaText([...kept, new SpecialTokensText(found.prompt)]), openTurn: this.written(found.prompt) };
   }
 
   /**
@@ -205,43 +231,120 @@ export class OpenTurns {
   }
 }
 
-/** node-llama-cpp's rendering of the probe with the template's switch set (undefined: not passed), for this call only. */
-function withSwitch(wrapper: JinjaTemplateChatWrapper, enable: boolean | undefined): LlamaText {
+/** node-llama-cpp's rendering of a probe (the user probe unless given) with the template's switch set (undefined: not passed), for this call only. */
+function withSwitch(
+  wrapper: JinjaTemplateChatWrapper,
+  enable: boolean | undefined,
+  chatHistory: ChatHistoryItem[] = toChatHistory([{ role: "user", content: PROBE }]),
+  availableFunctions?: ChatModelFunctions,
+): LlamaText {
   const settable = wrapper as { reasoning: boolean | null };
   const before = settable.reasoning;
   settable.reasoning = enable ?? null;
   try {
-    return wrapper.generateContextState({ chatHistory: toChatHistory([{ role: "user", content: PROBE }]) }).contextText;
+    return wrapper.generateContextState({ chatHistory, availableFunctions }).contextText;
   } finally {
     settable.reasoning = before;
   }
 }
 
+/**
+ * What follows a tool call's result, per switch: in node-llama-cpp's rendering (the result's end and
+ * the open turn) and in the template's own with `add_generation_prompt`, each after what the
+ * template writes there without it. Only for a wrapper that hands calls and results to its template
+ * (tool-layouts.ts); a switch whose renderings cannot be read is left out.
+ */
+function probeAfterResults(
+  wrapper: JinjaTemplateChatWrapper,
+  jinja: { render(params: object): string },
+  switchFor: (thinking: ThinkingSwitch) => boolean | undefined,
+  hasThinking: boolean,
+): Partial<Record<ThinkingSwitch, { rendered: string; prompt: string }>> {
+  const found: Partial<Record<ThinkingSwitch, { rendered: string; prompt: string }>> = {};
+  if (!wrapper.usingJinjaFunctionCallTemplate) return found;
+  const history = toChatHistory(
+    [
+      { role: "user", content: PROBE },
+      { role: "assistant", content: "", toolCalls: [{ id: "call_1", name: "probe", arguments: "{}" }] },
+      { role: "tool", content: RESULT_PROBE, toolCallId: "call_1" },
+    ],
+    { rawResults: true },
+  );
+  const messages = [
+    { role: "user", content: PROBE },
+    { role: "assistant", content: "", tool_calls: [{ id: "call_1", type: "function", function: { name: "probe", arguments: {} } }] },
+    { role: "tool", tool_call_id: "call_1", content: RESULT_PROBE },
+  ];
+  const tools = [{ type: "function", function: { name: "probe", description: "Probe", parameters: RESULT_PROBE_PARAMS } }];
+  for (const thinking of ["default", "on", "off"] as const) {
+    try {
+      const enable = switchFor(thinking);
+      const own = (add: boolean) =>
+        after(
+          jinja.render({
+            ...(wrapper.additionalRenderParameters ? structuredClone(wrapper.additionalRenderParameters) : {}),
+            messages: structuredClone(messages),
+            tools: structuredClone(tools),
+            bos_token: TOKEN_STAND_IN,
+            eos_token: TOKEN_STAND_IN,
+            eot_token: TOKEN_STAND_IN,
+            add_generation_prompt: add,
+            ...(enable === undefined ? {} : { enable_thinking: enable }),
+          }),
+          RESULT_PROBE,
+        );
+      const without = own(false);
+      const withPrompt = own(true);
+      const written = textAfter(withSwitch(wrapper, hasThinking ? enable : undefined, history, RESULT_PROBE_FUNCTIONS), RESULT_PROBE);
+      if (without === undefined || withPrompt === undefined || written === undefined) continue;
+      if (!withPrompt.startsWith(without) || !written.startsWith(without) || withPrompt.includes(TOKEN_STAND_IN)) continue;
+      found[thinking] = { rendered: written.slice(without.length), prompt: withPrompt.slice(without.length) };
+    } catch {
+      // This switch's rendering fails: what node-llama-cpp writes after results stays.
+    }
+  }
+  return found;
+}
+
 /** Message text no template treats specially, to find where the message ends in a rendering. */
 const PROBE = "Plinth probe 7f3a9c: where does this message end?";
+/** A tool result's text, likewise. */
+const RESULT_PROBE = "Plinth result probe 2b8d4e";
+const RESULT_PROBE_PARAMS = { type: "object", properties: {} } as const;
+const RESULT_PROBE_FUNCTIONS = { probe: { description: "Probe", params: RESULT_PROBE_PARAMS } };
 /** What the probe renders for BOS/EOS tokens: a generation prompt that writes one is not rewritten. */
 const TOKEN_STAND_IN = "\u0000plinth-token\u0000";
 
+/** A rendering's text after the last place it writes `probe`. */
+function after(text: string, probe: string): string | undefined {
+  const at = text.lastIndexOf(probe);
+  return at === -1 ? undefined : text.slice(at + probe.length);
+}
+
 function afterProbe(text: string): string | undefined {
-  const at = text.lastIndexOf(PROBE);
-  return at === -1 ? undefined : text.slice(at + PROBE.length);
+  return after(text, PROBE);
 }
 
 /** The template text after the probe message in node-llama-cpp's rendering (special tokens refuse it). */
 function textAfterProbe(text: LlamaText): string | undefined {
+  return textAfter(text, PROBE);
+}
+
+/** The template text after message text `probe` in node-llama-cpp's rendering (special tokens refuse it). */
+function textAfter(text: LlamaText, probe: string): string | undefined {
   let found = false;
-  let after = "";
+  let rest = "";
   for (const value of text.values) {
     if (!found) {
-      if (typeof value === "string" && value.includes(PROBE)) {
+      if (typeof value === "string" && value.includes(probe)) {
         found = true;
-        after = value.slice(value.lastIndexOf(PROBE) + PROBE.length);
+        rest = value.slice(value.lastIndexOf(probe) + probe.length);
       }
       continue;
     }
-    if (typeof value === "string") after += value;
-    else if (value instanceof SpecialTokensText) after += value.value;
+    if (typeof value === "string") rest += value;
+    else if (value instanceof SpecialTokensText) rest += value.value;
     else return undefined;
   }
-  return found ? after : undefined;
+  return found ? rest : undefined;
 }

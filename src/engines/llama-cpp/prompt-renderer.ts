@@ -198,11 +198,14 @@ export class PromptRenderer {
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
     const turns = prefilled(prompt) || wrapper !== this.wrapper ? undefined : this.openTurns;
-    const rewritten = turns?.rewrite(state.contextText, thinkingSwitch(req));
+    // After tool results the open turn is not the probed one; the template's generation prompt there
+    // stands in for node-llama-cpp's where the two differ (DeepSeek V3.2's `\n\n<think>`).
+    const afterResults = prompt.messages.at(-1)?.role === "tool";
+    const rewritten = turns?.rewrite(state.contextText, thinkingSwitch(req)) ?? (afterResults ? turns?.rewriteAfterResults(state.contextText, thinkingSwitch(req)) : undefined);
     let opened = rewritten?.text ?? (prefilled(prompt) ? state.contextText : this.withoutThinkingMarkers(state.contextText, wrapper));
     let openTurn = rewritten?.openTurn ?? turns?.unwritten();
     // Gemma 4's generation prompt where the open turn was not the probed one (after tool results).
-    const written = turns && !rewritten ? this.gemma4?.generationPrompt(tailText(opened), prompt.messages.at(-1)?.role === "tool", thinkingSwitch(req)) : undefined;
+    const written = turns && !rewritten ? this.gemma4?.generationPrompt(tailText(opened), afterResults) : undefined;
     if (turns && written !== undefined) {
       opened = LlamaText([opened, new SpecialTokensText(written)]);
       openTurn = turns.written(written);

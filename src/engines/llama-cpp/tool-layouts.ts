@@ -3,7 +3,7 @@ import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
 import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
-import { ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
+import { type ChatModelResponse, ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
 // cannot work out by itself.
@@ -438,6 +438,21 @@ function adoptKnownToolLayout(wrapper: JinjaTemplateChatWrapper, template: strin
 }
 
 /**
+ * A model turn without the text written before each of its calls: llama.cpp's server keeps only an
+ * answer after the results when it moves them onto the turn for an earlier Gemma 4 template
+ * (convert_tool_responses_gemma4), so text that goes with calls never reaches the model. Left in,
+ * the text's placeholder went missing from the template's rendering (toolResponsesOnTurn has no
+ * place for it), and node-llama-cpp fell back to writing the calls itself, arguments as JSON.
+ */
+function withoutTextBeforeCalls(response: ChatModelResponse["response"]): ChatModelResponse["response"] {
+  let lastCall = -1;
+  response.forEach((r, i) => {
+    if (typeof r === "object" && r.type === "functionCall") lastCall = i;
+  });
+  return response.filter((r, i) => typeof r !== "string" || i > lastCall);
+}
+
+/**
  * For a wrapper that hands tools, calls and results to its template (node-llama-cpp's template
  * path), renders each conversation as Python's Jinja would take it: a message that only calls
  * tools gets empty content, and tools whose descriptions are missing are written with empty ones
@@ -463,7 +478,7 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       const values: unknown[] = [];
       const chatHistory = options.chatHistory.map((item) => {
         if (item.type !== "model") return item;
-        const response = item.response.map((r) => {
+        const response = withoutTextBeforeCalls(item.response).map((r) => {
           if (typeof r !== "object" || r.type !== "functionCall" || r.result === undefined) return r;
           const value = typeof r.result === "string" ? jsonValue(r.result) : undefined;
           values.push(value);
