@@ -1,5 +1,7 @@
 import { Ajv } from "ajv";
 import assert from "./assert.ts";
+import { ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
+import { startTestServer, type TestServer } from "./server.ts";
 import type { ChatBody, ChatChunk, ChatCompletion, ChatMessageBody } from "./requests.ts";
 
 // What the tool-call layout tests (one file per family of templates) share: putting a streamed
@@ -95,3 +97,24 @@ export const WEATHER_AND_CLOCK = [
   { type: "function" as const, function: { name: "get_weather", description: "Get the weather for a city", parameters: WEATHER_SCHEMA } },
   { type: "function" as const, function: { name: "get_time", description: "Time in a zone", parameters: CLOCK_SCHEMA } },
 ];
+
+/** A family file's fixtures, by model name: each one's spec and the markers its vocabulary holds as single tokens. */
+export type FamilyFixtures = Record<string, { spec: FixtureSpec; markers: readonly string[] }>;
+
+/**
+ * Starts one test server on every fixture of a family file and reads each model's marker token ids
+ * (each marker must be one token, as in the real vocabularies), for the file's `before()`.
+ */
+export async function startFamilyServer(fixtures: FamilyFixtures): Promise<{ server: TestServer; ids: Record<string, Record<string, number>> }> {
+  const models = Object.keys(fixtures);
+  const paths = await Promise.all(models.map((m) => ensureFixtureModel(fixtures[m].spec)));
+  const server = await startTestServer({ model: models.map((m, i) => `${m}=${paths[i]}`) });
+  const ids: Record<string, Record<string, number>> = {};
+  for (const model of models) {
+    const { markers } = fixtures[model];
+    const { tokens } = await server.http.tokenize({ model, prompt: markers.join(""), add_special_tokens: false });
+    assert.equal(tokens.length, markers.length, `${model}: each marker is one token`);
+    ids[model] = Object.fromEntries(markers.map((m, i) => [m, tokens[i]]));
+  }
+  return { server, ids };
+}

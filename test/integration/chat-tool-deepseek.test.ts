@@ -1,10 +1,10 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
+import { BPE_SPEC, type FixtureSpec } from "../fixtures/models.ts";
 import { DEEPSEEK_V3_1_TEMPLATE, DEEPSEEK_V3_2_TEMPLATE, DEEPSEEK_V4_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
-import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
+import { type TestServer } from "../helpers/server.ts";
+import { assertConversationContinues, startFamilyServer, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
 // Tool calling through DeepSeek's own templates, V3.1 onwards:
 // - V3.1 writes a turn's calls as
@@ -32,16 +32,9 @@ const SPECS: Record<string, { spec: FixtureSpec; markers: string[] }> = {
 const MODELS = Object.keys(SPECS);
 
 let server: TestServer;
-const ids: Record<string, Record<string, number>> = {};
+let ids: Record<string, Record<string, number>> = {};
 before(async () => {
-  const paths = await Promise.all(MODELS.map((m) => ensureFixtureModel(SPECS[m].spec)));
-  server = await startTestServer({ model: MODELS.map((m, i) => `${m}=${paths[i]}`) });
-  for (const model of MODELS) {
-    const { markers } = SPECS[model];
-    const { tokens } = await server.http.tokenize({ model, prompt: markers.join(""), add_special_tokens: false });
-    assert.equal(tokens.length, markers.length, `${model}: each marker is one token`);
-    ids[model] = Object.fromEntries(markers.map((m, i) => [m, tokens[i]]));
-  }
+  ({ server, ids } = await startFamilyServer(SPECS));
 });
 after(async () => {
   await server?.close();

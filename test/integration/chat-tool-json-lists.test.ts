@@ -5,8 +5,8 @@ import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
 import { APERTUS_TEMPLATE, COHERE2_MOE_TEMPLATE, COMMAND_R7B_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
-import { startTestServer, type TestServer } from "../helpers/server.ts";
-import { assertConversationContinues, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
+import { type TestServer } from "../helpers/server.ts";
+import { assertConversationContinues, startFamilyServer, assertMarkerStartsCall, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
 // Tool calling through the model's own template for families whose calls are one JSON list between
 // two control tokens. Command R7B
@@ -41,16 +41,9 @@ const SPECS: Record<string, { spec: FixtureSpec; markers: string[]; stray: strin
 const MODELS = Object.keys(SPECS);
 
 let server: TestServer;
-const ids: Record<string, Record<string, number>> = {};
+let ids: Record<string, Record<string, number>> = {};
 before(async () => {
-  const paths = await Promise.all(MODELS.map((m) => ensureFixtureModel(SPECS[m].spec)));
-  server = await startTestServer({ model: MODELS.map((m, i) => `${m}=${paths[i]}`) });
-  for (const model of MODELS) {
-    const { markers } = SPECS[model];
-    const { tokens } = await server.http.tokenize({ model, prompt: markers.join(""), add_special_tokens: false });
-    assert.equal(tokens.length, markers.length, `${model}: each marker is one token`);
-    ids[model] = Object.fromEntries(markers.map((m, i) => [m, tokens[i]]));
-  }
+  ({ server, ids } = await startFamilyServer(SPECS));
 });
 after(async () => {
   await server?.close();

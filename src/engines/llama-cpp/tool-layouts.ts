@@ -64,6 +64,12 @@ const HERMES: KnownLayout = {
   },
 };
 
+/** Calls one after another and results one after another, with nothing around or between them. */
+const UNWRAPPED: NonNullable<ChatWrapperSettings["functions"]["parallelism"]> = {
+  call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
+  result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
+};
+
 /**
  * Mistral's templates since their v11 tokenizer (Mistral Small 3.x, Devstral, Magistral): each call
  * is `[TOOL_CALLS]name[ARGS]{json}`, both markers control tokens, the next call opened by
@@ -85,10 +91,7 @@ const MISTRAL: KnownLayout = {
       emptyCallParamsPlaceholder: {},
     },
     result: { prefix: LlamaText(new SpecialTokensText("[TOOL_RESULTS]")), suffix: LlamaText(new SpecialTokensText("[/TOOL_RESULTS]")) },
-    parallelism: {
-      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
-      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
-    },
+    parallelism: UNWRAPPED,
   },
 };
 
@@ -289,10 +292,7 @@ const GIGACHAT_3: KnownLayout = {
       emptyCallParamsPlaceholder: {},
     },
     result: { prefix: "", suffix: "" },
-    parallelism: {
-      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
-      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
-    },
+    parallelism: UNWRAPPED,
   },
   oneCall: true,
 };
@@ -314,10 +314,7 @@ const GIGACHAT_3_1: KnownLayout = {
       emptyCallParamsPlaceholder: {},
     },
     result: { prefix: "", suffix: "" },
-    parallelism: {
-      call: { sectionPrefix: "", betweenCalls: "", sectionSuffix: "" },
-      result: { sectionPrefix: "", betweenResults: "", sectionSuffix: "" },
-    },
+    parallelism: UNWRAPPED,
   },
   oneCall: true,
 };
