@@ -184,7 +184,14 @@ async function main() {
   if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
   else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
   // Where each server's CPU goes per token (Plinth alone when LLAMA_SERVER_BIN is unset).
-  await threadCpuBench(modelPath, { bin: llamaServer, concurrency: CONCURRENCY.filter((c) => c <= 8), rounds: ROUNDS, maxTokens: MAX_TOKENS, ctx: CTX });
+  await threadCpuBench(modelPath, {
+    bin: llamaServer,
+    concurrency: CONCURRENCY.filter((c) => c <= 8),
+    rounds: ROUNDS,
+    maxTokens: MAX_TOKENS,
+    ctx: CTX,
+    requestRounds: Number(process.env.BENCH_REQUEST_ROUNDS ?? 200),
+  });
   await prefillStallBench(modelPath, {
     rounds: ROUNDS,
     streams: Number(process.env.BENCH_STALL_STREAMS ?? 4),

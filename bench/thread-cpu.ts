@@ -6,6 +6,12 @@
  * far less, and it tells the decode (llama.cpp's threads, the same code in both servers) from the
  * serving around it (Plinth's JavaScript thread; llama-server's HTTP threads). Read from
  * /proc/<pid>/task/<tid>/stat before and after the measured rounds, so it costs the servers nothing.
+ *
+ * A second table does the same with one-token requests (BENCH_REQUEST_ROUNDS rounds, 200 by
+ * default; 0 leaves it out), whose figures are then per request: what reading a request, starting
+ * its generation and ending its stream cost each thread. Plinth does all of that on its one
+ * JavaScript thread, so at eight simultaneous requests it decides how soon the last one is read
+ * (docs/benchmarks.md, twenty-first session).
  */
 import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
@@ -46,7 +52,11 @@ interface ThreadFigures {
   threads: number[];
 }
 
-async function measure(url: string, pid: number, concurrency: number, rounds: number, maxTokens: number): Promise<ThreadFigures> {
+/**
+ * `servingThread`: a thread known not to decode (Plinth's JavaScript thread, the process's main
+ * thread), which the threshold below could otherwise count as one when requests are short.
+ */
+async function measure(url: string, pid: number, concurrency: number, rounds: number, maxTokens: number, servingThread?: number): Promise<ThreadFigures> {
   const body = { messages: [{ role: "user", content: PROMPT }], max_tokens: maxTokens, temperature: 0, logit_bias: NO_EOG };
   // Warm-up: first-touch costs, and for Plinth the JIT (see bench/llama-server.ts).
   for (let i = 0; i < 10; i++) await chatRound(url, 1, body);
@@ -56,17 +66,27 @@ async function measure(url: string, pid: number, concurrency: number, rounds: nu
   const elapsed = performance.now() - started;
   const after = threadCpu(pid);
   const tokens = rounds * concurrency * maxTokens;
-  const perToken = [...after].map(([tid, ms]) => (ms - (before.get(tid) ?? 0)) / tokens).filter((v) => v > 0).sort((a, b) => b - a);
-  const busiest = perToken[0] ?? 0;
-  const decode = perToken.filter((v) => v > busiest / 3).reduce((a, b) => a + b, 0);
+  const used = [...after].map(([tid, ms]) => ({ tid, ms: (ms - (before.get(tid) ?? 0)) / tokens })).filter((t) => t.ms > 0);
+  const perToken = used.map((t) => t.ms).sort((a, b) => b - a);
+  const busiest = Math.max(0, ...used.filter((t) => t.tid !== servingThread).map((t) => t.ms));
+  const decode = used.filter((t) => t.tid !== servingThread && t.ms > busiest / 3).reduce((a, t) => a + t.ms, 0);
   const all = perToken.reduce((a, b) => a + b, 0);
   return { tokPerS: (tokens / elapsed) * 1000, decode, serving: all - decode, threads: perToken };
 }
 
-export async function threadCpuBench(modelPath: string, opts: { bin?: string; concurrency: number[]; rounds: number; maxTokens: number; ctx: number }) {
+export async function threadCpuBench(modelPath: string, opts: { bin?: string; concurrency: number[]; rounds: number; maxTokens: number; ctx: number; requestRounds?: number }) {
   const parallel = Math.max(...opts.concurrency);
   console.log(`\nCPU per generated token by thread (${opts.rounds} rounds per figure, ${opts.maxTokens} tokens per request, ${parallel} sequences of ${opts.ctx} tokens):\n`);
-  console.log("| streams | server | tok/s | decode threads ms/token | other threads ms/token | busiest threads ms/token |");
+  await table(modelPath, opts, opts.rounds, opts.maxTokens, "tok/s", "ms/token");
+  const requestRounds = opts.requestRounds ?? 200;
+  if (requestRounds <= 0) return;
+  console.log(`\nCPU per one-token request by thread (${requestRounds} rounds per figure; each request is read, decodes one token and ends its stream):\n`);
+  await table(modelPath, opts, requestRounds, 1, "requests/s", "ms/request");
+}
+
+async function table(modelPath: string, opts: { bin?: string; concurrency: number[]; ctx: number }, rounds: number, maxTokens: number, rate: string, unit: string) {
+  const parallel = Math.max(...opts.concurrency);
+  console.log(`| streams | server | ${rate} | decode threads ${unit} | other threads ${unit} | busiest threads ${unit} |`);
   console.log("|---|---|---|---|---|---|");
   const row = (c: number, name: string, f: ThreadFigures) =>
     console.log(`| ${c} | ${name} | ${fmt(f.tokPerS)} | ${fmt(f.decode, 3)} | ${fmt(f.serving, 3)} | ${f.threads.slice(0, 4).map((v) => fmt(v, 3)).join(", ")} |`);
@@ -74,14 +94,14 @@ export async function threadCpuBench(modelPath: string, opts: { bin?: string; co
     // One server at a time: the other would take CPU from it.
     const plinth = await startServerProcess(["--model", `bench=${modelPath}`, "--ctx-size", String(opts.ctx), "--parallel", String(parallel), "--max-queue", String(parallel)]);
     try {
-      row(c, "Plinth", await measure(plinth.url, plinth.child.pid!, c, opts.rounds, opts.maxTokens));
+      row(c, "Plinth", await measure(plinth.url, plinth.child.pid!, c, rounds, maxTokens, plinth.child.pid));
     } finally {
       await plinth.stop();
     }
     if (!opts.bin) continue;
     const llama = await startLlamaServer(opts.bin, modelPath, ["-np", String(parallel), "-c", String(opts.ctx * parallel)]);
     try {
-      row(c, "llama-server", await measure(llama.url, llama.pid, c, opts.rounds, opts.maxTokens));
+      row(c, "llama-server", await measure(llama.url, llama.pid, c, rounds, maxTokens));
     } finally {
       await llama.close();
     }
@@ -96,5 +116,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     rounds: Number(process.env.BENCH_ROUNDS ?? 6),
     maxTokens: Number(process.env.BENCH_MAX_TOKENS ?? 96),
     ctx: Number(process.env.BENCH_CTX ?? 1024),
+    requestRounds: Number(process.env.BENCH_REQUEST_ROUNDS ?? 200),
   });
 }
