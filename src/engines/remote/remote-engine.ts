@@ -672,7 +672,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     if (prompt.kind === "tokens") return prompt.tokens;
     if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
     if (this.llamaServer) {
-      const tokens = await this.llamaTokens(prompt, addSpecial);
+      // A chat prompt's special tokens are the template's to place (the dialects pass false for
+      // it): llama-server renders it by /apply-template and tokenizes that text with its special
+      // tokens added (a BOS where the model wants one) before it generates, so the count that
+      // matches its prompt_tokens is the one with them.
+      const tokens = await this.llamaTokens(prompt, prompt.kind === "chat" || addSpecial);
       if (!tokens) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
       return tokens;
     }
