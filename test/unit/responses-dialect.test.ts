@@ -140,6 +140,14 @@ test("tool_choice auto or none without tools is what a response reports by defau
   }
 });
 
+test("top_logprobs 0, the value every response echoes, is accepted without include and asks for no logprobs", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const r = await post({ model: "m", input: "hi", store: false, top_logprobs: 0 });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.equal(r.json().top_logprobs, 0);
+  assert.equal(s.engine.prepared.at(-1)!.logprobs, undefined);
+});
+
 test("truncation auto drops the oldest turns until the prompt fits; disabled refuses", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
   const input = [

@@ -139,7 +139,9 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   refuseServiceFields(body);
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
-  if (body.top_logprobs != null && !body.include?.includes("message.output_text.logprobs"))
+  // 0 asks for nothing, and it is what every response echoes, so a client that sends back the fields
+  // it was given is not refused; more alternatives without the logprobs included would go nowhere.
+  if (body.top_logprobs && !body.include?.includes("message.output_text.logprobs"))
     throw badRequest("top_logprobs needs include: [\"message.output_text.logprobs\"].", "top_logprobs");
   if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
     throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
