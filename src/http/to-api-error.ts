@@ -76,7 +76,8 @@ function resolveIssue(issue: Issue, path: readonly PropertyKey[], body: unknown)
     // Of the branches the value got into, a branch whose shape it has (its complaint is not about a
     // type: too many items, a bad value) names the real mistake; else the one it got furthest in
     // (["a", 5] is a list of strings gone wrong at [1], not a list of numbers gone wrong at [0]).
-    const candidates = branches.map((b) => b[0]).filter((b) => b !== undefined && !(b.code === "invalid_type" && b.path.length === 0));
+    const found = lookUp(body, path);
+    const candidates = branches.map((b) => b[0]).filter((b) => b !== undefined && !refusesType(b, found));
     // A fraction where an integer belongs has the right type, only not the right value: [1.5] is a
     // list of token ids gone wrong, not a list of strings.
     const shaped = (b: Issue) => b.code !== "invalid_type" || (b.expected === "int" && typeof lookUp(body, [...path, ...b.path]) === "number");
@@ -85,6 +86,20 @@ function resolveIssue(issue: Issue, path: readonly PropertyKey[], body: unknown)
     if (deeper) return resolveIssue(deeper, [...path, ...deeper.path], body);
   }
   return { path: [...path], issue };
+}
+
+/**
+ * Whether a branch's issue only says the value has the wrong type for that branch. An enum or literal
+ * branch says so as "invalid option" (zod's invalid_value), not as invalid_type: without this, an
+ * object sent where a string enum or an object will do (`tool_choice: {type: "function"}` without
+ * its `function`) was reported as "expected one of none|auto|required", not as the missing field.
+ */
+function refusesType(issue: Issue, found: unknown): boolean {
+  if (issue.path.length > 0) return false;
+  if (issue.code === "invalid_type") return true;
+  if (issue.code !== "invalid_value" || found === ABSENT) return false;
+  const kind = (v: unknown) => (v === null ? "null" : typeof v);
+  return !issue.values.some((v) => kind(v) === kind(found));
 }
 
 /** Whether path `a` reaches further into the value than `b` (deeper, or at a later index). */

@@ -382,3 +382,17 @@ test("GET /models shows only this API's model; the other served model is not fou
   assert.equal((await other.json()).error.param, "model");
   assert.equal((await fetch(`${server.url}/models/${MODEL}`)).status, 200);
 });
+
+test("003-38 a named tool_choice object missing its function (or its name) is a 400 naming that field, not 'expected none|auto|required'", async () => {
+  const refused = async (tool_choice: unknown, param: string, message: RegExp) => {
+    const r = await postJson(`${server.url}/chat/completions`, { ...base, ...withTools, tool_choice });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, param, r.text);
+    assert.match(r.json.error.message, message);
+  };
+  await refused({ type: "function" }, "tool_choice.function", /this field is required/);
+  await refused({ type: "function", function: {} }, "tool_choice.function.name", /this field is required/);
+  // A string that is not one of the modes still names them; a value of neither type names both.
+  await refused("any", "tool_choice", /"none"\|"auto"\|"required"; got the string "any"/);
+  await refused(5, "tool_choice", /expected "none" or "auto" or "required" or an object, got the integer 5/);
+});
