@@ -131,7 +131,8 @@ function describeIssue(issue: Issue, found: unknown): string {
     case "invalid_union": {
       const expected = unionTypes(issue);
       // Nothing there at all (a message without its role, say): it is missing, whatever it should be.
-      if (absent && (issue.message.endsWith("received undefined") || expected === "a different value")) return "this field is required.";
+      if (absent && (issue.message.endsWith("received undefined") || expected === "a different value" || discriminatorOptions(issue)))
+        return "this field is required.";
       return absent ? `expected ${expected}.` : `expected ${expected}, got ${describeValue(found)}.`;
     }
     case "invalid_type": {
@@ -159,7 +160,18 @@ function describeIssue(issue: Issue, found: unknown): string {
   }
 }
 
+/**
+ * The values a discriminated union's key takes, when none matched: zod lists them on the issue, and
+ * the message names them ("expected "system" or "user" …") rather than "a different value".
+ */
+function discriminatorOptions(issue: Issue): unknown[] | undefined {
+  const options = (issue as { options?: unknown }).options;
+  return Array.isArray(options) && options.length > 0 ? options : undefined;
+}
+
 function unionTypes(issue: Issue): string {
+  const options = discriminatorOptions(issue);
+  if (options) return options.map((v) => JSON.stringify(v)).join(" or ");
   const branches = (issue as { errors?: Issue[][] }).errors ?? [];
   const names = new Set<string>();
   for (const b of branches) {

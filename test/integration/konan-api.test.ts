@@ -219,3 +219,20 @@ test("000-43 output_parser responses on a real model: a Responses object whose t
   assert.equal(r.output[0].content[0].text, text(chatAnswer));
   assert.equal(r.status, chatAnswer.choices[0].finish_reason === "length" ? "incomplete" : "completed");
 });
+
+test("000-04 a role Konan does not take is a 400 that names the roles it does take (not 'expected a different value')", async () => {
+  const refused = async (message: Obj) => {
+    const r = await fetch(`${s.url}/v3/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", messages: [message] }),
+    });
+    assert.equal(r.status, 400);
+    return ((await r.json()) as Obj).error;
+  };
+  const tool = await refused({ role: "tool", content: "x" });
+  assert.equal(tool.param, "messages[0].role");
+  assert.equal(tool.message, `Invalid 'messages[0].role': expected "system" or "user" or "assistant", got the string "tool".`);
+  // An absent role is still "required", whatever the roles are.
+  assert.equal((await refused({ content: "x" })).message, "Invalid 'messages[0].role': this field is required.");
+});
