@@ -79,6 +79,10 @@ test("list filters by metadata and model, pages with after/limit/order", async (
   );
   const none = await client.chat.completions.list({ metadata: { tag }, model: "other" });
   assert.equal(none.data.length, 0);
+  // A pair under the key "__proto__" filters too (no stored metadata holds it); it was assigned to the
+  // filter's prototype, which left the filter without it and listed every completion of the tag.
+  const proto = await (await fetch(`${base}/v1/chat/completions?metadata[tag]=${tag}&metadata[__proto__]=x`)).json();
+  assert.deepEqual(proto.data, []);
   const page = await client.chat.completions.list({ metadata: { tag }, limit: 2, order: "desc" });
   assert.deepEqual(
     page.data.map((c) => c.id),

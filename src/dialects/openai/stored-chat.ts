@@ -58,7 +58,9 @@ export const updateChatCompletionRequest = z.object({ metadata: metadataSchema.n
 
 /** `metadata[key]=value` pairs of a query string (Fastify leaves the brackets in the key). */
 function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
-  const out: Metadata = {};
+  // No prototype, so `metadata[__proto__]=x` is a pair like any other (no stored metadata holds that
+  // key) rather than an assignment to the prototype that left the filter empty and listed everything.
+  const out: Metadata = Object.create(null) as Metadata;
   let any = false;
   for (const [key, value] of Object.entries(query)) {
     const m = /^metadata\[(.+)\]$/.exec(key);
