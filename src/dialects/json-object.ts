@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { droppedProtoPath } from "../http/proto-keys.ts";
 
 // Request fields that are JSON objects with arbitrary keys (tool parameters, schemas, metadata,
 // logit_bias). A body within the size limit can hold a million keys; zod's record checks every key
@@ -15,7 +16,15 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
  * compiler bounds a schema's size and depth before it reads anything else).
  */
 export function jsonObject() {
-  return z.custom<Record<string, unknown>>(isPlainObject, { error: "expected an object" });
+  return z.custom<Record<string, unknown>>(isPlainObject, { error: "expected an object" }).check(refuseProtoKey);
+}
+
+// The body parser drops "__proto__" keys (they must never become a prototype). In these objects a
+// key is data — a map entry, a schema's property — so the entry would vanish without a word (a
+// metadata pair not kept, a declared property missing from the grammar): refused by its path.
+function refuseProtoKey(ctx: z.core.ParsePayload<unknown>): void {
+  const path = droppedProtoPath(ctx.value);
+  if (path) ctx.issues.push({ code: "custom", path, message: '"__proto__" cannot be taken as a key here.', input: ctx.value });
 }
 
 /** True when `value` has more than `max` own keys; stops counting at max + 1. */
@@ -32,6 +41,7 @@ export function hasMoreKeysThan(value: object, max: number): boolean {
 export function boundedRecord<K extends z.core.$ZodRecordKey, V extends z.core.SomeType>(key: K, value: V, max: number, tooMany: string) {
   const counted = z.unknown().check((ctx) => {
     if (isPlainObject(ctx.value) && hasMoreKeysThan(ctx.value, max)) ctx.issues.push({ code: "custom", message: tooMany, input: ctx.value });
+    else refuseProtoKey(ctx);
   });
   return counted.pipe(z.record(key, value));
 }

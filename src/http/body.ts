@@ -5,6 +5,7 @@ import zlib from "node:zlib";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
 import { JsonShapeGuard } from "./json-shape.ts";
+import { PROTO_BELOW, PROTO_HOLDERS } from "./proto-keys.ts";
 
 export interface BodyOptions {
   /** Largest body accepted, after decompression. */
@@ -111,10 +112,16 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
     if (!text.includes('"__proto__"')) parsed = JSON.parse(text);
     else {
       let dropped = false;
-      parsed = JSON.parse(text, (key, value) => {
-        if (key !== "__proto__") return value;
-        dropped = true;
-        return undefined;
+      parsed = JSON.parse(text, function (this: object, key: string, value: unknown) {
+        if (key === "__proto__") {
+          dropped = true;
+          PROTO_HOLDERS.add(this);
+          PROTO_BELOW.add(this);
+          return undefined;
+        }
+        // The reviver runs bottom-up: an object is revived after its own keys, so its parent learns here.
+        if (value !== null && typeof value === "object" && PROTO_BELOW.has(value)) PROTO_BELOW.add(this);
+        return value;
       });
       if (dropped && parsed !== null && typeof parsed === "object") Object.defineProperty(parsed, DROPPED_PROTO, { value: true });
     }

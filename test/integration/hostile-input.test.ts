@@ -107,6 +107,23 @@ const CORPUS: HostileCase[] = [
   chat({ ...ok, model: "\ud800" }, 400, "model", "a model that is a lone surrogate (half a character: refused as the body is read)"),
   chat({ messages: ok.messages, "mo\u200bdel": "tiny" }, 400, "model", "model spelled with a zero-width space"),
   chat(`{"__proto__":{"model":"tiny"},"messages":[{"role":"user","content":"hi"}]}`, 400, "model", "model smuggled in through __proto__"),
+  // Where keys are data, a "__proto__" key the parser drops would vanish without a word (metadata not
+  // kept, a logit_bias entry or a declared schema property ignored): refused by its path instead.
+  chat(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"logit_bias":{"__proto__":{"5":1}}}`, 400, "logit_bias.__proto__", "logit_bias key __proto__"),
+  chat(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"store":true,"metadata":{"__proto__":"v","b":"c"}}`, 400, "metadata.__proto__", "metadata key __proto__"),
+  chat(
+    `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"__proto__":{"type":"string"}}}}}]}`,
+    400,
+    "tools[0].function.parameters.properties.__proto__",
+    "a tool property named __proto__",
+  ),
+  chat(
+    `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","$defs":{"__proto__":{"type":"integer"}},"properties":{"a":{"$ref":"#/$defs/__proto__"}}}}}}`,
+    400,
+    "response_format.json_schema.schema.$defs.__proto__",
+    "a schema definition named __proto__",
+  ),
+  { name: "responses metadata key __proto__", url: "/v1/responses", body: `{"model":"tiny","input":"hi","metadata":{"__proto__":"v"}}`, status: 400, param: "metadata.__proto__" },
   { name: "completions prompt as an object", url: "/v1/completions", body: { model: "tiny", prompt: {} }, status: 400, param: "prompt" },
   { name: "completions prompt of 100k token ids", url: "/v1/completions", body: { model: "tiny", prompt: Array.from({ length: 100_000 }, () => 1), max_tokens: 1 }, status: 400, param: "prompt" },
   { name: "embeddings of nothing", url: "/v1/embeddings", body: { model: "tiny", input: [] }, status: 400, param: "input" },
