@@ -1,5 +1,5 @@
 import assert from "../helpers/assert.ts";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -266,6 +266,46 @@ test("scale to zero: an idle endpoint's model is unloaded, /health and the state
   }
   assert.equal(models[model], undefined);
   assert.equal(models.think, "ready");
+});
+
+test("a config that never comes to serve leaves no model loaded: a failed config's loaded entities, an endpoint deleted while it loads", async () => {
+  const models = async () => (await dbx(s, "GET", "/health")).json.models as Record<string, string>;
+  const gone = async (model: string) => {
+    let now = await models();
+    for (let i = 0; i < 200 && now[model] !== undefined; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      now = await models();
+    }
+    return now[model] === undefined;
+  };
+  // Two entities, the first a model file that loads and the second one that does not: the update
+  // fails, and the first model, loaded for that config alone, is freed again.
+  const first = path.join(dataDir, "orphan-first.gguf");
+  copyFileSync(s.modelPath, first);
+  const half = await create({
+    name: "halfway",
+    config: {
+      served_entities: [{ name: "ok", entity_name: first }, { name: "bad", entity_name: GHOST }],
+      traffic_config: { routes: [{ served_model_name: "ok", traffic_percentage: 50 }, { served_model_name: "bad", traffic_percentage: 50 }] },
+    },
+  });
+  assert.equal(half.status, 200, half.text);
+  await waitForEndpoint(s, "halfway", (ep) => ep.state.config_update === "UPDATE_FAILED");
+  assert.ok(await gone("orphan-first"), `the failed config's model stays loaded: ${JSON.stringify(await models())}`);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/halfway")).status, 200);
+  // Deleted while its model file loads: the load finishes with no endpoint to serve, and is freed.
+  const second = path.join(dataDir, "orphan-deleted.gguf");
+  copyFileSync(s.modelPath, second);
+  assert.equal((await create({ name: "dropped", config: { served_entities: [{ entity_name: second }] } })).status, 200);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/dropped")).status, 200);
+  let seen = false;
+  for (let i = 0; i < 100 && !seen; i++) {
+    seen = (await models())["orphan-deleted"] !== undefined;
+    if (!seen) await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.ok(seen, "the deleted endpoint's model file began loading");
+  assert.ok(await gone("orphan-deleted"), `the deleted endpoint's model stays loaded: ${JSON.stringify(await models())}`);
+  assert.equal((await models()).tiny, "ready");
 });
 
 test("models load and unload at run time (admin route), with a memory check; a loaded model is a pay-per-token endpoint", async () => {

@@ -185,6 +185,11 @@ export class EndpointManager {
   private sweeper: NodeJS.Timeout | undefined;
   /** Loads under way, so tests and shutdown can wait for them. */
   private readonly jobs = new Set<Promise<void>>();
+  /**
+   * The model id each entity source (a path, an hf: reference) was loaded as: another endpoint's
+   * pending config names a source, and the model it shares must not be unloaded under it.
+   */
+  private readonly loadedAs = new Map<string, string>();
 
   constructor(
     private readonly registry: ModelRegistry,
@@ -390,7 +395,7 @@ export class EndpointManager {
     const used = new Set<string>();
     for (const ep of this.provisioned.values()) {
       for (const m of ep.live?.models.values() ?? []) used.add(m);
-      for (const e of ep.pending?.config.served_entities ?? []) used.add(e.entity_name);
+      for (const e of ep.pending?.config.served_entities ?? []) used.add(this.loadedAs.get(e.entity_name) ?? e.entity_name);
     }
     // All of them at once, decided now: each unload takes the model off the registry at its start and
     // then waits for its running requests, and a set of users decided before one such wait could be
@@ -540,17 +545,23 @@ export class EndpointManager {
     const { stillFailed = false, restoring = false, next } = opts;
     ep.pending = { config, version };
     ep.configUpdate = "IN_PROGRESS";
+    // Whether this load is still wanted: a DELETE of the endpoint drops it.
+    const wanted = () => ep.pending?.version === version && this.provisioned.get(ep.name) === ep;
+    const models = new Map<string, string>();
+    let swapped = false;
     const job = (async () => {
       try {
-        const models = new Map<string, string>();
         for (const e of config.served_entities) {
           const id = this.loader ? await this.loader.load(e.entity_name) : e.entity_name;
           if (!this.registry.get(id)?.engine) throw new Error(`the model '${id}' is not ready`);
+          this.loadedAs.set(e.entity_name, id);
           models.set(e.name, id);
+          if (!wanted()) return;
         }
         const tasks = new Set([...models.values()].map((m) => this.taskOf(m)));
         if (tasks.size > 1) throw new Error("the served entities must expose the same API format (all chat models, or all embedding models)");
-        if (ep.pending?.version !== version || this.provisioned.get(ep.name) !== ep) return;
+        if (!wanted()) return;
+        swapped = true;
         const previous = ep.live;
         ep.live = this.liveConfig(config, version, models);
         ep.unloaded = undefined;
@@ -580,6 +591,11 @@ export class EndpointManager {
           return;
         }
         await this.store.update(ep.name, this.record(ep, ep.live?.config), Date.now()).catch(() => {});
+      } finally {
+        // A config that never came to serve (it failed, or its endpoint was deleted while it loaded)
+        // leaves nothing loaded for it: the models it loaded for itself would otherwise stay in
+        // memory with no endpoint to free them.
+        if (!swapped && models.size > 0) await this.releaseUnused([...models.values()]).catch(() => {});
       }
     })();
     this.jobs.add(job);
