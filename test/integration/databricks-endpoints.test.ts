@@ -243,8 +243,9 @@ test("scale to zero: an idle endpoint's model is unloaded, /health and the state
   const health = await dbx(s, "GET", "/health");
   assert.equal(health.status, 200, health.text);
   assert.equal(health.json.models[model], "unloaded");
-  const woken = await ask("sleepy", { max_tokens: 2, reasoning_effort: "low" });
-  assert.equal(woken.status, 200, woken.text);
+  // Several requests at once: the first wakes the model, and the others wait for it as well.
+  const woken = await Promise.all([0, 1, 2].map(() => ask("sleepy", { max_tokens: 2, reasoning_effort: "low" })));
+  for (const r of woken) assert.equal(r.status, 200, r.text);
   assert.equal((await dbx(s, "GET", "/health")).json.models[model], "ready");
   // "solo" serves the tiny fixture's file without scale_to_zero_enabled: that model stays loaded.
   const solo = await dbx(s, "GET", "/api/2.0/serving-endpoints/solo");

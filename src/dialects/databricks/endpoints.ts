@@ -431,7 +431,9 @@ export class EndpointManager {
     access.authorize(model);
     ep.lastUsed = Date.now();
     const m = this.registry.get(model);
-    if (m?.status === "unloaded" && this.loader) {
+    // Every request that finds the model away waits for it, not only the one that wakes it: those
+    // arriving while it loads back join that load (the loader hands them the load under way).
+    if ((m?.status === "unloaded" || m?.status === "loading") && this.loader) {
       await this.loader.load(model);
       // The idle time counts from when the model is back, not from when the request arrived.
       ep.lastUsed = Date.now();
