@@ -317,6 +317,13 @@ test("001-86 document content: text sources are read; PDF sources need a model t
   refused(await chat("tiny", doc({ type: "base64", media_type: "application/pdf", data: "JVBERi0=" })), "PDF");
   refused(await chat("tiny", doc({ type: "url", url: "https://example.com/a.pdf" })), "PDF");
   refused(await chat("tiny", { messages: [{ role: "user", content: [{ type: "document", title: "T" }] }] }), "source");
+  // A field of another kind of source, or citations the model cannot give, is refused by name, not dropped.
+  refused(await chat("tiny", doc({ type: "text", data: "a story", url: "https://example.com/a.pdf" })), "source.url");
+  refused(await chat("tiny", doc({ type: "content", content: "a story", data: "another" })), "source.data");
+  refused(await chat("tiny", doc({ type: "content", content: "a story", media_type: "application/pdf" })), "source.media_type");
+  const cited = { messages: [{ role: "user", content: [{ type: "document", source: { type: "text", data: "a story" }, citations: { enabled: true } }] }], max_tokens: 2 };
+  refused(await chat("tiny", cited), "citations");
+  assert.equal((await chat("tiny", { ...cited, messages: [{ role: "user", content: [{ ...cited.messages[0].content[0], citations: { enabled: false } }] }] })).status, 200);
 });
 
 test("001-87 file content needs a model that reads files; file.url is for Gemini only", async () => {

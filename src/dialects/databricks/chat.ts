@@ -59,6 +59,14 @@ function itemsToContent(items: ContentItem[], i: number, role: string): string |
 
 type ChatContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
 
+/** The Source fields a kind of document source does not take: text and base64 read media_type and data, content its content, url its url. */
+const FOREIGN_SOURCE_FIELDS = {
+  text: ["content", "url"],
+  content: ["media_type", "data", "url"],
+  base64: ["content", "url"],
+  url: ["media_type", "data", "content"],
+} as const;
+
 /** Each content item as the text a model reads (null: nothing to read); what it cannot read is refused by name. */
 function itemsToText(items: ContentItem[], i: number, role: string): Array<string | null> {
   const parts: Array<string | null> = [];
@@ -77,6 +85,11 @@ function itemsToText(items: ContentItem[], i: number, role: string): Array<strin
         return;
       case "document": {
         const s = item.source;
+        // Source holds the fields of four source kinds; one that belongs to another kind would be
+        // read by nothing here, so it is refused by name rather than dropped.
+        for (const field of FOREIGN_SOURCE_FIELDS[s.type])
+          if (s[field] !== undefined) throw badRequest(`${at}.source.${field} does not belong to a '${s.type}' source.`, `${at}.source.${field}`);
+        if (item.citations?.enabled) throw unsupportedField(`${at}.citations`, "cannot be enabled: the served model does not cite documents");
         let text: string | undefined;
         if (s.type === "text") {
           if (s.data === undefined) throw badRequest(`${at}.source.data is required for a text source.`, `${at}.source.data`);
