@@ -92,6 +92,11 @@ test("001-07 prompt_tokens counts the prompt template, so it exceeds the user te
 
 test("001-59 a chat request without messages is rejected", async () => {
   refused(await dbx(s, "POST", "/serving-endpoints/chat/completions", { model: "tiny" }), "messages");
+  // A model of the wrong type is there, only not a name: the answer says so rather than "required".
+  const typed = await dbx(s, "POST", "/serving-endpoints/chat/completions", { model: 7, messages: [user("hi")] });
+  refused(typed, "expected a string");
+  assert.ok(!typed.json.message.includes("required"), typed.json.message);
+  refused(await dbx(s, "POST", "/serving-endpoints/chat/completions", { messages: [user("hi")] }), "required");
 });
 
 test("001-60 stream pinned: omitted gives one JSON object, true gives an event stream", async () => {

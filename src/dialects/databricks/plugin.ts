@@ -4,6 +4,7 @@ import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
 import type { ModelLoader } from "../../core/model-loader.ts";
 import { refuseDroppedProtoKeys } from "../../http/body.ts";
+import { describeValue } from "../../http/to-api-error.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { type RouteEnv, type RouteResult, requestContext, routeEnv, sendResult } from "../../http/respond.ts";
 import type { Sealer } from "../responses/sealer.ts";
@@ -118,8 +119,9 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
       const raw = request.body;
       if (!isObject(raw)) throw badRequest("The request body must be a JSON object.");
       if (task === "responses") refuseResponsesParameters(raw);
-      if (typeof raw.model !== "string" || raw.model === "")
+      if (raw.model === undefined || raw.model === null || raw.model === "")
         throw badRequest("'model' is required here: it names the serving endpoint.", "model");
+      if (typeof raw.model !== "string") throw badRequest(`Invalid 'model': expected a string naming the serving endpoint, got ${describeValue(raw.model)}.`, "model");
       const routed = await endpoints.route(raw.model, undefined, access(request));
       const e = env(request, reply);
       return sendResult(reply, e.signal, tagged(await run(task, raw, e, routed), routed));
