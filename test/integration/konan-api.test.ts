@@ -73,6 +73,25 @@ test("000-14 the nucleus cutoff is inclusive: A=0.3, B=0.2, C=0.1 with top_p 0.5
   assert.deepEqual([...more.keys()].sort(), ["moon", "star", "sun"], `top_p 0.6 drew ${JSON.stringify([...more])}`);
 });
 
+test("OpenAI clients' max_tokens caps a Konan answer as max_completion_tokens does (chat and output_parser responses); two different caps are a 400", async () => {
+  const base = { model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], temperature: 0 };
+  const capped = (await chat({ ...base, max_tokens: 5 })) as Obj;
+  assert.equal(capped.usage.completion_tokens, 5);
+  assert.equal(capped.choices[0].finish_reason, "length");
+  const viaClient = await konan().chat.completions.create({ ...base, max_tokens: 3 } as any);
+  assert.equal(viaClient.usage!.completion_tokens, 3);
+  const parsed = (await chat({ ...base, max_tokens: 4, output_parser: "responses" })) as Obj;
+  assert.equal(parsed.usage.output_tokens, 4);
+  assert.equal(parsed.status, "incomplete");
+  assert.equal(((await chat({ ...base, max_tokens: 4, max_completion_tokens: 4 })) as Obj).usage.completion_tokens, 4);
+  const both = await fetch(`${s.url}/v3/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...base, max_tokens: 4, max_completion_tokens: 6 }) });
+  assert.equal(both.status, 400);
+  assert.equal((await both.json()).error.param, "max_tokens");
+  const zero = await fetch(`${s.url}/v3/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...base, max_tokens: 0 }) });
+  assert.equal(zero.status, 400);
+  assert.equal((await zero.json()).error.param, "max_tokens");
+});
+
 test("000-20 reaching max_completion_tokens ends with length and completion_tokens ≤ max_completion_tokens", async () => {
   let lengths = 0;
   for (const seed of [1, 2, 3, 4]) {

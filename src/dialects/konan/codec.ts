@@ -6,7 +6,7 @@ import { usageToWire } from "../openai/chat-to-wire.ts";
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
 import { respondWithBuilder } from "../responses/run.ts";
 import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
-import type { KonanChatRequest } from "./protocol.ts";
+import { konanCompletionCap, type KonanChatRequest } from "./protocol.ts";
 
 /** Konan's documented defaults: temperature 0.3, top_p 0.75. */
 export const KONAN_SAMPLING_DEFAULTS = { temperature: 0.3, topP: 0.75 };
@@ -113,7 +113,7 @@ function echo(body: KonanChatRequest): Obj {
     tool_choice: "auto",
     temperature: body.temperature ?? KONAN_SAMPLING_DEFAULTS.temperature,
     top_p: body.top_p ?? KONAN_SAMPLING_DEFAULTS.topP,
-    max_output_tokens: body.max_completion_tokens ?? null,
+    max_output_tokens: konanCompletionCap(body),
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null },
     text: { format },
     metadata: body.metadata ?? {},

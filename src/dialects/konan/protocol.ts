@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { badRequest } from "../../core/errors.ts";
 import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { boundedStop } from "../stop-field.ts";
@@ -7,7 +8,7 @@ import { functionParameters } from "../function-parameters.ts";
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
  * ranges. Fields it does not document (n, logprobs, presence_penalty, tool_choice, …) are dropped,
- * as the OpenAI schema drops unknown fields.
+ * as the OpenAI schema drops unknown fields; `max_tokens` is the exception (see below).
  */
 
 // A message holds its role and string content, nothing else: a `name`, an assistant's `tool_calls` or
@@ -28,6 +29,9 @@ export const konanChatRequest = z.object({
   messages: messageList(message),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),
+  // Not in Konan's reference, but what OpenAI clients (the AI SDK, older LangChain) send for the cap:
+  // dropped, it would leave their requests to run to the end of the context. Taken as an alias.
+  max_tokens: z.int().min(1).nullish(),
   metadata: metadataSchema.nullish(),
   output_parser: z.enum(["responses"]).nullish(),
   reasoning: konanReasoning.nullish(),
@@ -54,3 +58,11 @@ export const konanChatRequest = z.object({
   user: z.string().nullish(),
 });
 export type KonanChatRequest = z.infer<typeof konanChatRequest>;
+
+/** The completion cap: `max_completion_tokens`, or OpenAI's older `max_tokens` for it; two different caps are a 400. */
+export function konanCompletionCap(body: Pick<KonanChatRequest, "max_completion_tokens" | "max_tokens">): number | null {
+  const { max_completion_tokens: cap, max_tokens: alias } = body;
+  if (cap != null && alias != null && cap !== alias)
+    throw badRequest("max_tokens and max_completion_tokens set different caps; send max_completion_tokens alone.", "max_tokens");
+  return cap ?? alias ?? null;
+}

@@ -1,6 +1,6 @@
 import { badRequest } from "../../core/errors.ts";
 import type { ChatCompletionRequest } from "../openai/chat-protocol.ts";
-import type { KonanChatRequest } from "./protocol.ts";
+import { konanCompletionCap, type KonanChatRequest } from "./protocol.ts";
 
 /**
  * llama.cpp divides positive logits by the repetition penalty, so Konan's documented lower bound 0
@@ -27,7 +27,7 @@ export function konanToOpenAI(body: KonanChatRequest): { openai: ChatCompletionR
     model: body.model,
     messages: body.messages,
     stream: body.stream,
-    max_completion_tokens: body.max_completion_tokens,
+    max_completion_tokens: konanCompletionCap(body),
     temperature: body.temperature,
     top_p: body.top_p,
     frequency_penalty: body.frequency_penalty,
