@@ -115,6 +115,16 @@ test("003-18 reaching max_tokens ends with finish_reason length", async () => {
   assert.equal(r.usage.completion_tokens, 5);
 });
 
+test("newer OpenAI clients' max_completion_tokens caps a SpAk answer as max_tokens does; two different caps are a 400", async () => {
+  const r = await chat({ ...NO_THINKING, max_tokens: undefined, max_completion_tokens: 4 });
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 4);
+  assert.equal((await chat({ ...NO_THINKING, max_tokens: 3, max_completion_tokens: 3 })).usage.completion_tokens, 3);
+  const both = await postJson(`${server.url}/chat/completions`, { ...base, max_tokens: 3, max_completion_tokens: 6 });
+  assert.equal(both.status, 400, both.text);
+  assert.equal(both.json.error.param, "max_completion_tokens");
+});
+
 test("003-19 a conversation that fills the model's context ends with finish_reason length", async () => {
   // No max_tokens: the thinking fixture never closes its section at temperature 0, so it runs to the 512-token context.
   const r = await chat({ max_tokens: undefined });

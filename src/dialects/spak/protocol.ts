@@ -47,6 +47,9 @@ export const spakChatRequest = z.object({
   /** `high` and `max`; `low`/`medium` are taken as `high` and `xhigh` as `max`, for compatibility. */
   reasoning_effort: z.enum(["low", "medium", "high", "xhigh", "max"]).nullish(),
   max_tokens: z.int().min(1).nullish(),
+  // Not in the reference, but what newer OpenAI clients (langchain-openai among them) send for the
+  // cap: dropped, it would leave their answers to run to the end of the context. Taken as an alias.
+  max_completion_tokens: z.int().min(1).nullish(),
   response_format: z.object({ type: z.enum(["text", "json_object"]) }).nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
   stream: z.boolean().nullish(),

@@ -57,6 +57,14 @@ export function isAgentRequest(body: SpakChatRequest, userAgent: string | undefi
   return (body.tools?.length ?? 0) > 0 && body.messages.some((m) => m.role === "tool");
 }
 
+/** The cap: `max_tokens`, or OpenAI's newer `max_completion_tokens` for it; two different caps are a 400. */
+function completionCap(body: SpakChatRequest): number | undefined {
+  const { max_tokens: cap, max_completion_tokens: alias } = body;
+  if (cap != null && alias != null && cap !== alias)
+    throw badRequest("max_tokens and max_completion_tokens set different caps; send max_tokens alone.", "max_completion_tokens");
+  return cap ?? alias ?? undefined;
+}
+
 export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): CanonicalSpak {
   if (body.stream_options != null && body.stream !== true)
     throw badRequest("stream_options may only be set when stream is true.", "stream_options");
@@ -71,7 +79,7 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     prompt: { kind: "chat", messages },
     // frequency_penalty and presence_penalty are deprecated by the vendor and have no effect.
     sampling: toSamplingParams({ temperature: body.temperature, top_p: body.top_p }, SPAK_SAMPLING_DEFAULTS),
-    maxTokens: body.max_tokens ?? undefined,
+    maxTokens: completionCap(body),
     stop: normaliseStop(body.stop),
     n: 1,
     wholeAnswer: body.stream !== true,
