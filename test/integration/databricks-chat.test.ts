@@ -187,6 +187,21 @@ test("the tool loop: a thinking model's call turn goes back as it came (reasonin
   refused(await chat("tiny", { messages: [user("weather?"), { role: "assistant", content: "let me see", tool_calls: [call] }, { role: "tool", tool_call_id: "call_1", content: "sunny" }], tools, max_tokens: 4 }), "content");
 });
 
+test("the openai SDK's helpers' additions to a message it hands back (refusal null, parsed, parsed_arguments) go back with it; a refusal with text is still refused", async () => {
+  const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused", maxRetries: 0 });
+  const final = await client.chat.completions.stream({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3 }).finalChatCompletion();
+  const message = final.choices[0].message;
+  assert.equal(message.refusal, null);
+  assert.ok("parsed" in message, JSON.stringify(message));
+  const next = await chat("tiny", { messages: [user("hi"), message, user("and then?")], max_tokens: 3 });
+  assert.equal(next.status, 200, next.text);
+  const call = { id: "call_1", type: "function", function: { name: "weather", arguments: '{"p0":"x"}', parsed_arguments: { p0: "x" } } };
+  const sent = { role: "assistant", content: null, refusal: null, parsed: null, tool_calls: [call] };
+  const withCall = await chat("tiny", { messages: [user("weather?"), sent, { role: "tool", tool_call_id: "call_1", content: "sunny" }], tools: [TOOL("weather")], max_tokens: 3 });
+  assert.equal(withCall.status, 200, withCall.text);
+  refused(await chat("tiny", { messages: [user("hi"), { role: "assistant", content: "no", refusal: "I will not" }, user("why?")], max_tokens: 3 }), "refusal");
+});
+
 test("stream_options, which OpenAI clients send when they stream, is accepted with stream: true on chat and completions (usage is on the last chunk either way)", async () => {
   const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused" });
   const stream = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3, stream: true, stream_options: { include_usage: true } });

@@ -92,6 +92,21 @@ test("OpenAI clients' max_tokens caps a Konan answer as max_completion_tokens do
   assert.equal((await zero.json()).error.param, "max_tokens");
 });
 
+test("the openai SDK's stream helper hands back a message with refusal null and parsed; it goes back as the next turn's history", async () => {
+  const final = await konan().chat.completions.stream({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_completion_tokens: 3 }).finalChatCompletion();
+  const message = final.choices[0].message;
+  assert.ok("parsed" in message && message.refusal === null, JSON.stringify(message));
+  const next = await konan().chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }, message as any, { role: "user", content: "more" }], max_completion_tokens: 3 });
+  assert.equal(next.object, "chat.completion");
+  const refusal = await fetch(`${s.url}/v3/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "no", refusal: "I will not" }, { role: "user", content: "why?" }] }),
+  });
+  assert.equal(refusal.status, 400);
+  assert.equal((await refusal.json()).error.param, "messages[1].refusal");
+});
+
 test("000-20 reaching max_completion_tokens ends with length and completion_tokens ≤ max_completion_tokens", async () => {
   let lengths = 0;
   for (const seed of [1, 2, 3, 4]) {

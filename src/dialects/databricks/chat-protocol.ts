@@ -3,6 +3,7 @@ import { messageList } from "../openai/chat-protocol.ts";
 import { jsonObject } from "../json-object.ts";
 import { boundedStop } from "../stop-field.ts";
 import { functionParameters } from "../function-parameters.ts";
+import { sdkFunctionEchoes, sdkMessageEchoes } from "../sdk-echo-fields.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -63,7 +64,7 @@ export type ContentItem = z.infer<typeof contentItem>;
 const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal("function"),
-  function: z.strictObject({ name: z.string().min(1), arguments: z.union([z.string(), jsonObject()]) }),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.union([z.string(), jsonObject()]), ...sdkFunctionEchoes }),
   cache_control: cacheControl,
 });
 
@@ -76,6 +77,7 @@ export const chatMessage = z.strictObject({
   // participant's name for system, user and assistant messages; on a tool message it repeats the
   // called function, which the call id already names, and is not used.
   name: z.string().optional(),
+  ...sdkMessageEchoes,
 });
 export type DatabricksChatMessage = z.infer<typeof chatMessage>;
 

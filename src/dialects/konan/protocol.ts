@@ -3,6 +3,7 @@ import { badRequest } from "../../core/errors.ts";
 import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { boundedStop } from "../stop-field.ts";
+import { sdkMessageEchoes } from "../sdk-echo-fields.ts";
 import { functionParameters } from "../function-parameters.ts";
 
 /**
@@ -16,7 +17,7 @@ import { functionParameters } from "../function-parameters.ts";
 const message = z.discriminatedUnion("role", [
   z.strictObject({ role: z.literal("system"), content: z.string() }),
   z.strictObject({ role: z.literal("user"), content: z.string() }),
-  z.strictObject({ role: z.literal("assistant"), content: z.string() }),
+  z.strictObject({ role: z.literal("assistant"), content: z.string(), ...sdkMessageEchoes }),
 ]);
 
 export const konanReasoning = z.object({
