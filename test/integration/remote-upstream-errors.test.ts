@@ -31,12 +31,15 @@ type Answer =
   | "gzip-400"
   | "runaway"
   | "done-only"
-  | "no-choices";
+  | "no-choices"
+  | "vllm-effort";
 let answer: Answer = "ok";
 /** Runaway streams the upstream has seen closed by the router. */
 let runawaysClosed = 0;
 /** While set, a compressed stream holds its last chunks until the test calls it (see the gzip test). */
 let hold: Promise<void> | undefined;
+/** The last generation request the upstream received, parsed. */
+let lastBody: any;
 let upstream: http.Server;
 let url = "";
 let r: TestServer;
@@ -67,12 +70,17 @@ async function compressed(res: http.ServerResponse, mode: "gzip" | "deflate" | "
 
 before(async () => {
   upstream = http.createServer((req, res) => {
-    req.resume();
+    let raw = "";
+    req.on("data", (c) => (raw += c));
     req.on("end", () => {
       if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
       if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
+      lastBody = JSON.parse(raw);
+      // vLLM's schema takes only these efforts; anything else fails its validation, a 400 naming no param.
+      if (answer === "vllm-effort" && lastBody.reasoning_effort !== undefined && !["low", "medium", "high"].includes(lastBody.reasoning_effort))
+        return json(400, { object: "error", message: `1 validation error: reasoning_effort: Input should be 'low', 'medium' or 'high'`, type: "Bad Request", param: null, code: 400 });
       if (answer === "gzip" || answer === "deflate" || answer === "br" || answer === "zstd" || answer === "gzip-400") return void compressed(res, answer);
       if (answer === "302") return void res.writeHead(302, { location: "https://elsewhere.example/v1/chat/completions" }).end();
       if (answer === "204") return void res.writeHead(204).end();
@@ -124,7 +132,15 @@ before(async () => {
   });
   await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
   url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-  r = await startTestServer({ upstream: [{ name: "r", url: [url], model: "m", tokenize: false }], "health-interval": "0", "eject-after": "3" });
+  r = await startTestServer({
+    upstream: [
+      { name: "r", url: [url], model: "m", tokenize: false },
+      // The DeepSeek-style dialect's one model, on the same stand-in.
+      { name: "SpAk-Aster-V1-MOE", url: [url], model: "m", tokenize: false },
+    ],
+    "health-interval": "0",
+    "eject-after": "3",
+  });
 });
 after(async () => {
   await r?.close();
@@ -356,4 +372,29 @@ test("a stream without any choice ([DONE] alone, or chunks with no choices) is t
     }
   }
   assert.equal((await ask()).status, 200);
+});
+
+test("thinking switched off (Konan's default, SpAk's disabled, enable_thinking: false) reaches a vLLM-style upstream as the template switch, not as an effort vLLM refuses", async () => {
+  answer = "vllm-effort";
+  try {
+    const messages = [{ role: "user", content: "hi" }];
+    const asks: [string, Record<string, unknown>][] = [
+      ["/v3/chat/completions", { model: "r", messages, max_tokens: 5 }],
+      ["/v1/chat/completions", { model: "r", messages, max_tokens: 5, chat_template_kwargs: { enable_thinking: false } }],
+      ["/v1/chat/completions", { model: "r", messages, max_tokens: 5, reasoning_effort: "none" }],
+      ["/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, max_tokens: 5, thinking: { type: "disabled" } }],
+    ];
+    for (const [path, body] of asks) {
+      const res = await postJson(`${r.url}${path}`, body);
+      assert.equal(res.status, 200, `${path} ${JSON.stringify(body)}: ${res.text}`);
+      assert.deepEqual(lastBody.chat_template_kwargs, { enable_thinking: false }, JSON.stringify(lastBody));
+      assert.equal(lastBody.reasoning_effort, undefined, JSON.stringify(lastBody));
+    }
+    // An effort the client names still goes up as itself.
+    const low = await ask({ reasoning_effort: "low" });
+    assert.equal(low.status, 200, low.text);
+    assert.equal(lastBody.reasoning_effort, "low");
+  } finally {
+    answer = "ok";
+  }
 });

@@ -132,9 +132,12 @@ export function chatBody(req: GenerationRequest, model: string, sampling: Genera
     // Only an effort level was asked for: the upstream reads it its own way.
     body.reasoning_effort = r.effort;
   } else if (r) {
+    // Thinking off travels as the template switch alone: vLLM takes only low/medium/high as
+    // reasoning_effort and refuses a request that says "none" (Konan's default and SpAk's disabled
+    // thinking were 400s through a vLLM upstream), while every upstream that thinks by its template
+    // (vLLM, SGLang, llama-server, Plinth) reads enable_thinking.
     if (r.enabled !== undefined) body.chat_template_kwargs = { enable_thinking: r.enabled };
     if (r.effort !== undefined) body.reasoning_effort = r.effort;
-    else if (r.enabled === false) body.reasoning_effort = "none";
     if (r.budgetTokens !== undefined && !r.budgetFromEffort) body.reasoning = { budget_tokens: r.budgetTokens };
   }
   return body;
