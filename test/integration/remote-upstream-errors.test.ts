@@ -32,7 +32,8 @@ type Answer =
   | "runaway"
   | "done-only"
   | "no-choices"
-  | "vllm-effort";
+  | "vllm-effort"
+  | "cached-over";
 let answer: Answer = "ok";
 /** Runaway streams the upstream has seen closed by the router. */
 let runawaysClosed = 0;
@@ -122,6 +123,12 @@ before(async () => {
         // One chunk with more log probabilities than a call can take as arguments.
         const content = Array.from({ length: 150_000 }, () => ({ token: "a", logprob: -0.5, top_logprobs: [] }));
         res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "a" }, logprobs: { content }, finish_reason: null }] })}\n\n`);
+      } else if (answer === "cached-over") {
+        // More cached tokens than the prompt has.
+        res.write(chunk({ content: "Hello" }));
+        res.write(chunk({}, "stop"));
+        res.write(`data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6, prompt_tokens_details: { cached_tokens: 50 } } })}\n\n`);
+        return void res.end("data: [DONE]\n\n");
       } else if (answer === "refusal") {
         res.write(chunk({ refusal: "I can't help" }));
         res.write(chunk({ refusal: " with that." }));
@@ -394,6 +401,21 @@ test("thinking switched off (Konan's default, SpAk's disabled, enable_thinking: 
     const low = await ask({ reasoning_effort: "low" });
     assert.equal(low.status, 200, low.text);
     assert.equal(lastBody.reasoning_effort, "low");
+  } finally {
+    answer = "ok";
+  }
+});
+
+test("an upstream reporting more cached tokens than its prompt has is held to the prompt's count (chat, Responses)", async () => {
+  answer = "cached-over";
+  try {
+    const chat = await ask();
+    assert.equal(chat.status, 200, chat.text);
+    assert.equal(chat.json.usage.prompt_tokens, 5);
+    assert.equal(chat.json.usage.prompt_tokens_details.cached_tokens, 5, chat.text);
+    const responses = await postJson(`${r.url}/v1/responses`, { model: "r", input: "hi", max_output_tokens: 5, store: false });
+    assert.equal(responses.status, 200, responses.text);
+    assert.equal(responses.json.usage.input_tokens_details.cached_tokens, 5, responses.text);
   } finally {
     answer = "ok";
   }

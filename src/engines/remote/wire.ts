@@ -338,7 +338,10 @@ export class ChunkReader {
     if (!this.sawChoice) throw new UpstreamStreamError("the upstream's stream ended without any choice in it");
     const t = this.totals;
     const out: EngineChunk[] = [];
-    if (t.cachedTokens) out.push({ kind: "cached", tokens: t.cachedTokens });
+    // Cached tokens are part of the prompt: a broken upstream's larger count would reach the usage
+    // (cached_tokens 50 of a 5-token prompt) and the ledger as it came.
+    const cached = t.promptTokens !== undefined && t.cachedTokens !== undefined ? Math.min(t.cachedTokens, t.promptTokens) : t.cachedTokens;
+    if (cached) out.push({ kind: "cached", tokens: cached });
     if (t.completionTokens !== undefined || t.promptTokens !== undefined)
       out.push({ kind: "usage", completionTokens: t.completionTokens, reasoningTokens: t.reasoningTokens, promptTokens: t.promptTokens });
     out.push({ kind: "end", reason: t.finish ?? "stop" });
