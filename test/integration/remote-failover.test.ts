@@ -164,6 +164,17 @@ test("a stream cut after its first token ends in the dialect's mid-stream error 
   assert.ok(events.some((e) => e.choices?.[0]?.delta?.content === "Hello"), s.text);
   const last = events.at(-1);
   assert.equal(last.error.code, "upstream_error", s.text);
+  // Databricks chat and completions streams (a pay-per-token prompt runs as chat): the envelope as
+  // the last data event, then [DONE], as every stream of that dialect ends.
+  for (const body of [{ messages: [{ role: "user", content: "Tell me about the river." }] }, { prompt: "Tell me about the river." }]) {
+    const d = await postJson(`${r.url}/serving-endpoints/r/invocations`, { ...body, max_tokens: 6, stream: true });
+    assert.equal(d.status, 200, d.text);
+    const data = d.text.split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => e.slice(6));
+    assert.equal(data.at(-1), "[DONE]", d.text);
+    const failure = JSON.parse(data.at(-2)!);
+    assert.equal(failure.error_code, "INTERNAL_ERROR", d.text);
+    assert.match(failure.message, /failed mid-answer/);
+  }
   // A JSON answer is held back until it is whole, so a cut one is never half-sent: with no other
   // replica it is a 503; with one, it is redone there and the client sees a clean answer.
   const j = await ask(r);

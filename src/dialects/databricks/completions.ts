@@ -11,7 +11,9 @@ import { normaliseStop, toSamplingParams } from "../openai/sampling-fields.ts";
 import { modelReasons, usageToDatabricks } from "./chat.ts";
 import { samplingFields, streamOptions } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
-import { databricksErrorEvent } from "./errors.ts";
+import { databricksErrorBody, databricksErrorEvent } from "./errors.ts";
+import { asWireError } from "../../http/error-envelope.ts";
+import type { SseWriter } from "../../http/sse.ts";
 
 /** Wire schema of a Databricks completions request (`prompt` on /invocations, or /serving-endpoints/completions). */
 export const completionRequest = z.strictObject({
@@ -101,32 +103,44 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
   return {
     kind: "sse",
     write: async (sse) => {
-      const begun = new Set<number>();
-      let held: Record<string, unknown> | undefined;
-      const open = async (k: number) => {
-        if (begun.has(k)) return;
-        begun.add(k);
-        if (lead(k)) await sse.data(chunk([{ index: Math.floor(k / n), text: lead(k), finish_reason: null }]));
-      };
-      for await (const ev of started.events) {
-        if (sse.closed) return;
-        if (ev.type === "text") {
-          await open(ev.choice);
-          await sse.data(chunk([{ index: Math.floor(ev.choice / n), text: ev.text, finish_reason: null }]));
-        } else if (ev.type === "finish") {
-          await open(ev.choice);
-          if (held) await sse.data(held);
-          held = chunk([{ index: Math.floor(ev.choice / n), text: suffix, finish_reason: ev.reason }]);
-        } else if (ev.type === "usage") {
-          const u = usageToDatabricks(usageToWire(ev.usage), reasons);
-          if (held) await sse.data({ ...held, usage: u });
-          else await sse.data(chunk([], { usage: u }));
-          held = undefined;
-        }
+      try {
+        await streamCompletion(sse);
+      } catch (err) {
+        if (env.signal.aborted) throw err;
+        // As Databricks chat streams end after a failure: the envelope as the last data event, then
+        // [DONE], which every stream of this dialect ends with.
+        await sse.data(databricksErrorBody(asWireError(err, names)));
+        await sse.data("[DONE]");
       }
-      if (held) await sse.data(held);
-      await sse.data("[DONE]");
     },
     errorEvent: (err) => databricksErrorEvent(err, names),
   };
+
+  async function streamCompletion(sse: SseWriter): Promise<void> {
+    const begun = new Set<number>();
+    let held: Record<string, unknown> | undefined;
+    const open = async (k: number) => {
+      if (begun.has(k)) return;
+      begun.add(k);
+      if (lead(k)) await sse.data(chunk([{ index: Math.floor(k / n), text: lead(k), finish_reason: null }]));
+    };
+    for await (const ev of started.events) {
+      if (sse.closed) return;
+      if (ev.type === "text") {
+        await open(ev.choice);
+        await sse.data(chunk([{ index: Math.floor(ev.choice / n), text: ev.text, finish_reason: null }]));
+      } else if (ev.type === "finish") {
+        await open(ev.choice);
+        if (held) await sse.data(held);
+        held = chunk([{ index: Math.floor(ev.choice / n), text: suffix, finish_reason: ev.reason }]);
+      } else if (ev.type === "usage") {
+        const u = usageToDatabricks(usageToWire(ev.usage), reasons);
+        if (held) await sse.data({ ...held, usage: u });
+        else await sse.data(chunk([], { usage: u }));
+        held = undefined;
+      }
+    }
+    if (held) await sse.data(held);
+    await sse.data("[DONE]");
+  }
 }
