@@ -85,6 +85,10 @@ before(async () => {
       if (answer === "gzip" || answer === "deflate" || answer === "br" || answer === "zstd" || answer === "gzip-400") return void compressed(res, answer);
       if (answer === "302") return void res.writeHead(302, { location: "https://elsewhere.example/v1/chat/completions" }).end();
       if (answer === "204") return void res.writeHead(204).end();
+      if (answer === "500-html")
+        return void res.writeHead(500, { "content-type": "text/html" }).end("<html><body><h1>Internal Server Error</h1><pre>Traceback (most recent call last):\n  File \"/srv/app.py\", line 3\nKeyError: secret=/srv/key</pre></body></html>");
+      if (answer === "503-later") return void res.writeHead(503, { "retry-after": "9", "content-type": "text/plain" }).end("warming up");
+      if (answer === "400-text") return void res.writeHead(400, { "content-type": "text/plain" }).end("prompt is not a string");
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
       if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
       if (answer === "404-route") return json(404, { error: { message: "This is a chat model and not supported in this endpoint.", type: "invalid_request_error" } });
@@ -419,4 +423,28 @@ test("an upstream reporting more cached tokens than its prompt has is held to th
   } finally {
     answer = "ok";
   }
+});
+
+test("an upstream's error body that is not a message (an HTML page, a traceback) is described to the client, not passed on; a short plain-text one is; a 503's Retry-After is kept", async () => {
+  // Each failure is followed by a success, so the replica is never ejected (--eject-after 3).
+  const failing = async (a: Answer, extra: Record<string, unknown> = {}) => {
+    answer = a;
+    const res = await ask(extra);
+    answer = "ok";
+    assert.equal((await ask()).status, 200);
+    return res;
+  };
+  for (const stream of [false, true]) {
+    const res = await failing("500-html", { stream });
+    assert.equal(res.status, 503, res.text);
+    assert.doesNotMatch(res.text, /Traceback|secret|<html/, res.text);
+    assert.match(res.json.error.message, /text\/html body of \d+ bytes/);
+  }
+  const later = await failing("503-later");
+  assert.equal(later.status, 503, later.text);
+  assert.equal(later.headers.get("retry-after"), "9");
+  assert.match(later.json.error.message, /warming up/);
+  const text = await failing("400-text");
+  assert.equal(text.status, 400, text.text);
+  assert.match(text.json.error.message, /prompt is not a string/);
 });

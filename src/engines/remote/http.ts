@@ -14,6 +14,9 @@ import zlib from "node:zlib";
 export type FailureKind = "connect" | "timeout" | "status" | "protocol" | "aborted";
 
 export class UpstreamFailure extends Error {
+  /** An error body that is not passed on to the client (see plainMessage), for this server's log. */
+  detail?: string;
+
   constructor(
     readonly kind: FailureKind,
     message: string,
@@ -246,14 +249,35 @@ export async function statusFailure(res: UpstreamResponse, origin: string): Prom
     body = undefined;
   }
   const retryAfter = Number(res.headers["retry-after"]);
-  return new UpstreamFailure(
+  const said = upstreamMessage(body) ?? plainMessage(text, String(res.headers["content-type"] ?? ""));
+  const failure = new UpstreamFailure(
     "status",
-    `${origin} answered ${res.status}: ${upstreamMessage(body) ?? (text.slice(0, 200) || "(no body)")}`,
+    `${origin} answered ${res.status}: ${said ?? describeBody(text, String(res.headers["content-type"] ?? ""))}`,
     res.status,
     body,
     // Passed on to the client: a number of seconds within reason, whatever the upstream wrote.
     Number.isFinite(retryAfter) && retryAfter >= 0 ? Math.min(Math.ceil(retryAfter), 3600) : undefined,
   );
+  if (said === undefined && text !== "") failure.detail = text.slice(0, 2000);
+  return failure;
+}
+
+/**
+ * A body that is not an error object is passed on to the client only when it reads as a message:
+ * short, one line, plain text. Anything else (a proxy's HTML page, a framework's traceback) can hold
+ * the upstream's internals — paths, settings, keys — and is described instead; its text stays in
+ * the failure's `detail` for this server's log.
+ */
+function plainMessage(text: string, contentType: string): string | undefined {
+  const t = text.trim();
+  if (t === "" || t.length > 200 || /[\r\n<>]/.test(t)) return undefined;
+  return contentType === "" || /^text\/plain\b/i.test(contentType) ? t : undefined;
+}
+
+function describeBody(text: string, contentType: string): string {
+  if (text === "") return "(no body)";
+  const type = contentType.split(";")[0].trim() || "untyped";
+  return `a ${type} body of ${Buffer.byteLength(text)} bytes that is not an error message`;
 }
 
 /** The human message of an OpenAI-style (or FastAPI-style) error body. */

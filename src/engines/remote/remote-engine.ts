@@ -64,11 +64,15 @@ function unavailable(name: string, last: UpstreamFailure | undefined): ApiError 
     return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (URL, api key, model).`, {
       code: "upstream_misconfigured",
     });
-  return new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
+  const err = new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
     code: "upstream_unavailable",
     reason: "overloaded",
-    headers: { "retry-after": "2" },
+    // The last replica's own estimate when it gave one (a 503 with Retry-After), else a short wait.
+    headers: { "retry-after": String(last?.retryAfter ?? 2) },
   });
+  // The body the client is not shown, logged with the 503 (the error handler logs every 5xx).
+  if (last?.detail) Object.assign(err, { upstream_body: last.detail });
+  return err;
 }
 
 /** A stream that already sent output to the client broke: the dialect ends it in its error form. */
