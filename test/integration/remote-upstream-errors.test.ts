@@ -33,7 +33,10 @@ type Answer =
   | "done-only"
   | "no-choices"
   | "vllm-effort"
-  | "cached-over";
+  | "cached-over"
+  | "500-html"
+  | "503-later"
+  | "400-text";
 let answer: Answer = "ok";
 /** Runaway streams the upstream has seen closed by the router. */
 let runawaysClosed = 0;
