@@ -302,6 +302,10 @@ describe("model lists and isolation", () => {
       const one = await call("GET", `${prefix}/models/tiny`, undefined, bearer(k.key));
       assert.equal(one.status, 403, `${prefix}: ${one.text}`);
       assert.equal(one.json.error.param, "model");
+      // A name served nowhere is the same 403, not a 404 that would set the served ones apart.
+      const none = await call("GET", `${prefix}/models/no-such-model`, undefined, bearer(k.key));
+      assert.equal(none.status, 403, `${prefix}: ${none.text}`);
+      assert.equal(none.json.error.code, "model_not_allowed", prefix);
     }
     // Databricks' endpoint and model lists too: the endpoint is there, but not the key's to see.
     const endpoints = await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(k.key));
@@ -316,6 +320,8 @@ describe("model lists and isolation", () => {
     assert.deepEqual(list.json.data.map((m: Obj) => m.id), ["tiny"]);
     assert.ok((await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(allowed.key))).json.endpoints.some((e: Obj) => e.name === "tiny"));
     assert.equal((await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(allowed.key))).status, 200);
+    // A key that may use every model still learns that a name is served nowhere.
+    assert.equal((await call("GET", "/v1/models/no-such-model", undefined, bearer(STATIC_KEY))).status, 404);
     assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(allowed.key))).json.models.map((m: Obj) => m.name), ["tiny"]);
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
   });

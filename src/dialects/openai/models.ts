@@ -43,10 +43,12 @@ export function listModels(service: GenerationService, ctx: RequestContext) {
   return { object: "list" as const, data: service.registry.list().filter((m) => service.mayUse(ctx, m.id)).map(modelToWire) };
 }
 
-/** GET …/models/{id}: 404 for a model not served, 403 for one the caller's API key may not use. */
+/** GET …/models/{id}: 403 for a model the caller's API key may not use, served or not; else 404 for one not served. */
 export function getModel(service: GenerationService, ctx: RequestContext, id: string) {
+  // The key's model list first: a key limited to some models gets its 403 for any other name, served
+  // or not (a 404 for unknown names would tell it which models exist).
+  service.authorize(ctx, id);
   const m = service.registry.list().find((x) => x.id === id);
   if (!m) throw modelNotFound(id).withParam("model");
-  service.authorize(ctx, id);
   return modelToWire(m);
 }
