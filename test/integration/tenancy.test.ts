@@ -314,6 +314,10 @@ describe("model lists and isolation", () => {
     const endpoint = await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(k.key));
     assert.equal(endpoint.status, 403, endpoint.text);
     assert.equal(endpoint.json.error_code, "PERMISSION_DENIED");
+    // An endpoint that does not exist is the same 403 (as the data plane answers it), not a 404.
+    const noEndpoint = await call("GET", "/api/2.0/serving-endpoints/no-such-endpoint", undefined, bearer(k.key));
+    assert.equal(noEndpoint.status, 403, noEndpoint.text);
+    assert.equal(noEndpoint.json.error_code, "PERMISSION_DENIED");
     assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(k.key))).json.models, []);
     const allowed = await createKey({ name: "tiny only", models: ["tiny"] });
     const list = await call("GET", "/v1/models", undefined, bearer(allowed.key));
@@ -322,6 +326,7 @@ describe("model lists and isolation", () => {
     assert.equal((await call("GET", "/api/2.0/serving-endpoints/tiny", undefined, bearer(allowed.key))).status, 200);
     // A key that may use every model still learns that a name is served nowhere.
     assert.equal((await call("GET", "/v1/models/no-such-model", undefined, bearer(STATIC_KEY))).status, 404);
+    assert.equal((await call("GET", "/api/2.0/serving-endpoints/no-such-endpoint", undefined, bearer(STATIC_KEY))).status, 404);
     assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(allowed.key))).json.models.map((m: Obj) => m.name), ["tiny"]);
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
   });

@@ -13,7 +13,7 @@ import { chatRequest } from "./chat-protocol.ts";
 import { completionRequest, databricksCompletion } from "./completions.ts";
 import { endpointView } from "./control.ts";
 import { databricksEmbeddings, embeddingsRequest } from "./embeddings.ts";
-import { createEndpointRequest, type Endpoint, endpointConfig, type EndpointManager, endpointRefused, type ModelAccess, type Routed } from "./endpoints.ts";
+import { createEndpointRequest, endpointConfig, type EndpointManager, endpointRefused, type ModelAccess, type Routed } from "./endpoints.ts";
 import { DATABRICKS_ENVELOPE } from "./errors.ts";
 import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
 
@@ -138,9 +138,9 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
   const view = (name: string) => endpointView(endpoints.get(name), endpoints, service.registry);
   // An API key limited to some models sees the endpoints it may query (one of their models is its),
   // as /v1/models lists only its models: the others' names and models are not its to know.
-  const visible = (request: FastifyRequest, ep: Endpoint) => {
+  const visible = (request: FastifyRequest, name: string) => {
     const ctx = requestContext(request, "databricks");
-    return endpoints.mayQuery(ep.name, (m) => service.mayUse(ctx, m));
+    return endpoints.mayQuery(name, (m) => service.mayUse(ctx, m));
   };
   scope.post("/", async (request) => {
     const ep = await endpoints.create(createEndpointRequest.parse(request.body));
@@ -149,13 +149,14 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
   scope.get("/", async (request) => ({
     endpoints: endpoints
       .list()
-      .filter((ep) => visible(request, ep))
+      .filter((ep) => visible(request, ep.name))
       .map((ep) => endpointView(ep, endpoints, service.registry)),
   }));
   scope.get<{ Params: { name: string } }>("/:name", async (request) => {
-    const ep = endpoints.get(request.params.name);
-    if (!visible(request, ep)) throw endpointRefused(ep.name);
-    return view(ep.name);
+    // Asked before the lookup: a limited key gets its 403 for a name no endpoint has too, as the
+    // data plane answers it, so a 404 does not tell it which endpoints exist.
+    if (!visible(request, request.params.name)) throw endpointRefused(request.params.name);
+    return view(request.params.name);
   });
   scope.put<{ Params: { name: string } }>("/:name/config", async (request) => {
     await endpoints.updateConfig(request.params.name, endpointConfig.parse(request.body));
