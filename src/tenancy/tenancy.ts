@@ -87,7 +87,9 @@ export class Tenancy {
       if (this.isOpen(route, request.url)) return;
       let principal: Principal | undefined;
       const required = this.opts.keys.required;
-      if (required && request.method !== "GET" && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
+      // HEAD is a GET without its body (Fastify answers it from the GET route): a read, as GET is.
+      const read = request.method === "GET" || request.method === "HEAD";
+      if (required && !read && CONTROL_PLANE.some((p) => route?.startsWith(p))) {
         // The admin key, not an API key: no limits or ledger row for operators' calls.
         if (this.isAdmin(request)) return;
         // Who is asking decides the status: no key or a bad one is a 401 (authenticate, with the

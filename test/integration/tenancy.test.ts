@@ -188,6 +188,11 @@ describe("authentication", () => {
     assert.equal((await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer("sk-not-a-key-at-all"))).status, 401);
     assert.equal((await call("GET", "/api/2.0/serving-endpoints", undefined, bearer(STATIC_KEY))).status, 200);
     assert.equal((await call("GET", "/api/2.0/serving-endpoints", undefined)).status, 401, "reading still needs a key");
+    // HEAD is a read too (the GET route answers it, and its Allow names it): an API key may make it.
+    for (const route of ["/api/2.0/serving-endpoints", "/api/2.0/serving-endpoints/tiny", "/api/2.0/plinth/models"]) {
+      assert.equal((await call("HEAD", route, undefined, bearer(STATIC_KEY))).status, 200, route);
+      assert.equal((await call("HEAD", route, undefined)).status, 401, route);
+    }
     const asAdmin = await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(ADMIN));
     assert.equal(asAdmin.status, 200, asAdmin.text);
     assert.equal((await call("DELETE", "/api/2.0/serving-endpoints/ep-admin-only", undefined, bearer(ADMIN))).status, 200);
