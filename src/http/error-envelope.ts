@@ -1,4 +1,4 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError, type FieldNamer, quoteRequestId, withWireParam } from "../core/errors.ts";
 import { allowedMethods } from "./allowed-methods.ts";
 import { toApiError } from "./to-api-error.ts";
@@ -8,6 +8,17 @@ export interface ErrorEnvelope {
   render(err: ApiError): unknown;
   /** How the dialect spells canonical fields that reach the handler unnamed. */
   fieldNames: FieldNamer;
+}
+
+/**
+ * The error code of each answer the not-found handler made. It sends its 404 or 405 itself, so no
+ * error passes through the onError hook where metrics and the request log learn a refusal's code.
+ */
+const notFoundCodes = new WeakMap<FastifyRequest, string>();
+
+/** The code of the 404 or 405 the request was answered with for having no route; else undefined. */
+export function notFoundCode(request: FastifyRequest): string | undefined {
+  return notFoundCodes.get(request);
 }
 
 /**
@@ -40,6 +51,7 @@ export function installErrorEnvelope(
               headers: { allow: allow.join(", ") },
             })
           : new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
+      if (e.code) notFoundCodes.set(request, e.code);
       void reply.status(e.status).headers(e.headers).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
     });
   }

@@ -6,6 +6,7 @@ import type { EngineStats } from "../core/engine.ts";
 import type { ModelRegistry } from "../core/registry.ts";
 import type { FinishReason } from "../core/types.ts";
 import { toApiError } from "../http/to-api-error.ts";
+import { notFoundCode } from "../http/error-envelope.ts";
 
 // vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read these as is.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
@@ -402,7 +403,7 @@ export class PlinthMetrics {
 
   /** The error code a request was refused with, if it was (for the request log). */
   errorCodeOf(request: FastifyRequest): string | undefined {
-    return this.errorCodes.get(request);
+    return this.errorCodes.get(request) ?? notFoundCode(request);
   }
 
   private countAnswer(request: FastifyRequest, status: number): void {
@@ -413,7 +414,7 @@ export class PlinthMetrics {
     const dialect = dialectOf(route);
     this.httpRequests.inc({ dialect, route, method: request.method, status: String(status) });
     if (status >= 400) {
-      const code = status === 499 ? "client_closed" : (this.errorCodes.get(request) ?? (status === 404 ? "not_found" : `http_${status}`));
+      const code = status === 499 ? "client_closed" : (this.errorCodeOf(request) ?? (status === 404 ? "not_found" : `http_${status}`));
       this.rejected.inc({ dialect, status: String(status), code });
       if (status === 429) this.rateLimited.inc({ dialect, reason: code });
     }

@@ -121,6 +121,23 @@ test("every family has HELP and TYPE, and vLLM's names carry a model_name label"
   assert.equal(exp.types.get("vllm:inter_token_latency_seconds"), "histogram");
 });
 
+test("answers for a path no route takes are labelled with their error codes: not_found, method_not_allowed", async () => {
+  const before = await scrape();
+  const label = (status: string, code: string) => ({ dialect: "none", status, code });
+  const count = (e: Exposition, status: string, code: string) => sum(e, "plinth_rejected_requests_total", label(status, code));
+  const wrongMethod = await fetch(`${s.url}/v1/models`, { method: "DELETE" });
+  assert.equal(wrongMethod.status, 405);
+  assert.equal((await wrongMethod.json()).error.code, "method_not_allowed");
+  const unknown = await fetch(`${s.url}/v1/no-such-route`);
+  assert.equal(unknown.status, 404);
+  await unknown.text();
+  const after = await scrape();
+  // By the code its body names, as every other refusal is (it was `http_405`).
+  assert.equal(count(after, "405", "method_not_allowed") - count(before, "405", "method_not_allowed"), 1);
+  assert.equal(count(after, "405", "http_405"), 0);
+  assert.equal(count(after, "404", "not_found") - count(before, "404", "not_found"), 1);
+});
+
 test("KV usage counts the cells of running requests only; prompt-cache and store sizes are exported", async () => {
   // A long stream: scrape while it runs (after its first chunk), then again once it has ended.
   const res = await s.http.send("/v1/chat/completions", {

@@ -112,6 +112,15 @@ test("one log line per request with its facts and no prompt text", async () => {
   assert.equal(badLine.model, "tiny");
   assert.equal(typeof badLine.error_code, "string");
 
+  // A path no route takes is refused too, and its line says with what (it had no error_code).
+  const wrongMethod = await fetch(`${server.url}/v1/chat/completions`, { method: "PUT", headers: { "x-request-id": "log-405" } });
+  assert.equal(wrongMethod.status, 405);
+  await wrongMethod.text();
+  assert.equal((await logOf("log-405")).error_code, "method_not_allowed");
+  const unknown = await fetch(`${server.url}/v1/no-such-route`, { headers: { "x-request-id": "log-404" } });
+  await unknown.text();
+  assert.equal((await logOf("log-404")).error_code, "not_found");
+
   // The model a refused request names is the client's text: the line keeps as much as the ledger.
   const huge = await post({ ...chat, model: "m".repeat(100_000) }, { "x-request-id": "log-huge-model" });
   assert.equal(huge.status, 404);
