@@ -1,9 +1,10 @@
 import { parseArgs } from "node:util";
+import type { z } from "zod";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { ApiError } from "../core/errors.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
-import { parseTime, usageQuery, usageReport } from "../tenancy/admin.ts";
+import { keyModels, keyName, parseTime, usageQuery, usageReport } from "../tenancy/admin.ts";
 import { createManagedKey, keyToJson } from "../tenancy/keys.ts";
 
 export const KEYS_USAGE = `usage:
@@ -32,9 +33,18 @@ async function withStore<T>(flags: Record<string, unknown>, use: (store: Tenancy
 
 const positiveInt = (value: string | undefined, flag: string): number | null => {
   if (value === undefined) return null;
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new ConfigError(`${flag} must be a whole number ≥ 1, got '${value}'`);
+  // Past 2^53 the number stored is not the one given (and SQLite would keep it as a float).
+  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value)))
+    throw new ConfigError(`${flag} must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER}, got '${value}'`);
   return Number(value);
 };
+
+/** A value checked by the admin API's own rule for it: the CLI writes to the same store. */
+function checked<T>(schema: z.ZodType<T>, value: unknown, flag: string): T {
+  const result = schema.safeParse(value);
+  if (!result.success) throw new ConfigError(`${flag}: ${result.error.issues[0].message}`);
+  return result.data;
+}
 
 /** Turns an admin-API error about a CLI value into a one-line message. */
 function cliTime(value: string, flag: string): number {
@@ -68,7 +78,7 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
   if (sub === "create") {
     if (!values.name) throw new ConfigError(`keys create needs --name\n\n${KEYS_USAGE}`);
     const settings = {
-      name: values.name,
+      name: checked(keyName, values.name, "--name"),
       models: values.models === undefined ? null : values.models.split(",").map((m) => m.trim()).filter(Boolean),
       rpm: positiveInt(values.rpm, "--rpm"),
       tpm: positiveInt(values.tpm, "--tpm"),
@@ -77,6 +87,7 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
       expiresAt: values.expires === undefined ? null : cliTime(values.expires, "--expires"),
     };
     if (settings.models !== null && settings.models.length === 0) throw new ConfigError("--models needs at least one model name");
+    if (settings.models !== null) checked(keyModels, settings.models, "--models");
     const { key, record } = await withStore(values, (store) => createManagedKey(store, settings));
     if (values.json) out.write(`${JSON.stringify({ ...keyToJson(record), key })}\n`);
     else {

@@ -22,22 +22,25 @@ const MAX_KEY_MODELS = 1000;
 /** C0 and C1 control characters and Unicode's line and paragraph separators: each can break a log line. */
 const LINE_BREAKING = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 
+/** A key's name: shown in logs (`key_name`), `plinth keys list` and the console, so one printable line. */
+export const keyName = z
+  .string()
+  .trim()
+  .min(1)
+  .max(200)
+  .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028).");
+
+/** The models a key may use. Shared with `plinth keys create`, which writes to the same store. */
+export const keyModels = z
+  .array(z.string().min(1).max(200).refine((v) => !LINE_BREAKING.test(v), "A model name must not contain control characters or line breaks."))
+  .min(1)
+  .max(MAX_KEY_MODELS)
+  .refine((v) => new Set(v).size === v.length, "A model is named twice.");
+
 /** POST /admin/keys: every field Plinth knows; anything else is refused (strict). */
 export const createKeyRequest = z.strictObject({
-  // Shown in logs (`key_name`), `plinth keys list` and the console: one printable line.
-  name: z
-    .string()
-    .trim()
-    .min(1)
-    .max(200)
-    .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028)."),
-  models: z
-    .array(z.string().min(1).max(200).refine((v) => !LINE_BREAKING.test(v), "A model name must not contain control characters or line breaks."))
-    .min(1)
-    .max(MAX_KEY_MODELS)
-    .refine((v) => new Set(v).size === v.length, "A model is named twice.")
-    .nullable()
-    .optional(),
+  name: keyName,
+  models: keyModels.nullable().optional(),
   rpm: limit,
   tpm: limit,
   max_concurrency: limit,

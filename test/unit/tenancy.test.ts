@@ -220,6 +220,12 @@ test("plinth keys create/list/revoke and plinth usage work on the data directory
     await assert.rejects(keysCommand(["revoke", "key_nope", "--data-dir", dir], out), /no API key/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--rpm", "-1", "--data-dir", dir], out), /--rpm/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--expires", "soon", "--data-dir", dir], out), /--expires/);
+    // The admin API's rules for names and model lists hold here too (the same store, the same logs).
+    await assert.rejects(keysCommand(["create", "--name", "evil\nforged log line", "--data-dir", dir], out), /--name: .*line breaks/);
+    await assert.rejects(keysCommand(["create", "--name", "x".repeat(201), "--data-dir", dir], out), /--name/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--models", "a,a", "--data-dir", dir], out), /--models: A model is named twice/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--rpm", "99999999999999999999", "--data-dir", dir], out), /--rpm/);
+    assert.equal(JSON.parse(await run(keysCommand, ["list", "--json"])).length, 1, "nothing refused was created");
     await assert.rejects(usageCommand(["--group-by", "week", "--data-dir", dir], out), /--group-by/);
     const usage = JSON.parse(await run(usageCommand, ["--group-by", "day", "--json"]));
     assert.deepEqual([usage.group_by, usage.data], ["day", []]);
