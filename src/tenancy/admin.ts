@@ -25,8 +25,9 @@ const LINE_BREAKING = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 /** A key's name: shown in logs (`key_name`), `plinth keys list` and the console, so one printable line. */
 export const keyName = z
   .string()
+  // Before the trim, so that a name of spaces is told so (after it, the length message counted them).
+  .refine((v) => v.trim() !== "", { message: "It must not be empty or only whitespace.", abort: true })
   .trim()
-  .min(1)
   .max(200)
   .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028).");
 

@@ -258,6 +258,12 @@ describe("admin API input", () => {
       assert.equal(r.json.error.param, param);
       assert.equal(r.json.error.code, "invalid_value");
     }
+    // A name of spaces is told so; the message counted the spaces trimmed away ("is 3 characters long;
+    // it must be at least 1").
+    const blank = await admin("POST", "/keys", { name: "   " });
+    assert.equal(blank.status, 400, blank.text);
+    assert.equal(blank.json.error.param, "name");
+    assert.match(blank.json.error.message, /empty or only whitespace/);
     const leap = await admin("GET", "/usage?from=2027-02-29");
     assert.equal(leap.status, 400, "2027 is not a leap year");
     assert.equal(leap.json.error.param, "from");
