@@ -102,7 +102,10 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
   // would be asked something the client never wrote.
   if (typeof body !== "string" && !isUtf8(body))
     return done(new ApiError(400, "The request body is not valid UTF-8.", { code: "invalid_json" }));
-  const text = typeof body === "string" ? body : body.toString("utf8");
+  let text = typeof body === "string" ? body : body.toString("utf8");
+  // A byte order mark is not JSON, but editors on Windows put one at the start of saved files
+  // (`curl -d @request.json`); like most JSON readers, it is skipped rather than refused.
+  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   // An empty body is "no body": the route's schema says what it needed.
   if (text.trim() === "") return done(null, undefined);
   try {

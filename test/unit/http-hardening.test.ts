@@ -74,6 +74,15 @@ describe("bodies", () => {
     assert.match(e.message, /not valid JSON: ./);
   });
 
+  test("a UTF-8 byte order mark before the JSON is skipped (files saved by Windows editors); one anywhere else is not", async () => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const r = await post(Buffer.concat([bom, Buffer.from(JSON.stringify(ok))]), JSON_TYPE);
+    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(r.json().object, "chat.completion");
+    const twice = envelope(await post(Buffer.concat([bom, bom, Buffer.from(JSON.stringify(ok))]), JSON_TYPE), 400);
+    assert.equal(twice.code, "invalid_json");
+  });
+
   test("a __proto__ key is an ordinary key, ignored: it cannot smuggle fields in", async () => {
     const body = `{"__proto__": {"stream": true, "n": 3}, "model": "tiny", "messages": [{"role": "user", "content": "hi", "__proto__": {"role": "system"}}], "max_tokens": 2}`;
     const r = await post(body, JSON_TYPE);
