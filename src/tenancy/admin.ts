@@ -69,6 +69,16 @@ function isCalendarDate(value: string): boolean {
   return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
 }
 
+/**
+ * An ISO 8601 time with no offset, read as UTC. JavaScript reads a bare date as UTC but a date and
+ * time as the server's local time, so "2026-12-01" and "2026-12-01T00:00" would differ by the host's
+ * zone; every time the admin API answers is UTC (Unix seconds), so UTC is what a bare time means.
+ */
+function asUtc(value: string): string {
+  const iso = value.replace(" ", "T");
+  return iso.length > 10 && !/(?:Z|[+-]\d{2}:?\d{2})$/i.test(iso) ? `${iso}Z` : iso;
+}
+
 /** The latest time a JavaScript Date holds (the year 275760), in Unix ms. */
 const MAX_TIME_MS = 8.64e15;
 
@@ -78,7 +88,7 @@ const MAX_TIME_MS = 8.64e15;
  */
 export function parseTime(value: string | number, param: string): number {
   // Date.parse alone also takes "Dec 25 1995" or "2024 13": anything but ISO 8601 is refused here.
-  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : ISO_8601.test(value) && isCalendarDate(value) ? Date.parse(value) : NaN;
+  const ms = typeof value === "number" || /^\d+$/.test(value) ? Number(value) * 1000 : ISO_8601.test(value) && isCalendarDate(value) ? Date.parse(asUtc(value)) : NaN;
   if (!Number.isFinite(ms) || ms > MAX_TIME_MS) {
     throw new ApiError(
       400,
@@ -93,6 +103,9 @@ export function parseTime(value: string | number, param: string): number {
 export function usageReport(store: TenancyStore, q: z.infer<typeof usageQuery>) {
   const from = q.from === undefined ? 0 : parseTime(q.from, "from");
   const to = q.to === undefined ? Date.now() + 1 : parseTime(q.to, "to");
+  // Both given and backwards is a slip worth naming; a future `from` alone is just an empty range.
+  if (q.from !== undefined && q.to !== undefined && from > to)
+    throw new ApiError(400, `Invalid 'from': it is later than 'to' (${q.to}), so the range [from, to) is empty.`, { param: "from", code: "invalid_value" });
   const groupBy: UsageGroup = q.group_by ?? "key";
   const data = store.usage(groupBy, from, to).map((r) => ({
     [groupBy]: r.group,

@@ -172,6 +172,15 @@ describe("authentication", () => {
     const usage = await call("GET", "/admin/usage?group_by=week", undefined, bearer(ADMIN));
     assert.equal(usage.status, 400);
     assert.equal(usage.json.error.param, "group_by");
+    // A range that ends before it starts is a mistake worth naming, not an empty list.
+    const backwards = await call("GET", "/admin/usage?from=2026-12-02&to=2026-12-01", undefined, bearer(ADMIN));
+    assert.equal(backwards.status, 400, backwards.text);
+    assert.equal(backwards.json.error.param, "from");
+    // A time with no offset is UTC, whatever the server's zone, as a bare date is.
+    const bare = await call("GET", "/admin/usage?from=2026-12-01T00:00&to=2026-12-01%2006:30", undefined, bearer(ADMIN));
+    assert.equal(bare.status, 200, bare.text);
+    assert.equal(bare.json.from, Date.UTC(2026, 11, 1) / 1000);
+    assert.equal(bare.json.to, Date.UTC(2026, 11, 1, 6, 30) / 1000);
   });
 
   test("changing serving endpoints or loaded models needs the admin key; an API key may only read them", async () => {
