@@ -73,3 +73,14 @@ test("an upstream's refusal keeps the exact place it names, which the dialect na
   assert.equal(refusedByUpstream(400, { error: { param: "prompt[3]" } }, "bad token", "r").field, "prompt.tokens[3]");
   assert.equal(completionFieldNames({ prompt: [1, 2] })("prompt.tokens[3]"), "prompt[3]");
 });
+
+test("one choice is asked of every upstream request: a second one, or one numbered otherwise, is the upstream's failure", () => {
+  const two = { choices: [{ index: 0, delta: { content: "a" } }, { index: 1, delta: { content: "b" } }] };
+  assert.throws(() => new ChunkReader("chat", "m").read(two), UpstreamStreamError);
+  const other = { choices: [{ index: 1, delta: { content: "b" }, finish_reason: null }] };
+  assert.throws(() => new ChunkReader("chat", "m").read(other), /choice 1 where one choice/);
+  assert.throws(() => new ChunkReader("completion", "m").read({ choices: [{ index: 2, text: "x" }] }), UpstreamStreamError);
+  // llama-server and others may leave the index out of a single choice: that is choice 0.
+  const bare = readAll(new ChunkReader("chat", "m"), [{ choices: [{ delta: { content: "ok" } }] }, { choices: [{ delta: {}, finish_reason: "stop" }] }]);
+  assert.deepEqual(bare[0], { kind: "text", text: "ok", tokens: 1 });
+});

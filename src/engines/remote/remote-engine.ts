@@ -924,12 +924,14 @@ function* release(held: EngineChunk[] | undefined, last: EngineChunk): Generator
  */
 function wholeAsChunk(whole: any): unknown {
   if (!whole || typeof whole !== "object" || whole.error !== undefined || !Array.isArray(whole.choices)) return whole;
-  const choices = whole.choices.slice(0, 1).map((c: any) => {
+  // Every choice is kept, with its own index, so that the reader refuses an answer of more than the
+  // one choice asked for rather than this passing its first along.
+  const choices = whole.choices.map((c: any) => {
     if (!c || typeof c !== "object") return c;
     if (c.message === undefined) return c; // a completion's choice reads the same either way
     const m = c.message ?? {};
     const calls = Array.isArray(m.tool_calls) ? m.tool_calls.map((t: any, index: number) => ({ ...t, index })) : undefined;
-    return { index: 0, delta: { ...m, ...(calls ? { tool_calls: calls } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason };
+    return { index: c.index, delta: { ...m, ...(calls ? { tool_calls: calls } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason };
   });
   return { ...whole, choices };
 }

@@ -250,6 +250,10 @@ export class ChunkReader {
     if (chunk.usage) this.usage(chunk.usage);
     const choice = chunk.choices?.[0];
     if (!choice) return out;
+    // Each upstream request asks for one choice (n: 1): a choice numbered otherwise, or a second one,
+    // is a replica that did not do what it was asked, and its text must not pass for this choice's.
+    if (chunk.choices.length > 1 || (choice.index !== undefined && choice.index !== 0))
+      throw new UpstreamStreamError(`the upstream sent ${chunk.choices.length > 1 ? `${chunk.choices.length} choices` : `choice ${JSON.stringify(choice.index)}`} where one choice (index 0) was asked for`);
     this.sawChoice = true;
     if (this.mode === "completion") {
       // The legacy parallel arrays (vLLM, Plinth), or chat's entries (llama-server sends those here too).
