@@ -141,14 +141,17 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
    * Tokens of a prompt exactly as generation would see them (chat prompts rendered by the template,
    * with `extras`: the tools it offers and the thinking switch, which the template renders too).
    */
-  tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]>;
+  tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras, responseHeaders?: Record<string, string>): Promise<number[]>;
   /**
    * Each token as the vocabulary writes it (`▁Hello`, `Ġworld`, `<0xE4>`, `<|im_end|>`): vLLM's
    * `token_strs`. Absent where the vocabulary is not known here.
    */
   vocabularyPieces?(tokens: number[]): string[];
-  /** Text of token ids; an id outside the vocabulary is an ApiError naming `tokens[i]`. */
-  detokenize(tokens: number[]): Promise<string>;
+  /**
+   * Text of token ids; an id outside the vocabulary is an ApiError naming `tokens[i]`. For both,
+   * `responseHeaders`: headers the engine wants on the response (which replica answered).
+   */
+  detokenize(tokens: number[], responseHeaders?: Record<string, string>): Promise<string>;
   /** The upstream replicas behind a remote model, for metrics and health reporting. */
   replicas?(): ReplicaStatus[];
   /**

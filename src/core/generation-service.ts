@@ -312,9 +312,10 @@ export class GenerationService {
     addSpecial: boolean,
     extras?: PromptExtras,
     pieces = false,
+    responseHeaders?: Record<string, string>,
   ): Promise<{ tokens: number[]; contextSize: number; pieces?: string[] }> {
     const { engine } = this.registry.resolve(model);
-    const tokens = await engine.tokenize(prompt, addSpecial, extras);
+    const tokens = await engine.tokenize(prompt, addSpecial, extras, responseHeaders);
     return { tokens, contextSize: engine.describe().contextSize, ...(pieces && engine.vocabularyPieces ? { pieces: engine.vocabularyPieces(tokens) } : {}) };
   }
 
@@ -322,12 +323,12 @@ export class GenerationService {
    * Text of token ids. No more ids than the model's context holds: a list no sequence of this
    * server could be is refused before any id is looked at (7 million ids held every request 2–5 s).
    */
-  async detokenize(model: string, tokens: number[]): Promise<string> {
+  async detokenize(model: string, tokens: number[], responseHeaders?: Record<string, string>): Promise<string> {
     const { engine } = this.registry.resolve(model);
     const limit = engine.describe().contextSize;
     if (limit > 0 && tokens.length > limit)
       throw new ApiError(400, `tokens holds ${tokens.length} ids; this model's context holds ${limit}.`, { param: "tokens", code: "invalid_value" });
-    return engine.detokenize(tokens);
+    return engine.detokenize(tokens, responseHeaders);
   }
 
   private onEvent(ctx: RequestContext, run: BatchRun, ev: GenerationEvent): void {

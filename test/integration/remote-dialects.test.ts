@@ -175,6 +175,13 @@ test("completions (text and token prompts, logprobs) and embeddings through the 
   const tokens = (await up[0].http.tokenize({ model: "tiny", prompt: "Once upon a time" })).tokens;
   const byTokens = await router.http.complete({ model: "rt", ...body, prompt: tokens });
   assert.equal(byTokens.choices[0].text, direct.choices[0].text);
+  // The tokenizer endpoints name the replica that answered, as generation does.
+  const counted = await postJson(`${router.url}/tokenize`, { model: "rt", prompt: "Once upon a time" });
+  assert.deepEqual(counted.json.tokens, tokens);
+  assert.ok(up.map((u) => u.url).includes(counted.headers.get("x-plinth-upstream")!), String(counted.headers.get("x-plinth-upstream")));
+  const text = await postJson(`${router.url}/detokenize`, { model: "rt", tokens });
+  assert.equal(text.json.prompt, "Once upon a time");
+  assert.ok(up.map((u) => u.url).includes(text.headers.get("x-plinth-upstream")!), String(text.headers.get("x-plinth-upstream")));
 
   const e = await router.http.embed({ model: "rt", input: ["hello world", "thanks"], encoding_format: "float" });
   const d = await up[1].http.embed({ model: "tiny", input: ["hello world", "thanks"], encoding_format: "float" });

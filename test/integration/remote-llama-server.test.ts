@@ -161,6 +161,8 @@ describe("llama-server behind a Plinth router", { skip }, () => {
     const plain = await router.http.tokenize({ model: "ls", prompt: "Hello world", add_special_tokens: false } as any);
     assert.deepEqual(plain.tokens, (await direct("/tokenize", { content: "Hello world" })).json.tokens);
     assert.equal((await router.http.detokenize({ model: "ls", tokens: plain.tokens } as any)).prompt, "Hello world");
+    const named = await postJson(`${router.url}/tokenize`, { model: "ls", prompt: "Hello world" });
+    assert.equal(named.headers.get("x-plinth-upstream"), llama.url, "the replica that counted is named");
   });
 
   test("json_schema: llama-server's grammar-constrained answer validates", () => expectSchemaAnswers(router.http, "ls"));

@@ -87,7 +87,7 @@ export async function tokenize(body: TokenizeRequest, env: RouteEnv): Promise<Ro
   }
   env.service.authorize(env.ctx, body.model);
   const addSpecial = body.messages !== undefined ? false : (body.add_special_tokens ?? true);
-  const result = await env.service.tokenize(body.model, prompt, addSpecial, extras, body.return_token_strs === true).catch((err) => {
+  const result = await env.service.tokenize(body.model, prompt, addSpecial, extras, body.return_token_strs === true, env.ctx.responseHeaders).catch((err) => {
     throw withWireParam(err, names);
   });
   if (body.return_token_strs === true && result.pieces === undefined)
@@ -98,5 +98,5 @@ export async function tokenize(body: TokenizeRequest, env: RouteEnv): Promise<Ro
 
 export async function detokenize(body: z.infer<typeof detokenizeRequest>, env: RouteEnv): Promise<RouteResult> {
   env.service.authorize(env.ctx, body.model);
-  return { kind: "json", body: { prompt: await env.service.detokenize(body.model, body.tokens) } };
+  return { kind: "json", body: { prompt: await env.service.detokenize(body.model, body.tokens, env.ctx.responseHeaders) } };
 }

@@ -363,8 +363,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 
   /** llama-server's tokenizer endpoints, through the pool like every JSON call. */
-  private llamaTokens(prompt: PromptInput, addSpecial: boolean, prefer?: Replica, signal?: AbortSignal): Promise<number[] | undefined> {
-    return llamaServerTokens((path, body) => this.request(path, body, prefer, true, signal), prompt, addSpecial);
+  private llamaTokens(
+    prompt: PromptInput,
+    addSpecial: boolean,
+    prefer?: Replica,
+    signal?: AbortSignal,
+    onServed?: (replica: Replica) => void,
+  ): Promise<number[] | undefined> {
+    return llamaServerTokens((path, body) => this.request(path, body, prefer, true, signal, onServed), prompt, addSpecial);
   }
 
   /**
@@ -672,7 +678,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     };
   }
 
-  async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras): Promise<number[]> {
+  async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras, responseHeaders?: Record<string, string>): Promise<number[]> {
+    const served = nameServer(responseHeaders);
     if (prompt.kind === "tokens") return prompt.tokens;
     if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
     if (this.llamaServer) {
@@ -680,7 +687,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // it): llama-server renders it by /apply-template and tokenizes that text with its special
       // tokens added (a BOS where the model wants one) before it generates, so the count that
       // matches its prompt_tokens is the one with them.
-      const tokens = await this.llamaTokens(prompt, prompt.kind === "chat" || addSpecial);
+      const tokens = await this.llamaTokens(prompt, prompt.kind === "chat" || addSpecial, undefined, undefined, served);
       if (!tokens) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
       return tokens;
     }
@@ -688,7 +695,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       prompt.kind === "chat"
         ? { ...this.chatTokenizeBody(prompt.messages, extras), add_special_tokens: addSpecial }
         : { model: this.upstreamModel, prompt: prompt.text, add_special_tokens: addSpecial };
-    const json = (await this.request("/tokenize", body, undefined, true)) as any;
+    const json = (await this.request("/tokenize", body, undefined, true, undefined, served)) as any;
     if (!json || !Array.isArray(json.tokens))
       throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint.`, { code: "not_implemented" });
     // Handed to the client as token ids: nulls, strings or fractions are the upstream's fault, not ids.
@@ -697,8 +704,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     return json.tokens;
   }
 
-  async detokenize(tokens: number[]): Promise<string> {
-    const json = (await this.request("/detokenize", { model: this.upstreamModel, tokens }, undefined, true)) as any;
+  async detokenize(tokens: number[], responseHeaders?: Record<string, string>): Promise<string> {
+    const json = (await this.request("/detokenize", { model: this.upstreamModel, tokens }, undefined, true, undefined, nameServer(responseHeaders))) as any;
     // vLLM and Plinth answer `prompt`, llama-server `content`.
     if (this.llamaServer && typeof json?.content === "string") return json.content;
     if (!json || typeof json.prompt !== "string")
@@ -934,6 +941,11 @@ function wholeAsChunk(whole: any): unknown {
     return { index: c.index, delta: { ...m, ...(calls ? { tool_calls: calls } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason };
   });
   return { ...whole, choices };
+}
+
+/** For a JSON call made for the client (/tokenize, /detokenize): names the replica that answered it. */
+function nameServer(responseHeaders: Record<string, string> | undefined): ((replica: Replica) => void) | undefined {
+  return responseHeaders && ((replica) => void (responseHeaders[UPSTREAM_HEADER] = replica.name));
 }
 
 function asFailure(err: unknown): UpstreamFailure {
