@@ -320,6 +320,24 @@ test("models load and unload at run time (admin route), with a memory check; a l
   assert.equal((await dbx(s, "GET", "/api/2.0/serving-endpoints/extra")).json.endpoint_type, "FOUNDATION_MODEL_API");
   const busy = await dbx(s, "DELETE", "/api/2.0/plinth/models/think");
   assert.equal(busy.status, 409, "think serves endpoint 'ab'");
+  // A config still loading that names the model holds it too: unloaded now, the config would go live
+  // on a model that is gone. (Its first entity is a file that takes a while to load.)
+  const file = path.join(dataDir, "second-copy.gguf");
+  copyFileSync(await ensureFixtureModel(THINKING_SPEC), file);
+  const holder = await create({
+    name: "holder",
+    config: {
+      served_entities: [{ name: "slow", entity_name: file }, { name: "x", entity_name: "extra" }],
+      traffic_config: { routes: [{ served_model_name: "slow", traffic_percentage: 50 }, { served_model_name: "x", traffic_percentage: 50 }] },
+    },
+  });
+  assert.equal(holder.status, 200, holder.text);
+  const held = await dbx(s, "DELETE", "/api/2.0/plinth/models/extra");
+  assert.equal(held.status, 409, held.text);
+  assert.match(held.json.message, /'holder'/);
+  await waitForEndpoint(s, "holder");
+  assert.equal((await ask("holder")).status, 200);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/holder")).status, 200);
   assert.equal((await dbx(s, "DELETE", "/api/2.0/plinth/models/extra")).status, 200);
   assert.equal((await ask("extra")).status, 404);
   assert.equal((await dbx(s, "GET", "/api/2.0/plinth/models")).json.models.some((m: any) => m.name === "extra"), false);

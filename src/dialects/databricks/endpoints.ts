@@ -271,6 +271,14 @@ export class EndpointManager {
   }
 
   /**
+   * The provisioned endpoints that serve the model `id`, are loading a config that names it, or keep
+   * one to wake with (scaled to zero): unloading it under any of them breaks that endpoint.
+   */
+  usersOf(id: string): Endpoint[] {
+    return [...this.provisioned.values()].filter((ep) => this.modelsOf(ep).some((n) => n === id || this.loadedAs.get(n) === id));
+  }
+
+  /**
    * Whether a caller may query the endpoint `name` at all: one of its models (served, loading or
    * scaled to zero) is one it may use. A name no endpoint has goes by itself, as the OpenAI routes
    * treat a model served nowhere: a caller limited to some models is refused it as it is refused

@@ -193,7 +193,7 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
   });
   scope.delete<{ Params: { name: string } }>("/:name", async (request) => {
     const id = request.params.name;
-    const users = endpoints.list().filter((ep) => ep.kind === "provisioned-throughput" && [...(ep.live?.models.values() ?? [])].includes(id));
+    const users = endpoints.usersOf(id);
     if (users.length > 0)
       throw new ApiError(409, `The model '${id}' serves the endpoint(s) ${users.map((u) => `'${u.name}'`).join(", ")}; update or delete them first.`, {
         code: "RESOURCE_CONFLICT",
