@@ -332,6 +332,9 @@ test("models load and unload at run time (admin route), with a memory check; a l
     },
   });
   assert.equal(holder.status, 200, holder.text);
+  const taken = await dbx(s, "POST", "/api/2.0/plinth/models", { source: s.modelPath, name: "holder" });
+  assert.equal(taken.status, 409, "a provisioned endpoint's name is taken");
+  assert.equal(taken.json.error_code, "RESOURCE_ALREADY_EXISTS");
   const held = await dbx(s, "DELETE", "/api/2.0/plinth/models/extra");
   assert.equal(held.status, 409, held.text);
   assert.match(held.json.message, /'holder'/);

@@ -200,6 +200,11 @@ export class EndpointManager {
     for (const m of registry.list()) this.payPerToken.add(m.id);
   }
 
+  /** Whether a provisioned endpoint has this name (a model loaded under it could not be its own endpoint). */
+  isProvisioned(name: string): boolean {
+    return this.provisioned.has(name);
+  }
+
   /** A model loaded through the admin route becomes a pay-per-token endpoint too. */
   addPayPerToken(model: string): void {
     this.payPerToken.add(model);

@@ -187,6 +187,10 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
   });
   scope.post("/", async (request) => {
     const body = z.strictObject({ source: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/).optional() }).parse(request.body);
+    // The model becomes a pay-per-token endpoint of its name; /serving-endpoints/{name} could then
+    // mean either, so the name of a provisioned endpoint is taken, as a second endpoint's would be.
+    if (body.name !== undefined && endpoints.isProvisioned(body.name))
+      throw new ApiError(409, `A serving endpoint named '${body.name}' already exists; load the model under another name.`, { code: "RESOURCE_ALREADY_EXISTS" });
     const id = await needLoader().load(body.source, { name: body.name });
     endpoints.addPayPerToken(id);
     return modelView(id);
