@@ -204,6 +204,15 @@ describe("authentication", () => {
     }
     const asAdmin = await call("POST", "/api/2.0/serving-endpoints", endpoint, bearer(ADMIN));
     assert.equal(asAdmin.status, 200, asAdmin.text);
+    // The admin key reads what it changed (and the metrics), though it is no API key; it still cannot query a model.
+    const state = await call("GET", "/api/2.0/serving-endpoints/ep-admin-only", undefined, bearer(ADMIN));
+    assert.equal(state.status, 200, state.text);
+    assert.equal(state.json.name, "ep-admin-only");
+    assert.equal((await call("GET", "/api/2.0/plinth/models", undefined, bearer(ADMIN))).status, 200);
+    assert.equal((await call("GET", "/metrics", undefined, bearer(ADMIN))).status, 200);
+    const query = await call("POST", "/serving-endpoints/ep-admin-only/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 1 }, bearer(ADMIN));
+    assert.equal(query.status, 401, query.text);
+    assert.equal((await call("GET", "/v1/models", undefined, bearer(ADMIN))).status, 401);
     assert.equal((await call("DELETE", "/api/2.0/serving-endpoints/ep-admin-only", undefined, bearer(ADMIN))).status, 200);
   });
 });
