@@ -565,3 +565,23 @@ test("001-114 use_raw_prompt defaults to true on PT and false on PPT; true passe
   assert.equal(await count("pt"), tokens);
   assert.ok((await count("pt", { use_raw_prompt: false })) > tokens);
 });
+
+test("001-115 a completions response has id, object text_completion, created, choices with index, text and finish_reason, and usage", async () => {
+  for (const name of ["tiny", "pt"]) {
+    const r = await complete(name, { prompt: ["once upon", "a time"], max_tokens: 3 });
+    assert.equal(r.status, 200, r.text);
+    const body = r.json;
+    assert.equal(typeof body.id, "string");
+    assert.ok(body.id.length > 0);
+    assert.equal(body.object, "text_completion");
+    assert.ok(Number.isInteger(body.created) && Math.abs(body.created - Date.now() / 1000) < 60, String(body.created));
+    assert.deepEqual(body.choices.map((c: any) => c.index), [0, 1]);
+    for (const c of body.choices) {
+      assert.equal(typeof c.text, "string");
+      assert.ok(["stop", "length"].includes(c.finish_reason), c.finish_reason);
+    }
+    const u = body.usage;
+    assert.ok(u.prompt_tokens > 0 && u.completion_tokens > 0, JSON.stringify(u));
+    assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  }
+});
