@@ -256,6 +256,30 @@ test("spm: token ids after BOS read as their text: /detokenize gives /tokenize's
   assert.equal(joined.json.choices[0].text, "世");
 });
 
+for (const model of MODELS) {
+  test(`${model}: echo with logprobs of a prompt holding special-token text reads along the prompt as sent`, async () => {
+    // A conversation the client templated itself: its markers are read as control tokens, which
+    // spelled "" while the echo keeps their text (and on spm the space the tokenizer adds after each
+    // one came out as text), so text_offset fell behind the echoed text from the first marker on.
+    const prompt = "<s>Hi</s> <|im_start|>user\ncafé 日本<|im_end|>\n<|im_start|>assistant\n";
+    const r = await postJson(`${s.url}/v1/completions`, { model, prompt, echo: true, logprobs: 1, max_tokens: 4, logit_bias: NO_EOG, temperature: 0 });
+    assert.equal(r.status, 200, r.text);
+    const { text, logprobs } = r.json.choices[0];
+    assert.ok(text.startsWith(prompt), JSON.stringify(text));
+    assertLegacy(logprobs, text, `${model} templated echo`);
+    assert.ok(logprobs.tokens.includes("<|im_start|>"), JSON.stringify(logprobs.tokens));
+    const streamed = await fetch(`${s.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, prompt, echo: true, logprobs: 1, max_tokens: 4, logit_bias: NO_EOG, temperature: 0, stream: true }),
+    });
+    const tokens: string[] = [];
+    for (const line of (await streamed.text()).split("\n"))
+      if (line.startsWith("data: {")) tokens.push(...(JSON.parse(line.slice(6)).choices[0]?.logprobs?.tokens ?? []));
+    assert.deepEqual(tokens, logprobs.tokens);
+  });
+}
+
 test("legacy text_offset counts characters: a token after an emoji starts where a Python client finds it", async () => {
   const prompt = "Hello 😀 world";
   const r = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt, echo: true, logprobs: 0, max_tokens: 0 });

@@ -18,6 +18,7 @@ import { usesGemma4Layout } from "./gemma4-tool-calls.ts";
 import { usesLfm2Layout } from "./python-tool-calls.ts";
 import { decodeLoop, type GrammarSlot, type ReasoningPlan, type ToolPlan } from "./decode-loop.ts";
 import { logprobSteps, plainSteps, promptLogprobs } from "./decode-steps.ts";
+import { spellAlongText } from "./echo-spelling.ts";
 import { logprobReaderSupported } from "./logprob-reader.ts";
 import { checkGgufFiles } from "./gguf-header.ts";
 import { FINAL_HEADER, HARMONY_CALL_FORMAT, type HarmonyLayout } from "./harmony.ts";
@@ -76,6 +77,11 @@ export interface LlamaPrepared extends PreparedGeneration {
    * reads as U+FFFD, as /detokenize spells it, instead of waiting for a token to complete it.
    */
   echoEnds?: boolean;
+  /**
+   * How the echo's log-probability entries read along it: `text`, a text prompt as the client sent
+   * it (see echo-spelling.ts); undefined, a prompt whose echo is spelled from its own tokens.
+   */
+  echoSpelling?: "text";
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
@@ -277,6 +283,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       logprobs: req.logprobs,
       echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, req.maxTokens === 0)) : undefined,
       echoEnds: req.maxTokens === 0,
+      echoSpelling: req.prompt.kind === "text" ? ("text" as const) : undefined,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -332,7 +339,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         else {
           // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
           joined?.();
-          const logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal, prepared.echoEnds);
+          let logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal, prepared.echoEnds);
+          if (prepared.echoSpelling === "text") logprobs = spellAlongText(logprobs, prepared.echo, input, this.pieces);
           if (input.length > 1) input = input.slice(-1);
           yield { kind: "prompt", text: prepared.echo, logprobs };
         }
