@@ -34,3 +34,23 @@ test("suffix with token-id prompts is refused", async () => {
   assert.equal(r.status, 400);
   assert.equal(r.error?.param, "suffix");
 });
+
+test("echo + logprobs with a suffix lists the echoed prefix's tokens only, so text_offset indexes the text", async () => {
+  // The echo is the prefix; the suffix and the FIM tokens around it were listed too, so the tokens
+  // spelled text the answer does not hold and every generated token's offset ran past its place.
+  const body = { model: "think", prompt: "def add(a, b):", suffix: "    return c", max_tokens: 3, temperature: 0, logit_bias: NO_EOG, echo: true, logprobs: 1 };
+  for (const maxTokens of [3, 0]) {
+    const r = await s.http.post("/v1/completions", { ...body, max_tokens: maxTokens });
+    assert.equal(r.status, 200, r.text);
+    const text = r.json.choices[0].text;
+    const logprobs = r.json.choices[0].logprobs!;
+    assert.ok(text.startsWith("def add(a, b):"), JSON.stringify(text));
+    assert.equal(logprobs.tokens.join(""), text);
+    let at = 0;
+    logprobs.tokens.forEach((t: string, i: number) => {
+      assert.equal(logprobs.text_offset[i], at, `text_offset[${i}] of ${JSON.stringify(logprobs.tokens)}`);
+      at += Array.from(t).length;
+    });
+    assert.equal(r.json.usage!.completion_tokens, maxTokens);
+  }
+});

@@ -79,9 +79,11 @@ export interface LlamaPrepared extends PreparedGeneration {
   echoEnds?: boolean;
   /**
    * How the echo's log-probability entries read along it: `text`, a text prompt as the client sent
-   * it (see echo-spelling.ts); undefined, a prompt whose echo is spelled from its own tokens.
+   * it (see echo-spelling.ts); a number, a fill-in-the-middle prompt whose echo is its prefix, spelled
+   * by that many leading tokens (the suffix and the FIM tokens after them are not in the echo);
+   * undefined, a token prompt, whose echo is spelled from its own tokens.
    */
-  echoSpelling?: "text";
+  echoSpelling?: "text" | number;
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
@@ -283,7 +285,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       logprobs: req.logprobs,
       echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, req.maxTokens === 0)) : undefined,
       echoEnds: req.maxTokens === 0,
-      echoSpelling: req.prompt.kind === "text" ? ("text" as const) : undefined,
+      echoSpelling: req.prompt.kind === "text" ? "text" : req.prompt.kind === "infill" ? tokens.indexOf(this.model.tokens.infill.suffix!) : undefined,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -340,7 +342,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
           // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
           joined?.();
           let logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal, prepared.echoEnds);
-          if (prepared.echoSpelling === "text") logprobs = spellAlongText(logprobs, prepared.echo, input, this.pieces);
+          if (typeof prepared.echoSpelling === "number") logprobs = logprobs.slice(0, prepared.echoSpelling);
+          else if (prepared.echoSpelling === "text") logprobs = spellAlongText(logprobs, prepared.echo, input, this.pieces);
           if (input.length > 1) input = input.slice(-1);
           yield { kind: "prompt", text: prepared.echo, logprobs };
         }
