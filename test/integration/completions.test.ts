@@ -228,6 +228,17 @@ test("completions: a fraction among token ids is refused as a non-integer token 
   }
 });
 
+test("completions: a token id outside the vocabulary is named where it sits, in a batch of one list too", async () => {
+  // [[1, X]] named prompt[1], a place the request lacks: the batch of one lost its [0].
+  const cases = [[[1, 999_999], "prompt[1]"], [[[1, 999_999]], "prompt[0][1]"], [[[1], [2, 999_999]], "prompt[1][1]"]] as const;
+  for (const [prompt, param] of cases) {
+    const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt, max_tokens: 1 });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.error?.param, param, r.text);
+    assert.match(r.error!.message, /outside the vocabulary/, r.text);
+  }
+});
+
 test("completions: chat-worded refusals are worded for completions (prompt_logprobs, template switches)", async () => {
   const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt: "x", prompt_logprobs: 1 });
   assert.equal(r.status, 400, r.text);

@@ -44,8 +44,13 @@ function messageField(field: string): string {
   return snakeCasePath(field);
 }
 
-/** Completions batches: `batch[r].prompt.tokens[i]` is `prompt[r][i]`; a single prompt drops the `[r]`. */
+/**
+ * Completions batches: `batch[r].prompt.tokens[i]` is `prompt[r][i]`; a single prompt drops the `[r]`.
+ * The core leaves `batch[0].` off a batch of one, but a token there still sits at `prompt[0][i]`
+ * when the ids came as a list of lists (`[[1, 2]]`): `prompt[i]` named a place the request lacks.
+ */
 export function completionFieldNames(body: Pick<CompletionRequest, "prompt"> & { max_tokens?: number | null; n_predict?: number | null }): FieldNamer {
+  const nested = Array.isArray(body.prompt) && Array.isArray(body.prompt[0]);
   return (field) => {
     const m = /^(?:batch\[(\d+)\]\.)?(.*)$/.exec(field)!;
     const at = m[1] === undefined ? "" : `[${m[1]}]`;
@@ -54,7 +59,7 @@ export function completionFieldNames(body: Pick<CompletionRequest, "prompt"> & {
     if (rest === "maxTokens") return budgetField(body);
     if (rest === "prompt.suffix") return "suffix";
     const token = /^prompt\.tokens\[(\d+)\]$/.exec(rest);
-    if (token) return `prompt${at}[${token[1]}]`;
+    if (token) return `prompt${at || (nested ? "[0]" : "")}[${token[1]}]`;
     return snakeCasePath(rest);
   };
 }
