@@ -280,6 +280,35 @@ for (const model of MODELS) {
   });
 }
 
+for (const model of MODELS) {
+  test(`${model}: U+FEFF (a zero-width no-break space) is text like any character, not a byte-order mark to drop`, async () => {
+    // Each token's bytes were decoded apart by a decoder that drops a leading BOM, so U+FEFF
+    // vanished from answers, echoes and /detokenize while the bytes still held it.
+    for (const text of ["a\uFEFFb", "\uFEFFbom"]) {
+      const t = await postJson(`${s.url}/tokenize`, { model, prompt: text });
+      const d = await postJson(`${s.url}/detokenize`, { model, tokens: t.json.tokens });
+      assert.equal(d.json.prompt, text);
+      const echo = await postJson(`${s.url}/v1/completions`, { model, prompt: text, echo: true, logprobs: 0, max_tokens: 0 });
+      assert.equal(echo.json.choices[0].text, text);
+      assertLegacy(echo.json.choices[0].logprobs, text, `${model} echo`);
+    }
+    const schema = { type: "object", properties: { v: { type: "string", enum: ["x\uFEFFy"] } }, required: ["v"], additionalProperties: false };
+    const body = {
+      model,
+      messages: [{ role: "user" as const, content: "say it" }],
+      max_tokens: 60,
+      temperature: 0,
+      logprobs: true,
+      response_format: { type: "json_schema" as const, json_schema: { name: "x", strict: true, schema } },
+    };
+    const r = await s.client.chat.completions.create(body);
+    const content = r.choices[0].message.content!;
+    assert.equal(JSON.parse(content).v, "x\uFEFFy");
+    assertSpells(r.choices[0].logprobs!.content! as Entry[], content, `${model} answer`);
+    assert.equal((await streamChat(body)).content, content);
+  });
+}
+
 test("legacy text_offset counts characters: a token after an emoji starts where a Python client finds it", async () => {
   const prompt = "Hello 😀 world";
   const r = await postJson(`${s.url}/v1/completions`, { model: "spm", prompt, echo: true, logprobs: 0, max_tokens: 0 });

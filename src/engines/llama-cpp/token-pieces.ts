@@ -68,7 +68,9 @@ export class TokenPieces {
   private readonly startCache = new Map<number, Piece>();
   private readonly vocab: readonly string[] | undefined;
   private readonly family: string | undefined;
-  private readonly utf8 = new TextDecoder("utf-8");
+  // ignoreBOM keeps U+FEFF: by default a decoder drops it from the start of every decode, and each
+  // token's bytes are a decode of their own, so a zero-width no-break space vanished from the text.
+  private readonly utf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 
   constructor(private readonly model: LlamaModel) {
     const ggml = model.fileInfo.metadata.tokenizer?.ggml;
