@@ -848,12 +848,15 @@ class Converter {
 
   private readonly matchers = new Map<string, (text: string) => boolean>();
 
-  /** A linear-time matcher for a pattern (full match, as the grammar enforces it). */
+  /**
+   * A linear-time matcher for a pattern, as JSON Schema reads it (a search): enum values are written
+   * as given, so one that contains a match is valid and must not be filtered out.
+   */
   private patternMatcher(pattern: unknown, where: string): (text: string) => boolean {
     if (typeof pattern !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
     let m = this.matchers.get(pattern);
     if (m === undefined) {
-      const node = this.parsePatternAt(pattern, where);
+      const node = this.parsePatternAt(pattern, where, true);
       if (node === null) return () => true; // relaxed
       try {
         m = langMatcher(langOfRegex(node), this.automatonLimits());
@@ -872,9 +875,9 @@ class Converter {
   }
 
   /** The parsed pattern; null when it is unsupported and relaxed. */
-  private parsePatternAt(pattern: string, where: string): RegexNode | null {
+  private parsePatternAt(pattern: string, where: string, search = false): RegexNode | null {
     try {
-      return parsePattern(pattern, { maxPatternLength: this.limits.maxPatternLength, maxGroupDepth: this.limits.maxPatternDepth, maxRepeat: this.limits.maxRepeat });
+      return parsePattern(pattern, { maxPatternLength: this.limits.maxPatternLength, maxGroupDepth: this.limits.maxPatternDepth, maxRepeat: this.limits.maxRepeat }, search);
     } catch (e) {
       if (e instanceof PatternLimitError) throw new SchemaLimitError(where, e.message);
       if (e instanceof PatternError) {
@@ -907,12 +910,16 @@ class Converter {
 
     // The patterns, parsed (none, one, or several that allOf merged; relaxed ones left out).
     const patterns: RegexNode[] = [];
+    const patternTexts: string[] = [];
     for (const text of patternsOf(s, join(path, "pattern"))) {
       // A library's own pattern for the format, which the format grammar implies (tested): the
       // format alone is enforced (zod's iso.duration pattern has lookaheads inside).
       if (typeof s.format === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(text)) continue;
       const node = this.parsePatternAt(text, join(path, "pattern"));
-      if (node !== null) patterns.push(node);
+      if (node !== null) {
+        patterns.push(node);
+        patternTexts.push(text);
+      }
     }
     // The one pattern, for the cheap paths below (several are intersected as automata).
     const pattern = patterns.length === 1 ? patterns[0] : null;
@@ -957,10 +964,9 @@ class Converter {
       if (body.kind === "rep" && body.node.kind === "set") {
         const min = Math.max(body.min, minLength);
         const max = body.max === undefined ? maxLength : maxLength === undefined ? body.max : Math.min(body.max, maxLength);
-        if (max !== undefined && max < min) {
-          throw new UnsupportedSchemaError(join(path, minLength > body.min ? "minLength" : "maxLength"), "no string satisfies the pattern and the length bounds");
-        }
-        return quoted(emitRegex(this.b, { kind: "rep", node: body.node, min, max }, hint));
+        // Bounds the full match cannot meet may still hold for a search (`\d{3}` with minLength 5
+        // allows "12345"): the automaton below decides.
+        if (max === undefined || max >= min) return quoted(emitRegex(this.b, { kind: "rep", node: body.node, min, max }, hint));
       }
     }
 
@@ -997,11 +1003,23 @@ class Converter {
         maxLength = undefined;
       } else if (minLength === 0) parts.pop(); // implied by the other parts
     }
+    // Each pattern is first read as a full match (the strings it gives are the pattern's own, not
+    // padded with arbitrary text); when that leaves nothing, as JSON Schema reads it, a search
+    // (`[A-Z]` and `[0-9]` with minLength 8, zod's password rules, match no single full string).
+    let searching = false;
     for (;;) {
       try {
-        const key = JSON.stringify([format, bounded, s.pattern, minLength, maxLength, parts.map((p) => p.key)]);
+        const key = JSON.stringify([format, bounded, s.pattern, minLength, maxLength, parts.map((p) => p.key), searching]);
         const dfa = cachedDfa(key, () => (parts.length === 1 ? parts[0].lang : { kind: "and", parts: parts.map((p) => p.lang) }), this.automatonLimits());
-        if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
+        if (dfaLengthRange(dfa) === null) {
+          if (!searching && parts.some((p) => p.key === "pattern")) {
+            searching = true;
+            let i = 0;
+            for (const p of parts) if (p.key === "pattern") p.lang = langOfRegex(this.parsePatternAt(patternTexts[i++], join(path, "pattern"), true)!);
+            continue;
+          }
+          throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
+        }
         return quoted(dfaToGbnf(this.b, dfa, hint)!);
       } catch (e) {
         if (!(e instanceof AutomatonLimitError)) throw e;

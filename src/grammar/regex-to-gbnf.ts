@@ -16,7 +16,10 @@
 // stack overflow), and every repetition count.
 //
 // The match is treated as anchored at both ends. JSON Schema patterns are unanchored searches, so
-// a full match is a subset of what the pattern allows: every generated string is valid.
+// a full match is a subset of what the pattern allows: every generated string is valid. A subset
+// is not enough where a pattern is checked against other constraints (several patterns, lengths,
+// enum values): there the `search` option reads it as JSON Schema does, with Σ* on each side that
+// no `^` or `$` anchors.
 
 import {
   ALL_CHARS,
@@ -78,6 +81,7 @@ class Parser {
   constructor(
     private readonly src: string,
     private readonly limits: PatternLimits,
+    private readonly search: boolean,
   ) {}
 
   parse(): Node {
@@ -94,7 +98,8 @@ class Parser {
   private alternatives(inLook: boolean): Node {
     const alts: Node[] = [];
     for (;;) {
-      if (this.peek() === "^") this.pos++;
+      const startAnchored = this.peek() === "^";
+      if (startAnchored) this.pos++;
       const musts: Node[] = [];
       const mustNots: Node[] = [];
       while (!inLook && (this.src.startsWith("(?=", this.pos) || this.src.startsWith("(?!", this.pos))) {
@@ -106,13 +111,16 @@ class Parser {
         (negative ? mustNots : musts).push(inner);
       }
       const items = this.sequence(true);
-      let anchored = !inLook;
+      let anchored = !inLook && !this.search;
       if (this.peek() === "$") {
         this.pos++;
         anchored = true;
         if (this.pos < this.src.length && this.peek() !== "|" && !(inLook && this.peek() === ")")) throw new PatternError(`"$" is supported only at the end`);
       }
       if (!anchored) items.push(ANY);
+      // A search may start anywhere; with lookaheads the match keeps its start (a subset: the
+      // lookahead and the match begin at the same place, which one Σ* in front cannot express).
+      if (this.search && !inLook && !startAnchored && musts.length + mustNots.length === 0) items.unshift(ANY);
       const main: Node = { kind: "seq", items };
       alts.push(musts.length + mustNots.length > 0 ? { kind: "look", main, musts, mustNots } : main);
       if (this.peek() === "|") this.pos++;
@@ -447,10 +455,11 @@ function groupDepth(src: string): number {
 }
 
 /**
- * Parse `pattern` into a regex tree (full-match semantics); throws PatternError for anything
- * outside the supported subset and PatternLimitError beyond `limits`. Never runs the pattern.
+ * Parse `pattern` into a regex tree (full-match semantics, or JSON Schema's search with `search`);
+ * throws PatternError for anything outside the supported subset and PatternLimitError beyond
+ * `limits`. Never runs the pattern.
  */
-export function parsePattern(pattern: string, limits: PatternLimits = DEFAULT_PATTERN_LIMITS): RegexNode {
+export function parsePattern(pattern: string, limits: PatternLimits = DEFAULT_PATTERN_LIMITS, search = false): RegexNode {
   if (pattern.length > limits.maxPatternLength) throw new PatternLimitError(`pattern is longer than ${limits.maxPatternLength} characters`);
   const depth = groupDepth(pattern);
   if (depth > limits.maxGroupDepth) throw new PatternLimitError(`pattern nests groups ${depth} deep (limit ${limits.maxGroupDepth})`);
@@ -460,7 +469,7 @@ export function parsePattern(pattern: string, limits: PatternLimits = DEFAULT_PA
   } catch (e) {
     throw new PatternError(`invalid regular expression: ${(e as Error).message}`);
   }
-  return new Parser(pattern, limits).parse();
+  return new Parser(pattern, limits, search).parse();
 }
 
 /** Whether the tree needs automaton.ts (it has lookaheads). */

@@ -62,6 +62,21 @@ test("z.string().startsWith().endsWith() (allOf of two patterns): both hold, str
   assert.match(r.text, /no string satisfies/);
 });
 
+test("unanchored patterns are searches: zod's password rules, includes() and enum values that contain a match are enforced, not refused as unsatisfiable", async () => {
+  // Each pattern read as a whole string left nothing ("[A-Z]" is one character, minLength 8), and
+  // the request was a 400 "no string satisfies", strict or not.
+  const zod = z.object({ password: z.string().min(8).max(12).regex(/[A-Z]/).regex(/[0-9]/), tag: z.string().startsWith("ab").includes("x").max(8) });
+  const schema = z.toJSONSchema(zod) as Record<string, unknown>;
+  for (const strict of [true, false]) await expectValid(schema, { format: { strict }, zod, seeds: 3 });
+  await expectValid({ type: "string", minLength: 5, maxLength: 6, pattern: "\\d{3}" }, { format: { strict: true }, seeds: 2 });
+  const values = await expectValid({ type: "string", enum: ["xay", "zz"], pattern: "a" }, { format: { strict: true }, seeds: 2 });
+  for (const v of values) assert.equal(v, "xay");
+  // Anchored patterns still read as written: no date starts with "x".
+  const r = await chat({ type: "string", format: "date", pattern: "^x" }, 1, { strict: true });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /no string satisfies/);
+});
+
 test("z.email().max(n) (format, zod's email pattern and maxLength together) is enforced in strict mode, for long and short bounds", async () => {
   for (const max of [254, 40, 20]) {
     const zod = z.object({ e: z.email().max(max) });
