@@ -611,8 +611,15 @@ class Converter {
     return at;
   }
 
-  /** The schemas an allOf element stands for, with $ref and nested allOf flattened. */
-  private partsOf(schema: unknown, path: string, inlined: Set<string>): Array<{ schema: Schema; path: string }> {
+  /**
+   * The schemas an allOf element stands for, with $ref and nested allOf flattened. `inlined`
+   * gathers every reference expanded; `enclosing` holds those being expanded around this one (and
+   * those entered before, without consuming input): only a reference back to one of them is
+   * recursion. The same reference met again beside itself (`allOf: [{$ref: B}, {$ref: B}]`, or B
+   * reached through two parts) adds nothing, since allOf of a schema with itself is that schema,
+   * so it is expanded once: a diamond of references is no cycle, and it stays linear.
+   */
+  private partsOf(schema: unknown, path: string, inlined: Set<string>, enclosing: ReadonlySet<string> = new Set(inlined)): Array<{ schema: Schema; path: string }> {
     if (schema === true) return [];
     if (schema === false) throw new UnsupportedSchemaError(path, "the schema `false` matches no value");
     if (!isObject(schema)) throw new UnsupportedSchemaError(path, "a schema must be an object or a boolean");
@@ -622,13 +629,15 @@ class Converter {
     if ($ref !== undefined) {
       const refPath = join(path, "$ref");
       const { target, targetPath, pointer } = this.resolve($ref, refPath);
-      if (inlined.has(pointer)) throw new UnsupportedSchemaError(refPath, `recursive reference ${pointer} inside allOf`);
-      inlined.add(pointer);
-      out.push(...this.partsOf(target, targetPath, inlined));
+      if (enclosing.has(pointer)) throw new UnsupportedSchemaError(refPath, `recursive reference ${pointer} inside allOf`);
+      if (!inlined.has(pointer)) {
+        inlined.add(pointer);
+        out.push(...this.partsOf(target, targetPath, inlined, new Set([...enclosing, pointer])));
+      }
     }
     if (allOf !== undefined) {
       if (!Array.isArray(allOf) || allOf.length === 0) throw new UnsupportedSchemaError(join(path, "allOf"), "must be a non-empty array");
-      allOf.forEach((el, i) => out.push(...this.partsOf(el, join(join(path, "allOf"), i), inlined)));
+      allOf.forEach((el, i) => out.push(...this.partsOf(el, join(join(path, "allOf"), i), inlined, enclosing)));
     }
     out.push({ schema: rest, path });
     return out;

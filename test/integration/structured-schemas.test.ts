@@ -77,6 +77,26 @@ test("unanchored patterns are searches: zod's password rules, includes() and enu
   assert.match(r.text, /no string satisfies/);
 });
 
+test("allOf reaching one definition twice (a diamond of references) is merged, not refused as recursion; a real cycle still is", async () => {
+  // A reference met a second time beside itself was taken for one back to itself: a 400
+  // "recursive reference #/$defs/Short inside allOf", strict or not.
+  const diamond = {
+    $defs: { Short: { type: "string", maxLength: 4 }, Code: { allOf: [{ $ref: "#/$defs/Short" }], pattern: "^[a-z]+$" } },
+    type: "object",
+    properties: { c: { allOf: [{ $ref: "#/$defs/Code" }, { $ref: "#/$defs/Short" }] }, d: { allOf: [{ $ref: "#/$defs/Short" }, { $ref: "#/$defs/Short" }] } },
+    required: ["c", "d"],
+    additionalProperties: false,
+  };
+  for (const strict of [true, false]) await expectValid(diamond, { format: { strict }, seeds: 2 });
+  // Thirty levels of two references to the next one: expanded once each, answered at once.
+  const $defs: Record<string, unknown> = { D30: { type: "string", maxLength: 3 } };
+  for (let i = 0; i < 30; i++) $defs[`D${i}`] = { allOf: [{ $ref: `#/$defs/D${i + 1}` }, { $ref: `#/$defs/D${i + 1}` }] };
+  await expectValid({ $defs, $ref: "#/$defs/D0" }, { format: { strict: true }, seeds: 1 });
+  const r = await chat({ $defs: { A: { allOf: [{ $ref: "#/$defs/B" }] }, B: { allOf: [{ $ref: "#/$defs/A" }] } }, $ref: "#/$defs/A" }, 1, { strict: true });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /recursive reference/);
+});
+
 test("z.email().max(n) (format, zod's email pattern and maxLength together) is enforced in strict mode, for long and short bounds", async () => {
   for (const max of [254, 40, 20]) {
     const zod = z.object({ e: z.email().max(max) });
