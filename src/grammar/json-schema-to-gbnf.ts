@@ -278,6 +278,19 @@ const isAnnotation = (key: string) => ANNOTATIONS.has(key) || key.startsWith("x-
 /** Keys that constrain values (not annotations, not definitions containers). */
 const constraining = (s: Schema) => Object.keys(s).filter((k) => !isAnnotation(k) && k !== "$defs" && k !== "definitions");
 
+/** The index of the one plain `{$ref}` in an allOf whose other parts only annotate, else -1. */
+function soleReference(allOf: unknown): number {
+  if (!Array.isArray(allOf)) return -1;
+  let found = -1;
+  for (let i = 0; i < allOf.length; i++) {
+    const part: unknown = allOf[i];
+    if (part === true || (isObject(part) && constraining(part).length === 0)) continue;
+    if (found >= 0 || !isObject(part) || typeof part.$ref !== "string" || constraining(part).length !== 1) return -1;
+    found = i;
+  }
+  return found;
+}
+
 function deepEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => deepEqual(x, b[i]));
@@ -401,6 +414,11 @@ class Converter {
       return this.visit({ allOf: [{ $ref }, rest] }, path, left);
     }
     if (has(schema, "allOf")) {
+      // pydantic v1 writes a field that refers to a model and has a title or description as
+      // {title, allOf: [{$ref}]}. Merging would inline the model, and a recursive one without end
+      // (refused as nested too deep); as the reference itself it keeps its one rule.
+      const sole = keys.length === 1 ? soleReference(schema.allOf) : -1;
+      if (sole >= 0) return this.visit((schema.allOf as unknown[])[sole], join(join(path, "allOf"), sole), left);
       const { merged, inlined } = this.mergeAllOf(schema, path, left);
       return this.visit(merged, path, new Set([...left, ...inlined]));
     }

@@ -97,6 +97,33 @@ test("allOf reaching one definition twice (a diamond of references) is merged, n
   assert.match(r.text, /recursive reference/);
 });
 
+test("pydantic v1's recursive model (a described field as allOf of one reference) is enforced, not refused as nested too deep", async () => {
+  // Merging {title, description, allOf: [{$ref: Node}]} inlined Node inside itself without end:
+  // a 400 "schemas nest (through references too) more than 512 deep", strict or not.
+  const node = {
+    title: "Node",
+    type: "object",
+    properties: { name: { title: "Name", type: "string", maxLength: 5 }, child: { title: "Child", description: "The next node", allOf: [{ $ref: "#/definitions/Node" }] } },
+    required: ["name"],
+    additionalProperties: false,
+  };
+  const schema = { ...node, definitions: { Node: node } };
+  const validate = ajv.compile(schema);
+  for (const strict of [true, false]) {
+    let finished = 0;
+    for (let seed = 1; seed <= 4; seed++) {
+      const r = await chat(schema, seed, { strict });
+      assert.equal(r.status, 200, r.text);
+      // The child is optional and may recur until max_tokens; every finished answer validates.
+      if (r.json.choices[0].finish_reason !== "stop") continue;
+      const content = r.json.choices[0].message.content!;
+      assert.ok(validate(JSON.parse(content)), `${content}\n${JSON.stringify(validate.errors)}`);
+      finished++;
+    }
+    assert.ok(finished > 0, "no answer finished");
+  }
+});
+
 test("z.email().max(n) (format, zod's email pattern and maxLength together) is enforced in strict mode, for long and short bounds", async () => {
   for (const max of [254, 40, 20]) {
     const zod = z.object({ e: z.email().max(max) });
