@@ -79,6 +79,30 @@ const corpus: Array<[string, unknown, number, string | null, number?]> = [
     400,
     "tools",
   ],
+  // 600 bytes: the fixture's template gets node-llama-cpp's TypeScript description of the tools,
+  // which writes an array of nine items as a tuple of nine copies of its item type; eight deep
+  // that was 350 MB of prompt built on the event loop (8 s, 2.6 GB) before the context refused it.
+  [
+    "a tool of nine-item arrays nested eight deep",
+    {
+      ...chat,
+      tools: [
+        {
+          type: "function",
+          function: {
+            name: "f",
+            parameters: {
+              type: "object",
+              properties: { v: Array.from({ length: 8 }).reduce<Record<string, unknown>>((inner) => ({ type: "array", items: inner, minItems: 9, maxItems: 9 }), { type: "integer" }) },
+            },
+          },
+        },
+      ],
+    },
+    400,
+    "tools[0].function.parameters",
+    1000,
+  ],
   // Thirty characters whose determinisation holds every request 2–3 s: refused by its step count.
   ["a regex whose automaton takes millions of steps (guided_regex)", { ...chat, guided_regex: "^((c|d|cd|dc|cdc)+){300}$" }, 400, "guided_regex", 1000],
   ["the same as structured_outputs.regex", { ...chat, structured_outputs: { regex: "^((c|d|cd|dc|cdc)+){300}$" } }, 400, "structured_outputs.regex", 1000],

@@ -77,17 +77,64 @@ const MAX_RENDERED_TOOL_BYTES = 4 * 1024 * 1024;
 
 function refuseSprawlingTools(tools: readonly ToolDefinition[]): void {
   let budget = MAX_RENDERED_TOOL_BYTES;
+  let typeScriptBudget = MAX_RENDERED_TOOL_BYTES;
   tools.forEach((tool, i) => {
     budget -= Buffer.byteLength(tool.description ?? "", "utf8");
     budget = spaciousSize(tool.parameters, 2, budget);
+    typeScriptBudget -= Buffer.byteLength(tool.description ?? "", "utf8") + typeScriptSize(tool.parameters, typeScriptBudget);
     // Named by the tool whose schema went past the budget.
-    if (budget < 0)
+    if (budget < 0 || typeScriptBudget < 0)
       throw new ApiError(
         400,
-        `The tool definitions would take more than ${MAX_RENDERED_TOOL_BYTES / 1024 / 1024} MiB written out as templates write them (indented JSON), {field} bringing them there; send smaller parameter schemas.`,
+        `The tool definitions would take more than ${MAX_RENDERED_TOOL_BYTES / 1024 / 1024} MiB written out as templates write them (${budget < 0 ? "indented JSON" : "TypeScript types, where an array of a fixed or minimum count repeats its item's type"}), {field} bringing them there; send smaller parameter schemas.`,
         { field: `tools[${i}].parameters`, code: "invalid_value" },
       );
   });
+}
+
+/** How many times node-llama-cpp's TypeScript description writes an array's item type at most. */
+const TYPE_REPETITION = 10;
+
+/**
+ * About how many bytes `schema` takes as node-llama-cpp's TypeScript description of functions (what
+ * a template that does not write tools itself gets), or more than `cap`. That description writes an
+ * array of a fixed count, or of a minimum count under 10, as a tuple: its item type once per item
+ * (up to 10, and once more for the rest), so nested arrays multiply. A 600-byte schema of such
+ * arrays 8 deep came to 350 MB of prompt, holding every request for 8 s; indented JSON of it is
+ * small. Each subschema is costed once and multiplied, so this takes time linear in the schema.
+ */
+function typeScriptSize(schema: unknown, cap: number): number {
+  if (schema === null || typeof schema !== "object" || Array.isArray(schema)) return 8;
+  const s = schema as Record<string, unknown>;
+  let size = 16 + Buffer.byteLength(typeof s.description === "string" ? s.description : "", "utf8");
+  const add = (n: number) => {
+    size += n;
+    return size > cap;
+  };
+  const sub = (v: unknown) => typeScriptSize(v, cap - size);
+  for (const key of ["$defs", "definitions", "properties"]) {
+    const map = s[key];
+    if (map === null || typeof map !== "object" || Array.isArray(map)) continue;
+    for (const [name, v] of Object.entries(map)) if (add(Buffer.byteLength(name, "utf8") + 40 + sub(v))) return size;
+  }
+  for (const key of ["anyOf", "oneOf", "allOf"]) {
+    const list = s[key];
+    if (Array.isArray(list)) for (const v of list) if (add(3 + sub(v))) return size;
+  }
+  if (add(sub(s.additionalProperties))) return size;
+  for (const key of ["enum", "const"]) if (s[key] !== undefined && add(Buffer.byteLength(JSON.stringify(s[key]) ?? "", "utf8"))) return size;
+  const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
+  const minItems = count(s.minItems);
+  const maxItems = count(s.maxItems);
+  const prefix = Array.isArray(s.prefixItems) ? s.prefixItems : [];
+  for (const v of prefix) if (add(2 + sub(v))) return size;
+  if (s.items !== undefined) {
+    // Copies of the item type: tuple slots up to TYPE_REPETITION past the prefix, and the rest.
+    const fill = minItems === undefined ? 0 : Math.max(0, Math.min(minItems, prefix.length + TYPE_REPETITION) - prefix.length);
+    const copies = prefix.length === 0 && minItems !== undefined && minItems === maxItems && minItems < TYPE_REPETITION ? minItems : fill + 1;
+    if (add(copies * (4 + sub(s.items)))) return size;
+  }
+  return size;
 }
 
 /** What is left of `budget` after `value` written as indented JSON at `depth` (stops early once spent). */
