@@ -87,6 +87,15 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["moderation", { moderation: { model: "omni-moderation-latest" } }, 400, "moderation"],
   ["stream_options without stream", { stream_options: { include_obfuscation: false } }, 400, "stream_options"],
   ["a required tool call with max_tool_calls 0", { tools: TOOLS, tool_choice: "required", max_tool_calls: 0 }, 400, "tool_choice"],
+  // A named tool, or allowed tools in required mode, demand a call as 'required' does.
+  ["a forced function with max_tool_calls 0", { tools: TOOLS, tool_choice: { type: "function", name: "lookup" }, max_tool_calls: 0 }, 400, "tool_choice"],
+  ["a forced custom tool with max_tool_calls 0", { tools: TOOLS, tool_choice: { type: "custom", name: "sql" }, max_tool_calls: 0 }, 400, "tool_choice"],
+  [
+    "allowed tools in required mode with max_tool_calls 0",
+    { tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "required", tools: [{ type: "function", name: "lookup" }] }, max_tool_calls: 0 },
+    400,
+    "tool_choice",
+  ],
   ["context compaction", { context_management: [{ type: "compaction", compact_threshold: 2000 }] }, 400, "context_management"],
   ["prompt_cache_retention of an unknown value", { prompt_cache_retention: "forever" }, 400, "prompt_cache_retention"],
   ["prompt_cache_options with explicit breakpoints", { prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode"],

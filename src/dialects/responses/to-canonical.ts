@@ -130,8 +130,10 @@ const callId = (item: InputItem): string => (item as { call_id: string }).call_i
 export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.prompt != null) throw unsupportedField("prompt", "stored prompt templates are not supported by this server");
   if (body.stream_options != null && body.stream !== true) throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
-  if (body.tool_choice === "required" && body.max_tool_calls === 0)
-    throw badRequest("tool_choice 'required' asks for a tool call, but max_tool_calls is 0.", "tool_choice");
+  // Any choice that demands a call (required, a named tool, allowed tools in required mode) cannot
+  // be met when no call is allowed; offering no tools instead would drop the choice without a word.
+  if (body.max_tool_calls === 0 && demandsCall(body.tool_choice))
+    throw badRequest(`tool_choice ${describeChoice(body.tool_choice)} asks for a tool call, but max_tool_calls is 0.`, "tool_choice");
   if (body.context_management != null) throw unsupportedField("context_management", "is not supported: this server does not compact conversations");
   // vLLM's: the raw prompt and answer messages beside the output, and a harmony history given as messages.
   if (body.enable_response_messages) throw unsupportedField("enable_response_messages", "is not supported: the output items are the answer");
@@ -148,6 +150,19 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   for (const inc of body.include ?? []) {
     if (!INCLUDABLE.includes(inc)) throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
   }
+}
+
+/** Whether a tool_choice makes the model call a tool. */
+function demandsCall(c: CreateResponseRequest["tool_choice"]): boolean {
+  if (c == null || typeof c === "string") return c === "required";
+  if (c.type === "allowed_tools") return (c as { mode?: string }).mode === "required";
+  return c.type === "function" || c.type === "custom";
+}
+
+function describeChoice(c: CreateResponseRequest["tool_choice"]): string {
+  if (typeof c === "string") return `'${c}'`;
+  const named = (c as { name?: string }).name;
+  return named ? `${c!.type} '${named}'` : `'${c!.type}' in required mode`;
 }
 
 /** `text.format`, or one of vLLM's structured-output fields (read as chat reads them); never two at once. */
