@@ -77,6 +77,15 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["an unknown conversation", { conversation: "conv_nope" }, 404, "conversation"],
   ["an unknown item reference", { input: [{ type: "item_reference", id: "msg_nope" }] }, 404, "input[0].id"],
   ["tool_choice naming no tool", { tools: TOOLS, tool_choice: { type: "function", name: "other" } }, 400, "tool_choice"],
+  // A choice of the wrong type would force a call of the other kind (JSON arguments or free text).
+  ["tool_choice of a function naming a custom tool", { tools: TOOLS, tool_choice: { type: "function", name: "sql" } }, 400, "tool_choice.type"],
+  ["tool_choice of a custom tool naming a function", { tools: TOOLS, tool_choice: { type: "custom", name: "lookup" } }, 400, "tool_choice.type"],
+  [
+    "allowed tools listing a function as custom",
+    { tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "custom", name: "lookup" }] } },
+    400,
+    "tool_choice.tools[0].type",
+  ],
   ["metadata with too many pairs", { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"])) }, 400, "metadata"],
   ["a metadata value that is too long", { metadata: { k: "v".repeat(513) } }, 400, "metadata.k"],
   ["an empty metadata key (the same rule as Chat Completions and Conversations)", { metadata: { "": "v" } }, 400, "metadata"],

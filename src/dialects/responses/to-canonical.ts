@@ -210,14 +210,15 @@ function reasoningControl(body: CreateResponseRequest, thinkingBudget?: number):
 
 function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
   const tools: ToolDefinition[] = [];
-  const seen = new Set<string>();
+  // Each tool's type by name: a choice names a tool of one type.
+  const seen = new Map<string, string>();
   (body.tools ?? []).forEach((t, i) => {
     if (t.type !== "function" && t.type !== "custom") {
       throw unsupportedField(`tools[${i}].type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
     }
     const def = t as { type: "function" | "custom"; name: string; description?: string | null };
     if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `tools[${i}].name`);
-    seen.add(def.name);
+    seen.set(def.name, t.type);
     if (t.type === "function") {
       const f = t as { parameters?: Record<string, unknown> | null; strict?: boolean | null };
       // In this API, strict defaults to true: arguments are held to the schema.
@@ -235,7 +236,7 @@ function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, 
   return { tools, toolChoice: body.max_tool_calls === 0 ? "none" : choice, parallelToolCalls: parallel };
 }
 
-function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice {
+function toolChoice(body: CreateResponseRequest, names: Map<string, string>): ToolChoice {
   const c = body.tool_choice;
   if (c == null) return "auto";
   if (typeof c === "string") {
@@ -247,12 +248,17 @@ function toolChoice(body: CreateResponseRequest, names: Set<string>): ToolChoice
   if (c.type === "function" || c.type === "custom") {
     const name = (c as { name: string }).name;
     if (!names.has(name)) throw badRequest(`tool_choice names '${name}', which is not among the tools.`, "tool_choice");
+    // A function and a custom tool are called differently (JSON arguments or free text): a choice of
+    // the other type would force a call the client did not ask for.
+    if (names.get(name) !== c.type) throw badRequest(`tool_choice names the ${c.type} tool '${name}', but '${name}' is a ${names.get(name)} tool.`, "tool_choice.type");
     return { name };
   }
   if (c.type === "allowed_tools") {
     const a = c as { mode: "auto" | "required"; tools: Array<{ type: string; name?: string }> };
     const allowed = a.tools.map((t, i) => {
       if (!t.name || !names.has(t.name)) throw badRequest(`tool_choice.tools[${i}] is not among the tools.`, `tool_choice.tools[${i}]`);
+      if (names.get(t.name) !== t.type)
+        throw badRequest(`tool_choice.tools[${i}] names the ${t.type} tool '${t.name}', but '${t.name}' is a ${names.get(t.name)} tool.`, `tool_choice.tools[${i}].type`);
       return t.name;
     });
     return { allowed, required: a.mode === "required" };
