@@ -321,6 +321,12 @@ test("a background stream can be resumed from a sequence number", async () => {
   const again: number[] = [];
   for await (const ev of resumed) again.push(ev.sequence_number);
   assert.deepEqual(again, seen.filter((n) => n > 3));
+  // Only a sequence number in decimal: Number() would read these as 0, 16 and 10.
+  for (const bad of ["", "0x10", "1e1", " 3", "-2"]) {
+    const r = await fetch(`${s.url}/v1/responses/${id}?stream=true&starting_after=${encodeURIComponent(bad)}`);
+    assert.equal(r.status, 400, JSON.stringify(bad));
+    assert.equal(((await r.json()) as any).error.param, "starting_after", JSON.stringify(bad));
+  }
 });
 
 test("a background run's streams miss no event: the first one, and ones resumed while it runs", async () => {

@@ -335,8 +335,11 @@ export async function retrieveResponse(
     return { kind: "json", body: stored.body };
   }
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
+  // Decimal digits only: Number() reads "" as 0 and "0x10" as 16, which would start the stream
+  // somewhere the client never asked for.
+  if (query.starting_after !== undefined && !/^(-1|\d{1,15})$/.test(query.starting_after))
+    throw badRequest("starting_after must be a sequence number.", "starting_after");
   const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
-  if (!Number.isInteger(after) || after < -1) throw badRequest("starting_after must be a sequence number.", "starting_after");
   const result: RouteResult = { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after), errorEvent: () => ({ data: null }) };
   return query.include_obfuscation === "true" ? withObfuscation(result) : result;
 }
