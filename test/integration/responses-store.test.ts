@@ -50,6 +50,12 @@ test("an item_reference added to a conversation is stored as the item it names; 
   for (const [path, items, param] of [
     [`/conversations/${conv.id}/items`, [{ type: "item_reference", id: "msg_nothing" }], "items[0].id"],
     ["/conversations", [{ role: "user", content: "x" }, { type: "item_reference", id: "msg_nothing" }], "items[1].id"],
+    // An id the conversation already holds, or one given twice, is the item's own field (it was a
+    // 409 naming 'id', no field of the request).
+    [`/conversations/${conv.id}/items`, [{ type: "item_reference", id: said.id }], "items[0].id"],
+    [`/conversations/${conv.id}/items`, [{ role: "user", content: "a" }, { id: said.id, role: "user", content: "b" }], "items[1].id"],
+    ["/conversations", [{ id: "msg_twice", role: "user", content: "a" }, { id: "msg_twice", role: "user", content: "b" }], "items[1].id"],
+    ["/conversations", [{ type: "item_reference", id: said.id }, { type: "item_reference", id: said.id }], "items[1].id"],
   ] as const) {
     const refused = await call("POST", path, { items });
     assert.equal(refused.status, 400, path);

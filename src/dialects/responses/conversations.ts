@@ -35,13 +35,28 @@ type Item = Record<string, unknown>;
  * its next turns are built from: a reference kept as it was sent is no ConversationItem when listed,
  * and a later turn could not use it; one that names nothing is refused now, by its field.
  */
-async function normalise(items: Item[], ns: string, deps: ResponsesDeps): Promise<Item[]> {
+async function normalise(items: Item[], ns: string, deps: ResponsesDeps, conversationId?: string): Promise<Item[]> {
   const out: Item[] = [];
+  // A conversation holds each id once. The store would refuse a second one with a 409 naming 'id',
+  // which is no field of this request; the item that repeats it is named instead, as a response's
+  // input is (input[i].id).
+  const ids = new Set<string>();
+  const once = async (stored: Item, i: number) => {
+    const id = stored.id as string;
+    const taken = ids.has(id) || (conversationId !== undefined && (await deps.store.conversations.getItem(ns, conversationId, id)) !== undefined);
+    if (taken)
+      throw new ApiError(400, `An item with id '${id}' is already in this conversation${ids.has(id) ? " (given twice)" : ""}; each item needs its own id.`, {
+        param: `items[${i}].id`,
+        code: "conflict",
+      });
+    ids.add(id);
+    out.push(stored);
+  };
   for (const [i, item] of items.entries()) {
     if (item.type === "item_reference") {
       const found = await deps.store.responses.findItem(ns, item.id as string);
       if (!found) throw badRequest(`items[${i}] references the item '${item.id}', which is not stored here.`, `items[${i}].id`, "not_found");
-      out.push(found);
+      await once(found, i);
       continue;
     }
     // A part the next turn would refuse (a file, audio, an image outside a user message) is
@@ -51,7 +66,7 @@ async function normalise(items: Item[], ns: string, deps: ResponsesDeps): Promis
     const id = typeof item.id === "string" && item.id ? item.id : newId(ITEM_ID_PREFIX[type] ?? `${type.split("_").map((w) => w[0]).join("")}_`);
     const stored: Item = { ...item, type, id };
     if (type === "message" && typeof stored.content === "string") stored.content = [{ type: stored.role === "assistant" ? "output_text" : "input_text", text: stored.content }];
-    out.push(stored);
+    await once(stored, i);
   }
   return out;
 }
@@ -87,7 +102,7 @@ export async function addItems(id: string, body: z.infer<typeof addItemsRequest>
   const include = readInclude(q, deps.sealer);
   // The conversation first: a reference in a request to no conversation is not what is wrong with it.
   if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
-  const added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps));
+  const added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps, id));
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",
