@@ -181,6 +181,13 @@ test("truncation auto drops the oldest turns until the prompt fits; disabled ref
   const seen = s.engine.prepared.at(-1)!.prompt as { messages: Array<{ role: string; content: string }> };
   assert.deepEqual(seen.messages.map((m) => m.role), ["system", "user"], "instructions and the last user turn stay");
   assert.equal(seen.messages[1].content, "the question");
+  // input_tokens counts what that create used (it refused the whole input, ignoring truncation).
+  const counted = await post({ model: "m", input, instructions: "Be brief.", truncation: "auto" }, "/v1/responses/input_tokens");
+  assert.equal(counted.statusCode, 200, counted.body);
+  assert.equal(counted.json().input_tokens, fits.json().usage.input_tokens);
+  const overflow = await post({ model: "m", input, instructions: "Be brief." }, "/v1/responses/input_tokens");
+  assert.equal(overflow.statusCode, 400, overflow.body);
+  assert.equal(overflow.json().error.code, "context_length_exceeded");
 });
 
 test("truncation auto drops exactly the oldest turns that must go, found without rendering once per turn", async () => {

@@ -1,4 +1,4 @@
-import { ApiError, badRequest, unsupportedField, withWireParam } from "../../core/errors.ts";
+import { ApiError, badRequest, unsupportedField } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
@@ -8,7 +8,7 @@ import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
-import { drive, respondWithBuilder, startWithTruncation } from "./run.ts";
+import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
@@ -420,9 +420,8 @@ export async function countInputTokens(body: CreateResponseRequest, env: RouteEn
   const userNs = responsesNamespace(body);
   const input = await resolveInput(body, storeNamespace(env.ctx.apiKey), deps);
   const { request, fieldName } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[], input.all.length - input.added.length);
-  const tokens = await env.service.measure({ ...env.ctx, namespace: userNs || undefined }, request).catch((err) => {
-    throw withWireParam(err, fieldName);
-  });
+  // As a create would count it: truncation: auto drops the oldest turns that do not fit.
+  const tokens = await measureWithTruncation(env.service, { ...env.ctx, namespace: userNs || undefined }, request, body.truncation === "auto", fieldName);
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
 }
 

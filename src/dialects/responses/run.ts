@@ -25,11 +25,36 @@ export async function startWithTruncation(
   truncate: boolean,
   fieldName: FieldNamer = responsesFieldName,
 ): Promise<StartedGeneration> {
+  return withTruncation(service, request, truncate, fieldName, (req) => service.start(ctx, req, signal));
+}
+
+/**
+ * The prompt's token count as a create with the same body would use it: with `truncation: auto`,
+ * after the oldest turns that do not fit are dropped (POST /v1/responses/input_tokens).
+ */
+export async function measureWithTruncation(
+  service: GenerationService,
+  ctx: RequestContext,
+  request: GenerationRequest,
+  truncate: boolean,
+  fieldName: FieldNamer = responsesFieldName,
+): Promise<number> {
+  return withTruncation(service, request, truncate, fieldName, (req) => service.measure(ctx, req));
+}
+
+/** Runs `attempt` on the request, and with `truncate` on shorter ones while its prompt overflows. */
+async function withTruncation<T>(
+  service: GenerationService,
+  request: GenerationRequest,
+  truncate: boolean,
+  fieldName: FieldNamer,
+  attempt: (req: GenerationRequest) => Promise<T>,
+): Promise<T> {
   let req = request;
   let searched = false;
   for (;;) {
     try {
-      return await service.start(ctx, req, signal);
+      return await attempt(req);
     } catch (err) {
       if (!(truncate && isPromptOverflow(err))) throw withWireParam(err, fieldName);
       // The search's answer normally fits; a count that disagrees with the start goes on one by one.
