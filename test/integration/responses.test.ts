@@ -456,6 +456,14 @@ test("input_tokens counts the prompt without generating", async () => {
   const counted = await s.client.responses.inputTokens.count({ model: "tiny", input: "Count me" } as never);
   const r = await create({ input: "Count me", max_output_tokens: 1, store: false });
   assert.equal((counted as any).input_tokens, r.usage.input_tokens);
+  // OpenAI's style preset is a field of this body; a server without presets refuses it by name.
+  const preset = await fetch(`${s.url}/v1/responses/input_tokens`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: "Count me", personality: "friendly" }),
+  });
+  assert.equal(preset.status, 400);
+  assert.equal(((await preset.json()) as any).error.param, "personality");
 });
 
 test("a stored response survives a restart on the same data directory", async () => {

@@ -225,7 +225,12 @@ export const createResponseRequest = z.object({
 });
 export type CreateResponseRequest = z.infer<typeof createResponseRequest>;
 
-export const inputTokensRequest = createResponseRequest.partial({ model: true }).extend({ model: z.string().min(1) });
+export const inputTokensRequest = createResponseRequest.partial({ model: true }).extend({
+  model: z.string().min(1),
+  // OpenAI's style preset, a field of the count's body only: declared so that it can be refused by name.
+  personality: z.unknown().optional(),
+});
+export type InputTokensRequest = z.infer<typeof inputTokensRequest>;
 
 /**
  * GET /v1/responses/{id}: `stream=true` resumes a background stream after `starting_after`.

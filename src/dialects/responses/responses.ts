@@ -6,7 +6,7 @@ import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, stopReason } from "./background.ts";
 import { echoSettings } from "./echo.ts";
-import type { CreateResponseRequest, InputItem, ListQuery } from "./protocol.ts";
+import type { CreateResponseRequest, InputItem, InputTokensRequest, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
 import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
@@ -416,7 +416,9 @@ export async function listInputItems(
 }
 
 /** POST /v1/responses/input_tokens: the prompt a request would use, counted without generating. */
-export async function countInputTokens(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+export async function countInputTokens(body: InputTokensRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
+  // A preset would change the prompt being counted, and this server has none to apply.
+  if (body.personality != null) throw unsupportedField("personality", "is not supported: this server has no style presets");
   const userNs = responsesNamespace(body);
   const input = await resolveInput(body, storeNamespace(env.ctx.apiKey), deps);
   const { request, fieldName } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[], input.all.length - input.added.length);
