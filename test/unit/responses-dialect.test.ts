@@ -117,6 +117,12 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["a message with an unknown role", { input: [{ role: "bot", content: "x" }] }, 400, "input[0].role"],
   ["an item of an unknown type", { input: [{ type: "foo" }] }, 400, "input[0].type"],
   ["a safety_identifier over OpenAI's 64 characters", { safety_identifier: "s".repeat(65) }, 400, "safety_identifier"],
+  // OpenAI's newer fields that ask for what this server has not got: refused by name, not dropped.
+  ["a reasoning mode other than standard", { reasoning: { mode: "pro" } }, 400, "reasoning.mode"],
+  ["reasoning context over all turns", { reasoning: { context: "all_turns" } }, 400, "reasoning.context"],
+  ["reasoning context of the current turn", { reasoning: { context: "current_turn" } }, 400, "reasoning.context"],
+  ["a function loaded by tool search", { tools: [{ type: "function", name: "f", defer_loading: true }] }, 400, "tools[0].defer_loading"],
+  ["a custom tool called by a program", { tools: [TOOLS[0], { type: "custom", name: "c", allowed_callers: ["programmatic"] }] }, 400, "tools[1].allowed_callers"],
 ];
 
 for (const [name, extra, status, param] of refusals) {
@@ -127,6 +133,13 @@ for (const [name, extra, status, param] of refusals) {
     assert.ok(!r.json().error.message.includes("{field}"), r.json().error.message);
   });
 }
+
+test("OpenAI's tool loading and reasoning fields at their defaults are accepted", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const tools = [{ type: "function", name: "f", defer_loading: false, allowed_callers: ["direct"] }];
+  const r = await post({ model: "m", input: "hi", store: false, tools, reasoning: { mode: "standard", context: "auto" } });
+  assert.equal(r.statusCode, 200, r.body);
+});
 
 test("reasoning.effort takes OpenAI's whole scale, xhigh and max included (no budget, as high)", async () => {
   for (const effort of ["high", "xhigh", "max"]) {

@@ -107,12 +107,22 @@ export const inputItem = byType(
 );
 export type InputItem = z.infer<typeof inputItem>;
 
+/**
+ * OpenAI's tool search and programmatic calling: declared so that what this server cannot do (a tool
+ * loaded later by search, one called from a program) is refused by name (see toolsToCanonical).
+ */
+const toolLoading = {
+  defer_loading: z.boolean().nullish(),
+  allowed_callers: z.array(z.enum(["direct", "programmatic"])).nullish(),
+};
+
 const functionTool = z.object({
   type: z.literal("function"),
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
   parameters: functionParameters().nullish(),
   strict: z.boolean().nullish(),
+  ...toolLoading,
 });
 
 const customTool = z.object({
@@ -125,6 +135,7 @@ const customTool = z.object({
       z.object({ type: z.literal("grammar"), syntax: z.enum(["lark", "regex"]), definition: z.string().min(1) }),
     ])
     .nullish(),
+  ...toolLoading,
 });
 
 /** Built-in tools are recognised so the refusal can name the type. */
@@ -195,6 +206,9 @@ export const createResponseRequest = z.object({
       effort: z.enum(EFFORTS).nullish(),
       summary: z.enum(["auto", "concise", "detailed"]).nullish(),
       generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+      // Declared so that what cannot be honoured is refused by name (see refuseUnsupported).
+      mode: z.string().nullish(),
+      context: z.enum(["auto", "current_turn", "all_turns"]).nullish(),
     })
     .nullish(),
   store: z.boolean().nullish(),

@@ -141,6 +141,13 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   refuseServiceFields(body);
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
+  // One way of reasoning here; and input reasoning items are never rendered back to the model (see
+  // itemsToMessages), in this turn or earlier ones, so only the model's own choice ("auto") holds.
+  const mode = body.reasoning?.mode;
+  if (mode != null && mode !== "standard") throw unsupportedField("reasoning.mode", `'${mode}' is not offered; this server reasons in the standard mode only`);
+  const context = body.reasoning?.context;
+  if (context != null && context !== "auto")
+    throw unsupportedField("reasoning.context", `'${context}' cannot be honoured: reasoning items sent back are not rendered to the model here`);
   // 0 asks for nothing, and it is what every response echoes, so a client that sends back the fields
   // it was given is not refused; more alternatives without the logprobs included would go nowhere.
   if (body.top_logprobs && !body.include?.includes("message.output_text.logprobs"))
@@ -216,7 +223,12 @@ function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, 
     if (t.type !== "function" && t.type !== "custom") {
       throw unsupportedField(`tools[${i}].type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
     }
-    const def = t as { type: "function" | "custom"; name: string; description?: string | null };
+    const def = t as { type: "function" | "custom"; name: string; description?: string | null; defer_loading?: boolean | null; allowed_callers?: string[] | null };
+    // Every tool is offered up front, to the model itself: no tool search loads one later, and no
+    // program calls one.
+    if (def.defer_loading) throw unsupportedField(`tools[${i}].defer_loading`, "is not supported: this server has no tool search, every tool is offered up front");
+    if (def.allowed_callers?.some((c) => c !== "direct"))
+      throw unsupportedField(`tools[${i}].allowed_callers`, "can only be ['direct']: this server has no programmatic tool calling");
     if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `tools[${i}].name`);
     seen.set(def.name, t.type);
     if (t.type === "function") {
