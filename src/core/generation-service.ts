@@ -22,6 +22,11 @@ export interface StartedGeneration {
    * error instead of a `usage` event; a dialect that reports such an end in band counts with it.
    */
   spent(): Usage;
+  /**
+   * Settles when a choice has a sequence and starts work (its prompt), after any wait in the model's
+   * queue; never, for a request that ends before it gets one. A background response is queued until then.
+   */
+  running?: Promise<void>;
 }
 
 /**
@@ -156,9 +161,12 @@ export class GenerationService {
     }
     this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
 
-    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), ctx.internalId, () =>
-      this.notify("started", ctx),
-    );
+    let markRunning!: () => void;
+    const running = new Promise<void>((resolve) => (markRunning = resolve));
+    const run = new BatchRun(engine, scheduler, signal, (ev) => this.onEvent(ctx, run, ev), fairnessKey(ctx), ctx.internalId, () => {
+      markRunning();
+      this.notify("started", ctx);
+    });
     const spent = (): Usage => {
       const prompt = run.started ? promptTokens.reduce((sum, p, r) => sum + (run.reportedPrompt.get(r) ?? p), 0) : 0;
       return {
@@ -199,7 +207,7 @@ export class GenerationService {
         this.notify("finished", ctx, { error, spent: used } satisfies Outcome);
       },
     );
-    return { promptTokens, events: run.channel, spent };
+    return { promptTokens, events: run.channel, spent, running };
   }
 
   /**

@@ -286,6 +286,46 @@ test("background: queued at once, polled to completion; another cancelled while 
   assert.equal(stored.usage.total_tokens, stored.usage.input_tokens + stored.usage.output_tokens);
 });
 
+test("a background response waits queued while every sequence of the model is busy, and is in progress once it runs", async () => {
+  // Four runs hold the fixture's four sequences; each says in_progress once it has one.
+  const hogs = await Promise.all(Array.from({ length: 4 }, () => create({ input: "Long", background: true, max_output_tokens: 3000, logit_bias: NO_END })));
+  const statuses = async (ids: string[]) => Promise.all(ids.map(async (id) => (await s.client.responses.retrieve(id)).status));
+  for (let i = 0; i < 200 && (await statuses(hogs.map((h) => h.id))).some((st) => st !== "in_progress"); i++) await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(await statuses(hogs.map((h) => h.id)), ["in_progress", "in_progress", "in_progress", "in_progress"]);
+  try {
+    // It waits behind them for a sequence: queued, as its stream so far says (it read in_progress).
+    const waiting = await create({ input: "Short", background: true, max_output_tokens: 3 });
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await s.client.responses.retrieve(waiting.id)).status, "queued");
+    const watching = new AbortController();
+    const reader = (await fetch(`${s.url}/v1/responses/${waiting.id}?stream=true`, { signal: watching.signal })).body!.getReader();
+    let sofar = "";
+    const reading = (async () => {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        sofar += new TextDecoder().decode(value);
+      }
+    })().catch(() => {});
+    await new Promise((r) => setTimeout(r, 300));
+    watching.abort();
+    await reading;
+    assert.match(sofar, /response\.queued/);
+    assert.ok(!sofar.includes("response.in_progress"), sofar.slice(0, 300));
+    for (const h of hogs) await s.client.responses.cancel(h.id);
+    let done = await s.client.responses.retrieve(waiting.id);
+    for (let i = 0; i < 200 && ["queued", "in_progress"].includes(done.status ?? ""); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      done = await s.client.responses.retrieve(waiting.id);
+    }
+    assert.ok(["completed", "incomplete"].includes(done.status ?? ""), done.status);
+    const types = [...(await (await fetch(`${s.url}/v1/responses/${waiting.id}?stream=true`)).text()).matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    assert.deepEqual(types.slice(0, 4), ["response.created", "response.queued", "response.in_progress", "response.output_item.added"]);
+  } finally {
+    await Promise.all(hogs.map((h) => s.client.responses.cancel(h.id).catch(() => {})));
+  }
+});
+
 test("a stored stream whose client goes away midway is stored as cancelled, with what it had written", async () => {
   const { text } = await streamThenCancel(
     `${s.url}/v1/responses`,

@@ -266,14 +266,30 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   const queued = builder.snapshot();
   const timer = setInterval(flushEvents, 100);
   timer.unref();
+  // Queued until the run has a sequence of the model (it may wait behind others for one), then in
+  // progress: when the generation says it started, or at its first event, whichever comes first.
+  // The final write waits for this one, so the stored status never goes back to in_progress.
+  let runningWritten: Promise<unknown> = Promise.resolve();
+  const markRunning = () => {
+    if (builder.status !== "queued") return;
+    builder.running();
+    runningWritten = deps.store.responses.update(s.ns, id, { status: builder.status, body: builder.snapshot() }).catch(() => {});
+  };
+  void started.running?.then(markRunning);
+  const generation = (async function* () {
+    for await (const ev of started.events) {
+      markRunning();
+      yield ev;
+    }
+  })();
   void (async () => {
     try {
-      builder.running();
-      await deps.store.responses.update(s.ns, id, { status: builder.status, body: builder.snapshot() });
-      await drive(started.events, builder, run.abort.signal, undefined, started.spent);
+      if (!started.running) markRunning();
+      await drive(generation, builder, run.abort.signal, undefined, started.spent);
     } finally {
       clearInterval(timer);
       await flushEvents().catch(() => {});
+      await runningWritten;
       await s.persist(builder, true).catch((err) => process.emitWarning(`storing response ${id} failed: ${(err as Error).message}`));
       run.end();
     }
