@@ -4,6 +4,7 @@ import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
 import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
 import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
+import { ConversationClaims } from "./dialects/responses/claims.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
 import { EndpointManager } from "./dialects/databricks/endpoints.ts";
@@ -72,7 +73,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   app.addHook("onClose", () => runs.stopAll());
 
   void app.register(openAIPlugin, { prefix: "/v1", service, store: opts.store });
-  void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs } });
+  void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs, claims: new ConversationClaims() } });
   void app.register(tokenizerPlugin, { service });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });

@@ -193,6 +193,32 @@ test("a stored response is there while it runs: read as in_progress, not continu
   assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });
 
+test("two turns of one conversation at once with the same item id: the second is refused before it generates, not after", async () => {
+  const conv = await s.client.conversations.create({});
+  const turn = (extra: Record<string, unknown>) => ({ model: "tiny", conversation: conv.id, input: [{ id: "msg_mine", role: "user", content: "Hi" }], ...extra });
+  const res = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(turn({ stream: true, max_output_tokens: 40, logit_bias: NO_EOG })),
+  });
+  const reader = res.body!.getReader();
+  await readUntil(reader, /response\.output_text\.delta/);
+  // The first has not stored its items yet; the second would have failed with a 409 once done.
+  const second = await call("POST", "/responses", turn({ max_output_tokens: 2 }));
+  assert.equal(second.status, 400, JSON.stringify(second.json));
+  assert.equal(second.json.error.param, "input[0].id");
+  await readUntil(reader, /event: response\.incomplete\n/);
+  const items = (await s.client.conversations.items.list(conv.id, { order: "asc" })).data as any[];
+  assert.deepEqual(items.map((i) => i.role), ["user", "assistant"]);
+  assert.equal(items[0].id, "msg_mine");
+  // Once it is stored, the id is the conversation's: refused as before, and without it a turn goes on.
+  const third = await call("POST", "/responses", turn({ max_output_tokens: 2 }));
+  assert.equal(third.status, 400);
+  assert.equal(third.json.error.param, "input[0].id");
+  const fourth = await call("POST", "/responses", { model: "tiny", conversation: conv.id, input: "Again", max_output_tokens: 2 });
+  assert.equal(fourth.status, 200, JSON.stringify(fourth.json));
+});
+
 test("a stored response without a stream: read while it runs, and deleted, its client gets it cancelled", async () => {
   const pending = call("POST", "/responses", { model: "tiny", input: "Long", max_output_tokens: 3000, logit_bias: NO_EOG });
   // It is stored before its first event; its id is not known yet, so it is found by what it says.

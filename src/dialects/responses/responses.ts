@@ -5,6 +5,7 @@ import type { SseWriter } from "../../http/sse.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, stopReason } from "./background.ts";
+import type { ConversationClaims } from "./claims.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem, InputTokensRequest, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
@@ -19,6 +20,7 @@ export interface ResponsesDeps {
   store: Store;
   sealer: Sealer;
   runs: BackgroundRuns;
+  claims: ConversationClaims;
 }
 
 type Item = Record<string, unknown>;
@@ -45,6 +47,8 @@ interface ResolvedInput {
   all: Item[];
   /** This request's own input items, with ids. */
   added: Item[];
+  /** Each added item's id with the input position it came from. */
+  positions: Array<{ id: string; at: number }>;
   conversationId?: string;
 }
 
@@ -78,6 +82,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   }
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
   const added: Item[] = [];
+  const positions: Array<{ id: string; at: number }> = [];
   const earlierIds = new Set(earlier.map((e) => e.id).filter((id) => typeof id === "string"));
   // Each item is in the prompt once, and a conversation holds each id once: an id already before
   // this turn, or twice in it, is refused now (for a conversation, storing the finished turn would
@@ -90,6 +95,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
       if (addedIds.has(item.id)) throw refuse(`The id '${item.id}' is given to two items of input; each item needs its own.`);
       if (earlierIds.has(item.id)) throw refuse(`An item with id '${item.id}' is already in ${where}; refer to it with an item_reference, or leave the id out.`);
       addedIds.add(item.id);
+      positions.push({ id: item.id, at: i });
     }
     added.push(item);
   };
@@ -115,7 +121,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
     }
     addOnce(withId(item), i);
   }
-  return { all: [...earlier, ...added], added, conversationId };
+  return { all: [...earlier, ...added], added, positions, conversationId };
 }
 
 /** POST /v1/responses. */
@@ -174,9 +180,18 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
       await deps.store.conversations.addItems(ns, input.conversationId, [...input.added, ...(snapshot.output as Item[])]);
   };
 
-  const setup = { ns, ctx, request, fieldName, builderFor, persist, input };
-  if (body.background) return startBackground(body, env, deps, setup);
-  if (store) return startStored(body, env, deps, setup);
+  if (store) {
+    // A turn appends its items to the conversation when it ends: its ids are held from now until
+    // then, so a concurrent turn with one of them is refused before it generates too.
+    const release = input.conversationId ? deps.claims.claim(ns, input.conversationId, input.positions) : () => {};
+    const setup = { ns, ctx, request, fieldName, builderFor, persist, input, release };
+    try {
+      return await (body.background ? startBackground(body, env, deps, setup) : startStored(body, env, deps, setup));
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
 
   const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto", fieldName);
   return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, undefined, started.spent);
@@ -190,6 +205,8 @@ interface BackgroundSetup {
   builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
   persist: (builder: ResponseBuilder, created: boolean) => Promise<void>;
   input: ResolvedInput;
+  /** Gives back the conversation ids this turn holds (see ConversationClaims); once its run has ended. */
+  release: () => void;
 }
 
 /**
@@ -203,6 +220,7 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
   const opening = s.builderFor();
   const id = opening.snapshot().id as string;
   const run = deps.runs.add(id);
+  void run.done.then(s.release);
   // Stopped by its client going away (a cancel, with the client's own reason, as before) or by the run's abort.
   const signal = AbortSignal.any([env.signal, run.abort.signal]);
   let started: Awaited<ReturnType<typeof startWithTruncation>>;
@@ -248,6 +266,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   });
   const id = builder.snapshot().id as string;
   run = deps.runs.add(id);
+  void run.done.then(s.release);
   const started = await startWithTruncation(env.service, s.ctx, s.request, run.abort.signal, body.truncation === "auto", s.fieldName).catch((err) => {
     run!.end();
     throw err;

@@ -1,0 +1,38 @@
+import { ApiError } from "../../core/errors.ts";
+
+/**
+ * Item ids that running turns will append to their conversation. A turn is refused before it
+ * generates when an id of its input is already in the conversation; a turn still running has not
+ * appended its items yet, so a concurrent turn with the same id passed that check and failed only
+ * when storing its finished answer (a 409 after the work was done, the turn lost). Each turn claims
+ * its ids here until its items are stored; one server per data directory, so this process sees
+ * every running turn.
+ */
+export class ConversationClaims {
+  private readonly claimed = new Map<string, Set<string>>();
+
+  /**
+   * Claims `ids` (each with the input position that gave it) in the conversation, or refuses the
+   * first one another running turn holds with a 400 naming it. Returns the release, which can be
+   * called more than once.
+   */
+  claim(ns: string, conversationId: string, ids: Array<{ id: string; at: number }>): () => void {
+    const key = `${ns}\u0000${conversationId}`;
+    const held = this.claimed.get(key) ?? new Set<string>();
+    for (const { id, at } of ids)
+      if (held.has(id))
+        throw new ApiError(400, `An item with id '${id}' is being added to the conversation '${conversationId}' by a turn still running; leave the id out, or wait for that turn.`, {
+          param: `input[${at}].id`,
+          code: "conflict",
+        });
+    for (const { id } of ids) held.add(id);
+    this.claimed.set(key, held);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      for (const { id } of ids) held.delete(id);
+      if (held.size === 0 && this.claimed.get(key) === held) this.claimed.delete(key);
+    };
+  }
+}
