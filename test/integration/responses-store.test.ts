@@ -199,15 +199,20 @@ test("two turns of one conversation at once with the same item id: the second is
   const res = await fetch(`${s.url}/v1/responses`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify(turn({ stream: true, max_output_tokens: 40, logit_bias: NO_EOG })),
+    body: JSON.stringify(turn({ stream: true, max_output_tokens: 400, logit_bias: NO_EOG })),
   });
   const reader = res.body!.getReader();
-  await readUntil(reader, /response\.output_text\.delta/);
+  const opened = await readUntil(reader, /response\.output_text\.delta/);
   // The first has not stored its items yet; the second would have failed with a 409 once done.
   const second = await call("POST", "/responses", turn({ max_output_tokens: 2 }));
   assert.equal(second.status, 400, JSON.stringify(second.json));
   assert.equal(second.json.error.param, "input[0].id");
-  await readUntil(reader, /event: response\.incomplete\n/);
+  assert.match(second.json.error.message, /still running/);
+  // Nor can the id be added to the conversation meanwhile (the turn would fail to store its items).
+  const added = await call("POST", `/conversations/${conv.id}/items`, { items: [{ id: "msg_mine", role: "user", content: "Also" }] });
+  assert.equal(added.status, 400, JSON.stringify(added.json));
+  assert.equal(added.json.error.param, "items[0].id");
+  await readUntil(reader, /event: response\.incomplete\n/, opened);
   const items = (await s.client.conversations.items.list(conv.id, { order: "asc" })).data as any[];
   assert.deepEqual(items.map((i) => i.role), ["user", "assistant"]);
   assert.equal(items[0].id, "msg_mine");

@@ -11,6 +11,11 @@ import { ApiError } from "../../core/errors.ts";
 export class ConversationClaims {
   private readonly claimed = new Map<string, Set<string>>();
 
+  /** Whether a running turn holds `id` for the conversation. */
+  holds(ns: string, conversationId: string, id: string): boolean {
+    return this.claimed.get(`${ns}\u0000${conversationId}`)?.has(id) ?? false;
+  }
+
   /**
    * Claims `ids` (each with the input position that gave it) in the conversation, or refuses the
    * first one another running turn holds with a 400 naming it. Returns the release, which can be

@@ -43,7 +43,10 @@ async function normalise(items: Item[], ns: string, deps: ResponsesDeps, convers
   const ids = new Set<string>();
   const once = async (stored: Item, i: number) => {
     const id = stored.id as string;
-    const taken = ids.has(id) || (conversationId !== undefined && (await deps.store.conversations.getItem(ns, conversationId, id)) !== undefined);
+    // Stored already, or to be stored by a turn still running (see ConversationClaims).
+    const taken =
+      ids.has(id) ||
+      (conversationId !== undefined && (deps.claims.holds(ns, conversationId, id) || (await deps.store.conversations.getItem(ns, conversationId, id)) !== undefined));
     if (taken)
       throw new ApiError(400, `An item with id '${id}' is already in this conversation${ids.has(id) ? " (given twice)" : ""}; each item needs its own id.`, {
         param: `items[${i}].id`,
