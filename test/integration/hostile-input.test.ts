@@ -256,16 +256,17 @@ describe("found by fuzzing a running server", () => {
     }
   });
 
-  test("an item id its conversation already holds is a 409 naming id, not a 500", async () => {
+  test("an item id its conversation already holds is a 409 naming the item's id, not a 500", async () => {
     const item = { type: "message", id: "msg_twice", role: "user", content: "x" };
     const conversation = await post("/v1/conversations", { items: [item] });
     assert.equal(conversation.status, 200, JSON.stringify(conversation.json));
     const again = await post(`/v1/conversations/${conversation.json.id}/items`, { items: [item] });
     assert.equal(again.status, 409, JSON.stringify(again.json));
-    assert.equal(again.json.error.param, "id");
+    assert.equal(again.json.error.param, "items[0].id");
     assert.match(again.json.error.message, /msg_twice/);
     const both = await post("/v1/conversations", { items: [{ ...item, id: "msg_dup" }, { ...item, id: "msg_dup" }] });
     assert.equal(both.status, 409, JSON.stringify(both.json));
+    assert.equal(both.json.error.param, "items[1].id");
   });
 
   test("a path under a Databricks prefix that no route matches answers in the Databricks envelope (404 and 431 alike)", async () => {

@@ -50,16 +50,23 @@ test("an item_reference added to a conversation is stored as the item it names; 
   for (const [path, items, param] of [
     [`/conversations/${conv.id}/items`, [{ type: "item_reference", id: "msg_nothing" }], "items[0].id"],
     ["/conversations", [{ role: "user", content: "x" }, { type: "item_reference", id: "msg_nothing" }], "items[1].id"],
-    // An id the conversation already holds, or one given twice, is the item's own field (it was a
-    // 409 naming 'id', no field of the request).
+  ] as const) {
+    const refused = await call("POST", path, { items });
+    assert.equal(refused.status, 400, path);
+    assert.equal(refused.json.error.param, param, path);
+  }
+  // An id the conversation already holds, or one given twice, is a conflict named by the item's own
+  // field (the store's refusal named 'id', no field of the request).
+  for (const [path, items, param] of [
     [`/conversations/${conv.id}/items`, [{ type: "item_reference", id: said.id }], "items[0].id"],
     [`/conversations/${conv.id}/items`, [{ role: "user", content: "a" }, { id: said.id, role: "user", content: "b" }], "items[1].id"],
     ["/conversations", [{ id: "msg_twice", role: "user", content: "a" }, { id: "msg_twice", role: "user", content: "b" }], "items[1].id"],
     ["/conversations", [{ type: "item_reference", id: said.id }, { type: "item_reference", id: said.id }], "items[1].id"],
   ] as const) {
     const refused = await call("POST", path, { items });
-    assert.equal(refused.status, 400, path);
+    assert.equal(refused.status, 409, path);
     assert.equal(refused.json.error.param, param, path);
+    assert.equal(refused.json.error.code, "conflict", path);
   }
 
   // The stored items, not the references: listed whole, with their own ids.
@@ -210,7 +217,7 @@ test("two turns of one conversation at once with the same item id: the second is
   assert.match(second.json.error.message, /still running/);
   // Nor can the id be added to the conversation meanwhile (the turn would fail to store its items).
   const added = await call("POST", `/conversations/${conv.id}/items`, { items: [{ id: "msg_mine", role: "user", content: "Also" }] });
-  assert.equal(added.status, 400, JSON.stringify(added.json));
+  assert.equal(added.status, 409, JSON.stringify(added.json));
   assert.equal(added.json.error.param, "items[0].id");
   await readUntil(reader, /event: response\.incomplete\n/, opened);
   const items = (await s.client.conversations.items.list(conv.id, { order: "asc" })).data as any[];

@@ -37,9 +37,8 @@ type Item = Record<string, unknown>;
  */
 async function normalise(items: Item[], ns: string, deps: ResponsesDeps, conversationId?: string): Promise<Item[]> {
   const out: Item[] = [];
-  // A conversation holds each id once. The store would refuse a second one with a 409 naming 'id',
-  // which is no field of this request; the item that repeats it is named instead, as a response's
-  // input is (input[i].id).
+  // A conversation holds each id once: a second one is a conflict (409), as the store's unique key
+  // answers it, but named by the item that repeats it (the store names 'id', no field of this request).
   const ids = new Set<string>();
   const once = async (stored: Item, i: number) => {
     const id = stored.id as string;
@@ -48,7 +47,7 @@ async function normalise(items: Item[], ns: string, deps: ResponsesDeps, convers
       ids.has(id) ||
       (conversationId !== undefined && (deps.claims.holds(ns, conversationId, id) || (await deps.store.conversations.getItem(ns, conversationId, id)) !== undefined));
     if (taken)
-      throw new ApiError(400, `An item with id '${id}' is already in this conversation${ids.has(id) ? " (given twice)" : ""}; each item needs its own id.`, {
+      throw new ApiError(409, `An item with id '${id}' is already in this conversation${ids.has(id) ? " (given twice)" : ""}; each item needs its own id.`, {
         param: `items[${i}].id`,
         code: "conflict",
       });
