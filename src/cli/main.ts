@@ -54,14 +54,11 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`plinth: internal error (the server keeps running): ${(reason as Error)?.stack ?? String(reason)}\n`);
   });
   const server = await serve(config);
-  await server.loaded;
-  // A server whose model could not be loaded serves nothing useful; serve() has said why, so exit.
-  if (server.registry.list().some((m) => m.status === "failed")) {
-    await server.close();
-    return 1;
-  }
   // SIGTERM/SIGINT: stop accepting, let running requests finish (up to --drain-timeout), end the
   // rest in each dialect's own form, close the store, exit 0. A second signal exits at once.
+  // Installed before the models finish loading: a model that is ready serves while the next one
+  // still loads (or downloads), and a signal then must drain its requests as at any other time
+  // instead of killing the process under them.
   let stopping = false;
   const stop = async () => {
     if (stopping) process.exit(1);
@@ -72,6 +69,15 @@ async function main(argv: string[]): Promise<number> {
   };
   process.on("SIGINT", stop);
   process.on("SIGTERM", stop);
+  await server.loaded;
+  // A shutdown under way aborts the loads still going, which settles `loaded`: it exits by itself.
+  if (stopping) return -1;
+  // A server whose model could not be loaded serves nothing useful; serve() has said why, so exit.
+  if (server.registry.list().some((m) => m.status === "failed")) {
+    stopping = true; // a signal from here on exits at once rather than closing a second time
+    await server.close();
+    return 1;
+  }
   return -1;
 }
 

@@ -61,7 +61,8 @@ export class ModelLoading {
     } catch (err) {
       if (err instanceof EngineNotReady && !this.stopping.signal.aborted) return err;
       this.registry.failed(spec.id, (err as Error).message);
-      this.log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
+      // A load the shutdown aborted did not fail; saying so would only mislead whoever reads the log.
+      if (!this.stopping.signal.aborted) this.log(`plinth: model '${spec.id}' failed to load: ${(err as Error).message}`);
     }
     return undefined;
   }

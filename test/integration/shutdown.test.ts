@@ -2,6 +2,15 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { NO_EOG, startTestServer } from "../helpers/server.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
+import { spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const MAIN = fileURLToPath(new URL("../../src/cli/main.ts", import.meta.url));
 
 // Graceful shutdown on the real server: running streams in three dialects are given the drain
 // time, then ended in each dialect's own mid-stream form; new requests meanwhile get 503 with
@@ -106,4 +115,48 @@ test("shutdown refuses new embeddings with 503 and waits for the running ones be
   assert.equal(done.status, 200, JSON.stringify(done.body).slice(0, 300));
   assert.equal(done.body.data.length, many.length);
   assert.ok((await stopped) >= answeredAt, "the shutdown waited for the running embedding");
+});
+
+test("SIGTERM while a second model still downloads drains the ready model's streams and exits 0", async () => {
+  // A hub that never answers keeps the second model loading for as long as the test runs; the
+  // first is ready and serving. The signal used to find no handler yet (they were installed once
+  // every model had loaded), so Node's default killed the process under the running stream.
+  const hub = createServer(() => {});
+  await new Promise<void>((r) => hub.listen(0, "127.0.0.1", r));
+  const hubPort = (hub.address() as AddressInfo).port;
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", MAIN, "serve", "--model", `tiny=${await ensureFixtureModel()}`, "--model", "big=hf:someone/repo/big.gguf",
+      "--port", "0", "--threads", "1", "--drain-timeout", "1", "--log-level", "silent",
+      "--data-dir", mkdtempSync(path.join(tmpdir(), "plinth-term-")), "--cache-dir", mkdtempSync(path.join(tmpdir(), "plinth-term-cache-"))],
+    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_HF_ENDPOINT: `http://127.0.0.1:${hubPort}` } },
+  );
+  const exited = new Promise<number | string | null>((r) => child.once("exit", (code, signal) => r(code ?? signal)));
+  try {
+    let log = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ready model: ${log}`)), 60_000);
+      child.stderr!.on("data", (d: Buffer) => {
+        log += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(log);
+        if (m && /model 'tiny' ready/.test(log)) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      });
+    });
+    const health = await (await fetch(`${url}/health`)).json();
+    assert.equal(health.models.big, "loading");
+    const stream = await openStream(`${url}/v1/chat/completions`, { model: "tiny", messages: [{ role: "user", content: "go on" }], stream: true, logit_bias: NO_EOG });
+    child.kill("SIGTERM");
+    const text = await stream.rest;
+    // The stream ran into the drain time and ended in OpenAI's mid-stream form, not cut off.
+    assert.match(text, /"code":"server_shutting_down"/);
+    // The download was aborted with the load rather than waited for: the process exits, and cleanly.
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill("SIGKILL");
+    hub.closeAllConnections();
+    hub.close();
+  }
 });

@@ -21,7 +21,9 @@ export const checkLlamaCppSource: SourceCheck = async (spec) => {
 export function llamaCppFactory(download: (source: ModelSource) => ResolveOptions): EngineFactory {
   return async (spec, log, signal) => {
     const source = spec.source as ModelSource;
-    const modelPath = await resolveModelPath(source, download(source));
+    // The load's signal stops a download as well: a shutdown or an unload must not wait for the
+    // rest of a multi-gigabyte file (the part already fetched is kept, and a later load resumes it).
+    const modelPath = await resolveModelPath(source, { ...download(source), signal });
     const s = spec.settings;
     const engine = await LlamaCppEngine.load({
       id: spec.id,
