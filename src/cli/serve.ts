@@ -28,6 +28,8 @@ import { createProgressBar } from "./progress-bar.ts";
 const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
 /** What sealed reasoning is bound to: it opens only as reasoning content of this server. */
 const REASONING_AAD = "plinth:responses:reasoning";
+/** The least time a shutdown gives connections still open after the drain before it closes them. */
+const CLOSE_GRACE_MS = 1_000;
 
 export interface RunningServer {
   url: string;
@@ -163,8 +165,16 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
 
   const loading = new ModelLoading(specs, engines, registry, metrics, log);
   const loaded = loading.firstAttempts;
-  const close = async () => {
-    await app.close();
+  /**
+   * `graceMs`: how long connections still open may take to end before they are closed. Node stops
+   * checking its head deadline once the server closes, so without it one client that sent half a
+   * request head held a shutdown open for ever (and one that sent half a body, for --body-timeout).
+   */
+  const close = async (graceMs?: number) => {
+    const closing = app.close();
+    const timer = graceMs === undefined ? undefined : setTimeout(() => app.server.closeAllConnections(), graceMs);
+    await closing;
+    clearTimeout(timer);
     await loading.stop();
     await registry.dispose();
     closeTenancy();
@@ -181,8 +191,11 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     loaded,
     close,
     shutdown: async (drainTimeoutMs: number) => {
+      const deadline = Date.now() + drainTimeoutMs;
       await service.shutdown(drainTimeoutMs);
-      await close();
+      // What is still open once generation has drained (a read answering, a request still arriving)
+      // gets what is left of the drain time, and at least a moment, before its connection is closed.
+      await close(Math.max(deadline - Date.now(), CLOSE_GRACE_MS));
     },
   };
 }

@@ -5,7 +5,7 @@ import { ensureFixtureModel } from "../fixtures/models.ts";
 import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, connect } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -159,4 +159,26 @@ test("SIGTERM while a second model still downloads drains the ready model's stre
     hub.closeAllConnections();
     hub.close();
   }
+});
+
+test("a client that never finishes its request head or body does not hold the shutdown past the drain time", async () => {
+  // Node stops checking its head deadline once the server closes, and the body deadline is
+  // --body-timeout (60 s): a half-sent head held the shutdown open for ever, a half-sent body for a minute.
+  const s = await startTestServer();
+  const port = new URL(s.url).port;
+  const halfSent = [
+    "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"model":"tiny"',
+  ].map((text) => {
+    const socket = connect(Number(port), "127.0.0.1", () => socket.write(text));
+    socket.on("error", () => {});
+    return socket;
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  const stopped = s.shutdown(500);
+  const inTime = await Promise.race([stopped.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000))]);
+  // Let a shutdown that is still waiting end, so that a failure does not hang the test run.
+  for (const socket of halfSent) socket.destroy();
+  await stopped;
+  assert.ok(inTime, "the shutdown was still waiting for the half-sent requests 5 s later");
 });
