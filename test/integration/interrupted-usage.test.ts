@@ -40,10 +40,11 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
       return { status: r.status, text: await r.text() };
     };
     const messages = [{ role: "user", content: "Tell me about the river." }];
-    const [konan, spakStream, spakJson] = await Promise.all([
+    const [konan, spakStream, spakJson, dbxResponses] = await Promise.all([
       post("/v3/chat/completions", { model: "tiny", messages, stream: true }, "queued-konan"),
       post("/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, stream: true, stream_options: { include_usage: true } }, "queued-spak-stream"),
       post("/chat/completions", { model: "SpAk-Aster-V1-MOE", messages }, "queued-spak-json"),
+      post("/serving-endpoints/tiny/invocations", { model: "tiny", input: "Tell me about the river.", stream: true }, "queued-dbx-responses"),
     ]);
     holders.abort();
 
@@ -60,6 +61,11 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
     assert.equal(j.choices[0].finish_reason, "insufficient_system_resource", spakJson.text);
     assert.equal(j.usage.prompt_tokens, 0);
     assert.equal(j.usage.prompt_cache_miss_tokens, 0);
+
+    // Databricks' Responses stream fails the response as at capacity, not as the client's fault.
+    const failed = (sseData(dbxResponses.text) as any[]).find((e) => e.type === "response.failed");
+    assert.ok(failed, dbxResponses.text.slice(-400));
+    assert.deepEqual([failed.response.error.code, failed.response.error.type], ["rate_limit_exceeded", "rate_limit_error"]);
 
     // The ledger books the same.
     const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });

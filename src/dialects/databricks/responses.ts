@@ -263,11 +263,21 @@ class DatabricksResponseBuilder extends ResponseBuilder {
               output_tokens: u.output_tokens,
             }
           : null,
-      error: err ? { code: err.code, message: err.message, type: err.code === "server_error" ? "server_error" : "invalid_request_error", param: err.param ?? null } : null,
+      error: err ? { code: err.code, message: err.message, type: errorType(err.code), param: err.param ?? null } : null,
       incomplete_details: s.incomplete_details,
       ...echo,
     };
   }
+}
+
+/**
+ * The failed response's error type, from its code (one of the Responses API's: see to-wire.ts). A
+ * queue timeout reads `rate_limit_exceeded` there, the server at capacity: calling it an
+ * `invalid_request_error` told the client its request was at fault and not worth sending again.
+ */
+function errorType(code: string): string {
+  if (code === "rate_limit_exceeded") return "rate_limit_error";
+  return code === "server_error" ? "server_error" : "invalid_request_error";
 }
 
 /** A Responses request on a routed endpoint. */
