@@ -7,6 +7,15 @@ export function defaultDataDir(): string {
   return path.join(process.env.XDG_DATA_HOME || path.join(os.homedir(), ".local", "share"), "plinth");
 }
 
+/**
+ * A duration in seconds that ends up in a Node timer. Node keeps a timer of at most 2^31-1 ms (about
+ * 24.8 days) and fires a longer one after 1 ms instead, so `--body-timeout 3000000` answered every slow
+ * body with a 408 at once. The bound leaves room for the upstream head deadline, which adds
+ * connect-timeout and first-token-timeout together.
+ */
+export const MAX_TIMER_SECONDS = 1_000_000;
+const timerSeconds = () => z.number().max(MAX_TIMER_SECONDS, `must be at most ${MAX_TIMER_SECONDS} seconds (about 11 days)`);
+
 /** Every server setting, with its default. The same keys work in plinth.yaml, PLINTH_* and flags. */
 /** node-llama-cpp's prompt formats by name; "auto" follows the model's own chat template. */
 export const chatWrapperName = z.enum(["auto", "general", "deepSeek", "qwen", "llama3.2-lightweight", "llama3.1", "llama3", "llama2Chat", "mistral", "alpacaChat", "functionary", "chatML", "falconChat", "gemma4", "gemma", "harmony", "muse", "seed"]);
@@ -40,9 +49,9 @@ export const upstreamEntry = z.union([
     model: z.string().min(1).optional(),
     "api-key": z.string().min(1).optional(),
     slots: z.int().min(1).max(4096).optional(),
-    "connect-timeout": z.number().positive().optional(),
-    "first-token-timeout": z.number().positive().optional(),
-    "idle-timeout": z.number().positive().optional(),
+    "connect-timeout": timerSeconds().positive().optional(),
+    "first-token-timeout": timerSeconds().positive().optional(),
+    "idle-timeout": timerSeconds().positive().optional(),
     /** Count prompt tokens through the upstream's /tokenize (default true; off for upstreams without one). */
     tokenize: z.boolean().optional(),
     /** Request features the upstream lacks, by canonical name (logitBias, topK, reasoning, …): refused with a 400. */
@@ -78,26 +87,26 @@ export const configSchema = z.object({
   /** Replicas one request may try before it fails (failover happens only before any output). */
   "upstream-attempts": z.int().min(1).max(16).default(3),
   /** Seconds until an upstream's response head must arrive. */
-  "connect-timeout": z.number().positive().default(10),
+  "connect-timeout": timerSeconds().positive().default(10),
   /** Seconds until an upstream's first token must arrive. */
-  "first-token-timeout": z.number().positive().default(120),
+  "first-token-timeout": timerSeconds().positive().default(120),
   /** Seconds an upstream stream may stay silent between tokens. */
-  "idle-timeout": z.number().positive().default(60),
+  "idle-timeout": timerSeconds().positive().default(60),
   /** Seconds between active health checks of upstream replicas; 0: passive checks only. */
-  "health-interval": z.number().min(0).default(5),
+  "health-interval": timerSeconds().min(0).default(5),
   /** Consecutive failures that eject a replica. */
   "eject-after": z.int().min(1).default(3),
   /** Seconds an ejected replica waits before a trial request (doubling while trials fail). */
-  "eject-time": z.number().positive().default(5),
+  "eject-time": timerSeconds().positive().default(5),
   host: z.string().min(1).default("127.0.0.1"),
   port: z.int().min(0).max(65535).default(8080),
   "ctx-size": z.int().min(16).optional(),
   parallel: z.int().min(1).max(256).default(4),
   "max-queue": z.int().min(0).default(64),
   /** Seconds a request may wait for a free sequence before it is refused as overloaded; 0: no limit. */
-  "queue-timeout": z.number().min(0).default(300),
+  "queue-timeout": timerSeconds().min(0).default(300),
   /** Seconds running requests may take to finish after a shutdown signal before they are ended. */
-  "drain-timeout": z.number().min(0).default(30),
+  "drain-timeout": timerSeconds().min(0).default(30),
   /** Embedding contexts per model (inputs embedded at once), created on the first embeddings request. */
   "embedding-contexts": z.int().min(1).max(64).default(2),
   /** Generation contexts per model that share its sequences; unset: cores / threads on the CPU (engines/llama-cpp/runtime.ts), 1 on a GPU. */
@@ -111,13 +120,13 @@ export const configSchema = z.object({
   /** Names accepted in the Host header besides IP literals, localhost and the listen address; "*": any. */
   "allowed-host": nameList.default([]),
   /** Seconds the request line and headers may take to arrive. */
-  "headers-timeout": z.number().positive().default(30),
+  "headers-timeout": timerSeconds().positive().default(30),
   /** Seconds a request body may take to arrive, after its headers. */
-  "body-timeout": z.number().positive().default(60),
+  "body-timeout": timerSeconds().positive().default(60),
   /** Seconds an idle keep-alive connection is kept open. */
-  "keep-alive-timeout": z.number().positive().default(65),
+  "keep-alive-timeout": timerSeconds().positive().default(65),
   /** Seconds a streamed answer waits for its client to take more before the connection is closed. */
-  "send-timeout": z.number().positive().default(30),
+  "send-timeout": timerSeconds().positive().default(30),
   /** Open connections at most; more are closed as they arrive (0: no limit). */
   "max-connections": z.int().min(0).default(512),
   /** RAM for saved prompt states (prefix cache beyond what the sequences hold); 0 disables. */

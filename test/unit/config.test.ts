@@ -56,3 +56,19 @@ test("every setting has a serve flag and a line of --help, and the README's opti
   assert.equal(c["route-seed"], 7);
   assert.equal(c["scale-to-zero-after"], 2.5);
 });
+
+test("a timeout longer than a Node timer holds is refused, not turned into 1 ms", () => {
+  // Node fires a timer past 2^31-1 ms after 1 ms: --body-timeout 3000000 made every slow body a 408 at once.
+  for (const key of ["body-timeout", "headers-timeout", "send-timeout", "keep-alive-timeout", "queue-timeout", "drain-timeout", "connect-timeout", "first-token-timeout", "idle-timeout", "health-interval", "eject-time"]) {
+    assert.throws(
+      () => loadConfig({ [key]: "3000000" }, {}),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(`'${key}'`) && /at most 1000000 seconds/.test(e.message),
+      key,
+    );
+    assert.equal(loadConfig({ [key]: "1000000" }, {})[key as "body-timeout"], 1_000_000);
+  }
+  const dir = mkdtempSync(join(tmpdir(), "plinth-config-"));
+  const file = join(dir, "plinth.yaml");
+  writeFileSync(file, "upstream:\n  - name: big\n    url: http://h:8000\n    first-token-timeout: 5000000\n");
+  assert.throws(() => loadConfig({ config: file }, {}), (e: unknown) => e instanceof ConfigError && /first-token-timeout/.test(e.message));
+});
