@@ -38,6 +38,12 @@ function readConfigFile(path: string): Raw {
   }
   const data = parseYaml(text) ?? {};
   if (typeof data !== "object" || Array.isArray(data)) throw new ConfigError(`config file ${path} must hold a mapping of settings`);
+  // A misspelt key (`prot: 9000`) would otherwise leave its setting at the default without a word.
+  for (const key of Object.keys(data)) {
+    if (key in configSchema.shape) continue;
+    const hint = key === "no-ui" ? " (write 'ui: false')" : "";
+    throw new ConfigError(`config file ${path}: unknown setting '${key}'${hint}`);
+  }
   return data as Raw;
 }
 

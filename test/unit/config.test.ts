@@ -72,3 +72,16 @@ test("a timeout longer than a Node timer holds is refused, not turned into 1 ms"
   writeFileSync(file, "upstream:\n  - name: big\n    url: http://h:8000\n    first-token-timeout: 5000000\n");
   assert.throws(() => loadConfig({ config: file }, {}), (e: unknown) => e instanceof ConfigError && /first-token-timeout/.test(e.message));
 });
+
+test("an unknown key in the config file is refused, naming it", () => {
+  const dir = mkdtempSync(join(tmpdir(), "plinth-config-"));
+  const file = join(dir, "plinth.yaml");
+  writeFileSync(file, "prot: 9000\nparallel: 2\n");
+  assert.throws(() => loadConfig({ config: file }, {}), (e: unknown) => e instanceof ConfigError && /unknown setting 'prot'/.test(e.message));
+  writeFileSync(file, "no-ui: true\n");
+  assert.throws(() => loadConfig({ config: file }, {}), (e: unknown) => e instanceof ConfigError && /'no-ui'.*ui: false/.test(e.message));
+  writeFileSync(file, "ui: false\nparallel: 2\n");
+  const c = loadConfig({ config: file }, {});
+  assert.equal(c.ui, false);
+  assert.equal(c.parallel, 2);
+});
