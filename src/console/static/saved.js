@@ -3,7 +3,7 @@
 // transcript as Responses items, so a saved chat can be opened again here by its id, or continued
 // from code with the Responses API (`conversation: "conv_…"`). Nothing is generated again.
 
-import { request } from "./api.js";
+import { ApiError, request } from "./api.js";
 
 /**
  * @typedef {import("./answer.js").Turn} Turn
@@ -107,8 +107,10 @@ export async function saveToServer(conv, system) {
       await addItems(prev.id, items.slice(prev.count));
       conv.server = { id: prev.id, count: items.length, hash: fingerprint(items) };
       return prev.id;
-    } catch {
-      // Deleted on the server meanwhile: saved anew below.
+    } catch (err) {
+      // Only a conversation deleted on the server meanwhile is saved anew below; any other failure (a
+      // rate limit, a server down) is the user's to see, not a reason to fork a second conversation.
+      if (!(err instanceof ApiError && err.status === 404)) throw err;
     }
   }
   const metadata = { title: conv.title.slice(0, 512), saved_by: "plinth-console" };
