@@ -50,7 +50,8 @@ async function loadModels() {
     banner(e instanceof ApiError && e.status === 401 ? refused : `Cannot list models: ${e.message}`);
     return;
   }
-  const endpoints = await listEndpoints();
+  // The models are listed; endpoints that cannot be listed now leave the pickers with the models alone.
+  const endpoints = await listEndpoints().catch(() => []);
   const model = /** @type {HTMLSelectElement} */ ($("model"));
   fillPicker(model, models, endpoints, { keep: model.value || savedModel() });
   ["compare-a", "compare-b"].forEach((id, i) => {

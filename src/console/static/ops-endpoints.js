@@ -40,7 +40,13 @@ let editing;
 
 export async function refreshEndpoints() {
   const body = /** @type {HTMLElement} */ (document.querySelector("#endpoints-table tbody"));
-  const endpoints = await listEndpoints();
+  let endpoints;
+  try {
+    endpoints = await listEndpoints();
+  } catch (err) {
+    body.replaceChildren(el("tr", {}, [el("td", { colspan: "5", class: "error", text: `Cannot list the serving endpoints: ${/** @type {Error} */ (err).message}` })]));
+    return;
+  }
   const rows = [];
   for (const ep of endpoints) {
     const traffic = trafficOf(ep);
@@ -122,7 +128,12 @@ function trafficEditor(ep) {
 async function untilSettled(name) {
   for (let i = 0; i < 60; i++) {
     await refreshEndpoints();
-    const ep = (await listEndpoints()).find((x) => x.name === name);
+    // A list that fails for a moment (the table says why) is asked again, not read as "no endpoint".
+    const ep = await listEndpoints().then((all) => all.find((x) => x.name === name), () => null);
+    if (ep === null) {
+      await new Promise((r) => setTimeout(r, 500));
+      continue;
+    }
     if (!ep || ep.state.config_update !== "IN_PROGRESS") {
       const split = ep?.config?.traffic_config.routes.map((r) => `${r.served_model_name} ${r.traffic_percentage}%`).join(", ");
       opsStatus(ep?.state.config_update === "UPDATE_FAILED" ? `${name}: the update failed (${ep.state_message ?? "see the endpoint"}).` : `${name} now routes ${split}.`, ep?.state.config_update === "UPDATE_FAILED");

@@ -4,7 +4,7 @@
 // entity of an endpoint (/served-models/{entity}/invocations). The wire differences live here.
 
 import { el } from "./answer.js";
-import { request, streamChat } from "./api.js";
+import { ApiError, request, streamChat } from "./api.js";
 
 /**
  * @typedef {{ kind: "model" | "endpoint" | "entity", name: string, endpoint?: string }} Target
@@ -97,12 +97,17 @@ export function streamTo(t, body, onChunk, signal, onServed) {
   });
 }
 
-/** Every serving endpoint, or none where the server has no Databricks dialect. @returns {Promise<Endpoint[]>} */
+/**
+ * Every serving endpoint, or none where the server has no Databricks dialect (404). Any other failure
+ * is thrown: an operator must not read a server that is down or refuses the key as "no endpoints".
+ * @returns {Promise<Endpoint[]>}
+ */
 export async function listEndpoints() {
   try {
     return (await request("/api/2.0/serving-endpoints")).endpoints ?? [];
-  } catch {
-    return [];
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return [];
+    throw err;
   }
 }
 
