@@ -278,6 +278,43 @@ test("operator: an endpoint list that fails is said in its table, not shown as n
   assert.deepEqual(problems, []);
 });
 
+test("save to server: an append the server refuses is said, not turned into a second conversation", { skip }, async () => {
+  const { page, problems } = await open();
+  await page.getByLabel("max tokens").fill("3");
+  await send(page, "First");
+  await lastAnswer(page);
+  await page.getByRole("button", { name: "Save to server" }).click();
+  const id = (await page.locator("#save-status .saved-id").textContent()) ?? "";
+  assert.match(id, /^conv_/);
+
+  await send(page, "Second");
+  await lastAnswer(page);
+  // Appending is rate limited: the page must say so, and must not save the chat anew under another id.
+  const created: string[] = [];
+  page.on("request", (r) => {
+    if (r.method() === "POST" && new URL(r.url()).pathname === "/v1/conversations") created.push(r.url());
+  });
+  await page.route("**/v1/conversations/*/items", (route) =>
+    route.fulfill({
+      status: 429,
+      headers: { "content-type": "application/json", "retry-after": "3" },
+      body: JSON.stringify({ error: { message: "Rate limit reached for this API key.", type: "rate_limit_error", code: "rate_limit_exceeded" } }),
+    }),
+  );
+  await page.getByRole("button", { name: "Save to server" }).click();
+  await page.locator("#save-status.error", { hasText: "Rate limit reached for this API key. Try again in 3 s." }).waitFor();
+  assert.deepEqual(created, []);
+
+  // Once the server takes it again, the same conversation grows by the new turns.
+  await page.unroute("**/v1/conversations/*/items");
+  await page.getByRole("button", { name: "Save to server" }).click();
+  await page.locator("#save-status .saved-id", { hasText: id }).waitFor();
+  const items = await requestJson(`${s.url}/v1/conversations/${id}/items`, "GET");
+  assert.equal(items.json.data.length, 4, items.text);
+  assert.deepEqual(created, []);
+  assert.deepEqual(problems, []);
+});
+
 // Last: creating a key turns key checks on for the rest of the file.
 test("keys: hostile and long names are text, the created key is never cached, a failed revoke is said", { skip }, async () => {
   const auth = { authorization: `Bearer ${ADMIN}` };
@@ -341,42 +378,5 @@ test("keys: hostile and long names are text, the created key is never cached, a 
   assert.equal(await status.textContent(), `The key '\u2068${hostileName}\u2069' was not revoked: The store is read-only.`);
   assert.match((await page.locator("#keys-table tbody tr", { hasText: "<img" }).textContent()) ?? "", /active/);
   await assertInert(page);
-  assert.deepEqual(problems, []);
-});
-
-test("save to server: an append the server refuses is said, not turned into a second conversation", { skip }, async () => {
-  const { page, problems } = await open();
-  await page.getByLabel("max tokens").fill("3");
-  await send(page, "First");
-  await lastAnswer(page);
-  await page.getByRole("button", { name: "Save to server" }).click();
-  const id = (await page.locator("#save-status .saved-id").textContent()) ?? "";
-  assert.match(id, /^conv_/);
-
-  await send(page, "Second");
-  await lastAnswer(page);
-  // Appending is rate limited: the page must say so, and must not save the chat anew under another id.
-  const created: string[] = [];
-  page.on("request", (r) => {
-    if (r.method() === "POST" && new URL(r.url()).pathname === "/v1/conversations") created.push(r.url());
-  });
-  await page.route("**/v1/conversations/*/items", (route) =>
-    route.fulfill({
-      status: 429,
-      headers: { "content-type": "application/json", "retry-after": "3" },
-      body: JSON.stringify({ error: { message: "Rate limit reached for this API key.", type: "rate_limit_error", code: "rate_limit_exceeded" } }),
-    }),
-  );
-  await page.getByRole("button", { name: "Save to server" }).click();
-  await page.locator("#save-status.error", { hasText: "Rate limit reached for this API key. Try again in 3 s." }).waitFor();
-  assert.deepEqual(created, []);
-
-  // Once the server takes it again, the same conversation grows by the new turns.
-  await page.unroute("**/v1/conversations/*/items");
-  await page.getByRole("button", { name: "Save to server" }).click();
-  await page.locator("#save-status .saved-id", { hasText: id }).waitFor();
-  const items = await requestJson(`${s.url}/v1/conversations/${id}/items`, "GET");
-  assert.equal(items.json.data.length, 4, items.text);
-  assert.deepEqual(created, []);
   assert.deepEqual(problems, []);
 });
