@@ -141,6 +141,24 @@ test("OpenAI's tool loading and reasoning fields at their defaults are accepted"
   assert.equal(r.statusCode, 200, r.body);
 });
 
+test("a function's output_schema is told to the model with its description, and echoed", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const output_schema = { type: "object", properties: { celsius: { type: "number" } } };
+  const tools = [
+    { type: "function", name: "weather", description: "Current weather.", parameters: { type: "object", properties: {} }, output_schema },
+    { type: "function", name: "bare", parameters: { type: "object", properties: {} }, output_schema },
+  ];
+  const r = await post({ model: "m", input: "hi", store: false, tools });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.deepEqual(r.json().tools[0].output_schema, output_schema);
+  const seen = s.engine.prepared.at(-1)!.tools!;
+  assert.equal(seen[0].description, `Current weather.\n\nThe function's output is JSON matching this schema: ${JSON.stringify(output_schema)}`);
+  assert.match(seen[1].description!, /^The function's output is JSON matching this schema: \{/);
+  const bad = await post({ model: "m", input: "hi", store: false, tools: [{ ...tools[0], output_schema: "number" }] });
+  assert.equal(bad.statusCode, 400, bad.body);
+  assert.equal(bad.json().error.param, "tools[0].output_schema");
+});
+
 test("reasoning.effort takes OpenAI's whole scale, xhigh and max included (no budget, as high)", async () => {
   for (const effort of ["high", "xhigh", "max"]) {
     script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];

@@ -121,6 +121,9 @@ const functionTool = z.object({
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
   parameters: functionParameters().nullish(),
+  // What the function's output (a function_call_output's string) holds, as JSON Schema: told to the
+  // model with the function's description (see toolsToCanonical).
+  output_schema: jsonObject().nullish(),
   strict: z.boolean().nullish(),
   ...toolLoading,
 });

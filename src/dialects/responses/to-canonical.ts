@@ -232,9 +232,13 @@ function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, 
     if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `tools[${i}].name`);
     seen.set(def.name, t.type);
     if (t.type === "function") {
-      const f = t as { parameters?: Record<string, unknown> | null; strict?: boolean | null };
+      const f = t as { parameters?: Record<string, unknown> | null; strict?: boolean | null; output_schema?: Record<string, unknown> | null };
+      // The model reads a call's output as text: the schema of that text is told with the description,
+      // the one place a chat template gives a function's prose.
+      const returns = f.output_schema ? `The function's output is JSON matching this schema: ${JSON.stringify(f.output_schema)}` : undefined;
+      const description = [def.description, returns].filter((d) => d).join("\n\n") || undefined;
       // In this API, strict defaults to true: arguments are held to the schema.
-      tools.push({ name: def.name, description: def.description ?? undefined, parameters: f.parameters ?? { type: "object", properties: {} }, strict: f.strict !== false });
+      tools.push({ name: def.name, description, parameters: f.parameters ?? { type: "object", properties: {} }, strict: f.strict !== false });
     } else {
       const format = (t as { format?: { type: string; syntax?: "lark" | "regex"; definition?: string } | null }).format;
       const input = format?.type === "grammar" ? { syntax: format.syntax!, definition: format.definition! } : { syntax: "text" as const };
