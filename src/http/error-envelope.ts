@@ -16,6 +16,14 @@ export interface ErrorEnvelope {
  */
 const notFoundCodes = new WeakMap<FastifyRequest, string>();
 
+/** The 404s of the not-found handler: a path no route has (not a resource a route did not find). */
+const noRouteErrors = new WeakSet<ApiError>();
+
+/** Whether this 404 says that no route has the path, for envelopes that word that apart. */
+export function isNoRoute(err: ApiError): boolean {
+  return noRouteErrors.has(err);
+}
+
 /** The code of the 404 or 405 the request was answered with for having no route; else undefined. */
 export function notFoundCode(request: FastifyRequest): string | undefined {
   return notFoundCodes.get(request);
@@ -51,6 +59,7 @@ export function installErrorEnvelope(
               headers: { allow: allow.join(", ") },
             })
           : new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
+      if (e.status === 404) noRouteErrors.add(e);
       if (e.code) notFoundCodes.set(request, e.code);
       void reply.status(e.status).headers(e.headers).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
     });

@@ -114,7 +114,7 @@ test("scripted engine: no request field is silently dropped; a model that names 
   }
   const unknownRoute = await app.inject({ method: "GET", url: "/api/2.0/serving-endpoints/a/b/c" });
   assert.equal(unknownRoute.statusCode, 404);
-  assert.equal(unknownRoute.json().error_code, "RESOURCE_DOES_NOT_EXIST");
+  assert.equal(unknownRoute.json().error_code, "ENDPOINT_NOT_FOUND", "Databricks' code for a path no API has");
   await app.close();
 });
 

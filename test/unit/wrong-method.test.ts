@@ -73,7 +73,7 @@ test("scripted engine: a path no route has is still a 404 in its dialect's envel
     const r = await call(method, path);
     assert.equal(r.status, 404, `${method} ${path}: ${r.text}`);
     assert.equal(r.allow, null);
-    assert.equal(r.json.error_code, "RESOURCE_DOES_NOT_EXIST");
+    assert.equal(r.json.error_code, "ENDPOINT_NOT_FOUND");
   }
 });
 

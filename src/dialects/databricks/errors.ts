@@ -1,5 +1,5 @@
 import { type ApiError, type FieldNamer, snakeCasePath } from "../../core/errors.ts";
-import { asWireError, type ErrorEnvelope } from "../../http/error-envelope.ts";
+import { asWireError, type ErrorEnvelope, isNoRoute } from "../../http/error-envelope.ts";
 
 /**
  * Databricks' REST error envelope: `{"error_code": "...", "message": "..."}`. The code follows the
@@ -25,6 +25,9 @@ const BY_STATUS: Record<number, string> = {
 
 export function databricksErrorCode(err: ApiError): string {
   if (err.code && /^[A-Z][A-Z_]+$/.test(err.code)) return err.code;
+  // A path no API has: Databricks' own code for it, so that a mistyped route is not read as a
+  // serving endpoint or model that does not exist (RESOURCE_DOES_NOT_EXIST).
+  if (isNoRoute(err)) return "ENDPOINT_NOT_FOUND";
   return BY_STATUS[err.status] ?? (err.status >= 500 ? "INTERNAL_ERROR" : "BAD_REQUEST");
 }
 
