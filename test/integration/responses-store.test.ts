@@ -200,6 +200,32 @@ test("a stored response is there while it runs: read as in_progress, not continu
   assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });
 
+test("a background response deleted while streams read it: the creating stream and a resumed one each end with an error event, code cancelled", async () => {
+  const res = await fetch(`${s.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny", input: "Long", background: true, stream: true, max_output_tokens: 3000, logit_bias: NO_EOG }),
+  });
+  const creating = res.body!.getReader();
+  const opened = await readUntil(creating, /response\.output_text\.delta/);
+  const id = /"id":"(resp_[^"]+)"/.exec(opened)![1];
+  const resumed = (await fetch(`${s.url}/v1/responses/${id}?stream=true&starting_after=2`)).body!.getReader();
+  await readUntil(resumed, /response\.output_text\.delta/);
+
+  assert.equal((await call("DELETE", `/responses/${id}`)).status, 200);
+  // Each says why it ended (they stopped after output_item.done, with no terminal event), and ends.
+  for (const [reader, seen] of [[creating, opened], [resumed, ""]] as const) {
+    const all = await readUntil(reader, /event: error\n.*\n\n/, seen);
+    const last = JSON.parse(/event: error\ndata: (.*)\n\n$/.exec(all)![1]);
+    assert.equal(last.code, "cancelled");
+    assert.match(last.message, /deleted/);
+    const seqs = [...all.matchAll(/"sequence_number":(\d+)/g)].map((m) => Number(m[1]));
+    assert.equal(last.sequence_number, Math.max(...seqs.slice(0, -1)) + 1);
+    assert.equal((await reader.read()).done, true);
+  }
+  assert.equal((await call("GET", `/responses/${id}`)).status, 404);
+});
+
 test("two turns of one conversation at once with the same item id: the second is refused before it generates, not after", async () => {
   const conv = await s.client.conversations.create({});
   const turn = (extra: Record<string, unknown>) => ({ model: "tiny", conversation: conv.id, input: [{ id: "msg_mine", role: "user", content: "Hi" }], ...extra });

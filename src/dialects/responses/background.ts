@@ -35,13 +35,18 @@ export class BackgroundRuns {
   /** Cancels every run (server shutdown) and waits for them to record it. */
   async stopAll(): Promise<void> {
     const all = [...this.runs.values()];
-    for (const r of all) r.abort.abort(stopReason.shutdown());
+    for (const r of all) r.stop("shutdown");
     await Promise.all(all.map((r) => r.done));
   }
 }
 
+/** The stream events that end a response: after one of them a stream has said how it ended. */
+const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed"]);
+
 export class Run {
   readonly abort = new AbortController();
+  /** Who stopped the run, if anyone did. */
+  private stoppedBy: keyof typeof stopReason | undefined;
   private readonly listeners = new Set<(ev: ResponseEvent | null) => void>();
   /**
    * Every event published so far. The store gets them in batches (every 100 ms), so a stream that
@@ -53,6 +58,26 @@ export class Run {
   private ended = false;
   private finish!: () => void;
   readonly done = new Promise<void>((resolve) => (this.finish = resolve));
+
+  /** Stops the run, with the reason its generation ends with. A delete outranks a cancel it overtakes: the response is gone either way. */
+  stop(why: keyof typeof stopReason): void {
+    if (this.stoppedBy !== "deleted") this.stoppedBy = why;
+    this.abort.abort(stopReason[why]());
+  }
+
+  /**
+   * The event that ends a stream tailing this run once it has ended, if its own events do not. A
+   * cancelled run's stream just ends, as OpenAI's does (the response, still there, says
+   * `cancelled`); a deleted one's streams would end without a word about why, the response being
+   * gone, so they end with an `error` event, code `cancelled`, as a stored stream that is not in
+   * the background does when it is deleted.
+   */
+  closing(): ResponseEvent | undefined {
+    const last = this.log.at(-1);
+    if (this.stoppedBy !== "deleted" || (last && TERMINAL.has(last.type))) return undefined;
+    const reason = stopReason.deleted();
+    return { type: "error", sequence_number: (last?.sequence_number ?? -1) + 1, code: reason.code, message: reason.message, param: null };
+  }
 
   /** Records an event and sends it to every tailing stream. */
   publish(ev: ResponseEvent): void {

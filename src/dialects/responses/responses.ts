@@ -4,7 +4,7 @@ import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
-import { type BackgroundRuns, stopReason } from "./background.ts";
+import type { BackgroundRuns } from "./background.ts";
 import type { ConversationClaims } from "./claims.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem, InputTokensRequest, ListQuery } from "./protocol.ts";
@@ -345,7 +345,11 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
     for (;;) {
       while (live.length === 0) await new Promise<void>((r) => (wake = r));
       const ev = live.shift()!;
-      if (ev === null) return;
+      if (ev === null) {
+        const closing = run.closing();
+        if (closing) await sse.event(closing.type, closing);
+        return;
+      }
       // Asked to start past where the run was when the stream joined: later events up to there too.
       if (ev.sequence_number <= after) continue;
       await sse.event(ev.type, ev);
@@ -383,7 +387,7 @@ export async function retrieveResponse(
 export async function deleteResponse(id: string, ns: string, deps: ResponsesDeps): Promise<RouteResult> {
   const run = deps.runs.get(id);
   if (run && (await deps.store.responses.get(ns, id))) {
-    run.abort.abort(stopReason.deleted());
+    run.stop("deleted");
     await run.done;
   }
   if (!(await deps.store.responses.delete(ns, id))) throw notFound("response", id);
@@ -397,7 +401,7 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
   if (!stored.background) throw badRequest("Only background responses can be cancelled.", null);
   const run = deps.runs.get(id);
   if (run) {
-    run.abort.abort(stopReason.cancelled());
+    run.stop("cancelled");
     await run.done;
   }
   // Read again for the object as the run left it; a DELETE that came meanwhile (it stops the same
