@@ -415,7 +415,12 @@ export class SqliteStore implements Store {
     const insertItem = db.prepare<[string, string, string, string]>(
       "INSERT OR REPLACE INTO response_items (namespace, response_id, item_id, item) VALUES (?, ?, ?, ?)",
     );
-    const selectItem = db.prepare<[string, string], { item: string }>("SELECT item FROM response_items WHERE namespace = ? AND item_id = ? LIMIT 1");
+    // Item ids a client chose can recur across responses (two unrelated turns that each sent
+    // `msg_1`): a reference means the latest of them, the one it sent last, as an id reused in a
+    // conversation would. Rows are numbered as they are written, so the highest rowid is the latest.
+    const selectItem = db.prepare<[string, string], { item: string }>(
+      "SELECT item FROM response_items WHERE namespace = ? AND item_id = ? ORDER BY rowid DESC LIMIT 1",
+    );
     const indexItems = (namespace: string, responseId: string, items: unknown) => {
       if (!Array.isArray(items)) return;
       for (const item of items as JsonObject[]) if (typeof item?.id === "string" && item.id) insertItem.run(namespace, responseId, item.id, json(item));

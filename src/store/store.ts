@@ -103,7 +103,7 @@ export interface ResponseStore {
   delete(namespace: string, id: string): Promise<boolean>;
   /** Input items, default order "desc" (OpenAI's). Undefined: response not found. */
   listInputItems(namespace: string, id: string, query?: PageQuery): Promise<Page<StoredItem> | undefined>;
-  /** An item (input or output) of any response of the namespace, by its id (item references). */
+  /** An item (input or output) of any response of the namespace, by its id (item references); of several with that id, the one stored last. */
   findItem(namespace: string, itemId: string): Promise<StoredItem | undefined>;
   /** Every response, in any namespace, whose status is one of `statuses` (runs a stopped process left unfinished). */
   withStatus(statuses: string[]): Promise<Array<{ namespace: string; id: string }>>;

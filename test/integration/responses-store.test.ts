@@ -88,6 +88,21 @@ test("an item_reference added to a conversation is stored as the item it names; 
   assert.ok(next.status === "completed" || next.status === "incomplete", next.status);
 });
 
+test("an item_reference to an id that two stored responses hold names the one stored last, in a response's input and a conversation's items", async () => {
+  // Ids a client chooses can recur: each of these unrelated turns sent its own msg_dup.
+  for (const text of ["FIRST", "SECOND"])
+    await s.client.responses.create({ model: "tiny", input: [{ id: "msg_dup", type: "message", role: "user", content: text }] as never, max_output_tokens: 1 });
+  const text = (item: any) => item.content[0].text;
+  const referred = await s.client.responses.create({ model: "tiny", input: [{ type: "item_reference", id: "msg_dup" }], max_output_tokens: 1 });
+  assert.deepEqual((await s.client.responses.inputItems.list(referred.id)).data.map(text), ["SECOND"]);
+  const conv = await s.client.conversations.create({ items: [{ type: "item_reference", id: "msg_dup" }] });
+  assert.deepEqual((await s.client.conversations.items.list(conv.id)).data.map(text), ["SECOND"]);
+  // Sent again, it is the latest once more.
+  await s.client.responses.create({ model: "tiny", input: [{ id: "msg_dup", type: "message", role: "user", content: "THIRD" }] as never, max_output_tokens: 1 });
+  const again = await s.client.responses.create({ model: "tiny", input: [{ type: "item_reference", id: "msg_dup" }], max_output_tokens: 1 });
+  assert.deepEqual((await s.client.responses.inputItems.list(again.id)).data.map(text), ["THIRD"]);
+});
+
 test("include on the item reads: logprobs and sealed reasoning when asked, left out otherwise; what cannot be filled is a 400 naming include", async () => {
   const conv = await s.client.conversations.create({});
   const withLogprobs = await s.client.responses.create({
