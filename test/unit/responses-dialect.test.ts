@@ -336,6 +336,11 @@ test("a failure after the stream began: an error event, then response.failed, st
   assert.equal(failed.error.code, "server_error");
   assert.equal(events.at(-2)!.code, "internal_error");
   assert.equal(failed.output[0].status, "incomplete");
+  // The open message is closed before the error, as incomplete (never completed), as a cut by the
+  // token budget closes it; the item in response.failed is the same.
+  const closing = events.slice(-5, -2);
+  assert.deepEqual(closing.map((e) => e.type), ["response.output_text.done", "response.content_part.done", "response.output_item.done"]);
+  assert.deepEqual(closing[2].item, failed.output[0]);
   const stored = await s.app.inject({ method: "GET", url: `/v1/responses/${failed.id}` });
   assert.equal(stored.json().status, "failed");
 });
