@@ -127,9 +127,12 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
   const [min, max] = [count("minLength") ?? 0, count("maxLength")];
   if (max !== undefined && max < min) throw new UnsupportedSchemaError(join("maxLength"), "maxLength is below minLength");
   if (min > 0 || max !== undefined) parts.push({ key: max !== undefined ? "maxLength" : "minLength", lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min, max } as RegexNode } });
+  // The pattern as a full match first (values are the pattern's own text, not padded), and as the
+  // search JSON Schema makes of it where that leaves nothing (`[A-Z]` with minLength 8).
+  const patternLang = (search: boolean): Lang => langOfRegex(parsePattern(s.pattern as string, undefined, search));
   if (typeof s.pattern === "string") {
     try {
-      parts.push({ key: "pattern", lang: langOfRegex(parsePattern(s.pattern)) });
+      parts.push({ key: "pattern", lang: patternLang(false) });
     } catch (e) {
       if (e instanceof PatternLimitError) throw new SchemaLimitError(join("pattern"), e.message);
       if (!(e instanceof PatternError)) throw e;
@@ -138,13 +141,22 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
   }
   if (typeof s.format === "string" && Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format) && s.pattern === undefined)
     parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+  let searching = false;
   return withAutomatonBudget(() => {
     for (;;) {
       const b = new GrammarBuilder();
       try {
-        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, parts.map((p) => p.key)]);
+        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, parts.map((p) => p.key), searching]);
         const dfa = cachedDfa(key, () => ({ kind: "and", parts: [closeFreeLang(close), ...parts.map((p) => p.lang)] }));
-        if (dfaLengthRange(dfa) === null) throw new UnsupportedSchemaError(join(parts.at(-1)?.key ?? "type"), "no string satisfies the schema and can be written as a parameter");
+        if (dfaLengthRange(dfa) === null) {
+          const at = parts.findIndex((p) => p.key === "pattern");
+          if (!searching && at >= 0) {
+            searching = true;
+            parts[at] = { key: "pattern", lang: patternLang(true) };
+            continue;
+          }
+          throw new UnsupportedSchemaError(join(parts.at(-1)?.key ?? "type"), "no string satisfies the schema and can be written as a parameter");
+        }
         b.define("root", dfaToGbnf(b, dfa, "raw", (_, set) => charClass(set))!);
         return { gbnf: b.render(), relaxed };
       } catch (e) {

@@ -1,5 +1,6 @@
 import assert from "../helpers/assert.ts";
-import { test } from "node:test";
+import { before, test } from "node:test";
+import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
 import { xmlLayoutOf } from "../../src/engines/llama-cpp/xml-tool-calls.ts";
 import { closeFreeLang, rawStringGrammar, xmlArgumentsGrammar } from "../../src/grammar/xml-arguments.ts";
@@ -47,6 +48,28 @@ test("a raw string value never contains the closing tag, nor ends where the tag 
   // Enums keep their values; one that holds the tag cannot be written and is left out.
   assert.match(rawStringGrammar({ enum: ["a", `b${close}`] }, close, true, "").gbnf, /^root ::= "a"$/m);
   assert.throws(() => rawStringGrammar({ type: "string", minLength: 3, maxLength: 2 }, close, true, "properties.x"), /maxLength is below minLength/);
+});
+
+let llama: Llama;
+before(async () => {
+  llama = await getLlama({ gpu: false, maxThreads: 2, build: "never", logLevel: LlamaLogLevel.error });
+});
+
+/** Whether llama.cpp's grammar for `schema` as a raw Qwen parameter accepts each text (strict compile). */
+async function rawAccepts(schema: unknown, texts: string[]): Promise<boolean[]> {
+  const { gbnf, relaxed } = rawStringGrammar(schema, "\n</parameter>\n", true, "properties.x");
+  assert.deepEqual(relaxed, []);
+  const grammar = await llama.createGrammar({ grammar: gbnf });
+  return texts.map((t) => (grammar as unknown as { _testText(t: string): boolean })._testText(t));
+}
+
+test("a raw string's pattern is a search, as JSON Schema reads it, where a full match leaves no value", async () => {
+  // A full match of `[A-Z]` is one character, which minLength 8 rules out; the search allows any
+  // 8 characters with a capital among them.
+  assert.deepEqual(await rawAccepts({ type: "string", minLength: 8, pattern: "[A-Z]" }, ["abcdefgH", "Abcdefgh", "abcdefgh", "ABC"]), [true, true, false, false]);
+  assert.deepEqual(await rawAccepts({ type: "string", minLength: 5, pattern: "\\d{3}" }, ["ab123", "12345", "abcde", "123"]), [true, true, false, false]);
+  // A full match still wins where it has values: the pattern's own text, not padded.
+  assert.deepEqual(await rawAccepts({ type: "string", pattern: "[a-z]{2}", minLength: 2 }, ["ab", "xaby"]), [true, false]);
 });
 
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
