@@ -1,9 +1,9 @@
 import { ALL_CHARS, charClass, GrammarBuilder, literal, literalAlternatives, seq } from "./gbnf.ts";
 import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, langOfRegex, withAutomatonBudget } from "./automaton.ts";
 import { prefixRules } from "./compose.ts";
-import { type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
+import { LIBRARY_FORMAT_PATTERNS, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
 import { parsePattern, PatternError, PatternLimitError, type RegexNode } from "./regex-to-gbnf.ts";
-import { FORMAT_REGEX } from "./string-formats.ts";
+import { ANY_STRING_FORMATS, FORMAT_REGEX, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
 
 // Grammars for tool-call arguments written as XML parameters rather than as one JSON object
 // (Qwen3-Coder's `<parameter=city>\nParis\n</parameter>\n`, GLM's `<arg_key>city</arg_key>…`,
@@ -130,7 +130,10 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
   // The pattern as a full match first (values are the pattern's own text, not padded), and as the
   // search JSON Schema makes of it where that leaves nothing (`[A-Z]` with minLength 8).
   const patternLang = (search: boolean): Lang => langOfRegex(parsePattern(s.pattern as string, undefined, search));
-  if (typeof s.pattern === "string") {
+  // A library's own pattern for the format (zod's iso.duration, with lookaheads inside) is implied by
+  // the format's grammar, which alone is enforced, as in the JSON path.
+  const libraryPattern = typeof s.format === "string" && typeof s.pattern === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(s.pattern);
+  if (typeof s.pattern === "string" && !libraryPattern) {
     try {
       parts.push({ key: "pattern", lang: patternLang(false) });
     } catch (e) {
@@ -139,8 +142,15 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
       relax("pattern", e.message);
     }
   }
-  if (typeof s.format === "string" && Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format) && s.pattern === undefined)
-    parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+  // The format holds beside the pattern (a date matching "^2" is still a date); formats that say
+  // nothing, or that zod defines by the pattern it emits with them, add no part.
+  if (s.format !== undefined) {
+    if (typeof s.format !== "string") relax("format", "format must be a string");
+    else if (ANY_STRING_FORMATS.has(s.format) || (PATTERN_DEFINED_FORMATS.has(s.format) && s.pattern !== undefined)) {
+      // nothing beyond the pattern
+    } else if (!Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format)) relax("format", `format ${JSON.stringify(s.format)} is not supported`);
+    else parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+  }
   let searching = false;
   return withAutomatonBudget(() => {
     for (;;) {

@@ -5,6 +5,7 @@ import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/
 import { xmlLayoutOf } from "../../src/engines/llama-cpp/xml-tool-calls.ts";
 import { closeFreeLang, rawStringGrammar, xmlArgumentsGrammar } from "../../src/grammar/xml-arguments.ts";
 import { langMatcher } from "../../src/grammar/automaton.ts";
+import { LIBRARY_FORMAT_PATTERNS } from "../../src/grammar/json-schema-to-gbnf.ts";
 
 // Qwen3-Coder's XML parameters read back into JSON arguments, and the raw-string grammar's
 // exclusion of the closing tag. (The integration tests run both against a model: chat-tool-xml-args.)
@@ -70,6 +71,21 @@ test("a raw string's pattern is a search, as JSON Schema reads it, where a full 
   assert.deepEqual(await rawAccepts({ type: "string", minLength: 5, pattern: "\\d{3}" }, ["ab123", "12345", "abcde", "123"]), [true, true, false, false]);
   // A full match still wins where it has values: the pattern's own text, not padded.
   assert.deepEqual(await rawAccepts({ type: "string", pattern: "[a-z]{2}", minLength: 2 }, ["ab", "xaby"]), [true, false]);
+});
+
+test("a raw string's format holds beside its pattern, and a format that cannot be enforced is refused in strict mode, not ignored", async () => {
+  // The format was dropped whenever a pattern was present: "^2" alone gave the value "2", no date.
+  assert.deepEqual(await rawAccepts({ type: "string", format: "date", pattern: "^2" }, ["2024-01-31", "2", "2024-13-01"]), [true, false, false]);
+  assert.throws(() => rawStringGrammar({ type: "string", format: "date", pattern: "^x" }, "\n</parameter>\n", true, "properties.x"), /properties\.x\.format: no string satisfies/);
+  // zod's z.iso.duration() pattern (lookaheads inside) is implied by the format, enforced alone.
+  const duration = { type: "string", format: "duration", pattern: LIBRARY_FORMAT_PATTERNS.duration[0] };
+  assert.deepEqual(await rawAccepts(duration, ["P3D", "PT1H30M", "P", "3D"]), [true, true, false, false]);
+  // zod's own format names defined by their pattern, and formats that allow any string, add nothing.
+  assert.deepEqual(await rawAccepts({ type: "string", format: "starts_with", pattern: "^ab.*" }, ["abc", "xab"]), [true, false]);
+  assert.deepEqual(await rawAccepts({ type: "string", format: "password", minLength: 2 }, ["pw", "p"]), [true, false]);
+  // An unknown format was silently ignored, strict or not.
+  assert.throws(() => rawStringGrammar({ type: "string", format: "hostname" }, "\n</parameter>\n", true, "properties.x"), /properties\.x\.format: format "hostname" is not supported/);
+  assert.deepEqual(rawStringGrammar({ type: "string", format: "hostname" }, "\n</parameter>\n", false, "properties.x").relaxed.map((r) => r.path), ["properties.x.format"]);
 });
 
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
