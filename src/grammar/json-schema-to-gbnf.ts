@@ -326,6 +326,8 @@ class Converter {
   /** The grammar as llama.cpp will build it, parsed once for the finiteness check and the load cost. */
   parsed: ParsedGrammar | undefined;
   private readonly relaxedKeys = new Set<string>();
+  /** Rules of schemas that inline a reference, by their text (inliningRule). */
+  private readonly inliningRules = new Map<string, string>();
   private depth = 0;
 
   constructor(
@@ -411,7 +413,7 @@ class Converter {
       if (keys.length === 1) return this.ref(schema.$ref, join(path, "$ref"), left);
       // 2019-09+ applies the siblings too; draft-07 ignores them. Enforcing both is valid under either.
       const { $ref, ...rest } = schema;
-      return this.visit({ allOf: [{ $ref }, rest] }, path, left);
+      return this.inliningRule(schema, path, left, (inner) => this.visit({ allOf: [{ $ref }, rest] }, path, inner));
     }
     if (has(schema, "allOf")) {
       // pydantic v1 writes a field that refers to a model and has a title or description as
@@ -419,8 +421,12 @@ class Converter {
       // (refused as nested too deep); as the reference itself it keeps its one rule.
       const sole = keys.length === 1 ? soleReference(schema.allOf) : -1;
       if (sole >= 0) return this.visit((schema.allOf as unknown[])[sole], join(join(path, "allOf"), sole), left);
-      const { merged, inlined } = this.mergeAllOf(schema, path, left);
-      return this.visit(merged, path, new Set([...left, ...inlined]));
+      const build = (inner: ReadonlySet<string>) => {
+        const { merged, inlined } = this.mergeAllOf(schema, path, inner);
+        return this.visit(merged, path, new Set([...inner, ...inlined]));
+      };
+      const refers = Array.isArray(schema.allOf) && schema.allOf.some((part) => isObject(part) && has(part, "$ref"));
+      return refers ? this.inliningRule(schema, path, left, build) : build(left);
     }
     if (has(schema, "anyOf") || has(schema, "oneOf")) {
       if (has(schema, "anyOf") && has(schema, "oneOf")) throw new UnsupportedSchemaError(join(path, "oneOf"), "anyOf and oneOf together are not supported");
@@ -527,6 +533,24 @@ class Converter {
       else throw new UnsupportedSchemaError(path, `unresolvable reference ${ref}`);
     }
     return { target: node, targetPath: tokens.join("."), pointer: "#" + pointer };
+  }
+
+  /**
+   * One rule per schema that inlines a reference with keywords beside it (`{$ref: A, maxProperties:
+   * 1}`, or an allOf with a `$ref` part), keyed by its text: references are absolute, so the same
+   * text is the same schema wherever it stands. A definition that holds such a schema inside itself
+   * (A's `next: {$ref: A, maxProperties: 1}`) then meets the rule being defined and refers to it,
+   * where inlining would repeat itself without end.
+   */
+  private inliningRule(schema: Schema, path: string, left: ReadonlySet<string>, build: (left: ReadonlySet<string>) => string): string {
+    const key = `inline:${JSON.stringify(schema)}`;
+    if (left.has(key)) throw new UnsupportedSchemaError(path, "left-recursive reference (the schema can reach itself without consuming input)");
+    const known = this.inliningRules.get(key);
+    if (known !== undefined) return known;
+    const name = this.b.reserve(`ref-${hintOf(path)}`);
+    this.inliningRules.set(key, name);
+    this.b.define(name, build(new Set([...left, key])));
+    return name;
   }
 
   /** One rule per referenced definition, so recursive definitions work. */

@@ -507,6 +507,22 @@ describe("grammar text", () => {
     await assertAccepts({ allOf: [{ $ref: "#/$defs/n" }], $defs: { n: { type: "integer", minimum: 1 } }, maximum: 3 }, ["1", "3"], ["0", "4"]);
   });
 
+  test("a recursive $ref with keywords beside it, inside its own definition, is one rule rather than inlined without end", async () => {
+    // Was a 400 "schemas nest (through references too) more than 512 deep", strict or not.
+    const linked = (next: object) => ({
+      $defs: { a: { type: "object", properties: { v: { type: "integer" }, next }, additionalProperties: false } },
+      $ref: "#/$defs/a",
+    });
+    for (const next of [{ $ref: "#/$defs/a", maxProperties: 1 }, { allOf: [{ $ref: "#/$defs/a" }], maxProperties: 1 }]) {
+      const schema = linked(next);
+      assert.deepEqual(compileJsonSchema(schema, { strict: true }).relaxed, []);
+      await assertAccepts(schema, ['{"v":1,"next":{"next":{"next":{}}}}', '{"v":1,"next":{"v":2}}'], ['{"v":1,"next":{"v":2,"next":{}}}', '{"next":{"x":1}}']);
+    }
+    // Reached without consuming input, it is still refused as left recursion, not looped on.
+    const left = { $defs: { a: { anyOf: [{ $ref: "#/$defs/a", maxProperties: 1 }, { type: "null" }] } }, $ref: "#/$defs/a" };
+    assert.throws(() => compileJsonSchema(left), /recursive reference #\/\$defs\/a/);
+  });
+
   test("empty schema and true allow any JSON value; json_object allows any object", async () => {
     for (const s of [{}, true, { description: "anything" }]) {
       await assertAccepts(s, ["1", '"s"', "null", '{"a":[1,{"b":false}]}', "[]", "-1.5e3"], ["", "undefined", "{a:1}"]);
