@@ -442,15 +442,20 @@ class Converter {
       if (values) return this.enumExpr({ enum: values }, join(path, key));
       if (branches.length > this.limits.maxBranches)
         throw new SchemaLimitError(join(path, key), `${key} has ${branches.length} branches (limit ${this.limits.maxBranches})`);
-      const exprs = branches.map((branch, i) => {
-        const p = join(join(path, key), i);
-        if (Object.keys(rest).length === 0) return this.visit(branch, p, left);
-        // Sibling keywords apply to every branch.
-        const seen = new Set(left);
-        const { merged, inlined } = this.mergeParts([{ schema: rest, path }, ...this.partsOf(branch, p, seen)], path);
-        return this.visit(merged, p, new Set([...seen, ...inlined]));
-      });
-      return this.b.atom(hintOf(path, key), alt(...exprs));
+      const build = (left: ReadonlySet<string>) => {
+        const exprs = branches.map((branch, i) => {
+          const p = join(join(path, key), i);
+          if (Object.keys(rest).length === 0) return this.visit(branch, p, left);
+          // Sibling keywords apply to every branch.
+          const seen = new Set(left);
+          const { merged, inlined } = this.mergeParts([{ schema: rest, path }, ...this.partsOf(branch, p, seen)], path);
+          return this.visit(merged, p, new Set([...seen, ...inlined]));
+        });
+        return this.b.atom(hintOf(path, key), alt(...exprs));
+      };
+      // Siblings merged into a branch that refers to a definition inline it (see inliningRule).
+      const refers = Object.keys(rest).length > 0 && branches.some((b) => isObject(b) && has(b, "$ref"));
+      return refers ? this.inliningRule(schema, path, left, build) : build(left);
     }
     if (has(schema, "enum") || has(schema, "const")) return this.enumExpr(schema, path);
 

@@ -518,6 +518,8 @@ describe("grammar text", () => {
       assert.deepEqual(compileJsonSchema(schema, { strict: true }).relaxed, []);
       await assertAccepts(schema, ['{"v":1,"next":{"next":{"next":{}}}}', '{"v":1,"next":{"v":2}}'], ['{"v":1,"next":{"v":2,"next":{}}}', '{"next":{"x":1}}']);
     }
+    const nullable = linked({ anyOf: [{ $ref: "#/$defs/a" }, { type: "null" }], maxProperties: 1 });
+    await assertAccepts(nullable, ['{"v":1,"next":null}', '{"next":{"next":{"v":2}}}'], ['{"v":1,"next":{"v":2,"next":null}}']);
     // Reached without consuming input, it is still refused as left recursion, not looped on.
     const left = { $defs: { a: { anyOf: [{ $ref: "#/$defs/a", maxProperties: 1 }, { type: "null" }] } }, $ref: "#/$defs/a" };
     assert.throws(() => compileJsonSchema(left), /recursive reference #\/\$defs\/a/);
