@@ -135,11 +135,25 @@ export class UnsupportedSchemaError extends Error {
   readonly path: string;
   /** "unsupported": cannot be enforced (relaxed with `strict: false`); "limit": beyond SchemaLimits. */
   readonly code: "unsupported" | "limit" = "unsupported";
+  /** The message without the path. */
+  readonly reason: string;
   constructor(path: string, message: string) {
-    super(`${path === "" ? "schema" : path}: ${message}`);
+    super(`${path === "" ? "schema" : shortPath(path)}: ${message}`);
     this.name = "UnsupportedSchemaError";
     this.path = path;
+    this.reason = message;
   }
+}
+
+/**
+ * A path as the message shows it: a deeply nested one (`anyOf.0.anyOf.0…`, hundreds of levels) keeps
+ * its first and last keys around a count of those left out, so the message stays readable; `path`
+ * keeps it whole.
+ */
+export function shortPath(path: string, head = 6, tail = 10): string {
+  const keys = path.split(".");
+  if (keys.length <= head + tail + 1) return path;
+  return [...keys.slice(0, head), `…(${keys.length - head - tail} more keys)…`, ...keys.slice(-tail)].join(".");
 }
 
 /** The schema is beyond a SchemaLimits bound: refuse the request (400), never relax or fall back. */
@@ -565,7 +579,7 @@ class Converter {
       resolved = this.resolve(ref, path);
     } catch (e) {
       if (!(e instanceof UnsupportedSchemaError) || this.strict) throw e;
-      this.relax(path, e.message.slice(e.message.indexOf(": ") + 2));
+      this.relax(path, e.reason);
       return this.anyValue();
     }
     const { target, targetPath, pointer } = resolved;

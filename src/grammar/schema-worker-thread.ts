@@ -8,8 +8,7 @@ try {
   parentPort!.postMessage({ ok: true, gbnf, relaxed, loadCost });
 } catch (e) {
   if (e instanceof UnsupportedSchemaError) {
-    const prefix = `${e.path === "" ? "schema" : e.path}: `;
-    const message = e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message;
+    const message = e.reason;
     parentPort!.postMessage({ ok: false, code: e.code, path: e.path, message });
   } else parentPort!.postMessage({ ok: false, code: "internal", path: "", message: e instanceof Error ? e.message : String(e) });
 }

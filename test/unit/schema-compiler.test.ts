@@ -27,6 +27,20 @@ test("compiles in the worker, refuses what it cannot enforce, and caches", async
   assert.equal(again, out, "a schema seen before is not compiled again");
 });
 
+test("a refusal deep in a schema keeps its whole path, and its message a readable one", async () => {
+  // anyOf nested 300 deep: the message repeated "anyOf.0." 256 times (over a kilobyte).
+  let deep: unknown = { type: "string" };
+  for (let i = 0; i < 300; i++) deep = { anyOf: [deep] };
+  await assert.rejects(compiler.compile(deep), (e: unknown) => {
+    assert.ok(e instanceof SchemaLimitError);
+    assert.equal(e.path, Array.from({ length: 128 }, () => "anyOf.0").join("."));
+    assert.ok(e.message.length < 200, e.message);
+    assert.match(e.message, /^anyOf\.0\.anyOf\.0\.anyOf\.0\.…\(240 more keys\)…\.anyOf\.0(\.anyOf\.0){4}: the schema nests more than 256 levels deep$/);
+    assert.equal(e.reason, "the schema nests more than 256 levels deep");
+    return true;
+  });
+});
+
 test("the event loop keeps running while a costly schema compiles", async () => {
   let ticks = 0;
   let worst = 0;
