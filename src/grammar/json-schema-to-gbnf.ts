@@ -342,6 +342,9 @@ class Converter {
   private readonly relaxedKeys = new Set<string>();
   /** Rules of schemas that inline a reference, by their text (inliningRule). */
   private readonly inliningRules = new Map<string, string>();
+  /** How often each reference was inlined by a merge, and where first (for the depth refusal). */
+  private readonly inlineCounts = new Map<string, number>();
+  private readonly inlinedAt = new Map<string, string>();
   private depth = 0;
 
   constructor(
@@ -408,7 +411,13 @@ class Converter {
   /** An atomic GBNF item matching exactly the values of `schema`. `left`: references entered
    *  since the last consumed character (to refuse left recursion). */
   private visit(schema: unknown, path: string, left: ReadonlySet<string>): string {
-    if (++this.depth > this.limits.maxVisitDepth) throw new SchemaLimitError(path, `schemas nest (through references too) more than ${this.limits.maxVisitDepth} deep`);
+    if (++this.depth > this.limits.maxVisitDepth) {
+      // Mostly a definition merged into itself at every level (allOf, or keywords beside a $ref,
+      // whose merged text grows so no one rule can stand for it): name it, where it was first inlined.
+      const [pointer, first] = [...this.inlinedAt].find(([p]) => (this.inlineCounts.get(p) ?? 0) >= 16) ?? [];
+      if (pointer !== undefined) throw new UnsupportedSchemaError(first!, `recursive reference ${pointer} is merged with the keywords beside it (allOf, or siblings of $ref) at every level, so its expansion never ends; put those keywords inside the definition`);
+      throw new SchemaLimitError(path, `schemas nest (through references too) more than ${this.limits.maxVisitDepth} deep`);
+    }
     try {
       return this.visitInner(schema, path, left);
     } finally {
@@ -693,6 +702,8 @@ class Converter {
       if (enclosing.has(pointer)) throw new UnsupportedSchemaError(refPath, `recursive reference ${pointer} inside allOf`);
       if (!inlined.has(pointer)) {
         inlined.add(pointer);
+        this.inlineCounts.set(pointer, (this.inlineCounts.get(pointer) ?? 0) + 1);
+        if (!this.inlinedAt.has(pointer)) this.inlinedAt.set(pointer, refPath);
         out.push(...this.partsOf(target, targetPath, inlined, new Set([...enclosing, pointer])));
       }
     }

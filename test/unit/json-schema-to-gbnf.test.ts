@@ -520,6 +520,13 @@ describe("grammar text", () => {
     }
     const nullable = linked({ anyOf: [{ $ref: "#/$defs/a" }, { type: "null" }], maxProperties: 1 });
     await assertAccepts(nullable, ['{"v":1,"next":null}', '{"next":{"next":{"v":2}}}'], ['{"v":1,"next":{"v":2,"next":null}}']);
+    // Keywords merged into the definition at each level again (next's next gains maxProperties,
+    // its next too, …) have no one rule: refused naming the reference, where it is first merged.
+    const growing = linked({ allOf: [{ $ref: "#/$defs/a" }, { properties: { next: { maxProperties: 1 } } }] });
+    assert.throws(
+      () => compileJsonSchema(growing),
+      (e: unknown) => e instanceof UnsupportedSchemaError && e.code === "unsupported" && e.path === "$defs.a.properties.next.allOf.0.$ref" && /recursive reference #\/\$defs\/a is merged with the keywords beside it/.test(e.message),
+    );
     // Reached without consuming input, it is still refused as left recursion, not looped on.
     const left = { $defs: { a: { anyOf: [{ $ref: "#/$defs/a", maxProperties: 1 }, { type: "null" }] } }, $ref: "#/$defs/a" };
     assert.throws(() => compileJsonSchema(left), /recursive reference #\/\$defs\/a/);
