@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import type { z } from "zod";
+import { prepareDataDir } from "../config/data-dir.ts";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { ApiError } from "../core/errors.ts";
 import { openSqliteStore } from "../store/sqlite-store.ts";
@@ -21,6 +22,7 @@ export const KEYS_USAGE = `usage:
 /** Opens the store of the configured data directory (applying its migrations), runs `use`, closes it. */
 async function withStore<T>(flags: Record<string, unknown>, use: (store: TenancyStore) => T): Promise<T> {
   const config = loadConfig({ "data-dir": flags["data-dir"], config: flags.config });
+  prepareDataDir(config["data-dir"]);
   const main = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: 0 });
   const store = new TenancyStore(config["data-dir"]);
   try {

@@ -1,5 +1,6 @@
 import { availableParallelism } from "node:os";
 import { buildApp } from "../app.ts";
+import { prepareDataDir } from "../config/data-dir.ts";
 import { modelSpecs, upstreamSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
@@ -93,6 +94,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   }
   const staticKeys = [...config["api-key"], ...readKeyFile(config["api-key-file"])];
   if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
+  prepareDataDir(config["data-dir"]);
   const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
   const tenancyStore = new TenancyStore(config["data-dir"]);
   const key = loadOrCreateSecretKey(config["data-dir"]);

@@ -1,0 +1,49 @@
+import { accessSync, constants, mkdirSync, statSync } from "node:fs";
+import { ConfigError } from "./load.ts";
+
+const HINT = "pick another with --data-dir or PLINTH_DATA_DIR";
+
+/**
+ * Makes sure the data directory exists (created 0700 when new) and that this user may write in it,
+ * before the store opens it. Without this a file in its place surfaced as a bare
+ * "EEXIST: file already exists, mkdir …" and a directory of another user as "EACCES: …", neither
+ * saying that the data directory was the problem or what to do about it.
+ */
+export function prepareDataDir(dir: string): void {
+  const what = `the data directory ${dir}`;
+  let existing;
+  try {
+    existing = statSync(dir, { throwIfNoEntry: false });
+  } catch (err) {
+    throw new ConfigError(`cannot use ${what}: ${reason(err)}; ${HINT}`);
+  }
+  if (existing && !existing.isDirectory()) throw new ConfigError(`${what} is not a directory (a file is in its place); ${HINT}`);
+  if (!existing) {
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      throw new ConfigError(`cannot create ${what}: ${reason(err)}; ${HINT}`);
+    }
+  }
+  try {
+    accessSync(dir, constants.R_OK | constants.W_OK | constants.X_OK);
+  } catch (err) {
+    throw new ConfigError(`cannot use ${what}: ${reason(err)}; ${HINT}`);
+  }
+}
+
+/** The cause in words, for the codes a path can fail with; Node's own message for the rest. */
+function reason(err: unknown): string {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case "EACCES":
+    case "EPERM":
+      return "permission denied (this user may not write there)";
+    case "EEXIST":
+    case "ENOTDIR":
+      return "a part of its path is a file, not a directory";
+    case "EROFS":
+      return "the file system is read-only";
+    default:
+      return (err as Error).message;
+  }
+}

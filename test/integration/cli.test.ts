@@ -1,0 +1,74 @@
+import assert from "../helpers/assert.ts";
+import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+// The command line as a user meets it: the real CLI in a child process, its exit code and what it
+// prints. A mistake in the invocation must say what is wrong in a line or two, never a bare errno.
+
+const MAIN = fileURLToPath(new URL("../../src/cli/main.ts", import.meta.url));
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `plinth <args>`; `asUser` runs it as that uid/gid (root only: to meet a permission check root would pass). */
+function plinth(args: string[], opts: { asUser?: number; timeoutMs?: number } = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ["--import", "tsx", MAIN, ...args],
+      { timeout: opts.timeoutMs ?? 30_000, uid: opts.asUser, gid: opts.asUser, env: { ...process.env, PLINTH_CONFIG: "" } },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr }),
+    );
+  });
+}
+
+const scratch = () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-cli-"));
+  chmodSync(dir, 0o755); // readable by the other user the permission checks run as
+  return dir;
+};
+
+test("a data directory that is a file, or under a file, is refused naming the data directory", async () => {
+  const dir = scratch();
+  const file = path.join(dir, "file");
+  writeFileSync(file, "");
+  for (const [args, dataDir] of [
+    [["serve", "--port", "0"], file],
+    [["keys", "list"], file],
+    [["usage"], path.join(file, "sub")],
+  ] as const) {
+    const r = await plinth([...args, "--data-dir", dataDir]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, new RegExp(`data directory ${dataDir.replaceAll("/", "\\/")}`), r.stderr);
+    assert.match(r.stderr, /not a directory|a part of its path is a file/);
+    assert.doesNotMatch(r.stderr, /EEXIST|ENOTDIR/);
+    assert.ok(r.stderr.trim().split("\n").length <= 2, r.stderr);
+  }
+});
+
+test("a data directory this user may not create or write in is refused naming the data directory", async () => {
+  const dir = scratch();
+  const locked = path.join(dir, "locked");
+  mkdirSync(locked);
+  // Root passes every permission check, so as root the CLI runs as nobody, for whom a root-owned
+  // 0755 directory is read-only; anyone else makes the directory read-only for themselves.
+  const root = process.getuid?.() === 0;
+  if (!root) chmodSync(locked, 0o555);
+  const asUser = root ? 65534 : undefined;
+  for (const dataDir of [locked, path.join(locked, "new")]) {
+    for (const args of [["keys", "list"], ["serve", "--port", "0"]]) {
+      const r = await plinth([...args, "--data-dir", dataDir], { asUser });
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(r.stderr, new RegExp(`the data directory ${dataDir.replaceAll("/", "\\/")}`), r.stderr);
+      assert.match(r.stderr, /permission denied/);
+      assert.doesNotMatch(r.stderr, /EACCES/);
+    }
+  }
+});
