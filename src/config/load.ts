@@ -36,8 +36,14 @@ function readConfigFile(path: string): Raw {
   } catch (err) {
     throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
   }
-  const data = parseYaml(text) ?? {};
-  if (typeof data !== "object" || Array.isArray(data)) throw new ConfigError(`config file ${path} must hold a mapping of settings`);
+  let data: unknown;
+  try {
+    data = parseYaml(text) ?? {};
+  } catch (err) {
+    // The parser's message says where in the file, not which file: name it, or the user is left guessing.
+    throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message.trim()}`);
+  }
+  if (typeof data !== "object" || data === null || Array.isArray(data)) throw new ConfigError(`config file ${path} must hold a mapping of settings`);
   // A misspelt key (`prot: 9000`) would otherwise leave its setting at the default without a word.
   for (const key of Object.keys(data)) {
     if (key in configSchema.shape) continue;

@@ -85,3 +85,16 @@ test("an unknown key in the config file is refused, naming it", () => {
   assert.equal(c.ui, false);
   assert.equal(c.parallel, 2);
 });
+
+test("a config file that is not valid YAML is refused naming the file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "plinth-config-"));
+  const file = join(dir, "plinth.yaml");
+  for (const text of ["port: [1\n", "port: 1\nport: 2\n", "model:\n  - a\n - b\n"]) {
+    writeFileSync(file, text);
+    assert.throws(
+      () => loadConfig({ config: file }, {}),
+      (e: unknown) => e instanceof ConfigError && e.message.startsWith(`config file ${file} is not valid YAML: `) && /line \d+/.test(e.message),
+      JSON.stringify(text),
+    );
+  }
+});
