@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import type { z } from "zod";
+import { onlyUsed } from "./args.ts";
 import { prepareDataDir } from "../config/data-dir.ts";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { ApiError } from "../core/errors.ts";
@@ -58,6 +59,13 @@ function cliTime(value: string, flag: string): number {
   }
 }
 
+/** What each keys command reads: its options, and how many words follow its name. */
+const KEYS_TAKES = {
+  create: { options: ["name", "models", "rpm", "tpm", "max-concurrency", "budget-tokens", "expires", "json", "data-dir"], words: 0 },
+  list: { options: ["json", "data-dir"], words: 0 },
+  revoke: { options: ["data-dir"], words: 1 },
+} as const;
+
 /** `plinth keys …`. Returns the exit code. */
 export async function keysCommand(argv: string[], out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const { values, positionals } = parseArgs({
@@ -77,6 +85,7 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
     },
   });
   const [sub, ...rest] = positionals;
+  if (sub === "create" || sub === "list" || sub === "revoke") onlyUsed(`keys ${sub}`, values, rest, KEYS_TAKES[sub], `\n\n${KEYS_USAGE}`);
   if (sub === "create") {
     if (!values.name) throw new ConfigError(`keys create needs --name\n\n${KEYS_USAGE}`);
     const settings = {
@@ -134,8 +143,9 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
 
 /** `plinth usage`: the ledger's totals as a table. */
 export async function usageCommand(argv: string[], out: NodeJS.WritableStream = process.stdout): Promise<number> {
-  const { values } = parseArgs({
+  const { values, positionals } = parseArgs({
     args: argv,
+    allowPositionals: true,
     options: {
       from: { type: "string" },
       to: { type: "string" },
@@ -145,6 +155,7 @@ export async function usageCommand(argv: string[], out: NodeJS.WritableStream = 
       config: { type: "string" },
     },
   });
+  onlyUsed("usage", values, positionals, { options: Object.keys(values), words: 0 }, `\n\n${KEYS_USAGE}`);
   if (values.from !== undefined) cliTime(values.from, "--from");
   if (values.to !== undefined) cliTime(values.to, "--to");
   const q = usageQuery.safeParse({ from: values.from, to: values.to, group_by: values["group-by"] });

@@ -3,11 +3,18 @@ import { ConfigError, loadConfig } from "../config/load.ts";
 import { listCachedModels } from "../models/cache-list.ts";
 import { resolveModelPath } from "../models/download.ts";
 import { parseModelArg } from "../models/source.ts";
+import { onlyUsed, type Takes } from "./args.ts";
 import { createProgressBar } from "./progress-bar.ts";
 import { KEYS_USAGE, keysCommand, usageCommand } from "./keys.ts";
 import { serve } from "./serve.ts";
 import { SERVE_OPTIONS, USAGE } from "./serve-options.ts";
 
+/** What each command reads; serve reads every serve option, pull and models only where the cache is. */
+const COMMAND_TAKES: Record<string, Takes> = {
+  serve: { options: Object.keys(SERVE_OPTIONS), words: 0 },
+  pull: { options: ["cache-dir"], words: Infinity },
+  models: { options: ["cache-dir"], words: 0 },
+};
 
 async function main(argv: string[]): Promise<number> {
   // Key and usage commands have options of their own.
@@ -28,6 +35,8 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const [command = "serve", ...rest] = positionals;
+  const takes = COMMAND_TAKES[command];
+  if (takes) onlyUsed(command, values, rest, takes, "; plinth --help lists each command's options");
   // `--no-ui` is the one negative flag: it sets the `ui` setting (PLINTH_UI=false, `ui: false` in YAML).
   const { "no-ui": noUi, ...flags } = values;
   const config = loadConfig(noUi ? { ...flags, ui: false } : flags);

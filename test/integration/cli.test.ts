@@ -72,3 +72,30 @@ test("a data directory this user may not create or write in is refused naming th
     }
   }
 });
+
+test("a word or an option a command does not use is refused, not ignored", async () => {
+  const dataDir = scratch();
+  for (const [args, message] of [
+    [["keys", "list", "extra"], /keys list takes no arguments, got 'extra'/],
+    [["keys", "list", "--rpm", "5"], /keys list does not take --rpm/],
+    [["keys", "create", "--name", "n", "extra"], /keys create takes no arguments, got 'extra'/],
+    [["keys", "revoke", "a", "b"], /keys revoke takes 1 argument, got 'b'/],
+    [["keys", "revoke", "a", "--json"], /keys revoke does not take --json/],
+    [["usage", "extra"], /usage takes no arguments, got 'extra'/],
+    [["serve", "extra", "--port", "0"], /serve takes no arguments, got 'extra'/],
+    [["serve", "--log-bodies", "off", "--port", "0"], /serve takes no arguments, got 'off' \(--log-bodies, --no-auth and --no-ui take no value\)/],
+    [["models", "extra"], /models takes no arguments, got 'extra'/],
+    [["models", "--port", "5"], /models does not take --port/],
+    [["pull", "--gpu", "off", "hf:a/b/c.gguf"], /pull does not take --gpu/],
+  ] as const) {
+    const withDir = args[0] === "keys" || args[0] === "usage" || args[0] === "serve" ? [...args, "--data-dir", dataDir] : [...args];
+    const r = await plinth(withDir, { timeoutMs: 15_000 });
+    assert.equal(r.code, 1, `${args.join(" ")}: ${r.stdout}${r.stderr}`);
+    assert.match(r.stderr, message, args.join(" "));
+    assert.equal(r.stdout, "", args.join(" "));
+  }
+  // What the commands do take still works.
+  const listed = await plinth(["keys", "list", "--json", "--data-dir", dataDir]);
+  assert.equal(listed.code, 0, listed.stderr);
+  assert.equal(listed.stdout, "[]\n");
+});
