@@ -21,6 +21,22 @@ const timerSeconds = () => z.number().max(MAX_TIMER_SECONDS, `must be at most ${
 export const chatWrapperName = z.enum(["auto", "general", "deepSeek", "qwen", "llama3.2-lightweight", "llama3.1", "llama3", "llama2Chat", "mistral", "alpacaChat", "functionary", "chatML", "falconChat", "gemma4", "gemma", "harmony", "muse", "seed"]);
 
 /**
+ * Every yes/no setting takes the same words, from a flag, PLINTH_* or YAML (where `on` is a string
+ * and `1` a number):
+ * a boolean, or true/false, on/off, 1/0 in any case. One set for all, so a value that works for
+ * --ledger works for log-bodies too.
+ */
+const YES = new Set(["true", "on", "1"]);
+const NO = new Set(["false", "off", "0"]);
+const yesNoWord = (v: unknown) => {
+  // YAML reads `1` and `0` as numbers.
+  const word = typeof v === "string" || typeof v === "number" ? String(v).trim().toLowerCase() : undefined;
+  return word === undefined ? v : YES.has(word) ? true : NO.has(word) ? false : v;
+};
+const yesNoValue = () => z.preprocess(yesNoWord, z.boolean({ error: "must be true/false, on/off or 1/0" }));
+const yesNo = (fallback: boolean) => z.preprocess(yesNoWord, z.boolean({ error: "must be true/false, on/off or 1/0" }).default(fallback));
+
+/**
  * A model entry: `[name=]source` as on the command line, or (in a config file) an object that also
  * sets that model's own context size, parallel sequences and prompt format.
  */
@@ -53,7 +69,7 @@ export const upstreamEntry = z.union([
     "first-token-timeout": timerSeconds().positive().optional(),
     "idle-timeout": timerSeconds().positive().optional(),
     /** Count prompt tokens through the upstream's /tokenize (default true; off for upstreams without one). */
-    tokenize: z.boolean().optional(),
+    tokenize: yesNoValue().optional(),
     /** Request features the upstream lacks, by canonical name (logitBias, topK, reasoning, …): refused with a 400. */
     unsupported: z.array(z.string().min(1)).optional(),
   }),
@@ -66,12 +82,6 @@ const nameList = z.preprocess(
   z.array(z.string()).transform((items) => items.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean)),
 );
 
-/** A yes/no setting: a boolean, or "true"/"false"/"1"/"0"/"on"/"off" from a flag or the environment. */
-const yesNo = (fallback: boolean) =>
-  z.preprocess(
-    (v) => (v === "true" || v === "1" || v === "on" ? true : v === "false" || v === "0" || v === "off" ? false : v),
-    z.boolean().default(fallback),
-  );
 
 export const configSchema = z.object({
   model: z.array(modelEntry).default([]),
@@ -153,15 +163,9 @@ export const configSchema = z.object({
   /** Seconds a scale-to-zero serving endpoint may sit idle before its models are unloaded. */
   "scale-to-zero-after": z.number().positive().default(1800),
   /** Put request and response bodies (prompts, answers) in the request log. */
-  "log-bodies": z.preprocess(
-    (v) => (v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v),
-    z.boolean().default(false),
-  ),
+  "log-bodies": yesNo(false),
   /** The web console (playground and operator's view) at `/`; `--no-ui` turns it off. */
-  ui: z.preprocess(
-    (v) => (v === "true" || v === "1" || v === "on" ? true : v === "false" || v === "0" || v === "off" ? false : v),
-    z.boolean().default(true),
-  ),
+  ui: yesNo(true),
   /** API keys accepted as they are (no limits); with any key configured, requests need one. */
   "api-key": nameList.default([]),
   /** A file of API keys, one a line (blank lines and lines starting with # are skipped). */

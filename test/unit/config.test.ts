@@ -98,3 +98,25 @@ test("a config file that is not valid YAML is refused naming the file", () => {
     );
   }
 });
+
+test("every yes/no setting takes the same words, from the environment and from YAML", () => {
+  const dir = mkdtempSync(join(tmpdir(), "plinth-config-"));
+  const file = join(dir, "plinth.yaml");
+  const words: [string, boolean][] = [["true", true], ["on", true], ["1", true], ["ON", true], ["false", false], ["off", false], ["0", false], ["Off", false]];
+  for (const key of ["log-bodies", "ui", "no-auth", "metrics-auth", "ledger"] as const) {
+    const env = `PLINTH_${key.toUpperCase().replaceAll("-", "_")}`;
+    for (const [word, value] of words) {
+      assert.equal(loadConfig({}, { [env]: word })[key], value, `${env}=${word}`);
+      writeFileSync(file, `${key}: ${word}\n`);
+      assert.equal(loadConfig({ config: file }, {})[key], value, `${key}: ${word} in YAML`);
+    }
+    assert.throws(
+      () => loadConfig({}, { [env]: "maybe" }),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(`'${key}'`) && /true\/false, on\/off or 1\/0/.test(e.message),
+      env,
+    );
+  }
+  // An upstream's own yes/no in the file too.
+  writeFileSync(file, "upstream:\n  - name: up\n    url: http://h:8000\n    tokenize: off\n");
+  assert.deepEqual((loadConfig({ config: file }, {}).upstream[0] as { tokenize?: boolean }).tokenize, false);
+});
