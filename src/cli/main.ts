@@ -81,12 +81,19 @@ async function main(argv: string[]): Promise<number> {
   await server.loaded;
   // A shutdown under way aborts the loads still going, which settles `loaded`: it exits by itself.
   if (stopping) return -1;
-  // A server whose model could not be loaded serves nothing useful; serve() has said why, so exit.
-  if (server.registry.list().some((m) => m.status === "failed")) {
+  // A model that failed does not take the others down: they serve, and /health names the failed one
+  // with its error (503 "error"). Only a server none of whose models could load serves nothing; serve()
+  // has said why each failed, so it exits.
+  const models = server.registry.list();
+  const failed = models.filter((m) => m.status === "failed").map((m) => `'${m.id}'`);
+  if (models.length > 0 && failed.length === models.length) {
+    process.stderr.write(`plinth: no model could be loaded; exiting\n`);
     stopping = true; // a signal from here on exits at once rather than closing a second time
     await server.close();
     return 1;
   }
+  if (failed.length > 0)
+    process.stderr.write(`plinth: serving the other models without ${failed.join(", ")}, which failed to load (/health answers 503 with the error)\n`);
   return -1;
 }
 

@@ -1,10 +1,11 @@
 import assert from "../helpers/assert.ts";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { ensureFixtureModel } from "../fixtures/models.ts";
 
 // The command line as a user meets it: the real CLI in a child process, its exit code and what it
 // prints. A mistake in the invocation must say what is wrong in a line or two, never a bare errno.
@@ -98,4 +99,62 @@ test("a word or an option a command does not use is refused, not ignored", async
   const listed = await plinth(["keys", "list", "--json", "--data-dir", dataDir]);
   assert.equal(listed.code, 0, listed.stderr);
   assert.equal(listed.stdout, "[]\n");
+});
+
+test("a model that fails to load at startup leaves the others serving; only a server with no model left exits 1", async () => {
+  const dir = scratch();
+  const empty = path.join(dir, "empty.gguf");
+  writeFileSync(empty, "");
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", MAIN, "serve", "--model", `tiny=${await ensureFixtureModel()}`, "--model", `bad=${empty}`,
+      "--port", "0", "--threads", "1", "--ctx-size", "256", "--log-level", "silent", "--data-dir", path.join(dir, "data")],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  try {
+    let log = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`loading did not settle: ${log}`)), 60_000);
+      child.stderr!.on("data", (d: Buffer) => {
+        log += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(log);
+        if (m && /serving the other models without 'bad'/.test(log)) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      });
+      child.once("exit", (code) => reject(new Error(`the server exited (${code}): ${log}`)));
+    });
+    // Still up a moment later (the exit came right after the loads settled), serving the good model.
+    await new Promise((r) => setTimeout(r, 300));
+    const health = await fetch(`${url}/health`);
+    const body = await health.json();
+    assert.equal(health.status, 503);
+    assert.equal(body.status, "error");
+    assert.equal(body.models.tiny, "ready");
+    assert.match(body.models.bad, /^failed: .*it is empty/);
+    const chat = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+    });
+    assert.equal(chat.status, 200, await chat.clone().text());
+    const refused = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "bad", messages: [{ role: "user", content: "hi" }] }),
+    });
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).error.code, "model_unavailable");
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill("SIGKILL");
+  }
+
+  const none = await plinth(["serve", "--model", `bad=${empty}`, "--port", "0", "--log-level", "silent", "--data-dir", path.join(dir, "data")]);
+  assert.equal(none.code, 1, none.stderr);
+  assert.match(none.stderr, /model 'bad' failed to load/);
+  assert.match(none.stderr, /no model could be loaded/);
 });
