@@ -188,20 +188,24 @@ for (const model of MODELS) {
   });
 }
 
+/** A greedy chat request with logprobs whose strict schema forces the answer {"<key>": "<value>"}. */
+function forcedAnswer(model: string, key: string, value: string) {
+  const schema = { type: "object", properties: { [key]: { type: "string", enum: [value] } }, required: [key], additionalProperties: false };
+  return {
+    model,
+    messages: [{ role: "user" as const, content: "say it" }],
+    max_tokens: 60,
+    temperature: 0,
+    logprobs: true,
+    response_format: { type: "json_schema" as const, json_schema: { name: "x", strict: true, schema } },
+  };
+}
+
 for (const model of MODELS) {
   test(`${model}: a stop string whose first character spans tokens leaves that character's bytes out of the logprobs`, async () => {
     // The grammar forces 世界😀é; 😀 (4 bytes) is the stop string. Its first bytes' tokens add no text
     // of their own, and were reported although the stop starts at them.
-    const schema = { type: "object", properties: { a: { type: "string", enum: ["世界😀é"] } }, required: ["a"], additionalProperties: false };
-    const body = {
-      model,
-      messages: [{ role: "user" as const, content: "say it" }],
-      max_tokens: 60,
-      temperature: 0,
-      logprobs: true,
-      stop: "😀",
-      response_format: { type: "json_schema" as const, json_schema: { name: "x", strict: true, schema } },
-    };
+    const body = { ...forcedAnswer(model, "a", "世界😀é"), stop: "😀" };
     const bytesOf = (entries: Entry[]) => Buffer.from(entries.flatMap((e) => e.bytes ?? []));
     const r = await s.client.chat.completions.create(body);
     const content = r.choices[0].message.content!;
@@ -292,15 +296,7 @@ for (const model of MODELS) {
       assert.equal(echo.json.choices[0].text, text);
       assertLegacy(echo.json.choices[0].logprobs, text, `${model} echo`);
     }
-    const schema = { type: "object", properties: { v: { type: "string", enum: ["x\uFEFFy"] } }, required: ["v"], additionalProperties: false };
-    const body = {
-      model,
-      messages: [{ role: "user" as const, content: "say it" }],
-      max_tokens: 60,
-      temperature: 0,
-      logprobs: true,
-      response_format: { type: "json_schema" as const, json_schema: { name: "x", strict: true, schema } },
-    };
+    const body = forcedAnswer(model, "v", "x\uFEFFy");
     const r = await s.client.chat.completions.create(body);
     const content = r.choices[0].message.content!;
     assert.equal(JSON.parse(content).v, "x\uFEFFy");
