@@ -1,5 +1,5 @@
 import { ALL_CHARS, charClass, GrammarBuilder, literal, literalAlternatives, seq } from "./gbnf.ts";
-import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, langOfRegex, withAutomatonBudget } from "./automaton.ts";
+import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, langMatcher, langOfRegex, withAutomatonBudget } from "./automaton.ts";
 import { prefixRules } from "./compose.ts";
 import { LIBRARY_FORMAT_PATTERNS, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
 import { parsePattern, PatternError, PatternLimitError, type RegexNode } from "./regex-to-gbnf.ts";
@@ -97,9 +97,9 @@ export function closeFreeLang(close: string): Lang {
 
 /**
  * The grammar of a raw string value: the text, never containing `close`, held to the schema's
- * string keywords where it can be (enum and const; minLength, maxLength, pattern and format through
- * an automaton). With `strict` off, what cannot be enforced is relaxed and listed, as the JSON
- * schema compiler does; with it on, refused.
+ * string keywords where it can be (minLength, maxLength, pattern and format through an automaton;
+ * enum and const values filtered by them). With `strict` off, what cannot be enforced is relaxed
+ * and listed, as the JSON schema compiler does; with it on, refused.
  */
 export function rawStringGrammar(schema: unknown, close: string, strict: boolean, path: string): { gbnf: string; relaxed: Relaxation[] } {
   const s = (schema && typeof schema === "object" ? schema : {}) as Record<string, unknown>;
@@ -109,14 +109,6 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
     if (strict) throw new UnsupportedSchemaError(join(key), message);
     relaxed.push({ path: join(key), message });
   };
-  const constants = typeof s.const === "string" ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v): v is string => typeof v === "string") : undefined;
-  if (constants) {
-    const allowed = constants.filter((v) => !(v + close).slice(0, -1).includes(close));
-    if (allowed.length === 0) throw new UnsupportedSchemaError(join(s.const !== undefined ? "const" : "enum"), "no value can be written as a parameter");
-    const b = new GrammarBuilder();
-    b.define("root", literalAlternatives(allowed, (expr) => b.rule("value", expr)));
-    return { gbnf: b.render(), relaxed };
-  }
   const parts: Array<{ lang: Lang; key: string }> = [];
   const count = (key: string): number | undefined => {
     const v = s[key];
@@ -150,6 +142,27 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
       // nothing beyond the pattern
     } else if (!Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format)) relax("format", `format ${JSON.stringify(s.format)} is not supported`);
     else parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+  }
+  const constants = typeof s.const === "string" ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v): v is string => typeof v === "string") : undefined;
+  if (constants) {
+    const where = join(s.const !== undefined ? "const" : "enum");
+    let allowed = constants.filter((v) => !(v + close).slice(0, -1).includes(close));
+    if (allowed.length === 0) throw new UnsupportedSchemaError(where, "no value can be written as a parameter");
+    // The values are written as given, so each is held to the other keywords as a whole value (a
+    // pattern as the search JSON Schema makes of it), as the JSON path does.
+    for (const part of parts) {
+      try {
+        const matches = langMatcher(part.key === "pattern" ? patternLang(true) : part.lang);
+        allowed = allowed.filter((v) => matches(v));
+      } catch (e) {
+        if (!(e instanceof AutomatonLimitError)) throw e;
+        relax(part.key, e.message);
+      }
+      if (allowed.length === 0) throw new UnsupportedSchemaError(join(part.key), `no value of ${where.slice(where.lastIndexOf(".") + 1)} satisfies it`);
+    }
+    const b = new GrammarBuilder();
+    b.define("root", literalAlternatives(allowed, (expr) => b.rule("value", expr)));
+    return { gbnf: b.render(), relaxed };
   }
   let searching = false;
   return withAutomatonBudget(() => {

@@ -88,6 +88,15 @@ test("a raw string's format holds beside its pattern, and a format that cannot b
   assert.deepEqual(rawStringGrammar({ type: "string", format: "hostname" }, "\n</parameter>\n", false, "properties.x").relaxed.map((r) => r.path), ["properties.x.format"]);
 });
 
+test("a raw string's enum or const keeps only the values its other keywords allow, and names the keyword that leaves none", async () => {
+  // The values were written as given whatever the pattern, lengths or format beside them said.
+  assert.deepEqual(await rawAccepts({ enum: ["xay", "b"], pattern: "a" }, ["xay", "b"]), [true, false]);
+  assert.deepEqual(await rawAccepts({ type: "string", enum: ["ab", "abcd", "a"], minLength: 2, maxLength: 3 }, ["ab", "abcd", "a"]), [true, false, false]);
+  assert.deepEqual(await rawAccepts({ type: "string", enum: ["2024-01-31", "soon"], format: "date" }, ["2024-01-31", "soon"]), [true, false]);
+  assert.throws(() => rawStringGrammar({ const: "b", pattern: "a" }, "\n</parameter>\n", true, "properties.x"), /properties\.x\.pattern: no value of const satisfies it/);
+  assert.throws(() => rawStringGrammar({ enum: ["b", "c"], maxLength: 0 }, "\n</parameter>\n", false, "properties.x"), /properties\.x\.maxLength: no value of enum/);
+});
+
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
 
 test("DeepSeek V3.2's DSML parameters (string=\"true\" raw, string=\"false\" JSON) become a JSON object, and its grammar marks each kind", () => {
