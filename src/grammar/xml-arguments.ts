@@ -3,7 +3,7 @@ import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, l
 import { prefixRules } from "./compose.ts";
 import { LIBRARY_FORMAT_PATTERNS, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
 import { parsePattern, PatternError, PatternLimitError, type RegexNode } from "./regex-to-gbnf.ts";
-import { ANY_STRING_FORMATS, FORMAT_REGEX, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
+import { ANY_STRING_FORMATS, BOUNDED_FORMAT_MIN_LENGTH, boundedFormatRegex, FORMAT_REGEX, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
 
 // Grammars for tool-call arguments written as XML parameters rather than as one JSON object
 // (Qwen3-Coder's `<parameter=city>\nParis\n</parameter>\n`, GLM's `<arg_key>city</arg_key>…`,
@@ -118,7 +118,8 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
   };
   const [min, max] = [count("minLength") ?? 0, count("maxLength")];
   if (max !== undefined && max < min) throw new UnsupportedSchemaError(join("maxLength"), "maxLength is below minLength");
-  if (min > 0 || max !== undefined) parts.push({ key: max !== undefined ? "maxLength" : "minLength", lang: { kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min, max } as RegexNode } });
+  const lengths = (lo: number, hi: number | undefined): Lang => ({ kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: lo, max: hi } as RegexNode });
+  if (min > 0 || max !== undefined) parts.push({ key: max !== undefined ? "maxLength" : "minLength", lang: lengths(min, max) });
   // The pattern as a full match first (values are the pattern's own text, not padded), and as the
   // search JSON Schema makes of it where that leaves nothing (`[A-Z]` with minLength 8).
   const patternLang = (search: boolean): Lang => langOfRegex(parsePattern(s.pattern as string, undefined, search));
@@ -164,12 +165,29 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
     b.define("root", literalAlternatives(allowed, (expr) => b.rule("value", expr)));
     return { gbnf: b.render(), relaxed };
   }
+  // Email or uri with a maxLength: the exact product of the format and a length counter passes the
+  // automaton's bound at a few dozen characters. The bounded subset the JSON path uses there
+  // (string-formats.ts) implies the maxLength and stays small: every string of it is still an
+  // email/uri of at most maxLength.
+  let bounded = false;
+  const boundFormat = (): boolean => {
+    const at = parts.findIndex((p) => p.key === "format");
+    if (bounded || at < 0 || max === undefined || (s.format !== "email" && s.format !== "uri")) return false;
+    const re = boundedFormatRegex(s.format, max);
+    if (re === null) return false;
+    bounded = true;
+    parts[at] = { key: "format", lang: { kind: "re", node: parsePattern(re) } };
+    const len = parts.findIndex((p) => p.key.endsWith("Length"));
+    if (len >= 0 && min > BOUNDED_FORMAT_MIN_LENGTH) parts[len] = { key: "minLength", lang: lengths(min, undefined) };
+    else if (len >= 0) parts.splice(len, 1);
+    return true;
+  };
   let searching = false;
   return withAutomatonBudget(() => {
     for (;;) {
       const b = new GrammarBuilder();
       try {
-        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, parts.map((p) => p.key), searching]);
+        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, bounded, parts.map((p) => p.key), searching]);
         const dfa = cachedDfa(key, () => ({ kind: "and", parts: [closeFreeLang(close), ...parts.map((p) => p.lang)] }));
         if (dfaLengthRange(dfa) === null) {
           const at = parts.findIndex((p) => p.key === "pattern");
@@ -184,6 +202,7 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
         return { gbnf: b.render(), relaxed };
       } catch (e) {
         if (!(e instanceof AutomatonLimitError) || parts.length === 0) throw e;
+        if (boundFormat()) continue;
         const dropped = parts.pop()!;
         relax(dropped.key, e.message);
       }

@@ -97,6 +97,14 @@ test("a raw string's enum or const keeps only the values its other keywords allo
   assert.throws(() => rawStringGrammar({ enum: ["b", "c"], maxLength: 0 }, "\n</parameter>\n", false, "properties.x"), /properties\.x\.maxLength: no value of enum/);
 });
 
+test("a raw email or uri with a maxLength takes the bounded subset of the format, as the JSON path does, rather than failing in strict mode", async () => {
+  // Strict compiles failed with "needs more than 4000 automaton states"; relaxed ones dropped the maxLength.
+  const email = { type: "string", format: "email", maxLength: 40 };
+  assert.deepEqual(await rawAccepts(email, ["ann@example.org", "not-an-email", `${"a".repeat(40)}@b.co`]), [true, false, false]);
+  assert.deepEqual(rawStringGrammar(email, "\n</parameter>\n", false, "properties.x").relaxed, []);
+  assert.deepEqual(await rawAccepts({ type: "string", format: "uri", maxLength: 30, minLength: 12 }, ["https://ex.org/a", "a://b", "https://example.org/" + "x".repeat(20)]), [true, false, false]);
+});
+
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
 
 test("DeepSeek V3.2's DSML parameters (string=\"true\" raw, string=\"false\" JSON) become a JSON object, and its grammar marks each kind", () => {
