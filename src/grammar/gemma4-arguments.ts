@@ -70,7 +70,10 @@ class Gemma4Compiler {
     const body = this.object(top.type === undefined ? { ...top, type: "object" } : top, "", 0);
     const rules = [`root ::= ${body}`, ...this.rules];
     if (this.anyUsed) rules.push(...this.anyRules());
-    return { gbnf: rules.join("\n"), relaxed: this.relaxed };
+    // A keyword can be met twice (an allOf merged back into its schema, a string's own keywords
+    // checked again by the raw-string grammar): listed once.
+    const relaxed = this.relaxed.filter((r, i, all) => all.findIndex((x) => x.path === r.path) === i);
+    return { gbnf: rules.join("\n"), relaxed };
   }
 
   private join(path: string, key: string): string {

@@ -253,6 +253,8 @@ const OBJECT_KEYS = ["properties", "required", "additionalProperties", "minPrope
 const ARRAY_KEYS = ["items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"];
 const STRUCTURAL = ["type", "enum", "const", "$ref", "$defs", "definitions", "allOf", "anyOf", "oneOf", "nullable"];
 const KNOWN = new Set([...STRING_KEYS, ...NUMBER_KEYS, ...OBJECT_KEYS, ...ARRAY_KEYS, ...STRUCTURAL]);
+/** Keywords of the other types, which say nothing about a string (xml-arguments.ts). */
+export const NON_STRING_KEYWORDS: ReadonlySet<string> = new Set([...NUMBER_KEYS, ...OBJECT_KEYS, ...ARRAY_KEYS]);
 const TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"] as const;
 type TypeName = (typeof TYPES)[number];
 
@@ -288,7 +290,7 @@ const ANNOTATION_LIKE_NEXT_TO_ENUM = new Set(["propertyNames"]);
 const join = (path: string, key: string | number) => (path === "" ? String(key) : `${path}.${key}`);
 const has = (obj: object, key: string) => Object.prototype.hasOwnProperty.call(obj, key);
 const isObject = (v: unknown): v is Schema => typeof v === "object" && v !== null && !Array.isArray(v);
-const isAnnotation = (key: string) => ANNOTATIONS.has(key) || key.startsWith("x-");
+export const isAnnotation = (key: string) => ANNOTATIONS.has(key) || key.startsWith("x-");
 /** Keys that constrain values (not annotations, not definitions containers). */
 const constraining = (s: Schema) => Object.keys(s).filter((k) => !isAnnotation(k) && k !== "$defs" && k !== "definitions");
 

@@ -1,7 +1,7 @@
 import { ALL_CHARS, charClass, GrammarBuilder, literal, literalAlternatives, seq } from "./gbnf.ts";
 import { AutomatonLimitError, cachedDfa, dfaLengthRange, dfaToGbnf, type Lang, langMatcher, langOfRegex, withAutomatonBudget } from "./automaton.ts";
 import { prefixRules } from "./compose.ts";
-import { LIBRARY_FORMAT_PATTERNS, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
+import { isAnnotation, LIBRARY_FORMAT_PATTERNS, NON_STRING_KEYWORDS, type Relaxation, SchemaLimitError, UnsupportedSchemaError } from "./json-schema-to-gbnf.ts";
 import { parsePattern, PatternError, PatternLimitError, type RegexNode } from "./regex-to-gbnf.ts";
 import { ANY_STRING_FORMATS, BOUNDED_FORMAT_MIN_LENGTH, boundedFormatRegex, FORMAT_REGEX, PATTERN_DEFINED_FORMATS } from "./string-formats.ts";
 
@@ -95,54 +95,112 @@ export function closeFreeLang(close: string): Lang {
   return { kind: "and", parts: bad.map((part): Lang => ({ kind: "not", part })) };
 }
 
+/** A raw string's keywords, with those of its allOf parts folded in. */
+interface StringKeywords {
+  minLength?: number;
+  maxLength?: number;
+  /** Every pattern must match; `at` is its path, for messages. */
+  patterns: Array<{ text: string; at: string }>;
+  format?: unknown;
+  formatAt?: string;
+}
+
+/**
+ * Folds the string keywords of `s` (and of its allOf parts, recursively) into `into`: lengths
+ * tightened, patterns collected, one format. Annotations and keywords of other types (which JSON
+ * Schema applies to their own type only) say nothing about a string; anything else (anyOf, not,
+ * enum inside allOf, an unknown keyword) is handed to `relax`, as the JSON path treats it.
+ */
+function foldStringKeywords(s: Record<string, unknown>, at: string, top: boolean, into: StringKeywords, relax: (where: string, message: string) => void): void {
+  for (const [key, v] of Object.entries(s)) {
+    const where = at === "" ? key : `${at}.${key}`;
+    if (isAnnotation(key) || NON_STRING_KEYWORDS.has(key) || key === "$defs" || key === "definitions" || key === "nullable") continue;
+    if (top && (key === "enum" || key === "const")) continue;
+    switch (key) {
+      case "minLength":
+      case "maxLength": {
+        if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new UnsupportedSchemaError(where, `${key} must be a non-negative integer`);
+        const prev = into[key];
+        into[key] = prev === undefined ? v : key === "minLength" ? Math.max(prev, v) : Math.min(prev, v);
+        break;
+      }
+      case "pattern":
+        if (typeof v !== "string") throw new UnsupportedSchemaError(where, "pattern must be a string");
+        into.patterns.push({ text: v, at: where });
+        break;
+      case "format":
+        if (into.format !== undefined && into.format !== v) relax(where, `allOf parts disagree on "format"`);
+        else [into.format, into.formatAt] = [v, where];
+        break;
+      case "type":
+        if (v !== "string" && !(Array.isArray(v) && v.includes("string"))) throw new UnsupportedSchemaError(where, "no string satisfies it");
+        break;
+      case "allOf":
+        if (!Array.isArray(v) || v.length === 0) throw new UnsupportedSchemaError(where, "must be a non-empty array");
+        v.forEach((part: unknown, i) => {
+          if (part === true) return;
+          if (part === false) throw new UnsupportedSchemaError(`${where}.${i}`, "no value satisfies it");
+          if (!part || typeof part !== "object" || Array.isArray(part)) throw new UnsupportedSchemaError(`${where}.${i}`, "must be a schema");
+          foldStringKeywords(part as Record<string, unknown>, `${where}.${i}`, false, into, relax);
+        });
+        break;
+      default:
+        relax(where, `"${key}" is not supported on a parameter written as raw text`);
+    }
+  }
+}
+
 /**
  * The grammar of a raw string value: the text, never containing `close`, held to the schema's
  * string keywords where it can be (minLength, maxLength, pattern and format through an automaton;
- * enum and const values filtered by them). With `strict` off, what cannot be enforced is relaxed
- * and listed, as the JSON schema compiler does; with it on, refused.
+ * enum and const values filtered by them), with allOf parts of string keywords folded in. With
+ * `strict` off, what cannot be enforced is relaxed and listed, as the JSON schema compiler does;
+ * with it on, refused.
  */
 export function rawStringGrammar(schema: unknown, close: string, strict: boolean, path: string): { gbnf: string; relaxed: Relaxation[] } {
   const s = (schema && typeof schema === "object" ? schema : {}) as Record<string, unknown>;
   const relaxed: Relaxation[] = [];
   const join = (key: string) => (path === "" ? key : `${path}.${key}`);
-  const relax = (key: string, message: string) => {
-    if (strict) throw new UnsupportedSchemaError(join(key), message);
-    relaxed.push({ path: join(key), message });
+  const relax = (where: string, message: string) => {
+    if (strict) throw new UnsupportedSchemaError(where, message);
+    relaxed.push({ path: where, message });
   };
-  const parts: Array<{ lang: Lang; key: string }> = [];
-  const count = (key: string): number | undefined => {
-    const v = s[key];
-    if (v === undefined) return undefined;
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new UnsupportedSchemaError(join(key), `${key} must be a non-negative integer`);
-    return v;
-  };
-  const [min, max] = [count("minLength") ?? 0, count("maxLength")];
+  const k: StringKeywords = { patterns: [] };
+  foldStringKeywords(s, path, true, k, relax);
+  const format = k.format;
+  // Each part with the path of the keyword it stands for (named when it is relaxed or refused).
+  const parts: Array<{ lang: Lang; key: string; at: string; text?: string }> = [];
+  const [min, max] = [k.minLength ?? 0, k.maxLength];
   if (max !== undefined && max < min) throw new UnsupportedSchemaError(join("maxLength"), "maxLength is below minLength");
   const lengths = (lo: number, hi: number | undefined): Lang => ({ kind: "re", node: { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: lo, max: hi } as RegexNode });
-  if (min > 0 || max !== undefined) parts.push({ key: max !== undefined ? "maxLength" : "minLength", lang: lengths(min, max) });
-  // The pattern as a full match first (values are the pattern's own text, not padded), and as the
+  if (min > 0 || max !== undefined) {
+    const key = max !== undefined ? "maxLength" : "minLength";
+    parts.push({ key, at: join(key), lang: lengths(min, max) });
+  }
+  // Each pattern as a full match first (values are the pattern's own text, not padded), and as the
   // search JSON Schema makes of it where that leaves nothing (`[A-Z]` with minLength 8).
-  const patternLang = (search: boolean): Lang => langOfRegex(parsePattern(s.pattern as string, undefined, search));
-  // A library's own pattern for the format (zod's iso.duration, with lookaheads inside) is implied by
-  // the format's grammar, which alone is enforced, as in the JSON path.
-  const libraryPattern = typeof s.format === "string" && typeof s.pattern === "string" && LIBRARY_FORMAT_PATTERNS[s.format]?.includes(s.pattern);
-  if (typeof s.pattern === "string" && !libraryPattern) {
+  const patternLang = (text: string, search: boolean): Lang => langOfRegex(parsePattern(text, undefined, search));
+  for (const { text, at } of k.patterns) {
+    // A library's own pattern for the format (zod's iso.duration, with lookaheads inside) is
+    // implied by the format's grammar, which alone is enforced, as in the JSON path.
+    if (typeof format === "string" && LIBRARY_FORMAT_PATTERNS[format]?.includes(text)) continue;
     try {
-      parts.push({ key: "pattern", lang: patternLang(false) });
+      parts.push({ key: "pattern", at, text, lang: patternLang(text, false) });
     } catch (e) {
-      if (e instanceof PatternLimitError) throw new SchemaLimitError(join("pattern"), e.message);
+      if (e instanceof PatternLimitError) throw new SchemaLimitError(at, e.message);
       if (!(e instanceof PatternError)) throw e;
-      relax("pattern", e.message);
+      relax(at, e.message);
     }
   }
   // The format holds beside the pattern (a date matching "^2" is still a date); formats that say
   // nothing, or that zod defines by the pattern it emits with them, add no part.
-  if (s.format !== undefined) {
-    if (typeof s.format !== "string") relax("format", "format must be a string");
-    else if (ANY_STRING_FORMATS.has(s.format) || (PATTERN_DEFINED_FORMATS.has(s.format) && s.pattern !== undefined)) {
+  if (format !== undefined) {
+    const at = k.formatAt!;
+    if (typeof format !== "string") relax(at, "format must be a string");
+    else if (ANY_STRING_FORMATS.has(format) || (PATTERN_DEFINED_FORMATS.has(format) && k.patterns.length > 0)) {
       // nothing beyond the pattern
-    } else if (!Object.prototype.hasOwnProperty.call(FORMAT_REGEX, s.format)) relax("format", `format ${JSON.stringify(s.format)} is not supported`);
-    else parts.push({ key: "format", lang: { kind: "re", node: parsePattern(FORMAT_REGEX[s.format]) } });
+    } else if (!Object.prototype.hasOwnProperty.call(FORMAT_REGEX, format)) relax(at, `format ${JSON.stringify(format)} is not supported`);
+    else parts.push({ key: "format", at, lang: { kind: "re", node: parsePattern(FORMAT_REGEX[format]) } });
   }
   const constants = typeof s.const === "string" ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v): v is string => typeof v === "string") : undefined;
   if (constants) {
@@ -153,13 +211,13 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
     // pattern as the search JSON Schema makes of it), as the JSON path does.
     for (const part of parts) {
       try {
-        const matches = langMatcher(part.key === "pattern" ? patternLang(true) : part.lang);
+        const matches = langMatcher(part.text !== undefined ? patternLang(part.text, true) : part.lang);
         allowed = allowed.filter((v) => matches(v));
       } catch (e) {
         if (!(e instanceof AutomatonLimitError)) throw e;
-        relax(part.key, e.message);
+        relax(part.at, e.message);
       }
-      if (allowed.length === 0) throw new UnsupportedSchemaError(join(part.key), `no value of ${where.slice(where.lastIndexOf(".") + 1)} satisfies it`);
+      if (allowed.length === 0) throw new UnsupportedSchemaError(part.at, `no value of ${where.slice(where.lastIndexOf(".") + 1)} satisfies it`);
     }
     const b = new GrammarBuilder();
     b.define("root", literalAlternatives(allowed, (expr) => b.rule("value", expr)));
@@ -172,13 +230,13 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
   let bounded = false;
   const boundFormat = (): boolean => {
     const at = parts.findIndex((p) => p.key === "format");
-    if (bounded || at < 0 || max === undefined || (s.format !== "email" && s.format !== "uri")) return false;
-    const re = boundedFormatRegex(s.format, max);
+    if (bounded || at < 0 || max === undefined || (format !== "email" && format !== "uri")) return false;
+    const re = boundedFormatRegex(format, max);
     if (re === null) return false;
     bounded = true;
-    parts[at] = { key: "format", lang: { kind: "re", node: parsePattern(re) } };
+    parts[at] = { ...parts[at], lang: { kind: "re", node: parsePattern(re) } };
     const len = parts.findIndex((p) => p.key.endsWith("Length"));
-    if (len >= 0 && min > BOUNDED_FORMAT_MIN_LENGTH) parts[len] = { key: "minLength", lang: lengths(min, undefined) };
+    if (len >= 0 && min > BOUNDED_FORMAT_MIN_LENGTH) parts[len] = { key: "minLength", at: join("minLength"), lang: lengths(min, undefined) };
     else if (len >= 0) parts.splice(len, 1);
     return true;
   };
@@ -187,16 +245,15 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
     for (;;) {
       const b = new GrammarBuilder();
       try {
-        const key = JSON.stringify(["xml-raw", close, min, max, s.pattern, s.format, bounded, parts.map((p) => p.key), searching]);
+        const key = JSON.stringify(["xml-raw", close, min, max, parts.map((p) => [p.key, p.text]), format, bounded, searching]);
         const dfa = cachedDfa(key, () => ({ kind: "and", parts: [closeFreeLang(close), ...parts.map((p) => p.lang)] }));
         if (dfaLengthRange(dfa) === null) {
-          const at = parts.findIndex((p) => p.key === "pattern");
-          if (!searching && at >= 0) {
+          if (!searching && parts.some((p) => p.text !== undefined)) {
             searching = true;
-            parts[at] = { key: "pattern", lang: patternLang(true) };
+            for (const p of parts) if (p.text !== undefined) p.lang = patternLang(p.text, true);
             continue;
           }
-          throw new UnsupportedSchemaError(join(parts.at(-1)?.key ?? "type"), "no string satisfies the schema and can be written as a parameter");
+          throw new UnsupportedSchemaError(parts.at(-1)?.at ?? join("type"), "no string satisfies the schema and can be written as a parameter");
         }
         b.define("root", dfaToGbnf(b, dfa, "raw", (_, set) => charClass(set))!);
         return { gbnf: b.render(), relaxed };
@@ -204,7 +261,7 @@ export function rawStringGrammar(schema: unknown, close: string, strict: boolean
         if (!(e instanceof AutomatonLimitError) || parts.length === 0) throw e;
         if (boundFormat()) continue;
         const dropped = parts.pop()!;
-        relax(dropped.key, e.message);
+        relax(dropped.at, e.message);
       }
     }
   });

@@ -177,3 +177,20 @@ test("qwen3-coder: a call Plinth returned goes back with its result, written as 
   const params = Object.entries(args).map(([k, v]) => `<parameter=${k}>\n${typeof v === "string" ? v : JSON.stringify(v).replaceAll(",", ", ")}\n</parameter>\n`);
   assert.ok(text.includes(`<tool_call>\n<function=get_weather>\n${params.join("")}</function>\n</tool_call>`), text);
 });
+
+test("qwen3-coder: a raw string's allOf patterns all hold, and a keyword it cannot enforce is refused for a strict tool, naming it", async () => {
+  // zod's password rules: the parts were ignored, so any 8 characters passed.
+  const secret = { type: "object", properties: { pw: { type: "string", minLength: 8, maxLength: 10, allOf: [{ pattern: "[A-Z]" }, { pattern: "[0-9]" }] } }, required: ["pw"], additionalProperties: false };
+  const tools = [{ type: "function" as const, function: { name: "login", parameters: secret } }];
+  for (let seed = 1; seed <= 3; seed++) {
+    const c = (await server.http.chat(ask({ tools, tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed, max_tokens: 200 }))).choices[0];
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
+    const { pw } = JSON.parse(c.message.tool_calls![0].function.arguments) as { pw: string };
+    assert.ok(pw.length >= 8 && pw.length <= 10 && /[A-Z]/.test(pw) && /[0-9]/.test(pw), JSON.stringify(pw));
+  }
+  const strict = { type: "object", properties: { city: { type: "string", not: { const: "Paris" } } }, required: ["city"], additionalProperties: false };
+  const r = await server.http.postRaw("/v1/chat/completions", ask({ tools: [{ type: "function", function: { name: "go", strict: true, parameters: strict } }], tool_choice: "required" }));
+  assert.equal(r.status, 400, r.text.slice(0, 300));
+  assert.equal(r.error?.param, "tools[0].function.parameters");
+  assert.match(r.error?.message ?? "", /properties\.city\.not/);
+});

@@ -105,6 +105,29 @@ test("a raw email or uri with a maxLength takes the bounded subset of the format
   assert.deepEqual(await rawAccepts({ type: "string", format: "uri", maxLength: 30, minLength: 12 }, ["https://ex.org/a", "a://b", "https://example.org/" + "x".repeat(20)]), [true, false, false]);
 });
 
+test("a raw string's allOf parts of string keywords are folded in, and other keywords are relaxed (listed) or refused (strict), never ignored", async () => {
+  const close = "\n</parameter>\n";
+  // zod's several regexes: every part must hold (each a search, as JSON Schema reads a pattern).
+  const password = { type: "string", minLength: 8, allOf: [{ pattern: "[A-Z]" }, { pattern: "[0-9]" }] };
+  assert.deepEqual(await rawAccepts(password, ["abcdefG1", "abcdefgh", "abcdefgH", "abcdefg1", "aB1"]), [true, false, false, false, false]);
+  assert.deepEqual(await rawAccepts({ type: "string", allOf: [{ maxLength: 4, description: "short" }, { allOf: [{ minLength: 2 }] }] }, ["ab", "abcd", "a", "abcde"]), [true, true, false, false]);
+  assert.deepEqual(await rawAccepts({ enum: ["ab1", "ab", "1"], allOf: [{ pattern: "[a-z]" }, { pattern: "\\d" }] }, ["ab1", "ab", "1"]), [true, false, false]);
+  // Keywords of other types say nothing about a string.
+  assert.deepEqual(await rawAccepts({ type: "string", minimum: 3, items: {}, maxLength: 1 }, ["a", "ab"]), [true, false]);
+  for (const [schema, at] of [
+    [{ type: "string", not: { const: "x" } }, "properties.x.not"],
+    [{ type: "string", anyOf: [{ maxLength: 1 }, { pattern: "^a" }] }, "properties.x.anyOf"],
+    [{ type: "string", allOf: [{ pattern: "a" }, { anyOf: [{ maxLength: 1 }] }] }, "properties.x.allOf.1.anyOf"],
+    [{ type: "string", allOf: [{ format: "date" }, { format: "email" }] }, "properties.x.allOf.1.format"],
+    [{ type: "string", minLenght: 3 }, "properties.x.minLenght"],
+  ] as const) {
+    assert.throws(() => rawStringGrammar(schema, close, true, "properties.x"), (e: Error) => e.message.startsWith(`${at}:`), at);
+    const { relaxed } = rawStringGrammar(schema, close, false, "properties.x");
+    assert.deepEqual(relaxed.map((r) => r.path), [at]);
+  }
+  assert.throws(() => rawStringGrammar({ type: "string", allOf: [{ type: "integer" }] }, close, false, "properties.x"), /properties\.x\.allOf\.0\.type: no string satisfies it/);
+});
+
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
 
 test("DeepSeek V3.2's DSML parameters (string=\"true\" raw, string=\"false\" JSON) become a JSON object, and its grammar marks each kind", () => {
