@@ -39,8 +39,17 @@ const HANDLED = new Set([
   "items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
 ]);
 const NUMBER_KEYS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
+const STRING_KEYS = ["minLength", "maxLength", "pattern", "format"];
 
 const isObject = (v: unknown): v is Schema => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** The JSON type of a value, as `type` names it ("integer" for whole numbers). */
+function typeOf(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  if (typeof v === "number") return Number.isInteger(v) ? "integer" : "number";
+  return typeof v;
+}
 
 /** A bare key the template can write and llama.cpp can read back: no `:`, braces or commas. */
 function writableKey(key: string): boolean {
@@ -146,13 +155,12 @@ class Gemma4Compiler {
       });
       return this.rule(branches.join(" | "));
     }
-    if ("const" in schema) return this.constants([schema.const], path);
-    if (Array.isArray(schema.enum)) return this.constants(schema.enum, path);
+    if ("const" in schema || Array.isArray(schema.enum)) return this.constantsOf(schema, path);
     let types: string[] = Array.isArray(schema.type) ? (schema.type as string[]) : typeof schema.type === "string" ? [schema.type] : [];
     if (types.length === 0) {
       if (isObject(schema.properties) || "additionalProperties" in schema) types = ["object"];
       else if ("items" in schema || "minItems" in schema || "maxItems" in schema) types = ["array"];
-      else if (["minLength", "maxLength", "pattern", "format"].some((k) => k in schema)) types = ["string"];
+      else if (STRING_KEYS.some((k) => k in schema)) types = ["string"];
       else if (NUMBER_KEYS.some((k) => k in schema)) types = ["number"];
       else return this.any();
     }
@@ -194,6 +202,45 @@ class Gemma4Compiler {
     const prefix = `s${this.count++}-`;
     this.rules.push(prefixRules(g.gbnf, prefix));
     return this.rule(`${this.opts.quote} ${prefix}root ${this.opts.quote}`);
+  }
+
+  /**
+   * enum or const, each value held to the keywords beside it, as the JSON path holds them: of the
+   * type; a string to the string keywords (through the raw-string grammar, which filters the values
+   * by the same automaton it builds); a number to its bounds.
+   */
+  private constantsOf(schema: Schema, path: string): string {
+    const key = "const" in schema ? "const" : "enum";
+    let values = key === "const" ? [schema.const] : (schema.enum as unknown[]);
+    const types = Array.isArray(schema.type) ? (schema.type as string[]) : typeof schema.type === "string" ? [schema.type] : undefined;
+    if (types) {
+      const allowed = schema.nullable === true ? [...types, "null"] : types;
+      values = values.filter((v) => allowed.includes(typeOf(v)) || (typeOf(v) === "integer" && allowed.includes("number")));
+    }
+    const num = (k: string) => (typeof schema[k] === "number" ? (schema[k] as number) : undefined);
+    const [min, max, xmin, xmax, step] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"].map(num);
+    values = values.filter(
+      (v) =>
+        typeof v !== "number" ||
+        ((min === undefined || v >= min) && (max === undefined || v <= max) && (xmin === undefined || v > xmin) && (xmax === undefined || v < xmax) && (step === undefined || step <= 0 || Math.abs(v / step - Math.round(v / step)) < 1e-9)),
+    );
+    const strings = values.filter((v): v is string => typeof v === "string");
+    const others = values.filter((v) => typeof v !== "string");
+    const keywords = Object.fromEntries(Object.entries(schema).filter(([k]) => STRING_KEYS.includes(k)));
+    if (strings.length === 0 || Object.keys(keywords).length === 0) {
+      if (values.length === 0) throw new UnsupportedSchemaError(this.join(path, key), "no value satisfies the schema");
+      return this.constants(values, path);
+    }
+    let text: string | undefined;
+    try {
+      text = this.string({ ...keywords, [key]: key === "const" ? strings[0] : strings }, path);
+    } catch (e) {
+      // Strings the keywords leave none of: the other values may still do.
+      if (!(e instanceof UnsupportedSchemaError) || others.length === 0 || !/no value/.test(e.message)) throw e;
+    }
+    if (others.length === 0) return text!;
+    const rest = this.constants(others, path);
+    return text === undefined ? rest : this.rule(`${text} | ${rest}`);
   }
 
   /** Constant values (enum, const), each written as the template's format_argument writes it. */

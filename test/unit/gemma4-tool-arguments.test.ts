@@ -1,8 +1,10 @@
 import assert from "../helpers/assert.ts";
-import { test } from "node:test";
+import { before, test } from "node:test";
+import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
 import { Gemma4ArgumentsReader, isGemma4Template, toolResponsesOnTurn, wantsToolResponses } from "../../src/engines/llama-cpp/gemma4-tool-calls.ts";
 import { gemma4ArgumentsGrammar } from "../../src/grammar/gemma4-arguments.ts";
+import { literal } from "../../src/grammar/gbnf.ts";
 import { UnsupportedSchemaError } from "../../src/grammar/json-schema-to-gbnf.ts";
 import { GEMMA_4_INTERLEAVED_TEMPLATE, GEMMA_4_TEMPLATE } from "../fixtures/real-templates.ts";
 
@@ -87,6 +89,29 @@ test("gemma 4 grammar: what cannot be written is refused when strict and relaxed
   const { relaxed } = gemma4ArgumentsGrammar(schema, { ...opts, strict: false });
   assert.deepEqual(relaxed.map((r) => r.path).sort(), ["properties.a:b", "properties.n.not"]);
   assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { "a:b": { type: "string" } }, required: ["a:b"] }, { ...opts, strict: false }), UnsupportedSchemaError);
+});
+
+let llama: Llama;
+before(async () => {
+  llama = await getLlama({ gpu: false, maxThreads: 2, build: "never", logLevel: LlamaLogLevel.error });
+});
+
+/** Whether llama.cpp's grammar for `{x: <schema>}` (strict) accepts each argument text. */
+async function argsAccept(x: unknown, texts: string[]): Promise<boolean[]> {
+  const { gbnf, relaxed } = gemma4ArgumentsGrammar({ type: "object", properties: { x }, required: ["x"] }, { quote: literal(Q), quoteText: Q, strict: true });
+  assert.deepEqual(relaxed, []);
+  const grammar = await llama.createGrammar({ grammar: gbnf });
+  return texts.map((t) => (grammar as unknown as { _testText(t: string): boolean })._testText(t));
+}
+const str = (v: string) => `{x:${Q}${v}${Q}}`;
+
+test("gemma 4 grammar: enum and const values are held to the keywords beside them, as the JSON path holds them", async () => {
+  // The values were written as given before any string keyword was read: "b" passed pattern "a".
+  assert.deepEqual(await argsAccept({ type: "string", enum: ["xay", "b"], pattern: "a" }, [str("xay"), str("b")]), [true, false]);
+  assert.deepEqual(await argsAccept({ enum: ["ab", "abcd"], maxLength: 3 }, [str("ab"), str("abcd")]), [true, false]);
+  assert.deepEqual(await argsAccept({ enum: ["x", 1, 5, null], pattern: "y", maximum: 3 }, [str("x"), "{x:1}", "{x:5}", "{x:null}"]), [false, true, false, true]);
+  assert.deepEqual(await argsAccept({ type: "integer", enum: [1, 1.5, "1"] }, ["{x:1}", "{x:1.5}", str("1")]), [true, false, false]);
+  assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { const: "b", pattern: "a" } } }, opts), /properties\.x\.pattern: no value of const satisfies it/);
 });
 
 test("gemma 4 templates: recognised as llama.cpp recognises them; the earlier one gets results on the assistant's turn", () => {
