@@ -40,8 +40,20 @@ const HANDLED = new Set([
 ]);
 const NUMBER_KEYS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
 const STRING_KEYS = ["minLength", "maxLength", "pattern", "format"];
+/** Keywords whose combination is the tighter bound. */
+const LOWER_BOUNDS = new Set(["minItems", "minimum", "exclusiveMinimum"]);
+const UPPER_BOUNDS = new Set(["maxItems", "maximum", "exclusiveMaximum"]);
 
 const isObject = (v: unknown): v is Schema => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** allOf parts of string keywords (and annotations) only: left to the raw-string grammar, which folds them. */
+function stringOnly(parts: unknown[]): boolean {
+  return parts.every((p) => p === true || (isObject(p) && Object.keys(p).every((k) => STRING_KEYS.includes(k) || ANNOTATIONS.has(k))));
+}
+
+function hasStringParts(parts: unknown): boolean {
+  return Array.isArray(parts) && parts.some((p) => isObject(p) && STRING_KEYS.some((k) => k in p));
+}
 
 /** The JSON type of a value, as `type` names it ("integer" for whole numbers). */
 function typeOf(v: unknown): string {
@@ -129,21 +141,22 @@ class Gemma4Compiler {
       return name;
     }
     for (const key of Object.keys(schema)) if (!HANDLED.has(key) && !ANNOTATIONS.has(key)) this.relax(this.join(path, key), `${key} cannot be enforced in Gemma 4's call notation`);
-    if (Array.isArray(schema.allOf)) {
-      // Parts merged into one schema: their properties and required lists joined, other keywords the later part's.
+    if (Array.isArray(schema.allOf) && !stringOnly(schema.allOf)) {
+      // Parts merged into one schema. Each part's string keywords stay a part of their own, which
+      // the raw-string grammar folds in (lengths tightened, every pattern held), at its index so
+      // that messages name it; the other keywords are combined (see combine).
       const { allOf, ...rest } = schema;
       let merged: Schema = rest;
-      for (const part of allOf as unknown[]) {
+      const strings: unknown[] = [];
+      (allOf as unknown[]).forEach((part, i) => {
         const p = isObject(part) && typeof part.$ref === "string" ? this.resolve(part.$ref, path) : part;
-        if (!isObject(p)) continue;
-        merged = {
-          ...merged,
-          ...p,
-          properties: { ...(isObject(merged.properties) ? merged.properties : {}), ...(isObject(p.properties) ? p.properties : {}) },
-          required: [...(Array.isArray(merged.required) ? merged.required : []), ...(Array.isArray(p.required) ? p.required : [])],
-        };
-      }
-      return this.value(merged, path, depth + 1);
+        if (!isObject(p)) return void strings.push(true);
+        const own = Object.fromEntries(Object.entries(p).filter(([k]) => STRING_KEYS.includes(k)));
+        strings.push(Object.keys(own).length > 0 ? own : true);
+        merged = this.combine(merged, Object.fromEntries(Object.entries(p).filter(([k]) => !STRING_KEYS.includes(k))), this.join(path, `allOf.${i}`));
+      });
+      const nested = Array.isArray(merged.allOf) ? (merged.allOf as unknown[]) : [];
+      return this.value({ ...merged, allOf: [...strings, ...nested] }, path, depth + 1);
     }
     const union = Array.isArray(schema.anyOf) ? "anyOf" : Array.isArray(schema.oneOf) ? "oneOf" : undefined;
     if (union) {
@@ -160,7 +173,7 @@ class Gemma4Compiler {
     if (types.length === 0) {
       if (isObject(schema.properties) || "additionalProperties" in schema) types = ["object"];
       else if ("items" in schema || "minItems" in schema || "maxItems" in schema) types = ["array"];
-      else if (STRING_KEYS.some((k) => k in schema)) types = ["string"];
+      else if (STRING_KEYS.some((k) => k in schema) || hasStringParts(schema.allOf)) types = ["string"];
       else if (NUMBER_KEYS.some((k) => k in schema)) types = ["number"];
       else return this.any();
     }
@@ -205,6 +218,40 @@ class Gemma4Compiler {
   }
 
   /**
+   * `part`'s keywords added to `into`: properties joined (one declared by both held to both),
+   * required lists joined, types intersected, bounds tightened, items held to both; any other
+   * keyword the two give differently cannot be combined here and is relaxed (or refused when
+   * strict) rather than letting the later part silently replace the earlier.
+   */
+  private combine(into: Schema, part: Schema, at: string): Schema {
+    const out: Schema = { ...into };
+    for (const [key, v] of Object.entries(part)) {
+      const cur = out[key];
+      if (cur === undefined || ANNOTATIONS.has(key)) out[key] = v;
+      else if (key === "properties" && isObject(cur) && isObject(v)) {
+        const props: Schema = { ...cur };
+        for (const [name, sub] of Object.entries(v)) props[name] = name in cur ? { allOf: [cur[name], sub] } : sub;
+        out[key] = props;
+      } else if (key === "required" && Array.isArray(cur) && Array.isArray(v)) out[key] = [...cur, ...v];
+      else if (key === "allOf" && Array.isArray(cur) && Array.isArray(v)) out[key] = [...cur, ...v];
+      else if (key === "items" && !Array.isArray(cur) && !Array.isArray(v)) out[key] = { allOf: [cur, v] };
+      else if (key === "type") {
+        const list = (t: unknown) => (Array.isArray(t) ? (t as string[]) : [t as string]);
+        const [a, b] = [list(cur), list(v)];
+        const both = a.filter((t) => b.includes(t) || (t === "integer" && b.includes("number"))).concat(a.includes("number") && b.includes("integer") ? ["integer"] : []);
+        if (both.length === 0) throw new UnsupportedSchemaError(this.join(at, "type"), "no value has a type every allOf part allows");
+        out[key] = [...new Set(both)];
+      } else if (LOWER_BOUNDS.has(key) && typeof cur === "number" && typeof v === "number") out[key] = Math.max(cur, v);
+      else if (UPPER_BOUNDS.has(key) && typeof cur === "number" && typeof v === "number") out[key] = Math.min(cur, v);
+      else if (JSON.stringify(cur) !== JSON.stringify(v)) {
+        this.relax(this.join(at, key), `allOf parts with different "${key}" cannot be combined in Gemma 4's call notation`);
+        out[key] = v;
+      }
+    }
+    return out;
+  }
+
+  /**
    * enum or const, each value held to the keywords beside it, as the JSON path holds them: of the
    * type; a string to the string keywords (through the raw-string grammar, which filters the values
    * by the same automaton it builds); a number to its bounds.
@@ -226,7 +273,7 @@ class Gemma4Compiler {
     );
     const strings = values.filter((v): v is string => typeof v === "string");
     const others = values.filter((v) => typeof v !== "string");
-    const keywords = Object.fromEntries(Object.entries(schema).filter(([k]) => STRING_KEYS.includes(k)));
+    const keywords = Object.fromEntries(Object.entries(schema).filter(([k]) => STRING_KEYS.includes(k) || k === "allOf"));
     if (strings.length === 0 || Object.keys(keywords).length === 0) {
       if (values.length === 0) throw new UnsupportedSchemaError(this.join(path, key), "no value satisfies the schema");
       return this.constants(values, path);

@@ -114,6 +114,20 @@ test("gemma 4 grammar: enum and const values are held to the keywords beside the
   assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { const: "b", pattern: "a" } } }, opts), /properties\.x\.pattern: no value of const satisfies it/);
 });
 
+test("gemma 4 grammar: allOf parts are combined, every pattern and the tightest bounds held, not the last part's alone", async () => {
+  // The merge let a later part replace earlier keywords: only "b$" was kept, and compiled to "b".
+  assert.deepEqual(await argsAccept({ type: "string", allOf: [{ pattern: "^a" }, { pattern: "b$" }] }, [str("ab"), str("axxb"), str("b"), str("a")]), [true, true, false, false]);
+  assert.deepEqual(await argsAccept({ allOf: [{ type: "string", maxLength: 3 }, { maxLength: 5, minLength: 2 }] }, [str("ab"), str("abcd"), str("a")]), [true, false, false]);
+  assert.deepEqual(await argsAccept({ allOf: [{ type: "integer", maximum: 3 }, { type: "number", maximum: 9, minimum: 2 }] }, ["{x:3}", "{x:5}", "{x:1}", "{x:2.5}"]), [true, false, false, false]);
+  const obj = { allOf: [{ type: "object", properties: { a: { type: "string", maxLength: 1 } }, required: ["a"] }, { properties: { a: { minLength: 1 } } }] };
+  assert.deepEqual(await argsAccept(obj, [`{x:{a:${Q}z${Q}}}`, `{x:{a:${Q}${Q}}}`, `{x:{a:${Q}zz${Q}}}`]), [true, false, false]);
+  // What cannot be combined is refused when strict, listed when not.
+  const clash = { type: "object", properties: { x: { allOf: [{ enum: [1, 2] }, { enum: [2, 3] }] } } };
+  assert.throws(() => gemma4ArgumentsGrammar(clash, opts), /properties\.x\.allOf\.1\.enum/);
+  assert.deepEqual(gemma4ArgumentsGrammar(clash, { ...opts, strict: false }).relaxed.map((r) => r.path), ["properties.x.allOf.1.enum"]);
+  assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { allOf: [{ type: "string" }, { type: "integer" }] } } }, opts), /properties\.x\.allOf\.1\.type/);
+});
+
 test("gemma 4 templates: recognised as llama.cpp recognises them; the earlier one gets results on the assistant's turn", () => {
   assert.ok(isGemma4Template(GEMMA_4_TEMPLATE) && isGemma4Template(GEMMA_4_INTERLEAVED_TEMPLATE));
   assert.ok(!wantsToolResponses(GEMMA_4_TEMPLATE) && wantsToolResponses(GEMMA_4_INTERLEAVED_TEMPLATE));
