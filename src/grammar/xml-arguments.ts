@@ -64,14 +64,30 @@ export function isRawString(schema: unknown, root?: unknown): boolean {
   return Array.isArray(values) && values.length > 0 && values.every((v) => typeof v === "string");
 }
 
-/** A `$ref` to the schema's own `#/$defs/…` or `#/definitions/…`, followed once. */
+/**
+ * A `$ref` to the schema's own `#/$defs/…` or `#/definitions/…`, followed once, with the keywords
+ * beside it kept: each one the definition lacks is added as is; one it has with another value
+ * becomes an allOf part, which the raw-string grammar folds in (lengths tightened, both patterns
+ * held), so that the tighter of the two holds rather than either alone.
+ */
 export function resolveLocalRef(schema: unknown, root: unknown): unknown {
   const ref = (schema as { $ref?: unknown } | null)?.$ref;
   if (typeof ref !== "string" || !root || typeof root !== "object") return schema;
   const m = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref);
   if (!m) return schema;
   const defs = (root as Record<string, unknown>)[m[1]] as Record<string, unknown> | undefined;
-  return defs?.[decodeURIComponent(m[2]).replace(/~1/g, "/").replace(/~0/g, "~")] ?? schema;
+  const target = defs?.[decodeURIComponent(m[2]).replace(/~1/g, "/").replace(/~0/g, "~")];
+  if (target === undefined) return schema;
+  const siblings = Object.entries(schema as Record<string, unknown>).filter(([k]) => k !== "$ref" && !isAnnotation(k));
+  if (siblings.length === 0 || target === false) return target;
+  const merged: Record<string, unknown> = target && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
+  const clashing: Record<string, unknown> = {};
+  for (const [k, v] of siblings) {
+    if (!(k in merged)) merged[k] = v;
+    else if (JSON.stringify(merged[k]) !== JSON.stringify(v)) clashing[k] = v;
+  }
+  if (Object.keys(clashing).length > 0) merged.allOf = [...(Array.isArray(merged.allOf) ? merged.allOf : []), clashing];
+  return merged;
 }
 
 /** The regex of `text` itself, for the automaton. */

@@ -188,6 +188,13 @@ test("qwen3-coder: a raw string's allOf patterns all hold, and a keyword it cann
     const { pw } = JSON.parse(c.message.tool_calls![0].function.arguments) as { pw: string };
     assert.ok(pw.length >= 8 && pw.length <= 10 && /[A-Z]/.test(pw) && /[0-9]/.test(pw), JSON.stringify(pw));
   }
+  // A keyword beside a $ref was lost with it: the definition alone was compiled.
+  const coded = { type: "object", $defs: { Code: { type: "string", pattern: "^[a-z]+$" } }, properties: { code: { $ref: "#/$defs/Code", maxLength: 3 } }, required: ["code"], additionalProperties: false };
+  for (let seed = 1; seed <= 3; seed++) {
+    const c = (await server.http.chat(ask({ tools: [{ type: "function" as const, function: { name: "lookup", parameters: coded } }], tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed, max_tokens: 200 }))).choices[0];
+    const { code } = JSON.parse(c.message.tool_calls![0].function.arguments) as { code: string };
+    assert.ok(/^[a-z]{1,3}$/.test(code), JSON.stringify(code));
+  }
   const strict = { type: "object", properties: { city: { type: "string", not: { const: "Paris" } } }, required: ["city"], additionalProperties: false };
   const r = await server.http.postRaw("/v1/chat/completions", ask({ tools: [{ type: "function", function: { name: "go", strict: true, parameters: strict } }], tool_choice: "required" }));
   assert.equal(r.status, 400, r.text.slice(0, 300));

@@ -3,7 +3,7 @@ import { before, test } from "node:test";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 import { type ToolCallEvent, ToolCallParser } from "../../src/engines/llama-cpp/tool-call-parser.ts";
 import { xmlLayoutOf } from "../../src/engines/llama-cpp/xml-tool-calls.ts";
-import { closeFreeLang, rawStringGrammar, xmlArgumentsGrammar } from "../../src/grammar/xml-arguments.ts";
+import { closeFreeLang, isRawString, rawStringGrammar, resolveLocalRef, xmlArgumentsGrammar } from "../../src/grammar/xml-arguments.ts";
 import { langMatcher } from "../../src/grammar/automaton.ts";
 import { LIBRARY_FORMAT_PATTERNS } from "../../src/grammar/json-schema-to-gbnf.ts";
 
@@ -126,6 +126,19 @@ test("a raw string's allOf parts of string keywords are folded in, and other key
     assert.deepEqual(relaxed.map((r) => r.path), [at]);
   }
   assert.throws(() => rawStringGrammar({ type: "string", allOf: [{ type: "integer" }] }, close, false, "properties.x"), /properties\.x\.allOf\.0\.type: no string satisfies it/);
+});
+
+test("a raw string behind a $ref keeps the keywords beside the $ref, the tighter of two holding", async () => {
+  // Only the definition was returned: {$ref: S, maxLength: 3} let a value of any length through.
+  const root = { $defs: { S: { type: "string", maxLength: 5, pattern: "^a.*" }, N: { type: "number" } } };
+  const short = resolveLocalRef({ $ref: "#/$defs/S", maxLength: 3, description: "d" }, root);
+  assert.deepEqual(await rawAccepts(short, ["abc", "abcd", "xbc"]), [true, false, false]);
+  const loose = resolveLocalRef({ $ref: "#/$defs/S", maxLength: 9, pattern: "c$" }, root);
+  assert.deepEqual(await rawAccepts(loose, ["abc", "abcdc", "abcdefc", "ab"]), [true, true, false, false]);
+  assert.deepEqual(await rawAccepts(resolveLocalRef({ $ref: "#/$defs/S", enum: ["ab", "b", "abcdef"] }, root), ["ab", "b", "abcdef"]), [true, false, false]);
+  // A bare $ref is the definition itself; keywords of another type beside it leave it JSON.
+  assert.equal(resolveLocalRef({ $ref: "#/$defs/S" }, root), root.$defs.S);
+  assert.ok(!isRawString({ $ref: "#/$defs/N", maxLength: 3 }, root));
 });
 
 const dsml = xmlLayoutOf("{%- set dsml_token = '｜DSML｜' -%} function_calls")!;
