@@ -160,12 +160,26 @@ class Gemma4Compiler {
     }
     const union = Array.isArray(schema.anyOf) ? "anyOf" : Array.isArray(schema.oneOf) ? "oneOf" : undefined;
     if (union) {
-      // Each branch with the keywords beside it (oneOf as anyOf: which one matched is not enforced).
+      // Each branch held to the keywords beside it too (oneOf as anyOf: which one matched is not
+      // enforced): the two as allOf parts, combined as allOf combines them, since a branch's keyword
+      // written over the one beside it ({maxLength: 2, anyOf: [{maxLength: 9}]}) would loosen it.
       const { anyOf: _a, oneOf: _o, ...rest } = schema;
-      const branches = (schema[union] as unknown[]).map((b, i) => {
+      const beside = Object.keys(rest).some((k) => !ANNOTATIONS.has(k));
+      const branches: string[] = [];
+      let firstRefusal: unknown;
+      (schema[union] as unknown[]).forEach((b, i) => {
         const branch = isObject(b) && typeof b.$ref === "string" ? this.resolve(b.$ref, path) : b;
-        return this.value(isObject(branch) ? { ...rest, ...branch } : branch, this.join(path, `${union}[${i}]`), depth + 1);
+        const held = isObject(branch) && beside ? { ...rest, allOf: [...(Array.isArray(rest.allOf) ? rest.allOf : []), branch] } : isObject(branch) ? { ...rest, ...branch } : branch;
+        try {
+          branches.push(this.value(held, this.join(path, `${union}[${i}]`), depth + 1));
+        } catch (e) {
+          // A branch no value of which the keywords beside it allow is no alternative; only when
+          // every branch is such is the schema refused.
+          if (!(e instanceof UnsupportedSchemaError) || !/no value/.test(e.message)) throw e;
+          firstRefusal ??= e;
+        }
       });
+      if (branches.length === 0) throw firstRefusal;
       return this.rule(branches.join(" | "));
     }
     if ("const" in schema || Array.isArray(schema.enum)) return this.constantsOf(schema, path);

@@ -128,6 +128,16 @@ test("gemma 4 grammar: allOf parts are combined, every pattern and the tightest 
   assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { allOf: [{ type: "string" }, { type: "integer" }] } } }, opts), /properties\.x\.allOf\.1\.type/);
 });
 
+test("gemma 4 grammar: an anyOf branch is held to the keywords beside it as well, not written over them", async () => {
+  // Each branch was {...beside, ...branch}: the branch's maxLength 9 replaced the 2 beside it.
+  assert.deepEqual(await argsAccept({ type: "string", maxLength: 2, anyOf: [{ maxLength: 9 }, { pattern: "^z" }] }, [str("ab"), str("abcd"), str("z"), str("zzz")]), [true, false, true, false]);
+  assert.deepEqual(await argsAccept({ type: "integer", maximum: 5, oneOf: [{ minimum: 3 }, { maximum: 9 }] }, ["{x:4}", "{x:7}", "{x:-1}"]), [true, false, true]);
+  // A branch no value of which the keywords beside it allow is left out; the others stay.
+  assert.deepEqual(await argsAccept({ type: "string", anyOf: [{ type: "integer" }, { minLength: 1 }] }, [str("a"), str(""), "{x:3}"]), [true, false, false]);
+  // Annotations beside anyOf (pydantic's title) change nothing.
+  assert.deepEqual(await argsAccept({ title: "X", anyOf: [{ type: "string" }, { type: "null" }] }, [str("a"), "{x:null}"]), [true, true]);
+});
+
 test("gemma 4 templates: recognised as llama.cpp recognises them; the earlier one gets results on the assistant's turn", () => {
   assert.ok(isGemma4Template(GEMMA_4_TEMPLATE) && isGemma4Template(GEMMA_4_INTERLEAVED_TEMPLATE));
   assert.ok(!wantsToolResponses(GEMMA_4_TEMPLATE) && wantsToolResponses(GEMMA_4_INTERLEAVED_TEMPLATE));
