@@ -273,6 +273,8 @@ class Gemma4Compiler {
   private constantsOf(schema: Schema, path: string): string {
     const key = "const" in schema ? "const" : "enum";
     let values = key === "const" ? [schema.const] : (schema.enum as unknown[]);
+    // Both given: the const must be one of the enum's values too (compared as JSON, as values are).
+    if (key === "const" && Array.isArray(schema.enum) && !schema.enum.some((v) => JSON.stringify(v) === JSON.stringify(schema.const))) values = [];
     const types = Array.isArray(schema.type) ? (schema.type as string[]) : typeof schema.type === "string" ? [schema.type] : undefined;
     if (types) {
       const allowed = schema.nullable === true ? [...types, "null"] : types;

@@ -112,6 +112,9 @@ test("gemma 4 grammar: enum and const values are held to the keywords beside the
   assert.deepEqual(await argsAccept({ enum: ["x", 1, 5, null], pattern: "y", maximum: 3 }, [str("x"), "{x:1}", "{x:5}", "{x:null}"]), [false, true, false, true]);
   assert.deepEqual(await argsAccept({ type: "integer", enum: [1, 1.5, "1"] }, ["{x:1}", "{x:1.5}", str("1")]), [true, false, false]);
   assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { const: "b", pattern: "a" } } }, opts), /properties\.x\.pattern: no value of const satisfies it/);
+  // const and enum together: the const only if the enum has it.
+  assert.deepEqual(await argsAccept({ const: "a", enum: ["a", "b"] }, [str("a"), str("b")]), [true, false]);
+  assert.throws(() => gemma4ArgumentsGrammar({ type: "object", properties: { x: { const: "c", enum: ["a", "b"] } } }, opts), /properties\.x\.const/);
 });
 
 test("gemma 4 grammar: allOf parts are combined, every pattern and the tightest bounds held, not the last part's alone", async () => {
