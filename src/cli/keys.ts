@@ -1,10 +1,10 @@
 import { parseArgs } from "node:util";
 import type { z } from "zod";
 import { onlyUsed } from "./args.ts";
-import { prepareDataDir } from "../config/data-dir.ts";
+import { openDataFile, prepareDataDir } from "../config/data-dir.ts";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { ApiError } from "../core/errors.ts";
-import { openSqliteStore } from "../store/sqlite-store.ts";
+import { DB_FILE, openSqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
 import { keyModels, keyName, parseTime, usageQuery, usageReport } from "../tenancy/admin.ts";
 import { createManagedKey, keyToJson } from "../tenancy/keys.ts";
@@ -24,7 +24,7 @@ export const KEYS_USAGE = `usage:
 async function withStore<T>(flags: Record<string, unknown>, use: (store: TenancyStore) => T): Promise<T> {
   const config = loadConfig({ "data-dir": flags["data-dir"], config: flags.config });
   prepareDataDir(config["data-dir"]);
-  const main = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: 0 });
+  const main = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: 0 }));
   const store = new TenancyStore(config["data-dir"]);
   try {
     return use(store);

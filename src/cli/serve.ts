@@ -1,6 +1,6 @@
 import { availableParallelism } from "node:os";
 import { buildApp } from "../app.ts";
-import { prepareDataDir } from "../config/data-dir.ts";
+import { openDataFile, prepareDataDir } from "../config/data-dir.ts";
 import { modelSpecs, upstreamSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
@@ -9,7 +9,7 @@ import { ModelRegistry } from "../core/registry.ts";
 import { checkLlamaCppSource, llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { remoteFactory } from "../engines/remote/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
-import { openSqliteStore } from "../store/sqlite-store.ts";
+import { DB_FILE, openSqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
 import { KeyRing } from "../tenancy/keys.ts";
 import { LedgerWriter } from "../tenancy/ledger.ts";
@@ -95,7 +95,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const staticKeys = [...config["api-key"], ...readKeyFile(config["api-key-file"])];
   if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
   prepareDataDir(config["data-dir"]);
-  const store = openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) });
+  const store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
   const tenancyStore = new TenancyStore(config["data-dir"]);
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const keys = new KeyRing(staticKeys, tenancyStore, undefined, key);

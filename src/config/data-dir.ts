@@ -1,4 +1,5 @@
 import { accessSync, constants, mkdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { ConfigError } from "./load.ts";
 
 const HINT = "pick another with --data-dir or PLINTH_DATA_DIR";
@@ -29,6 +30,41 @@ export function prepareDataDir(dir: string): void {
     accessSync(dir, constants.R_OK | constants.W_OK | constants.X_OK);
   } catch (err) {
     throw new ConfigError(`cannot use ${what}: ${reason(err)}; ${HINT}`);
+  }
+}
+
+/**
+ * Opens a file of the data directory (the store's `plinth.db`) through `open`, turning what SQLite
+ * or the file system says about a file that cannot serve into one line that names the file and what
+ * to do. Without this a directory in its place read "EISDIR: illegal operation on a directory", and
+ * another program's file "file is not a database".
+ */
+export function openDataFile<T>(dir: string, file: string, open: () => T): T {
+  try {
+    return open();
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    const what = `the store ${join(dir, file)}`;
+    switch (code) {
+      case "EISDIR":
+        throw new ConfigError(`cannot open ${what}: it is a directory; move it away or ${HINT}`);
+      case "SQLITE_NOTADB":
+        throw new ConfigError(`cannot open ${what}: it is not an SQLite database (another program's file?); move it away or ${HINT}`);
+      case "SQLITE_CORRUPT":
+        throw new ConfigError(`cannot open ${what}: the database is damaged; restore it from a backup, or move it away to start empty`);
+      case "SQLITE_BUSY":
+      case "SQLITE_LOCKED":
+        throw new ConfigError(`cannot open ${what}: another process holds it locked (another Plinth on the same data directory?)`);
+      case "SQLITE_READONLY":
+      case "SQLITE_CANTOPEN":
+      case "SQLITE_PERM":
+      case "SQLITE_AUTH":
+      case "EACCES":
+      case "EPERM":
+        throw new ConfigError(`cannot open ${what}: this user may not read and write it; ${HINT}`);
+      default:
+        throw err;
+    }
   }
 }
 

@@ -54,6 +54,28 @@ test("a data directory that is a file, or under a file, is refused naming the da
   }
 });
 
+test("a store file that cannot serve (a directory, another program's file) is refused naming the file", async () => {
+  const dir = scratch();
+  const asDirectory = path.join(dir, "a");
+  mkdirSync(path.join(asDirectory, "plinth.db"), { recursive: true });
+  const notSqlite = path.join(dir, "b");
+  mkdirSync(notSqlite);
+  writeFileSync(path.join(notSqlite, "plinth.db"), "these are notes, not a database\n".repeat(200));
+  for (const [args, dataDir, why] of [
+    [["serve", "--port", "0"], asDirectory, /it is a directory/],
+    [["keys", "list"], asDirectory, /it is a directory/],
+    [["serve", "--port", "0"], notSqlite, /not an SQLite database/],
+    [["usage"], notSqlite, /not an SQLite database/],
+  ] as const) {
+    const r = await plinth([...args, "--data-dir", dataDir]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.ok(r.stderr.includes(`the store ${path.join(dataDir, "plinth.db")}`), r.stderr);
+    assert.match(r.stderr, why);
+    assert.doesNotMatch(r.stderr, /EISDIR|file is not a database/);
+    assert.ok(r.stderr.trim().split("\n").length <= 2, r.stderr);
+  }
+});
+
 test("a data directory this user may not create or write in is refused naming the data directory", async (t) => {
   const dir = scratch();
   const locked = path.join(dir, "locked");
