@@ -233,7 +233,11 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
     run.end();
     throw err;
   }
+  // How the generation ended, once it has: a stream that already said so (completed, incomplete,
+  // failed) is over, whatever a DELETE landing while its end is stored does to the run.
+  let ended: ResponseBuilder["status"] | undefined;
   const finish = async (builder: ResponseBuilder) => {
+    ended = builder.status;
     try {
       await s.persist(builder, true);
     } finally {
@@ -246,8 +250,11 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
     ...result,
     write: async (sse) => {
       await result.write(sse);
-      // Deleted (or the server stopping) while its client still reads: the stream says so.
-      if (run.abort.signal.aborted && !env.signal.aborted) throw run.abort.signal.reason;
+      // Deleted (or the server stopping) while its client still reads: the stream says so, unless
+      // it has already ended with its own terminal event (an `error` after `response.completed`
+      // would contradict it).
+      const said = ended === "completed" || ended === "incomplete" || ended === "failed";
+      if (run.abort.signal.aborted && !env.signal.aborted && !said) throw run.abort.signal.reason;
     },
   };
 }
