@@ -210,3 +210,36 @@ test("vLLM's thinking_token_budget is the thinking budget, include_reasoning: fa
   assert.equal(noThinking.status, 400, noThinking.text);
   assert.equal(noThinking.error?.param, "thinking_token_budget");
 });
+
+test("llama-server's reasoning_budget_tokens and thinking_budget_tokens are the thinking budget too, not dropped", async () => {
+  const vllm = await ask({ logit_bias: LONG, thinking_token_budget: 8 } as Partial<ChatBody>);
+  for (const field of ["reasoning_budget_tokens", "thinking_budget_tokens"]) {
+    const r = await ask({ logit_bias: LONG, [field]: 8 } as Partial<ChatBody>);
+    assert.deepEqual(r.choices[0].message, vllm.choices[0].message, field);
+    assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, vllm.usage!.completion_tokens_details.reasoning_tokens, field);
+  }
+  // -1 is llama-server's "no budget": the whole answer may be thinking, as with no field at all.
+  const unlimited = await ask({ logit_bias: LONG, reasoning_budget_tokens: -1 } as Partial<ChatBody>);
+  assert.equal(unlimited.usage!.completion_tokens_details.reasoning_tokens, 40);
+
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ reasoning_budget_tokens: 0 }, "reasoning_budget_tokens"],
+    [{ reasoning_budget_tokens: -2 }, "reasoning_budget_tokens"],
+    [{ reasoning_budget_tokens: 8, thinking_budget_tokens: 9 }, "thinking_budget_tokens"],
+    [{ thinking_token_budget: 8, reasoning_budget_tokens: 9 }, "reasoning_budget_tokens"],
+    [{ reasoning_budget_tokens: 8, reasoning: { budget_tokens: 9 } }, "reasoning_budget_tokens"],
+    [{ thinking_budget_tokens: 8, reasoning_effort: "none" }, "thinking_budget_tokens"],
+    [{ reasoning_budget_message: "Time is up." }, "reasoning_budget_message"],
+  ];
+  for (const [extra, param] of refused) {
+    const r = await s.http.post("/v1/chat/completions", { model: "think", messages: [{ role: "user", content: "x" }], max_tokens: 3, ...extra });
+    assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+  const noThinking = await s.http.post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "x" }], reasoning_budget_tokens: 8 });
+  assert.equal(noThinking.status, 400, noThinking.text);
+  assert.equal(noThinking.error?.param, "reasoning_budget_tokens");
+  const completion = await s.http.post("/v1/completions", { model: "think", prompt: "x", max_tokens: 3, thinking_budget_tokens: 8 });
+  assert.equal(completion.status, 400, completion.text);
+  assert.equal(completion.error?.param, "thinking_budget_tokens");
+});

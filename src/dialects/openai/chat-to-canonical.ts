@@ -38,7 +38,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     throw badRequest("max_tokens and max_completion_tokens disagree; send one of them.", "max_tokens");
   const budget = body.max_completion_tokens ?? body.max_tokens;
   const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens", body.messages.at(-1)?.role);
-  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget);
+  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget, foreign.thinkingBudgetParam);
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
   const format = answerFormat(body);
@@ -137,28 +137,33 @@ export function enableThinking(kwargs: Record<string, unknown> | null | undefine
 
 /**
  * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled},
- * chat_template_kwargs.enable_thinking and vLLM's thinking_token_budget all steer one thing: whether
- * the model thinks, and for how long.
+ * chat_template_kwargs.enable_thinking and vLLM's thinking_token_budget (or llama-server's
+ * reasoning_budget_tokens, named by `budgetParam`) all steer one thing: whether the model thinks, and
+ * for how long.
  */
-function reasoningControl(body: ChatCompletionRequest, thinkingBudget?: number): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
+function reasoningControl(
+  body: ChatCompletionRequest,
+  thinkingBudget?: number,
+  budgetParam = "thinking_token_budget",
+): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
   const switched = enableThinking(body.chat_template_kwargs);
   const effort = body.reasoning?.effort ?? body.reasoning_effort ?? undefined;
   const params: string[] = [];
   if (body.reasoning_effort != null) params.push("reasoning_effort");
   if (body.reasoning != null) params.push("reasoning");
   if (switched !== undefined) params.push("chat_template_kwargs.enable_thinking");
-  if (thinkingBudget !== undefined) params.push("thinking_token_budget");
+  if (thinkingBudget !== undefined) params.push(budgetParam);
   if (params.length === 0) return {};
 
   let enabled: boolean | undefined = body.reasoning?.enabled ?? switched;
   if (effort === "none") enabled = false;
   const own = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
   if (own !== undefined && thinkingBudget !== undefined && own !== thinkingBudget)
-    throw badRequest("thinking_token_budget and reasoning's budget disagree; send one of them.", "thinking_token_budget");
+    throw badRequest(`${budgetParam} and reasoning's budget disagree; send one of them.`, budgetParam);
   const given = own ?? thinkingBudget;
   const budget = given ?? (effort && effort !== "none" ? EFFORT_BUDGET[effort] : undefined);
   if (enabled === false && budget !== undefined)
-    throw badRequest("A thinking budget was given, but thinking is turned off.", thinkingBudget !== undefined ? "thinking_token_budget" : params[0]);
+    throw badRequest("A thinking budget was given, but thinking is turned off.", thinkingBudget !== undefined ? budgetParam : params[0]);
   const fromEffort = effort !== undefined && effort !== "none" && enabled === undefined && given === undefined;
   return {
     reasoning: {

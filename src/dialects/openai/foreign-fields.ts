@@ -9,7 +9,8 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
  * every request (llama-server's web UI sends all its sampler settings). Dropping them as unknown
  * would answer a request for `ignore_eos` or `mirostat` as if it had not asked, so each is read
  * here: honoured (`ignore_eos`; `n_predict` and `repeat_penalty` as the budget and repetition
- * penalty under their llama-server names; `thinking_token_budget` as the thinking budget;
+ * penalty under their llama-server names; `thinking_token_budget`, and llama-server's
+ * `reasoning_budget_tokens` / `thinking_budget_tokens`, as the thinking budget;
  * `include_reasoning: false`), accepted at its neutral value (the behaviour Plinth has anyway), or
  * refused with a 400 naming it. Chat, completions and Responses read the same table.
  */
@@ -47,6 +48,7 @@ export const FOREIGN_FIELDS = [
   "return_tokens_as_token_ids",
   "return_token_ids",
   "n_probs",
+  "reasoning_budget_message",
   "mirostat",
   "mirostat_tau",
   "mirostat_eta",
@@ -189,6 +191,8 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     return_token_ids: [is(false), "is not supported"],
     // llama-server
     n_probs: [is(0), "is not supported; use logprobs and top_logprobs"],
+    // Text llama-server writes before the closing marker it forces at the end of a thinking budget.
+    reasoning_budget_message: [(v) => v == null || v === "", "is not supported: a thinking budget ends with the closing marker alone"],
     mirostat: [is(0), "is not supported: no mirostat sampling here"],
     mirostat_tau: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
     mirostat_eta: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
@@ -345,6 +349,9 @@ export const foreignFieldsSchema = {
   repeat_penalty: z.number().gt(0).max(10).nullish(),
   // vLLM's thinking budget: the same budget as `reasoning: {budget_tokens}`.
   thinking_token_budget: z.int().min(1).nullish(),
+  // llama-server's names for it (the second an alias of the first); -1 is its "no budget".
+  reasoning_budget_tokens: z.int().min(-1).nullish(),
+  thinking_budget_tokens: z.int().min(-1).nullish(),
 };
 
 export interface ForeignSettings {
@@ -354,8 +361,10 @@ export interface ForeignSettings {
   /** llama-server's `n_predict: -1`: no budget but the context. */
   noLimit?: boolean;
   repetitionPenalty?: number;
-  /** vLLM's `thinking_token_budget` (chat and Responses). */
+  /** vLLM's `thinking_token_budget` or llama-server's budget (chat and Responses). */
   thinkingBudget?: number;
+  /** The field `thinkingBudget` came in, for errors about it. */
+  thinkingBudgetParam?: string;
   /** vLLM's `include_reasoning: false`: the thinking is generated and counted, but not returned. */
   dropReasoning?: boolean;
 }
@@ -382,9 +391,9 @@ export function foreignFields(
   // vLLM's chat `echo` repeats the last message in the answer; a completion's echo is its own field.
   if (kind === "chat" && !is(false)(body.echo))
     throw unsupportedField("echo", "is not supported on chat requests: the answer holds the new message only");
-  const thinking = body.thinking_token_budget as number | null | undefined;
+  const [thinkingParam, thinking] = thinkingBudget(body);
   if (thinking != null && kind === "completion")
-    throw unsupportedField("thinking_token_budget", "applies to chat answers; a completion's text is not split into thinking and answer");
+    throw unsupportedField(thinkingParam, "applies to chat answers; a completion's text is not split into thinking and answer");
   const nPredict = body.n_predict as number | null | undefined;
   if (nPredict != null && budget != null && nPredict !== budget)
     throw badRequest(`n_predict and ${budgetName} disagree; send one of them.`, "n_predict");
@@ -396,7 +405,26 @@ export function foreignFields(
     ...(nPredict != null && nPredict >= 0 && budget == null ? { maxTokens: nPredict } : {}),
     ...(nPredict === -1 && budget == null ? { noLimit: true } : {}),
     ...(repeat != null ? { repetitionPenalty: repeat } : {}),
-    ...(thinking != null ? { thinkingBudget: thinking } : {}),
+    ...(thinking != null ? { thinkingBudget: thinking, thinkingBudgetParam: thinkingParam } : {}),
     ...(kind === "chat" && body.include_reasoning === false ? { dropReasoning: true } : {}),
   };
+}
+
+/**
+ * The thinking budget under vLLM's name or llama-server's two (`thinking_budget_tokens` is what its
+ * chat route reads when `reasoning_budget_tokens` is absent), with the field it came in. llama-server's
+ * -1 is no budget, as if absent. Its 0 ends the thinking before it starts; that is not taken here,
+ * where turning thinking off is a switch of the template's, not a budget.
+ */
+function thinkingBudget(body: Record<string, unknown>): [string, number | undefined] {
+  const given = (["thinking_token_budget", "reasoning_budget_tokens", "thinking_budget_tokens"] as const)
+    .map((field) => [field, body[field] as number | null | undefined] as const)
+    .filter((entry): entry is readonly [(typeof entry)[0], number] => entry[1] != null && entry[1] !== -1);
+  if (given.length === 0) return ["thinking_token_budget", undefined];
+  const [[field, value], ...others] = given;
+  const other = others.find(([, v]) => v !== value);
+  if (other) throw badRequest(`${field} and ${other[0]} disagree; send one of them.`, other[0]);
+  if (value === 0)
+    throw unsupportedField(field, "is not supported as 0; turn thinking off with reasoning_effort: 'none' or chat_template_kwargs.enable_thinking: false");
+  return [field, value];
 }

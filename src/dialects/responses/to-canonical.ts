@@ -48,7 +48,7 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
   const tools = toolsToCanonical(body);
   if (foreign.ignoreEos && (format || (tools.tools && tools.toolChoice !== "none")))
     throw badRequest("ignore_eos cannot be combined with tools or a structured answer: their grammars end the answer.", "ignore_eos");
-  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget);
+  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget, foreign.thinkingBudgetParam);
   const logprobs = body.include?.includes("message.output_text.logprobs") ? (body.top_logprobs ?? 0) : undefined;
   const request: GenerationRequest = {
     model: body.model,
@@ -190,18 +190,23 @@ function responseFormat(body: CreateResponseRequest): GenerationRequest["respons
 
 /**
  * `reasoning.effort`, and vLLM's `chat_template_kwargs.enable_thinking` and `thinking_token_budget`
- * (read as chat reads them): whether the model thinks, and for how long. The field that asked is
- * returned for errors about it when it is not the effort.
+ * (or llama-server's `reasoning_budget_tokens`, named by `budgetParam`; read as chat reads them):
+ * whether the model thinks, and for how long. The field that asked is returned for errors about it
+ * when it is not the effort.
  */
-function reasoningControl(body: CreateResponseRequest, thinkingBudget?: number): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
+function reasoningControl(
+  body: CreateResponseRequest,
+  thinkingBudget?: number,
+  budgetParam = "thinking_token_budget",
+): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
   const effort = body.reasoning?.effort ?? undefined;
   const switched = enableThinking(body.chat_template_kwargs);
   if (effort === undefined && switched === undefined && thinkingBudget === undefined) return {};
   if (effort !== undefined && switched !== undefined && switched !== (effort !== "none"))
     throw badRequest("chat_template_kwargs.enable_thinking and reasoning.effort disagree; send one of them.", "chat_template_kwargs.enable_thinking");
   const enabled = effort !== undefined ? effort !== "none" : switched;
-  if (enabled === false && thinkingBudget !== undefined) throw badRequest("A thinking budget was given, but thinking is turned off.", "thinking_token_budget");
-  const reasoningParam = effort !== undefined ? undefined : thinkingBudget !== undefined ? "thinking_token_budget" : "chat_template_kwargs.enable_thinking";
+  if (enabled === false && thinkingBudget !== undefined) throw badRequest("A thinking budget was given, but thinking is turned off.", budgetParam);
+  const reasoningParam = effort !== undefined ? undefined : thinkingBudget !== undefined ? budgetParam : "chat_template_kwargs.enable_thinking";
   if (enabled === false) return { reasoning: { enabled: false }, reasoningParam };
   const fromEffort = effort !== undefined && switched === undefined && thinkingBudget === undefined;
   return {
