@@ -242,7 +242,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const webUi = {
     samplers: "edkypmxt", dynatemp_range: 0, dynatemp_exponent: 1, typical_p: 1, xtc_probability: 0, xtc_threshold: 0.1,
     repeat_last_n: 64, repeat_penalty: 1, dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: -1,
-    timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5,
+    timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5, adaptive_target: -1, adaptive_decay: 0.9,
   };
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...webUi })).status, 200);
   // The later fields at the values that describe what is done here anyway.
@@ -293,6 +293,8 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const refused: Array<[Record<string, unknown>, string]> = [
     [{ mirostat: 2 }, "mirostat"],
     [{ dry_multiplier: 0.8 }, "dry_multiplier"],
+    [{ adaptive_target: 0.5 }, "adaptive_target"],
+    [{ adaptive_target: 0.5, adaptive_decay: 0.5 }, "adaptive_target"],
     [{ min_tokens: 4 }, "min_tokens"],
     [{ use_beam_search: true }, "use_beam_search"],
     [{ stop_token_ids: [5] }, "stop_token_ids"],

@@ -49,6 +49,8 @@ export const FOREIGN_FIELDS = [
   "return_token_ids",
   "n_probs",
   "reasoning_budget_message",
+  "adaptive_target",
+  "adaptive_decay",
   "mirostat",
   "mirostat_tau",
   "mirostat_eta",
@@ -193,6 +195,9 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     n_probs: [is(0), "is not supported; use logprobs and top_logprobs"],
     // Text llama-server writes before the closing marker it forces at the end of a thinking budget.
     reasoning_budget_message: [(v) => v == null || v === "", "is not supported: a thinking budget ends with the closing marker alone"],
+    // llama.cpp's adaptive-p sampler, off while its target is negative (its default).
+    adaptive_target: [(v) => v == null || (typeof v === "number" && v < 0), "is not supported: no adaptive-p sampling here"],
+    adaptive_decay: [whenOff(body, "adaptive_target", (v) => v == null || (typeof v === "number" && v < 0)), "applies to adaptive-p sampling, which is not done here"],
     mirostat: [is(0), "is not supported: no mirostat sampling here"],
     mirostat_tau: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
     mirostat_eta: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
