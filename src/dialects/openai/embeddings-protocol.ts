@@ -32,6 +32,8 @@ export const embeddingsRequest = z.object({
   chat_template: z.unknown().optional(),
   chat_template_kwargs: z.unknown().optional(),
   mm_processor_kwargs: z.unknown().optional(),
+  // llama-server's normalisation (2: Euclidean), read by `refuseEmbeddingExtras` likewise.
+  embd_normalize: z.unknown().optional(),
   // Ollama's.
   keep_alive: z.unknown().optional(),
   truncate: z.unknown().optional(),

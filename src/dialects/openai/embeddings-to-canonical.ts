@@ -41,9 +41,10 @@ function splitInput(input: EmbeddingsRequest["input"]): { inputs: EmbedInput[]; 
 const BYTE_ORDERS = endianness() === "LE" ? ["little", "native"] : ["little"];
 
 /**
- * vLLM's embedding fields. Each is taken at the value that describes what Plinth does anyway
- * (vectors L2-normalised, the model's special tokens added, float32 values, little-endian base64)
- * and refused by name otherwise, so no client gets vectors it did not ask for.
+ * vLLM's embedding fields, and llama-server's `embd_normalize`. Each is taken at the value that
+ * describes what Plinth does anyway (vectors L2-normalised, the model's special tokens added,
+ * float32 values, little-endian base64) and refused by name otherwise, so no client gets vectors
+ * it did not ask for.
  */
 function refuseEmbeddingExtras(body: EmbeddingsRequest): void {
   const refuse: Array<[keyof EmbeddingsRequest, (v: unknown) => boolean, string]> = [
@@ -57,6 +58,8 @@ function refuseEmbeddingExtras(body: EmbeddingsRequest): void {
     ["chat_template", (v) => v == null, "is not supported: inputs are embedded as sent"],
     ["chat_template_kwargs", (v) => v == null, "is not supported: inputs are embedded as sent"],
     ["mm_processor_kwargs", (v) => v == null, "is not supported: inputs are text or token ids"],
+    // llama-server's: -1 none, 0 max-abs int16, 1 taxicab, 2 Euclidean (its default), >2 p-norm.
+    ["embd_normalize", (v) => v == null || v === 2, "is supported only as 2: vectors are always L2-normalised"],
     // Ollama's: a model's residency changes nothing about the vectors.
     ["keep_alive", () => true, ""],
     ["truncate", (v) => v == null || v === false, "is not supported: an input longer than the model's embedding context is a 400, never cut"],
