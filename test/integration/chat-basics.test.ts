@@ -93,6 +93,31 @@ test("without include_usage no usage chunk is sent, and the stream ends with [DO
   }
 });
 
+
+/** The JSON chunks of a stream, and whether it ended with [DONE]. */
+async function streamedChunks(url: string, body: Record<string, unknown>): Promise<{ chunks: Array<Record<string, any>>; raw: string[] }> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  assert.equal(res.status, 200);
+  const raw = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice("data: ".length));
+  assert.equal(raw.at(-1), "[DONE]");
+  return { chunks: raw.slice(0, -1).map((d) => JSON.parse(d)), raw: raw.slice(0, -1) };
+}
+
+test("stream_options.include_obfuscation pads every chunk (the usage chunk too) to a multiple of 32 bytes; without it nothing is added", async () => {
+  const body = { model: s.model, messages: user("Say something long é"), max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };
+  const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, body);
+  assert.ok(chunks.length >= 10, `${chunks.length} chunks`);
+  chunks.forEach((c, i) => {
+    assert.equal(typeof c.obfuscation, "string", JSON.stringify(c));
+    assert.equal(Buffer.byteLength(raw[i]) % 32, 0, raw[i]);
+  });
+  assert.equal(chunks.at(-1)!.choices.length, 0, "the usage chunk is padded too");
+  for (const options of [{ include_usage: true }, { include_usage: true, include_obfuscation: false }]) {
+    const plain = await streamedChunks(`${s.url}/v1/chat/completions`, { ...body, stream_options: options });
+    assert.ok(plain.chunks.every((c) => !("obfuscation" in c)), JSON.stringify(options));
+  }
+});
+
 test("every role renders: system, developer, user, assistant (history and prefill), text parts", async () => {
   const r = await s.client.chat.completions.create({
     model: s.model,

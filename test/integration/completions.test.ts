@@ -163,6 +163,28 @@ test("sampling with logprobs stays reproducible by seed and follows temperature"
   assert.ok(notTop.length > 0);
 });
 
+
+/** The JSON chunks of a stream, and whether it ended with [DONE]. */
+async function streamedChunks(url: string, body: Record<string, unknown>): Promise<{ chunks: Array<Record<string, any>>; raw: string[] }> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  assert.equal(res.status, 200);
+  const raw = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice("data: ".length));
+  assert.equal(raw.at(-1), "[DONE]");
+  return { chunks: raw.slice(0, -1).map((d) => JSON.parse(d)), raw: raw.slice(0, -1) };
+}
+
+test("stream_options.include_obfuscation pads every text_completion chunk to a multiple of 32 bytes; without it nothing is added", async () => {
+  const body = { model: "tiny", prompt: "A long road", max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };
+  const { chunks, raw } = await streamedChunks(`${s.url}/v1/completions`, body);
+  assert.ok(chunks.length >= 10, `${chunks.length} chunks`);
+  chunks.forEach((c, i) => {
+    assert.equal(typeof c.obfuscation, "string", JSON.stringify(c));
+    assert.equal(Buffer.byteLength(raw[i]) % 32, 0, raw[i]);
+  });
+  const plain = await streamedChunks(`${s.url}/v1/completions`, { ...body, stream_options: { include_usage: true } });
+  assert.ok(plain.chunks.every((c) => !("obfuscation" in c)));
+});
+
 test("streaming: text_completion chunks, [DONE], text equal to the non-streamed text", async () => {
   const params = { prompt: "A long road", max_tokens: 20, temperature: 0, logit_bias: NO_EOG };
   const whole = await complete(params);

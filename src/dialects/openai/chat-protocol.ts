@@ -113,7 +113,7 @@ export const chatCompletionRequest = z.object({
   messages: messageList(chatMessage),
   stream: z.boolean().nullish(),
   stream_options: z
-    .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional() })
+    .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() })
     .nullish(),
   max_tokens: z.int().min(1).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),

@@ -7,6 +7,7 @@ import type { ChatCompletionRequest } from "./chat-protocol.ts";
 import { chatToCanonical } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
+import { withChunkObfuscation } from "./obfuscation.ts";
 import { chatFieldNames } from "./field-names.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type ChatStorage, storeChatCompletion } from "./stored-chat.ts";
@@ -59,7 +60,7 @@ export async function chatCompletion(
   const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true;
   const shape = { usageOnFinishChunk: codec.usageOnFinishChunk, chunkToWire: codec.chunkToWire };
   const streamError = codec.streamError;
-  return {
+  const streamed: RouteResult = {
     kind: "sse",
     write: !streamError
       ? (sse) => streamChatCompletion(sse, meta, events, includeUsage, withLogprobs, shape)
@@ -76,6 +77,7 @@ export async function chatCompletion(
         },
     errorEvent: (err) => openAIErrorEvent(err, names),
   };
+  return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;
 }
 
 /**

@@ -5,6 +5,7 @@ import type { CompletionRequest } from "./completions-protocol.ts";
 import { completionToCanonical } from "./completions-to-canonical.ts";
 import { renderCompletion, streamCompletion } from "./completions-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
+import { withChunkObfuscation } from "./obfuscation.ts";
 import { completionFieldNames } from "./field-names.ts";
 
 /** POST …/completions: a batch of prompts, admitted together, rendered as text_completion. */
@@ -23,9 +24,10 @@ export async function textCompletion(body: CompletionRequest, env: RouteEnv): Pr
   };
   const logprobs = body.logprobs ?? undefined;
   if (!body.stream) return { kind: "json", body: await renderCompletion(meta, started.events, logprobs) };
-  return {
+  const streamed: RouteResult = {
     kind: "sse",
     write: (sse) => streamCompletion(sse, meta, started.events, logprobs, body.stream_options?.include_usage === true),
     errorEvent: (err) => openAIErrorEvent(err, names),
   };
+  return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;
 }

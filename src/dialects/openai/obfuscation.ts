@@ -1,0 +1,32 @@
+import { randomBytes } from "node:crypto";
+import type { RouteResult } from "../../http/respond.ts";
+import type { SseWriter } from "../../http/sse.ts";
+
+/** Padded chunk sizes come in steps of this many bytes. */
+const STEP = 32;
+
+/**
+ * `stream_options.include_obfuscation: true` on Chat Completions and Completions: every chunk
+ * carries a top-level `obfuscation` string of random characters that brings the chunk's JSON to the
+ * next multiple of STEP bytes, so the size of an encrypted frame no longer tells an observer how
+ * long each token was (OpenAI's mitigation of that side channel; the Responses API pads its delta
+ * events the same way). Off unless asked, unlike OpenAI: a self-hosted server is mostly read over
+ * loopback or a trusted network, where the padding only costs bandwidth.
+ */
+export function withChunkObfuscation(result: RouteResult): RouteResult {
+  if (result.kind !== "sse") return result;
+  return { ...result, write: (sse) => result.write(obfuscating(sse)) };
+}
+
+function obfuscating(sse: SseWriter): SseWriter {
+  const padded = Object.create(sse) as SseWriter;
+  // `[DONE]` is a string and goes out as it is.
+  padded.data = (payload: unknown) => sse.data(payload !== null && typeof payload === "object" && !Array.isArray(payload) ? withPadding(payload) : payload);
+  return padded;
+}
+
+function withPadding(chunk: object): object {
+  const size = Buffer.byteLength(JSON.stringify({ ...chunk, obfuscation: "" }));
+  const padding = (STEP - (size % STEP)) % STEP;
+  return { ...chunk, obfuscation: randomBytes(padding).toString("base64url").slice(0, padding) };
+}
