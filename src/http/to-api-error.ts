@@ -130,8 +130,9 @@ function describeIssue(issue: Issue, found: unknown): string {
   switch (issue.code) {
     case "invalid_union": {
       const expected = unionTypes(issue);
-      // Nothing there at all (a message without its role, say): it is missing, whatever it should be.
-      if (absent && (issue.message.endsWith("received undefined") || expected === "a different value" || discriminatorOptions(issue)))
+      // Nothing there at all (a message without its role, a completion without its prompt): it is
+      // missing, whatever it should be. zod 4 says so on each branch, not on the union's own issue.
+      if (absent && (issue.message.endsWith("received undefined") || everyBranchGotUndefined(issue) || expected === "a different value" || discriminatorOptions(issue)))
         return "this field is required.";
       return absent ? `expected ${expected}.` : `expected ${expected}, got ${describeValue(found)}.`;
     }
@@ -158,6 +159,12 @@ function describeIssue(issue: Issue, found: unknown): string {
     default:
       return sentence(issue.message);
   }
+}
+
+/** Whether every branch of a union refused the value as undefined: the field was not sent. */
+function everyBranchGotUndefined(issue: Issue): boolean {
+  const branches = (issue as { errors?: Issue[][] }).errors ?? [];
+  return branches.length > 0 && branches.every((b) => b[0]?.code === "invalid_type" && b[0].message.endsWith("received undefined"));
 }
 
 /**

@@ -338,6 +338,20 @@ describe("validation messages say what is wrong with the field that was sent", (
     });
   }
 
+  test("a missing field that takes one of several types is called required, not described by its types", async () => {
+    for (const [url, payload, param] of [
+      ["/v1/completions", { model: "tiny", max_tokens: 1 }, "prompt"],
+      ["/v1/embeddings", { model: "tiny" }, "input"],
+    ] as const) {
+      const e = envelope(await s.inject({ method: "POST", url, headers: JSON_TYPE, payload: JSON.stringify(payload) }), 400);
+      assert.equal(e.param, param);
+      assert.match(e.message, /this field is required/, e.message);
+    }
+    // Sent, but of none of the types: still said as the types it may be.
+    const wrong = envelope(await s.inject({ method: "POST", url: "/v1/completions", headers: JSON_TYPE, payload: JSON.stringify({ model: "tiny", prompt: 5 }) }), 400);
+    assert.match(wrong.message, /expected a string or an array, got the integer 5/);
+  });
+
   test("a SyntaxError that is not the body's (a bad regex, say) is never reported as invalid JSON", () => {
     const e = toApiError(new SyntaxError("Invalid regular expression: /(/: Unterminated group"));
     assert.ok(!/JSON/.test(e.message), e.message);
