@@ -274,7 +274,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const neutral = {
     echo: false, include_reasoning: true, logprob_token_ids: [], truncation_side: "left", kv_transfer_params: null, vllm_xargs: {},
     mm_processor_kwargs: {}, media_io_kwargs: {}, prompt_embeds: null, reasoning_format: "auto", thinking_forced_open: false,
-    parse_tool_calls: true, response_fields: [], return_tokens: false, min_keep: 0, n_cache_reuse: 0, sse_ping_interval: 0,
+    parse_tool_calls: true, response_fields: [], return_tokens: false, min_keep: 0, n_cache_reuse: 0, sse_ping_interval: 0, verbose: false,
   };
   const taken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...neutral });
   assert.equal(taken.status, 200, taken.text);
@@ -328,6 +328,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     // No progress chunks or per-token timings are sent: asking for them (or sending a non-boolean) is refused.
     [{ return_progress: true, stream: true }, "return_progress"],
     [{ timings_per_token: 42 }, "timings_per_token"],
+    [{ verbose: true }, "verbose"],
     [{ repeat_penalty: 1.2, repeat_last_n: 128 }, "repeat_last_n"],
     [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],

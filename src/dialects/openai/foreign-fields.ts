@@ -78,6 +78,7 @@ export const FOREIGN_FIELDS = [
   "n_indent",
   "timings_per_token",
   "return_progress",
+  "verbose",
   "priority",
   "request_id",
   "include_reasoning",
@@ -227,6 +228,7 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     n_indent: [is(0), "is not supported"],
     timings_per_token: [is(false), "is not supported: no timings are reported per token"],
     return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
+    verbose: [is(false), "is not supported: answers carry no __verbose debug field (POST /tokenize with the messages shows the rendered prompt's tokens)"],
     priority: [() => true, ""],
     request_id: [() => true, ""],
     // vLLM, later releases
