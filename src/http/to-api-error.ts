@@ -156,6 +156,12 @@ function describeIssue(issue: Issue, found: unknown): string {
     }
     case "invalid_value":
       return absent ? sentence(issue.message) : `${sentence(issue.message).slice(0, -1)}; got ${describeValue(found)}.`;
+    case "custom":
+      // A custom type check ("expected an object": a schema, logit_bias, metadata) says what came
+      // instead, as a zod type check does.
+      if (issue.message.startsWith("expected "))
+        return absent ? "this field is required." : `${issue.message}, got ${describeValue(found)}.`;
+      return sentence(issue.message);
     default:
       return sentence(issue.message);
   }

@@ -328,6 +328,10 @@ describe("validation messages say what is wrong with the field that was sent", (
     ["an unknown role", { ...ok, messages: [{ role: "wizard", content: "x" }] }, "messages[0].role", /got the string "wizard"/],
     ["model missing", { messages: ok.messages }, "model", /this field is required/],
     ["model null", { ...ok, model: null }, "model", /expected a string, got null/],
+    // Fields checked only as "an object" (schemas, maps) say what came instead, too.
+    ["logit_bias as an array", { ...ok, logit_bias: [[15, -100]] }, "logit_bias", /expected an object, got an array of 1 items/],
+    ["json_schema as a number", { ...ok, json_schema: 123 }, "json_schema", /expected an object, got the integer 123/],
+    ["a schema as a string", { ...ok, response_format: { type: "json_schema", json_schema: { name: "x", schema: "{}" } } }, "response_format.json_schema.schema", /expected an object, got the string "\{\}"/],
   ];
   for (const [name, body, param, message] of cases) {
     test(name, async () => {
