@@ -74,6 +74,24 @@ test("a named tool_choice calls exactly that tool, once", async () => {
   }
 });
 
+test("tool_choice allowed_tools: calls only the listed tools (required: one of them at least), and names a tool it does not have", async () => {
+  const only = (mode: "auto" | "required", ...names: string[]) =>
+    ({ type: "allowed_tools", allowed_tools: { mode, tools: names.map((name) => ({ type: "function", function: { name } })) } }) as never;
+  const eager = { [EXTRA_TOKENS.toolCallOpen]: 15 };
+  for (let seed = 1; seed <= 4; seed++) {
+    const r = await s.http.chat({ ...base, tool_choice: only("required", "get_time"), temperature: 1, seed, logit_bias: eager, max_tokens: 200 });
+    const calls = r.choices[0].message.tool_calls!;
+    if (r.choices[0].finish_reason === "tool_calls") checkCalls(calls);
+    assert.ok(calls.length > 0 && calls.every((c) => c.function.name === "get_time"), JSON.stringify(calls));
+  }
+  // auto: a call the model starts is held to the allowed tools too.
+  const started = await s.http.chat({ ...base, tool_choice: only("auto", "get_time"), parallel_tool_calls: false, logit_bias: { [EXTRA_TOKENS.toolCallOpen]: 100 } });
+  assert.deepEqual(started.choices[0].message.tool_calls!.map((c) => c.function.name), ["get_time"]);
+  const unknown = await s.http.post("/v1/chat/completions", { ...base, tool_choice: only("required", "get_time", "nope") });
+  assert.equal(unknown.status, 400, unknown.text);
+  assert.equal(unknown.error?.param, "tool_choice.allowed_tools.tools[1].function.name");
+});
+
 test("parallel_tool_calls: false allows one call; true lets the model make several", async () => {
   const eager = { [EXTRA_TOKENS.toolCallOpen]: 15 };
   const single = await s.http.chat({ ...base, tool_choice: "required", parallel_tool_calls: false, logit_bias: eager, max_tokens: 200 });

@@ -94,10 +94,24 @@ export const functionTools = z
   )
   .max(128);
 
-export const toolChoice = z.union([
-  z.enum(["none", "auto", "required"]),
-  z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) }),
-]);
+const namedToolChoice = z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) });
+export const toolChoice = z.union([z.enum(["none", "auto", "required"]), namedToolChoice]);
+
+/**
+ * OpenAI's `allowed_tools` choice on Chat Completions: the model may call only the listed tools of
+ * the request's (`required`: it must call one of them). The full list stays in the prompt, so it
+ * is the same prompt, and the same cached prefix, whichever subset a turn allows.
+ */
+const allowedToolsChoice = z.object({
+  type: z.literal("allowed_tools"),
+  allowed_tools: z.object({
+    mode: z.enum(["auto", "required"]),
+    tools: z.array(z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) })).min(1),
+  }),
+});
+
+/** Chat Completions' tool_choice: a mode, one named function, or allowed_tools (told apart by `type`). */
+const chatToolChoice = z.union([z.enum(["none", "auto", "required"]), z.discriminatedUnion("type", [namedToolChoice, allowedToolsChoice])]);
 
 /**
  * A `messages` list of `message`: one at least, MAX_MESSAGES at most. Every dialect built on chat
@@ -134,7 +148,7 @@ export const chatCompletionRequest = z.object({
   metadata: metadataSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   tools: functionTools.nullish(),
-  tool_choice: toolChoice.nullish(),
+  tool_choice: chatToolChoice.nullish(),
   response_format: z.discriminatedUnion("type", [...responseFormats, ...tgiResponseFormats]).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),

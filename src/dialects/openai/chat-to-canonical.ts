@@ -1,6 +1,6 @@
 import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
-import type { ContentPart, GenerationRequest, Message } from "../../core/types.ts";
+import type { ContentPart, GenerationRequest, Message, ToolChoice } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
 import { refuseServiceFields } from "./service-fields.ts";
 import { foreignFields } from "./foreign-fields.ts";
@@ -102,8 +102,19 @@ function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, 
   const choice = body.tool_choice ?? undefined;
   if (choice !== undefined && tools.length === 0)
     throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
-  if (typeof choice === "object" && !seen.has(choice.function.name))
-    throw badRequest(`tool_choice names '${choice.function.name}', which is not among the tools.`, "tool_choice");
+  let canonical: ToolChoice = "auto";
+  if (typeof choice === "string") canonical = choice;
+  else if (choice?.type === "allowed_tools") {
+    const allowed = choice.allowed_tools.tools.map((t, i) => {
+      if (!seen.has(t.function.name))
+        throw badRequest(`tool_choice.allowed_tools.tools[${i}] names '${t.function.name}', which is not among the tools.`, `tool_choice.allowed_tools.tools[${i}].function.name`);
+      return t.function.name;
+    });
+    canonical = { allowed, required: choice.allowed_tools.mode === "required" };
+  } else if (choice) {
+    if (!seen.has(choice.function.name)) throw badRequest(`tool_choice names '${choice.function.name}', which is not among the tools.`, "tool_choice");
+    canonical = { name: choice.function.name };
+  }
   if (tools.length === 0) return {};
   return {
     tools: tools.map((t) => ({
@@ -112,7 +123,7 @@ function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, 
       parameters: t.function.parameters ?? { type: "object", properties: {} },
       strict: t.function.strict === true,
     })),
-    toolChoice: typeof choice === "object" ? { name: choice.function.name } : (choice ?? "auto"),
+    toolChoice: canonical,
     parallelToolCalls: body.parallel_tool_calls ?? true,
   };
 }
