@@ -197,3 +197,30 @@ test("tokenizer and completions routes name their own fields", async () => {
   assert.equal(batch.json().error.param, "prompt[1]", "the batch entry that does not fit");
   assert.equal(batch.json().error.code, "context_length_exceeded");
 });
+
+test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe integers); past int64 or a fraction is a 400", async () => {
+  const seedSeen = () => s.engine.prepared.at(-1)!.sampling.seed;
+  const json = { "content-type": "application/json" };
+  for (const [url, body] of [
+    ["/v1/chat/completions", ok],
+    ["/v1/completions", { model: "tiny", prompt: "hi", max_tokens: 2 }],
+    ["/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 2, store: false }],
+  ] as const) {
+    // 2^62 + 2^40 + 7 arrives as the double 2^62 + 2^40; the sampler takes its low 32 bits.
+    const withSeed = (seed: string) => `${JSON.stringify(body).slice(0, -1)},"seed":${seed}}`;
+    const big = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed("4611687117939015687") });
+    assert.equal(big.statusCode, 200, `${url}: ${big.body}`);
+    assert.equal(seedSeen(), 0);
+    const low = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed("-9223372036854775808") });
+    assert.equal(low.statusCode, 200, `${url}: ${low.body}`);
+    assert.ok(Object.is(seedSeen(), 0), "-2^63 is seed 0, not -0");
+    const odd = await s.app.inject({ method: "POST", url, payload: { ...body, seed: 2 ** 53 + 2 } });
+    assert.equal(odd.statusCode, 200, `${url}: ${odd.body}`);
+    assert.equal(seedSeen(), 2);
+    for (const bad of [1e19, -1e19, 1.5]) {
+      const r = await s.app.inject({ method: "POST", url, payload: { ...body, seed: bad } });
+      assert.equal(r.statusCode, 400, `${url} seed ${bad}: ${r.body}`);
+      assert.equal(r.json().error.param, "seed");
+    }
+  }
+});

@@ -354,6 +354,9 @@ test("000-40 seed -1 behaves like no seed: every request gets a fresh random see
   assert.ok(seeds.size > 1, "seed -1 is not pinned");
   await accepts({ ...ok, seed: 42 });
   assert.equal(lastRequest().sampling.seed, 42);
+  // "Any integer": one past JavaScript's safe integers too (the sampler keeps its low 32 bits).
+  await accepts({ ...ok, seed: 2 ** 62 + 2 ** 40 + 5 * 2 ** 10 });
+  assert.equal(lastRequest().sampling.seed, 5 * 2 ** 10);
 });
 
 test("000-42 metadata with 16 pairs is accepted and stored; 17 pairs is rejected", async () => {

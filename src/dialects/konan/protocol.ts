@@ -2,6 +2,7 @@ import { z } from "zod";
 import { badRequest } from "../../core/errors.ts";
 import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
+import { seedSchema } from "../openai/sampling-fields.ts";
 import { boundedStop } from "../stop-field.ts";
 import { sdkMessageEchoes } from "../sdk-echo-fields.ts";
 import { functionParameters } from "../function-parameters.ts";
@@ -38,7 +39,7 @@ export const konanChatRequest = z.object({
   reasoning: konanReasoning.nullish(),
   repetition_penalty: z.number().min(0).max(2).nullish(),
   response_format: openAiResponseFormat.nullish(),
-  seed: z.int().nullish(),
+  seed: seedSchema().nullish(),
   stop: boundedStop.nullish(),
   stream: z.boolean().nullish(),
   temperature: z.number().min(0).max(2).nullish(),

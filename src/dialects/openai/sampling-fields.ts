@@ -37,6 +37,22 @@ function logitBiasSchema() {
 }
 
 /** Wire schema of the sampling fields Chat Completions and Completions share. */
+/**
+ * A seed as OpenAI defines it: any 64-bit integer. The body is read with JSON.parse, so a seed past
+ * 2^53 arrives as the nearest double, which is still an integer; zod's int() refuses those as
+ * unsafe, and a client drawing 63-bit seeds had a valid request refused. int64's bounds are taken as
+ * doubles (2^63 stands for int64's largest value, which JSON.parse rounds up to it).
+ */
+export function seedSchema() {
+  return z
+    .number()
+    .min(-(2 ** 63))
+    .max(2 ** 63)
+    .check((ctx) => {
+      if (!Number.isInteger(ctx.value)) ctx.issues.push({ code: "invalid_type", expected: "int", input: ctx.value });
+    });
+}
+
 export const samplingFieldsSchema = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
@@ -44,7 +60,7 @@ export const samplingFieldsSchema = {
   top_k: z.int().min(-1).nullish(),
   min_p: z.number().min(0).max(1).nullish(),
   repetition_penalty: z.number().gt(0).max(10).nullish(),
-  seed: z.int().nullish(),
+  seed: seedSchema().nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
   n: z.int().min(1).max(128).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
@@ -90,10 +106,9 @@ export function toSamplingParams(w: WireSampling, defaults: SamplingDefaults = O
   };
 }
 
-/** OpenAI accepts any integer seed; the sampler takes 32 bits. */
-function toUint32(seed: number): number {
-  const m = seed % 2 ** 32;
-  return m < 0 ? m + 2 ** 32 : m;
+/** OpenAI accepts any 64-bit seed; the sampler takes 32 bits (and never -0, which -2^63 leaves). */
+export function toUint32(seed: number): number {
+  return ((seed % 2 ** 32) + 2 ** 32) % 2 ** 32;
 }
 
 export function normaliseStop(stop: string | string[] | null | undefined): string[] {

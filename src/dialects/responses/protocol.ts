@@ -221,7 +221,7 @@ export const createResponseRequest = z.object({
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_obfuscation: z.boolean().optional() }).nullish(),
   // Plinth extensions shared with the chat path (see the README).
-  seed: z.int().nullish(),
+  seed: samplingFieldsSchema.seed,
   logit_bias: samplingFieldsSchema.logit_bias,
   top_k: z.int().min(-1).nullish(),
   min_p: z.number().min(0).max(1).nullish(),
