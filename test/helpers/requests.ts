@@ -39,7 +39,7 @@ export interface TokenizeResult {
   count: number;
   max_model_len: number;
   /** With return_token_strs: each token as the vocabulary writes it. */
-  token_strs?: string[];
+  token_strs?: string[] | null;
 }
 
 /** /detokenize's answer. */

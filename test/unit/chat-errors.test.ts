@@ -184,6 +184,14 @@ test("scripted engine: an assistant turn's refusal (a refusal part, or the refus
   assert.equal(user.statusCode, 400, user.body);
 });
 
+test("/tokenize answers vLLM's whole shape: token_strs is there as null when not asked for", async () => {
+  const r = await s.app.inject({ method: "POST", url: "/tokenize", payload: { model: "tiny", prompt: "hi" } });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.deepEqual(Object.keys(r.json()).sort(), ["count", "max_model_len", "token_strs", "tokens"]);
+  assert.equal(r.json().token_strs, null);
+  assert.equal(r.json().count, r.json().tokens.length);
+});
+
 test("tokenizer and completions routes name their own fields", async () => {
   const tok = await s.app.inject({ method: "POST", url: "/detokenize", payload: { model: "tiny", tokens: [1, 5000] } });
   assert.equal(tok.statusCode, 400, tok.body);

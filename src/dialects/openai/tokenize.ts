@@ -93,7 +93,8 @@ export async function tokenize(body: TokenizeRequest, env: RouteEnv): Promise<Ro
   if (body.return_token_strs === true && result.pieces === undefined)
     throw unsupportedField("return_token_strs", `is not available for '${body.model}': its vocabulary is not known here`);
   const { tokens, contextSize } = result;
-  return { kind: "json", body: { tokens, count: tokens.length, max_model_len: contextSize, ...(result.pieces ? { token_strs: result.pieces } : {}) } };
+  // token_strs is null unless asked for, as in vLLM's answer, whose clients read the key unguarded.
+  return { kind: "json", body: { tokens, count: tokens.length, max_model_len: contextSize, token_strs: body.return_token_strs === true ? result.pieces : null } };
 }
 
 export async function detokenize(body: z.infer<typeof detokenizeRequest>, env: RouteEnv): Promise<RouteResult> {
