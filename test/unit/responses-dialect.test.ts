@@ -171,6 +171,34 @@ test("reasoning.effort takes OpenAI's whole scale, xhigh and max included (no bu
   }
 });
 
+test("the chat path's reasoning budget (budget_tokens, max_tokens) and enabled switch are honoured here too, not dropped", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  for (const [reasoning, budget] of [
+    [{ budget_tokens: 5 }, 5],
+    [{ max_tokens: 7 }, 7],
+    [{ effort: "medium", budget_tokens: 9 }, 9],
+  ] as const) {
+    const r = await post({ model: "m", input: "hi", store: false, reasoning });
+    assert.equal(r.statusCode, 200, r.body);
+    const seen = s.engine.prepared.at(-1)!;
+    assert.notEqual(seen.reasoning?.enabled, false, JSON.stringify(reasoning));
+    assert.equal(seen.reasoning?.budgetTokens, budget, JSON.stringify(reasoning));
+  }
+  const off = await post({ model: "m", input: "hi", store: false, reasoning: { enabled: false } });
+  assert.equal(off.statusCode, 200, off.body);
+  assert.equal(s.engine.prepared.at(-1)!.reasoning?.enabled, false);
+  for (const [body, param] of [
+    [{ reasoning: { budget_tokens: 5 }, thinking_token_budget: 6 }, "thinking_token_budget"],
+    [{ reasoning: { enabled: false, budget_tokens: 5 } }, "reasoning.budget_tokens"],
+    [{ reasoning: { enabled: false, effort: "low" } }, "reasoning.enabled"],
+    [{ reasoning: { budget_tokens: 0 } }, "reasoning.budget_tokens"],
+  ] as const) {
+    const r = await post({ model: "m", input: "hi", store: false, ...body });
+    assert.equal(r.statusCode, 400, r.body);
+    assert.equal(r.json().error.param, param, JSON.stringify(body));
+  }
+});
+
 test("an unknown previous response is OpenAI's previous_response_not_found", async () => {
   const r = await post({ model: "m", input: "hi", previous_response_id: "resp_nope" });
   assert.equal(r.statusCode, 400, r.body);

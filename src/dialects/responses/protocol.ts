@@ -209,6 +209,11 @@ export const createResponseRequest = z.object({
       effort: z.enum(EFFORTS).nullish(),
       summary: z.enum(["auto", "concise", "detailed"]).nullish(),
       generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+      // The chat path's reasoning object (OpenRouter's), read the same way here, so that a budget
+      // sent in it is honoured rather than dropped as an unknown key.
+      budget_tokens: z.int().min(1).nullish(),
+      max_tokens: z.int().min(1).nullish(),
+      enabled: z.boolean().nullish(),
       // Declared so that what cannot be honoured is refused by name (see refuseUnsupported).
       mode: z.string().nullish(),
       context: z.enum(["auto", "current_turn", "all_turns"]).nullish(),

@@ -189,10 +189,11 @@ function responseFormat(body: CreateResponseRequest): GenerationRequest["respons
 }
 
 /**
- * `reasoning.effort`, and vLLM's `chat_template_kwargs.enable_thinking` and `thinking_token_budget`
- * (or llama-server's `reasoning_budget_tokens`, named by `budgetParam`; read as chat reads them):
- * whether the model thinks, and for how long. The field that asked is returned for errors about it
- * when it is not the effort.
+ * `reasoning.effort` and the chat path's `reasoning.budget_tokens` / `max_tokens` / `enabled`, and
+ * vLLM's `chat_template_kwargs.enable_thinking` and `thinking_token_budget` (or llama-server's
+ * `reasoning_budget_tokens`, named by `budgetParam`; all read as chat reads them): whether the model
+ * thinks, and for how long. The field that asked is returned for errors about it when it is not the
+ * effort.
  */
 function reasoningControl(
   body: CreateResponseRequest,
@@ -201,18 +202,28 @@ function reasoningControl(
 ): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
   const effort = body.reasoning?.effort ?? undefined;
   const switched = enableThinking(body.chat_template_kwargs);
-  if (effort === undefined && switched === undefined && thinkingBudget === undefined) return {};
+  const ownField = body.reasoning?.budget_tokens != null ? "reasoning.budget_tokens" : body.reasoning?.max_tokens != null ? "reasoning.max_tokens" : undefined;
+  const own = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens ?? undefined;
+  const asked = body.reasoning?.enabled ?? undefined;
+  if (effort === undefined && switched === undefined && thinkingBudget === undefined && own === undefined && asked === undefined) return {};
+  if (own !== undefined && thinkingBudget !== undefined && own !== thinkingBudget)
+    throw badRequest(`${budgetParam} and reasoning's budget disagree; send one of them.`, budgetParam);
   if (effort !== undefined && switched !== undefined && switched !== (effort !== "none"))
     throw badRequest("chat_template_kwargs.enable_thinking and reasoning.effort disagree; send one of them.", "chat_template_kwargs.enable_thinking");
-  const enabled = effort !== undefined ? effort !== "none" : switched;
-  if (enabled === false && thinkingBudget !== undefined) throw badRequest("A thinking budget was given, but thinking is turned off.", budgetParam);
-  const reasoningParam = effort !== undefined ? undefined : thinkingBudget !== undefined ? budgetParam : "chat_template_kwargs.enable_thinking";
+  if (asked !== undefined && ((effort !== undefined && asked !== (effort !== "none")) || (switched !== undefined && asked !== switched)))
+    throw badRequest("reasoning.enabled disagrees with how thinking is otherwise switched; send one of them.", "reasoning.enabled");
+  const enabled = effort !== undefined ? effort !== "none" : (asked ?? switched);
+  const budget = own ?? thinkingBudget;
+  const budgetField = thinkingBudget !== undefined ? budgetParam : ownField;
+  if (enabled === false && budget !== undefined) throw badRequest("A thinking budget was given, but thinking is turned off.", budgetField!);
+  const reasoningParam =
+    effort !== undefined ? undefined : (budgetField ?? (asked !== undefined ? "reasoning.enabled" : "chat_template_kwargs.enable_thinking"));
   if (enabled === false) return { reasoning: { enabled: false }, reasoningParam };
-  const fromEffort = effort !== undefined && switched === undefined && thinkingBudget === undefined;
+  const fromEffort = effort !== undefined && switched === undefined && budget === undefined && asked === undefined;
   return {
     reasoning: {
       enabled: effort !== undefined ? true : enabled,
-      budgetTokens: thinkingBudget ?? (effort !== undefined ? EFFORT_BUDGET[effort as Exclude<typeof effort, "none">] : undefined),
+      budgetTokens: budget ?? (effort !== undefined ? EFFORT_BUDGET[effort as Exclude<typeof effort, "none">] : undefined),
       ...(effort !== undefined ? { effort: effort as Exclude<typeof effort, "none"> } : {}),
       ...(fromEffort ? { fromEffort } : {}),
     },
