@@ -85,14 +85,16 @@ export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): vo
     const raw = request.raw;
     const state = bodies.get(raw);
     if (raw.complete && !state) return payload;
-    if (cutOff.has(raw)) {
+    const declared = Number(request.headers["content-length"]);
+    if (cutOff.has(raw) || declared > opts.drainLimit) {
+      // Not drained, but the body's streams still go: left piped from a socket that sends no more,
+      // the guard's deadline would later fail them with no reader, an uncaught error that ended the
+      // process (one request head declaring more than the drain cap did it).
+      if (state) release(raw, state);
       void reply.header("connection", "close");
       return payload;
     }
-    const declared = Number(request.headers["content-length"]);
-    if (declared > opts.drainLimit || !(await drain(raw, state, opts.drainLimit, opts.bodyTimeoutMs))) {
-      void reply.header("connection", "close");
-    }
+    if (!(await drain(raw, state, opts.drainLimit, opts.bodyTimeoutMs))) void reply.header("connection", "close");
     return payload;
   });
 }
@@ -233,6 +235,14 @@ class BodyGuard extends Transform {
   }
 }
 
+/** Detaches a body's streams from its request and ends them quietly, their deadline with them. */
+function release(raw: IncomingMessage, state: BodyState): void {
+  raw.unpipe(state.guard);
+  state.guard.destroy();
+  state.decoder?.destroy();
+  bodies.delete(raw);
+}
+
 /**
  * Reads what is left of a request body and throws it away, so a client still sending reaches the
  * end of its body and reads the answer. False when the body runs past `limit` bytes in all, takes
@@ -240,12 +250,7 @@ class BodyGuard extends Transform {
  */
 function drain(raw: IncomingMessage, state: BodyState | undefined, limit: number, timeoutMs: number): Promise<boolean> {
   let received = state?.guard.received ?? 0;
-  if (state) {
-    raw.unpipe(state.guard);
-    state.guard.destroy();
-    state.decoder?.destroy();
-    bodies.delete(raw);
-  }
+  if (state) release(raw, state);
   if (raw.complete || raw.readableEnded) {
     raw.resume();
     return Promise.resolve(true);
