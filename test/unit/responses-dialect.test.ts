@@ -447,6 +447,36 @@ test("conversations: an item already in the conversation is refused before gener
   assert.equal(again.json().error.param, "input[0].id");
 });
 
+test("a turn whose history and input hold more than one request may send is a 400 naming where the history comes from", async () => {
+  // Each stored response keeps its whole input and each turn reads, stores and indexes it again on
+  // the event loop: with truncation: auto dropping what does not fit, a chain grew without end.
+  script = [
+    { kind: "text", text: "ok", tokens: 1 },
+    { kind: "end", reason: "stop" },
+  ];
+  const many = (n: number) => Array.from({ length: n }, () => ({ role: "user", content: "a" }));
+  const first = await post({ model: "m", input: many(9000), truncation: "auto" });
+  assert.equal(first.statusCode, 200, first.body.slice(0, 300));
+  const within = await post({ model: "m", previous_response_id: first.json().id, input: many(900), truncation: "auto" });
+  assert.equal(within.statusCode, 200, within.body.slice(0, 300));
+  const over = await post({ model: "m", previous_response_id: within.json().id, input: many(200), truncation: "auto" });
+  assert.equal(over.statusCode, 400, over.body.slice(0, 300));
+  assert.equal(over.json().error.param, "previous_response_id");
+  assert.match(over.json().error.message, /10102 items \(at most 10000\)/);
+
+  // Text counts too, and a conversation is read no further than the bound.
+  const conv = (await post({ items: [] }, "/v1/conversations")).json();
+  const part = { type: "message", role: "user", content: "b".repeat(45_000) };
+  for (let i = 0; i < 19; i++) {
+    const added = await post({ items: Array.from({ length: 20 }, () => part) }, `/v1/conversations/${conv.id}/items`);
+    assert.equal(added.statusCode, 200, added.body.slice(0, 300));
+  }
+  const turn = await post({ model: "m", conversation: conv.id, input: "hi", truncation: "auto" });
+  assert.equal(turn.statusCode, 400, turn.body.slice(0, 300));
+  assert.equal(turn.json().error.param, "conversation");
+  assert.match(turn.json().error.message, /more than 16777216 characters/);
+});
+
 test("completed_at is set only on a completed response (null when incomplete)", async () => {
   script = [
     { kind: "text", text: "abc", tokens: 3 },

@@ -2,6 +2,7 @@ import { ApiError, badRequest, unsupportedField } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
+import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
 import type { BackgroundRuns } from "./background.ts";
@@ -81,6 +82,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
     earlier = await allConversationItems(deps.store, ns, conversationId);
   }
   const raw: Item[] = body.input === undefined ? [] : typeof body.input === "string" ? [{ type: "message", role: "user", content: body.input }] : (body.input as Item[]);
+  if (earlier.length > 0) refuseOversizedHistory(earlier, raw, conversationId !== undefined ? "conversation" : "previous_response_id");
   const added: Item[] = [];
   const positions: Array<{ id: string; at: number }> = [];
   const earlierIds = new Set(earlier.map((e) => e.id).filter((id) => typeof id === "string"));
@@ -474,13 +476,57 @@ export async function countInputTokens(body: InputTokensRequest, env: RouteEnv, 
 }
 
 /** Every item of a conversation, oldest first: the prompt of a response that continues it. */
+/**
+ * The most a response's whole input (the history it continues and its own input) may hold: what one
+ * request may send (10,000 items, as `input`; 16 MiB of text, the default body limit). A stored
+ * response keeps its whole input, and each turn reads it back, stores it again and indexes every
+ * item, all on the one JavaScript thread: a chain of turns that each sent 14 MB (with
+ * `truncation: "auto"` dropping what did not fit) held every other request for 1.4 s on the first
+ * turn and 9 s by the fifth, and grew without end.
+ */
+const HISTORY_MAX_ITEMS = MAX_MESSAGES;
+const HISTORY_MAX_CHARS = 16 * 1024 * 1024;
+
+function refuseOversizedHistory(earlier: Item[], input: Item[], field: "previous_response_id" | "conversation"): void {
+  const items = earlier.length + input.length;
+  const chars = textLength(earlier, HISTORY_MAX_CHARS + 1) + textLength(input, HISTORY_MAX_CHARS + 1);
+  if (items <= HISTORY_MAX_ITEMS && chars <= HISTORY_MAX_CHARS) return;
+  const what = field === "conversation" ? "the conversation" : "the response continued";
+  const over = items > HISTORY_MAX_ITEMS ? `${items} items (at most ${HISTORY_MAX_ITEMS})` : `more than ${HISTORY_MAX_CHARS} characters of text`;
+  throw badRequest(
+    `The input with the history of ${what} comes to ${over}; one response's whole input may hold no more than one request may send. Start a new conversation, carrying over what is still needed.`,
+    field,
+  );
+}
+
+/** Characters in the strings (keys included) of a JSON value, counted up to `stopAt`. */
+function textLength(root: unknown, stopAt: number): number {
+  let total = 0;
+  const stack: unknown[] = [root];
+  while (stack.length > 0 && total < stopAt) {
+    const value = stack.pop();
+    if (typeof value === "string") total += value.length;
+    else if (Array.isArray(value)) for (const v of value) stack.push(v);
+    else if (value !== null && typeof value === "object")
+      for (const [k, v] of Object.entries(value)) {
+        total += k.length;
+        stack.push(v);
+      }
+  }
+  return total;
+}
+
 async function allConversationItems(store: Store, ns: string, id: string): Promise<Item[]> {
   const out: Item[] = [];
   let after: string | undefined;
+  let chars = 0;
   for (;;) {
     const page = await store.conversations.listItems(ns, id, { after, limit: 100, order: "asc" });
     if (!page) return out;
     out.push(...page.data);
+    // Past the bound the turn is refused anyway (refuseOversizedHistory): the rest is not read.
+    chars += textLength(page.data, HISTORY_MAX_CHARS + 1);
+    if (out.length > HISTORY_MAX_ITEMS || chars > HISTORY_MAX_CHARS) return out;
     if (!page.has_more || !page.last_id) return out;
     after = page.last_id;
   }
