@@ -25,6 +25,7 @@ import { ENDPOINTS_SCHEMA, sqliteEndpointStore } from "./endpoint-store.ts";
 import { TENANCY_MIGRATION } from "./tenancy-store.ts";
 import { checkPageQuery, invalidCursor, newItemId, pageFromRows, pageOfItems, withId } from "./page.ts";
 import {
+  PAGE_MAX_CHARS,
   StoreError,
   type ChatCompletionQuery,
   type ChatCompletionRecord,
@@ -585,8 +586,20 @@ export class SqliteStore implements Store {
           if (position === undefined) throw invalidCursor(after);
           from = position;
         }
-        const rows = pageStatements[order].all(namespace, id, from, limit + 1);
-        const page = pageFromRows(rows, limit, (row) => row.id);
+        // Rows are read one at a time so that a page of large items stops at PAGE_MAX_CHARS, the
+        // rest unread: the row beyond the limit, or one that would pass the size, means has_more.
+        const rows: ItemRow[] = [];
+        let chars = 0;
+        let more = false;
+        for (const row of pageStatements[order].iterate(namespace, id, from, limit + 1)) {
+          if (rows.length === limit || (rows.length > 0 && chars + row.item.length > PAGE_MAX_CHARS)) {
+            more = true;
+            break;
+          }
+          rows.push(row);
+          chars += row.item.length;
+        }
+        const page = { ...pageFromRows(rows, limit, (row) => row.id), has_more: more };
         return { ...page, data: page.data.map((row) => parse<StoredItem>(row.item)) };
       },
       getItem: async (namespace, id, itemId) => {

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openSqliteStore, type SqliteStore } from "../../src/store/sqlite-store.ts";
-import { StoreError, type JsonObject, type Page, type StoredItem } from "../../src/store/store.ts";
+import { PAGE_MAX_CHARS, StoreError, type JsonObject, type Page, type StoredItem } from "../../src/store/store.ts";
 
 const root = mkdtempSync(join(tmpdir(), "plinth-store-conversations-"));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -110,6 +110,30 @@ test("items paginate: desc by default, after in either order, limits, has_more, 
   await assert.rejects(store.conversations.listItems("", "conv_p", { limit: 0 }), (e: unknown) => e instanceof StoreError && e.code === "invalid_limit");
   await assert.rejects(store.conversations.listItems("", "conv_p", { limit: 101 }), (e: unknown) => e instanceof StoreError && e.code === "invalid_limit");
   assert.equal(await store.conversations.listItems("", "conv_missing"), undefined);
+});
+
+test("a page of large items stops at PAGE_MAX_CHARS with has_more, and the next page goes on from it", async () => {
+  // 100 items of 700 KB made one 70 MB answer, read and written out while every request waited.
+  const store = withStore();
+  const big = "x".repeat(Math.floor(PAGE_MAX_CHARS / 3));
+  await store.conversations.create("", { id: "conv_big", items: Array.from({ length: 7 }, (_, i) => message(big, `b_${i}`)) });
+  const first = await store.conversations.listItems("", "conv_big", { order: "asc", limit: 100 });
+  assert.deepEqual(ids(first), ["b_0", "b_1"]);
+  assert.equal(first?.has_more, true);
+  const rest: string[] = [];
+  let after = first?.last_id ?? undefined;
+  for (let page; (page = await store.conversations.listItems("", "conv_big", { order: "asc", limit: 100, after })); after = page.last_id ?? undefined) {
+    rest.push(...(ids(page) ?? []));
+    if (!page.has_more) break;
+  }
+  assert.deepEqual(rest, ["b_2", "b_3", "b_4", "b_5", "b_6"]);
+  // An item larger than the bound on its own still comes back, one to a page.
+  await store.conversations.create("", { id: "conv_huge", items: [message("y".repeat(PAGE_MAX_CHARS + 1), "h_0"), message("z", "h_1")] });
+  const one = await store.conversations.listItems("", "conv_huge", { order: "asc" });
+  assert.deepEqual([ids(one), one?.has_more], [["h_0"], true]);
+  // A limit reached before the bound is has_more as before.
+  const small = await store.conversations.listItems("", "conv_big", { order: "asc", limit: 1 });
+  assert.deepEqual([ids(small), small?.has_more], [["b_0"], true]);
 });
 
 test("another namespace gets not-found for the conversation and every item operation", async () => {
