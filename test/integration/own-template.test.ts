@@ -259,6 +259,21 @@ test("tool schemas that would be written out as megabytes of indented JSON are r
   bound.check({ kind: "chat", messages: [{ role: "user", content: "hi" }] }, 1_000_000, tools.slice(0, 1).map((t) => ({ ...t, parameters: { type: "object" } })));
 });
 
+test("a tool schema nested thousands deep is a 400 naming it, not a stack overflow; 200 pass", async () => {
+  const { model } = await rendererFor(withTemplate("plinth-bpe-default-system", DEFAULT_SYSTEM_TEMPLATE));
+  const bound = new PromptBound(model);
+  const nested = (levels: number) => {
+    let schema: Record<string, unknown> = { type: "string" };
+    for (let d = 0; d < levels; d++) schema = { type: "object", properties: { a: schema } };
+    return schema;
+  };
+  const hi = { kind: "chat" as const, messages: [{ role: "user" as const, content: "hi" }] };
+  // 3,000 properties deep: 6,000 levels of JSON, which the size estimates' recursion did not survive.
+  const deep = [{ name: "f", parameters: nested(3000), strict: false }];
+  assert.throws(() => bound.check(hi, 1_000_000, deep), (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "tools[0].parameters" && /levels deep/.test(err.message));
+  bound.check(hi, 1_000_000, [{ name: "f", parameters: nested(200), strict: false }]);
+});
+
 test("two calls of one turn under one id are refused: one result would vanish from the prompt", () => {
   assert.throws(
     () =>

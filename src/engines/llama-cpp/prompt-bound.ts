@@ -75,10 +75,22 @@ export class PromptBound {
  */
 const MAX_RENDERED_TOOL_BYTES = 4 * 1024 * 1024;
 
+/**
+ * Objects and arrays a tool's parameters may nest. The sizes below are measured by recursion, and a
+ * schema 3,000 properties deep (6,000 levels of JSON, 250 KB) ran the stack out: a 500 instead of a
+ * refusal. Far deeper than any real schema (structured outputs stop at 512 schemas, 1,024 levels).
+ */
+const MAX_TOOL_SCHEMA_DEPTH = 1024;
+
 function refuseSprawlingTools(tools: readonly ToolDefinition[]): void {
   let budget = MAX_RENDERED_TOOL_BYTES;
   let typeScriptBudget = MAX_RENDERED_TOOL_BYTES;
   tools.forEach((tool, i) => {
+    if (nestsDeeperThan(tool.parameters, MAX_TOOL_SCHEMA_DEPTH))
+      throw new ApiError(400, `{field} nests objects and arrays more than ${MAX_TOOL_SCHEMA_DEPTH} levels deep; send a flatter schema.`, {
+        field: `tools[${i}].parameters`,
+        code: "invalid_value",
+      });
     budget -= Buffer.byteLength(tool.description ?? "", "utf8");
     budget = spaciousSize(tool.parameters, 2, budget);
     typeScriptBudget -= Buffer.byteLength(tool.description ?? "", "utf8") + typeScriptSize(tool.parameters, typeScriptBudget);
@@ -90,6 +102,18 @@ function refuseSprawlingTools(tools: readonly ToolDefinition[]): void {
         { field: `tools[${i}].parameters`, code: "invalid_value" },
       );
   });
+}
+
+/** Whether `value` nests objects and arrays more than `limit` levels deep (walked without recursion). */
+function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
 }
 
 /** How many times node-llama-cpp's TypeScript description writes an array's item type at most. */
