@@ -67,3 +67,22 @@ test("tools go into the first system block after its text, or a block of their o
   const without = text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory: toChatHistory([{ role: "user", content: "Hi" }]), availableFunctions: functions }).contextText);
   assert.match(without, /^<\|im_start\|>system\n[^]*lookup[^]*<\|im_end\|>\n<\|im_start\|>user\nHi<\|im_end\|>\n<\|im_start\|>assistant\n$/);
 });
+
+test("call arguments and tool results nested thousands deep stay text instead of running the stack out", () => {
+  const nested = (depth: number) => '{"a":'.repeat(depth) + "1" + "}".repeat(depth);
+  const history = (text: string) =>
+    toChatHistory([
+      { role: "user", content: "hi" },
+      { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "f", arguments: text }] },
+      { role: "tool", toolCallId: "c1", content: "[".repeat(5000) + "]".repeat(5000) },
+    ]);
+  // 5,000 deep: writing the value out again by recursion (a 500 before) is never tried.
+  const deep = history(nested(5000))[1];
+  assert.ok(deep.type === "model" && typeof deep.response[0] === "object" && deep.response[0].type === "functionCall");
+  assert.equal(deep.response[0].params, nested(5000));
+  assert.equal(deep.response[0].result, "[".repeat(5000) + "]".repeat(5000));
+  // An ordinary depth still goes in as its value.
+  const shallow = history(nested(20))[1];
+  assert.ok(shallow.type === "model" && typeof shallow.response[0] === "object" && shallow.response[0].type === "functionCall");
+  assert.equal(typeof shallow.response[0].params, "object");
+});

@@ -85,6 +85,10 @@ function answersToolResults(response: ChatModelResponse["response"]): boolean {
  * reach the model changed: a tool result's order id, a price.
  */
 function parseOrKeep(text: string): unknown {
+  // The value is written out again by recursion (JSON.stringify here, the template's own writer
+  // later), which a tool result or call arguments nested 5,000 deep ran out of stack: a 500. So
+  // deep, the text is what the model reads.
+  if (nestsDeeperThan(text, MAX_VALUE_DEPTH)) return text;
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -92,6 +96,26 @@ function parseOrKeep(text: string): unknown {
     return text;
   }
   return JSON.stringify(value) === withoutJsonWhitespace(text) ? value : text;
+}
+
+/** Objects and arrays a call's arguments or a tool result may nest and still go in as a value. */
+const MAX_VALUE_DEPTH = 256;
+
+/** Whether JSON text opens more than `limit` objects and arrays within each other (strings skipped). */
+function nestsDeeperThan(text: string, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }
 
 /** JSON text without the whitespace between its tokens (strings kept as they are). */
