@@ -73,6 +73,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["functions (deprecated)", { ...ok, functions: [{ name: "f" }] }, 400, "functions"],
   // OpenAI's service fields: moderation and explicit cache breakpoints are refused, bad values named.
   ["moderation", { ...ok, moderation: { model: "omni-moderation-latest" } }, 400, "moderation", "unsupported_parameter"],
+  // 'medium' is the default and what the model does anyway; shorter or longer is not offered.
+  ["verbosity other than the default", { ...ok, verbosity: "low" }, 400, "verbosity", "unsupported_parameter"],
   ["prompt_cache_retention of an unknown value", { ...ok, prompt_cache_retention: "bogus" }, 400, "prompt_cache_retention"],
   ["prompt_cache_options with explicit breakpoints", { ...ok, prompt_cache_options: { mode: "explicit" } }, 400, "prompt_cache_options.mode", "unsupported_parameter"],
   ["prompt_cache_options with an unknown ttl", { ...ok, prompt_cache_options: { ttl: "1h" } }, 400, "prompt_cache_options.ttl"],
@@ -119,7 +121,7 @@ test("unknown routes → 404 in the error envelope, under /v1 and at the root", 
 });
 
 test("prompt_cache_retention and implicit prompt_cache_options are taken (the cache is in memory either way)", async () => {
-  for (const extra of [{ prompt_cache_retention: "24h" }, { prompt_cache_retention: "in_memory" }, { prompt_cache_options: { ttl: "30m", mode: "implicit" } }, { moderation: null }]) {
+  for (const extra of [{ prompt_cache_retention: "24h" }, { prompt_cache_retention: "in_memory" }, { prompt_cache_options: { ttl: "30m", mode: "implicit" } }, { moderation: null }, { verbosity: "medium" }, { verbosity: null }]) {
     const r = await post({ ...ok, ...extra });
     assert.equal(r.statusCode, 200, `${JSON.stringify(extra)}: ${r.body}`);
   }

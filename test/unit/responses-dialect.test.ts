@@ -94,6 +94,7 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["reasoning sealed by someone else", { input: [{ type: "reasoning", summary: [], encrypted_content: "plinth-v1:AAAA" }, { role: "user", content: "x" }] }, 400, "input[0].encrypted_content"],
   ["an effort level that does not exist", { reasoning: { effort: "extreme" } }, 400, "reasoning.effort"],
   ["moderation", { moderation: { model: "omni-moderation-latest" } }, 400, "moderation"],
+  ["a verbosity other than the default (as in chat)", { text: { verbosity: "high" } }, 400, "text.verbosity"],
   ["stream_options without stream", { stream_options: { include_obfuscation: false } }, 400, "stream_options"],
   ["a required tool call with max_tool_calls 0", { tools: TOOLS, tool_choice: "required", max_tool_calls: 0 }, 400, "tool_choice"],
   // A named tool, or allowed tools in required mode, demand a call as 'required' does.
@@ -137,7 +138,7 @@ for (const [name, extra, status, param] of refusals) {
 test("OpenAI's tool loading and reasoning fields at their defaults are accepted", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
   const tools = [{ type: "function", name: "f", defer_loading: false, allowed_callers: ["direct"] }];
-  const r = await post({ model: "m", input: "hi", store: false, tools, reasoning: { mode: "standard", context: "auto" } });
+  const r = await post({ model: "m", input: "hi", store: false, tools, reasoning: { mode: "standard", context: "auto" }, text: { verbosity: "medium" } });
   assert.equal(r.statusCode, 200, r.body);
 });
 

@@ -2,7 +2,7 @@ import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message, ToolChoice } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
-import { refuseServiceFields } from "./service-fields.ts";
+import { refuseServiceFields, refuseVerbosity } from "./service-fields.ts";
 import { foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
@@ -15,7 +15,6 @@ const NOT_YET: Array<[keyof ChatCompletionRequest, string]> = [
   ["audio", "audio output is not supported by this server"],
   ["prediction", "predicted outputs are not supported by this server"],
   ["web_search_options", "web search is not supported by this server"],
-  ["verbosity", "verbosity control is not supported by this server"],
 ];
 
 export interface CanonicalChat {
@@ -191,6 +190,7 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
   for (const [field, why] of NOT_YET) {
     if (body[field] != null) throw unsupportedField(field, why);
   }
+  refuseVerbosity(body.verbosity, "verbosity");
   if (body.top_logprobs != null && !body.logprobs)
     throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   if (body.modalities && body.modalities.some((m) => m !== "text"))

@@ -26,3 +26,15 @@ export function refuseServiceFields(body: { moderation?: unknown; prompt_cache_o
   if (body.prompt_cache_options?.mode === "explicit")
     throw unsupportedField("prompt_cache_options.mode", "'explicit' is not supported: the prompt cache finds shared prefixes by itself (mode 'implicit')");
 }
+
+/**
+ * OpenAI's `verbosity` (chat) and `text.verbosity` (Responses). Its default, "medium", is the model
+ * answering at its own length, which is what happens here; asking for shorter or longer answers
+ * would need steering this server does not do, so "low" and "high" are refused rather than echoed
+ * as if honoured. Clients that send the default back (Codex-style agents do) are not refused.
+ */
+export function refuseVerbosity(value: unknown, field: string): void {
+  if (value == null || value === "medium") return;
+  const shown = typeof value === "string" ? `'${value}'` : JSON.stringify(value);
+  throw unsupportedField(field, `cannot be ${shown}: answers here have the model's own length; only 'medium' (the default) is offered`);
+}

@@ -5,7 +5,7 @@ import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, Too
 import { enableThinking } from "../openai/chat-to-canonical.ts";
 import { foreignFields } from "../openai/foreign-fields.ts";
 import { isolationKey, normaliseStop, toUint32 } from "../openai/sampling-fields.ts";
-import { refuseServiceFields } from "../openai/service-fields.ts";
+import { refuseServiceFields, refuseVerbosity } from "../openai/service-fields.ts";
 import { type RequestedFormat, structuredFormat } from "../openai/structured-fields.ts";
 import { type CreateResponseRequest, INCLUDABLE, type InputItem } from "./protocol.ts";
 
@@ -139,6 +139,7 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.enable_response_messages) throw unsupportedField("enable_response_messages", "is not supported: the output items are the answer");
   if (body.previous_input_messages != null) throw unsupportedField("previous_input_messages", "is not supported; send earlier turns as input items or previous_response_id");
   refuseServiceFields(body);
+  refuseVerbosity(body.text?.verbosity, "text.verbosity");
   if (body.background && body.store === false) throw badRequest("A background response must be stored; do not set store to false.", "background");
   if (body.previous_response_id && body.conversation) throw badRequest("Send either previous_response_id or conversation, not both.", "conversation");
   // One way of reasoning here; and input reasoning items are never rendered back to the model (see
