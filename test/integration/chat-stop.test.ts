@@ -53,3 +53,12 @@ test("sixteen stop strings are accepted; seventeen are refused", async () => {
     clientError(400, "stop"),
   );
 });
+
+test("an empty stop string is no stop string: the answer is the one given without it, not empty", async () => {
+  const free = await s.client.chat.completions.create(base());
+  for (const stop of ["", ["", "\u0000never"]]) {
+    const r = await s.client.chat.completions.create(base({ stop }));
+    assert.equal(r.choices[0].message.content, free.choices[0].message.content, JSON.stringify(stop));
+    assert.equal(r.choices[0].finish_reason, free.choices[0].finish_reason);
+  }
+});

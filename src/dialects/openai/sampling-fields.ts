@@ -111,6 +111,7 @@ export function toUint32(seed: number): number {
   return ((seed % 2 ** 32) + 2 ** 32) % 2 ** 32;
 }
 
+/** Up to 16 strings, as sent. An empty one would match before the first token, ending every answer empty; it is read as no stop string (the README says so). */
 export function normaliseStop(stop: string | string[] | null | undefined): string[] {
   if (stop == null) return [];
   return (Array.isArray(stop) ? stop : [stop]).filter((s) => s.length > 0);
