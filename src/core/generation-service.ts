@@ -375,7 +375,7 @@ function checkContext(req: GenerationRequest, prep: PreparedGeneration): number 
   if (req.maxTokens !== undefined && req.maxTokens > room) {
     throw new ApiError(
       400,
-      `{field} is ${req.maxTokens}, but the prompt uses ${prep.promptTokens} of the model's ${size}-token context, ` +
+      `{field} is ${req.maxTokens}${req.maxTokensDefaulted ? " (its default when not sent)" : ""}, but the prompt uses ${prep.promptTokens} of the model's ${size}-token context, ` +
         `leaving room for at most ${room} tokens.`,
       { field: "maxTokens", code: "context_length_exceeded" },
     );

@@ -97,6 +97,8 @@ export interface GenerationRequest {
   sampling: SamplingParams;
   /** Undefined: as many tokens as the context leaves room for. */
   maxTokens?: number;
+  /** maxTokens is the dialect's default, not a number the client sent (errors say so). */
+  maxTokensDefaulted?: boolean;
   stop: string[];
   n: number;
   /**

@@ -241,6 +241,24 @@ for (const [name, body, param, code] of invalid) {
   });
 }
 
+test("completions: a prompt that leaves less room than the default max_tokens says the 16 was the default", async () => {
+  const probe = await s.http.postRaw("/v1/completions", { model: "tiny", prompt: [5], max_tokens: 100_000 });
+  const room = Number(/at most (\d+) tokens/.exec(probe.error!.message)?.[1]);
+  assert.ok(room > 20, probe.text);
+  // A few tokens short of the context: fewer left than the 16 a completion gets when max_tokens is not sent.
+  const prompt = Array.from({ length: room - 5 }, () => 5);
+  const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt });
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.error?.param, "max_tokens");
+  assert.equal(r.error?.code, "context_length_exceeded");
+  assert.match(r.error!.message, /^max_tokens is 16 \(its default when not sent\), .*at most \d tokens/, r.text);
+  // Sent by the client, it is just the number.
+  const sent = await s.http.postRaw("/v1/completions", { model: "tiny", prompt, max_tokens: 16 });
+  assert.match(sent.error!.message, /^max_tokens is 16, but/, sent.text);
+  const fits = await s.http.postRaw("/v1/completions", { model: "tiny", prompt, max_tokens: 2 });
+  assert.equal(fits.status, 200, fits.text);
+});
+
 test("completions: a fraction among token ids is refused as a non-integer token id, not as a non-string", async () => {
   for (const [prompt, param] of [[[1.5], "prompt[0]"], [[7, 2.5], "prompt[1]"], [[[1, 2.5]], "prompt[0][1]"]] as const) {
     const r = await s.http.postRaw("/v1/completions", { model: "tiny", prompt });

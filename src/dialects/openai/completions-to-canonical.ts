@@ -32,6 +32,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     prompt: body.suffix != null && prompt.kind === "text" ? { kind: "infill", prefix: prompt.text, suffix: body.suffix } : prompt,
     sampling,
     maxTokens: body.max_tokens ?? (foreign.noLimit ? undefined : (foreign.maxTokens ?? 16)),
+    ...(body.max_tokens == null && !foreign.noLimit && foreign.maxTokens === undefined ? { maxTokensDefaulted: true } : {}),
     ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
     stop: normaliseStop(body.stop),
     n,
