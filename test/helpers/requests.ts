@@ -2,6 +2,7 @@
 // the server's own wire schemas, so a test body that the schema would reject does not compile; answers
 // are typed by the server's own renderers. Tests that send deliberately invalid bodies use `postRaw`.
 import OpenAI from "openai";
+import assert from "./assert.ts";
 import type { z } from "zod";
 import type { FinishReason } from "../../src/core/types.ts";
 import type { chatCompletionRequest } from "../../src/dialects/openai/chat-protocol.ts";
@@ -298,4 +299,13 @@ export function floatVectors(r: Embeddings): number[][] {
     if (typeof d.embedding === "string") throw new Error(`embedding ${d.index} is base64, not floats`);
     return d.embedding;
   });
+}
+
+/** A stream's JSON chunks and their raw text (byte sizes matter to some tests), after checking it ended with [DONE]. */
+export async function streamedChunks(url: string, body: Record<string, unknown>): Promise<{ chunks: Array<Record<string, any>>; raw: string[] }> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  assert.equal(res.status, 200);
+  const raw = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice("data: ".length));
+  assert.equal(raw.at(-1), "[DONE]");
+  return { chunks: raw.slice(0, -1).map((d) => JSON.parse(d)), raw: raw.slice(0, -1) };
 }

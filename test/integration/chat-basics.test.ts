@@ -3,6 +3,7 @@ import { test } from "node:test";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import type OpenAI from "openai";
 import { byteTokenId, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { streamedChunks } from "../helpers/requests.ts";
 import { NO_EOG, useTestServer } from "../helpers/server.ts";
 
 const s = useTestServer();
@@ -93,15 +94,6 @@ test("without include_usage no usage chunk is sent, and the stream ends with [DO
   }
 });
 
-
-/** The JSON chunks of a stream, and whether it ended with [DONE]. */
-async function streamedChunks(url: string, body: Record<string, unknown>): Promise<{ chunks: Array<Record<string, any>>; raw: string[] }> {
-  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  assert.equal(res.status, 200);
-  const raw = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice("data: ".length));
-  assert.equal(raw.at(-1), "[DONE]");
-  return { chunks: raw.slice(0, -1).map((d) => JSON.parse(d)), raw: raw.slice(0, -1) };
-}
 
 test("stream_options.include_obfuscation pads every chunk (the usage chunk too) to a multiple of 32 bytes; without it nothing is added", async () => {
   const body = { model: s.model, messages: user("Say something long é"), max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };

@@ -200,15 +200,9 @@ test("vLLM's thinking_token_budget is the thinking budget, include_reasoning: fa
     [{ reasoning_format: "none" }, "reasoning_format"],
     [{ include_reasoning: "no" }, "include_reasoning"],
   ];
-  for (const [extra, param] of refused) {
-    const r = await s.http.post("/v1/chat/completions", { model: "think", messages: [{ role: "user", content: "x" }], max_tokens: 3, ...extra });
-    assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
-    assert.equal(r.error?.param, param, r.text);
-  }
+  await assertRefused(refused);
   // A model without a thinking section names the field that asked, as for reasoning_effort.
-  const noThinking = await s.http.post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "x" }], thinking_token_budget: 8 });
-  assert.equal(noThinking.status, 400, noThinking.text);
-  assert.equal(noThinking.error?.param, "thinking_token_budget");
+  await assertRefused([[{ thinking_token_budget: 8 }, "thinking_token_budget"]], "tiny");
 });
 
 test("llama-server's reasoning_budget_tokens and thinking_budget_tokens are the thinking budget too, not dropped", async () => {
@@ -231,15 +225,18 @@ test("llama-server's reasoning_budget_tokens and thinking_budget_tokens are the 
     [{ thinking_budget_tokens: 8, reasoning_effort: "none" }, "thinking_budget_tokens"],
     [{ reasoning_budget_message: "Time is up." }, "reasoning_budget_message"],
   ];
-  for (const [extra, param] of refused) {
-    const r = await s.http.post("/v1/chat/completions", { model: "think", messages: [{ role: "user", content: "x" }], max_tokens: 3, ...extra });
-    assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
-    assert.equal(r.error?.param, param, r.text);
-  }
-  const noThinking = await s.http.post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "x" }], reasoning_budget_tokens: 8 });
-  assert.equal(noThinking.status, 400, noThinking.text);
-  assert.equal(noThinking.error?.param, "reasoning_budget_tokens");
+  await assertRefused(refused);
+  await assertRefused([[{ reasoning_budget_tokens: 8 }, "reasoning_budget_tokens"]], "tiny");
   const completion = await s.http.post("/v1/completions", { model: "think", prompt: "x", max_tokens: 3, thinking_budget_tokens: 8 });
   assert.equal(completion.status, 400, completion.text);
   assert.equal(completion.error?.param, "thinking_budget_tokens");
 });
+
+/** Each chat request with these extra fields is a 400 naming the paired field. */
+async function assertRefused(cases: Array<[Record<string, unknown>, string]>, model = "think"): Promise<void> {
+  for (const [extra, param] of cases) {
+    const r = await s.http.post("/v1/chat/completions", { model, messages: [{ role: "user", content: "x" }], max_tokens: 3, ...extra });
+    assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
+    assert.equal(r.error?.param, param, r.text);
+  }
+}

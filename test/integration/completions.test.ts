@@ -2,6 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type OpenAI from "openai";
 import type { CompletionBody } from "../helpers/requests.ts";
+import { streamedChunks } from "../helpers/requests.ts";
 import { NO_EOG, useTestServer } from "../helpers/server.ts";
 
 const s = useTestServer({ "ctx-size": "512" });
@@ -163,15 +164,6 @@ test("sampling with logprobs stays reproducible by seed and follows temperature"
   assert.ok(notTop.length > 0);
 });
 
-
-/** The JSON chunks of a stream, and whether it ended with [DONE]. */
-async function streamedChunks(url: string, body: Record<string, unknown>): Promise<{ chunks: Array<Record<string, any>>; raw: string[] }> {
-  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  assert.equal(res.status, 200);
-  const raw = (await res.text()).split("\n\n").filter(Boolean).map((e) => e.slice("data: ".length));
-  assert.equal(raw.at(-1), "[DONE]");
-  return { chunks: raw.slice(0, -1).map((d) => JSON.parse(d)), raw: raw.slice(0, -1) };
-}
 
 test("stream_options.include_obfuscation pads every text_completion chunk to a multiple of 32 bytes; without it nothing is added", async () => {
   const body = { model: "tiny", prompt: "A long road", max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };
