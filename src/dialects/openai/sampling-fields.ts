@@ -36,7 +36,6 @@ function logitBiasSchema() {
   }) as unknown as z.ZodType<Record<string, number>>;
 }
 
-/** Wire schema of the sampling fields Chat Completions and Completions share. */
 /**
  * A seed as OpenAI defines it: any 64-bit integer. The body is read with JSON.parse, so a seed past
  * 2^53 arrives as the nearest double, which is still an integer; zod's int() refuses those as
@@ -53,6 +52,7 @@ export function seedSchema() {
     });
 }
 
+/** Wire schema of the sampling fields Chat Completions and Completions share. */
 export const samplingFieldsSchema = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),

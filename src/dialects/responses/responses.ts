@@ -475,7 +475,6 @@ export async function countInputTokens(body: InputTokensRequest, env: RouteEnv, 
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
 }
 
-/** Every item of a conversation, oldest first: the prompt of a response that continues it. */
 /**
  * The most a response's whole input (the history it continues and its own input) may hold: what one
  * request may send (10,000 items, as `input`; 16 MiB of text, the default body limit). A stored
@@ -516,6 +515,7 @@ function textLength(root: unknown, stopAt: number): number {
   return total;
 }
 
+/** Every item of a conversation, oldest first: the prompt of a response that continues it. */
 async function allConversationItems(store: Store, ns: string, id: string): Promise<Item[]> {
   const out: Item[] = [];
   let after: string | undefined;
