@@ -26,7 +26,19 @@ export type DetokenizeBody = z.input<typeof detokenizeRequest>;
 
 // ---- Response bodies: what the server's renderers return.
 
-export type ChatCompletion = Awaited<ReturnType<typeof renderChatCompletion>>;
+type RenderedChat = Awaited<ReturnType<typeof renderChatCompletion>>;
+type RenderedChoice = RenderedChat["choices"][number];
+type RenderedMessage = RenderedChoice["message"];
+/** A function call as the answer writes it (custom tools' calls are `{type: "custom", custom}`). */
+export type FunctionCallWire = Extract<NonNullable<RenderedMessage["tool_calls"]>[number], { type: "function" }>;
+export type CustomCallWire = Extract<NonNullable<RenderedMessage["tool_calls"]>[number], { type: "custom" }>;
+/**
+ * chat.completion as the renderer writes it, its tool calls typed as function calls: only a request
+ * with custom tools gets custom calls, and the tests that send them read them as `CustomCallWire`.
+ */
+export type ChatCompletion = Omit<RenderedChat, "choices"> & {
+  choices: Array<Omit<RenderedChoice, "message"> & { message: Omit<RenderedMessage, "tool_calls"> & { tool_calls?: FunctionCallWire[] } }>;
+};
 export type TextCompletion = Awaited<ReturnType<typeof renderCompletion>>;
 export type Embeddings = ReturnType<typeof renderEmbeddings>;
 export type WireModel = ReturnType<typeof modelToWire>;

@@ -19,11 +19,18 @@ const otherPart = z.object({ type: z.string() }).loose();
 const contentParts = z.array(z.union([textPart, otherPart])).min(1);
 const content = z.union([z.string(), contentParts]);
 
-const toolCall = z.object({
+const functionCall = z.object({
   id: z.string().min(1),
   type: z.literal("function"),
   function: z.object({ name: z.string().min(1), arguments: z.string() }),
 });
+/** A call of a custom tool: its input is the free text the model wrote. */
+const customCall = z.object({
+  id: z.string().min(1),
+  type: z.literal("custom"),
+  custom: z.object({ name: z.string().min(1), input: z.string() }),
+});
+const toolCall = z.discriminatedUnion("type", [functionCall, customCall]);
 
 const systemMessage = z.object({ role: z.enum(["system", "developer"]), content, name: z.string().optional() });
 const userMessage = z.object({ role: z.literal("user"), content, name: z.string().optional() });
@@ -79,22 +86,45 @@ export const openAiResponseFormat = z.discriminatedUnion("type", [...responseFor
 /** text-generation-inference's own two: a schema, or a regex the whole answer matches. */
 const tgiResponseFormats = [z.object({ type: z.literal("json"), value: jsonObject() }), z.object({ type: z.literal("regex"), value: z.string() })] as const;
 
+const toolName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "tool names are 1 to 64 letters, digits, '_' or '-'");
+
+const functionTool = z.object({
+  type: z.literal("function"),
+  function: z.object({
+    name: toolName,
+    description: z.string().optional(),
+    parameters: functionParameters().optional(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
 /** Function tools as Chat Completions declares them (dialects that copy the field share it). */
-export const functionTools = z
-  .array(
-    z.object({
-      type: z.literal("function"),
-      function: z.object({
-        name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
-        description: z.string().optional(),
-        parameters: functionParameters().optional(),
-        strict: z.boolean().nullish(),
-      }),
-    }),
-  )
-  .max(128);
+export const functionTools = z.array(functionTool).max(128);
+
+/**
+ * OpenAI's custom tools on Chat Completions: the model's input to the tool is free text, any text or
+ * held to a Lark grammar or a regular expression (as the Responses route's custom tools).
+ */
+const customTool = z.object({
+  type: z.literal("custom"),
+  custom: z.object({
+    name: toolName,
+    description: z.string().optional(),
+    format: z
+      .discriminatedUnion("type", [
+        z.strictObject({ type: z.literal("text") }),
+        z.strictObject({ type: z.literal("grammar"), grammar: z.strictObject({ definition: z.string(), syntax: z.enum(["lark", "regex"]) }) }),
+      ])
+      .optional(),
+  }),
+});
+
+/** The tools of an OpenAI chat request: functions and custom tools. */
+const chatTools = z.array(z.discriminatedUnion("type", [functionTool, customTool])).max(128);
+export type ChatTool = z.infer<typeof chatTools>[number];
 
 const namedToolChoice = z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) });
+const namedCustomChoice = z.object({ type: z.literal("custom"), custom: z.object({ name: z.string().min(1) }) });
 export const toolChoice = z.union([z.enum(["none", "auto", "required"]), namedToolChoice]);
 
 /**
@@ -106,12 +136,12 @@ const allowedToolsChoice = z.object({
   type: z.literal("allowed_tools"),
   allowed_tools: z.object({
     mode: z.enum(["auto", "required"]),
-    tools: z.array(z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) })).min(1),
+    tools: z.array(z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice])).min(1),
   }),
 });
 
-/** Chat Completions' tool_choice: a mode, one named function, or allowed_tools (told apart by `type`). */
-const chatToolChoice = z.union([z.enum(["none", "auto", "required"]), z.discriminatedUnion("type", [namedToolChoice, allowedToolsChoice])]);
+/** Chat Completions' tool_choice: a mode, one named function or custom tool, or allowed_tools (told apart by `type`). */
+const chatToolChoice = z.union([z.enum(["none", "auto", "required"]), z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice, allowedToolsChoice])]);
 
 /**
  * A `messages` list of `message`: one at least, MAX_MESSAGES at most. Every dialect built on chat
@@ -147,7 +177,7 @@ export const chatCompletionRequest = z.object({
   store: z.boolean().nullish(),
   metadata: metadataSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
-  tools: functionTools.nullish(),
+  tools: chatTools.nullish(),
   tool_choice: chatToolChoice.nullish(),
   response_format: z.discriminatedUnion("type", [...responseFormats, ...tgiResponseFormats]).nullish(),
   logprobs: z.boolean().nullish(),

@@ -1,7 +1,7 @@
 import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
-import type { ContentPart, GenerationRequest, Message, ToolChoice } from "../../core/types.ts";
-import type { ChatCompletionRequest, ChatMessage } from "./chat-protocol.ts";
+import type { ContentPart, FreeTextInput, GenerationRequest, Message, ToolChoice, ToolDefinition } from "../../core/types.ts";
+import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protocol.ts";
 import { refuseServiceFields, refuseVerbosity } from "./service-fields.ts";
 import { foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
@@ -93,38 +93,57 @@ function responseFormat(rf: ChatCompletionRequest["response_format"]): Requested
 
 function toolsToCanonical(body: ChatCompletionRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
   const tools = body.tools ?? [];
-  const seen = new Set<string>();
+  // Each tool's type by name: a choice names a tool of one type.
+  const seen = new Map<string, "function" | "custom">();
   tools.forEach((t, i) => {
-    if (seen.has(t.function.name)) throw badRequest(`Two tools are named '${t.function.name}'.`, `tools[${i}].function.name`);
-    seen.add(t.function.name);
+    const name = toolName(t);
+    if (seen.has(name)) throw badRequest(`Two tools are named '${name}'.`, `tools[${i}].${t.type}.name`);
+    seen.set(name, t.type);
   });
   const choice = body.tool_choice ?? undefined;
   if (choice !== undefined && tools.length === 0)
     throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+  /** The named tool, checked to be among the tools and of the type the choice says. */
+  const chosen = (c: { type: "function"; function: { name: string } } | { type: "custom"; custom: { name: string } }, at: string): string => {
+    const name = c.type === "function" ? c.function.name : c.custom.name;
+    if (!seen.has(name)) throw badRequest(`${at} names '${name}', which is not among the tools.`, at === "tool_choice" ? at : `${at}.${c.type}.name`);
+    // A function and a custom tool are called differently (JSON arguments or free text): a choice of
+    // the other type would force a call the client did not ask for.
+    if (seen.get(name) !== c.type) throw badRequest(`${at} names the ${c.type} tool '${name}', but '${name}' is a ${seen.get(name)} tool.`, `${at}.type`);
+    return name;
+  };
   let canonical: ToolChoice = "auto";
   if (typeof choice === "string") canonical = choice;
   else if (choice?.type === "allowed_tools") {
-    const allowed = choice.allowed_tools.tools.map((t, i) => {
-      if (!seen.has(t.function.name))
-        throw badRequest(`tool_choice.allowed_tools.tools[${i}] names '${t.function.name}', which is not among the tools.`, `tool_choice.allowed_tools.tools[${i}].function.name`);
-      return t.function.name;
-    });
+    const allowed = choice.allowed_tools.tools.map((t, i) => chosen(t, `tool_choice.allowed_tools.tools[${i}]`));
     canonical = { allowed, required: choice.allowed_tools.mode === "required" };
-  } else if (choice) {
-    if (!seen.has(choice.function.name)) throw badRequest(`tool_choice names '${choice.function.name}', which is not among the tools.`, "tool_choice");
-    canonical = { name: choice.function.name };
-  }
+  } else if (choice) canonical = { name: chosen(choice, "tool_choice") };
   if (tools.length === 0) return {};
   return {
-    tools: tools.map((t) => ({
-      name: t.function.name,
-      description: t.function.description,
-      parameters: t.function.parameters ?? { type: "object", properties: {} },
-      strict: t.function.strict === true,
-    })),
+    tools: tools.map((t): ToolDefinition => {
+      if (t.type === "function")
+        return {
+          name: t.function.name,
+          description: t.function.description,
+          parameters: t.function.parameters ?? { type: "object", properties: {} },
+          strict: t.function.strict === true,
+        };
+      const format = t.custom.format;
+      const input: FreeTextInput = format?.type === "grammar" ? { syntax: format.grammar.syntax, definition: format.grammar.definition } : { syntax: "text" };
+      return { name: t.custom.name, description: t.custom.description, parameters: undefined, strict: true, input };
+    }),
     toolChoice: canonical,
     parallelToolCalls: body.parallel_tool_calls ?? true,
   };
+}
+
+function toolName(t: ChatTool): string {
+  return t.type === "function" ? t.function.name : t.custom.name;
+}
+
+/** The names of a request's custom tools: their calls are answered as free text, not JSON arguments. */
+export function customToolNames(body: Pick<ChatCompletionRequest, "tools">): ReadonlySet<string> {
+  return new Set((body.tools ?? []).flatMap((t) => (t.type === "custom" ? [t.custom.name] : [])));
 }
 
 /** Default thinking budgets for effort levels; `high` leaves the model unbounded (within max_tokens). */
@@ -218,7 +237,10 @@ export function toMessage(m: ChatMessage, i: number): Message {
         role: "assistant",
         content: assistantText(m.content, m.refusal, i),
         name: m.name,
-        toolCalls: m.tool_calls?.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
+        // A custom tool's input travels as the one string argument the engine writes it in.
+        toolCalls: m.tool_calls?.map((c) =>
+          c.type === "function" ? { id: c.id, name: c.function.name, arguments: c.function.arguments } : { id: c.id, name: c.custom.name, arguments: JSON.stringify({ input: c.custom.input }) },
+        ),
       };
     case "tool":
       return { role: "tool", content: flatten(m.content, i), toolCallId: m.tool_call_id };

@@ -1,6 +1,7 @@
 import { collectGeneration } from "../../core/collect.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
+import { JsonStringStream } from "../../core/json-string-stream.ts";
 
 export interface CompletionMeta {
   id: string;
@@ -9,6 +10,14 @@ export interface CompletionMeta {
   systemFingerprint: string;
   serviceTier?: string;
   n: number;
+  /** The request's custom tools: their calls carry `custom: {name, input}`, not function arguments. */
+  customTools?: ReadonlySet<string>;
+}
+
+/** A collected tool call as the wire has it: a function call, or a custom tool's raw input. */
+function toolCallToWire(t: { id: string; name: string; arguments: string }, customTools: ReadonlySet<string> | undefined) {
+  if (customTools?.has(t.name)) return { id: t.id, type: "custom" as const, custom: { name: t.name, input: JsonStringStream.decode(t.arguments) } };
+  return { id: t.id, type: "function" as const, function: { name: t.name, arguments: t.arguments } };
 }
 
 export function usageToWire(u: Usage) {
@@ -49,7 +58,7 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
         content: c.text === "" && c.toolCalls.length > 0 ? null : c.text,
         refusal: null,
         ...(c.toolCalls.length > 0
-          ? { tool_calls: c.toolCalls.map((t) => ({ id: t.id, type: "function" as const, function: { name: t.name, arguments: t.arguments } })) }
+          ? { tool_calls: c.toolCalls.map((t) => toolCallToWire(t, meta.customTools)) }
           : {}),
         // vLLM's and DeepSeek's field name, and the newer one vLLM and Ollama also send.
         ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning, reasoning: c.reasoning } : {}),
@@ -119,6 +128,8 @@ export async function streamChatCompletion(
   // message from deltas (the openai SDKs' stream helpers, LangChain) then end a tool-call-only answer
   // with content null, like the non-streamed reply, and a text answer with its text.
   const answered = new Array<boolean>(meta.n).fill(false);
+  /** Custom tool calls by choice and index: their input text decoded as it arrives. */
+  const customInputs = new Map<string, JsonStringStream>();
   for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: null, refusal: null })]));
   for await (const ev of events) {
     if (sse.closed) return;
@@ -127,11 +138,21 @@ export async function streamChatCompletion(
       await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
     } else if (ev.type === "tool-call") {
       answered[ev.choice] = true;
-      await send(
-        chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
-      );
+      if (meta.customTools?.has(ev.name)) {
+        // A custom tool's input streams as its raw text, decoded from the JSON string it travels in.
+        customInputs.set(`${ev.choice}:${ev.index}`, new JsonStringStream());
+        await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "custom", custom: { name: ev.name, input: "" } }] })]));
+      } else {
+        await send(
+          chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
+        );
+      }
     } else if (ev.type === "tool-call-arguments") {
-      await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
+      const input = customInputs.get(`${ev.choice}:${ev.index}`);
+      if (input) {
+        const text = input.push(ev.text);
+        if (text) await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, custom: { input: text } }] })]));
+      } else await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
     } else if (ev.type === "reasoning") {
       await send(
         chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))]),

@@ -4,7 +4,7 @@ import type { GenerationEvent } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { type ChatCodec, OPENAI_CHAT_CODEC } from "./chat-codec.ts";
 import type { ChatCompletionRequest } from "./chat-protocol.ts";
-import { chatToCanonical } from "./chat-to-canonical.ts";
+import { chatToCanonical, customToolNames } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
@@ -37,6 +37,7 @@ export async function chatCompletion(
     systemFingerprint: codec.systemFingerprint(),
     serviceTier: codec.serviceTier ?? (body.service_tier ? "default" : undefined),
     n: request.n,
+    customTools: customToolNames(body),
   };
   const withLogprobs = request.logprobs !== undefined;
   const render = async (events: AsyncIterable<GenerationEvent>) => {

@@ -21,6 +21,9 @@ export function chatFieldNames(
     // The schema or pattern is named by the field the client sent it in (guided_json, …).
     if (field === "responseFormat.schema" || field === "responseFormat.pattern") return formatParam ?? "response_format.json_schema.schema";
     if (field === "responseFormat") return formatParam === undefined || formatParam.startsWith("response_format") ? "response_format" : formatParam;
+    // A custom tool's grammar (the canonical tool's free-text input).
+    const grammar = /^tools\[(\d+)\]\.input$/.exec(field);
+    if (grammar) return `tools[${grammar[1]}].custom.format.grammar.definition`;
     const tool = /^tools\[(\d+)\]\.(parameters|name|description)$/.exec(field);
     if (tool) return `tools[${tool[1]}].function.${tool[2]}`;
     const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);

@@ -1,7 +1,7 @@
 import { newId } from "../../core/ids.ts";
 import { append } from "../../core/collect.ts";
 import type { GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
-import { JsonStringStream } from "./json-string-stream.ts";
+import { JsonStringStream } from "../../core/json-string-stream.ts";
 
 /** Everything the response object echoes that does not come from generation. */
 export interface ResponseSeed {

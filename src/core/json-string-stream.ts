@@ -2,7 +2,7 @@
  * Reads the value of `{"input": "…"}` as its JSON text arrives in pieces, giving back the decoded
  * characters as soon as they are complete (an escape split across pieces waits for its end). Free
  * text tool inputs travel inside such an object (see engines/llama-cpp/free-text-tools.ts); the
- * Responses stream shows the raw input.
+ * Responses and Chat Completions streams show the raw input.
  */
 export class JsonStringStream {
   private raw = "";
