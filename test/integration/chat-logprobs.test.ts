@@ -83,3 +83,22 @@ test("logprobs stop at a stop string with the text", async () => {
   assert.ok(tokens.startsWith(r.choices[0].message.content!));
   assert.ok(tokens.length < r.choices[0].message.content!.length + stop.length + 8);
 });
+
+test("control tokens among the alternatives are named as the vocabulary spells them, with null bytes", async () => {
+  // Token 3 (<|im_start|>) and 1 (<s>) are control tokens: neither adds text or bytes, so both
+  // once read as {token: "", bytes: []} and a client could not tell them apart.
+  const r = await s.client.chat.completions.create({ ...base, max_tokens: 1, temperature: 0, logprobs: true, top_logprobs: 3, logit_bias: { 3: 100, 1: 99 } });
+  const [entry] = r.choices[0].logprobs!.content!;
+  assert.deepEqual(
+    entry.top_logprobs.slice(0, 2).map((t) => [t.token, t.bytes]),
+    [
+      ["<|im_start|>", null],
+      ["<s>", null],
+    ],
+  );
+  // A token with text keeps its bytes.
+  assert.ok(entry.top_logprobs[2].bytes!.length > 0);
+  // The chosen token is the first alternative (greedy), named the same way; it adds nothing to the content.
+  assert.deepEqual([entry.token, entry.bytes], ["<|im_start|>", null]);
+  assert.equal(r.choices[0].message.content, "");
+});

@@ -122,10 +122,13 @@ test("a call layout's closing and inner markers sampled outside a call decode to
   const stream = await streamed(body);
   for (const m of inner) assert.ok(!stream.content.includes(m), `${m} in ${JSON.stringify(stream.content)}`);
   const raw = await server.http.chat({ ...body, logprobs: true });
-  const tokens = raw.choices[0].logprobs!.content!.map((t) => t.token);
-  // The markers were sampled (and counted): each decoded to nothing.
+  const entries = raw.choices[0].logprobs!.content!;
+  // The markers were sampled (and counted): each decoded to nothing, and its logprob entry names it
+  // (a control token has no bytes).
   assert.equal(raw.usage!.completion_tokens, 24);
-  assert.deepEqual(tokens, Array(24).fill(""));
+  assert.equal(entries.length, 24);
+  for (const e of entries) assert.ok(inner.includes(e.token) && e.bytes === null, JSON.stringify(e));
+  assert.equal(raw.choices[0].message.content, "");
 });
 
 const SYSTEM: ChatMessageBody = { role: "system", content: "You are a helpful assistant." };

@@ -2,6 +2,7 @@ import { collectGeneration } from "../../core/collect.ts";
 import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { JsonStringStream } from "../../core/json-string-stream.ts";
+import { logprobTokenName, nullableBytes } from "../../core/logprob-token.ts";
 
 export interface CompletionMeta {
   id: string;
@@ -33,10 +34,10 @@ export function usageToWire(u: Usage) {
 /** Chat Completions' logprobs entry: the token, its log probability, bytes and alternatives. */
 export function logprobToWire(e: TokenLogprob) {
   return {
-    token: e.token,
+    token: logprobTokenName(e),
     logprob: e.logprob ?? 0,
-    bytes: e.bytes,
-    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })),
+    bytes: nullableBytes(e.bytes),
+    top_logprobs: e.top.map((t) => ({ token: logprobTokenName(t), logprob: t.logprob, bytes: nullableBytes(t.bytes) })),
   };
 }
 

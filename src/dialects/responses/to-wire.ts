@@ -2,6 +2,7 @@ import { newId } from "../../core/ids.ts";
 import { append } from "../../core/collect.ts";
 import type { GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import { JsonStringStream } from "../../core/json-string-stream.ts";
+import { logprobTokenName } from "../../core/logprob-token.ts";
 
 /** Everything the response object echoes that does not come from generation. */
 export interface ResponseSeed {
@@ -305,10 +306,10 @@ function responseErrorCode(code: string): string {
 /** An output_text part's LogProb: token, logprob, bytes and top_logprobs, each alternative with bytes. */
 function logprobToWire(e: TokenLogprob) {
   return {
-    token: e.token,
+    token: logprobTokenName(e),
     logprob: e.logprob ?? 0,
     bytes: e.bytes,
-    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })),
+    top_logprobs: e.top.map((t) => ({ token: logprobTokenName(t), logprob: t.logprob, bytes: t.bytes })),
   };
 }
 
@@ -318,8 +319,8 @@ function logprobToWire(e: TokenLogprob) {
  */
 function eventLogprob(e: TokenLogprob) {
   return {
-    token: e.token,
+    token: logprobTokenName(e),
     logprob: e.logprob ?? 0,
-    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: t.logprob })),
+    top_logprobs: e.top.map((t) => ({ token: logprobTokenName(t), logprob: t.logprob })),
   };
 }

@@ -1,5 +1,6 @@
 import { collectGeneration } from "../../core/collect.ts";
 import { ApiError } from "../../core/errors.ts";
+import { logprobTokenName, nullableBytes } from "../../core/logprob-token.ts";
 import type { GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 
@@ -43,15 +44,13 @@ function interruptedUsage(meta: SpakMeta): Usage {
   return meta.spent();
 }
 
-const bytesOf = (b: number[]) => (b.length > 0 ? b : null);
-
 export function spakLogprob(e: TokenLogprob) {
   return {
-    token: e.token,
+    token: logprobTokenName(e),
     // 003-46: a token outside the 20 most likely reports the floor, whatever its own value.
     logprob: e.logprob === null || !Number.isFinite(e.logprob) || e.outsideTop20 ? LOGPROB_FLOOR : Math.max(LOGPROB_FLOOR, e.logprob),
-    bytes: bytesOf(e.bytes),
-    top_logprobs: e.top.map((t) => ({ token: t.token, logprob: Math.max(LOGPROB_FLOOR, t.logprob), bytes: bytesOf(t.bytes) })),
+    bytes: nullableBytes(e.bytes),
+    top_logprobs: e.top.map((t) => ({ token: logprobTokenName(t), logprob: Math.max(LOGPROB_FLOOR, t.logprob), bytes: nullableBytes(t.bytes) })),
   };
 }
 export type SpakLogprob = ReturnType<typeof spakLogprob>;
