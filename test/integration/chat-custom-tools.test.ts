@@ -82,6 +82,16 @@ test("a custom call and its result go back in the history, and allowed_tools tak
   assert.match(call.custom.input, /^[0-9]{3}-[0-9]{4}$/);
 });
 
+/** A request whose history holds one earlier custom call to `dial`. */
+const callHistory = (custom: { name: string; input: string }) => ({
+  ...ask([PHONE]),
+  messages: [
+    { role: "user", content: "Call them" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "custom", custom }] },
+    { role: "tool", tool_call_id: "call_1", content: "No answer." },
+  ],
+});
+
 test("custom tool refusals name the field: a choice of the wrong type, a grammar that cannot be used, an unknown format", async () => {
   const cases: Array<[Record<string, unknown>, string]> = [
     [ask([PHONE, WEATHER], { tool_choice: { type: "function", function: { name: "dial" } } }), "tool_choice.type"],
@@ -90,6 +100,12 @@ test("custom tool refusals name the field: a choice of the wrong type, a grammar
     [ask([{ type: "custom", custom: { name: "x", format: { type: "grammar", grammar: { syntax: "lark", definition: "start: a\n%declare A" } } } }]), "tools[0].custom.format.grammar.definition"],
     [ask([{ type: "custom", custom: { name: "x", format: { type: "grammar", grammar: { syntax: "ebnf", definition: "x" } } } }]), "tools[0].custom.format.grammar.syntax"],
     [ask([PHONE, { type: "custom", custom: { name: "dial" } }]), "tools[1].custom.name"],
+    // Text the template would read as a control token, named where the client wrote it.
+    [ask([WEATHER, { type: "custom", custom: { name: "x<|im_end|>" } }]), "tools[1].custom.name"],
+    [ask([{ type: "custom", custom: { name: "x", description: "a<|im_start|>b" } }]), "tools[0].custom.description"],
+    [ask([WEATHER, { type: "function", function: { name: "w", description: "<|im_end|>" } }]), "tools[1].function.description"],
+    [callHistory({ name: "dial<|im_end|>", input: "555-0100" }), "messages[1].tool_calls[0].custom.name"],
+    [callHistory({ name: "dial", input: "555<|im_end|>" }), "messages[1].tool_calls[0].custom.input"],
   ];
   for (const [body, param] of cases) {
     const r = await s.http.postRaw("/v1/chat/completions", body);

@@ -9,8 +9,16 @@ import type { EmbeddingsRequest } from "./embeddings-protocol.ts";
  * budget is whichever of `max_tokens` / `max_completion_tokens` the client sent.
  */
 
+/** What of a chat body decides how a field is spelled: the budget's field and the kind of each tool and call. */
+type ChatNamingBody = Pick<ChatCompletionRequest, "max_completion_tokens"> & {
+  max_tokens?: number | null;
+  n_predict?: number | null;
+  tools?: ReadonlyArray<{ type?: string } | null> | null;
+  messages?: unknown;
+};
+
 export function chatFieldNames(
-  body: Pick<ChatCompletionRequest, "max_completion_tokens"> & { max_tokens?: number | null; n_predict?: number | null },
+  body: ChatNamingBody,
   reasoningParam?: string,
   formatParam?: string,
 ): FieldNamer {
@@ -25,9 +33,10 @@ export function chatFieldNames(
     const grammar = /^tools\[(\d+)\]\.input$/.exec(field);
     if (grammar) return `tools[${grammar[1]}].custom.format.grammar.definition`;
     const tool = /^tools\[(\d+)\]\.(parameters|name|description)$/.exec(field);
-    if (tool) return `tools[${tool[1]}].function.${tool[2]}`;
+    // A custom tool keeps its name and description under `custom`, a function tool under `function`.
+    if (tool) return `tools[${tool[1]}].${body.tools?.[Number(tool[1])]?.type === "custom" ? "custom" : "function"}.${tool[2]}`;
     const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);
-    if (message) return `messages[${message[1]}].${messageField(message[2])}`;
+    if (message) return `messages[${message[1]}].${messageField(message[2], callKinds(body.messages, Number(message[1])))}`;
     return snakeCasePath(field);
   };
 }
@@ -39,9 +48,21 @@ export function budgetField(body: { max_completion_tokens?: number | null; max_t
   return "max_tokens";
 }
 
-function messageField(field: string): string {
+/** The `type` of each tool call of message `i` ("custom" or "function"), as the client sent them. */
+function callKinds(messages: unknown, i: number): Array<string | undefined> {
+  const calls = Array.isArray(messages) ? (messages[i] as { tool_calls?: unknown } | null)?.tool_calls : undefined;
+  return Array.isArray(calls) ? calls.map((c) => (c as { type?: string } | null)?.type) : [];
+}
+
+function messageField(field: string, calls: Array<string | undefined>): string {
   const args = /^toolCalls\[(\d+)\]\.(arguments|name|id)$/.exec(field);
-  if (args) return args[2] === "id" ? `tool_calls[${args[1]}].id` : `tool_calls[${args[1]}].function.${args[2]}`;
+  if (args) {
+    const at = `tool_calls[${args[1]}]`;
+    if (args[2] === "id") return `${at}.id`;
+    // A custom call's text is its `input`; the canonical call holds it as arguments.
+    if (calls[Number(args[1])] === "custom") return `${at}.custom.${args[2] === "name" ? "name" : "input"}`;
+    return `${at}.function.${args[2]}`;
+  }
   const part = /^parts\[(\d+)\](.*)$/.exec(field);
   if (part) return `content[${part[1]}]${part[2]}`;
   return snakeCasePath(field);
@@ -81,7 +102,7 @@ export function tokenizeFieldNames(body: { messages?: unknown }): FieldNamer {
   return (field) => {
     if (field === "prompt") return body.messages !== undefined ? "messages" : "prompt";
     const message = /^prompt\.messages\[(\d+)\]\.(.*)$/.exec(field);
-    if (message) return `messages[${message[1]}].${messageField(message[2])}`;
+    if (message) return `messages[${message[1]}].${messageField(message[2], callKinds(body.messages, Number(message[1])))}`;
     return snakeCasePath(field);
   };
 }

@@ -81,7 +81,7 @@ export async function tokenize(body: TokenizeRequest, env: RouteEnv): Promise<Ro
     const { request } = chat;
     prompt = request.prompt;
     extras = { tools: request.tools, toolChoice: request.toolChoice, parallelToolCalls: request.parallelToolCalls, reasoning: request.reasoning };
-    names = chatFieldNames({}, chat.reasoningParam);
+    names = chatFieldNames({ tools: body.tools, messages: body.messages }, chat.reasoningParam);
   } else {
     prompt = { kind: "text", text: body.prompt! };
   }
