@@ -255,3 +255,82 @@ test("a prompt is not cut while nothing else generates, beyond the batch size, a
   assert.deepEqual(reached, [200, 1]);
   gate.dispose();
 });
+
+const turn = () => new Promise((r) => setImmediate(r));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A newcomer as the engine brings one in: join, prepare, enter with its id, first decode. */
+function arrive(gate: BatchGate, context: ReturnType<typeof fakeContext>["context"], id: number) {
+  const joined = gate.join();
+  gate.enter(id);
+  joined();
+  return context._decodeTokens({ name: `s${id}`, sequenceId: id, tokens: [id] });
+}
+
+test("a newcomer from idle goes after one event-loop turn, so requests already received join its step", async () => {
+  const { context, reached, dispatched } = fakeContext();
+  const gate = new BatchGate(context);
+  const a = arrive(gate, context, 0);
+  // Not yet: a request received together with it is read in this turn.
+  assert.deepEqual(reached, []);
+  const b = arrive(gate, context, 1);
+  await turn();
+  assert.deepEqual(reached, ["s0", "s1"]);
+  assert.deepEqual(dispatched, [2]);
+  await Promise.all([a, b]);
+  gate.dispose();
+});
+
+test("after a step from idle that others followed, the next one from idle waits for the rest of the burst", async () => {
+  const { context, reached } = fakeContext();
+  // Wider bounds than the server's (3 ms quiet, 15 ms in all), so a busy machine's late timers do not decide the test.
+  const gate = new BatchGate(context, { stallMs: 60, maxMs: 400 });
+  // First burst: s0 goes alone (nothing says a burst is coming); s1 follows while s0 runs.
+  await arrive(gate, context, 0);
+  assert.deepEqual(reached, ["s0"]);
+  const s1 = arrive(gate, context, 1);
+  await s1;
+  gate.leave(0);
+  gate.leave(1);
+  // Second burst, its requests a few ms apart: held together until none has come for a few ms.
+  const started = performance.now();
+  const calls = [arrive(gate, context, 2)];
+  await sleep(5);
+  calls.push(arrive(gate, context, 3));
+  await sleep(5);
+  calls.push(arrive(gate, context, 4));
+  assert.deepEqual(reached, ["s0", "s1"], "the burst's first decodes wait for each other");
+  await Promise.all(calls);
+  assert.deepEqual(reached, ["s0", "s1", "s2", "s3", "s4"]);
+  // Bounded: the quiet time after the last one, and the longest wait in all.
+  assert.ok(performance.now() - started < 400 + 100);
+  gate.dispose();
+});
+
+test("requests sent one after another are never held for a burst", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  for (let id = 0; id < 4; id++) {
+    const call = arrive(gate, context, id);
+    await turn();
+    assert.deepEqual(reached.at(-1), `s${id}`, `request ${id} went after one turn`);
+    await call;
+    gate.leave(id);
+  }
+  gate.dispose();
+});
+
+test("a step with a running sequence in it is never held for newcomers", async () => {
+  const { context, reached } = fakeContext();
+  const gate = new BatchGate(context);
+  gate.enter();
+  const running = context._decodeTokens({ name: "run", tokens: [9] });
+  assert.deepEqual(reached, ["run"]);
+  await running;
+  // A newcomer and the running sequence's next step: they go together at once, no turn waited.
+  const a = arrive(gate, context, 0);
+  const next = context._decodeTokens({ name: "run2", tokens: [9] });
+  assert.deepEqual(reached, ["run", "s0", "run2"]);
+  await Promise.all([a, next]);
+  gate.dispose();
+});
