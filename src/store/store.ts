@@ -85,7 +85,6 @@ export interface ResponseRecord {
   status: string;
   model: string;
   body: JsonObject;
-  inputItems: StoredItem[];
   previousResponseId: string | null;
   conversationId: string | null;
   background: boolean;
@@ -101,6 +100,8 @@ export interface ResponseStore {
   update(namespace: string, id: string, change: { status: string; body: JsonObject }): Promise<boolean>;
   /** Deletes the response and its stream events. False: not found. */
   delete(namespace: string, id: string): Promise<boolean>;
+  /** Every input item, in input order (what a response continuing from this one starts with). Undefined: response not found. */
+  inputItems(namespace: string, id: string): Promise<StoredItem[] | undefined>;
   /** Input items, default order "desc" (OpenAI's). Undefined: response not found. */
   listInputItems(namespace: string, id: string, query?: PageQuery): Promise<Page<StoredItem> | undefined>;
   /** An item (input or output) of any response of the namespace, by its id (item references); of several with that id, the one stored last. */

@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { after, test } from "node:test";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
@@ -43,9 +43,11 @@ test("a response is created, read back whole, updated and deleted", async () => 
   assert.equal(got.previousResponseId, "resp_0");
   assert.equal(got.conversationId, "conv_1");
   assert.deepEqual(got.body, body("resp_1", "queued"));
-  assert.equal(got.inputItems[0].id, "msg_given");
-  assert.match(got.inputItems[1].id, /^msg_[0-9a-f]{32}$/);
-  assert.equal(got.inputItems[1].content, "there");
+  const input = await store.responses.inputItems("alice", "resp_1");
+  assert.equal(input?.[0].id, "msg_given");
+  assert.match(input?.[1].id ?? "", /^msg_[0-9a-f]{32}$/);
+  assert.equal(input?.[1].content, "there");
+  assert.equal(await store.responses.inputItems("bob", "resp_1"), undefined, "another namespace has no such response");
 
   assert.equal(await store.responses.update("alice", "resp_1", { status: "completed", body: body("resp_1") }), true);
   const updated = await store.responses.get("alice", "resp_1");
@@ -72,10 +74,11 @@ test("defaults: created now, not background, no links; ids by item type", async 
   assert.equal(r.background, false);
   assert.equal(r.previousResponseId, null);
   assert.equal(r.conversationId, null);
-  assert.match(r.inputItems[0].id, /^fco_/);
-  assert.match(r.inputItems[1].id, /^rs_/);
-  assert.match(r.inputItems[2].id, /^msg_/, "an empty id is replaced");
-  assert.deepEqual(Object.keys(r.inputItems[0])[0], "id");
+  const input = (await store.responses.inputItems("", "resp_d")) ?? [];
+  assert.match(input[0].id, /^fco_/);
+  assert.match(input[1].id, /^rs_/);
+  assert.match(input[2].id, /^msg_/, "an empty id is replaced");
+  assert.deepEqual(Object.keys(input[0])[0], "id");
 });
 
 test("a repeated id in one namespace is a conflict; the same id in another namespace is another object", async () => {
@@ -305,22 +308,38 @@ test("items of stored responses are found by id within their namespace, and go w
   assert.equal(await store.responses.findItem("ns", "fc_1"), undefined, "deleted with its response");
 });
 
-test("migration 5: objects stored per end user move to their API key's namespace (the server's own without a key), children with them", async () => {
+/** A store file at schema `version`, with rows written by `fill` in that version's tables. */
+function storeAtVersion(version: number, fill: (db: Database.Database) => void): string {
   const dir = freshDir();
-  const old = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
-  const keyed = (key: string, user: string) => JSON.stringify(["key", key, user]);
-  await old.responses.create("alice-ns", { id: "resp_a", createdAt: 1, status: "completed", model: "m", body: body("resp_a"), inputItems: [userMessage("hi", "msg_a")], background: false });
-  await old.responseEvents.appendMany("alice-ns", "resp_a", [{ sequenceNumber: 0, event: { type: "response.created" } }]);
-  await old.responses.create(keyed("key_1", "bob-ns"), { id: "resp_b", createdAt: 1, status: "completed", model: "m", body: body("resp_b"), inputItems: [], background: false });
-  await old.conversations.create("carol-ns", { id: "conv_c", metadata: {}, items: [userMessage("x", "msg_c")] });
-  old.close();
-  // Back to version 4, as a store written before this migration is.
+  mkdirSync(dir, { mode: 0o700 });
   const raw = new Database(join(dir, DB_FILE));
-  raw.pragma("user_version = 4");
+  raw.pragma("foreign_keys = ON");
+  // The steps up to `version`, as a Plinth of that time left the file.
+  migrate(raw, MIGRATIONS.filter((m) => m.version <= version));
+  fill(raw);
   raw.close();
+  return dir;
+}
+
+test("migration 5: objects stored per end user move to their API key's namespace (the server's own without a key), children with them", async () => {
+  const keyed = (key: string, user: string) => JSON.stringify(["key", key, user]);
+  const dir = storeAtVersion(4, (db) => {
+    const response = db.prepare("INSERT INTO responses (namespace, id, created_at, status, model, body, input_items) VALUES (?, ?, 1, 'completed', 'm', ?, ?)");
+    response.run("alice-ns", "resp_a", JSON.stringify(body("resp_a")), JSON.stringify([userMessage("hi", "msg_a")]));
+    db.prepare("INSERT INTO response_items (namespace, response_id, item_id, item) VALUES (?, ?, ?, ?)").run("alice-ns", "resp_a", "msg_a", JSON.stringify(userMessage("hi", "msg_a")));
+    db.prepare("INSERT INTO response_events (namespace, response_id, sequence_number, event) VALUES (?, ?, 0, ?)").run("alice-ns", "resp_a", JSON.stringify({ type: "response.created" }));
+    response.run(keyed("key_1", "bob-ns"), "resp_b", JSON.stringify(body("resp_b")), "[]");
+    db.prepare("INSERT INTO conversations (namespace, id, created_at, metadata) VALUES (?, ?, 1, '{}')").run("carol-ns", "conv_c");
+    db.prepare("INSERT INTO conversation_items (namespace, conversation_id, id, position, item, created_at) VALUES (?, ?, ?, 0, ?, 1)").run(
+      "carol-ns",
+      "conv_c",
+      "msg_c",
+      JSON.stringify(userMessage("x", "msg_c")),
+    );
+  });
   const store = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
   after(() => store.close());
-  assert.equal(store.migrationsApplied, 1);
+  assert.equal(store.migrationsApplied, MIGRATIONS.length - 4);
   assert.ok(await store.responses.get("", "resp_a"));
   assert.equal((await store.responses.findItem("", "msg_a"))?.id, "msg_a");
   assert.equal((await store.responseEvents.list("", "resp_a", -1))?.length, 1);
@@ -328,4 +347,63 @@ test("migration 5: objects stored per end user move to their API key's namespace
   assert.equal(await store.responses.get("", "resp_b"), undefined, "a key's objects stay that key's");
   assert.ok(await store.conversations.get("", "conv_c"));
   assert.equal(await store.responses.get("alice-ns", "resp_a"), undefined);
+});
+
+test("migration 6: responses stored with their input list keep it; new ones keep input items as rows, read and paged the same", async () => {
+  const legacyInput = [userMessage("first", "msg_1"), userMessage("second", "msg_2"), userMessage("third", "msg_3")];
+  const dir = storeAtVersion(5, (db) => {
+    db.prepare("INSERT INTO responses (namespace, id, created_at, status, model, body, input_items) VALUES ('', 'resp_old', 1, 'completed', 'm', ?, ?)").run(
+      JSON.stringify(body("resp_old")),
+      JSON.stringify(legacyInput),
+    );
+    const item = db.prepare("INSERT INTO response_items (namespace, response_id, item_id, item) VALUES ('', 'resp_old', ?, ?)");
+    for (const i of legacyInput) item.run(i.id as string, JSON.stringify(i));
+    item.run("msg_out", JSON.stringify({ id: "msg_out", type: "message", role: "assistant", content: [] }));
+  });
+  const store = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  after(() => store.close());
+  assert.equal(store.migrationsApplied, MIGRATIONS.length - 5);
+
+  assert.deepEqual(await store.responses.inputItems("", "resp_old"), legacyInput);
+  const page = await store.responses.listInputItems("", "resp_old", { order: "asc", limit: 2, after: "msg_1" });
+  assert.deepEqual(page?.data, legacyInput.slice(1, 3));
+  assert.equal((await store.responses.findItem("", "msg_2"))?.content, "second", "the old index rows still answer references");
+  assert.equal((await store.responses.findItem("", "msg_out"))?.id, "msg_out");
+
+  // A response written now keeps its input once, in the index's rows, not in its own row.
+  const input = [userMessage("a", "msg_a"), userMessage("b", "msg_b")];
+  await store.responses.create("", { id: "resp_new", status: "in_progress", model: "m", body: body("resp_new", "in_progress"), inputItems: input });
+  await store.responses.update("", "resp_new", { status: "completed", body: body("resp_new") });
+  assert.deepEqual(await store.responses.inputItems("", "resp_new"), input);
+  assert.deepEqual((await store.responses.listInputItems("", "resp_new"))?.data, [...input].reverse());
+  await store.close();
+  const raw = new Database(join(dir, DB_FILE), { readonly: true });
+  try {
+    assert.equal(raw.prepare("SELECT input_items FROM responses WHERE id = 'resp_new'").pluck().get(), "");
+    assert.deepEqual(raw.prepare("SELECT item_id, input_position FROM response_items WHERE response_id = 'resp_new' ORDER BY input_position").all(), [
+      { item_id: "msg_a", input_position: 0 },
+      { item_id: "msg_b", input_position: 1 },
+    ]);
+  } finally {
+    raw.close();
+  }
+});
+
+test("input items: an id repeated in one input is listed twice; an output item with an input's id is the one a reference finds", async () => {
+  const store = withStore();
+  const input = [userMessage("one", "msg_x"), userMessage("two", "msg_x"), userMessage("three", "msg_y")];
+  await store.responses.create("", { id: "resp_r", status: "in_progress", model: "m", body: body("resp_r", "in_progress"), inputItems: input });
+  assert.deepEqual(await store.responses.inputItems("", "resp_r"), input);
+  assert.deepEqual((await store.responses.listInputItems("", "resp_r", { order: "asc" }))?.data, input);
+  assert.equal((await store.responses.findItem("", "msg_x"))?.content, "two", "of two with one id, the later");
+
+  const output = { id: "msg_y", type: "message", role: "assistant", content: [{ type: "output_text", text: "out" }] };
+  // Written twice, as a response's output is when it is updated more than once: one row, replaced.
+  await store.responses.update("", "resp_r", { status: "in_progress", body: { ...body("resp_r", "in_progress"), output: [output] } });
+  await store.responses.update("", "resp_r", { status: "completed", body: { ...body("resp_r"), output: [output] } });
+  assert.deepEqual(await store.responses.findItem("", "msg_y"), output);
+  assert.deepEqual(await store.responses.inputItems("", "resp_r"), input, "the input is not changed by the output");
+  await store.responses.delete("", "resp_r");
+  assert.equal(await store.responses.inputItems("", "resp_r"), undefined);
+  assert.equal(await store.responses.findItem("", "msg_x"), undefined, "rows go with their response");
 });

@@ -75,7 +75,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
         `The response '${body.previous_response_id}' is still ${prev.status === "queued" ? "queued" : "in progress"}; continue from it once it has finished, or cancel it first.`,
         "previous_response_id",
       );
-    earlier = [...prev.inputItems, ...((prev.body.output as Item[] | undefined) ?? [])];
+    earlier = [...((await deps.store.responses.inputItems(ns, prev.id)) ?? []), ...((prev.body.output as Item[] | undefined) ?? [])];
   } else if (body.conversation) {
     conversationId = typeof body.conversation === "string" ? body.conversation : body.conversation.id;
     if (!(await deps.store.conversations.get(ns, conversationId))) throw notFound("conversation", conversationId, "conversation");
