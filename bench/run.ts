@@ -3,7 +3,7 @@
  * in one run, HTTP streaming decode speed at several concurrencies against node-llama-cpp's raw
  * decode loop on the same model and settings, what running streams see while a long prompt arrives
  * (bench/prefill-stall.ts), then API keys and the ledger on ÷ off on short requests
- * (bench/tenancy.ts), the overhead of a router in front of an upstream (bench/router.ts) and
+ * (bench/tenancy.ts), what storing a large Responses input holds the event loop for (bench/store-input.ts), the overhead of a router in front of an upstream (bench/router.ts) and
  * embeddings throughput (bench/embeddings.ts).
  * Absolute numbers depend on the machine; the ratios are what to compare between runs.
  */
@@ -21,6 +21,7 @@ import { metricsBench } from "./metrics.ts";
 import { prefillStallBench } from "./prefill-stall.ts";
 import { promptCacheBench } from "./prompt-cache.ts";
 import { responsesBench } from "./responses.ts";
+import { storeInputBench } from "./store-input.ts";
 import { routerBench } from "./router.ts";
 import { tenancyBench } from "./tenancy.ts";
 import { startServerProcess } from "./server-process.ts";
@@ -202,6 +203,7 @@ async function main() {
   await promptCacheBench(modelPath, ROUNDS);
   await constraintsBench(modelPath, ROUNDS);
   await responsesBench(modelPath, ROUNDS, MAX_TOKENS);
+  await storeInputBench();
   await metricsBench(modelPath, ROUNDS, MAX_TOKENS);
   await tenancyBench(modelPath, ROUNDS);
   await routerBench(modelPath, await serverDefaultThreads(cores), ROUNDS, MAX_TOKENS);
