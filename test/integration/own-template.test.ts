@@ -173,9 +173,38 @@ test("a template that loops over tools without checking for them is still the mo
     "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' -}}{%- endfor -%}",
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
   ].join("");
-  const { renderer, model } = await rendererFor(withTemplate("plinth-bpe-unguarded-tools", template));
+  const spec = withTemplate("plinth-bpe-unguarded-tools", template);
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel(spec) });
+  models.push(model);
+  // node-llama-cpp's own check refuses the template and prints a stack trace; Plinth runs the
+  // template itself, so nothing alarming is printed when a server loads such a model.
+  const printed: unknown[][] = [];
+  const print = console.error;
+  console.error = (...args: unknown[]) => void printed.push(args);
+  let renderer: PromptRenderer;
+  try {
+    renderer = new PromptRenderer(model, { id: spec.name, vocabSize: 100_000 });
+  } finally {
+    console.error = print;
+  }
+  assert.deepEqual(printed, [], "nothing printed while the template is read");
   assert.ok(renderer.wrapper instanceof JinjaTemplateChatWrapper, renderer.wrapper.constructor.name);
   assert.equal(promptText(renderer, model, chat([{ role: "user", content: "Hi" }])), "<|im_start|>system\nTools:<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+});
+
+test("a template neither node-llama-cpp nor Plinth can run is still reported when the model loads", async () => {
+  const spec = withTemplate("plinth-bpe-broken-template", "{%- for message in messages -%}{{ message['content'] | no_such_filter }}{%- endfor -%}");
+  const model = await llama.loadModel({ modelPath: await ensureFixtureModel(spec) });
+  models.push(model);
+  const printed: unknown[][] = [];
+  const print = console.error;
+  console.error = (...args: unknown[]) => void printed.push(args);
+  try {
+    new PromptRenderer(model, { id: spec.name, vocabSize: 100_000 });
+  } finally {
+    console.error = print;
+  }
+  assert.ok(printed.some((args) => String(args[0]).includes("Error creating Jinja template chat wrapper")), JSON.stringify(printed.map((a) => String(a[0]))));
 });
 
 test("a prefilled answer is continued as it is: no thinking section opened after it", async () => {

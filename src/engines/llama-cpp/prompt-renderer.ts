@@ -121,7 +121,11 @@ export class PromptRenderer {
       },
     };
     const type = (opts.chatWrapper ?? "auto") as ResolvableChatWrapperTypeName;
-    let wrapper = resolveChatWrapper(model, { type, customWrapperSettings });
+    // node-llama-cpp prints a stack trace when its checks refuse the model's template (Hermes 3's
+    // tool-use template: see ownTemplateWrapper); Plinth runs such a template itself below, so the
+    // trace is shown only if that fails too.
+    const { value: resolved, held: jinjaFailure } = holdingJinjaFailure(type === "auto", () => resolveChatWrapper(model, { type, customWrapperSettings }));
+    let wrapper = resolved;
     if (type === "auto" && !(wrapper instanceof HarmonyChatWrapper) && usesHarmonyLayout(model))
       wrapper = resolveChatWrapper(model, { type: "harmony", customWrapperSettings });
     // node-llama-cpp swaps a model's own template for a hand-written wrapper of its family (Qwen,
@@ -153,7 +157,8 @@ export class PromptRenderer {
         OpenTurns.probe(own, thinkingMarkers(own, this.template))?.agrees === true;
       if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
       else wrapper = own ?? wrapper;
-    }
+      if (!own && jinjaFailure) console.error(...jinjaFailure);
+    } else if (jinjaFailure) console.error(...jinjaFailure);
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
     if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper();
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
@@ -562,6 +567,25 @@ function handsResultsOver(wrapper: ChatWrapper): boolean {
 }
 
 /** Whether a wrapper node-llama-cpp resolved stands in for the model's template (see the constructor). */
+/**
+ * Runs `resolve` (synchronous) with node-llama-cpp's "Error creating Jinja template chat wrapper"
+ * message kept back instead of printed, when `hold`; returns what it would have printed.
+ */
+function holdingJinjaFailure<T>(hold: boolean, resolve: () => T): { value: T; held?: unknown[] } {
+  if (!hold) return { value: resolve() };
+  const print = console.error;
+  let held: unknown[] | undefined;
+  console.error = (...args: unknown[]) => {
+    if (typeof args[0] === "string" && args[0].includes("Error creating Jinja template chat wrapper")) held = args;
+    else print(...args);
+  };
+  try {
+    return { value: resolve(), held };
+  } finally {
+    console.error = print;
+  }
+}
+
 function prefersOwnTemplate(wrapper: ChatWrapper): boolean {
   return !(wrapper instanceof JinjaTemplateChatWrapper) && !(wrapper instanceof HarmonyChatWrapper);
 }
