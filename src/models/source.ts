@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
@@ -51,9 +52,11 @@ function splitName(raw: string, arg: string): { name?: string; spec: string } {
   const eq = raw.indexOf("=");
   if (eq < 0) return { spec: raw };
   const prefix = raw.slice(0, eq);
-  // A "=" after a path separator or inside an hf: reference belongs to the path, so only
-  // a separator-free prefix counts as a name. Paths with "=" stay usable by writing "./".
-  if (prefix.includes("/") || prefix.includes("\\") || prefix.startsWith(HF_PREFIX)) return { spec: raw };
+  // Names may hold "/" (`Qwen/Qwen2.5-7B-Instruct=…`, as vLLM's served names do). A "=" belongs to
+  // the path when what comes before it reads as a path (absolute, ./ ../ or ~ relative, a Windows
+  // separator), sits inside an hf: reference, or when the whole argument is a file that exists.
+  // Other paths with "=" stay usable by writing "./".
+  if (/^(?:[/~]|\.{1,2}(?:[/\\]|$))/.test(prefix) || prefix.includes("\\") || prefix.startsWith(HF_PREFIX) || existsSync(expandHome(raw))) return { spec: raw };
   const name = prefix.trim();
   if (name === "") throw new ModelSourceError(`--model "${arg}" has an empty name before "="`);
   if (/\s/.test(name)) throw new ModelSourceError(`--model "${arg}": model name "${name}" must not contain whitespace`);

@@ -2,9 +2,9 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import type OpenAI from "openai";
-import { byteTokenId, FIXTURE_TOKENS } from "../fixtures/models.ts";
+import { byteTokenId, ensureFixtureModel, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import { streamedChunks } from "../helpers/requests.ts";
-import { NO_EOG, useTestServer } from "../helpers/server.ts";
+import { NO_EOG, startTestServer, useTestServer } from "../helpers/server.ts";
 
 const s = useTestServer();
 
@@ -23,6 +23,27 @@ test("health and model listing", async () => {
   const missing = await fetch(`${s.url}/v1/models/nope`);
   assert.equal(missing.status, 404);
   assert.equal((await missing.json()).error.code, "model_not_found");
+});
+
+test("a model named with '/' (--model org/name=path) is listed, retrieved (the slash sent encoded or not) and served", async () => {
+  const server = await startTestServer({ model: [`acme/tiny-v1=${await ensureFixtureModel()}`] });
+  try {
+    assert.deepEqual((await server.client.models.list()).data.map((m) => m.id), ["acme/tiny-v1"]);
+    assert.equal((await server.client.models.retrieve("acme/tiny-v1")).id, "acme/tiny-v1");
+    for (const path of ["acme/tiny-v1", "acme%2Ftiny-v1"]) {
+      const res = await fetch(`${server.url}/v1/models/${path}`);
+      assert.equal(res.status, 200, path);
+      assert.equal((await res.json()).id, "acme/tiny-v1");
+    }
+    const other = await fetch(`${server.url}/v1/models/acme/other`);
+    assert.equal(other.status, 404);
+    assert.equal((await other.json()).error.code, "model_not_found");
+    const r = await server.client.chat.completions.create({ model: "acme/tiny-v1", messages: user("Hi"), max_tokens: 3, temperature: 0, logit_bias: NO_EOG });
+    assert.equal(r.model, "acme/tiny-v1");
+    assert.equal(r.usage?.completion_tokens, 3);
+  } finally {
+    await server.close();
+  }
 });
 
 test("a non-streamed completion has OpenAI's shape and runs to max_tokens → length", async () => {

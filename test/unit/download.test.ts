@@ -120,8 +120,26 @@ test("parseModelArg: local paths, names and ~", () => {
   assert.deepEqual(parseModelArg("/models/llama-3.gguf"), { id: "llama-3", kind: "file", path: "/models/llama-3.gguf" });
   assert.deepEqual(parseModelArg("chat=./m/qwen.Q4.gguf"), { id: "chat", kind: "file", path: "./m/qwen.Q4.gguf" });
   assert.deepEqual(parseModelArg("weights.bin"), { id: "weights.bin", kind: "file", path: "weights.bin" });
-  // "=" after a path separator is part of the path, not a name.
+  // "=" in what reads as a path is part of the path, not a name.
   assert.deepEqual(parseModelArg("/data/a=b/x.gguf"), { id: "x", kind: "file", path: "/data/a=b/x.gguf" });
+  assert.deepEqual(parseModelArg("./a=b/x.gguf"), { id: "x", kind: "file", path: "./a=b/x.gguf" });
+  assert.deepEqual(parseModelArg("../a=b/x.gguf"), { id: "x", kind: "file", path: "../a=b/x.gguf" });
+  assert.deepEqual(parseModelArg("~/a=b/x.gguf"), { id: "x", kind: "file", path: path.join(os.homedir(), "a=b/x.gguf") });
+  // Names may hold "/", as served model names often do (vLLM's `--served-model-name`).
+  assert.deepEqual(parseModelArg("Qwen/Qwen2.5-7B-Instruct=./m/q.gguf"), { id: "Qwen/Qwen2.5-7B-Instruct", kind: "file", path: "./m/q.gguf" });
+  assert.deepEqual(parseModelArg("acme/tiny:v1=hf:o/r/m.gguf"), { id: "acme/tiny:v1", kind: "hf", owner: "o", repo: "r", revision: "main", file: "m.gguf" });
+  // ...unless the whole argument is a file that exists (a relative path with "=" in a folder's name).
+  const dir = tempCache();
+  fs.mkdirSync(path.join(dir, "a=b"), { recursive: true });
+  fs.writeFileSync(path.join(dir, "a=b", "x.gguf"), "");
+  const cwd = process.cwd();
+  process.chdir(dir);
+  try {
+    assert.deepEqual(parseModelArg("a=b/x.gguf"), { id: "x", kind: "file", path: "a=b/x.gguf" });
+    assert.deepEqual(parseModelArg("a=b/y.gguf"), { id: "a", kind: "file", path: "b/y.gguf" }, "no such file: a name");
+  } finally {
+    process.chdir(cwd);
+  }
   assert.deepEqual(parseModelArg("m=~/x.gguf"), { id: "m", kind: "file", path: path.join(os.homedir(), "x.gguf") });
 });
 

@@ -42,7 +42,8 @@ export async function konanPlugin(scope: FastifyInstance, { service, store }: Ko
     dialect: "konan",
   });
   scope.get("/models", async (request) => listModels(service, requestContext(request, "konan")));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
-    getModel(service, requestContext(request, "konan"), request.params.id),
+  // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
+  scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
+    getModel(service, requestContext(request, "konan"), request.params["*"]),
   );
 }

@@ -35,8 +35,9 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   postRoute(scope, "/completions", (b) => completionRequest.parse(b), textCompletion, opts);
   postRoute(scope, "/embeddings", (b) => embeddingsRequest.parse(b), createEmbeddings, opts);
   scope.get("/models", async (request) => listModels(service, requestContext(request, "openai")));
-  scope.get<{ Params: { id: string } }>("/models/:id", async (request) =>
-    getModel(service, requestContext(request, "openai"), request.params.id),
+  // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
+  scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
+    getModel(service, requestContext(request, "openai"), request.params["*"]),
   );
 }
 
