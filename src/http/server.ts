@@ -4,6 +4,7 @@ import { installBodyHandling } from "./body.ts";
 import { answerExpectations, clientErrorHandler, frameworkErrorHandler, refuseConnect } from "./client-error.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { installGuards } from "./guards.ts";
+import { MAX_PATH_SEGMENT } from "./path-segments.ts";
 
 export interface HttpOptions {
   bodyLimit: number;
@@ -115,7 +116,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
       requireHostHeader: false,
     },
     // Model ids can be long; a longer path segment is a 414 in the envelope.
-    routerOptions: { maxParamLength: 500 },
+    routerOptions: { maxParamLength: MAX_PATH_SEGMENT },
     clientErrorHandler: clientErrorHandler(envelopeFor),
     frameworkErrors: frameworkErrorHandler(envelopeFor),
   });

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ApiError } from "../core/errors.ts";
 import { formatPath } from "../core/field-path.ts";
+import { uriTooLong } from "./path-segments.ts";
 
 /**
  * Maps anything thrown while handling a request to an ApiError. Client mistakes caught by Fastify
@@ -28,7 +29,7 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
     case "FST_ERR_BAD_URL":
       return new ApiError(400, "The URL is not valid: it has a malformed percent-encoding (such as '%ZZ').", { code: "invalid_url" });
     case "FST_ERR_MAX_PARAM_LENGTH":
-      return new ApiError(414, "A segment of the URL path is longer than this server accepts.", { code: "uri_too_long" });
+      return uriTooLong();
   }
   if (typeof e.statusCode === "number" && e.statusCode >= 400 && e.statusCode < 500)
     return new ApiError(e.statusCode, e.message ?? "Bad request.");

@@ -38,6 +38,9 @@ test("a model named with '/' (--model org/name=path) is listed, retrieved (the s
     const other = await fetch(`${server.url}/v1/models/acme/other`);
     assert.equal(other.status, 404);
     assert.equal((await other.json()).error.code, "model_not_found");
+    const long = await fetch(`${server.url}/v1/models/acme/${"m".repeat(600)}`);
+    assert.equal(long.status, 414, "each segment is held to the router's length for a parameter");
+    assert.equal((await long.json()).error.code, "uri_too_long");
     const r = await server.client.chat.completions.create({ model: "acme/tiny-v1", messages: user("Hi"), max_tokens: 3, temperature: 0, logit_bias: NO_EOG });
     assert.equal(r.model, "acme/tiny-v1");
     assert.equal(r.usage?.completion_tokens, 3);

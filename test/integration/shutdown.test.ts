@@ -94,11 +94,12 @@ test("shutdown refuses new embeddings with 503 and waits for the running ones be
     fetch(`${s.url}/v1/embeddings`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", input }) });
   // Enough inputs that the request is still embedding when the shutdown begins.
   const many = Array.from({ length: 400 }, (_, i) => `The river runs long and wide past the town, number ${i}.`);
+  // When the answer's head arrived: the server writes the whole answer before its shutdown can end,
+  // while the client may take longer to read and parse the body than the server takes to close.
   let answeredAt = 0;
   const running = post(many).then(async (r) => {
-    const body = await r.json();
     answeredAt = performance.now();
-    return { status: r.status, body };
+    return { status: r.status, body: await r.json() };
   });
   const embedder = s.registry.resolve("tiny").embeddingScheduler!;
   const t0 = performance.now();

@@ -10,6 +10,7 @@ import { getModel, listModels } from "../openai/models.ts";
 import { konanCodec } from "./codec.ts";
 import { type KonanChatRequest, konanChatRequest } from "./protocol.ts";
 import { konanToOpenAI } from "./to-openai.ts";
+import { wildcardValue } from "../../http/path-segments.ts";
 
 export interface KonanPluginOptions {
   service: GenerationService;
@@ -44,6 +45,6 @@ export async function konanPlugin(scope: FastifyInstance, { service, store }: Ko
   scope.get("/models", async (request) => listModels(service, requestContext(request, "konan")));
   // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
   scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
-    getModel(service, requestContext(request, "konan"), request.params["*"]),
+    getModel(service, requestContext(request, "konan"), wildcardValue(request.params["*"])),
   );
 }

@@ -15,6 +15,7 @@ import { OPENAI_ENVELOPE } from "./errors.ts";
 import { getModel, listModels } from "./models.ts";
 import { registerStoredChatRoutes } from "./stored-chat.ts";
 import { detokenize, detokenizeRequest, tokenize, tokenizeRequest } from "./tokenize.ts";
+import { wildcardValue } from "../../http/path-segments.ts";
 
 export interface OpenAIPluginOptions {
   service: GenerationService;
@@ -37,7 +38,7 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   scope.get("/models", async (request) => listModels(service, requestContext(request, "openai")));
   // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
   scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
-    getModel(service, requestContext(request, "openai"), request.params["*"]),
+    getModel(service, requestContext(request, "openai"), wildcardValue(request.params["*"])),
   );
 }
 
