@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { listOf } from "./list-of.ts";
 
 /**
  * Most stop sequences of a dialect whose documentation sets no limit (Konan, Databricks). The stop
@@ -11,5 +12,5 @@ export const MAX_STOP_SEQUENCES = 256;
 /** `stop` as a string or a list of strings, the list bounded by MAX_STOP_SEQUENCES. */
 export const boundedStop = z.union([
   z.string(),
-  z.array(z.string()).max(MAX_STOP_SEQUENCES, `at most ${MAX_STOP_SEQUENCES} stop sequences are taken`),
+  listOf(z.string(), { max: MAX_STOP_SEQUENCES, maxMessage: `at most ${MAX_STOP_SEQUENCES} stop sequences are taken` }),
 ]);

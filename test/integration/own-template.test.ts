@@ -286,6 +286,12 @@ test("tool schemas that would be written out as megabytes of indented JSON are r
   assert.ok(performance.now() - started < 500, `refused in ${performance.now() - started} ms`);
   // An ordinary tool list passes.
   bound.check({ kind: "chat", messages: [{ role: "user", content: "hi" }] }, 1_000_000, tools.slice(0, 1).map((t) => ({ ...t, parameters: { type: "object" } })));
+  // A list of 1.9M strings in a schema is measured without a step per member on a stack or a pair
+  // made for each (~0.5 s of the event loop before).
+  const wide = [{ name: "f", parameters: { type: "object", properties: {}, required: Array.from({ length: 1_900_000 }, () => "a") }, strict: false }];
+  const wideStarted = performance.now();
+  assert.throws(() => bound.check({ kind: "chat", messages: [{ role: "user", content: "hi" }] }, 1_000_000, wide), (err: unknown) => err instanceof ApiError && err.field === "tools[0].parameters");
+  assert.ok(performance.now() - wideStarted < 150, `refused in ${(performance.now() - wideStarted).toFixed(0)} ms`);
 });
 
 test("a tool schema nested thousands deep is a 400 naming it, not a stack overflow; 200 pass", async () => {

@@ -4,6 +4,7 @@ import { jsonObject } from "../json-object.ts";
 import { boundedStop } from "../stop-field.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { sdkFunctionEchoes, sdkMessageEchoes } from "../sdk-echo-fields.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Wire schema of a Databricks chat request (POST /serving-endpoints/{name}/invocations with
@@ -22,7 +23,7 @@ const citation = z.strictObject({
   end_char_index: z.int().optional(),
 });
 
-export const textContent = z.strictObject({ type: z.literal("text"), text: z.string(), citations: z.array(citation).optional(), cache_control: cacheControl });
+export const textContent = z.strictObject({ type: z.literal("text"), text: z.string(), citations: listOf(citation).optional(), cache_control: cacheControl });
 const imageContent = z.strictObject({
   type: z.literal("image_url"),
   image_url: z.strictObject({ url: z.string().min(1), detail: z.string().optional() }),
@@ -48,7 +49,7 @@ const documentContent = z.strictObject({
     type: z.enum(["base64", "text", "content", "url"]),
     media_type: z.string().optional(),
     data: z.string().optional(),
-    content: z.union([z.string(), z.array(z.union([textContent, imageContent]))]).optional(),
+    content: z.union([z.string(), listOf(z.union([textContent, imageContent]))]).optional(),
     url: z.string().optional(),
   }),
   citations: z.strictObject({ enabled: z.boolean() }).optional(),
@@ -70,8 +71,8 @@ const toolCall = z.strictObject({
 
 export const chatMessage = z.strictObject({
   role: z.enum(["system", "user", "assistant", "tool"]),
-  content: z.union([z.string(), z.array(contentItem).min(1)]).nullish(),
-  tool_calls: z.array(toolCall).min(1).optional(),
+  content: z.union([z.string(), listOf(contentItem, { min: 1 })]).nullish(),
+  tool_calls: listOf(toolCall, { min: 1 }).optional(),
   tool_call_id: z.string().nullish(),
   // Not in the reference's ChatMessage, but OpenAI clients and agent frameworks send it: a
   // participant's name for system, user and assistant messages; on a tool message it repeats the

@@ -14,11 +14,12 @@ import type { Routed } from "./endpoints.ts";
 import { databricksErrorBody, databricksErrorEvent } from "./errors.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import type { SseWriter } from "../../http/sse.ts";
+import { listOf } from "../list-of.ts";
 
 /** Wire schema of a Databricks completions request (`prompt` on /invocations, or /serving-endpoints/completions). */
 export const completionRequest = z.strictObject({
   model: z.string().min(1).optional(),
-  prompt: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
+  prompt: z.union([z.string(), listOf(z.string(), { min: 1, max: 2048 })]),
   stream: z.boolean().nullish(),
   stream_options: streamOptions,
   ...samplingFields,

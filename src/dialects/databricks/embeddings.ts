@@ -5,11 +5,12 @@ import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { toBase64 } from "../openai/embeddings-to-wire.ts";
 import { embeddingFieldNames } from "../openai/field-names.ts";
 import type { Routed } from "./endpoints.ts";
+import { listOf } from "../list-of.ts";
 
 /** Wire schema of a Databricks embeddings request. */
 export const embeddingsRequest = z.strictObject({
   model: z.string().min(1).optional(),
-  input: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
+  input: z.union([z.string(), listOf(z.string(), { min: 1, max: 2048 })]),
   instruction: z.string().nullish(),
   dimensions: z.int().nullish(),
   // Not in Databricks' reference, but every OpenAI client sends it; honoured as OpenAI defines it.

@@ -6,6 +6,7 @@ import type { ModelLoader } from "../../core/model-loader.ts";
 import type { ModelRegistry } from "../../core/registry.ts";
 import type { EndpointStore, JsonObject } from "../../store/store.ts";
 import { boundedRecord } from "../json-object.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Serving endpoints: what `/serving-endpoints/{name}` resolves to. Two kinds, as in Databricks:
@@ -31,10 +32,10 @@ export const servedEntity = z.strictObject({
 });
 
 export const endpointConfig = z.strictObject({
-  served_entities: z.array(servedEntity).min(1, "served_entities needs at least one entity").max(15),
+  served_entities: listOf(servedEntity, { min: 1, minMessage: "served_entities needs at least one entity", max: 15 }),
   traffic_config: z
     .strictObject({
-      routes: z.array(z.strictObject({ served_model_name: z.string().min(1), traffic_percentage: z.int().min(0).max(100) })).min(1),
+      routes: listOf(z.strictObject({ served_model_name: z.string().min(1), traffic_percentage: z.int().min(0).max(100) }), { min: 1 }),
     })
     .nullish(),
 });

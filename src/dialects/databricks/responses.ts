@@ -12,6 +12,7 @@ import { modelReasons, reasoningAccepted } from "./chat.ts";
 import { formatObject, functionObject, jsonSchemaObject } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
 import { boundedRecord, jsonObject } from "../json-object.ts";
+import { listOf } from "../list-of.ts";
 
 /** Parameters Databricks refuses with a 400 whatever their value (even false or null). */
 export const REFUSED_PARAMETERS: Record<string, string> = {
@@ -33,7 +34,7 @@ const message = z.strictObject({
   id: z.string().optional(),
   status: z.string().optional(),
   role: z.enum(["user", "assistant"], { error: "input messages have role 'user' or 'assistant'; system text goes in 'instructions'" }),
-  content: z.union([z.string(), z.array(block)]),
+  content: z.union([z.string(), listOf(block)]),
 });
 const jsonArgs = z.union([z.string(), jsonObject()]);
 const functionCall = z.strictObject({
@@ -82,7 +83,7 @@ const tool = z.object({ type: z.string() }).loose().pipe(
 
 export const responsesRequest = z.strictObject({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(inputItem).min(1).max(MAX_MESSAGES)]),
+  input: z.union([z.string(), listOf(inputItem, { min: 1, max: MAX_MESSAGES })]),
   instructions: z.string().nullish(),
   max_output_tokens: z.int().min(1, "max_output_tokens is null (no limit) or an integer > 0").nullish(),
   temperature: z.number().min(0).max(2).nullish(),
@@ -98,7 +99,7 @@ export const responsesRequest = z.strictObject({
       z.strictObject({ type: z.literal("custom"), name: z.string().min(1) }),
     ])
     .nullish(),
-  tools: z.array(tool).max(128).nullish(),
+  tools: listOf(tool, { max: 128 }).nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   max_tool_calls: z.int().min(1, "max_tool_calls is an integer > 0").nullish(),
   metadata: boundedRecord(z.string().max(64), z.string().max(512), 16, "metadata holds at most 16 pairs").nullish(),
@@ -108,7 +109,7 @@ export const responsesRequest = z.strictObject({
   user: z.string().nullish(),
   truncation: z.enum(["auto", "disabled"]).nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
-  include: z.array(z.string()).nullish(),
+  include: listOf(z.string()).nullish(),
   prompt: z.unknown().optional(),
   // Declared so that the refusal below names them, whatever their value.
   background: z.unknown().optional(),

@@ -6,6 +6,7 @@ import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
@@ -16,7 +17,7 @@ import { functionParameters } from "../function-parameters.ts";
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
 /** Non-text parts are recognised so they can be refused with a clear message. */
 const otherPart = z.object({ type: z.string() }).loose();
-const contentParts = z.array(z.union([textPart, otherPart])).min(1);
+const contentParts = listOf(z.union([textPart, otherPart]), { min: 1 });
 const content = z.union([z.string(), contentParts]);
 
 const functionCall = z.object({
@@ -39,7 +40,7 @@ const assistantMessage = z.object({
   content: content.nullish(),
   name: z.string().optional(),
   refusal: z.string().nullish(),
-  tool_calls: z.array(toolCall).optional(),
+  tool_calls: listOf(toolCall).optional(),
   function_call: z.unknown().optional(),
   audio: z.unknown().optional(),
   reasoning_content: z.string().nullish(),
@@ -99,7 +100,7 @@ const functionTool = z.object({
 });
 
 /** Function tools as Chat Completions declares them (dialects that copy the field share it). */
-export const functionTools = z.array(functionTool).max(128);
+export const functionTools = listOf(functionTool, { max: 128 });
 
 /**
  * OpenAI's custom tools on Chat Completions: the model's input to the tool is free text, any text or
@@ -120,7 +121,7 @@ const customTool = z.object({
 });
 
 /** The tools of an OpenAI chat request: functions and custom tools. */
-const chatTools = z.array(z.discriminatedUnion("type", [functionTool, customTool])).max(128);
+const chatTools = listOf(z.discriminatedUnion("type", [functionTool, customTool]), { max: 128 });
 export type ChatTool = z.infer<typeof chatTools>[number];
 
 const namedToolChoice = z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) });
@@ -136,7 +137,7 @@ const allowedToolsChoice = z.object({
   type: z.literal("allowed_tools"),
   allowed_tools: z.object({
     mode: z.enum(["auto", "required"]),
-    tools: z.array(z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice])).min(1),
+    tools: listOf(z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice]), { min: 1 }),
   }),
 });
 
@@ -149,7 +150,7 @@ const chatToolChoice = z.union([z.enum(["none", "auto", "required"]), z.discrimi
  * messages than this one refuses first.
  */
 export function messageList<T extends z.ZodType>(message: T) {
-  return z.array(message).min(1, "messages must contain at least one message").max(MAX_MESSAGES);
+  return listOf(message, { min: 1, minMessage: "messages must contain at least one message", max: MAX_MESSAGES });
 }
 
 export const chatCompletionRequest = z.object({
@@ -194,7 +195,8 @@ export const chatCompletionRequest = z.object({
     .nullish(),
   // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.
   chat_template_kwargs: jsonObject().nullish(),
-  modalities: z.array(z.string()).nullish(),
+  // OpenAI offers two ("text", "audio"); a longer list can only repeat them.
+  modalities: listOf(z.string(), { max: 4 }).nullish(),
   // Accepted by the schema only so that they can be refused by name.
   functions: z.unknown().optional(),
   function_call: z.unknown().optional(),

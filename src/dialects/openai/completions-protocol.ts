@@ -2,18 +2,19 @@ import { z } from "zod";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
 import { foreignFieldsSchema } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
+import { listOf } from "../list-of.ts";
 
 /** Wire schema of POST /v1/completions (OpenAI's legacy text completions). */
 
-const tokenIds = z.array(z.int().min(0)).min(1);
+const tokenIds = listOf(z.int().min(0), { min: 1 });
 
 export const completionRequest = z.object({
   model: z.string().min(1),
   prompt: z.union([
     z.string(),
-    z.array(z.string()).min(1).max(2048),
+    listOf(z.string(), { min: 1, max: 2048 }),
     tokenIds,
-    z.array(tokenIds).min(1).max(2048),
+    listOf(tokenIds, { min: 1, max: 2048 }),
   ]),
   suffix: z.string().nullish(),
   max_tokens: z.int().min(0).nullish(),

@@ -1,9 +1,10 @@
 import { z } from "zod";
+import { listOf } from "../list-of.ts";
 
 /** OpenAI's limit on inputs per embeddings request. */
 export const MAX_EMBEDDING_INPUTS = 2048;
 
-const tokenIds = z.array(z.int());
+const tokenIds = listOf(z.int());
 
 /**
  * Wire schema of POST /v1/embeddings. `input` is one of OpenAI's four shapes: a string, strings, token
@@ -14,9 +15,9 @@ export const embeddingsRequest = z.object({
   model: z.string().min(1),
   input: z.union([
     z.string(),
-    z.array(z.string()).max(MAX_EMBEDDING_INPUTS),
+    listOf(z.string(), { max: MAX_EMBEDDING_INPUTS }),
     tokenIds,
-    z.array(tokenIds).max(MAX_EMBEDDING_INPUTS),
+    listOf(tokenIds, { max: MAX_EMBEDDING_INPUTS }),
   ]),
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.int().min(1).nullish(),

@@ -2,6 +2,7 @@ import { randomInt } from "node:crypto";
 import { z } from "zod";
 import type { SamplingParams } from "../../core/types.ts";
 import { hasMoreKeysThan, jsonObject } from "../json-object.ts";
+import { listOf } from "../list-of.ts";
 
 /** More entries than any vocabulary has (Gemma 3's is 262,144): refused before a key is read. */
 export const LOGIT_BIAS_MAX_ENTRIES = 300_000;
@@ -61,7 +62,7 @@ export const samplingFieldsSchema = {
   min_p: z.number().min(0).max(1).nullish(),
   repetition_penalty: z.number().gt(0).max(10).nullish(),
   seed: seedSchema().nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  stop: z.union([z.string(), listOf(z.string(), { max: 16 })]).nullish(),
   n: z.int().min(1).max(128).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),

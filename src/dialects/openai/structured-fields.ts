@@ -2,6 +2,7 @@ import { z } from "zod";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest } from "../../core/types.ts";
 import { jsonObject } from "../json-object.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * The other servers' ways of asking for structured output in a chat or completions request, beside
@@ -18,7 +19,7 @@ const schemaObject = jsonObject();
 export const structuredFieldsSchema = {
   guided_json: z.union([schemaObject, z.string()]).nullish(),
   guided_regex: z.string().nullish(),
-  guided_choice: z.array(z.string()).min(1).nullish(),
+  guided_choice: listOf(z.string(), { min: 1 }).nullish(),
   /** vLLM's choice of its own grammar library: nothing to choose here. */
   guided_decoding_backend: z.string().nullish(),
   // Accepted by the schema only so that they can be refused by name.
@@ -29,7 +30,7 @@ export const structuredFieldsSchema = {
     .strictObject({
       json: z.union([schemaObject, z.string()]).nullish(),
       regex: z.string().nullish(),
-      choice: z.array(z.string()).min(1).nullish(),
+      choice: listOf(z.string(), { min: 1 }).nullish(),
       json_object: z.boolean().nullish(),
       grammar: z.unknown().optional(),
       structural_tag: z.unknown().optional(),

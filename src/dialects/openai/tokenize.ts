@@ -7,6 +7,7 @@ import { type ChatCompletionRequest, chatCompletionRequest, chatMessage, message
 import { chatToCanonical } from "./chat-to-canonical.ts";
 import { chatFieldNames, tokenizeFieldNames } from "./field-names.ts";
 import { templateSwitches } from "./foreign-fields.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * vLLM's and llama-server's tokenizer endpoints: what a prompt costs in tokens, rendered exactly as
@@ -41,7 +42,7 @@ type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 export const detokenizeRequest = z.object({
   model: z.string().min(1),
   // The service bounds the list by the model's context; this bounds what is parsed before that.
-  tokens: z.array(z.int()).max(1_048_576),
+  tokens: listOf(z.int(), { max: 1_048_576 }),
 });
 
 const CHAT_ONLY = ["tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "mm_processor_kwargs", "media_io_kwargs"] as const;

@@ -9,6 +9,7 @@ import type { ResponsesDeps } from "./responses.ts";
 import { itemToWire, readInclude } from "./items.ts";
 import { checkItemContent } from "./to-canonical.ts";
 import { metadataSchema } from "../openai/metadata.ts";
+import { listOf } from "../list-of.ts";
 
 /** OpenAI's Conversations API: a durable list of items that responses can continue and append to. */
 
@@ -16,14 +17,14 @@ import { metadataSchema } from "../openai/metadata.ts";
 const metadata = metadataSchema;
 
 export const createConversationRequest = z.object({
-  items: z.array(inputItem).max(20, "a conversation is created with at most 20 items").nullish(),
+  items: listOf(inputItem, { max: 20, maxMessage: "a conversation is created with at most 20 items" }).nullish(),
   metadata: metadata.nullish(),
 });
 
 // Required, as in the reference; null clears it (as on stored chat completions).
 export const updateConversationRequest = z.object({ metadata: metadata.nullable() });
 
-export const addItemsRequest = z.object({ items: z.array(inputItem).min(1).max(20) });
+export const addItemsRequest = z.object({ items: listOf(inputItem, { min: 1, max: 20 }) });
 
 const notFound = (what: string, id: string) => new ApiError(404, `No ${what} with id '${id}' exists here.`, { code: "not_found" });
 

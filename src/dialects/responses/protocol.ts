@@ -8,6 +8,7 @@ import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -22,7 +23,7 @@ const otherPart = z.object({ type: z.string() }).loose();
 /** A part of a known type is checked as that type, so a malformed text part cannot pass as "other". */
 const contentPart = byType({ input_text: textLike, output_text: textLike, refusal: refusalPart }, otherPart);
 const outputPart = byType({ input_text: textLike, output_text: textLike }, otherPart);
-const messageContent = z.union([z.string(), z.array(contentPart)]);
+const messageContent = z.union([z.string(), listOf(contentPart)]);
 
 const message = z
   .object({
@@ -50,7 +51,7 @@ const functionCallOutput = z
     type: z.literal("function_call_output"),
     id: z.string().optional(),
     call_id: z.string().min(1),
-    output: z.union([z.string(), z.array(outputPart)]),
+    output: z.union([z.string(), listOf(outputPart)]),
     status: z.string().optional(),
   })
   .loose();
@@ -70,7 +71,7 @@ const customToolCallOutput = z
     type: z.literal("custom_tool_call_output"),
     id: z.string().optional(),
     call_id: z.string().min(1),
-    output: z.union([z.string(), z.array(outputPart)]),
+    output: z.union([z.string(), listOf(outputPart)]),
   })
   .loose();
 
@@ -78,8 +79,8 @@ const reasoning = z
   .object({
     type: z.literal("reasoning"),
     id: z.string().optional(),
-    summary: z.array(z.object({ type: z.string(), text: z.string() }).loose()).optional(),
-    content: z.array(z.object({ type: z.string(), text: z.string() }).loose()).nullish(),
+    summary: listOf(z.object({ type: z.string(), text: z.string() }).loose()).optional(),
+    content: listOf(z.object({ type: z.string(), text: z.string() }).loose()).nullish(),
     encrypted_content: z.string().nullish(),
   })
   .loose();
@@ -113,7 +114,7 @@ export type InputItem = z.infer<typeof inputItem>;
  */
 const toolLoading = {
   defer_loading: z.boolean().nullish(),
-  allowed_callers: z.array(z.enum(["direct", "programmatic"])).nullish(),
+  allowed_callers: listOf(z.enum(["direct", "programmatic"])).nullish(),
 };
 
 const functionTool = z.object({
@@ -155,7 +156,7 @@ const toolChoice = byType(
     allowed_tools: z.object({
       type: z.literal("allowed_tools"),
       mode: z.enum(["auto", "required"]),
-      tools: z.array(z.object({ type: z.string(), name: z.string().optional() }).loose()).min(1),
+      tools: listOf(z.object({ type: z.string(), name: z.string().optional() }).loose(), { min: 1 }),
     }),
   },
   // A mode, or a built-in tool's type (refused by name later).
@@ -181,13 +182,13 @@ const metadata = metadataSchema;
 
 export const createResponseRequest = z.object({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(inputItem).max(MAX_MESSAGES)]).optional(),
+  input: z.union([z.string(), listOf(inputItem, { max: MAX_MESSAGES })]).optional(),
   instructions: z.string().nullish(),
   max_output_tokens: z.int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
-  include: z.array(z.string()).nullish(),
+  include: listOf(z.string()).nullish(),
   metadata: metadata.nullish(),
   user: z.string().nullish(),
   safety_identifier: z.string().max(64).nullish(),
@@ -201,7 +202,7 @@ export const createResponseRequest = z.object({
   parallel_tool_calls: z.boolean().nullish(),
   max_tool_calls: z.int().min(0).nullish(),
   truncation: z.enum(["auto", "disabled"]).nullish(),
-  tools: z.array(tool).max(128).nullish(),
+  tools: listOf(tool, { max: 128 }).nullish(),
   tool_choice: toolChoice.nullish(),
   text: z.object({ format: textFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
   reasoning: z
@@ -275,7 +276,7 @@ export const retrieveQuery = z.strictObject({
 export const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
 
 // Once (`include=a`), repeated (`include=a&include=b`), or as the openai SDK writes a list (`include[]=a`).
-const includeParam = z.union([z.string(), z.array(z.string())]).optional();
+const includeParam = z.union([z.string(), listOf(z.string())]).optional();
 
 /** The query of a read of stored items: what to include in them (see readInclude). */
 export const includeQuery = z.object({ include: includeParam, "include[]": includeParam });

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { functionTools, messageList, toolChoice } from "../openai/chat-protocol.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
@@ -11,7 +12,7 @@ const textPart = z.object({ type: z.literal("text"), text: z.string() });
 const systemMessage = z.object({ role: z.literal("system"), content: z.string(), name: z.string().optional() });
 const userMessage = z.object({
   role: z.literal("user"),
-  content: z.union([z.string(), z.array(textPart).min(1)]),
+  content: z.union([z.string(), listOf(textPart, { min: 1 })]),
   name: z.string().optional(),
 });
 const toolCall = z.object({
@@ -21,15 +22,15 @@ const toolCall = z.object({
 });
 const assistantMessage = z.object({
   role: z.literal("assistant"),
-  content: z.union([z.string(), z.array(textPart)]).nullish(),
+  content: z.union([z.string(), listOf(textPart)]).nullish(),
   name: z.string().optional(),
   /** Earlier thinking, sent back by clients that echo whole messages; not shown to the model again. */
   reasoning_content: z.string().nullish(),
-  tool_calls: z.array(toolCall).optional(),
+  tool_calls: listOf(toolCall).optional(),
 });
 const toolMessage = z.object({
   role: z.literal("tool"),
-  content: z.union([z.string(), z.array(textPart).min(1)]),
+  content: z.union([z.string(), listOf(textPart, { min: 1 })]),
   tool_call_id: z.string().min(1),
 });
 
@@ -51,7 +52,7 @@ export const spakChatRequest = z.object({
   // cap: dropped, it would leave their answers to run to the end of the context. Taken as an alias.
   max_completion_tokens: z.int().min(1).nullish(),
   response_format: z.object({ type: z.enum(["text", "json_object"]) }).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  stop: z.union([z.string(), listOf(z.string(), { max: 16 })]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
