@@ -31,14 +31,12 @@ const imageContent = z.strictObject({
 });
 const reasoningContent = z.strictObject({
   type: z.literal("reasoning"),
-  summary: z
-    .array(
-      z.discriminatedUnion("type", [
-        z.strictObject({ type: z.literal("summary_text"), text: z.string(), signature: z.string().optional() }),
-        z.strictObject({ type: z.literal("summary_encrypted_text"), data: z.string() }),
-      ]),
-    )
-    .optional(),
+  summary: listOf(
+    z.discriminatedUnion("type", [
+      z.strictObject({ type: z.literal("summary_text"), text: z.string(), signature: z.string().optional() }),
+      z.strictObject({ type: z.literal("summary_encrypted_text"), data: z.string() }),
+    ]),
+  ).optional(),
   cache_control: cacheControl,
 });
 const documentContent = z.strictObject({
@@ -130,14 +128,12 @@ export const chatRequest = z.strictObject({
   stream: z.boolean().nullish(),
   stream_options: streamOptions,
   ...samplingFields,
-  tools: z
-    .array(
-      z.object({ type: z.string() }).loose().superRefine((t, ctx) => {
-        if (t.type !== "function") ctx.addIssue({ code: "custom", message: `tool type '${t.type}' is not supported in chat; only 'function' is`, path: ["type"] });
-      }).pipe(z.strictObject({ type: z.literal("function"), function: functionObject, cache_control: cacheControl })),
-    )
-    .max(32, "tools holds at most 32 functions")
-    .nullish(),
+  tools: listOf(
+    z.object({ type: z.string() }).loose().superRefine((t, ctx) => {
+      if (t.type !== "function") ctx.addIssue({ code: "custom", message: `tool type '${t.type}' is not supported in chat; only 'function' is`, path: ["type"] });
+    }).pipe(z.strictObject({ type: z.literal("function"), function: functionObject, cache_control: cacheControl })),
+    { max: 32, maxMessage: "tools holds at most 32 functions" },
+  ).nullish(),
   tool_choice: z
     .union([z.enum(["none", "auto", "required"]), z.strictObject({ type: z.literal("function"), function: z.strictObject({ name: z.string().min(1) }) })])
     .nullish(),

@@ -45,9 +45,7 @@ export const createEndpointRequest = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_-]{1,63}$/, "endpoint names are 1 to 63 letters, digits, '_' or '-'"),
   config: endpointConfig,
   // Bounded (tags are shown and stored whole; 200,000 of them held the server for a second), keys unique.
-  tags: z
-    .array(z.strictObject({ key: z.string().min(1).max(255), value: z.string().max(255).optional() }))
-    .max(50)
+  tags: listOf(z.strictObject({ key: z.string().min(1).max(255), value: z.string().max(255).optional() }), { max: 50 })
     .refine((tags) => new Set(tags.map((t) => t.key)).size === tags.length, "tag keys must be unique")
     .nullish(),
   route_optimized: z.literal(false).nullish(),

@@ -6,6 +6,7 @@ import { seedSchema } from "../openai/sampling-fields.ts";
 import { boundedStop } from "../stop-field.ts";
 import { sdkMessageEchoes } from "../sdk-echo-fields.ts";
 import { functionParameters } from "../function-parameters.ts";
+import { listOf } from "../list-of.ts";
 
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
@@ -21,7 +22,8 @@ const message = z.discriminatedUnion("role", [
   z.strictObject({ role: z.literal("assistant"), content: z.string(), ...sdkMessageEchoes }),
 ]);
 
-export const konanReasoning = z.object({
+// Strict: a misspelt `budget_tokens` would otherwise read as `{}` (thinking on, no budget).
+export const konanReasoning = z.strictObject({
   effort: z.enum(["low", "medium", "high"]).nullish(),
   budget_tokens: z.int().min(1).nullish(),
 });
@@ -43,19 +45,18 @@ export const konanChatRequest = z.object({
   stop: boundedStop.nullish(),
   stream: z.boolean().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
-  tools: z
-    .array(
-      z.object({
-        type: z.literal("function"),
-        function: z.object({
-          name: z.string().min(1),
-          description: z.string().optional(),
-          parameters: functionParameters().optional(),
-          strict: z.boolean().nullish(),
-        }),
+  tools: listOf(
+    z.object({
+      type: z.literal("function"),
+      // Strict: a misspelt key (`strcit`) would otherwise be dropped without a word.
+      function: z.strictObject({
+        name: z.string().min(1),
+        description: z.string().optional(),
+        parameters: functionParameters().optional(),
+        strict: z.boolean().nullish(),
       }),
-    )
-    .nullish(),
+    }),
+  ).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   user: z.string().nullish(),
 });

@@ -64,12 +64,13 @@ export type ChatMessage = z.infer<typeof chatMessage>;
  */
 export const MAX_MESSAGES = 10_000;
 
+// Strict, each of them: a key of its own is a misspelling or a format this server would not apply.
 const responseFormats = [
-  z.object({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("text") }),
   // llama-server lets a json_object carry the schema the object must follow; text-generation-
   // inference calls that key `value`.
-  z.object({ type: z.literal("json_object"), schema: jsonObject().nullish(), value: jsonObject().nullish() }),
-  z.object({
+  z.strictObject({ type: z.literal("json_object"), schema: jsonObject().nullish(), value: jsonObject().nullish() }),
+  z.strictObject({
     type: z.literal("json_schema"),
     // Strict: a misspelt `strict` would otherwise leave the schema unenforced without a word.
     json_schema: z.strictObject({
@@ -85,13 +86,15 @@ const responseFormats = [
 export const openAiResponseFormat = z.discriminatedUnion("type", [...responseFormats]);
 
 /** text-generation-inference's own two: a schema, or a regex the whole answer matches. */
-const tgiResponseFormats = [z.object({ type: z.literal("json"), value: jsonObject() }), z.object({ type: z.literal("regex"), value: z.string() })] as const;
+const tgiResponseFormats = [z.strictObject({ type: z.literal("json"), value: jsonObject() }), z.strictObject({ type: z.literal("regex"), value: z.string() })] as const;
 
 const toolName = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "tool names are 1 to 64 letters, digits, '_' or '-'");
 
-const functionTool = z.object({
+// The objects inside a tool, a tool choice and stream_options are strict: a misspelt key in them
+// (`strcit`, `include_usgae`) would otherwise be dropped without a word and change the answer.
+const functionTool = z.strictObject({
   type: z.literal("function"),
-  function: z.object({
+  function: z.strictObject({
     name: toolName,
     description: z.string().optional(),
     parameters: functionParameters().optional(),
@@ -106,9 +109,9 @@ export const functionTools = listOf(functionTool, { max: 128 });
  * OpenAI's custom tools on Chat Completions: the model's input to the tool is free text, any text or
  * held to a Lark grammar or a regular expression (as the Responses route's custom tools).
  */
-const customTool = z.object({
+const customTool = z.strictObject({
   type: z.literal("custom"),
-  custom: z.object({
+  custom: z.strictObject({
     name: toolName,
     description: z.string().optional(),
     format: z
@@ -124,8 +127,8 @@ const customTool = z.object({
 const chatTools = listOf(z.discriminatedUnion("type", [functionTool, customTool]), { max: 128 });
 export type ChatTool = z.infer<typeof chatTools>[number];
 
-const namedToolChoice = z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1) }) });
-const namedCustomChoice = z.object({ type: z.literal("custom"), custom: z.object({ name: z.string().min(1) }) });
+const namedToolChoice = z.object({ type: z.literal("function"), function: z.strictObject({ name: z.string().min(1) }) });
+const namedCustomChoice = z.object({ type: z.literal("custom"), custom: z.strictObject({ name: z.string().min(1) }) });
 export const toolChoice = z.union([z.enum(["none", "auto", "required"]), namedToolChoice]);
 
 /**
@@ -158,7 +161,7 @@ export const chatCompletionRequest = z.object({
   messages: messageList(chatMessage),
   stream: z.boolean().nullish(),
   stream_options: z
-    .object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() })
+    .strictObject({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() })
     .nullish(),
   max_tokens: z.int().min(1).nullish(),
   max_completion_tokens: z.int().min(1).nullish(),

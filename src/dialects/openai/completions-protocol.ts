@@ -27,7 +27,7 @@ export const completionRequest = z.object({
   cache_salt: z.string().nullish(),
   cache_prompt: z.boolean().nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
+  stream_options: z.strictObject({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
   // Other servers' structured-output fields, declared so they are refused by name, not dropped.
   ...structuredFieldsSchema,
   ...foreignFieldsSchema,

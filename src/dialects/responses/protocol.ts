@@ -117,7 +117,7 @@ const toolLoading = {
   allowed_callers: listOf(z.enum(["direct", "programmatic"])).nullish(),
 };
 
-const functionTool = z.object({
+const functionTool = z.strictObject({
   type: z.literal("function"),
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "function names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
@@ -129,14 +129,14 @@ const functionTool = z.object({
   ...toolLoading,
 });
 
-const customTool = z.object({
+const customTool = z.strictObject({
   type: z.literal("custom"),
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "tool names are 1 to 64 letters, digits, '_' or '-'"),
   description: z.string().nullish(),
   format: z
     .discriminatedUnion("type", [
-      z.object({ type: z.literal("text") }),
-      z.object({ type: z.literal("grammar"), syntax: z.enum(["lark", "regex"]), definition: z.string().min(1) }),
+      z.strictObject({ type: z.literal("text") }),
+      z.strictObject({ type: z.literal("grammar"), syntax: z.enum(["lark", "regex"]), definition: z.string().min(1) }),
     ])
     .nullish(),
   ...toolLoading,
@@ -151,8 +151,8 @@ export const tool = byType({ function: functionTool, custom: customTool }, other
 
 const toolChoice = byType(
   {
-    function: z.object({ type: z.literal("function"), name: z.string().min(1) }),
-    custom: z.object({ type: z.literal("custom"), name: z.string().min(1) }),
+    function: z.strictObject({ type: z.literal("function"), name: z.string().min(1) }),
+    custom: z.strictObject({ type: z.literal("custom"), name: z.string().min(1) }),
     allowed_tools: z.object({
       type: z.literal("allowed_tools"),
       mode: z.enum(["auto", "required"]),
@@ -163,10 +163,12 @@ const toolChoice = byType(
   z.union([z.enum(["none", "auto", "required"]), z.object({ type: z.string() }).loose()]),
 );
 
+// Strict, as `text`, `reasoning` and the tools: a misspelt key (`strcit`, `efort`) would otherwise
+// be dropped without a word and change the answer.
 const textFormat = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("text") }),
-  z.object({ type: z.literal("json_object") }),
-  z.object({
+  z.strictObject({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("json_object") }),
+  z.strictObject({
     type: z.literal("json_schema"),
     name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "schema names are 1 to 64 letters, digits, '_' or '-'"),
     description: z.string().nullish(),
@@ -204,9 +206,9 @@ export const createResponseRequest = z.object({
   truncation: z.enum(["auto", "disabled"]).nullish(),
   tools: listOf(tool, { max: 128 }).nullish(),
   tool_choice: toolChoice.nullish(),
-  text: z.object({ format: textFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
+  text: z.strictObject({ format: textFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
   reasoning: z
-    .object({
+    .strictObject({
       effort: z.enum(EFFORTS).nullish(),
       summary: z.enum(["auto", "concise", "detailed"]).nullish(),
       generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
@@ -225,7 +227,7 @@ export const createResponseRequest = z.object({
   conversation: z.union([z.string().min(1), z.object({ id: z.string().min(1) })]).nullish(),
   background: z.boolean().nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_obfuscation: z.boolean().optional() }).nullish(),
+  stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),
   // Plinth extensions shared with the chat path (see the README).
   seed: samplingFieldsSchema.seed,
   logit_bias: samplingFieldsSchema.logit_bias,

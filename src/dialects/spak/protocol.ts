@@ -44,7 +44,8 @@ export const USER_ID = /^[A-Za-z0-9_-]{1,512}$/;
 export const spakChatRequest = z.object({
   messages: messageList(spakMessage),
   model: z.string().min(1),
-  thinking: z.object({ type: z.enum(["enabled", "disabled"]).optional() }).nullish(),
+  // Strict, as stream_options: a misspelt `type` left thinking on without a word.
+  thinking: z.strictObject({ type: z.enum(["enabled", "disabled"]).optional() }).nullish(),
   /** `high` and `max`; `low`/`medium` are taken as `high` and `xhigh` as `max`, for compatibility. */
   reasoning_effort: z.enum(["low", "medium", "high", "xhigh", "max"]).nullish(),
   max_tokens: z.int().min(1).nullish(),
@@ -54,7 +55,7 @@ export const spakChatRequest = z.object({
   response_format: z.object({ type: z.enum(["text", "json_object"]) }).nullish(),
   stop: z.union([z.string(), listOf(z.string(), { max: 16 })]).nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  stream_options: z.strictObject({ include_usage: z.boolean().optional() }).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
   tools: functionTools.nullish(),
