@@ -270,11 +270,49 @@ describe("found by fuzzing a running server", () => {
     assert.equal(both.json.error.param, "items[1].id");
   });
 
+  test("a misspelt key inside a documented object is a 400 naming it, in every dialect (it was dropped, and the answer changed)", async () => {
+    const messages = [{ role: "user", content: "hi" }];
+    const schema = { type: "object", properties: { a: { type: "integer" } }, required: ["a"] };
+    const fn = { name: "f", parameters: schema };
+    const cases: Array<[string, unknown, string]> = [
+      ["/v1/chat/completions", { model: "tiny", messages, tools: [{ type: "function", function: { ...fn, strcit: true } }] }, "tools[0].function.strcit"],
+      ["/v1/chat/completions", { model: "tiny", messages, tools: [{ type: "function", strict: true, function: fn }] }, "tools[0].strict"],
+      ["/v1/chat/completions", { model: "tiny", messages, tools: [{ type: "function", function: fn }], tool_choice: { type: "function", function: { name: "f", nme: "g" } } }, "tool_choice.function.nme"],
+      ["/v1/chat/completions", { model: "tiny", messages, stream: true, stream_options: { include_usgae: true } }, "stream_options.include_usgae"],
+      ["/v1/chat/completions", { model: "tiny", messages, response_format: { type: "json_object", jsonschema: schema } }, "response_format.jsonschema"],
+      ["/v1/completions", { model: "tiny", prompt: "hi", stream: true, stream_options: { include_usgae: true } }, "stream_options.include_usgae"],
+      ["/v1/responses", { model: "tiny", input: "hi", text: { format: { type: "json_schema", name: "n", schema, strcit: true } } }, "text.format.strcit"],
+      ["/v1/responses", { model: "tiny", input: "hi", text: { verbosty: "low" } }, "text.verbosty"],
+      ["/v1/responses", { model: "tiny", input: "hi", reasoning: { efort: "high" } }, "reasoning.efort"],
+      ["/v1/responses", { model: "tiny", input: "hi", tools: [{ type: "function", ...fn, strcit: false }] }, "tools[0].strcit"],
+      ["/v3/chat/completions", { model: "tiny", messages, reasoning: { budget_token: 1 } }, "reasoning.budget_token"],
+      ["/v3/chat/completions", { model: "tiny", messages, tools: [{ type: "function", function: { ...fn, strcit: true } }] }, "tools[0].function.strcit"],
+      ["/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, thinking: { typ: "disabled" } }, "thinking.typ"],
+      ["/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, stream: true, stream_options: { include_usgae: true } }, "stream_options.include_usgae"],
+    ];
+    for (const [url, body, param] of cases) {
+      const r = await post(url, body);
+      assert.equal(r.status, 400, `${url} ${param}: ${JSON.stringify(r.json)}`);
+      assert.equal(r.json.error.param, param, `${url}: ${JSON.stringify(r.json)}`);
+    }
+    // Spelt right, the same objects pass.
+    for (const [url, body] of [
+      ["/v1/chat/completions", { model: "tiny", messages, max_tokens: 2, tools: [{ type: "function", function: { ...fn, strict: false } }], tool_choice: { type: "function", function: { name: "f" } } }],
+      ["/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 2, text: { verbosity: "medium", format: { type: "text" } } }],
+    ] as const) {
+      const r = await post(url, body);
+      assert.equal(r.status, 200, `${url}: ${JSON.stringify(r.json)}`);
+    }
+  });
+
   test("a path under a Databricks prefix that no route matches answers in the Databricks envelope (404 and 431 alike)", async () => {
     for (const [url, status] of [
       ["//serving-endpoints/tiny/invocations", 404],
       ["/serving-endpoints;x=1", 404],
       ["/api/2.0/plinth/models;a", 404],
+      // Databricks' REST root: paths of its API this server does not have.
+      ["/api/2.0/unknown", 404],
+      ["/api/2.0/plinth/unknown", 404],
       [`/api/2.0/serving-endpoints?filter=${"x".repeat(20_000)}`, 431],
     ] as const) {
       const r = await send(`${base}${url}`, "POST", JSON_TYPE, "{}");

@@ -20,6 +20,8 @@ import { databricksResponses, refuseResponsesParameters, responsesRequest } from
 
 /** Where the dialect's routes live: the data plane, the control plane, Plinth's model admin. */
 export const DATABRICKS_PREFIXES = ["/serving-endpoints", "/api/2.0/serving-endpoints", "/api/2.0/plinth/models"] as const;
+/** Paths whose errors are Databricks' even where no route matches: its prefixes, and its REST API's root. */
+export const DATABRICKS_ENVELOPE_PREFIXES = [...DATABRICKS_PREFIXES, "/api/2.0"] as const;
 
 export interface DatabricksPluginOptions {
   service: GenerationService;
