@@ -186,4 +186,16 @@ test("a bad list cursor or limit → 400 naming the field", async () => {
   assert.equal((await l.json()).error.param, "limit");
   const m = await fetch(`${base}/v1/chat/completions/chatcmpl-nope/messages`);
   assert.equal(m.status, 404);
+  // A parameter given twice, and a metadata filter that names no key, are refused by name, not
+  // read as NaN or dropped (which listed everything).
+  const twice = await fetch(`${base}/v1/chat/completions?limit=5&limit=6`);
+  assert.equal(twice.status, 400);
+  const twiceBody = (await twice.json()).error;
+  assert.equal(twiceBody.param, "limit");
+  assert.match(twiceBody.message, /given once/);
+  for (const filter of ["metadata=notbracket", "metadata[]=x"]) {
+    const f = await fetch(`${base}/v1/chat/completions?${filter}`);
+    assert.equal(f.status, 400, filter);
+    assert.match((await f.json()).error.message, /metadata\[key\]=value/, filter);
+  }
 });

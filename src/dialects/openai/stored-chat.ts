@@ -7,6 +7,7 @@ import { requestKey } from "../../http/access.ts";
 import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
+import { once } from "../query-once.ts";
 
 /**
  * OpenAI's stored Chat Completions: a completion created with `store: true` (or, in a vendor dialect
@@ -48,10 +49,10 @@ function toWire(record: ChatCompletionRecord) {
 }
 
 export const listChatCompletionsQuery = z.object({
-  model: z.string().min(1).optional(),
-  after: z.string().min(1).optional(),
-  limit: z.coerce.number().int().min(1).max(100).optional(),
-  order: z.enum(["asc", "desc"]).optional(),
+  model: once(z.string().min(1)).optional(),
+  after: once(z.string().min(1)).optional(),
+  limit: once(z.coerce.number().int().min(1).max(100)).optional(),
+  order: once(z.enum(["asc", "desc"])).optional(),
 });
 
 export const updateChatCompletionRequest = z.object({ metadata: metadataSchema.nullable() });
@@ -64,7 +65,12 @@ function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
   let any = false;
   for (const [key, value] of Object.entries(query)) {
     const m = /^metadata\[(.+)\]$/.exec(key);
-    if (!m) continue;
+    if (!m) {
+      // `metadata=…` or `metadata[]=…` names no key: ignored, it listed everything instead of the
+      // completions the client meant.
+      if (key === "metadata" || key.startsWith("metadata[")) throw badRequest(`Filter by metadata as metadata[key]=value; '${key}' names no key.`, key);
+      continue;
+    }
     if (typeof value !== "string") throw badRequest(`${key} may be given once.`, key);
     out[m[1]] = value;
     any = true;

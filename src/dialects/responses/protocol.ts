@@ -9,6 +9,7 @@ import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
+import { once } from "../query-once.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
@@ -286,8 +287,8 @@ export type IncludeQuery = z.infer<typeof includeQuery>;
 
 /** A page of stored items: the cursor, and what to include in them. */
 export const listQuery = includeQuery.extend({
-  after: z.string().optional(),
-  limit: z.coerce.number().int().min(1).max(100).optional(),
-  order: z.enum(["asc", "desc"]).optional(),
+  after: once(z.string()).optional(),
+  limit: once(z.coerce.number().int().min(1).max(100)).optional(),
+  order: once(z.enum(["asc", "desc"])).optional(),
 });
 export type ListQuery = z.infer<typeof listQuery>;
