@@ -184,6 +184,8 @@ async function main() {
   const llamaServer = process.env.LLAMA_SERVER_BIN;
   if (llamaServer) await llamaServerBench(llamaServer, modelPath, { rounds: ROUNDS, maxTokens: MAX_TOKENS, concurrency: CONCURRENCY, ctx: CTX });
   else console.log("\n(LLAMA_SERVER_BIN unset: no side-by-side with llama-server; see docs/benchmarks.md)");
+  // `npm run bench -- --decode`: only the decode sections above (a quick look at a new machine or GPU).
+  if (args.has("--decode")) return;
   // Where each server's CPU goes per token (Plinth alone when LLAMA_SERVER_BIN is unset).
   await threadCpuBench(modelPath, {
     bin: llamaServer,

@@ -17,7 +17,7 @@ import {
   type Token,
   HarmonyChatWrapper,
 } from "node-llama-cpp";
-import { float16ToFloat32, float32ToFloat16 } from "../fixtures/gguf-writer.ts";
+import { float16ToFloat32, float32ToFloat16 } from "../../src/models/gguf-writer.ts";
 import {
   byteTokenId,
   ensureFixtureModel,

@@ -38,6 +38,7 @@ export function llamaCppFactory(download: (source: ModelSource) => ResolveOption
       chatWrapper: s.chatWrapper,
       cacheMinTokens: s.cacheMinTokens,
       signal,
+      log,
     });
     if (engine.slots === 0)
       log(`plinth: model '${spec.id}' ready for embeddings only (inputs up to ${engine.embeddings?.info.maxInputTokens} tokens, ${engine.threads} threads)`);

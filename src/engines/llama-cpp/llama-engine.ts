@@ -61,6 +61,8 @@ export interface LlamaEngineOptions {
   /** Hold each step's decodes until every generating sequence has one (batch-gate.ts); default true. */
   batchGate?: boolean;
   /** Aborts the load (the model was unloaded while it loaded, or the server stops). */
+  /** Where the runtime's start writes what it decided (the GPU check, gpu-check.ts). */
+  log?: (line: string) => void;
   signal?: AbortSignal;
 }
 
@@ -170,7 +172,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // forever): the header is checked first, whichever way the file came (--model, a download).
     await checkGgufFiles(opts.modelPath);
     // The defaults depend on the binary the runtime runs on (runtime.ts).
-    const build = engineBuild(await getRuntime({ gpu: opts.gpu, threads: 1 }));
+    const build = engineBuild(await getRuntime({ gpu: opts.gpu, threads: 1, log: opts.log }));
     const threads = opts.threads ?? defaultThreads(availableParallelism(), build);
     const configuredLanes = opts.decodeContexts ?? defaultDecodeContexts(availableParallelism(), threads);
     // The runtime's thread budget covers every lane: node-llama-cpp makes a context wait for threads
@@ -180,7 +182,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // held to the lanes' budget, two 2-thread embedding contexts waited on each other's threads and
     // embedded at 0.6x of one context (measured, docs/benchmarks.md "Embeddings").
     const contextsSharing = build.decodeThread ? configuredLanes + (opts.embeddingContexts ?? 2) : configuredLanes;
-    const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing });
+    const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing, log: opts.log });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
     const model = await llama.loadModel({ modelPath: opts.modelPath, ...(opts.signal ? { loadSignal: opts.signal } : {}) });
     const trained = model.trainContextSize;

@@ -1,4 +1,5 @@
-import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import { getLlama, getLlamaGpuTypes, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import { runGpuCheck, usableGpu } from "./gpu-check.ts";
 import { currentMarker, type EngineMarker } from "./engine-marker.mjs";
 
 export type GpuChoice = "auto" | "off" | "cuda" | "vulkan" | "metal";
@@ -11,19 +12,25 @@ let sharedGpu: GpuChoice | undefined;
  * the library's own default (4) on a 2-core machine makes decoding about 100x slower. `threads` is
  * the budget all of a caller's contexts together need; a later caller needing more raises it.
  */
-export async function getRuntime(opts: { gpu: GpuChoice; threads: number }): Promise<Llama> {
+export async function getRuntime(opts: { gpu: GpuChoice; threads: number; log?: (line: string) => void }): Promise<Llama> {
   if (shared && opts.gpu !== sharedGpu) throw new Error(`llama runtime already started with gpu ${sharedGpu}`);
   if (!shared) {
     sharedGpu = opts.gpu;
-    shared = getLlama({
-      gpu: opts.gpu === "off" ? false : opts.gpu,
-      build: "never",
-      // node-llama-cpp names a local build's folder by its CMake options (the portable build sets
-      // GGML_NATIVE=OFF), and only finds it when asked with the same ones.
-      ...(engineMarker()?.cmakeOptions ? { cmakeOptions: engineMarker()!.cmakeOptions } : {}),
-      maxThreads: opts.threads,
-      logLevel: LlamaLogLevel.error,
-    });
+    // node-llama-cpp names a local build's folder by its CMake options (the portable build sets
+    // GGML_NATIVE=OFF), and only finds it when asked with the same ones.
+    const cmake = engineMarker()?.cmakeOptions ? { cmakeOptions: engineMarker()!.cmakeOptions } : {};
+    const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    shared = (async () => {
+      // A GPU backend decodes one token in a child process before it serves (gpu-check.ts).
+      const gpu = await usableGpu(opts.gpu, {
+        supported: () => getLlamaGpuTypes("supported"),
+        check: () => runGpuCheck({ gpu: opts.gpu, ...cmake }),
+        log,
+      });
+      return getLlama({ gpu: gpu === "off" ? false : gpu, build: "never", ...cmake, maxThreads: opts.threads, logLevel: LlamaLogLevel.error });
+    })();
+    // A failed start is not kept: the next model's load asks again (and fails the same way, by itself).
+    shared.catch(() => { shared = null; sharedGpu = undefined; });
   }
   const llama = await shared;
   if (llama.maxThreads < opts.threads) llama.maxThreads = opts.threads;
