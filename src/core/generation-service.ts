@@ -1,5 +1,6 @@
 import { setMaxListeners } from "node:events";
 import { Channel } from "./channel.ts";
+import { choiceSeed } from "./random.ts";
 import { type AdmissionGate, type AdmissionTicket, type AdmittedInfo, type GenerationHooks, keyedNamespace, type Outcome, type RequestContext } from "./context.ts";
 import { embed, type EmbeddingRequest, type EmbeddingResult } from "./embed.ts";
 import type { Engine, PreparedGeneration, PromptExtras } from "./engine.ts";
@@ -492,7 +493,7 @@ class BatchRun {
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {
       const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));
-      const sampling = { ...req.sampling, seed: (req.sampling.seed + seedOffset) >>> 0 };
+      const sampling = { ...req.sampling, seed: choiceSeed(req.sampling.seed, seedOffset) };
       let reason: FinishReason = "stop";
       for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot, waitedMs }, signal)) {
         // A reader slower than the engine (a client reading slowly, or not at all) holds the engine

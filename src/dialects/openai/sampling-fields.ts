@@ -1,5 +1,5 @@
-import { randomInt } from "node:crypto";
 import { z } from "zod";
+import { drawnSeed, samplerSeed } from "../../core/random.ts";
 import type { SamplingParams } from "../../core/types.ts";
 import { hasMoreKeysThan, jsonObject } from "../json-object.ts";
 import { listOf } from "../list-of.ts";
@@ -98,7 +98,7 @@ export function toSamplingParams(w: WireSampling, defaults: SamplingDefaults = O
     // -1 is vLLM's spelling of "no top-k"; llama.cpp spells it 0.
     topK: w.top_k == null || w.top_k < 0 ? 0 : w.top_k,
     minP: w.min_p ?? 0,
-    seed: w.seed == null ? randomInt(2 ** 32) : toUint32(w.seed),
+    seed: w.seed == null ? drawnSeed() : samplerSeed(w.seed),
     ...(w.seed == null ? { seedDrawn: true } : {}),
     frequencyPenalty: w.frequency_penalty ?? 0,
     presencePenalty: w.presence_penalty ?? 0,
@@ -116,11 +116,6 @@ function biasMap(wire: Record<string, number> | null | undefined): Map<number, n
   const map = new Map<number, number>();
   if (wire) for (const key in wire) if (Object.hasOwn(wire, key)) map.set(Number(key), wire[key]);
   return map;
-}
-
-/** OpenAI accepts any 64-bit seed; the sampler takes 32 bits (and never -0, which -2^63 leaves). */
-export function toUint32(seed: number): number {
-  return ((seed % 2 ** 32) + 2 ** 32) % 2 ** 32;
 }
 
 /** Up to 16 strings, as sent. An empty one would match before the first token, ending every answer empty; it is read as no stop string (the README says so). */

@@ -1,10 +1,10 @@
-import { randomInt } from "node:crypto";
 import { withParts } from "../../core/content-parts.ts";
+import { drawnSeed, samplerSeed } from "../../core/random.ts";
 import { ApiError, badRequest, type FieldNamer, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import { enableThinking } from "../openai/chat-to-canonical.ts";
 import { foreignFields } from "../openai/foreign-fields.ts";
-import { isolationKey, normaliseStop, toUint32 } from "../openai/sampling-fields.ts";
+import { isolationKey, normaliseStop } from "../openai/sampling-fields.ts";
 import { refuseServiceFields, refuseVerbosity } from "../openai/service-fields.ts";
 import { type RequestedFormat, structuredFormat } from "../openai/structured-fields.ts";
 import { type CreateResponseRequest, INCLUDABLE, type InputItem } from "./protocol.ts";
@@ -58,7 +58,7 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
       topP: body.top_p ?? 1,
       topK: body.top_k == null || body.top_k < 0 ? 0 : body.top_k,
       minP: body.min_p ?? 0,
-      seed: body.seed == null ? randomInt(2 ** 32) : toUint32(body.seed),
+      seed: body.seed == null ? drawnSeed() : samplerSeed(body.seed),
       ...(body.seed == null ? { seedDrawn: true } : {}),
       frequencyPenalty: body.frequency_penalty ?? 0,
       presencePenalty: body.presence_penalty ?? 0,
