@@ -157,6 +157,11 @@ test("001-67 tool_choice omitted: auto with tools (the schema is sent), none wit
   const none = await chat("tiny", { ...hi, tool_choice: "none" });
   assert.equal(none.status, 200, none.text);
   assert.equal(none.json.choices[0].message.tool_calls, undefined);
+  // So does "auto" over no tools (nothing to call); "required" needs a tool.
+  const auto = await chat("tiny", { ...hi, tool_choice: "auto", tools: [] });
+  assert.equal(auto.status, 200, auto.text);
+  assert.equal(auto.json.choices[0].message.tool_calls, undefined);
+  refused(await chat("tiny", { ...hi, tool_choice: "required" }), "tool_choice");
   const withTools = await chat("think", { messages: [user("weather?")], tools: [TOOL("weather")], reasoning_effort: "low", max_tokens: 700 });
   assert.equal(withTools.status, 200, withTools.text);
   assert.ok(["stop", "length", "tool_calls"].includes(withTools.json.choices[0].finish_reason));

@@ -194,7 +194,14 @@ describe("validation", () => {
     assert.equal(r.tools, undefined);
     assert.equal(r.toolChoice, undefined);
     assert.equal((await canonical({ tool_choice: "none" })).tools, undefined);
+    // `auto` over no tools (an agent with an empty tool list) has nothing to call: answered as none.
+    for (const body of [{ tool_choice: "auto" }, { tool_choice: "auto", tools: [] }]) {
+      const r = await canonical(body);
+      assert.equal(r.tools, undefined);
+      assert.equal(r.toolChoice, undefined);
+    }
     await refused({ tool_choice: "required" }, "tool_choice");
+    await refused({ tool_choice: { type: "function", function: { name: "f" } } }, "tool_choice");
   });
 
   test("003-36 with tools, tool_choice defaults to auto", async () => {

@@ -177,7 +177,8 @@ export function toOpenAIChat(body: DatabricksChatRequest, routed: Routed, reason
     throw badRequest("n > 1 is available only on provisioned-throughput endpoints; this is a pay-per-token endpoint.", "n");
   if (body.stream_options != null && !body.stream) throw badRequest("stream_options may be set only when stream is true.", "stream_options");
   if (body.top_logprobs != null && !body.logprobs) throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
-  if (body.tool_choice != null && body.tool_choice !== "none" && !(body.tools?.length))
+  // `auto` with no tools has nothing to call and answers as `none` does; `required` or a named tool needs one.
+  if (body.tool_choice != null && body.tool_choice !== "none" && body.tool_choice !== "auto" && !(body.tools?.length))
     throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
   if (body.reasoning_effort != null && !anyReasons)
     throw unsupportedField("reasoning_effort", `is accepted only by reasoning models; the model behind '${routed.entity}' does not reason`);

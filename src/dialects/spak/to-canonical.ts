@@ -105,8 +105,10 @@ function tools(body: SpakChatRequest): Pick<GenerationRequest, "tools" | "toolCh
   });
   const choice = body.tool_choice ?? undefined;
   if (list.length === 0) {
-    // `none` is the default without tools; asking for a call needs something to call.
-    if (choice !== undefined && choice !== "none") throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
+    // `none` is the default without tools, and `auto` (the model may call one of the tools) has
+    // nothing to call, so it answers the same; asking for a call needs something to call. (Clients
+    // with an agent's empty tool list send `auto` with `tools: []`.)
+    if (choice !== undefined && choice !== "none" && choice !== "auto") throw badRequest("tool_choice needs tools to choose from.", "tool_choice");
     return {};
   }
   if (typeof choice === "object" && !seen.has(choice.function.name))
