@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import Database from "better-sqlite3";
+import OpenAI from "openai";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { sseData } from "../helpers/scripted-app.ts";
 import { NO_EOG, startTestServer } from "../helpers/server.ts";
@@ -40,11 +41,27 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
       return { status: r.status, text: await r.text() };
     };
     const messages = [{ role: "user", content: "Tell me about the river." }];
-    const [konan, spakStream, spakJson, dbxResponses] = await Promise.all([
+    // The openai SDK pointed at Databricks' routes, as that dialect's users do: it raises only on a
+    // stream event with an `error` key.
+    const sdk = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused", maxRetries: 0 });
+    const sdkStream = (async () => {
+      const stream = await sdk.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], stream: true });
+      const chunks: unknown[] = [];
+      try {
+        for await (const chunk of stream) chunks.push(chunk);
+      } catch (err) {
+        return { err, chunks };
+      }
+      return { err: undefined, chunks };
+    })();
+    const [konan, spakStream, spakJson, dbxResponses, dbxChat, dbxCompletions, sdkResult] = await Promise.all([
       post("/v3/chat/completions", { model: "tiny", messages, stream: true }, "queued-konan"),
       post("/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, stream: true, stream_options: { include_usage: true } }, "queued-spak-stream"),
       post("/chat/completions", { model: "SpAk-Aster-V1-MOE", messages }, "queued-spak-json"),
       post("/serving-endpoints/tiny/invocations", { model: "tiny", input: "Tell me about the river.", stream: true }, "queued-dbx-responses"),
+      post("/serving-endpoints/chat/completions", { model: "tiny", messages, stream: true }, "queued-dbx-chat"),
+      post("/serving-endpoints/tiny/invocations", { prompt: "Tell me about the river.", stream: true }, "queued-dbx-completions"),
+      sdkStream,
     ]);
     holders.abort();
 
@@ -66,6 +83,19 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
     const failed = (sseData(dbxResponses.text) as any[]).find((e) => e.type === "response.failed");
     assert.ok(failed, dbxResponses.text.slice(-400));
     assert.deepEqual([failed.response.error.code, failed.response.error.type], ["rate_limit_exceeded", "rate_limit_error"]);
+
+    // Databricks' chat and completions streams end with the envelope, which also holds an `error`
+    // object; the SDK raises it instead of handing it on as a chunk without choices.
+    for (const r of [dbxChat, dbxCompletions]) {
+      const events = sseData(r.text) as any[];
+      const failure = events.at(-2);
+      assert.equal(events.at(-1), "[DONE]");
+      assert.equal(failure.error_code, "TEMPORARILY_UNAVAILABLE", r.text.slice(-400));
+      assert.deepEqual(failure.error, { code: "TEMPORARILY_UNAVAILABLE", message: failure.message });
+    }
+    assert.ok(sdkResult.err instanceof OpenAI.APIError, `the SDK did not raise; it yielded ${JSON.stringify(sdkResult.chunks)}`);
+    assert.equal((sdkResult.err as InstanceType<typeof OpenAI.APIError>).code, "TEMPORARILY_UNAVAILABLE");
+    assert.ok(sdkResult.chunks.every((c: any) => Array.isArray(c.choices)), JSON.stringify(sdkResult.chunks));
 
     // The ledger books the same.
     const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });

@@ -1,6 +1,5 @@
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import { SYSTEM_FINGERPRINT } from "../../core/ids.ts";
-import { asWireError } from "../../http/error-envelope.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { chatCompletion } from "../openai/chat.ts";
 import type { ChatCodec } from "../openai/chat-codec.ts";
@@ -8,7 +7,7 @@ import type { ChatCompletionRequest, ChatMessage } from "../openai/chat-protocol
 import { OPENAI_SAMPLING_DEFAULTS } from "../openai/sampling-fields.ts";
 import type { ContentItem, DatabricksChatMessage, DatabricksChatRequest } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
-import { databricksErrorBody } from "./errors.ts";
+import { databricksStreamErrorBody } from "./errors.ts";
 
 type Obj = Record<string, unknown>;
 
@@ -272,7 +271,7 @@ export function databricksChatCodec(routed: Routed, reasons: boolean | undefined
       })),
       ...(c.usage ? { usage: usageToDatabricks(c.usage as Obj, reasons) } : {}),
     }),
-    streamError: (err, _meta, names) => [databricksErrorBody(asWireError(err, names))],
+    streamError: (err, _meta, names) => [databricksStreamErrorBody(err, names)],
   };
 }
 

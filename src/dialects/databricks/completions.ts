@@ -11,8 +11,7 @@ import { normaliseStop, toSamplingParams } from "../openai/sampling-fields.ts";
 import { modelReasons, usageToDatabricks } from "./chat.ts";
 import { samplingFields, streamOptions } from "./chat-protocol.ts";
 import type { Routed } from "./endpoints.ts";
-import { databricksErrorBody, databricksErrorEvent } from "./errors.ts";
-import { asWireError } from "../../http/error-envelope.ts";
+import { databricksErrorEvent, databricksStreamErrorBody } from "./errors.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { listOf } from "../list-of.ts";
 
@@ -110,7 +109,7 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
         if (env.signal.aborted) throw err;
         // As Databricks chat streams end after a failure: the envelope as the last data event, then
         // [DONE], which every stream of this dialect ends with.
-        await sse.data(databricksErrorBody(asWireError(err, names)));
+        await sse.data(databricksStreamErrorBody(err, names));
         await sse.data("[DONE]");
       }
     },

@@ -39,7 +39,17 @@ export function databricksErrorBody(err: ApiError) {
 
 export const DATABRICKS_ENVELOPE: ErrorEnvelope = { render: databricksErrorBody, fieldNames: snakeCasePath };
 
-/** An error after a stream began: a last data event holding the envelope. */
+/**
+ * An error after a stream began: a last data event holding the envelope, and the same again as an
+ * `error` object. The OpenAI SDKs, which this dialect's users point at `/serving-endpoints`, raise
+ * only on a stream event with an `error` key: without it they handed the envelope on as a chunk with
+ * no `choices`, and the stream looked finished.
+ */
+export function databricksStreamErrorBody(err: unknown, names: FieldNamer = snakeCasePath) {
+  const body = databricksErrorBody(asWireError(err, names));
+  return { ...body, error: { code: body.error_code, message: body.message } };
+}
+
 export function databricksErrorEvent(err: unknown, names: FieldNamer = snakeCasePath) {
-  return { data: databricksErrorBody(asWireError(err, names)) };
+  return { data: databricksStreamErrorBody(err, names) };
 }
