@@ -39,7 +39,8 @@ export interface RunningServer {
   service: GenerationService;
   /** Resolves once every model is loaded (or has failed). */
   loaded: Promise<void>;
-  close(): Promise<void>;
+  /** Stop now: new connections are refused and open ones may finish; after `graceMs`, if given, what is left is closed. */
+  close(graceMs?: number): Promise<void>;
   /** Graceful stop: refuse new requests, drain running ones for up to `drainTimeoutMs`, then close. */
   shutdown(drainTimeoutMs: number): Promise<void>;
 }

@@ -3,7 +3,7 @@ import { after, before, test } from "node:test";
 import OpenAI from "openai";
 import { dbx, waitForEndpoint } from "../helpers/databricks.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
-import { sseEvents } from "../helpers/scripted-app.ts";
+import { sseData, sseEvents } from "../helpers/scripted-app.ts";
 
 // The Databricks dialect's checklist (SPEC 4.2): the Responses API, Embeddings and Completions,
 // against the real server: "tiny" and "think" (generative) and "bert" (embeddings) as pay-per-token
@@ -534,6 +534,24 @@ test("001-109 error_behavior other than truncate or error is rejected", async ()
 test("001-110 n: 2 with 3 prompts on a provisioned endpoint returns 6 choices, each indexed by its prompt", async () => {
   const r = await complete("pt", { prompt: ["a", "b", "c"], n: 2, max_tokens: 2 });
   assert.deepEqual(r.json.choices.map((c: any) => c.index), [0, 0, 1, 1, 2, 2]);
+});
+
+test("a completions stream with n > 1 indexes each chunk by its choice, so the choices can be told apart", async () => {
+  const json = await complete("pt", { prompt: ["a", "b"], n: 2, max_tokens: 3, temperature: 0, suffix: "!" });
+  const r = await complete("pt", { prompt: ["a", "b"], n: 2, max_tokens: 3, temperature: 0, suffix: "!", stream: true });
+  const texts = new Map<number, string>();
+  const ends = new Map<number, string>();
+  for (const chunk of sseData(r.text) as any[]) {
+    if (chunk === "[DONE]") continue;
+    for (const c of chunk.choices) {
+      assert.ok(!ends.has(c.index), `text for choice ${c.index} after its end`);
+      texts.set(c.index, (texts.get(c.index) ?? "") + c.text);
+      if (c.finish_reason) ends.set(c.index, c.finish_reason);
+    }
+  }
+  assert.deepEqual([...ends.keys()].sort(), [0, 1, 2, 3]);
+  // Choice k answers prompt floor(k / n): the same texts as the JSON answer, in its order.
+  assert.deepEqual([0, 1, 2, 3].map((k) => texts.get(k)), json.json.choices.map((c: any) => c.text));
 });
 
 test("001-111 suffix is appended to each completion", async () => {

@@ -34,7 +34,7 @@ const KEEP = 0.75;
 
 /**
  * Text completions in Databricks' meaning: `suffix` is appended to each completion, `index` is the
- * prompt's index, `use_raw_prompt` (default: true on provisioned throughput, false on pay-per-token)
+ * prompt's index (in a stream, with `n` > 1, the choice's: see streamCompletion), `use_raw_prompt` (default: true on provisioned throughput, false on pay-per-token)
  * skips the chat template, and `error_behavior: "truncate"` (pay-per-token only) shortens what does
  * not fit instead of refusing it.
  */
@@ -116,23 +116,29 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
     errorEvent: (err) => databricksErrorEvent(err, names),
   };
 
+  /**
+   * The reference leaves the streamed form unstated. The n choices of one prompt interleave in a
+   * stream, and with the prompt's index on every chunk a client could not tell their texts or ends
+   * apart, so a chunk carries its choice's index, prompt × n + choice, as OpenAI's streams do. With
+   * n = 1 that is the prompt's index, as in the JSON answer.
+   */
   async function streamCompletion(sse: SseWriter): Promise<void> {
     const begun = new Set<number>();
     let held: Record<string, unknown> | undefined;
     const open = async (k: number) => {
       if (begun.has(k)) return;
       begun.add(k);
-      if (lead(k)) await sse.data(chunk([{ index: Math.floor(k / n), text: lead(k), finish_reason: null }]));
+      if (lead(k)) await sse.data(chunk([{ index: k, text: lead(k), finish_reason: null }]));
     };
     for await (const ev of started.events) {
       if (sse.closed) return;
       if (ev.type === "text") {
         await open(ev.choice);
-        await sse.data(chunk([{ index: Math.floor(ev.choice / n), text: ev.text, finish_reason: null }]));
+        await sse.data(chunk([{ index: ev.choice, text: ev.text, finish_reason: null }]));
       } else if (ev.type === "finish") {
         await open(ev.choice);
         if (held) await sse.data(held);
-        held = chunk([{ index: Math.floor(ev.choice / n), text: suffix, finish_reason: ev.reason }]);
+        held = chunk([{ index: ev.choice, text: suffix, finish_reason: ev.reason }]);
       } else if (ev.type === "usage") {
         const u = usageToDatabricks(usageToWire(ev.usage), reasons);
         if (held) await sse.data({ ...held, usage: u });
