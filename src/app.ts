@@ -8,8 +8,8 @@ import { ConversationClaims } from "./dialects/responses/claims.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
 import { EndpointManager } from "./dialects/databricks/endpoints.ts";
-import { DATABRICKS_ENVELOPE } from "./dialects/databricks/errors.ts";
-import { DATABRICKS_ENVELOPE_PREFIXES, databricksPlugin } from "./dialects/databricks/plugin.ts";
+import { DATABRICKS_DATA_PLANE_ENVELOPE, DATABRICKS_ENVELOPE } from "./dialects/databricks/errors.ts";
+import { DATABRICKS_ENVELOPE_PREFIXES, DATABRICKS_PREFIXES, databricksPlugin } from "./dialects/databricks/plugin.ts";
 import type { ModelLoader } from "./core/model-loader.ts";
 import type { Sealer } from "./dialects/responses/sealer.ts";
 import { consolePlugin } from "./console/plugin.ts";
@@ -55,7 +55,9 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   // Routes no dialect owns (unknown paths at the root), and requests too malformed to reach a route,
   // answer in OpenAI's envelope, the one most clients of a local server speak.
   // Those whose URL can still be read answer in the envelope of the dialect that owns the path.
-  const envelopesByPrefix = DATABRICKS_ENVELOPE_PREFIXES.map((prefix) => [prefix, DATABRICKS_ENVELOPE] as const);
+  const envelopesByPrefix = DATABRICKS_ENVELOPE_PREFIXES.map(
+    (prefix) => [prefix, prefix === DATABRICKS_PREFIXES[0] ? DATABRICKS_DATA_PLANE_ENVELOPE : DATABRICKS_ENVELOPE] as const,
+  );
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE, envelopesByPrefix });
   // A path the dialect's own plugin does not see (`//serving-endpoints/…`, `/serving-endpoints;x`)
   // still answers in that dialect's envelope.

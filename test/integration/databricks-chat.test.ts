@@ -207,6 +207,22 @@ test("the openai SDK's helpers' additions to a message it hands back (refusal nu
   refused(await chat("tiny", { messages: [user("hi"), { role: "assistant", content: "no", refusal: "I will not" }, user("why?")], max_tokens: 3 }), "refusal");
 });
 
+test("the OpenAI SDK pointed at /serving-endpoints sees an error's code and message; the control plane keeps the plain envelope", async () => {
+  const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused", maxRetries: 0 });
+  const err = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], top_p: 7 }).catch((e: unknown) => e);
+  assert.ok(err instanceof OpenAI.BadRequestError, String(err));
+  assert.equal(err.code, "INVALID_PARAMETER_VALUE");
+  assert.match(err.message, /top_p/);
+  const missing = await client.chat.completions.create({ model: "no-such-endpoint", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+  assert.ok(missing instanceof OpenAI.NotFoundError, String(missing));
+  assert.match(missing.message, /no-such-endpoint/);
+  const raw = await chat("tiny", { ...hi, top_p: 7 });
+  assert.deepEqual(raw.json.error, { code: raw.json.error_code, message: raw.json.message });
+  const control = await dbx(s, "GET", "/api/2.0/serving-endpoints/no-such-endpoint");
+  assert.equal(control.status, 404, control.text);
+  assert.deepEqual(Object.keys(control.json).sort(), ["error_code", "message"]);
+});
+
 test("stream_options, which OpenAI clients send when they stream, is accepted with stream: true on chat and completions (usage is on the last chunk either way)", async () => {
   const client = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused" });
   const stream = await client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3, stream: true, stream_options: { include_usage: true } });

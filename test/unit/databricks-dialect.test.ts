@@ -5,7 +5,7 @@ import { EngineFactories } from "../../src/core/engine-factory.ts";
 import { ApiError } from "../../src/core/errors.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import { seededRandom } from "../../src/core/random.ts";
-import { databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
+import { databricksDataPlaneErrorBody, databricksErrorBody } from "../../src/dialects/databricks/errors.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { scriptedApp, sseData, sseEvents } from "../helpers/scripted-app.ts";
 import { ScriptedEngine } from "../helpers/scripted-engine.ts";
@@ -29,6 +29,12 @@ test("the envelope: {error_code, message} with Databricks' code for each status"
   for (const [status, code] of cases) assert.deepEqual(databricksErrorBody(new ApiError(status, "m")), { error_code: code, message: "m" });
   assert.equal(databricksErrorBody(new ApiError(409, "busy", { code: "RESOURCE_CONFLICT" })).error_code, "RESOURCE_CONFLICT");
   assert.equal(databricksErrorBody(new ApiError(400, "bad", { param: "top_k" })).message, "bad (parameter: top_k)");
+  // The data plane's copy for OpenAI clients.
+  assert.deepEqual(databricksDataPlaneErrorBody(new ApiError(503, "later")), {
+    error_code: "TEMPORARILY_UNAVAILABLE",
+    message: "later",
+    error: { code: "TEMPORARILY_UNAVAILABLE", message: "later" },
+  });
 });
 
 test("scripted engine: a full queue is 429 REQUEST_LIMIT_EXCEEDED in the envelope", async () => {

@@ -40,14 +40,22 @@ export function databricksErrorBody(err: ApiError) {
 export const DATABRICKS_ENVELOPE: ErrorEnvelope = { render: databricksErrorBody, fieldNames: snakeCasePath };
 
 /**
- * An error after a stream began: a last data event holding the envelope, and the same again as an
- * `error` object. The OpenAI SDKs, which this dialect's users point at `/serving-endpoints`, raise
- * only on a stream event with an `error` key: without it they handed the envelope on as a chunk with
- * no `choices`, and the stream looked finished.
+ * The data plane's envelope (/serving-endpoints, where OpenAI clients are pointed): Databricks' two
+ * fields, and the same again as an `error` object. The OpenAI SDKs read only `error`: without it an
+ * HTTP error reached their users as "400 status code (no body)", and a failure inside a stream was
+ * handed on as a chunk with no `choices`, the stream looking finished. The control plane keeps the
+ * plain envelope.
  */
-export function databricksStreamErrorBody(err: unknown, names: FieldNamer = snakeCasePath) {
-  const body = databricksErrorBody(asWireError(err, names));
+export function databricksDataPlaneErrorBody(err: ApiError) {
+  const body = databricksErrorBody(err);
   return { ...body, error: { code: body.error_code, message: body.message } };
+}
+
+export const DATABRICKS_DATA_PLANE_ENVELOPE: ErrorEnvelope = { render: databricksDataPlaneErrorBody, fieldNames: snakeCasePath };
+
+/** An error after a stream began: its last data event holds the data plane's envelope. */
+export function databricksStreamErrorBody(err: unknown, names: FieldNamer = snakeCasePath) {
+  return databricksDataPlaneErrorBody(asWireError(err, names));
 }
 
 export function databricksErrorEvent(err: unknown, names: FieldNamer = snakeCasePath) {

@@ -14,7 +14,7 @@ import { completionRequest, databricksCompletion } from "./completions.ts";
 import { endpointView } from "./control.ts";
 import { databricksEmbeddings, embeddingsRequest } from "./embeddings.ts";
 import { createEndpointRequest, endpointConfig, type EndpointManager, endpointRefused, type ModelAccess, type Routed } from "./endpoints.ts";
-import { DATABRICKS_ENVELOPE } from "./errors.ts";
+import { DATABRICKS_DATA_PLANE_ENVELOPE, DATABRICKS_ENVELOPE } from "./errors.ts";
 import { databricksResponses, refuseResponsesParameters, responsesRequest } from "./responses.ts";
 
 
@@ -55,7 +55,7 @@ export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksP
 }
 
 async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }: DatabricksPluginOptions): Promise<void> {
-  installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
+  installErrorEnvelope(scope, DATABRICKS_DATA_PLANE_ENVELOPE, { notFound: true });
   const env = (request: FastifyRequest, reply: FastifyReply): RouteEnv => routeEnv(request, reply, service, "databricks");
   // The caller's model list, checked before anything about the endpoint is looked at or said (its
   // task, its entities, whether it exists): a 400 "serves an embedding model" or a 404 told a key
