@@ -1,5 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
+import { samplerSeed } from "../../src/core/random.ts";
 import { scriptedApp, type ScriptedApp } from "../helpers/scripted-app.ts";
 
 // Request validation and the error envelope, through the real app over the SCRIPTED engine (no
@@ -216,17 +217,22 @@ test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe 
     ["/v1/completions", { model: "tiny", prompt: "hi", max_tokens: 2 }],
     ["/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 2, store: false }],
   ] as const) {
-    // 2^62 + 2^40 + 7 arrives as the double 2^62 + 2^40; the sampler takes its low 32 bits.
+    // 2^62 + 2^40 + 7 arrives as the double 2^62 + 2^40, whose low 32 bits are all 0: the seed is
+    // folded from all its bits instead (samplerSeed), so it is not seed 0.
     const withSeed = (seed: string) => `${JSON.stringify(body).slice(0, -1)},"seed":${seed}}`;
     const big = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed("4611687117939015687") });
     assert.equal(big.statusCode, 200, `${url}: ${big.body}`);
-    assert.equal(seedSeen(), 0);
+    assert.equal(seedSeen(), samplerSeed(2 ** 62 + 2 ** 40));
+    assert.notEqual(seedSeen(), 0);
     const low = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed("-9223372036854775808") });
     assert.equal(low.statusCode, 200, `${url}: ${low.body}`);
-    assert.ok(Object.is(seedSeen(), 0), "-2^63 is seed 0, not -0");
+    assert.ok(Object.is(seedSeen(), samplerSeed(-(2 ** 63))) && !Object.is(seedSeen(), -0), "-2^63 is a seed of its own, not -0");
     const odd = await s.app.inject({ method: "POST", url, payload: { ...body, seed: 2 ** 53 + 2 } });
     assert.equal(odd.statusCode, 200, `${url}: ${odd.body}`);
-    assert.equal(seedSeen(), 2);
+    assert.equal(seedSeen(), samplerSeed(2 ** 53 + 2));
+    const reserved = await s.app.inject({ method: "POST", url, payload: { ...body, seed: 2 ** 32 - 1 } });
+    assert.equal(reserved.statusCode, 200, `${url}: ${reserved.body}`);
+    assert.ok(seedSeen() < 2 ** 32 - 1, "2^32 - 1 is llama.cpp's random seed");
     for (const bad of [1e19, -1e19, 1.5]) {
       const r = await s.app.inject({ method: "POST", url, payload: { ...body, seed: bad } });
       assert.equal(r.statusCode, 400, `${url} seed ${bad}: ${r.body}`);
