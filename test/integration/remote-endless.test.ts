@@ -20,7 +20,8 @@ const chunk = (delta: unknown) => `data: ${JSON.stringify({ id: "c", object: "ch
 
 before(async () => {
   upstream = http.createServer((req, res) => {
-    req.resume();
+    let body = "";
+    req.on("data", (d: Buffer) => (body += d.toString()));
     req.on("end", () => {
       const json = (body: unknown) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body));
       if (req.url === "/v1/models") return json({ object: "list", data: [{ id: "m", object: "model", max_model_len: CONTEXT }] });
@@ -28,6 +29,23 @@ before(async () => {
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write(chunk({ role: "assistant", content: "" }));
+      if (body.includes("only empty events")) {
+        // One token, then every 20 ms an event with nothing in it: an empty delta, an empty content,
+        // or usage alone, never a finish reason or [DONE].
+        res.write(chunk({ content: " w" }));
+        const empty = [
+          chunk({}),
+          chunk({ content: "" }),
+          `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } })}\n\n`,
+        ];
+        let i = 0;
+        const timer = setInterval(() => res.write(empty[i++ % empty.length]), 20);
+        res.on("close", () => {
+          clearInterval(timer);
+          closed++;
+        });
+        return;
+      }
       // Ten deltas a millisecond or so, for as long as the router reads.
       const timer = setInterval(() => {
         for (let i = 0; i < 10; i++) res.write(chunk({ content: " w" }));
@@ -46,6 +64,8 @@ before(async () => {
       { name: "uncounted", url: [url], model: "m", tokenize: false },
       // Counted when its bound cannot show that it fits: the context less the prompt's 20 tokens.
       { name: "counted", url: [url], model: "m" },
+      // A short idle timeout, for the upstream that goes on sending events with nothing in them.
+      { name: "quiet", url: [url], model: "m", tokenize: false, "idle-timeout": 1 },
     ],
     "health-interval": "0",
   });
@@ -81,4 +101,31 @@ test("without max_tokens, an endless upstream is cut at the whole context when t
 test("without max_tokens, an endless upstream is cut at what the context leaves after the counted prompt", { timeout: 30_000 }, async () => {
   // Long enough that its bound (see prompt-bound.ts) cannot show it fits, so it is counted.
   await cutAt("counted", "a".repeat(100), CONTEXT - PROMPT_TOKENS);
+});
+
+test("an upstream that sends only empty events after its first token is cut at the idle timeout, streamed or not", { timeout: 30_000 }, async () => {
+  // Before, each empty event restarted the idle timer and none counted against the token budget,
+  // so such a request held its client and its slot for ever.
+  for (const stream of [false, true]) {
+    const before = closed;
+    const started = performance.now();
+    const res = await fetch(`${r.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "quiet", stream, max_tokens: 16, messages: [{ role: "user", content: "only empty events" }] }),
+    });
+    const text = await res.text();
+    const took = performance.now() - started;
+    assert.ok(took < 8_000, `took ${Math.round(took)} ms`);
+    if (stream) {
+      // The first token went out, so the stream ends in the dialect's mid-stream error form.
+      assert.equal(res.status, 200, text);
+      assert.match(text, / w/);
+      assert.match(text, /no output for 1000 ms/);
+    } else {
+      assert.equal(res.status, 503, text);
+      assert.match(text, /no output for 1000 ms/);
+    }
+    await waitFor(() => closed > before, 5_000);
+  }
 });

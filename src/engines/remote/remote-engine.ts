@@ -645,8 +645,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const ms = this.source.firstTokenTimeoutMs;
     const firstToken = setTimeout(() => res.body.destroy(new UpstreamFailure("timeout", `no token from ${replica.name} within ${ms} ms`)), ms);
     try {
-      const timeouts = { firstMs: ms, idleMs: this.source.idleTimeoutMs, started: () => reader.sawOutput };
+      const idleMs = this.source.idleTimeoutMs;
+      const timeouts = { firstMs: ms, idleMs, started: () => reader.sawOutput };
       const slice = new TimeSlice();
+      // sseData times the gaps between events; this times the gaps between events that carry output.
+      // An upstream that goes on sending empty deltas, or usage alone, after its first token is as
+      // stalled as a silent one (and its request would hold a slot for ever: the token budget counts
+      // output only). Timed from when the last output was taken, so a slow client is not the upstream.
+      let outputAt = performance.now();
       for await (const data of sseData(res, timeouts)) {
         await slice.breathe();
         let json: unknown;
@@ -661,6 +667,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           yield c;
           await slice.breathe();
         }
+        if (chunks.length > 0 || !reader.sawOutput) outputAt = performance.now();
+        else if (performance.now() - outputAt > idleMs)
+          throw new UpstreamFailure("timeout", `the upstream sent no output for ${idleMs} ms, only events without any`);
       }
     } finally {
       clearTimeout(firstToken);
