@@ -12,6 +12,7 @@ import { postJson, startTestServer, type TestServer, waitFor } from "../helpers/
 
 type Answer =
   | "ok"
+  | "break-mid"
   | "401"
   | "404"
   | "404-route"
@@ -126,6 +127,11 @@ before(async () => {
         return void res.end("data: [DONE]\n\n");
       }
       res.write(chunk({ role: "assistant", content: "" }));
+      if (answer === "break-mid") {
+        // Output, then the connection drops without a finish reason or [DONE].
+        res.write(chunk({ content: "Hel" }));
+        return void setTimeout(() => res.destroy(), 20);
+      }
       if (answer === "logprobs-many") {
         // One chunk with more log probabilities than a call can take as arguments.
         const content = Array.from({ length: 150_000 }, () => ({ token: "a", logprob: -0.5, top_logprobs: [] }));
@@ -383,6 +389,24 @@ test("a stream without any choice ([DONE] alone, or chunks with no choices) is t
         await new Promise((res) => setTimeout(res, 100));
         await ask();
       }
+    }
+  }
+  assert.equal((await ask()).status, 200);
+});
+
+test("a replica that breaks its stream after output is a failure, not a lack of capacity: SpAk answers 503 like the other dialects, not an empty 200", async () => {
+  answer = "break-mid";
+  try {
+    const spak = await postJson(`${r.url}/chat/completions`, { model: "SpAk-Aster-V1-MOE", messages: [{ role: "user", content: "hi" }], max_tokens: 5 });
+    assert.equal(spak.status, 503, spak.text);
+    assert.equal(spak.json.error.code, "upstream_unavailable", spak.text);
+    const openai = await ask();
+    assert.equal(openai.status, 503, openai.text);
+  } finally {
+    answer = "ok";
+    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      await ask();
     }
   }
   assert.equal((await ask()).status, 200);

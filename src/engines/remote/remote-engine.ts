@@ -64,9 +64,14 @@ function unavailable(name: string, last: UpstreamFailure | undefined): ApiError 
     return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (URL, api key, model).`, {
       code: "upstream_misconfigured",
     });
+  // Overloaded (a reason dialects with their own finish reasons report as such: SpAk answers a
+  // request cut short by it with insufficient_system_resource) only where the replicas said so or ran
+  // out of time. A replica that broke its stream, answered garbage or a 500, or could not be reached
+  // failed: that is an error, not a lack of capacity, and SpAk had answered it as an empty 200.
+  const capacity = !last || last.kind === "timeout" || (last.kind === "status" && last.status === 503);
   const err = new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
     code: "upstream_unavailable",
-    reason: "overloaded",
+    ...(capacity ? { reason: "overloaded" as const } : {}),
     // The last replica's own estimate when it gave one (a 503 with Retry-After), else a short wait.
     headers: { "retry-after": String(last?.retryAfter ?? 2) },
   });
