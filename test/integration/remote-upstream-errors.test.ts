@@ -13,6 +13,7 @@ import { postJson, startTestServer, type TestServer, waitFor } from "../helpers/
 type Answer =
   | "ok"
   | "break-mid"
+  | "tokenize-500"
   | "401"
   | "404"
   | "404-route"
@@ -80,6 +81,7 @@ before(async () => {
     req.on("end", () => {
       if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+      if (req.url === "/tokenize" && answer === "tokenize-500") return json(500, { error: { message: "tokenizer crashed", type: "InternalServerError" } });
       if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
       lastBody = JSON.parse(raw);
@@ -157,6 +159,8 @@ before(async () => {
       { name: "r", url: [url], model: "m", tokenize: false },
       // The DeepSeek-style dialect's one model, on the same stand-in.
       { name: "SpAk-Aster-V1-MOE", url: [url], model: "m", tokenize: false },
+      // Counted through /tokenize where a prompt might not fit.
+      { name: "counted", url: [url], model: "m" },
     ],
     "health-interval": "0",
     "eject-after": "3",
@@ -410,6 +414,24 @@ test("a replica that breaks its stream after output is a failure, not a lack of 
     }
   }
   assert.equal((await ask()).status, 200);
+});
+
+test("a /tokenize that fails does not fail generations the replica serves, nor eject it: the upstream checks its own context", async () => {
+  answer = "tokenize-500";
+  const counted = () => (r.registry.resolve("counted").engine as RemoteEngine).pool.replicas[0];
+  try {
+    // Long enough that its bound cannot show it fits, so the router asks for a count each time.
+    const long = "word ".repeat(3000);
+    for (let i = 0; i < 5; i++) {
+      const res = await postJson(`${r.url}/v1/chat/completions`, { model: "counted", messages: [{ role: "user", content: long }], max_tokens: 5 });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.json.choices[0].message.content, "Hello");
+    }
+    assert.equal(counted().state, "up");
+    assert.equal(counted().failures, 0);
+  } finally {
+    answer = "ok";
+  }
 });
 
 test("thinking switched off (Konan's default, SpAk's disabled, enable_thinking: false) reaches a vLLM-style upstream as the template switch, not as an effort vLLM refuses", async () => {

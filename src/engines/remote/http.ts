@@ -248,18 +248,31 @@ export async function statusFailure(res: UpstreamResponse, origin: string): Prom
   } catch {
     body = undefined;
   }
-  const retryAfter = Number(res.headers["retry-after"]);
+  const retryAfter = retryAfterSeconds(res.headers["retry-after"]);
   const said = upstreamMessage(body) ?? plainMessage(text, String(res.headers["content-type"] ?? ""));
   const failure = new UpstreamFailure(
     "status",
     `${origin} answered ${res.status}: ${said ?? describeBody(text, String(res.headers["content-type"] ?? ""))}`,
     res.status,
     body,
-    // Passed on to the client: a number of seconds within reason, whatever the upstream wrote.
-    Number.isFinite(retryAfter) && retryAfter >= 0 ? Math.min(Math.ceil(retryAfter), 3600) : undefined,
+    retryAfter,
   );
   if (said === undefined && text !== "") failure.detail = text.slice(0, 2000);
   return failure;
+}
+
+/**
+ * An upstream's Retry-After as the seconds passed on to the client, within reason (at most an hour)
+ * whatever it wrote: delay-seconds, or an HTTP date (RFC 9110 allows both; a date read as a number
+ * was lost, and the client told to retry after 1 s).
+ */
+export function retryAfterSeconds(value: string | string[] | undefined, now = Date.now()): number | undefined {
+  if (typeof value !== "string" || value.trim() === "") return undefined;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.min(Math.ceil(seconds), 3600) : undefined;
+  const at = Date.parse(value);
+  // A date already past: retry now.
+  return Number.isFinite(at) ? Math.min(Math.max(0, Math.ceil((at - now) / 1000)), 3600) : undefined;
 }
 
 /**

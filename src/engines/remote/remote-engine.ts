@@ -200,7 +200,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // Only measured: the count is the answer, so it is made however long it takes, and an upstream
     // that cannot count says so rather than answering 0.
     if (options.measureOnly) {
-      if (!(await this.count(prep))) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint, so the prompt cannot be counted.`, { code: "not_implemented" });
+      if (!(await this.count(prep, undefined, true))) throw new ApiError(501, `The upstream serving '${this.id}' has no tokenizer endpoint, so the prompt cannot be counted.`, { code: "not_implemented" });
       return prep;
     }
     // An image's token cost depends on the upstream's vision encoder, which no text count knows,
@@ -223,8 +223,20 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * Counts the prompt through the upstream's tokenizer and sets what the core checks it against;
    * false when the upstream has no tokenizer (the upstream then checks the context for itself).
    */
-  private async count(prep: RemotePrepared, signal?: AbortSignal): Promise<boolean> {
-    const counted = await this.countTokens(prep.request.prompt, prep.prefer, prep.request, signal);
+  private async count(prep: RemotePrepared, signal?: AbortSignal, required = false): Promise<boolean> {
+    let counted: { count: number; contextSize?: number } | undefined;
+    try {
+      counted = await this.countTokens(prep.request.prompt, prep.prefer, prep.request, signal);
+    } catch (err) {
+      // A tokenizer that fails (a 5xx, a timeout) while generation may work: the count is only a
+      // pre-check, so the request goes on as if there were none, and the upstream checks its own
+      // context. It took the whole model down before (every request that wanted a count was a 503).
+      // Only a count that is itself the answer (measureOnly) must come from the tokenizer.
+      if (required || !(err instanceof ApiError) || err.code !== "upstream_unavailable") throw err;
+      prep.promptTokens = 0;
+      prep.contextSize = undefined;
+      return false;
+    }
     if (counted?.contextSize !== undefined) this.knownContext = counted.contextSize;
     prep.promptTokens = counted?.count ?? 0;
     prep.contextSize = this.hasTokenize ? (counted?.contextSize ?? this.info.contextSize) : undefined;
@@ -481,7 +493,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         throw failure;
       } catch (err) {
         if (!(err instanceof UpstreamFailure) || !err.retryable) throw err;
-        lease.failure();
+        // A failing tokenizer says as little about generation as a working one does: only the
+        // replica's own work ejects it (a broken /tokenize ejected replicas that generated fine).
+        if (!auxiliary) lease.failure();
         tried.add(lease.replica);
         last = err;
         await backoff(attempt);
