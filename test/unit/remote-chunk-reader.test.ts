@@ -84,3 +84,21 @@ test("one choice is asked of every upstream request: a second one, or one number
   const bare = readAll(new ChunkReader("chat", "m"), [{ choices: [{ delta: { content: "ok" } }] }, { choices: [{ delta: {}, finish_reason: "stop" }] }]);
   assert.deepEqual(bare[0], { kind: "text", text: "ok", tokens: 1 });
 });
+
+test("text fields of the wrong type are the upstream's protocol failure, not an empty answer; text parts and JSON-valued arguments are read", () => {
+  for (const delta of [{ content: { text: "hi" } }, { content: 42 }, { reasoning_content: ["x"] }, { refusal: true }, { content: [{ type: "image_url" }] }])
+    assert.throws(() => new ChunkReader("chat", "m").read(chunk(delta)), UpstreamStreamError, JSON.stringify(delta));
+  assert.throws(() => new ChunkReader("completion", "m").read({ choices: [{ index: 0, text: 7 }] }), UpstreamStreamError);
+  assert.throws(() => new ChunkReader("chat", "m").read(chunk({ tool_calls: [{ index: 0, function: { name: "f", arguments: 5 } }] })), UpstreamStreamError);
+  // OpenAI's array form of content, which some servers answer in.
+  const parts = new ChunkReader("chat", "m").read(chunk({ content: [{ type: "text", text: "Hel" }, { type: "text", text: "lo" }] }));
+  assert.deepEqual(parts, [{ kind: "text", text: "Hello", tokens: 1 }]);
+  // Arguments sent as the JSON value instead of its text: read as that value's text.
+  const call = new ChunkReader("chat", "m").read(chunk({ tool_calls: [{ index: 0, function: { name: "f", arguments: { q: "x" } } }] }));
+  assert.deepEqual(call, [
+    { kind: "tool-call", index: 0, name: "f" },
+    { kind: "tool-call-arguments", index: 0, text: '{"q":"x"}', tokens: 1 },
+  ]);
+  // null is no value, as before.
+  assert.deepEqual(new ChunkReader("chat", "m").read(chunk({ content: null, role: "assistant" })), []);
+});

@@ -258,6 +258,7 @@ export class ChunkReader {
     if (this.mode === "completion") {
       // The legacy parallel arrays (vLLM, Plinth), or chat's entries (llama-server sends those here too).
       const lp = legacyLogprobs(choice.logprobs) ?? chatLogprobs(choice.logprobs?.content);
+      if (choice.text != null && typeof choice.text !== "string") throw new UpstreamStreamError("the upstream sent a choice whose text is not a string");
       if (typeof choice.text === "string" && (choice.text !== "" || lp?.length)) {
         out.push({ kind: "text", text: choice.text, tokens: lp?.length ?? 1, ...(lp ? { logprobs: lp } : {}) });
       }
@@ -276,6 +277,18 @@ export class ChunkReader {
         counted = true;
         return 1;
       };
+      // Content as a list of text parts (OpenAI's array form, which some servers answer in) is its
+      // text. A text field of any other type (an object, a number) is an upstream that does not
+      // speak the protocol: failed over like any broken stream, not answered as an empty 200.
+      for (const field of ["content", "reasoning_content", "reasoning", "refusal"] as const) {
+        const value = delta[field];
+        if (value == null || typeof value === "string") continue;
+        if (Array.isArray(value) && value.every((p) => p?.type === "text" && typeof p.text === "string")) {
+          delta[field] = value.map((p) => p.text).join("");
+          continue;
+        }
+        throw new UpstreamStreamError(`the upstream sent a delta whose ${field} is not text`);
+      }
       const reasoning = typeof delta.reasoning_content === "string" ? delta.reasoning_content : typeof delta.reasoning === "string" ? delta.reasoning : undefined;
       if (reasoning) {
         const lp = chatLogprobs(choice.logprobs?.reasoning_content);
@@ -292,7 +305,11 @@ export class ChunkReader {
         for (const call of delta.tool_calls) {
           const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
           let index = this.calls.get(upstreamIndex);
-          const args = call?.function?.arguments;
+          // Arguments are a JSON text; a server that sends them as the JSON value itself is read as
+          // that value's text (dropped, they became "", which is not JSON).
+          const raw = call?.function?.arguments;
+          const args = raw !== null && typeof raw === "object" ? JSON.stringify(raw) : raw;
+          if (args != null && typeof args !== "string") throw new UpstreamStreamError("the upstream sent tool-call arguments that are not a JSON text");
           if (index === undefined) {
             const name = call?.function?.name;
             if (typeof name !== "string" || name === "") {
