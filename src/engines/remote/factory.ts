@@ -71,8 +71,33 @@ export function remoteFactory(): EngineFactory {
         `${slotsShown(pool, source.learnSlots, source.slots)}, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
         `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
+    // The model id, context and slots came from one replica's list. The others are asked in the
+    // background (the start does not wait for a replica that is down): one that does not list the
+    // model is a pool that mixes models, which the operator hears about now rather than as a 502 on
+    // every request that reaches it.
+    void warnOfOtherModels(pool, replica, upstreamModel, headers, source.connectTimeoutMs, (line) => log(`plinth: warning: ${spec.id}: ${line}`));
     return engine;
   };
+}
+
+async function warnOfOtherModels(pool: ReplicaPool, asked: Replica, model: string, headers: Record<string, string>, timeoutMs: number, warn: (line: string) => void): Promise<void> {
+  await Promise.all(
+    pool.replicas
+      .filter((r) => r !== asked)
+      .map(async (r) => {
+        try {
+          const res = await call(new URL("v1/models", r.url), { headers, headTimeoutMs: timeoutMs });
+          if (res.status !== 200) return void res.body.resume();
+          const json = (await readJson(res, timeoutMs)) as any;
+          if (!Array.isArray(json?.data)) return;
+          const ids = json.data.map((m: any) => m?.id).filter((id: unknown): id is string => typeof id === "string");
+          if (!ids.includes(model))
+            warn(`replica ${r.name} does not serve ${shown(model)} (it serves ${listed(ids)}), which ${asked.name} does; requests it gets will fail. Give each model its own upstream entry`);
+        } catch {
+          // Down or slow: its health checks and requests will say so.
+        }
+      }),
+  );
 }
 
 /** How long a model's start waits for its replicas to tell their slot counts. */
