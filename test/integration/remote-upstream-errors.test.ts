@@ -47,6 +47,8 @@ let hold: Promise<void> | undefined;
 /** The last generation request the upstream received, parsed. */
 let lastBody: any;
 let upstream: http.Server;
+/** /tokenize requests the stand-in has seen. */
+let tokenizeCalls = 0;
 let url = "";
 let r: TestServer;
 
@@ -81,6 +83,7 @@ before(async () => {
     req.on("end", () => {
       if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+      if (req.url === "/tokenize") tokenizeCalls++;
       if (req.url === "/tokenize" && answer === "tokenize-500") return json(500, { error: { message: "tokenizer crashed", type: "InternalServerError" } });
       if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
@@ -418,6 +421,7 @@ test("a replica that breaks its stream after output is a failure, not a lack of 
 
 test("a /tokenize that fails does not fail generations the replica serves, nor eject it: the upstream checks its own context", async () => {
   answer = "tokenize-500";
+  tokenizeCalls = 0;
   const counted = () => (r.registry.resolve("counted").engine as RemoteEngine).pool.replicas[0];
   try {
     // Long enough that its bound cannot show it fits, so the router asks for a count each time.
@@ -429,6 +433,8 @@ test("a /tokenize that fails does not fail generations the replica serves, nor e
     }
     assert.equal(counted().state, "up");
     assert.equal(counted().failures, 0);
+    // Asked once, then left alone for a while rather than on every request.
+    assert.equal(tokenizeCalls, 1);
   } finally {
     answer = "ok";
   }

@@ -52,6 +52,9 @@ interface Opened {
   abort: AbortController;
 }
 
+/** How long prompts go uncounted after the upstream's tokenizer failed on every replica. */
+const COUNT_PAUSE_MS = 30_000;
+
 /** What a pool-wide failure looks like to the client: try again later. */
 function unavailable(name: string, last: UpstreamFailure | undefined): ApiError {
   if (last?.kind === "status" && last.status === 429)
@@ -113,6 +116,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   // other request (its idle timer runs from each read).
   readonly embeddings?: Embedder;
   private hasTokenize: boolean | undefined;
+  /** Until when prompts go uncounted because the tokenizer failed on every replica (see count). */
+  private countsPausedUntil = 0;
   /** The context the upstream's /tokenize last reported (its /v1/models may not say). */
   private knownContext: number | undefined;
   private healthTimer?: NodeJS.Timeout;
@@ -206,7 +211,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // An image's token cost depends on the upstream's vision encoder, which no text count knows,
     // and tokenizers rarely take image parts: such prompts are left to the upstream's own check.
     const images = request.prompt.kind === "chat" && hasImages(request.prompt.messages);
-    if (this.hasTokenize === false || images) return prep;
+    if (this.hasTokenize === false || images || Date.now() < this.countsPausedUntil) return prep;
     // The key's token limits reserve the prompt: counted before admission, whatever the bound says.
     if (options.countPrompt) {
       await this.count(prep);
@@ -233,6 +238,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       // context. It took the whole model down before (every request that wanted a count was a 503).
       // Only a count that is itself the answer (measureOnly) must come from the tokenizer.
       if (required || !(err instanceof ApiError) || err.code !== "upstream_unavailable") throw err;
+      // Not asked again for a while: each ask fails over the whole pool with its back-off.
+      this.countsPausedUntil = Date.now() + COUNT_PAUSE_MS;
       prep.promptTokens = 0;
       prep.contextSize = undefined;
       return false;
