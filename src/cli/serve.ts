@@ -95,6 +95,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   }
   const staticKeys = [...config["api-key"], ...readKeyFile(config["api-key-file"])];
   if (config["no-auth"] && staticKeys.length > 0) throw new Error("--no-auth and --api-key contradict each other: give one of them");
+  // The admin API is for the operator: a key that is also an API key gives every client holding it
+  // the power to create and revoke keys.
+  if (config["admin-key"] !== undefined && staticKeys.includes(config["admin-key"]))
+    throw new Error("--admin-key is also one of the API keys (--api-key or --api-key-file): give the admin API a key of its own");
   prepareDataDir(config["data-dir"]);
   const store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
   const tenancyStore = new TenancyStore(config["data-dir"]);
@@ -118,6 +122,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     ledger,
     metricsNeedKey: config["metrics-auth"],
     adminKey: config["admin-key"],
+    knownModel: (name) => registry.has(name),
   });
   service.setGate(tenancy.gate());
   service.addHooks(tenancy.hooks());

@@ -22,6 +22,12 @@ const MAX_KEY_MODELS = 1000;
 /** C0 and C1 control characters and Unicode's line and paragraph separators: each can break a log line. */
 const LINE_BREAKING = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 
+/**
+ * Unicode's bidirectional controls (embeddings, overrides, isolates and marks): invisible, and they
+ * reorder the text shown after them, so a name holding one can display as another name.
+ */
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+
 /** A key's name: shown in logs (`key_name`), `plinth keys list` and the console, so one printable line. */
 export const keyName = z
   .string()
@@ -29,7 +35,8 @@ export const keyName = z
   .refine((v) => v.trim() !== "", { message: "It must not be empty or only whitespace.", abort: true })
   .trim()
   .max(200)
-  .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028).");
+  .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028).")
+  .refine((v) => !BIDI_CONTROLS.test(v), "It must not contain bidirectional control characters (such as U+202E), which make a name display as another.");
 
 /** The models a key may use. Shared with `plinth keys create`, which writes to the same store. */
 export const keyModels = z

@@ -22,6 +22,12 @@ export interface TenancyOptions {
    * use models, not decide which ones run.
    */
   adminKey?: string;
+  /**
+   * Whether a name is a model this server has. A request refused before it reached a model is booked
+   * under the model its body named only when there is one: the names a client invents would each
+   * become a group of their own in /admin/usage.
+   */
+  knownModel?: (name: string) => boolean;
 }
 
 /** Routes that change what the server serves (any method but GET under these prefixes). */
@@ -179,7 +185,7 @@ export class Tenancy {
       dialect: t.dialect ?? dialectOf(t.endpoint),
       method: t.method,
       endpoint: t.endpoint,
-      model: t.model ?? modelOf(t.reply.request.body),
+      model: t.model ?? this.knownModelOf(t.reply.request.body),
       promptTokens: t.promptTokens,
       cachedTokens: t.cachedTokens,
       completionTokens: t.completionTokens,
@@ -188,6 +194,11 @@ export class Tenancy {
       ttftMs: t.ttftMs === null ? null : Math.round(t.ttftMs),
       durationMs: Math.round(performance.now() - t.start),
     });
+  }
+
+  private knownModelOf(body: unknown): string | null {
+    const named = modelOf(body);
+    return named !== null && (this.opts.knownModel?.(named) ?? true) ? named : null;
   }
 
   /** The generation service's admission gate: model lists and token limits. */

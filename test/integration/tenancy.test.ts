@@ -267,6 +267,9 @@ describe("admin API input", () => {
       // Unicode's own line breaks and C1 controls break a log line as a newline does.
       [{ name: "a\u2028b" }, "name"],
       [{ name: "a\u0085b" }, "name"],
+      // Bidirectional controls: invisible, and they reorder how the rest of the name is shown.
+      [{ name: "admin\u202e\u2066 ecilA" }, "name"],
+      [{ name: "a\u200fb" }, "name"],
       [{ name: "x", models: ["tiny\n"] }, "models[0]"],
       [{ name: "x", models: ["tiny", "tiny"] }, "models"],
     ];
@@ -751,6 +754,13 @@ describe("usage ledger", () => {
     // The DeepSeek-style requests ran on its own model name (the same file).
     const served = (model: string) => byModel.json.data.filter((r: Obj) => r.model === model).reduce((a: number, r: Obj) => a + r.requests, 0);
     assert.ok(served("SpAk-Aster-V1-MOE") > 0 && served("tiny") + served("SpAk-Aster-V1-MOE") >= 200, byModel.text);
+    // Names a client invents (refused: no such model) are not booked as models of their own.
+    const junk = `junk-${Date.now()}`;
+    const refused = await call("POST", "/v1/chat/completions", { ...chatBody(), model: junk }, bearer(k.key));
+    assert.equal(refused.status, 404, refused.text);
+    await until(async () => (await admin("GET", "/usage?group_by=key")).json.data.find((r: Obj) => r.key === k.id)?.requests === 201);
+    const models = (await admin("GET", `/usage?group_by=model&from=${new Date(Date.now() - 3600_000).toISOString()}`)).json.data.map((r: Obj) => r.model);
+    assert.ok(!models.includes(junk), JSON.stringify(models));
     const byDay = await admin("GET", "/usage?group_by=day");
     assert.ok(byDay.json.data.some((r: Obj) => r.day === new Date().toISOString().slice(0, 10)));
   });

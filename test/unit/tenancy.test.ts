@@ -185,6 +185,9 @@ test("with no key the server refuses a non-loopback address unless --no-auth", a
     const base = { model: ["tiny=/nonexistent.gguf"], host: "0.0.0.0", port: "0", "data-dir": dir };
     await assert.rejects(serve(loadConfig(base, {}), { log: () => {} }), /refusing to listen on 0\.0\.0\.0 with no API key.*--no-auth/);
     await assert.rejects(serve(loadConfig({ ...base, "no-auth": true, "api-key": ["k"] }, {}), { log: () => {} }), /contradict/);
+    // The admin API's key may not be an API key too: every client holding it could make and revoke keys.
+    const shared = "same-key-for-both-1234";
+    await assert.rejects(serve(loadConfig({ ...base, "api-key": [shared, "other-key"], "admin-key": shared }, {}), { log: () => {} }), /--admin-key is also one of the API keys/);
     const open = await serve(loadConfig({ ...base, "no-auth": true }, {}), { log: () => {} });
     await open.close();
     const keyed = await serve(loadConfig({ ...base, "api-key": ["some-key"] }, {}), { log: () => {} });
@@ -222,6 +225,8 @@ test("plinth keys create/list/revoke and plinth usage work on the data directory
     await assert.rejects(keysCommand(["create", "--name", "x", "--expires", "soon", "--data-dir", dir], out), /--expires/);
     // The admin API's rules for names and model lists hold here too (the same store, the same logs).
     await assert.rejects(keysCommand(["create", "--name", "evil\nforged log line", "--data-dir", dir], out), /--name: .*line breaks/);
+    // Bidirectional controls make a name display as another (U+202E reverses what follows it).
+    await assert.rejects(keysCommand(["create", "--name", "admin\u202e\u2066 ecilA", "--data-dir", dir], out), /--name: .*bidirectional/);
     await assert.rejects(keysCommand(["create", "--name", "x".repeat(201), "--data-dir", dir], out), /--name/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--models", "a,a", "--data-dir", dir], out), /--models: A model is named twice/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--rpm", "99999999999999999999", "--data-dir", dir], out), /--rpm/);
