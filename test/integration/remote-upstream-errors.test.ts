@@ -177,6 +177,14 @@ after(async () => {
 
 const replica = () => (r.registry.resolve("r").engine as RemoteEngine).pool.replicas[0];
 const ask = (extra: Record<string, unknown> = {}) => postJson(`${r.url}/v1/chat/completions`, { model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 5, ...extra });
+/** Puts the stand-in back to answering well, and waits until its replica is admitted again. */
+async function recover(): Promise<void> {
+  answer = "ok";
+  for (let i = 0; i < 40 && replica().state !== "up"; i++) {
+    await new Promise((res) => setTimeout(res, 100));
+    await ask();
+  }
+}
 
 test("an error event before any output that blames the request is the client's 400, naming its field, and never ejects the replica", async () => {
   answer = "error-event-400";
@@ -210,11 +218,7 @@ test("a replica that refuses the router's key, or lacks the model, is the operat
     assert.equal(res.status, 502, res.text);
     assert.equal(res.json.error.code, "upstream_misconfigured");
     assert.match(res.json.error.message, /check its entry/);
-    answer = "ok";
-    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
-      await new Promise((res) => setTimeout(res, 100));
-      await ask();
-    }
+    await recover();
   }
   // A 404 that is not about the model (a route the upstream lacks) is the request's: no failure counted.
   answer = "404-route";
@@ -268,11 +272,7 @@ test("a redirect is the operator's 502 and a 204 the replica's failure: neither 
     assert.equal(empty.status, 503, empty.text);
     assert.equal(empty.json.error.code, "upstream_unavailable");
   } finally {
-    answer = "ok";
-    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
-      await new Promise((res) => setTimeout(res, 100));
-      await ask();
-    }
+    await recover();
   }
 });
 
@@ -355,11 +355,7 @@ test("a compressed error body is read as one (its message and field reach the cl
     assert.equal(unreadable.status, 503, unreadable.text);
     assert.ok(replica().failures > 0);
   } finally {
-    answer = "ok";
-    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
-      await new Promise((res) => setTimeout(res, 100));
-      await ask();
-    }
+    await recover();
   }
   assert.equal((await ask()).status, 200);
 });
@@ -391,11 +387,7 @@ test("a stream without any choice ([DONE] alone, or chunks with no choices) is t
       assert.equal(res.status, 503, `${mode}: ${res.text}`);
       assert.ok(replica().failures > 0, mode);
     } finally {
-      answer = "ok";
-      for (let i = 0; i < 40 && replica().state !== "up"; i++) {
-        await new Promise((res) => setTimeout(res, 100));
-        await ask();
-      }
+      await recover();
     }
   }
   assert.equal((await ask()).status, 200);
@@ -410,11 +402,7 @@ test("a replica that breaks its stream after output is a failure, not a lack of 
     const openai = await ask();
     assert.equal(openai.status, 503, openai.text);
   } finally {
-    answer = "ok";
-    for (let i = 0; i < 40 && replica().state !== "up"; i++) {
-      await new Promise((res) => setTimeout(res, 100));
-      await ask();
-    }
+    await recover();
   }
   assert.equal((await ask()).status, 200);
 });
