@@ -318,8 +318,11 @@ test("save to server: an append the server refuses is said, not turned into a se
 // Last: creating a key turns key checks on for the rest of the file.
 test("keys: hostile and long names are text, the created key is never cached, a failed revoke is said", { skip }, async () => {
   const auth = { authorization: `Bearer ${ADMIN}` };
-  // U+202E turns what follows right to left unless the name is isolated.
-  const hostileName = `${HOSTILE}\u202Eevil`;
+  // U+202E turns what follows right to left: the admin API refuses it in names now, and the console
+  // isolates every name anyway (a store written before may hold one).
+  const bidi = await requestJson(`${s.url}/admin/keys`, "POST", { name: `${HOSTILE}\u202Eevil` }, auth);
+  assert.equal(bidi.status, 400, bidi.text);
+  const hostileName = `${HOSTILE} evil`;
   const hostile = await requestJson(`${s.url}/admin/keys`, "POST", { name: hostileName }, auth);
   assert.equal(hostile.status, 201);
   assert.equal(hostile.headers.get("cache-control"), "no-store", "the answer holds the key itself");
@@ -327,7 +330,8 @@ test("keys: hostile and long names are text, the created key is never cached, a 
   assert.equal((await requestJson(`${s.url}/admin/keys`, "GET")).headers.get("cache-control"), "no-store", "refusals too");
   const longName = `Nightly batch jobs of the data team ${"W".repeat(150)}`;
   const long = await requestJson(`${s.url}/admin/keys`, "POST", { name: longName }, auth);
-  // A client's request for a model that does not exist: its name goes to the ledger as given.
+  // A client's request for a model that does not exist: refused, and booked with no model (names
+  // clients invent do not become groups of the ledger).
   const asKey = { authorization: `Bearer ${long.json.key}` };
   const refused = await requestJson(`${s.url}/v1/chat/completions`, "POST", { model: `${HOSTILE}-model`, messages: [{ role: "user", content: "hi" }] }, asKey);
   assert.equal(refused.status, 404);
@@ -335,6 +339,15 @@ test("keys: hostile and long names are text, the created key is never cached, a 
   assert.equal(used.status, 200);
 
   const { page, problems } = await open("#keys");
+  // The ledger only books models the server has, and none of this server's has a hostile name: the
+  // usage the page is given by model gains one (the rest of the answer is the server's own).
+  await page.route("**/admin/usage?*", async (route) => {
+    if (!route.request().url().includes("group_by=model")) return route.continue();
+    const response = await route.fetch();
+    const json = await response.json();
+    json.data.push({ model: `${HOSTILE}-model`, requests: 1, errors: 1, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, reasoning_tokens: 0, total_tokens: 0 });
+    await route.fulfill({ response, json });
+  });
   // Keys are on now: the model list asks for one, and a wrong one is said to be refused.
   await page.locator("#banner", { hasText: "This server needs an API key" }).waitFor();
   await page.evaluate(() => localStorage.setItem("plinth.apiKey", "not-a-key"));
@@ -374,7 +387,7 @@ test("keys: hostile and long names are text, the created key is never cached, a 
   await page.getByRole("button", { name: `Revoke ${hostileName}` }).click();
   const status = page.locator("#keys-status.error", { hasText: "was not revoked" });
   await status.waitFor();
-  // The name is isolated, so its U+202E cannot turn the rest of the sentence around.
+  // The name is isolated, so a U+202E in it could not turn the rest of the sentence around.
   assert.equal(await status.textContent(), `The key '\u2068${hostileName}\u2069' was not revoked: The store is read-only.`);
   assert.match((await page.locator("#keys-table tbody tr", { hasText: "<img" }).textContent()) ?? "", /active/);
   await assertInert(page);
