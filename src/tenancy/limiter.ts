@@ -43,7 +43,8 @@ export interface Limiter {
    */
   begin(key: Principal, concurrent?: boolean): MaybePromise<Decision<Lease>>;
   /** The request was admitted with this many tokens at most (prompt + the most it may generate). */
-  reserve(key: Principal, tokens: number): MaybePromise<Decision<Reservation>>;
+  /** `generates`: the request produces tokens (not an embedding), so a smaller max_tokens would help it. */
+  reserve(key: Principal, tokens: number, generates?: boolean): MaybePromise<Decision<Reservation>>;
 }
 
 interface TokenEntry {
@@ -116,7 +117,7 @@ export class InProcessLimiter implements Limiter {
     return { ok: true, value: lease, state: this.rateState(key, s, now) };
   }
 
-  reserve(key: Principal, tokens: number): Decision<Reservation> {
+  reserve(key: Principal, tokens: number, generates = true): Decision<Reservation> {
     const s = this.stateOf(key);
     const now = this.now();
     this.prune(s, now);
@@ -126,7 +127,7 @@ export class InProcessLimiter implements Limiter {
       return refuse({
         limit: "tokens",
         retryAfterMs: null,
-        message: `This request needs up to ${tokens} tokens (its prompt and max tokens), more than this API key's ${tpm} tokens per ${this.windowWords()}; lower max_tokens or send less input.`,
+        message: `This request needs up to ${tokens} tokens (${generates ? "its prompt and max tokens" : "its input"}), more than this API key's ${tpm} tokens per ${this.windowWords()}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
       });
     }
     if (tpm !== null && s.tokenSum + tokens > tpm) {
@@ -140,7 +141,7 @@ export class InProcessLimiter implements Limiter {
       return refuse({
         limit: "budget",
         retryAfterMs: null,
-        message: `This request needs up to ${tokens} tokens, more than the ${Math.max(0, this.budgetLeft(key, s))} left of this API key's budget of ${budgetTokens}; lower max_tokens.`,
+        message: `This request needs up to ${tokens} tokens, more than the ${Math.max(0, this.budgetLeft(key, s))} left of this API key's budget of ${budgetTokens}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
       });
     }
     const entry: TokenEntry = { at: now, tokens, expired: false };

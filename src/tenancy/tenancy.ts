@@ -218,8 +218,8 @@ export class Tenancy {
         const t = this.tracked.get(ctx.internalId);
         const p = t?.principal;
         if (!t || !p || (p.limits.tpm === null && p.limits.budgetTokens === null)) return undefined;
-        const tokens = req.promptTokens + (Number.isFinite(req.maxCompletionTokens) ? req.maxCompletionTokens : 0);
-        const decision: Decision<{ settle(used: number): void }> = await this.opts.limiter.reserve(p, tokens);
+        const output = Number.isFinite(req.maxCompletionTokens) ? req.maxCompletionTokens : 0;
+        const decision: Decision<{ settle(used: number): void }> = await this.opts.limiter.reserve(p, req.promptTokens + output, output > 0);
         if (!t.reply.raw.headersSent) setRateHeaders(t.reply, decision.state);
         if (!decision.ok) throw limitError(decision.refusal, decision.state);
         return (used: number) => decision.value.settle(used);

@@ -65,6 +65,19 @@ test("token reservations count until settled, then count what was really used", 
   assert.equal(limiter.state(key).tokens?.remaining, 1000);
 });
 
+test("a refusal's advice fits the request: embeddings have no max_tokens to lower", () => {
+  const limiter = new InProcessLimiter();
+  const key = principal({ tpm: 100 });
+  const chat = limiter.reserve(key, 101);
+  const embedding = limiter.reserve(key, 101, false);
+  assert.ok(!chat.ok && /lower max_tokens or send less input/.test(chat.refusal.message));
+  assert.ok(!embedding.ok && /its input\), .*; send less input\.$/.test(embedding.refusal.message));
+  assert.ok(!embedding.ok && !embedding.refusal.message.includes("max_tokens"));
+  const budget = principal({ budgetTokens: 50 });
+  const spent = limiter.reserve(budget, 51, false);
+  assert.ok(!spent.ok && spent.refusal.limit === "budget" && !spent.refusal.message.includes("max_tokens"));
+});
+
 test("concurrency leases and the budget (which starts from what the store says was used)", () => {
   const limiter = new InProcessLimiter();
   const key = principal({ maxConcurrency: 1, budgetTokens: 100 }, 40);
