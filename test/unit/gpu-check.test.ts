@@ -33,15 +33,18 @@ describe("the GPU check's failure reason", () => {
   });
 });
 
-function deps(supported: Array<string | false>, result?: GpuCheckResult) {
-  const calls = { checks: 0, lines: [] as string[] };
+/** Check results by backend: each backend's check answers what `results` holds for it. */
+function deps(supported: Array<string | false>, results: Record<string, GpuCheckResult> | GpuCheckResult = {}) {
+  const calls = { checked: [] as string[], lines: [] as string[] };
+  const resultOf = (gpu: string) => ("outcome" in results ? (results as GpuCheckResult) : (results as Record<string, GpuCheckResult>)[gpu]);
   return {
     calls,
     deps: {
       supported: async () => supported,
-      check: async () => {
-        calls.checks++;
-        if (!result) throw new Error("no check expected");
+      check: async (gpu: string) => {
+        calls.checked.push(gpu);
+        const result = resultOf(gpu);
+        if (!result) throw new Error(`no check of ${gpu} expected`);
         return result;
       },
       log: (line: string) => calls.lines.push(line),
@@ -50,6 +53,7 @@ function deps(supported: Array<string | false>, result?: GpuCheckResult) {
 }
 
 const CRASH: GpuCheckResult = { outcome: "failed", reason: "CUDA error: the provided PTX was compiled with an unsupported toolchain. (ended by SIGABRT)", crashed: true };
+const OK: GpuCheckResult = { outcome: "ok", gpu: "vulkan", devices: ["NVIDIA H200"] };
 
 describe("the GPU setting the runtime starts with", () => {
   it("checks nothing for --gpu off or where auto finds no GPU", async () => {
@@ -57,29 +61,46 @@ describe("the GPU setting the runtime starts with", () => {
     assert.equal(await usableGpu("off", off.deps), "off");
     const cpu = deps([false]);
     assert.equal(await usableGpu("auto", cpu.deps), "auto");
-    assert.equal(off.calls.checks + cpu.calls.checks, 0);
+    assert.equal(off.calls.checked.length + cpu.calls.checked.length, 0);
   });
-  it("keeps a GPU that passes", async () => {
-    const d = deps(["cuda", false], { outcome: "ok", gpu: "cuda", devices: ["NVIDIA H200"] });
-    assert.equal(await usableGpu("auto", d.deps), "auto");
-    assert.equal(d.calls.checks, 1);
+  it("auto: the first backend that passes serves, named, and the others are not checked", async () => {
+    const d = deps(["cuda", "vulkan", false], { cuda: { outcome: "ok", gpu: "cuda", devices: ["NVIDIA H200"] } });
+    assert.equal(await usableGpu("auto", d.deps), "cuda");
+    assert.deepEqual(d.calls.checked, ["cuda"]);
     assert.deepEqual(d.calls.lines, []);
   });
-  it("auto: a GPU that crashes leaves the CPU serving, and says why", async () => {
-    const d = deps(["cuda", "vulkan", false], CRASH);
-    assert.equal(await usableGpu("auto", d.deps), "off");
+  it("auto: a backend that crashes makes way for the next one, and the log says why", async () => {
+    const d = deps(["cuda", "vulkan", false], { cuda: CRASH, vulkan: OK });
+    assert.equal(await usableGpu("auto", d.deps), "vulkan");
+    assert.deepEqual(d.calls.checked, ["cuda", "vulkan"]);
     assert.equal(d.calls.lines.length, 1);
-    assert.match(d.calls.lines[0], /run on the CPU: CUDA error: the provided PTX was compiled with an unsupported toolchain/);
-    assert.match(d.calls.lines[0], /driver/);
+    assert.match(d.calls.lines[0], /the cuda backend failed a one-token check \(CUDA error: the provided PTX.*driver.*\); trying vulkan/);
   });
-  it("a GPU the user named fails the start with the reason", async () => {
-    await assert.rejects(usableGpu("cuda", deps([false], CRASH).deps), /--gpu cuda: the GPU backend failed a one-token check: CUDA error: the provided PTX.*--gpu off serves on the CPU/);
+  it("auto: when every backend fails, the CPU serves, and the log gives each reason", async () => {
+    const one = deps(["cuda", false], CRASH);
+    assert.equal(await usableGpu("auto", one.deps), "off");
+    assert.equal(one.calls.lines.length, 1);
+    assert.match(one.calls.lines[0], /the GPU backend failed a one-token check, so models run on the CPU: cuda: CUDA error: the provided PTX was compiled with an unsupported toolchain/);
+    assert.match(one.calls.lines[0], /driver/);
+    const noVulkan: GpuCheckResult = { outcome: "failed", reason: "Error: NoBinaryFoundError", crashed: false };
+    const two = deps(["cuda", "vulkan", false], { cuda: CRASH, vulkan: noVulkan });
+    assert.equal(await usableGpu("auto", two.deps), "off");
+    assert.equal(two.calls.lines.length, 2);
+    assert.match(two.calls.lines[1], /no GPU backend passed a one-token check, so models run on the CPU: cuda: CUDA error.*; vulkan: Error: NoBinaryFoundError; --gpu off skips the check$/);
+  });
+  it("a GPU the user named is checked alone and fails the start with the reason", async () => {
+    const named = deps(["vulkan", false], CRASH);
+    await assert.rejects(usableGpu("cuda", named.deps), /--gpu cuda: the GPU backend failed a one-token check: CUDA error: the provided PTX.*--gpu off serves on the CPU/);
+    assert.deepEqual(named.calls.checked, ["cuda"]);
     const noBinary = deps([false], { outcome: "failed", reason: "Error: NoBinaryFoundError", crashed: false });
     await assert.rejects(usableGpu("vulkan", noBinary.deps), (err: Error) => !/driver/.test(err.message) && /NoBinaryFoundError/.test(err.message));
   });
   it("a check that does not finish keeps the GPU, with a warning", async () => {
     const d = deps(["cuda", false], { outcome: "timeout", seconds: 120 });
     assert.equal(await usableGpu("cuda", d.deps), "cuda");
-    assert.match(d.calls.lines[0], /did not finish in 120 s/);
+    assert.match(d.calls.lines[0], /GPU check of cuda did not finish in 120 s/);
+    const auto = deps(["cuda", "vulkan", false], { cuda: { outcome: "timeout", seconds: 120 } });
+    assert.equal(await usableGpu("auto", auto.deps), "cuda");
+    assert.deepEqual(auto.calls.checked, ["cuda"]);
   });
 });

@@ -78,33 +78,41 @@ export function failureReason(stderr: string, code: number | null, signal: NodeJ
 }
 
 export interface GpuChoiceDeps {
-  /** The GPU backends node-llama-cpp would try for `auto` on this machine (false: the CPU). */
+  /** The GPU backends node-llama-cpp would try for `auto` on this machine, in its order (false: the CPU). */
   supported: () => Promise<Array<string | false>>;
-  check: () => Promise<GpuCheckResult>;
+  /** Runs the check with this backend named. */
+  check: (gpu: string) => Promise<GpuCheckResult>;
   log: (line: string) => void;
 }
 
 /**
  * The GPU setting the runtime starts with. `off` and a machine where `auto` finds no GPU need no
- * check. A backend that fails it: with `auto` the CPU serves and the log says why; a backend the user
- * named is an error at start rather than an abort at the first request. A check that does not finish
- * (a driver still compiling kernels) leaves the GPU in use, with a warning.
+ * check. With `auto`, each backend the machine supports is checked in node-llama-cpp's order (CUDA
+ * before Vulkan) and the first that passes serves, named, so the runtime loads the backend that was
+ * checked; when none passes the CPU serves and the log says why. A backend the user named is checked
+ * alone, and failing is an error at start rather than an abort at the first request. A check that does
+ * not finish (a driver still compiling kernels) leaves that GPU in use, with a warning.
  */
 export async function usableGpu<G extends string>(choice: G | "auto" | "off", deps: GpuChoiceDeps): Promise<G | "auto" | "off"> {
   if (choice === "off") return choice;
-  if (choice === "auto" && !(await deps.supported()).some((g) => g !== false)) return choice;
-  const result = await deps.check();
-  if (result.outcome === "ok") return choice;
-  if (result.outcome === "timeout") {
-    deps.log(`plinth: warning: the GPU check did not finish in ${result.seconds} s; serving on the GPU anyway (the first requests may be slow)`);
-    return choice;
+  const candidates = choice === "auto" ? (await deps.supported()).filter((g): g is string => g !== false) : [choice];
+  if (candidates.length === 0) return choice;
+  const failures: string[] = [];
+  for (const [i, gpu] of candidates.entries()) {
+    const result = await deps.check(gpu);
+    if (result.outcome === "ok") return gpu as G;
+    if (result.outcome === "timeout") {
+      deps.log(`plinth: warning: the GPU check of ${gpu} did not finish in ${result.seconds} s; serving on it anyway (the first requests may be slow)`);
+      return gpu as G;
+    }
+    // A binary that loads but dies at its first kernel was usually built with a newer toolkit than the
+    // driver runs (the case measured above).
+    const advice = result.crashed ? "; a GPU driver as new as the toolkit the binary was built with usually fixes this" : "";
+    if (choice !== "auto") throw new Error(`--gpu ${choice}: the GPU backend failed a one-token check: ${result.reason}${advice}. --gpu off serves on the CPU`);
+    failures.push(`${gpu}: ${result.reason}${advice}`);
+    const next = candidates[i + 1];
+    if (next) deps.log(`plinth: warning: the ${gpu} backend failed a one-token check (${result.reason}${advice}); trying ${next}`);
   }
-  // A binary that loads but dies at its first kernel was usually built with a newer toolkit than the
-  // driver runs (the case measured above).
-  const advice = result.crashed ? "; a GPU driver as new as the toolkit the binary was built with usually fixes this" : "";
-  if (choice === "auto") {
-    deps.log(`plinth: warning: the GPU backend failed a one-token check, so models run on the CPU: ${result.reason}${advice}; --gpu off skips the check`);
-    return "off";
-  }
-  throw new Error(`--gpu ${choice}: the GPU backend failed a one-token check: ${result.reason}${advice}. --gpu off serves on the CPU`);
+  deps.log(`plinth: warning: ${failures.length > 1 ? "no GPU backend passed" : "the GPU backend failed"} a one-token check, so models run on the CPU: ${failures.join("; ")}; --gpu off skips the check`);
+  return "off";
 }

@@ -24,7 +24,7 @@ export async function getRuntime(opts: { gpu: GpuChoice; threads: number; log?: 
       // A GPU backend decodes one token in a child process before it serves (gpu-check.ts).
       const gpu = await usableGpu(opts.gpu, {
         supported: () => getLlamaGpuTypes("supported"),
-        check: () => runGpuCheck({ gpu: opts.gpu, ...cmake }),
+        check: (gpu) => runGpuCheck({ gpu, ...cmake }),
         log,
       });
       return getLlama({ gpu: gpu === "off" ? false : gpu, build: "never", ...cmake, maxThreads: opts.threads, logLevel: LlamaLogLevel.error });
