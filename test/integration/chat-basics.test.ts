@@ -224,14 +224,16 @@ test("requests without a seed get different samples even within the same second"
   assert.notEqual(a.choices[0].message.content, b.choices[0].message.content);
 });
 
-test("sampling knobs are honoured: top_k 1 and min_p 1 are greedy; penalties change greedy output", async () => {
+test("sampling knobs are honoured: top_k 1, min_p 1 and top_p 0 (OpenAI's lower bound) are greedy; penalties change greedy output", async () => {
   // top_k, min_p and repetition_penalty are vendor fields the openai client's types do not list.
   const base = { model: s.model, messages: user("Knobs"), max_tokens: 30, logit_bias: NO_EOG };
   const greedy = (await s.http.chat({ ...base, temperature: 0 })).choices[0].message.content;
   const topK1 = (await s.http.chat({ ...base, temperature: 1.5, top_k: 1 })).choices[0].message.content;
   const minP1 = (await s.http.chat({ ...base, temperature: 1.5, min_p: 1 })).choices[0].message.content;
+  const topP0 = (await s.http.chat({ ...base, temperature: 1.5, top_p: 0 })).choices[0].message.content;
   assert.equal(topK1, greedy);
   assert.equal(minP1, greedy);
+  assert.equal(topP0, greedy);
   for (const knob of [{ frequency_penalty: 2 }, { presence_penalty: 2 }, { repetition_penalty: 1.8 }]) {
     const out = (await s.http.chat({ ...base, temperature: 0, ...knob })).choices[0].message.content;
     assert.notEqual(out, greedy, `${Object.keys(knob)[0]} had no effect`);

@@ -340,6 +340,8 @@ test("/tokenize refuses by name what it would not honour: vLLM's other switches,
     // A last assistant message is continued: vLLM's closing of it is refused, its continuing taken.
     [{ messages: [...messages, { role: "assistant", content: "Hel" }], continue_final_message: false }, "continue_final_message"],
     [{ messages: [...messages, { role: "assistant", content: "Hel" }], add_generation_prompt: true }, "add_generation_prompt"],
+    // vLLM refuses the pair (it asks both to open a turn and to continue the last message).
+    [{ messages: [...messages, { role: "assistant", content: "Hel" }], add_generation_prompt: true, continue_final_message: true }, "add_generation_prompt"],
     [{ messages, add_special_tokens: true }, "add_special_tokens"],
     [{ messages, chat_template: "{{ messages }}" }, "chat_template"],
     [{ messages, chat_template_kwargs: { custom: 1 } }, "chat_template_kwargs.custom"],

@@ -49,7 +49,7 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["audio content part", { ...ok, messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "", format: "wav" } }] }] }, 400, "messages[0].content[0].type"],
   ["temperature above 2", { ...ok, temperature: 2.5 }, 400, "temperature"],
   ["temperature as a string", { ...ok, temperature: "hot" }, 400, "temperature"],
-  ["top_p of 0", { ...ok, top_p: 0 }, 400, "top_p"],
+  ["top_p below 0", { ...ok, top_p: -0.1 }, 400, "top_p"],
   ["n of 0", { ...ok, n: 0 }, 400, "n"],
   ["fractional n", { ...ok, n: 1.5 }, 400, "n"],
   ["max_tokens of 0", { ...ok, max_tokens: 0 }, 400, "max_tokens"],
@@ -135,9 +135,28 @@ test("a message without its role says the role is required", async () => {
   assert.match(r.json().error.message, /required/);
 });
 
-test("unknown extra fields are ignored (clients send vendor extras)", async () => {
-  const r = await post({ ...ok, some_vendor_extra: { a: 1 } });
-  assert.equal(r.statusCode, 200, r.body);
+test("an unknown top-level field is a 400 naming it, as OpenAI answers; fields of other endpoints and misspellings say what to send", async () => {
+  const cases: Array<[Record<string, unknown>, string, RegExp]> = [
+    [{ some_vendor_extra: { a: 1 } }, "some_vendor_extra", /^Unrecognized request argument supplied: "some_vendor_extra"\.$/],
+    // The Responses API's names: the limit they set was lost without a word.
+    [{ max_output_tokens: 3 }, "max_output_tokens", /takes 'max_completion_tokens'/],
+    [{ instructions: "be brief" }, "instructions", /'system' or 'developer' message/],
+    [{ previous_response_id: "resp_1" }, "previous_response_id", /Responses API/],
+    [{ max_tokns: 3 }, "max_tokns", /Did you mean 'max_tokens'\?/],
+    [{ Temperature: 0 }, "Temperature", /Did you mean 'temperature'\?/],
+  ];
+  for (const [extra, param, message] of cases) {
+    const r = await post({ ...ok, ...extra });
+    assert.equal(r.statusCode, 400, r.body);
+    const error = r.json().error;
+    assert.equal(error.param, param);
+    assert.equal(error.code, "unknown_field");
+    assert.equal(error.type, "invalid_request_error");
+    assert.match(error.message, message);
+  }
+  // Fields other servers define are read from their table (foreign-fields.ts), not refused as unknown.
+  const vllm = await post({ ...ok, top_k: 1, min_p: 0, repetition_penalty: 1, skip_special_tokens: true, cache_prompt: true });
+  assert.equal(vllm.statusCode, 200, vllm.body);
 });
 
 test("a body without a JSON content type → 415 in the error envelope (a web page cannot post without a preflight)", async () => {

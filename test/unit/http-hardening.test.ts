@@ -83,8 +83,10 @@ describe("bodies", () => {
     assert.equal(twice.code, "invalid_json");
   });
 
-  test("a __proto__ key is an ordinary key, ignored: it cannot smuggle fields in", async () => {
-    const body = `{"__proto__": {"stream": true, "n": 3}, "model": "tiny", "messages": [{"role": "user", "content": "hi", "__proto__": {"role": "system"}}], "max_tokens": 2}`;
+  test("a __proto__ key is an ordinary key: refused by name at the top level, ignored in a message; it cannot smuggle fields in", async () => {
+    const top = envelope(await post(`{"__proto__": {"stream": true, "n": 3}, "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}`, JSON_TYPE), 400);
+    assert.equal(top.param, "__proto__");
+    const body = `{"model": "tiny", "messages": [{"role": "user", "content": "hi", "__proto__": {"role": "system"}}], "max_tokens": 2}`;
     const r = await post(body, JSON_TYPE);
     assert.equal(r.statusCode, 200, r.body);
     const answer = r.json();

@@ -124,7 +124,24 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["reasoning context of the current turn", { reasoning: { context: "current_turn" } }, 400, "reasoning.context"],
   ["a function loaded by tool search", { tools: [{ type: "function", name: "f", defer_loading: true }] }, 400, "tools[0].defer_loading"],
   ["a custom tool called by a program", { tools: [TOOLS[0], { type: "custom", name: "c", allowed_callers: ["programmatic"] }] }, 400, "tools[1].allowed_callers"],
+  // Chat's names for what this API spells otherwise: dropped, they left the answer without its limit
+  // or its format.
+  ["Chat's max_tokens", { max_tokens: 3 }, 400, "max_tokens"],
+  ["Chat's response_format", { response_format: { type: "json_object" } }, 400, "response_format"],
+  ["Chat's messages", { messages: [{ role: "user", content: "x" }] }, 400, "messages"],
+  ["Chat's n", { n: 2 }, 400, "n"],
+  ["a misspelt field", { max_output_token: 3 }, 400, "max_output_token"],
 ];
+
+test("an unknown field's refusal says what this API takes instead, on /v1/responses and /v1/responses/input_tokens", async () => {
+  for (const url of ["/v1/responses", "/v1/responses/input_tokens"]) {
+    const chat = (await post({ model: "m", input: "hi", max_tokens: 3 }, url)).json().error;
+    assert.equal(chat.code, "unknown_field");
+    assert.match(chat.message, /^Unrecognized request argument supplied: "max_tokens"\. The Responses API takes 'max_output_tokens'\.$/);
+    assert.match((await post({ model: "m", input: "hi", response_format: { type: "json_object" } }, url)).json().error.message, /'text\.format'/);
+    assert.match((await post({ model: "m", input: "hi", max_output_token: 3 }, url)).json().error.message, /Did you mean 'max_output_tokens'\?/);
+  }
+});
 
 for (const [name, extra, status, param] of refusals) {
   test(`refused: ${name} → ${status} naming ${param}`, async () => {

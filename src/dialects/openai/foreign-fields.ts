@@ -336,6 +336,9 @@ export function templateSwitches(lastRole: string | undefined, addGenerationProm
   for (const [field, value] of [["add_generation_prompt", addGenerationPrompt], ["continue_final_message", continueFinalMessage]] as const) {
     if (value != null && typeof value !== "boolean") throw badRequest(`${field} must be a boolean.`, field);
   }
+  // vLLM refuses the pair: one closes the last message and opens a new turn, the other continues it.
+  if (continueFinalMessage === true && addGenerationPrompt === true)
+    throw badRequest("add_generation_prompt and continue_final_message cannot both be true: the first opens a new assistant turn, the second continues the last message (send add_generation_prompt: false, or leave it out).", "add_generation_prompt");
   if (continueFinalMessage === true && !continues)
     throw unsupportedField("continue_final_message", "needs a last assistant message to continue");
   if (continueFinalMessage === false && continues)
@@ -343,7 +346,7 @@ export function templateSwitches(lastRole: string | undefined, addGenerationProm
   if (addGenerationPrompt === false && !continues)
     throw unsupportedField("add_generation_prompt", "is not supported: the assistant turn is always opened (send a last assistant message to continue it)");
   if (addGenerationPrompt === true && continues && continueFinalMessage !== true)
-    throw unsupportedField("add_generation_prompt", "is not supported after a last assistant message, which is continued, not closed (send continue_final_message: true)");
+    throw unsupportedField("add_generation_prompt", "is not supported after a last assistant message, which is continued, not closed (leave it out, or send add_generation_prompt: false with continue_final_message: true)");
 }
 
 const anyValue = z.unknown().optional();

@@ -56,7 +56,8 @@ export function seedSchema() {
 /** Wire schema of the sampling fields Chat Completions and Completions share. */
 export const samplingFieldsSchema = {
   temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
+  // OpenAI takes 0 (only the most likely token is left), as SpAk does.
+  top_p: z.number().min(0).max(1).nullish(),
   // vLLM's and llama-server's extensions.
   top_k: z.int().min(-1).nullish(),
   min_p: z.number().min(0).max(1).nullish(),

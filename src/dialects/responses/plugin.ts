@@ -31,6 +31,27 @@ import {
   retrieveResponse,
 } from "./responses.ts";
 import { responsesFieldName } from "./to-canonical.ts";
+import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
+
+const CHAT_FIELD = (name: string) => `'${name}' is a field of the Chat Completions API (POST /v1/chat/completions).`;
+
+/** Fields of Chat Completions and Completions sent to the Responses API, and what it takes instead. */
+const RESPONSES_HINTS: FieldHints = {
+  max_tokens: "The Responses API takes 'max_output_tokens'.",
+  max_completion_tokens: "The Responses API takes 'max_output_tokens'.",
+  response_format: "The Responses API takes 'text.format' ({\"text\": {\"format\": {\"type\": \"json_schema\", ...}}}).",
+  messages: "The Responses API takes 'input' (a string or a list of messages and items).",
+  logprobs: "The Responses API takes 'include: [\"message.output_text.logprobs\"]', with 'top_logprobs' for alternatives.",
+  n: "The Responses API makes one answer per request.",
+  verbosity: "The Responses API takes 'text.verbosity'.",
+  reasoning_effort: "The Responses API takes 'reasoning.effort'.",
+  functions: "The Responses API takes 'tools' ({\"type\": \"function\", \"name\": ...}).",
+  function_call: "The Responses API takes 'tool_choice'.",
+  modalities: CHAT_FIELD("modalities"),
+  audio: CHAT_FIELD("audio"),
+  prediction: CHAT_FIELD("prediction"),
+  web_search_options: CHAT_FIELD("web_search_options"),
+};
 
 export interface ResponsesPluginOptions {
   service: GenerationService;
@@ -59,13 +80,13 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   type Id = { Params: { id: string } };
   type Item = { Params: { id: string; item_id: string } };
 
-  postRoute(scope, "/responses", (b) => createResponseRequest.parse(b), (body, env) => createResponse(body, env, deps), opts);
+  postRoute(scope, "/responses", strictTopLevel(createResponseRequest, RESPONSES_HINTS), (body, env) => createResponse(body, env, deps), opts);
   // OpenAI's context compaction has a route of its own; without this one the path read as a
   // response id, and the client was told to GET or DELETE a response that does not exist.
   scope.post("/responses/compact", async () => {
     throw new ApiError(404, "POST /v1/responses/compact (context compaction) is not offered by this server.", { code: "not_found" });
   });
-  postRoute(scope, "/responses/input_tokens", (b) => inputTokensRequest.parse(b), (body, env) => countInputTokens(body, env, deps), opts);
+  postRoute(scope, "/responses/input_tokens", strictTopLevel(inputTokensRequest, RESPONSES_HINTS), (body, env) => countInputTokens(body, env, deps), opts);
   scope.get<Id>("/responses/:id", async (request, reply) => {
     const q = retrieveQuery.parse(request.query ?? {});
     return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));

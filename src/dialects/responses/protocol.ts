@@ -189,7 +189,8 @@ export const createResponseRequest = z.object({
   instructions: z.string().nullish(),
   max_output_tokens: z.int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
+  // OpenAI takes 0 (only the most likely token is left), as SpAk does.
+  top_p: z.number().min(0).max(1).nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
   include: listOf(z.string()).nullish(),
   metadata: metadata.nullish(),

@@ -76,7 +76,8 @@ function common(req: GenerationRequest, model: string, sampling: GenerationReque
     stream_options: { include_usage: true },
     n: 1,
     temperature: s.temperature,
-    top_p: s.topP,
+    // vLLM and SGLang take top_p in (0, 1]: a tiny one leaves the most likely token alone, as 0 asks.
+    top_p: s.topP > 0 ? s.topP : 1e-9,
     // A seed the client did not give is left to the upstream, which may not take seeds at all.
     ...(s.seedDrawn ? {} : { seed: s.seed }),
   };
