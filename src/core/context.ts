@@ -92,6 +92,8 @@ export interface AdmittedInfo {
   promptTokens: number[];
   /** Choices that will run (n per request). */
   choices: number;
+  /** Each request of the batch's `n` and the most tokens each of its choices may generate (its max_tokens, or what the context leaves). */
+  params: Array<{ n: number; maxTokens: number }>;
   /**
    * When the service got the request (performance.now()), before the engine prepared it: a remote
    * engine's opening (after admission, before `admitted` is told) already waits for the upstream's

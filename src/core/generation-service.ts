@@ -160,7 +160,8 @@ export class GenerationService {
       }
       promptTokens = prepared.map((p) => p.prep.promptTokens);
     }
-    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, receivedAt } satisfies AdmittedInfo);
+    const params = reqs.map((req, i) => ({ n: req.n, maxTokens: prepared[i].maxTokens }));
+    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, params, receivedAt } satisfies AdmittedInfo);
 
     let markRunning!: () => void;
     const running = new Promise<void>((resolve) => (markRunning = resolve));

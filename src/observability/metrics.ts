@@ -78,6 +78,12 @@ export class PlinthMetrics {
   private readonly queueTime: Histogram<"model_name">;
   private readonly requestPromptTokens: Histogram<"model_name">;
   private readonly requestGenerationTokens: Histogram<"model_name">;
+  private readonly inferenceTime: Histogram<"model_name">;
+  private readonly prefillTime: Histogram<"model_name">;
+  private readonly decodeTime: Histogram<"model_name">;
+  private readonly paramsN: Histogram<"model_name">;
+  private readonly paramsMaxTokens: Histogram<"model_name">;
+  private readonly preemptions: Counter<"model_name">;
   private readonly prefixQueries: Counter<"model_name">;
   private readonly prefixHits: Counter<"model_name">;
   private readonly failures: Counter<"model_name" | "code">;
@@ -241,6 +247,14 @@ export class PlinthMetrics {
     this.queueTime = histogram("vllm:request_queue_time_seconds", "Histogram of time spent waiting for a sequence, in seconds.", LATENCY_BUCKETS);
     this.requestPromptTokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed, per request.", tokenBuckets());
     this.requestGenerationTokens = histogram("vllm:request_generation_tokens", "Number of generation tokens processed, per request.", tokenBuckets());
+    this.inferenceTime = histogram("vllm:request_inference_time_seconds", "Histogram of time from a request's first sequence to its end (prefill and decode), in seconds.", LATENCY_BUCKETS);
+    this.prefillTime = histogram("vllm:request_prefill_time_seconds", "Histogram of time from a request's first sequence to its first token, in seconds.", LATENCY_BUCKETS);
+    this.decodeTime = histogram("vllm:request_decode_time_seconds", "Histogram of time from a request's first token to its end, in seconds.", LATENCY_BUCKETS);
+    this.paramsN = histogram("vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20]);
+    this.paramsMaxTokens = histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter (what the context leaves when it is not sent).", tokenBuckets());
+    // A running request keeps its sequence until it ends: nothing is ever preempted, so this stays 0.
+    // It is exported so that vLLM dashboards and alerts on it read 0 rather than "no data".
+    this.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions (Plinth never preempts a running request).", ["model_name"]);
     this.prefixQueries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.", ["model_name"]);
     this.prefixHits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in prompt tokens reused from a cache.", ["model_name"]);
     this.failures = counter("plinth_generation_failures", "Admitted generation requests that ended in an error (client disconnects included), by error code.", ["model_name", "code"]);
@@ -275,6 +289,11 @@ export class PlinthMetrics {
         });
         this.promptTokens.inc({ model_name: info.model }, promptTokens);
         this.prefixQueries.inc({ model_name: info.model }, promptTokens);
+        this.preemptions.inc({ model_name: info.model }, 0);
+        for (const p of info.params) {
+          this.paramsN.observe({ model_name: info.model }, p.n);
+          this.paramsMaxTokens.observe({ model_name: info.model }, p.maxTokens);
+        }
         this.remember(ctx.internalId, { model: info.model, namespace: ctx.namespace, promptTokens });
         this.running.set(ctx.internalId, (this.running.get(ctx.internalId) ?? 0) + 1);
       },
@@ -340,7 +359,16 @@ export class PlinthMetrics {
         this.generationTokens.inc({ model_name }, usage.completionTokens);
         this.prefixHits.inc({ model_name }, usage.cachedTokens);
         this.success.inc({ model_name, finished_reason: l.finishReason ?? "stop" });
-        this.e2e.observe({ model_name }, (now() - l.receivedAt) / 1000);
+        const end = now();
+        this.e2e.observe({ model_name }, (end - l.receivedAt) / 1000);
+        if (l.startedAt > 0) {
+          this.inferenceTime.observe({ model_name }, (end - l.startedAt) / 1000);
+          // A request that generated nothing (its first token an end of turn) has no decode phase.
+          if (l.firstTokenAt > 0) {
+            this.prefillTime.observe({ model_name }, Math.max(0, l.firstTokenAt - l.startedAt) / 1000);
+            this.decodeTime.observe({ model_name }, (end - l.firstTokenAt) / 1000);
+          }
+        }
         this.requestPromptTokens.observe({ model_name }, usage.promptTokens);
         this.requestGenerationTokens.observe({ model_name }, usage.completionTokens);
         if (f) {

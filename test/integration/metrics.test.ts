@@ -81,6 +81,11 @@ test("after a known sequence of requests the counters and histogram counts equal
     "vllm:request_queue_time_seconds",
     "vllm:request_prompt_tokens",
     "vllm:request_generation_tokens",
+    "vllm:request_params_n",
+    "vllm:request_params_max_tokens",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds",
   ]) {
     assert.equal(after.types.get(h), "histogram", h);
     assert.equal(delta(`${h}_count`), requests, `${h}_count`);
@@ -88,6 +93,9 @@ test("after a known sequence of requests the counters and histogram counts equal
   }
   assert.equal(delta("vllm:request_prompt_tokens_sum"), total("prompt_tokens"));
   assert.equal(delta("vllm:request_generation_tokens_sum"), total("completion_tokens"));
+  assert.equal(delta("vllm:request_params_n_sum"), requests, "n = 1 each");
+  assert.equal(after.types.get("vllm:num_preemptions_total"), "counter");
+  assert.equal(sum(after, "vllm:num_preemptions_total", M), 0);
   // Intervals between output events: at most one fewer than the tokens of each request.
   const itl = delta("vllm:inter_token_latency_seconds_count");
   assert.ok(itl > 0 && itl <= total("completion_tokens") - requests, `itl count ${itl}`);
