@@ -55,9 +55,22 @@ test("an unknown route → 404 in the error envelope", async () => {
   assert.equal(typeof r.json.error.message, "string");
 });
 
-test("unknown extra fields are ignored (clients send vendor extras)", async () => {
+test("an unknown top-level field is a 400 naming it, as OpenAI answers (the other servers' fields are read, not refused)", async () => {
   const r = await postJson(`${s.url}/v1/chat/completions`, { ...ok, some_vendor_extra: { a: 1 } });
-  assert.equal(r.status, 200, r.text);
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.json.error.param, "some_vendor_extra");
+  assert.equal(r.json.error.code, "unknown_field");
+  const vllm = await postJson(`${s.url}/v1/chat/completions`, { ...ok, top_k: 40, skip_special_tokens: true, cache_salt: "x" });
+  assert.equal(vllm.status, 200, vllm.text);
+});
+
+test("asked not to think, a model without a thinking section answers as it is (clients send enable_thinking: false to every model)", async () => {
+  for (const extra of [{ chat_template_kwargs: { enable_thinking: false } }, { reasoning_effort: "none" }, { reasoning: { enabled: false } }]) {
+    const r = await postJson(`${s.url}/v1/chat/completions`, { ...ok, ...extra });
+    assert.equal(r.status, 200, `${JSON.stringify(extra)}: ${r.text}`);
+    assert.equal(r.json.choices[0].message.reasoning_content ?? null, null);
+  }
+  // Asking it to think stays a 400 (the cases above): it cannot.
 });
 
 test("a body without a JSON content type → 415 in the error envelope", async () => {

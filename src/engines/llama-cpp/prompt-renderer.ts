@@ -1,3 +1,4 @@
+import { asksNoThinking } from "../../core/reasoning-control.ts";
 import {
   type ChatHistoryItem,
   type ChatModelFunctions,
@@ -426,7 +427,7 @@ export class PromptRenderer {
     // follows is more of it, not a thinking section.
     if (req.prompt.kind === "chat" && thought && prefilled(req.prompt)) return undefined;
     if (req.prompt.kind !== "chat" || !thought) {
-      if (req.reasoning !== undefined)
+      if (req.reasoning !== undefined && !asksNoThinking(req.reasoning))
         throw invalidField(
           `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
           "reasoning",

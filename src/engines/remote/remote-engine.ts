@@ -1,3 +1,4 @@
+import { asksNoThinking } from "../../core/reasoning-control.ts";
 import { createHash } from "node:crypto";
 import type { ChoiceRun, EmbedInput, Embedder, EmbeddingInfo, Engine, EngineChunk, PreparedGeneration, PrepareOptions, PromptExtras, ReplicaStatus } from "../../core/engine.ts";
 import { hasImages } from "../../core/content-parts.ts";
@@ -188,6 +189,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     refuseInexpressible(request, this.unsupported, this.id);
     // A Plinth upstream said the model does not think: refused here in the words a local model uses,
     // not passed up to come back as the upstream's refusal.
+    // Asked not to think, it already does what was asked: the switch is not sent up at all.
+    if (this.info.reasoning === false && asksNoThinking(request.reasoning)) request = { ...request, reasoning: undefined };
     if (this.info.reasoning === false && request.reasoning !== undefined && request.prompt.kind === "chat")
       throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning");
     // Converted now so that a pattern llama-server could not take is a 400 before anything is sent.
