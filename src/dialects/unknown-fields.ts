@@ -36,11 +36,21 @@ export function refuseUnknownFields(body: unknown, known: ReadonlySet<string>, h
     if (known.has(key)) continue;
     const shown = key.length > 64 ? `${key.slice(0, 64)}…` : key;
     const hint = Object.hasOwn(hints, key) ? hints[key] : closest(key, known);
-    throw new ApiError(400, `Unrecognized request argument supplied: ${JSON.stringify(shown)}.${hint ? ` ${hint}` : ""}`, {
+    throw new ApiError(400, `Unrecognized request argument supplied: ${visible(shown)}.${hint ? ` ${hint}` : ""}`, {
       param: shown,
       code: "unknown_field",
     });
   }
+}
+
+/**
+ * A key as a JSON string whose invisible characters are escaped: a zero-width space or a bidi control
+ * in a key ("mo\u200bdel") would otherwise make the message name a field that looks like a known one.
+ */
+function visible(key: string): string {
+  return JSON.stringify(key).replace(/[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/gu, (c) =>
+    Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, "0")}`).join(""),
+  );
 }
 
 /** "Did you mean …?" for a key within two edits of a known field (`max_tokns`, `dimension`). */

@@ -106,8 +106,9 @@ const CORPUS: HostileCase[] = [
   chat({ ...ok, messages: [{ role: "user\u0000", content: "x" }] }, 400, "messages[0].role", "a role with a NUL"),
   chat({ ...ok, model: "" }, 400, "model", "an empty model"),
   chat({ ...ok, model: "\ud800" }, 400, "model", "a model that is a lone surrogate (half a character: refused as the body is read)"),
-  chat({ messages: ok.messages, "mo\u200bdel": "tiny" }, 400, "model", "model spelled with a zero-width space"),
-  chat(`{"__proto__":{"model":"tiny"},"messages":[{"role":"user","content":"hi"}]}`, 400, "model", "model smuggled in through __proto__"),
+  // Both are fields this endpoint does not define, refused by name before the missing model is noticed.
+  chat({ messages: ok.messages, "mo\u200bdel": "tiny" }, 400, "mo\u200bdel", "model spelled with a zero-width space"),
+  chat(`{"__proto__":{"model":"tiny"},"messages":[{"role":"user","content":"hi"}]}`, 400, "__proto__", "model smuggled in through __proto__"),
   // Where keys are data, a "__proto__" key the parser drops would vanish without a word (metadata not
   // kept, a logit_bias entry or a declared schema property ignored): refused by its path instead.
   chat(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"logit_bias":{"__proto__":{"5":1}}}`, 400, "logit_bias.__proto__", "logit_bias key __proto__"),

@@ -38,6 +38,9 @@ describe("refuseUnknownFields", () => {
     assert.ok((long?.message.length ?? 0) < 200);
     assert.equal(long?.param, `${"k".repeat(64)}…`);
     assert.equal(refusal({ 'a"b': 1 })?.message, `Unrecognized request argument supplied: "a\\"b".`);
+    // Invisible characters are spelled out, so the name does not read as a known field's.
+    assert.equal(refusal({ "mo\u200bdel": 1 })?.message, `Unrecognized request argument supplied: "mo\\u200bdel". Did you mean 'model'?`);
+    assert.match(refusal({ "x\u{F0000}": 1 })?.message ?? "", /"x\\udb80\\udc00"/);
   });
 });
 
