@@ -397,6 +397,17 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ input_ids: [1, 2, 3] }, "input_ids"],
     [{ bootstrap_host: "10.0.0.1" }, "bootstrap_host"],
     [{ custom_labels: { team: "a" } }, "custom_labels"],
+    // Labels that change nothing, but of the wrong type (SGLang and vLLM check their types too).
+    [{ rid: { a: 1 } }, "rid"],
+    [{ priority: "high" }, "priority"],
+    [{ priority: 1.5 }, "priority"],
+    [{ extra_key: 5 }, "extra_key"],
+    [{ data_parallel_rank: -5 }, "data_parallel_rank"],
+    [{ routed_dp_rank: "x" }, "routed_dp_rank"],
+    [{ request_id: 7 }, "request_id"],
+    // OpenRouter's reasoning object: a key it does not define (SGLang's `enable`) is not dropped.
+    [{ reasoning: { enable: false } }, "reasoning.enable"],
+    [{ reasoning: { exclude: true }, include_reasoning: true }, "reasoning.exclude"],
     // text-generation-inference's and Ollama's.
     [{ tool_prompt: "You have tools:" }, "tool_prompt"],
     [{ guideline: "be safe" }, "guideline"],

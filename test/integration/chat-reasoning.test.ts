@@ -187,6 +187,10 @@ test("vLLM's thinking_token_budget is the thinking budget, include_reasoning: fa
   assert.equal(hidden.choices[0].message.reasoning_content, undefined);
   assert.equal(hidden.choices[0].message.content, budgeted.choices[0].message.content);
   assert.equal(hidden.usage!.completion_tokens_details.reasoning_tokens, reasoningTokens);
+  // OpenRouter's spelling of the same.
+  const excluded = await ask({ logit_bias: LONG, thinking_token_budget: 8, reasoning: { exclude: true } } as Partial<ChatBody>);
+  assert.deepEqual(excluded.choices[0].message, hidden.choices[0].message);
+  assert.equal(excluded.usage!.completion_tokens_details.reasoning_tokens, reasoningTokens);
   const streamed = await s.http.post("/v1/chat/completions", {
     model: "think", messages: [{ role: "user", content: "Think about the river." }], max_tokens: 40, temperature: 0,
     logit_bias: LONG, thinking_token_budget: 8, include_reasoning: false, stream: true,

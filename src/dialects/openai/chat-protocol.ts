@@ -187,13 +187,16 @@ export const chatCompletionRequest = z.object({
   logprobs: z.boolean().nullish(),
   top_logprobs: z.int().min(0).max(20).nullish(),
   reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh", "max"]).nullish(),
-  // OpenRouter's and others' reasoning object.
+  // OpenRouter's and others' reasoning object. Strict: a key of another server's spelling (SGLang's
+  // `enable`) or a misspelling was dropped, and the model thought when told not to.
   reasoning: z
-    .object({
+    .strictObject({
       effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh", "max"]).optional(),
       budget_tokens: z.int().min(1).optional(),
       max_tokens: z.int().min(1).optional(),
       enabled: z.boolean().optional(),
+      // OpenRouter's: think, but leave the thinking out of the answer (vLLM's include_reasoning: false).
+      exclude: z.boolean().optional(),
     })
     .nullish(),
   // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.

@@ -24,6 +24,14 @@ const isEmpty: Neutral = (v) => v == null || (Array.isArray(v) && v.length === 0
 const atMost = (limit: number): Neutral => (v) => v == null || (typeof v === "number" && v <= limit);
 const isEmptyObject: Neutral = (v) => v == null || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0);
 const oneOf = (...values: unknown[]): Neutral => (v) => v == null || values.includes(v);
+// Labels and hints that change nothing here still have to be of their type, as the servers that
+// define them check: a label of the wrong type is a client's mistake, answered with a 400.
+const isString: Neutral = (v) => v == null || typeof v === "string";
+const isStrings: Neutral = (v) => isString(v) || (Array.isArray(v) && v.every((x) => typeof x === "string"));
+const isInt: Neutral = (v) => v == null || Number.isInteger(v);
+const isCount: Neutral = (v) => v == null || (Number.isInteger(v) && (v as number) >= 0);
+const isDuration: Neutral = (v) => v == null || typeof v === "string" || typeof v === "number";
+
 /** Settings of a sampler that is off unless `switch` turns it on: any value while it is off. */
 const whenOff = (body: Record<string, unknown>, sw: string, off: Neutral): Neutral => () => off(body[sw]);
 
@@ -222,15 +230,15 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     lora: [isEmpty, "is not supported: no LoRA adapters here"],
     t_max_predict_ms: [atMost(0), "is not supported; bound the answer with max_tokens"],
     // Accepted as they are: they change nothing about the answer here.
-    samplers: [() => true, ""],
-    id_slot: [() => true, ""],
-    n_keep: [() => true, ""],
+    samplers: [isStrings, "must be a string or a list of strings"],
+    id_slot: [isInt, "must be an integer"],
+    n_keep: [isInt, "must be an integer"],
     n_indent: [is(0), "is not supported"],
     timings_per_token: [is(false), "is not supported: no timings are reported per token"],
     return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
     verbose: [is(false), "is not supported: answers carry no __verbose debug field (POST /tokenize with the messages shows the rendered prompt's tokens)"],
-    priority: [() => true, ""],
-    request_id: [() => true, ""],
+    priority: [isInt, "must be an integer"],
+    request_id: [isString, "must be a string"],
     // vLLM, later releases
     // Thinking goes to reasoning_content, as vLLM's default; `false` is honoured by the chat route
     // (see `ForeignSettings.dropReasoning`). A completion's text is never split, and a response's
@@ -293,12 +301,12 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     bootstrap_room: [isNull, "is not supported: no disaggregated prefill here"],
     custom_labels: [isEmptyObject, "is not supported: metrics carry no labels of the request's"],
     // Labels and placement hints for SGLang's own scheduling: nothing about the answer changes.
-    rid: [() => true, ""],
-    extra_key: [() => true, ""],
-    ngram_corpus_id: [() => true, ""],
-    routed_dp_rank: [() => true, ""],
-    disagg_prefill_dp_rank: [() => true, ""],
-    data_parallel_rank: [() => true, ""],
+    rid: [isStrings, "must be a string or a list of strings"],
+    extra_key: [isString, "must be a string"],
+    ngram_corpus_id: [isString, "must be a string"],
+    routed_dp_rank: [isCount, "must be an integer of at least 0"],
+    disagg_prefill_dp_rank: [isCount, "must be an integer of at least 0"],
+    data_parallel_rank: [isCount, "must be an integer of at least 0"],
     // text-generation-inference
     tool_prompt: [isNull, "is not supported: tools are described the way the model's chat template describes them"],
     guideline: [isNull, "is not supported by the chat templates here"],
@@ -312,7 +320,7 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     adapter_id: [isNull, "is not supported: no LoRA adapters here"],
     return_full_text: [is(false), templated ? "is not supported: the answer holds the new message only" : "is not supported; use echo"],
     // Ollama (its own routes' fields)
-    keep_alive: [() => true, ""],
+    keep_alive: [isDuration, "must be a duration (a string such as \"5m\", or seconds)"],
     options: [isEmptyObject, "is not supported: send the sampling settings as the request's own fields"],
     think: [isNull, templated ? "is not supported; turn thinking on or off with reasoning_effort or chat_template_kwargs.enable_thinking" : "applies to chat answers"],
     format: [isNull, templated ? "is not supported; use response_format" : "is not supported: completions take no grammar here"],
@@ -395,7 +403,9 @@ export function foreignFields(
   lastRole?: string,
 ): ForeignSettings {
   for (const [field, [neutral, why]] of Object.entries(neutralValues(body, kind))) {
-    if (!neutral(body[field])) throw unsupportedField(field, why);
+    if (neutral(body[field])) continue;
+    // "must be …": a value of the wrong type, not a feature this server lacks.
+    throw why.startsWith("must ") ? badRequest(`'${field}' ${why}.`, field, "invalid_value") : unsupportedField(field, why);
   }
   if (kind !== "completion") templateSwitches(lastRole, body.add_generation_prompt, body.continue_final_message);
   // vLLM's chat `echo` repeats the last message in the answer; a completion's echo is its own field.
@@ -404,6 +414,10 @@ export function foreignFields(
   const [thinkingParam, thinking] = thinkingBudget(body);
   if (thinking != null && kind === "completion")
     throw unsupportedField(thinkingParam, "applies to chat answers; a completion's text is not split into thinking and answer");
+  // OpenRouter's reasoning.exclude says what include_reasoning: false says; the two must agree.
+  const excluded = kind === "chat" && (body.reasoning as { exclude?: unknown } | null | undefined)?.exclude === true;
+  if (excluded && body.include_reasoning === true)
+    throw badRequest("reasoning.exclude and include_reasoning disagree; send one of them.", "reasoning.exclude");
   const nPredict = body.n_predict as number | null | undefined;
   if (nPredict != null && budget != null && nPredict !== budget)
     throw badRequest(`n_predict and ${budgetName} disagree; send one of them.`, "n_predict");
@@ -416,7 +430,7 @@ export function foreignFields(
     ...(nPredict === -1 && budget == null ? { noLimit: true } : {}),
     ...(repeat != null ? { repetitionPenalty: repeat } : {}),
     ...(thinking != null ? { thinkingBudget: thinking, thinkingBudgetParam: thinkingParam } : {}),
-    ...(kind === "chat" && body.include_reasoning === false ? { dropReasoning: true } : {}),
+    ...(kind === "chat" && (body.include_reasoning === false || excluded) ? { dropReasoning: true } : {}),
   };
 }
 
