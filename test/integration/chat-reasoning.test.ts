@@ -58,14 +58,33 @@ test("the model's own </think> ends the section", async () => {
   assert.ok(r.usage!.completion_tokens_details.reasoning_tokens < 40);
 });
 
-test("thinking can be turned off three ways; content only, no reasoning tokens", async () => {
-  const offs: Partial<ChatBody>[] = [{ reasoning_effort: "none" }, { chat_template_kwargs: { enable_thinking: false } }, { reasoning: { enabled: false } }];
+test("thinking can be turned off five ways (OpenAI's, vLLM's, OpenRouter's, Qwen's and DeepSeek's); content only, no reasoning tokens", async () => {
+  const offs = [
+    { reasoning_effort: "none" },
+    { chat_template_kwargs: { enable_thinking: false } },
+    { reasoning: { enabled: false } },
+    { enable_thinking: false },
+    { thinking: { type: "disabled" } },
+  ] as Partial<ChatBody>[];
   for (const off of offs) {
     const r = await ask({ logit_bias: LONG, ...off });
     assert.ok(!r.choices[0].message.reasoning_content, JSON.stringify(off));
     assert.ok(r.choices[0].message.content!.length > 0);
     assert.equal(r.usage!.completion_tokens_details.reasoning_tokens, 0);
   }
+  // DeepSeek's and Anthropic's thinking object turns it on, with a budget as reasoning's.
+  const budgeted = await ask({ logit_bias: LONG, reasoning: { budget_tokens: 8 } });
+  const anthropic = await ask({ logit_bias: LONG, thinking: { type: "enabled", budget_tokens: 8 } } as Partial<ChatBody>);
+  assert.deepEqual(anthropic.choices[0].message, budgeted.choices[0].message);
+  // Switches that disagree are refused, naming the second.
+  await assertRefused([
+    [{ enable_thinking: true, thinking: { type: "disabled" } }, "thinking.type"],
+    [{ chat_template_kwargs: { enable_thinking: false }, enable_thinking: true }, "enable_thinking"],
+    [{ reasoning: { enabled: true }, thinking: { type: "disabled" } }, "reasoning.enabled"],
+    [{ reasoning_effort: "none", enable_thinking: true }, "reasoning_effort"],
+    [{ thinking: { type: "disabled", budget_tokens: 8 } }, "thinking"],
+    [{ thinking: { type: "auto" } }, "thinking.type"],
+  ]);
 });
 
 test("reasoning_effort levels set budgets: minimal stops thinking after 64 tokens", async () => {

@@ -201,6 +201,12 @@ export const chatCompletionRequest = z.object({
     .nullish(),
   // vLLM's and SGLang's way to pass template switches; enable_thinking is the one Plinth honours.
   chat_template_kwargs: jsonObject().nullish(),
+  // The same switch as Qwen's own API takes it (top level), and the `thinking` object of DeepSeek's,
+  // GLM's and Kimi's APIs (Anthropic's too, with its budget).
+  enable_thinking: z.boolean().nullish(),
+  thinking: z
+    .strictObject({ type: z.enum(["enabled", "disabled"]), budget_tokens: z.int().min(1).optional() })
+    .nullish(),
   // OpenAI offers two ("text", "audio"); a longer list can only repeat them.
   modalities: listOf(z.string(), { max: 4 }).nullish(),
   // Accepted by the schema only so that they can be refused by name.

@@ -165,7 +165,24 @@ export function enableThinking(kwargs: Record<string, unknown> | null | undefine
 }
 
 /**
- * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled},
+ * The thinking switch, as vLLM and SGLang pass it (chat_template_kwargs.enable_thinking), as Qwen's
+ * API takes it (enable_thinking) and as DeepSeek's, GLM's and Kimi's take it (thinking.type). Two
+ * that disagree are a 400 naming the second.
+ */
+function thinkingSwitch(body: ChatCompletionRequest): boolean | undefined {
+  const given: Array<[string, boolean]> = [];
+  const kwargs = enableThinking(body.chat_template_kwargs);
+  if (kwargs !== undefined) given.push(["chat_template_kwargs.enable_thinking", kwargs]);
+  if (body.enable_thinking != null) given.push(["enable_thinking", body.enable_thinking]);
+  if (body.thinking != null) given.push(["thinking.type", body.thinking.type === "enabled"]);
+  const clash = given.find(([, on]) => on !== given[0][1]);
+  if (clash) throw badRequest(`${given[0][0]} and ${clash[0]} disagree; send one of them.`, clash[0]);
+  return given[0]?.[1];
+}
+
+/**
+ * reasoning_effort, reasoning {effort, budget_tokens, max_tokens, enabled}, enable_thinking,
+ * thinking {type, budget_tokens},
  * chat_template_kwargs.enable_thinking and vLLM's thinking_token_budget (or llama-server's
  * reasoning_budget_tokens, named by `budgetParam`) all steer one thing: whether the model thinks, and
  * for how long.
@@ -175,18 +192,28 @@ function reasoningControl(
   thinkingBudget?: number,
   budgetParam = "thinking_token_budget",
 ): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
-  const switched = enableThinking(body.chat_template_kwargs);
+  const switched = thinkingSwitch(body);
   const effort = body.reasoning?.effort ?? body.reasoning_effort ?? undefined;
   const params: string[] = [];
   if (body.reasoning_effort != null) params.push("reasoning_effort");
   if (body.reasoning != null) params.push("reasoning");
-  if (switched !== undefined) params.push("chat_template_kwargs.enable_thinking");
+  if (body.thinking != null) params.push("thinking");
+  if (body.enable_thinking != null) params.push("enable_thinking");
+  if (body.chat_template_kwargs?.enable_thinking != null) params.push("chat_template_kwargs.enable_thinking");
   if (thinkingBudget !== undefined) params.push(budgetParam);
   if (params.length === 0) return {};
 
+  if (body.reasoning?.enabled != null && switched !== undefined && body.reasoning.enabled !== switched)
+    throw badRequest("reasoning.enabled and the thinking switch (enable_thinking, thinking.type or chat_template_kwargs.enable_thinking) disagree; send one of them.", "reasoning.enabled");
   let enabled: boolean | undefined = body.reasoning?.enabled ?? switched;
+  if (effort === "none" && enabled === true)
+    throw badRequest("reasoning effort 'none' turns thinking off, and the thinking switch turns it on; send one of them.", params[0]);
   if (effort === "none") enabled = false;
-  const own = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
+  const reasoningBudget = body.reasoning?.budget_tokens ?? body.reasoning?.max_tokens;
+  const thinkingObjectBudget = body.thinking?.budget_tokens;
+  if (reasoningBudget !== undefined && thinkingObjectBudget !== undefined && reasoningBudget !== thinkingObjectBudget)
+    throw badRequest("thinking.budget_tokens and reasoning's budget disagree; send one of them.", "thinking.budget_tokens");
+  const own = reasoningBudget ?? thinkingObjectBudget;
   if (own !== undefined && thinkingBudget !== undefined && own !== thinkingBudget)
     throw badRequest(`${budgetParam} and reasoning's budget disagree; send one of them.`, budgetParam);
   const given = own ?? thinkingBudget;
