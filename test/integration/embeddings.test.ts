@@ -275,7 +275,7 @@ test("user is accepted", async () => {
 test("vLLM's embedding fields: taken at the values that say what is done here, refused by name otherwise", async () => {
   const plain = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64" });
   // (and Ollama's keep_alive, truncate: false, empty options; llama-server's embd_normalize: 2, Euclidean)
-  const neutral = { normalize: true, use_activation: true, add_special_tokens: true, embed_dtype: "float32", endianness: "little", truncate_prompt_tokens: null, keep_alive: "5m", truncate: false, options: {}, embd_normalize: 2 };
+  const neutral = { normalize: true, use_activation: true, add_special_tokens: true, embed_dtype: "float32", endianness: "little", truncate_prompt_tokens: null, keep_alive: "5m", truncate: false, options: {}, embd_normalize: 2, priority: 0, request_id: "r-1" };
   const taken = await s.http.post("/v1/embeddings", { model: "tiny", input: "hello world", encoding_format: "base64", ...neutral } as never);
   assert.equal(taken.status, 200, taken.text);
   assert.deepEqual(taken.json.data, plain.json.data);
@@ -296,6 +296,9 @@ test("vLLM's embedding fields: taken at the values that say what is done here, r
     [{ embd_normalize: -1 }, "embd_normalize"],
     [{ embd_normalize: 0 }, "embd_normalize"],
     [{ embd_normalize: 1 }, "embd_normalize"],
+    // vLLM's labels, of the wrong type.
+    [{ priority: "high" }, "priority"],
+    [{ request_id: 5 }, "request_id"],
   ];
   for (const [field, param] of refused) {
     const r = await s.http.post("/v1/embeddings", { ...ok, ...field } as never);

@@ -35,6 +35,9 @@ export const embeddingsRequest = z.object({
   mm_processor_kwargs: z.unknown().optional(),
   // llama-server's normalisation (2: Euclidean), read by `refuseEmbeddingExtras` likewise.
   embd_normalize: z.unknown().optional(),
+  // vLLM's request labels: they change nothing about the vectors, and are checked for their type.
+  priority: z.int().nullish(),
+  request_id: z.string().nullish(),
   // Ollama's.
   keep_alive: z.unknown().optional(),
   truncate: z.unknown().optional(),
