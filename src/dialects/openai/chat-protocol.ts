@@ -9,9 +9,10 @@ import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
 
 /**
- * Wire schema of POST /v1/chat/completions. Unknown fields are dropped by zod (clients send vendor
- * extras); fields OpenAI defines that Plinth cannot honour yet are declared so that the route can
- * refuse them by name instead of silently losing them.
+ * Wire schema of POST /v1/chat/completions. The route refuses top-level fields this schema does not
+ * declare (unknown-fields.ts), so every field OpenAI defines is declared, those Plinth cannot honour
+ * too, so that the route can refuse them by name with a reason. Inside messages unknown keys are
+ * dropped (clients send back what they were given, with fields of their own added).
  */
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
