@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "./core/generation-service.ts";
 import { OPENAI_ENVELOPE } from "./dialects/openai/errors.ts";
 import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
+import { invocationsPlugin } from "./dialects/openai/invocations.ts";
 import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
 import { ConversationClaims } from "./dialects/responses/claims.ts";
@@ -77,6 +78,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   void app.register(openAIPlugin, { prefix: "/v1", service, store: opts.store });
   void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs, claims: new ConversationClaims() } });
   void app.register(tokenizerPlugin, { service });
+  void app.register(invocationsPlugin, { service, store: opts.store });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });
   void app.register(spakPlugin, { service });
   const endpoints = new EndpointManager(service.registry, opts.store.endpoints, opts.loader, {

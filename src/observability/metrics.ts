@@ -485,11 +485,11 @@ function errorCode(err: unknown): string {
 export function dialectOf(route: string): string {
   if (route === "unmatched") return "none";
   if (route.startsWith("/v1/responses") || route.startsWith("/v1/conversations")) return "responses";
-  if (route.startsWith("/v1/") || route === "/tokenize" || route === "/detokenize") return "openai";
+  if (route.startsWith("/v1/") || route === "/tokenize" || route === "/detokenize" || route === "/invocations") return "openai";
   if (route.startsWith("/v3/")) return "konan";
   // Databricks' data plane, control plane and Plinth's model admin (DATABRICKS_PREFIXES).
   if (route === "/serving-endpoints" || route.startsWith("/serving-endpoints/") || route.startsWith("/api/2.0/")) return "databricks";
-  if (route === "/health" || route === "/metrics" || route === "/admin" || route.startsWith("/admin/") || route === "/" || route.startsWith("/ui/")) {
+  if (route === "/health" || route === "/ping" || route === "/version" || route === "/metrics" || route === "/admin" || route.startsWith("/admin/") || route === "/" || route.startsWith("/ui/")) {
     return "server";
   }
   return "spak";

@@ -51,7 +51,7 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
     if (logged.has(request)) return;
     logged.add(request);
     const route = request.routeOptions.url ?? "unmatched";
-    if (route === "/metrics" || route === "/health") {
+    if (route === "/metrics" || route === "/health" || route === "/ping") {
       request.log.debug({ route, status: reply.statusCode }, "request");
       return;
     }

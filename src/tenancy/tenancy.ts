@@ -77,7 +77,7 @@ export class Tenancy {
 
   /** Routes anyone may call: health, metrics when so configured, and the admin API (its own key). */
   private isOpen(route: string | undefined, url: string): boolean {
-    if (route === "/health") return true;
+    if (route === "/health" || route === "/ping" || route === "/version") return true;
     // The web console's page and files: public like any web page; its API calls carry their own key.
     if (route === "/" || route === "/ui/:file") return true;
     if (route === "/metrics") return !this.opts.metricsNeedKey;

@@ -106,6 +106,7 @@ const DIALECT_ROUTES: Array<[string, string, unknown]> = [
   ["POST", "/v3/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_completion_tokens: 2 }],
   ["POST", "/chat/completions", spakBody()],
   ["POST", "/tokenize", { model: "tiny", prompt: "hello" }],
+  ["POST", "/invocations", { model: "tiny", prompt: "Once", max_tokens: 2 }],
   ["GET", "/v1/models", undefined],
 ];
 
@@ -137,6 +138,9 @@ describe("authentication", () => {
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(revoked.key))).json.error.message, /revoked/);
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(expired.key))).json.error.message, /expired/);
     assert.equal((await call("GET", "/health", undefined)).status, 200);
+    // A SageMaker container's health check and vLLM's version route are open too.
+    assert.equal((await call("GET", "/ping", undefined)).status, 200);
+    assert.equal((await call("GET", "/version", undefined)).status, 200);
     // /metrics follows --metrics-auth, on by default.
     assert.equal((await call("GET", "/metrics", undefined)).status, 401);
     assert.equal((await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).status, 200);

@@ -57,6 +57,10 @@ const EMBEDDINGS_HINTS: FieldHints = {
   texts: "Embeddings takes 'input'.",
 };
 
+export const parseChat = strictTopLevel(chatCompletionRequest, CHAT_HINTS);
+export const parseCompletion = strictTopLevel(completionRequest, COMPLETIONS_HINTS);
+export const parseEmbeddings = strictTopLevel(embeddingsRequest, EMBEDDINGS_HINTS);
+
 export interface OpenAIPluginOptions {
   service: GenerationService;
   /** Where completions created with `store: true` are kept; without it, `store: true` is refused. */
@@ -71,10 +75,10 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: true });
   const opts = { service, dialect: "openai" };
   const storage = store ? { store } : undefined;
-  postRoute(scope, "/chat/completions", strictTopLevel(chatCompletionRequest, CHAT_HINTS), (body, env) => chatCompletion(body, env, OPENAI_CHAT_CODEC, storage), opts);
+  postRoute(scope, "/chat/completions", parseChat, (body, env) => chatCompletion(body, env, OPENAI_CHAT_CODEC, storage), opts);
   if (storage) registerStoredChatRoutes(scope, service, storage);
-  postRoute(scope, "/completions", strictTopLevel(completionRequest, COMPLETIONS_HINTS), textCompletion, opts);
-  postRoute(scope, "/embeddings", strictTopLevel(embeddingsRequest, EMBEDDINGS_HINTS), createEmbeddings, opts);
+  postRoute(scope, "/completions", parseCompletion, textCompletion, opts);
+  postRoute(scope, "/embeddings", parseEmbeddings, createEmbeddings, opts);
   scope.get("/models", async (request) => listModels(service, requestContext(request, "openai")));
   // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
   scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
