@@ -25,6 +25,18 @@ test("health and model listing", async () => {
   assert.equal((await missing.json()).error.code, "model_not_found");
 });
 
+test("POST /invocations (SageMaker's route) answers as /v1/chat/completions does, on the real engine", async () => {
+  const body = { model: s.model, messages: user("Same answer"), max_tokens: 8, temperature: 0, logit_bias: NO_EOG };
+  const direct = await s.http.chat(body);
+  const invoked = await s.http.post("/invocations", body);
+  assert.equal(invoked.status, 200, invoked.text);
+  assert.equal(invoked.json.object, "chat.completion");
+  assert.equal(invoked.json.choices[0].message.content, direct.choices[0].message.content);
+  // The second request reuses the first one's prompt from the cache; the counts are the same.
+  assert.equal(invoked.json.usage.prompt_tokens, direct.usage!.prompt_tokens);
+  assert.equal(invoked.json.usage.completion_tokens, direct.usage!.completion_tokens);
+});
+
 test("a model named with '/' (--model org/name=path) is listed, retrieved (the slash sent encoded or not) and served", async () => {
   const server = await startTestServer({ model: [`acme/tiny-v1=${await ensureFixtureModel()}`] });
   try {
