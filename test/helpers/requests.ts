@@ -138,6 +138,8 @@ export interface ChatStream {
 /** Plinth's typed routes: path → request body and success answer. */
 export interface Routes {
   "/v1/chat/completions": { body: ChatBody; answer: ChatCompletion };
+  /** SageMaker's route (vLLM's): a chat body here; it also takes completions and embeddings bodies. */
+  "/invocations": { body: ChatBody; answer: ChatCompletion };
   "/v1/completions": { body: CompletionBody; answer: TextCompletion };
   "/v1/embeddings": { body: EmbeddingsBody; answer: Embeddings };
   "/tokenize": { body: TokenizeBody; answer: TokenizeResult };
