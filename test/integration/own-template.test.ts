@@ -442,6 +442,18 @@ test("over HTTP, a required call on a Hermes-style template comes back as a tool
         assert.equal(typeof JSON.parse(args).city, "string", args);
       }
     }
+    // A function that takes no arguments, its schema without `properties`: the template iterates
+    // `parameters.properties`, which is given to it empty (it failed to render: a 400 naming messages).
+    for (const parameters of [{ type: "object", additionalProperties: false }, { type: "object" }, {}]) {
+      const body = { model: "hermes", messages: [{ role: "user", content: "Ping" }], tools: [{ type: "function", function: { name: "ping", parameters } }], tool_choice: "required", max_tokens: 30, temperature: 0 };
+      const r = await server.http.postRaw("/v1/chat/completions", body);
+      assert.equal(r.status, 200, `${JSON.stringify(parameters)}: ${r.text.slice(0, 300)}`);
+      const call = (r.json as { choices: Array<{ message: { tool_calls: Array<{ function: { name: string; arguments: string } }> } }> }).choices[0].message.tool_calls[0];
+      assert.equal(call.function.name, "ping");
+      // Where nothing else may be given, the arguments are the empty object (the random model's
+      // arguments of an open schema may not end within max_tokens).
+      if ("additionalProperties" in parameters) assert.deepEqual(JSON.parse(call.function.arguments), {});
+    }
   } finally {
     await server.close();
   }

@@ -14,9 +14,18 @@ import { ANY_JSON_STRING_CONTENT, GbnfEscapeError, jsonStringGrammar } from "../
 const OPENING = '{"input": "';
 const CLOSING = '"}';
 
-/** The parameters the template documents for a tool. */
+/**
+ * The parameters the template documents for a tool. An object schema without `properties` (`{}`,
+ * `{"type": "object"}`: a function that takes no arguments) gets an empty `properties`, which
+ * constrains nothing: templates such as Hermes' iterate `parameters.properties` and fail to render
+ * without it.
+ */
 export function toolParams(tool: ToolDefinition): unknown {
-  if (!tool.input) return tool.parameters;
+  if (!tool.input) {
+    const p = tool.parameters;
+    if (p !== null && typeof p === "object" && !Array.isArray(p) && !("properties" in p)) return { ...p, properties: {} };
+    return p;
+  }
   return { type: "object", properties: { input: { type: "string" } }, required: ["input"], additionalProperties: false };
 }
 
