@@ -44,6 +44,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
     "unsupported_content",
   ],
   ["image part with an unknown detail", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png", detail: "ultra" } }] }] }, 400, "messages[0].content[0].image_url.detail"],
+  ["a cache breakpoint of another mode on a text part", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", prompt_cache_breakpoint: { mode: "implicit" } }] }] }, 400, "messages[0].content[0].prompt_cache_breakpoint"],
+  ["a cache breakpoint that is not an object on an image part", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png" }, prompt_cache_breakpoint: true }] }] }, 400, "messages[0].content[0].prompt_cache_breakpoint"],
   ["image part with an unknown field", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png", size: 3 } }] }] }, 400, "messages[0].content[0].image_url.size"],
   ["image part in a system message", { ...ok, messages: [{ role: "system", content: [{ type: "image_url", image_url: { url: "http://x/y.png" } }] }, ok.messages[0]] }, 400, "messages[0].content[0]"],
   ["audio content part", { ...ok, messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "", format: "wav" } }] }] }, 400, "messages[0].content[0].type"],
@@ -133,6 +135,11 @@ test("a message without its role says the role is required", async () => {
   assert.equal(r.statusCode, 400);
   assert.equal(r.json().error.param, "messages[0].role");
   assert.match(r.json().error.message, /required/);
+});
+
+test("OpenAI's explicit cache breakpoint on a text part is taken (every prefix the cache sees can be reused)", async () => {
+  const r = await post({ ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", prompt_cache_breakpoint: { mode: "explicit" } }] }] });
+  assert.equal(r.statusCode, 200, r.body);
 });
 
 test("an unknown top-level field is a 400 naming it, as OpenAI answers; fields of other endpoints and misspellings say what to send", async () => {

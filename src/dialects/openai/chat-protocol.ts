@@ -15,7 +15,13 @@ import { listOf } from "../list-of.ts";
  * dropped (clients send back what they were given, with fields of their own added).
  */
 
-const textPart = z.object({ type: z.literal("text"), text: z.string() });
+/**
+ * OpenAI's explicit cache breakpoint on a content part: the prompt up to here is a prefix to reuse.
+ * Taken as it is: the prompt cache keeps the prefixes it has seen and reuses the longest shared one
+ * (that up to a breakpoint included) without being told where they end.
+ */
+export const promptCacheBreakpoint = z.strictObject({ mode: z.literal("explicit") });
+const textPart = z.object({ type: z.literal("text"), text: z.string(), prompt_cache_breakpoint: promptCacheBreakpoint.nullish() });
 /** Non-text parts are recognised so they can be refused with a clear message. */
 const otherPart = z.object({ type: z.string() }).loose();
 const contentParts = listOf(z.union([textPart, otherPart]), { min: 1 });

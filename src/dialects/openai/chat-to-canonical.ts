@@ -2,6 +2,7 @@ import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, FreeTextInput, GenerationRequest, Message, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protocol.ts";
+import { promptCacheBreakpoint } from "./chat-protocol.ts";
 import { refuseServiceFields, refuseVerbosity } from "./service-fields.ts";
 import { foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
@@ -312,6 +313,9 @@ function textOf(part: { type: string; text?: unknown }, i: number, j: number): s
         : `messages[${i}].content[${j}].text must be a string.`,
       `messages[${i}].content[${j}].text`,
     );
+  const breakpoint = (part as { prompt_cache_breakpoint?: unknown }).prompt_cache_breakpoint;
+  if (part.type === "text" && breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
+    throw badRequest(`messages[${i}].content[${j}].prompt_cache_breakpoint must be {"mode": "explicit"}.`, `messages[${i}].content[${j}].prompt_cache_breakpoint`);
   if (part.type === "image_url") throw badRequest(`messages[${i}].content[${j}] is an image; images belong in user messages.`, `messages[${i}].content[${j}]`);
   if (part.type !== "text")
     throw badRequest(`messages[${i}].content[${j}] has type '${part.type}'; only text and image_url parts are supported by this server.`, `messages[${i}].content[${j}].type`);
@@ -331,7 +335,10 @@ const DETAILS = ["auto", "low", "high"];
 
 /** `{type: "image_url", image_url: {url, detail?}}`, checked field by field so nothing in it is lost. */
 function imagePart(part: Record<string, unknown>, at: string): ContentPart {
-  for (const key of Object.keys(part)) if (key !== "type" && key !== "image_url") throw unsupportedField(`${at}.${key}`, "is not a field of an image_url part");
+  for (const key of Object.keys(part)) if (key !== "type" && key !== "image_url" && key !== "prompt_cache_breakpoint") throw unsupportedField(`${at}.${key}`, "is not a field of an image_url part");
+  const breakpoint = part.prompt_cache_breakpoint;
+  if (breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
+    throw badRequest(`${at}.prompt_cache_breakpoint must be {"mode": "explicit"}.`, `${at}.prompt_cache_breakpoint`);
   const image = part.image_url as Record<string, unknown> | undefined;
   if (image === null || typeof image !== "object" || Array.isArray(image))
     throw badRequest(`${at}.image_url must be an object with a url.`, `${at}.image_url`);
