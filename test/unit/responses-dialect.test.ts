@@ -131,7 +131,16 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["Chat's messages", { messages: [{ role: "user", content: "x" }] }, 400, "messages"],
   ["Chat's n", { n: 2 }, 400, "n"],
   ["a misspelt field", { max_output_token: 3 }, 400, "max_output_token"],
+  // Fields of an item sent back, held to OpenAI's values.
+  ["a message's phase of another type", { input: [{ type: "message", role: "assistant", content: "x", phase: 12345 }, { role: "user", content: "hi" }] }, 400, "input[0].phase"],
+  ["a message's status that OpenAI has not got", { input: [{ type: "message", role: "assistant", content: "x", status: "bogus" }, { role: "user", content: "hi" }] }, 400, "input[0].status"],
 ];
+
+test("an assistant message sent back with its phase and status, as OpenAI's clients keep them, is taken", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const r = await post({ model: "m", input: [{ type: "message", role: "assistant", content: "x", phase: "commentary", status: "completed" }, { role: "user", content: "hi" }] });
+  assert.equal(r.statusCode, 200, r.body);
+});
 
 test("an unknown field's refusal says what this API takes instead, on /v1/responses and /v1/responses/input_tokens", async () => {
   for (const url of ["/v1/responses", "/v1/responses/input_tokens"]) {

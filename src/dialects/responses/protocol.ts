@@ -26,13 +26,19 @@ const contentPart = byType({ input_text: textLike, output_text: textLike, refusa
 const outputPart = byType({ input_text: textLike, output_text: textLike }, otherPart);
 const messageContent = z.union([z.string(), listOf(contentPart)]);
 
+/** An item's status as OpenAI's items carry it (an item sent back keeps the one it was given). */
+const itemStatus = z.enum(["in_progress", "completed", "incomplete"]);
+
 const message = z
   .object({
     type: z.literal("message").optional(),
     id: z.string().optional(),
     role: z.enum(["user", "assistant", "system", "developer"]),
     content: messageContent,
-    status: z.string().optional(),
+    status: itemStatus.optional(),
+    // OpenAI's label of an assistant message (commentary or the final answer), which clients keep
+    // and send back; the chat templates have no place for it, so it is checked and not rendered.
+    phase: z.enum(["commentary", "final_answer"]).nullish(),
   })
   .loose();
 
@@ -43,7 +49,7 @@ const functionCall = z
     call_id: z.string().min(1),
     name: z.string().min(1),
     arguments: z.string(),
-    status: z.string().optional(),
+    status: itemStatus.optional(),
   })
   .loose();
 
@@ -53,7 +59,7 @@ const functionCallOutput = z
     id: z.string().optional(),
     call_id: z.string().min(1),
     output: z.union([z.string(), listOf(outputPart)]),
-    status: z.string().optional(),
+    status: itemStatus.optional(),
   })
   .loose();
 
