@@ -86,6 +86,20 @@ test("logprobs: alternatives with the same text keep distinct keys (bytes:\\xNN,
   assert.equal(Math.max(...Object.values(ctop)), control.choices[0].logprobs!.token_logprobs[0]);
 });
 
+test("logprobs: after a token that began a character, an alternative of whole characters is keyed by its own text, not with U+FFFD", async () => {
+  // The echoed prompt splits each Greek letter over two byte tokens; at the second byte's position
+  // the alternatives are ordinary tokens (" arou"), once keyed "\ufffd arou" (the pending first
+  // byte decoded with them).
+  const r = await complete({ prompt: "αβγ 😀", echo: true, logprobs: 1, max_tokens: 1, temperature: 0 });
+  const lp = r.choices[0].logprobs!;
+  const keys = lp.top_logprobs.flatMap((m) => Object.keys(m ?? {}));
+  assert.ok(keys.length > 8, JSON.stringify(lp.top_logprobs));
+  assert.ok(keys.every((k) => !k.includes("\ufffd")), JSON.stringify(keys));
+  // The tokens that complete a character still carry it, and the first bytes are bytes:.
+  assert.ok(lp.tokens.includes("α") && keys.includes("α"), JSON.stringify(lp.tokens));
+  assert.ok(keys.includes("bytes:\\xce"), JSON.stringify(keys));
+});
+
 test("logprobs: each map holds the sampled token too (up to logprobs + 1 keys; logprobs 0: just it)", async () => {
   // At temperature 1 some sampled tokens are not the most likely one.
   const r = await complete({ prompt: "Dice", max_tokens: 12, temperature: 1, seed: 5, logprobs: 1, echo: true, logit_bias: NO_EOG });

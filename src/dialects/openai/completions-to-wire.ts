@@ -63,11 +63,25 @@ class LegacyLogprobBuilder {
 function mapKey(t: { token: string; bytes: number[]; special?: string }): string {
   if (t.special !== undefined) return t.special;
   if (t.bytes.length === 0) return t.token;
+  // An alternative whose own bytes are whole characters is named by them: after a token that began
+  // a character, its text (read on from the pending bytes) starts with U+FFFD ("\ufffd arou").
+  const own = wholeCharacters(t.bytes);
+  if (own !== undefined) return own;
   if (t.token !== "" && endsWith(encoder.encode(t.token), t.bytes)) return t.token;
   return `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, "0")}`).join("")}`;
 }
 
 const encoder = new TextEncoder();
+const strictDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** The bytes as text when they are whole UTF-8 characters, else undefined. */
+function wholeCharacters(bytes: number[]): string | undefined {
+  try {
+    return strictDecoder.decode(Uint8Array.from(bytes));
+  } catch {
+    return undefined;
+  }
+}
 
 function endsWith(whole: Uint8Array, tail: readonly number[]): boolean {
   if (tail.length > whole.length) return false;
