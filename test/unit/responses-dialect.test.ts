@@ -133,12 +133,19 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["a misspelt field", { max_output_token: 3 }, 400, "max_output_token"],
   // Fields of an item sent back, held to OpenAI's values.
   ["a message's phase of another type", { input: [{ type: "message", role: "assistant", content: "x", phase: 12345 }, { role: "user", content: "hi" }] }, 400, "input[0].phase"],
+  ["a cache breakpoint of another mode", { input: [{ role: "user", content: [{ type: "input_text", text: "hi", prompt_cache_breakpoint: { mode: "implicit" } }] }] }, 400, "input[0].content[0].prompt_cache_breakpoint.mode"],
   ["a message's status that OpenAI has not got", { input: [{ type: "message", role: "assistant", content: "x", status: "bogus" }, { role: "user", content: "hi" }] }, 400, "input[0].status"],
 ];
 
-test("an assistant message sent back with its phase and status, as OpenAI's clients keep them, is taken", async () => {
+test("an assistant message sent back with its phase and status, as OpenAI's clients keep them, and a cache breakpoint on a text part are taken", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
-  const r = await post({ model: "m", input: [{ type: "message", role: "assistant", content: "x", phase: "commentary", status: "completed" }, { role: "user", content: "hi" }] });
+  const r = await post({
+    model: "m",
+    input: [
+      { type: "message", role: "assistant", content: "x", phase: "commentary", status: "completed" },
+      { role: "user", content: [{ type: "input_text", text: "hi", prompt_cache_breakpoint: { mode: "explicit" } }] },
+    ],
+  });
   assert.equal(r.statusCode, 200, r.body);
 });
 

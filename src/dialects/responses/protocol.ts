@@ -4,7 +4,7 @@ import { samplingFieldsSchema } from "../openai/sampling-fields.ts";
 import { foreignFieldsSchema } from "../openai/foreign-fields.ts";
 import { structuredFieldsSchema } from "../openai/structured-fields.ts";
 import { serviceFieldsSchema } from "../openai/service-fields.ts";
-import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
+import { MAX_MESSAGES, promptCacheBreakpoint } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
@@ -12,13 +12,15 @@ import { listOf } from "../list-of.ts";
 import { once } from "../query-once.ts";
 
 /**
- * Wire schema of POST /v1/responses (OpenAI's Responses API). Unknown top-level fields are dropped
- * (clients send vendor extras); fields OpenAI defines that Plinth cannot honour are declared so they
- * can be refused by name.
+ * Wire schema of POST /v1/responses (OpenAI's Responses API). The route refuses top-level fields it
+ * does not declare (unknown-fields.ts); fields OpenAI defines that Plinth cannot honour are declared
+ * so they can be refused by name with a reason.
  */
 
 /** Content parts of input messages; non-text parts are recognised so they can be refused by name. */
-const textLike = z.object({ type: z.enum(["input_text", "output_text"]), text: z.string() }).loose();
+const textLike = z
+  .object({ type: z.enum(["input_text", "output_text"]), text: z.string(), prompt_cache_breakpoint: promptCacheBreakpoint.nullish() })
+  .loose();
 const refusalPart = z.object({ type: z.literal("refusal"), refusal: z.string() }).loose();
 const otherPart = z.object({ type: z.string() }).loose();
 /** A part of a known type is checked as that type, so a malformed text part cannot pass as "other". */
