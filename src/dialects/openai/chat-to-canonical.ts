@@ -315,7 +315,7 @@ function textOf(part: { type: string; text?: unknown }, i: number, j: number): s
     );
   const breakpoint = (part as { prompt_cache_breakpoint?: unknown }).prompt_cache_breakpoint;
   if (part.type === "text" && breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
-    throw badRequest(`messages[${i}].content[${j}].prompt_cache_breakpoint must be {"mode": "explicit"}.`, `messages[${i}].content[${j}].prompt_cache_breakpoint`);
+    throw badRequest(`messages[${i}].content[${j}].prompt_cache_breakpoint must be {"mode": "explicit"}.`, `messages[${i}].content[${j}].prompt_cache_breakpoint`, "invalid_value");
   if (part.type === "image_url") throw badRequest(`messages[${i}].content[${j}] is an image; images belong in user messages.`, `messages[${i}].content[${j}]`);
   if (part.type !== "text")
     throw badRequest(`messages[${i}].content[${j}] has type '${part.type}'; only text and image_url parts are supported by this server.`, `messages[${i}].content[${j}].type`);
@@ -338,7 +338,7 @@ function imagePart(part: Record<string, unknown>, at: string): ContentPart {
   for (const key of Object.keys(part)) if (key !== "type" && key !== "image_url" && key !== "prompt_cache_breakpoint") throw unsupportedField(`${at}.${key}`, "is not a field of an image_url part");
   const breakpoint = part.prompt_cache_breakpoint;
   if (breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
-    throw badRequest(`${at}.prompt_cache_breakpoint must be {"mode": "explicit"}.`, `${at}.prompt_cache_breakpoint`);
+    throw badRequest(`${at}.prompt_cache_breakpoint must be {"mode": "explicit"}.`, `${at}.prompt_cache_breakpoint`, "invalid_value");
   const image = part.image_url as Record<string, unknown> | undefined;
   if (image === null || typeof image !== "object" || Array.isArray(image))
     throw badRequest(`${at}.image_url must be an object with a url.`, `${at}.image_url`);
