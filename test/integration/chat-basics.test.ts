@@ -131,6 +131,23 @@ test("without include_usage no usage chunk is sent, and the stream ends with [DO
 });
 
 
+test("OpenRouter's usage.include streams the usage chunk as include_usage does, on chat and completions; a misspelt key is refused", async () => {
+  for (const [path, body] of [
+    ["/v1/chat/completions", { model: s.model, messages: user("hi"), max_tokens: 4, logit_bias: NO_EOG }],
+    ["/v1/completions", { model: s.model, prompt: "hi", max_tokens: 4, logit_bias: NO_EOG }],
+  ] as const) {
+    const { chunks } = await streamedChunks(`${s.url}${path}`, { ...body, stream: true, usage: { include: true } });
+    const last = chunks.at(-1)!;
+    assert.deepEqual(last.choices, [], path);
+    assert.equal(last.usage.completion_tokens, 4, path);
+    const off = await streamedChunks(`${s.url}${path}`, { ...body, stream: true, usage: { include: false } });
+    assert.ok(off.chunks.every((c) => !("usage" in c) || c.usage === null), path);
+    const bad = await fetch(`${s.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, usage: { includes: true } }) });
+    assert.equal(bad.status, 400, path);
+    assert.match(((await bad.json()) as { error: { param: string } }).error.param, /^usage/, path);
+  }
+});
+
 test("stream_options.include_obfuscation pads every chunk (the usage chunk too) to a multiple of 32 bytes; without it nothing is added", async () => {
   const body = { model: s.model, messages: user("Say something long é"), max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };
   const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, body);

@@ -58,7 +58,7 @@ export async function chatCompletion(
   const other = await codec.respond?.({ body, env, meta, events, names });
   if (other) return other;
   if (!body.stream) return { kind: "json", body: await render(events) };
-  const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true;
+  const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true || body.usage?.include === true;
   const shape = { usageOnFinishChunk: codec.usageOnFinishChunk, chunkToWire: codec.chunkToWire };
   const streamError = codec.streamError;
   const streamed: RouteResult = {

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
-import { foreignFieldsSchema } from "./foreign-fields.ts";
+import { foreignFieldsSchema, openRouterUsage } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 import { listOf } from "../list-of.ts";
 
@@ -28,6 +28,8 @@ export const completionRequest = z.object({
   cache_prompt: z.boolean().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional(), continuous_usage_stats: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
+  // OpenRouter's: include: true reports usage in a stream's last chunk, as stream_options.include_usage.
+  usage: openRouterUsage,
   // Other servers' structured-output fields, declared so they are refused by name, not dropped.
   ...structuredFieldsSchema,
   ...foreignFieldsSchema,

@@ -26,7 +26,7 @@ export async function textCompletion(body: CompletionRequest, env: RouteEnv): Pr
   if (!body.stream) return { kind: "json", body: await renderCompletion(meta, started.events, logprobs) };
   const streamed: RouteResult = {
     kind: "sse",
-    write: (sse) => streamCompletion(sse, meta, started.events, logprobs, body.stream_options?.include_usage === true),
+    write: (sse) => streamCompletion(sse, meta, started.events, logprobs, (body.stream_options?.include_usage === true || body.usage?.include === true)),
     errorEvent: (err) => openAIErrorEvent(err, names),
   };
   return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;

@@ -360,6 +360,9 @@ export function templateSwitches(lastRole: string | undefined, addGenerationProm
 const anyValue = z.unknown().optional();
 
 /** The fields as the schema declares them: any JSON value, read by `foreignFields`. */
+/** OpenRouter's `usage: { include }` on chat and completions: a strict object, so a misspelt key is named. */
+export const openRouterUsage = z.strictObject({ include: z.boolean().optional() }).nullish();
+
 export const foreignFieldsSchema = {
   ...(Object.fromEntries(FOREIGN_FIELDS.map((k) => [k, anyValue])) as { [K in ForeignField]: typeof anyValue }),
   ignore_eos: z.boolean().nullish(),
