@@ -79,11 +79,26 @@ test("000-04 a message without role is rejected", async () => {
   await rejects({ model, messages: [{ role: "tool", content: "x" }] }, "messages[0].role");
 });
 
-test("a message holds role and content only: name, tool_calls, reasoning_content or an unknown key are 400s naming it", async () => {
+test("a message holds role and content only: name, tool_calls or an unknown key are 400s naming it", async () => {
   await rejects({ model, messages: [{ role: "user", content: "hi", name: "bob" }] }, "messages[0].name");
   await rejects({ model, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "", tool_calls: [] }] }, "messages[1].tool_calls");
-  await rejects({ model, messages: [{ role: "assistant", content: "x", reasoning_content: "y" }, ok.messages[0]] }, "messages[0].reasoning_content");
+  await rejects({ model, messages: [{ role: "user", content: "x", reasoning_content: "y" }] }, "messages[0].reasoning_content");
+  await rejects({ model, messages: [{ role: "assistant", content: "x", reasoning_content: 3 }, ok.messages[0]] }, "messages[0].reasoning_content");
   await rejects({ model, messages: [{ role: "system", content: "x", foo: 1 }] }, "messages[0].foo");
+});
+
+test("an answer sent back as history (with its reasoning_content) is accepted; the earlier thinking is not shown to the model", async () => {
+  const turn = (reasoning_content?: string | null) => ({
+    model,
+    temperature: 0,
+    max_completion_tokens: 4,
+    messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "hello", ...(reasoning_content !== undefined ? { reasoning_content } : {}) }, { role: "user", content: "again" }],
+  });
+  const without = await accepts(turn());
+  for (const r of ["a long earlier thought", null]) {
+    const j = await accepts(turn(r));
+    assert.equal(j.usage.prompt_tokens, without.usage.prompt_tokens, String(r));
+  }
 });
 
 test("000-05 system, user and assistant messages with string content are accepted in one conversation", async () => {

@@ -14,12 +14,15 @@ import { listOf } from "../list-of.ts";
  * as the OpenAI schema drops unknown fields; `max_tokens` is the exception (see below).
  */
 
-// A message holds its role and string content, nothing else: a `name`, an assistant's `tool_calls` or
-// `reasoning_content` would otherwise be dropped without a word, so they are 400s naming the key.
+// A message holds its role and string content, nothing else: a `name` or an assistant's `tool_calls`
+// would otherwise be dropped without a word, so they are 400s naming the key. An assistant's
+// `reasoning_content` is the exception: Plinth's own answers carry it, and a client that appends the
+// answer to its history sends it back. Earlier turns' thinking is never shown to the model again (on
+// any dialect), so it is accepted and not read.
 const message = z.discriminatedUnion("role", [
   z.strictObject({ role: z.literal("system"), content: z.string() }),
   z.strictObject({ role: z.literal("user"), content: z.string() }),
-  z.strictObject({ role: z.literal("assistant"), content: z.string(), ...sdkMessageEchoes }),
+  z.strictObject({ role: z.literal("assistant"), content: z.string(), reasoning_content: z.string().nullish(), ...sdkMessageEchoes }),
 ]);
 
 // Strict: a misspelt `budget_tokens` would otherwise read as `{}` (thinking on, no budget).
