@@ -141,6 +141,13 @@ test("include on the item reads: logprobs and sealed reasoning when asked, left 
     assert.equal(typeof find(full, thought.id).encrypted_content, "string", query);
   }
   const one = (await s.client.conversations.items.retrieve(thought.id, { conversation_id: conv.id, include: ["reasoning.encrypted_content"] })) as any;
+  // A retrieve of the response with include (the openai SDK sends include[]=…) adds the seal to what was stored.
+  const retrieved = (await s.client.responses.retrieve(reasoned.id, { include: ["reasoning.encrypted_content"] } as never)) as any;
+  assert.match(retrieved.output.find((o: any) => o.type === "reasoning").encrypted_content, /^plinth-v1:/);
+  assert.equal((await s.client.responses.retrieve(reasoned.id)).output.find((o: any) => o.type === "reasoning")!.hasOwnProperty("encrypted_content"), false);
+  const unknownInclude = await call("GET", `/responses/${reasoned.id}?include=file_search_call.results`);
+  assert.equal(unknownInclude.status, 400);
+  assert.equal(unknownInclude.json.error.param, "include");
   // Sealed now, it goes back as input like any sealed reasoning (an altered one is refused).
   const next = await s.client.responses.create({
     model: "think",

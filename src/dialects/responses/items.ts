@@ -42,9 +42,8 @@ export function itemToWire<T extends Item>(item: T, include: ItemInclude): T {
   if (WITH_STATUS.has(type) && typeof out.status !== "string") out.status = "completed";
   if (type === "reasoning") {
     if (!Array.isArray(out.summary)) out.summary = [];
-    const text = Array.isArray(out.content) ? (out.content as Item[]).map((p) => (typeof p.text === "string" ? p.text : "")).join("") : undefined;
     if (!include.seal) delete out.encrypted_content;
-    else if (typeof out.encrypted_content !== "string" && text !== undefined) out.encrypted_content = include.seal(text);
+    else sealReasoning(out, include.seal);
   }
   if (type === "message") {
     const partType = out.role === "assistant" ? "output_text" : "input_text";
@@ -54,4 +53,26 @@ export function itemToWire<T extends Item>(item: T, include: ItemInclude): T {
     );
   }
   return out as T;
+}
+
+/** Seals a reasoning item's text into `encrypted_content`, unless it already has one. */
+function sealReasoning(item: Item, seal: (text: string) => string): void {
+  if (typeof item.encrypted_content === "string" || !Array.isArray(item.content)) return;
+  item.encrypted_content = seal((item.content as Item[]).map((p) => (typeof p.text === "string" ? p.text : "")).join(""));
+}
+
+/**
+ * A stored response as a GET with `include` asks for it: what the create included stays, and what
+ * the GET adds is filled in (reasoning sealed now; output text logprobs exist only where the create
+ * computed them, so asking for them adds none).
+ */
+export function responseWithInclude(body: Item, include: ItemInclude): Item {
+  if (!include.seal || !Array.isArray(body.output)) return body;
+  const output = (body.output as Item[]).map((item) => {
+    if (item.type !== "reasoning") return item;
+    const out = { ...item };
+    sealReasoning(out, include.seal!);
+    return out;
+  });
+  return { ...body, output };
 }

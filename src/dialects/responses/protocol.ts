@@ -267,12 +267,18 @@ export const inputTokensRequest = createResponseRequest.partial({ model: true })
 });
 export type InputTokensRequest = z.infer<typeof inputTokensRequest>;
 
+// Once (`include=a`), repeated (`include=a&include=b`), or as the openai SDK writes a list (`include[]=a`).
+const includeParam = z.union([z.string(), listOf(z.string())]).optional();
+
 /**
  * GET /v1/responses/{id}: `stream=true` resumes a background stream after `starting_after`.
- * `include_obfuscation` pads the delta events as on create; anything else (`include`,
- * which would need the response rendered again) is refused.
+ * `include_obfuscation` pads the delta events as on create; `include` adds to the stored response
+ * (not to a resumed stream, whose events were written as they were); anything else is refused.
  */
 export const retrieveQuery = z.strictObject({
+  // What to add to the stored response (see responseWithInclude): the openai SDK's retrieve sends it.
+  include: includeParam,
+  "include[]": includeParam,
   stream: z.enum(["true", "false"]).optional(),
   starting_after: z.string().optional(),
   include_obfuscation: z.enum(["true", "false"]).optional(),
@@ -286,9 +292,6 @@ export const retrieveQuery = z.strictObject({
  * reasoning. OpenAI's other values are for hosted tools and input images, which Plinth has not got.
  */
 export const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
-
-// Once (`include=a`), repeated (`include=a&include=b`), or as the openai SDK writes a list (`include[]=a`).
-const includeParam = z.union([z.string(), listOf(z.string())]).optional();
 
 /** The query of a read of stored items: what to include in them (see readInclude). */
 export const includeQuery = z.object({ include: includeParam, "include[]": includeParam });

@@ -8,14 +8,14 @@ import { storeNamespace } from "../../core/context.ts";
 import type { BackgroundRuns } from "./background.ts";
 import type { ConversationClaims } from "./claims.ts";
 import { echoSettings } from "./echo.ts";
-import type { CreateResponseRequest, InputItem, InputTokensRequest, ListQuery } from "./protocol.ts";
+import type { CreateResponseRequest, InputItem, InputTokensRequest, IncludeQuery, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
 import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, Store } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
-import { itemToWire, readInclude } from "./items.ts";
+import { itemToWire, readInclude, responseWithInclude } from "./items.ts";
 
 export interface ResponsesDeps {
   store: Store;
@@ -372,16 +372,20 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
 /** GET /v1/responses/{id}, with `?stream=true&starting_after=N` to resume a background stream. */
 export async function retrieveResponse(
   id: string,
-  query: { stream?: string; starting_after?: string; include_obfuscation?: string },
+  query: IncludeQuery & { stream?: string; starting_after?: string; include_obfuscation?: string },
   ns: string,
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
+  const include = readInclude(query, deps.sealer);
   const stored = await deps.store.responses.get(ns, id);
   if (!stored) throw notFound("response", id);
   if (query.stream !== "true") {
     if (query.starting_after !== undefined) throw badRequest("starting_after applies to a stream: it needs stream=true.", "starting_after");
-    return { kind: "json", body: stored.body };
+    return { kind: "json", body: responseWithInclude(stored.body, include) };
   }
+  // A resumed stream replays the events as they were written.
+  if (query.include !== undefined || query["include[]"] !== undefined)
+    throw badRequest("include applies to a retrieve of the response object, not to a resumed stream (stream=true).", "include");
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
   // Decimal digits only: Number() reads "" as 0 and "0x10" as 16, which would start the stream
   // somewhere the client never asked for.
