@@ -100,6 +100,21 @@ test("logprobs: after a token that began a character, an alternative of whole ch
   assert.ok(keys.includes("bytes:\\xce"), JSON.stringify(keys));
 });
 
+test("logprobs: a token read after bytes that form no character is keyed as tokens spells it, U+FFFD and all", async () => {
+  // Token 233 is the byte E4, a character's first byte; an ordinary token after it leaves it no
+  // character, so that token's text starts with U+FFFD. Its map key must be that text too, or
+  // top_logprobs[i][tokens[i]] finds nothing.
+  const word = (await s.http.post("/tokenize", { model: "tiny", prompt: " Hello", add_special_tokens: false })).json.tokens as number[];
+  const r = await complete({ prompt: [233, ...word], echo: true, logprobs: 1, max_tokens: 1, temperature: 0 });
+  const lp = r.choices[0].logprobs!;
+  assert.ok(lp.tokens[1].startsWith("\ufffd"), JSON.stringify(lp.tokens));
+  for (let i = 1; i < lp.tokens.length; i++) {
+    const map = lp.top_logprobs[i]!;
+    assert.equal(map[lp.tokens[i]], lp.token_logprobs[i], `${i}: ${JSON.stringify(lp.tokens)} ${JSON.stringify(map)}`);
+    assert.ok(Object.keys(map).length <= 2, JSON.stringify(map));
+  }
+});
+
 test("logprobs: each map holds the sampled token too (up to logprobs + 1 keys; logprobs 0: just it)", async () => {
   // At temperature 1 some sampled tokens are not the most likely one.
   const r = await complete({ prompt: "Dice", max_tokens: 12, temperature: 1, seed: 5, logprobs: 1, echo: true, logit_bias: NO_EOG });

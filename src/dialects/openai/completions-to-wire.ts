@@ -46,8 +46,9 @@ class LegacyLogprobBuilder {
     const put = (key: string, value: number) => {
       if (!Object.hasOwn(map, key)) map[key] = value;
     };
-    for (const t of e.top.slice(0, this.top)) put(mapKey(t), t.logprob);
-    put(mapKey(e), logprob);
+    const sampled = sampledKey(e);
+    for (const t of e.top.slice(0, this.top)) put(isSampled(t, e, logprob) ? sampled : mapKey(t), t.logprob);
+    put(sampled, logprob);
     return map;
   }
 }
@@ -69,6 +70,21 @@ function mapKey(t: { token: string; bytes: number[]; special?: string }): string
   if (own !== undefined) return own;
   if (t.token !== "" && endsWith(encoder.encode(t.token), t.bytes)) return t.token;
   return `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, "0")}`).join("")}`;
+}
+
+/**
+ * The sampled token's key: its text in `tokens`, so that `top_logprobs[i][tokens[i]]` finds it, also
+ * where that text carries more than the token's own characters (the U+FFFD of bytes an earlier token
+ * left that form no character, "\ufffd at"). A token with no text there ("", part of a character)
+ * or a control token keeps mapKey's name.
+ */
+function sampledKey(e: { token: string; bytes: number[]; special?: string }): string {
+  return e.special === undefined && e.token !== "" && e.bytes.length > 0 ? e.token : mapKey(e);
+}
+
+/** Whether a top entry is the sampled token itself (the same bytes, name and log probability). */
+function isSampled(t: { bytes: number[]; logprob: number; special?: string }, e: { bytes: number[]; special?: string }, logprob: number): boolean {
+  return t.logprob === logprob && t.special === e.special && t.bytes.length === e.bytes.length && t.bytes.every((b, i) => b === e.bytes[i]);
 }
 
 const encoder = new TextEncoder();
