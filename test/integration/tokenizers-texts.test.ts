@@ -233,6 +233,20 @@ test("spm: a text's first piece loses the space prefix; a piece after the prompt
   if (first.token.startsWith(" ")) assert.equal(first.bytes![0], 0x20);
 });
 
+test("a ▁ typed in a text prompt is echoed and listed as typed, with every offset after it in place", async () => {
+  // SentencePiece reads a typed ▁ as a space: its token spelled " " where the text has ▁, and every
+  // text_offset after it was one character short (spm also listed it as "").
+  for (const model of MODELS) {
+    for (const prompt of ["a ▁ b▁▁c ▁x", "▁start", "x▁", "ĠBPE Ġ▁ mixed"]) {
+      const r = await postJson(`${s.url}/v1/completions`, { model, prompt, echo: true, logprobs: 0, max_tokens: 2, logit_bias: NO_EOG, temperature: 0 });
+      assert.equal(r.status, 200, r.text);
+      const text = r.json.choices[0].text as string;
+      assert.ok(text.startsWith(prompt), `${model}: ${JSON.stringify(text)}`);
+      assertLegacy(r.json.choices[0].logprobs, text, `${model} ${JSON.stringify(prompt)}`);
+    }
+  }
+});
+
 test("spm: token ids after BOS read as their text: /detokenize gives /tokenize's text back, and an echo matches its tokens", async () => {
   for (const text of ["Hello world", "the the", "café 世界 😀 naïve"]) {
     const t = await postJson(`${s.url}/tokenize`, { model: "spm", prompt: text });

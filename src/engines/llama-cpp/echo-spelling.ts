@@ -13,6 +13,8 @@ import type { TokenPieces } from "./token-pieces.ts";
  *  - a SentencePiece tokenizer that adds a space in front of its text does so again after each
  *    control token; that space is the tokenizer's, not the client's, so it is left out, as the one
  *    before the prompt's first word already is.
+ *  - a SentencePiece tokenizer reads a `▁` the client typed as a space, so its token spells " "
+ *    where the text has `▁`; it is written as the text has it.
  *
  * `tokens` are the prompt's token ids, one per entry. Entries are taken in order while they fit the
  * text; should one not (never expected), it and those after it are left as they were.
@@ -28,6 +30,11 @@ export function spellAlongText(entries: TokenLogprob[], text: string, tokens: re
       at += special.length;
     } else if (text.startsWith(e.token, at)) {
       at += e.token.length;
+    } else if (pieces.readsMarkerAsSpace && e.token.includes(" ") && spacesReadAsMarkers(e.token, text, at)) {
+      // Tried before the leading-space rule below, which a lone " " would pass by matching nothing.
+      const spelled = text.slice(at, at + e.token.length);
+      out[i] = { ...e, token: spelled, bytes: [...Buffer.from(spelled, "utf8")] };
+      at += e.token.length;
     } else if (pieces.stripsLeadingSpace && e.token.startsWith(" ") && text.startsWith(e.token.slice(1), at)) {
       out[i] = { ...e, token: e.token.slice(1), bytes: e.bytes.slice(1) };
       at += e.token.length - 1;
@@ -36,4 +43,14 @@ export function spellAlongText(entries: TokenLogprob[], text: string, tokens: re
     }
   }
   return out;
+}
+
+/** Whether `token` reads as `text` from `at` where some of its spaces stand for the text's `▁`. */
+function spacesReadAsMarkers(token: string, text: string, at: number): boolean {
+  if (at + token.length > text.length) return false;
+  for (let k = 0; k < token.length; k++) {
+    const c = text[at + k];
+    if (c !== token[k] && !(token[k] === " " && c === "\u2581")) return false;
+  }
+  return true;
 }

@@ -63,6 +63,11 @@ export class TokenPieces {
   readonly exact: boolean;
   /** The first token of a text loses its leading space (SentencePiece's add_space_prefix). */
   readonly stripsLeadingSpace: boolean;
+  /**
+   * SentencePiece: the tokenizer reads a `▁` in the text as a space, so a text's `▁` comes back from
+   * its tokens as " ".
+   */
+  readonly readsMarkerAsSpace: boolean;
 
   private readonly raw = new Map<number, number[]>();
   private readonly startCache = new Map<number, Piece>();
@@ -78,6 +83,7 @@ export class TokenPieces {
     this.family = ggml?.model as string | undefined;
     this.exact = this.vocab !== undefined && (this.family === "llama" || this.family === "gpt2");
     this.stripsLeadingSpace = this.exact && this.family === "llama" && this.detectLeadingSpaceStrip(ggml?.add_space_prefix);
+    this.readsMarkerAsSpace = this.exact && this.family === "llama";
     if (!TokenPieces.shared.has(model)) TokenPieces.shared.set(model, this);
   }
 
