@@ -74,7 +74,8 @@ test("logprobs: legacy shape, one entry per token, top maps sorted, greedy picks
 test("logprobs: alternatives with the same text keep distinct keys (bytes:\\xNN, control tokens by name)", async () => {
   // Tokens 233–235 are the bytes E4, E5, E6 (each a character's first byte, text ""); 1 and 3 are
   // control tokens. All of them have the text "", and once shared the map's one key.
-  const bytes = await complete({ prompt: "Hello", max_tokens: 1, temperature: 0, logprobs: 3, logit_bias: { 233: 100, 234: 99, 235: 98 } });
+  // Two tokens: a last token that leaves its character unfinished spells U+FFFD (test below).
+  const bytes = await complete({ prompt: "Hello", max_tokens: 2, temperature: 0, logprobs: 3, logit_bias: { 233: 100, 234: 99, 235: 98 } });
   const top = bytes.choices[0].logprobs!.top_logprobs[0]!;
   assert.deepEqual(Object.keys(top), ["bytes:\\xe4", "bytes:\\xe5", "bytes:\\xe6"]);
   assert.equal(top["bytes:\\xe4"], bytes.choices[0].logprobs!.token_logprobs[0]);
@@ -113,6 +114,27 @@ test("logprobs: a token read after bytes that form no character is keyed as toke
     assert.equal(map[lp.tokens[i]], lp.token_logprobs[i], `${i}: ${JSON.stringify(lp.tokens)} ${JSON.stringify(map)}`);
     assert.ok(Object.keys(map).length <= 2, JSON.stringify(map));
   }
+});
+
+test("an answer cut by max_tokens inside a character ends in U+FFFD, in the text, the stream and the last token, not in nothing", async () => {
+  // Token 233 is the byte E4, the first of three: the answer ends with the character unfinished.
+  const body = { prompt: "Hello", max_tokens: 2, temperature: 0, logprobs: 1, logit_bias: { ...NO_EOG, 233: 100 } };
+  const r = await complete(body);
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, "length");
+  assert.ok(choice.text.endsWith("\ufffd"), JSON.stringify(choice.text));
+  assert.equal(choice.logprobs!.tokens.join(""), choice.text);
+  const last = choice.logprobs!.tokens.at(-1)!;
+  assert.equal(choice.logprobs!.top_logprobs.at(-1)![last], choice.logprobs!.token_logprobs.at(-1));
+  const { chunks } = await streamedChunks(`${s.url}/v1/completions`, { model: "tiny", ...body, stream: true });
+  assert.equal(chunks.map((c) => c.choices[0]?.text ?? "").join(""), choice.text);
+  // Chat the same way, with the bytes exact in the last entry.
+  const chat = await s.client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 1, temperature: 0, logprobs: true, top_logprobs: 1, logit_bias: { ...NO_EOG, 233: 100 } });
+  const entry = chat.choices[0].logprobs!.content![0];
+  assert.equal(chat.choices[0].message.content, "\ufffd");
+  assert.equal(entry.token, "\ufffd");
+  assert.deepEqual(entry.bytes, [0xe4]);
+  assert.equal(entry.top_logprobs[0].token, "\ufffd");
 });
 
 test("logprobs: each map holds the sampled token too (up to logprobs + 1 keys; logprobs 0: just it)", async () => {

@@ -1,5 +1,6 @@
 import { type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel, type Token } from "node-llama-cpp";
 import type { EngineChunk } from "../../core/engine.ts";
+import type { TokenLogprob } from "../../core/types.ts";
 import type { Steps } from "./decode-steps.ts";
 import { type RouterAction, TextRouter } from "./text-router.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
@@ -159,11 +160,16 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
           yield* finish("stop", 1);
           return;
         }
-        edits.apply(yield* router.push(textOf(t), 1, logprob, forced));
         if (generated.length >= setup.maxTokens) {
+          // The last token: a character it leaves unfinished is flushed with it (U+FFFD), so its
+          // logprob entry spells what the text ends with.
+          const text = textOf(t);
+          const rest = decoder.flush();
+          yield* router.push(text + rest, 1, rest && logprob ? withFlushed(logprob, rest) : logprob, forced);
           yield* finish("length", 0);
           return;
         }
+        edits.apply(yield* router.push(textOf(t), 1, logprob, forced));
       }
       let replacement = forced ? tokens : undefined;
       const edit = edits.take();
@@ -191,6 +197,16 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     await handOnPrompt();
     await steps.return(undefined);
   }
+}
+
+/**
+ * The last token's entry when the text's unfinished character was flushed with it: the token, and
+ * its own line among the alternatives (the same bytes and log probability), spell what the text
+ * ends with.
+ */
+function withFlushed(entry: TokenLogprob, rest: string): TokenLogprob {
+  const same = (t: TokenLogprob["top"][number]) => t.logprob === entry.logprob && t.special === entry.special && t.token === entry.token && t.bytes.length === entry.bytes.length && t.bytes.every((b, i) => b === entry.bytes[i]);
+  return { ...entry, token: entry.token + rest, top: entry.top.map((t) => (same(t) ? { ...t, token: t.token + rest } : t)) };
 }
 
 /**

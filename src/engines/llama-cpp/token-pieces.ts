@@ -120,8 +120,13 @@ export class TokenPieces {
       text += piece.text;
       state = piece.state;
     }
-    if (flush && state.pending.length > 0) text += this.utf8.decode(Uint8Array.from(state.pending));
+    if (flush) text += this.unfinishedText(state);
     return text;
+  }
+
+  /** What a decoder reads for the unfinished character `state` holds when nothing follows: U+FFFD, or "" when none. */
+  unfinishedText(state: SpellState): string {
+    return state.pending.length > 0 ? this.utf8.decode(Uint8Array.from(state.pending)) : "";
   }
 
   /** The state after the tokens `at(0) .. at(length - 1)`, read from the end. */

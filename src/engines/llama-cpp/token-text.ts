@@ -12,10 +12,10 @@ const REPLACEMENT = "\uFFFD";
  *
  * For SentencePiece and byte-level BPE vocabularies the text is spelled from the vocabulary (see
  * TokenPieces), exactly as log probabilities report each token, so the reported tokens concatenate
- * to the text. There a character still unfinished when the output ends is dropped (`flush` adds
- * nothing): it is no text, and its bytes are in the last tokens' log probability entries. Other
- * vocabularies are decoded by llama.cpp with the preceding tokens as context, and an unfinished
- * character is flushed as U+FFFD, once, as a full decode would.
+ * to the text. Other vocabularies are decoded by llama.cpp with the preceding tokens as context.
+ * Either way a character still unfinished when the output ends is flushed as U+FFFD, once, as a
+ * full decode reads it (and as /detokenize and an echo spell it): the bytes are not lost without a
+ * mark.
  */
 export class TokenTextDecoder {
   private pending: Token[] = [];
@@ -48,8 +48,9 @@ export class TokenTextDecoder {
 
   flush(): string {
     if (this.pieces.exact) {
+      const text = this.pieces.unfinishedText(this.state);
       this.state = { pending: [], atStart: this.state.atStart };
-      return "";
+      return text;
     }
     if (this.pending.length === 0) return "";
     const text = this.model.detokenize(this.pending, false, this.recent);
