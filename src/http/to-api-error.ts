@@ -147,7 +147,7 @@ function describeIssue(issue: Issue, found: unknown): string {
     }
     case "too_big":
     case "too_small": {
-      const limit = Number(issue.code === "too_big" ? issue.maximum : issue.minimum);
+      const limit = boundText(Number(issue.code === "too_big" ? issue.maximum : issue.minimum));
       const bound = issue.code === "too_big" ? (issue.inclusive === false ? "less than" : "at most") : issue.inclusive === false ? "more than" : "at least";
       if (Array.isArray(found)) return `has ${found.length} items; it must have ${bound} ${limit}.`;
       if (typeof found === "string") return `is ${[...found].length} characters long; it must be ${bound} ${limit} characters.`;
@@ -166,6 +166,16 @@ function describeIssue(issue: Issue, found: unknown): string {
     default:
       return sentence(issue.message);
   }
+}
+
+/**
+ * A bound as the client reads it. int64's bounds are checked as the doubles ±2^63 (see seedSchema),
+ * which print as 9223372036854776000: written as int64's own.
+ */
+function boundText(limit: number): string {
+  if (limit === 2 ** 63) return "9223372036854775807";
+  if (limit === -(2 ** 63)) return "-9223372036854775808";
+  return String(limit);
 }
 
 /** Whether every branch of a union refused the value as undefined: the field was not sent. */
