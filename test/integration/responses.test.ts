@@ -191,12 +191,16 @@ test("retrieve, input items, delete", async () => {
   assert.deepEqual(back.output, r.output);
   assert.deepEqual(back.metadata, { topic: "greeting" });
   // The query is read whole: what it cannot honour is a 400 naming it, not a JSON answer instead.
-  for (const [query, param] of [["stream=1", "stream"], ["starting_after=2", "starting_after"], ["include[]=message.output_text.logprobs", "include[]"]]) {
+  for (const [query, param] of [["stream=1", "stream"], ["starting_after=2", "starting_after"], ["include[]=file_search_call.results", "include"], ["colour=red", "colour"]]) {
     const refused = await fetch(`${s.url}/v1/responses/${r.id}?${query}`);
     assert.equal(refused.status, 400, query);
     assert.equal(((await refused.json()) as any).error.param, param, query);
   }
   assert.equal((await fetch(`${s.url}/v1/responses/${r.id}?stream=false&include_obfuscation=false`)).status, 200);
+  // include is read (see the store's tests): logprobs the create did not compute are none.
+  const included = await fetch(`${s.url}/v1/responses/${r.id}?include[]=message.output_text.logprobs`);
+  assert.equal(included.status, 200);
+  assert.deepEqual(((await included.json()) as any).output, r.output);
   const items = await s.client.responses.inputItems.list(r.id);
   assert.equal(items.data.length, 1);
   // OpenAI's item resource, not the shorthand sent: content as parts, and a status.
