@@ -123,9 +123,10 @@ test("TokenTextDecoder spells generated text exactly as TokenPieces does", () =>
     }
     assert.equal(decoder.flush(), "");
   }
-  // A character cut off at the end of the output is dropped, not turned into U+FFFD.
+  // A character cut off at the end of the output reads as U+FFFD, once, as a whole decode reads it.
   const decoder = new TokenTextDecoder(spm, [FIXTURE_TOKENS.bos as Token]);
   assert.deepEqual([0xe2, 0x80].map((b) => decoder.push(byteTokenId(b) as Token)), ["", ""]);
+  assert.equal(decoder.flush(), "\ufffd");
   assert.equal(decoder.flush(), "");
 });
 
