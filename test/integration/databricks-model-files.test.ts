@@ -25,6 +25,9 @@ const BAD: Record<string, string> = {
   "a directory": "dir.gguf",
   "a symlink to /dev/zero": "zero.gguf",
   "a model cut short inside its tensor data": "cut.gguf",
+  // llama.cpp asserts on these (the process aborts, every model with it) rather than refuse them.
+  "a model with 0 layers": "no-layers.gguf",
+  "a model with 0 attention heads": "no-heads.gguf",
 };
 writeFileSync(path.join(dir, "hostile.gguf"), Buffer.from("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x7f", "latin1"));
 writeFileSync(path.join(dir, "random.gguf"), Buffer.from(Array.from({ length: 8192 }, (_, i) => (i * 2654435761) >>> 24)));
@@ -34,7 +37,19 @@ symlinkSync("/dev/zero", path.join(dir, "zero.gguf"));
 before(async () => {
   const whole = readFileSync(await ensureFixtureModel());
   writeFileSync(path.join(dir, "cut.gguf"), whole.subarray(0, Math.floor(whole.length * 0.9)));
+  writeFileSync(path.join(dir, "no-layers.gguf"), withU32(whole, "llama.block_count", 0));
+  writeFileSync(path.join(dir, "no-heads.gguf"), withU32(whole, "llama.attention.head_count", 0));
 });
+
+/** A copy of a GGUF file with one u32 metadata value changed. */
+function withU32(gguf: Buffer, key: string, value: number): Buffer {
+  const copy = Buffer.from(gguf);
+  const entry = Buffer.concat([Buffer.from(key), Buffer.from([4, 0, 0, 0])]);
+  const at = copy.indexOf(entry);
+  assert.ok(at > 0, key);
+  copy.writeUInt32LE(value, at + entry.length);
+  return copy;
+}
 
 /** A request of another client, timed: it must not wait on the refused load. */
 async function otherRequest(url: string): Promise<number> {

@@ -178,3 +178,42 @@ test("random truncations and mutations of a real header: refused or passed, neve
   // Both sides were exercised (mutations of string bytes and data pass; of counts and lengths mostly not).
   assert.ok(outcomes.passed > 10 && outcomes.refused > 10, JSON.stringify(outcomes));
 });
+
+test("hyperparameters llama.cpp aborts the process on (not refuses) are refused by name first", async () => {
+  const kv = (key: string, type: number, value: Buffer) => Buffer.concat([str(key), u32(type), value]);
+  const U32 = 4;
+  const u32s = (values: number[]) => Buffer.concat([u32(U32), u64(values.length), ...values.map(u32)]);
+  /** A llama-architecture header with `hparams` and one 4×4 f32 tensor per name, its data included. */
+  const model = (hparams: Array<[string, number | number[]]>, tensors = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.ffn_up.weight"]) => {
+    const kvs = [kv("general.architecture", 8, str("llama")), ...hparams.map(([k, v]) => (Array.isArray(v) ? kv(`llama.${k}`, 9, u32s(v)) : kv(`llama.${k}`, U32, u32(v))))];
+    const infos = tensors.map((name, i) => Buffer.concat([str(name), u32(2), u64(4), u64(4), u32(0), u64(i * 64)]));
+    const head = Buffer.concat([header(tensors.length, kvs.length), ...kvs, ...infos]);
+    const padded = Math.ceil(head.length / 32) * 32;
+    return file(Buffer.concat([head, Buffer.alloc(padded - head.length), Buffer.alloc(64 * tensors.length)]));
+  };
+  const sound: Array<[string, number | number[]]> = [["block_count", 1], ["attention.head_count", 2], ["feed_forward_length", 8]];
+  await checkGgufHeader(model(sound));
+  const cases: Array<[Array<[string, number | number[]]>, RegExp]> = [
+    [[["block_count", 0]], /block_count is 0, outside the 1–512 layers/],
+    [[["block_count", 513]], /block_count is 513/],
+    [[["block_count", 1], ["attention.head_count", 0]], /attention\.head_count is 0 for layer 0, which has attention weights/],
+    [[["block_count", 2], ["attention.head_count", [2, 0]]], /./], // layer 1 has no tensors here: passes (below)
+    [[["block_count", 1], ["attention.head_count", 2], ["attention.head_count_kv", 0]], /head_count_kv is 0 for layer 0/],
+    [[["block_count", 1], ["feed_forward_length", [0]]], /feed_forward_length is 0 for layer 0, which has feed-forward weights/],
+    [[["block_count", 1], ["attention.key_length", 0]], /key_length is 0 for layer 0/],
+    [[["block_count", 1], ["expert_count", 4], ["expert_used_count", 0]], /4 experts but expert_used_count 0/],
+    [[["block_count", 1], ["expert_count", 4], ["expert_used_count", 5]], /expert_used_count \(5\) is more than its expert_count \(4\)/],
+    [[["block_count", 1], ["expert_count", 2000], ["expert_used_count", 2]], /expert_count is 2000/],
+    [[["block_count", 1], ["expert_used_count", [0, 2]]], /expert_used_count \(2\) is more than its expert_count \(0\)/],
+    [[["block_count", 1], ["expert_count", 8], ["expert_used_count", 2], ["expert_group_count", 3], ["expert_group_used_count", 1]], /expert groups do not fit/],
+    [[["block_count", 1], ["expert_group_count", 2]], /expert groups \(2\) but no experts/],
+    [[["block_count", 1], ["nextn_predict_layers", 2]], /nextn_predict_layers \(2\) is more than its block_count \(1\)/],
+  ];
+  for (const [hparams, message] of cases) {
+    const p = model(hparams);
+    if (message.source === ".") await checkGgufHeader(p);
+    else await refused(p, message);
+  }
+  // A layer without the weights a size shapes may have that size 0 (DeciLM's skipped layers).
+  await checkGgufHeader(model([["block_count", 2], ["feed_forward_length", [8, 0]]], ["blk.0.ffn_up.weight", "blk.1.attn_q.weight"]));
+});

@@ -1,6 +1,7 @@
 import { constants } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { ModelFileRefused } from "../../core/engine-factory.ts";
+import { HPARAM_KEYS, HparamRecord } from "./gguf-hparams.ts";
 
 // Plinth's own check of a GGUF file's header, run before anything else reads the file.
 //
@@ -48,6 +49,12 @@ const MIN_TENSOR_BYTES = LENGTH_BYTES + 4 + 4 + 8;
 const INT64_MAX = 2n ** 63n - 1n;
 /** The metadata key that sets the data section's alignment (a u32; 32 when absent). */
 const ALIGNMENT_KEY = "general.alignment";
+const ARCHITECTURE_KEY = "general.architecture";
+/** Keys, tensor names and the architecture are read when at most this long (real ones: under 100 bytes). */
+const MAX_KEPT_KEY = 256;
+/** Per-layer lists are read when at most this long (llama.cpp loads at most 512 layers). */
+const MAX_KEPT_ITEMS = 4096;
+const I32 = 5;
 const DEFAULT_ALIGNMENT = 32;
 const U32 = 4;
 /**
@@ -144,15 +151,40 @@ async function walk(c: Cursor): Promise<GgufHeader> {
   const kvs = c.count(c.u64(), MIN_KV_BYTES, MAX_KV, "metadata entries");
   let arrayItems = 0;
   let alignment = DEFAULT_ALIGNMENT;
+  const hparams = new HparamRecord();
   for (let i = 0; i < kvs; i++) {
     const where = `metadata entry ${i}`;
-    const isAlignment = await c.stringIs(`the key of ${where}`, ALIGNMENT_KEY);
+    const key = await c.shortString(`the key of ${where}`, MAX_KEPT_KEY);
     await c.need(4, `the value type of ${where}`);
     const type = c.u32();
-    if (isAlignment && type === U32) {
+    if (key === ALIGNMENT_KEY && type === U32) {
       await c.need(4, `the value of ${where}`);
       alignment = c.u32();
       continue;
+    }
+    if (key === ARCHITECTURE_KEY && type === STRING) {
+      hparams.architecture = await c.shortString(`the value of ${where}`, MAX_KEPT_KEY);
+      continue;
+    }
+    const kept = key !== undefined && HPARAM_KEYS.has(key.slice(key.indexOf(".") + 1));
+    if (kept && type === U32) {
+      await c.need(4, `the value of ${where}`);
+      hparams.values.set(key, c.u32());
+      continue;
+    }
+    if (kept && type === ARRAY) {
+      // A per-layer list (llama.cpp reads u32 and i32 ones).
+      await c.need(12, `the array header of ${where}`);
+      const itemType = c.u32();
+      const items = c.count(c.u64(), 4, MAX_ARRAY_ITEMS - arrayItems, `items in the array of ${where}`);
+      if ((itemType === U32 || itemType === I32) && items <= MAX_KEPT_ITEMS) {
+        arrayItems += items;
+        await c.need(items * 4, `the array of ${where}`);
+        hparams.values.set(key, Array.from({ length: items }, () => (itemType === U32 ? c.u32() : c.i32())));
+        continue;
+      }
+      // Not one llama.cpp reads as such a list: walked as any other array (its count read again).
+      c.rewind(12);
     }
     if (type === ARRAY) {
       await c.need(12, `the array header of ${where}`);
@@ -184,7 +216,8 @@ async function walk(c: Cursor): Promise<GgufHeader> {
   let furthest = -1;
   for (let i = 0; i < tensors; i++) {
     const where = `tensor info ${i}`;
-    await c.string(`the name of ${where}`);
+    const name = await c.shortString(`the name of ${where}`, MAX_KEPT_KEY);
+    if (name !== undefined) hparams.tensor(name);
     await c.need(4, `the dimension count of ${where}`);
     const dims = c.u32();
     if (dims > MAX_DIMS) throw c.fail(`${where} has ${dims} dimensions (at most ${MAX_DIMS})`);
@@ -213,6 +246,8 @@ async function walk(c: Cursor): Promise<GgufHeader> {
     if (needed > BigInt(c.size))
       throw c.fail(`it is cut short: tensor ${furthest}'s data ends at byte ${needed}, but the file has ${c.size} bytes (an incomplete download?)`);
   }
+  const problem = hparams.problem();
+  if (problem) throw c.fail(problem);
   return { version, tensors, metadata: kvs, headerBytes: c.pos };
 }
 
@@ -275,16 +310,25 @@ class Cursor {
     this.skipString(() => what);
   }
 
-  /** Moves past a GGUF string, telling whether it spells `expected` (an ASCII key). */
-  async stringIs(what: string, expected: string): Promise<boolean> {
+  /** Reads a GGUF string of at most `max` bytes; a longer one is moved past and reads as undefined. */
+  async shortString(what: string, max: number): Promise<string | undefined> {
     if (!this.buffered(LENGTH_BYTES)) await this.need(LENGTH_BYTES, what);
-    if (this.buf.readBigUInt64LE(this.pos - this.bufStart) !== BigInt(expected.length)) {
+    const length = this.buf.readBigUInt64LE(this.pos - this.bufStart);
+    if (length > BigInt(max)) {
       this.skipString(() => what);
-      return false;
+      return undefined;
     }
     this.pos += LENGTH_BYTES;
-    await this.need(expected.length, what);
-    return this.bytes(expected.length) === expected;
+    const n = Number(length);
+    await this.need(n, what);
+    const text = this.buf.toString("utf8", this.pos - this.bufStart, this.pos - this.bufStart + n);
+    this.pos += n;
+    return text;
+  }
+
+  /** Steps back over bytes just read (all still in the chunk). */
+  rewind(n: number): void {
+    this.pos -= n;
   }
 
   /** Whether `n` bytes from the position are in the chunk already. */
@@ -320,6 +364,12 @@ class Cursor {
 
   u32(): number {
     const v = this.buf.readUInt32LE(this.pos - this.bufStart);
+    this.pos += 4;
+    return v;
+  }
+
+  i32(): number {
+    const v = this.buf.readInt32LE(this.pos - this.bufStart);
     this.pos += 4;
     return v;
   }
