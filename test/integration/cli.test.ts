@@ -186,3 +186,37 @@ test("a model that fails to load at startup leaves the others serving; only a se
   assert.match(none.stderr, /model 'bad' failed to load/);
   assert.match(none.stderr, /no model could be loaded/);
 });
+
+test("SIGTERM to `npm start` (the README's start command) reaches the server: it drains and exits, nothing left behind", async () => {
+  const dir = scratch();
+  // npm runs the script through `sh -c`; without `exec` there, the shell took the signal and died,
+  // and the server kept running, orphaned, with the port.
+  const child = spawn("npm", ["start", "--silent", "--", "--model", `tiny=${await ensureFixtureModel()}`, "--port", "0", "--threads", "1", "--ctx-size", "256", "--data-dir", path.join(dir, "data")], {
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, PLINTH_CONFIG: "" },
+  });
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  try {
+    let log = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the server did not start: ${log}`)), 60_000);
+      child.stderr!.on("data", (d: Buffer) => {
+        log += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(log);
+        if (m && /model 'tiny' ready/.test(log)) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      });
+      child.once("exit", (code) => reject(new Error(`npm exited (${code}): ${log}`)));
+    });
+    assert.equal((await fetch(`${url}/health`)).status, 200);
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0, log);
+    assert.match(log, /shutting down/);
+    await assert.rejects(fetch(`${url}/health`), "the server is gone with npm");
+  } finally {
+    child.kill("SIGKILL");
+  }
+});
