@@ -1,6 +1,6 @@
 import { availableParallelism } from "node:os";
 import { buildApp } from "../app.ts";
-import { openDataFile, prepareDataDir } from "../config/data-dir.ts";
+import { lockDataDir, openDataFile, prepareDataDir } from "../config/data-dir.ts";
 import { modelSpecs, upstreamSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
@@ -100,13 +100,22 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   if (config["admin-key"] !== undefined && staticKeys.includes(config["admin-key"]))
     throw new Error("--admin-key is also one of the API keys (--api-key or --api-key-file): give the admin API a key of its own");
   prepareDataDir(config["data-dir"]);
-  const store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
-  const tenancyStore = new TenancyStore(config["data-dir"]);
+  const unlockDataDir = lockDataDir(config["data-dir"]);
+  let store: Awaited<ReturnType<typeof openSqliteStore>>;
+  let tenancyStore: TenancyStore;
+  try {
+    store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
+    tenancyStore = new TenancyStore(config["data-dir"]);
+  } catch (err) {
+    unlockDataDir();
+    throw err;
+  }
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const keys = new KeyRing(staticKeys, tenancyStore, undefined, key);
   if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
     tenancyStore.close();
     await store.close();
+    unlockDataDir();
     throw new Error(
       `refusing to listen on ${config.host} with no API key: anyone who reaches that address could use every model. ` +
         "Give keys (--api-key, or create one with 'plinth keys create'), listen on 127.0.0.1, or pass --no-auth to serve openly anyway.",
@@ -161,7 +170,15 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     maxConnections: config["max-connections"],
     ui: config.ui,
   });
-  await app.listen({ host: config.host, port: config.port });
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    // Not serving after all (the port taken, say): the data directory is free for another start.
+    closeTenancy();
+    await store.close();
+    unlockDataDir();
+    throw err;
+  }
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
@@ -187,6 +204,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     await registry.dispose();
     closeTenancy();
     await store.close();
+    unlockDataDir();
     await tracing?.shutdown();
     await schemaCompiler.release();
   };

@@ -1,5 +1,6 @@
 import { accessSync, constants, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { ConfigError } from "./load.ts";
 
 const HINT = "pick another with --data-dir or PLINTH_DATA_DIR";
@@ -82,4 +83,32 @@ function reason(err: unknown): string {
     default:
       return (err as Error).message;
   }
+}
+
+/** The file whose lock says a server has the data directory. */
+const LOCK_FILE = "server.lock";
+
+/**
+ * Takes the data directory for this server, or refuses: two servers on one directory each take the
+ * other's running responses for ones a crash left behind (a server marks those failed when it
+ * starts), so the second start must not go ahead. The lock is SQLite's own on a small file of its
+ * own, held for as long as the returned function has not been called (or the process lives: the
+ * operating system drops it with the process, so a killed server leaves nothing to clean up). The
+ * store file itself stays open to `plinth keys` and other readers.
+ */
+export function lockDataDir(dir: string): () => void {
+  const path = join(dir, LOCK_FILE);
+  const db = new Database(path, { timeout: 0 });
+  try {
+    // In exclusive locking mode a connection keeps the lock of its first write until it closes.
+    db.pragma("locking_mode = EXCLUSIVE");
+    db.exec("BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS holder (pid INTEGER); DELETE FROM holder; INSERT INTO holder VALUES (" + process.pid + "); COMMIT;");
+  } catch (err) {
+    db.close();
+    const code = (err as { code?: string }).code;
+    if (code === "SQLITE_BUSY" || code === "SQLITE_LOCKED")
+      throw new ConfigError(`the data directory ${dir} is in use by another running Plinth server (one server per data directory); stop it, or ${HINT}`);
+    throw new ConfigError(`cannot lock the data directory ${dir} (${LOCK_FILE}): ${reason(err)}; ${HINT}`);
+  }
+  return () => db.close();
 }

@@ -220,3 +220,49 @@ test("SIGTERM to `npm start` (the README's start command) reaches the server: it
     child.kill("SIGKILL");
   }
 });
+
+test("a second server on a data directory in use is refused naming it; the first keeps serving, and the directory is free once it stops", async () => {
+  const dir = scratch();
+  const data = path.join(dir, "data");
+  const args = ["serve", "--model", `tiny=${await ensureFixtureModel()}`, "--port", "0", "--threads", "1", "--ctx-size", "256", "--log-level", "silent", "--data-dir", data];
+  const first = spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_CONFIG: "" } });
+  const exited = new Promise<number | null>((r) => first.once("exit", (code) => r(code)));
+  try {
+    let log = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the server did not start: ${log}`)), 60_000);
+      first.stderr!.on("data", (d: Buffer) => {
+        log += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(log);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      });
+    });
+    const second = await plinth(args);
+    assert.equal(second.code, 1, second.stderr);
+    assert.match(second.stderr, /the data directory .*data is in use by another running Plinth server/);
+    assert.equal((await fetch(`${url}/v1/models`)).status, 200, "the first server still answers");
+    // The key command still works beside a running server.
+    const keys = await plinth(["keys", "list", "--data-dir", data]);
+    assert.equal(keys.code, 0, keys.stderr);
+    first.kill("SIGTERM");
+    assert.equal(await exited, 0);
+  } finally {
+    first.kill("SIGKILL");
+  }
+  const again = spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_CONFIG: "" } });
+  try {
+    let log = "";
+    await new Promise<void>((resolve, reject) => {
+      again.stderr!.on("data", (d: Buffer) => {
+        log += d.toString();
+        if (/listening on/.test(log)) resolve();
+      });
+      again.once("exit", (code) => reject(new Error(`the restart exited (${code}): ${log}`)));
+    });
+  } finally {
+    again.kill("SIGKILL");
+  }
+});
