@@ -1,5 +1,5 @@
 import { accessSync, constants, mkdirSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import Database from "better-sqlite3";
 import { ConfigError } from "./load.ts";
 
@@ -22,7 +22,7 @@ export function prepareDataDir(dir: string): void {
   if (existing && !existing.isDirectory()) throw new ConfigError(`${what} is not a directory (a file is in its place); ${HINT}`);
   if (!existing) {
     try {
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      makeDirs(dir);
     } catch (err) {
       throw new ConfigError(`cannot create ${what}: ${reason(err)}; ${HINT}`);
     }
@@ -32,6 +32,17 @@ export function prepareDataDir(dir: string): void {
   } catch (err) {
     throw new ConfigError(`cannot use ${what}: ${reason(err)}; ${HINT}`);
   }
+}
+
+/**
+ * `mkdir -p`, one level at a time. Node's own recursive mkdir never returns where a directory cannot
+ * be made for a reason other than a missing parent it could make (under /proc it asks again for
+ * ever); one level at a time, the first mkdir that fails says why.
+ */
+function makeDirs(dir: string): void {
+  const parent = dirname(dir);
+  if (parent !== dir && statSync(parent, { throwIfNoEntry: false }) === undefined) makeDirs(parent);
+  mkdirSync(dir, { mode: 0o700 });
 }
 
 /**

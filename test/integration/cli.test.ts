@@ -54,6 +54,14 @@ test("a data directory that is a file, or under a file, is refused naming the da
   }
 });
 
+test("a data directory that cannot be made is refused at once (under /proc, Node's recursive mkdir never returned)", { skip: process.platform !== "linux" }, async () => {
+  const start = Date.now();
+  const r = await plinth(["serve", "--port", "0", "--data-dir", "/proc/plinth-test/data"], { timeoutMs: 20_000 });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /cannot create the data directory \/proc\/plinth-test\/data/);
+  assert.ok(Date.now() - start < 15_000);
+});
+
 test("a store file that cannot serve (a directory, another program's file) is refused naming the file", async () => {
   const dir = scratch();
   const asDirectory = path.join(dir, "a");
