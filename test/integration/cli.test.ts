@@ -6,6 +6,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ensureFixtureModel } from "../fixtures/models.ts";
+import { childServerUrl } from "../helpers/child-server.ts";
 
 // The command line as a user meets it: the real CLI in a child process, its exit code and what it
 // prints. A mistake in the invocation must say what is wrong in a line or two, never a bare errno.
@@ -205,21 +206,10 @@ test("SIGTERM to `npm start` (the README's start command) reaches the server: it
     env: { ...process.env, PLINTH_CONFIG: "" },
   });
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  let log = "";
+  child.stderr!.on("data", (d: Buffer) => (log += d.toString()));
   try {
-    let log = "";
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the server did not start: ${log}`)), 60_000);
-      child.stderr!.on("data", (d: Buffer) => {
-        log += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(log);
-        if (m && /model 'tiny' ready/.test(log)) {
-          clearTimeout(timer);
-          resolve(m[1]);
-        }
-      });
-      child.once("exit", (code) => reject(new Error(`npm exited (${code}): ${log}`)));
-    });
-    assert.equal((await fetch(`${url}/health`)).status, 200);
+    const url = await childServerUrl(child);
     child.kill("SIGTERM");
     assert.equal(await exited, 0, log);
     assert.match(log, /shutting down/);
@@ -230,24 +220,13 @@ test("SIGTERM to `npm start` (the README's start command) reaches the server: it
 });
 
 test("a second server on a data directory in use is refused naming it; the first keeps serving, and the directory is free once it stops", async () => {
-  const dir = scratch();
-  const data = path.join(dir, "data");
+  const data = path.join(scratch(), "data");
   const args = ["serve", "--model", `tiny=${await ensureFixtureModel()}`, "--port", "0", "--threads", "1", "--ctx-size", "256", "--log-level", "silent", "--data-dir", data];
-  const first = spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_CONFIG: "" } });
+  const start = () => spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_CONFIG: "" } });
+  const first = start();
   const exited = new Promise<number | null>((r) => first.once("exit", (code) => r(code)));
   try {
-    let log = "";
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the server did not start: ${log}`)), 60_000);
-      first.stderr!.on("data", (d: Buffer) => {
-        log += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(log);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m[1]);
-        }
-      });
-    });
+    const url = await childServerUrl(first);
     const second = await plinth(args);
     assert.equal(second.code, 1, second.stderr);
     assert.match(second.stderr, /the data directory .*data is in use by another running Plinth server/);
@@ -260,16 +239,9 @@ test("a second server on a data directory in use is refused naming it; the first
   } finally {
     first.kill("SIGKILL");
   }
-  const again = spawn(process.execPath, ["--import", "tsx", MAIN, ...args], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PLINTH_CONFIG: "" } });
+  const again = start();
   try {
-    let log = "";
-    await new Promise<void>((resolve, reject) => {
-      again.stderr!.on("data", (d: Buffer) => {
-        log += d.toString();
-        if (/listening on/.test(log)) resolve();
-      });
-      again.once("exit", (code) => reject(new Error(`the restart exited (${code}): ${log}`)));
-    });
+    await childServerUrl(again);
   } finally {
     again.kill("SIGKILL");
   }
