@@ -510,14 +510,26 @@ test("input_tokens counts the prompt without generating", async () => {
   assert.equal(((await preset.json()) as any).error.param, "personality");
 });
 
-test("a stored response survives a restart on the same data directory", async () => {
-  const r = await create({ input: "Keep me", max_output_tokens: 3 });
-  const other = await startTestServer({ "data-dir": dataDir });
+test("a stored response survives a restart on the same data directory; a second server on it meanwhile is refused", async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-responses-restart-"));
   try {
-    const back = await other.client.responses.retrieve(r.id);
-    assert.deepEqual(back.output, r.output);
+    const first = await startTestServer({ "data-dir": dir });
+    let r: any;
+    try {
+      r = await first.client.responses.create({ model: "tiny", input: "Keep me", max_output_tokens: 3 });
+      await assert.rejects(startTestServer({ "data-dir": dir }), /in use by another running Plinth server/);
+    } finally {
+      await first.close();
+    }
+    const other = await startTestServer({ "data-dir": dir });
+    try {
+      const back = await other.client.responses.retrieve(r.id);
+      assert.deepEqual(back.output, r.output);
+    } finally {
+      await other.close();
+    }
   } finally {
-    await other.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
