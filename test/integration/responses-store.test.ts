@@ -148,6 +148,15 @@ test("include on the item reads: logprobs and sealed reasoning when asked, left 
   const unknownInclude = await call("GET", `/responses/${reasoned.id}?include=file_search_call.results`);
   assert.equal(unknownInclude.status, 400);
   assert.equal(unknownInclude.json.error.param, "include");
+  // The item reads' queries are strict too: a key they do not know is named, not dropped.
+  for (const [query, param] of [["include%5B0%5D=reasoning.encrypted_content", "include[0]"], ["limt=2", "limt"]]) {
+    const r = await call("GET", `/conversations/${conv.id}/items?${query}`);
+    assert.equal(r.status, 400, query);
+    assert.equal(r.json.error.param, param, query);
+  }
+  const long = await call("GET", `/responses/${reasoned.id}/input_items?include=${"x".repeat(5000)}`);
+  assert.equal(long.status, 400);
+  assert.ok(long.json.error.message.length < 400, long.json.error.message.length);
   // Sealed now, it goes back as input like any sealed reasoning (an altered one is refused).
   const next = await s.client.responses.create({
     model: "think",

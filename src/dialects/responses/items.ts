@@ -26,7 +26,11 @@ export interface ItemInclude {
 export function readInclude(q: IncludeQuery, sealer: Sealer): ItemInclude {
   const values = [q.include ?? [], q["include[]"] ?? []].flat();
   for (const inc of values)
-    if (!INCLUDABLE.includes(inc)) throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
+    if (!INCLUDABLE.includes(inc)) {
+      // The value is the client's: quoted short, so a long one does not come back whole in the error.
+      const shown = inc.length > 80 ? `${inc.slice(0, 80)}…` : inc;
+      throw unsupportedField("include", `'${shown}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
+    }
   return {
     logprobs: values.includes("message.output_text.logprobs"),
     seal: values.includes("reasoning.encrypted_content") ? (text) => sealer.seal(text) : undefined,

@@ -293,8 +293,18 @@ export const retrieveQuery = z.strictObject({
  */
 export const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
 
-/** The query of a read of stored items: what to include in them (see readInclude). */
-export const includeQuery = z.object({ include: includeParam, "include[]": includeParam });
+/**
+ * The query of a read of stored items: what to include in them (see readInclude). Strict, as the
+ * other queries: a key it does not know (`include[0]=…`, a misspelt `limt`) was dropped and the read
+ * answered without it.
+ */
+export const includeQuery = z.strictObject({
+  include: includeParam,
+  "include[]": includeParam,
+  // Accepted as on a retrieve (see retrieveQuery).
+  user: z.string().optional(),
+  safety_identifier: z.string().optional(),
+});
 export type IncludeQuery = z.infer<typeof includeQuery>;
 
 /** A page of stored items: the cursor, and what to include in them. */
