@@ -193,6 +193,15 @@ test("a bad list cursor or limit → 400 naming the field", async () => {
   const twiceBody = (await twice.json()).error;
   assert.equal(twiceBody.param, "limit");
   assert.match(twiceBody.message, /given once/);
+  // A key the list does not read is named too (a misspelt limit listed 20).
+  for (const [query, param] of [["limt=5", "limt"], ["order=asc&sort=desc", "sort"]]) {
+    const u = await fetch(`${base}/v1/chat/completions?${query}`);
+    assert.equal(u.status, 400, query);
+    assert.equal((await u.json()).error.param, param, query);
+  }
+  const updated = await fetch(`${base}/v1/chat/completions/chatcmpl-nope`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ metadata: { a: "b" }, metdata: { a: "b" } }) });
+  assert.equal(updated.status, 400);
+  assert.equal((await updated.json()).error.param, "metdata");
   for (const filter of ["metadata=notbracket", "metadata[]=x"]) {
     const f = await fetch(`${base}/v1/chat/completions?${filter}`);
     assert.equal(f.status, 400, filter);

@@ -8,6 +8,7 @@ import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
 import { once } from "../query-once.ts";
+import { refuseUnknownFields } from "../unknown-fields.ts";
 
 /**
  * OpenAI's stored Chat Completions: a completion created with `store: true` (or, in a vendor dialect
@@ -55,7 +56,8 @@ export const listChatCompletionsQuery = z.object({
   order: once(z.enum(["asc", "desc"])).optional(),
 });
 
-export const updateChatCompletionRequest = z.object({ metadata: metadataSchema.nullable() });
+// Strict: another key (a misspelt `metadata`) is named rather than dropped.
+export const updateChatCompletionRequest = z.strictObject({ metadata: metadataSchema.nullable() });
 
 /** `metadata[key]=value` pairs of a query string (Fastify leaves the brackets in the key). */
 function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
@@ -78,7 +80,18 @@ function metadataFilter(query: Record<string, unknown>): Metadata | undefined {
   return any ? out : undefined;
 }
 
+/** Query keys the list reads besides `metadata[k]`; `user` is taken and changes nothing (see queryNamespace). */
+const LIST_KEYS = new Set(["model", "after", "limit", "order", "user"]);
+const MESSAGE_LIST_KEYS = new Set(["after", "limit", "order", "user"]);
+
+/** A query key the read does not know is a 400 naming it, not dropped (`limt=5` listed 20). */
+function refuseUnknownQueryKeys(query: Record<string, unknown>, known: ReadonlySet<string>, withMetadata: boolean): void {
+  // metadata filters (`metadata[k]=v`, and malformed ones) are metadataFilter's to read or refuse.
+  refuseUnknownFields(Object.fromEntries(Object.entries(query).filter(([k]) => !(withMetadata && (k === "metadata" || k.startsWith("metadata["))))), known);
+}
+
 export async function listStoredChatCompletions(query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  refuseUnknownQueryKeys(query, LIST_KEYS, true);
   const q = listChatCompletionsQuery.parse(query);
   const page = await storage.store.chatCompletions.list(ns, { model: q.model, after: q.after, limit: q.limit, order: q.order, metadata: metadataFilter(query) });
   return { kind: "json", body: { object: "list", ...page, data: page.data.map(toWire) } };
@@ -103,6 +116,7 @@ export async function deleteStoredChatCompletion(id: string, ns: string, storage
 }
 
 export async function listStoredChatMessages(id: string, query: Record<string, unknown>, ns: string, storage: ChatStorage): Promise<RouteResult> {
+  refuseUnknownQueryKeys(query, MESSAGE_LIST_KEYS, false);
   const q = listChatCompletionsQuery.pick({ after: true, limit: true, order: true }).parse(query);
   const page = await storage.store.chatCompletions.listMessages(ns, id, q);
   if (!page) throw notFound(id);
