@@ -433,6 +433,21 @@ test("conversations: a malformed text part is refused where it is, not stored to
   assert.equal(items.length, 1);
 });
 
+test("conversations: a body key the route does not read is a 400 naming it, not a conversation made without it", async () => {
+  const c = (await post({ items: [{ role: "user", content: "hi" }] }, "/v1/conversations")).json();
+  for (const [url, body, param] of [
+    ["/v1/conversations", { item: [{ role: "user", content: "hi" }] }, "item"],
+    [`/v1/conversations/${c.id}`, { metadata: { a: "1" }, metdata: { a: "1" } }, "metdata"],
+    [`/v1/conversations/${c.id}/items`, { items: [{ role: "user", content: "x" }], conversation: c.id }, "conversation"],
+  ] as const) {
+    const r = await post(body, url);
+    assert.equal(r.statusCode, 400, `${url}: ${r.body}`);
+    assert.equal(r.json().error.param, param, url);
+  }
+  const items = (await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items` })).json().data;
+  assert.equal(items.length, 1, "nothing was added");
+});
+
 test("conversations: create, items; an end user named in the query changes nothing (objects are the key's)", async () => {
   const c = (await post({ metadata: { a: "1" }, items: [{ role: "user", content: "hi" }] }, "/v1/conversations?user=ann")).json();
   assert.match(c.id, /^conv_/);

@@ -16,15 +16,17 @@ import { listOf } from "../list-of.ts";
 // OpenAI's metadata rule, the same for every object that carries it.
 const metadata = metadataSchema;
 
-export const createConversationRequest = z.object({
+// The request bodies are strict: a key they do not read (`item` for `items`) is a 400 naming it, not
+// a conversation created without what was sent.
+export const createConversationRequest = z.strictObject({
   items: listOf(inputItem, { max: 20, maxMessage: "a conversation is created with at most 20 items" }).nullish(),
   metadata: metadata.nullish(),
 });
 
 // Required, as in the reference; null clears it (as on stored chat completions).
-export const updateConversationRequest = z.object({ metadata: metadata.nullable() });
+export const updateConversationRequest = z.strictObject({ metadata: metadata.nullable() });
 
-export const addItemsRequest = z.object({ items: listOf(inputItem, { min: 1, max: 20 }) });
+export const addItemsRequest = z.strictObject({ items: listOf(inputItem, { min: 1, max: 20 }) });
 
 const notFound = (what: string, id: string) => new ApiError(404, `No ${what} with id '${id}' exists here.`, { code: "not_found" });
 
