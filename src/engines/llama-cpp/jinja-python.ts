@@ -17,6 +17,14 @@ import { Environment, Interpreter } from "@huggingface/jinja";
 // - `list|min`, `list|max`: MiniCPM5's template counts an answered turn's calls with
 //   `[a, b]|min`; the engine refused it ("Unknown ArrayValue filter: min"), so calls and results
 //   were written by node-llama-cpp instead of the template.
+// - `d.items()` where `d` has a key "items" (likewise `keys`, `values`, `get`): Python's Jinja reads
+//   `d.name` as an attribute first, so the dict's method wins; the engine read the key first and
+//   then could not call it. Every JSON Schema array has an `items` key, so GigaChat's templates
+//   refused any tool with an array parameter, and a call argument named `items` sent DeepSeek V3.2/V4,
+//   GLM, MiniMax, LFM2.5 and MiniCPM5 conversations to node-llama-cpp's own writing of calls.
+//   `d['items']` still reads the key, as in Python.
+// - `undefined|trim`: Python's Jinja trims an undefined value to "" (Hermes-style templates trim each
+//   parameter's description, which a schema need not have); the engine refused it.
 //
 // The engine's value classes are not exported: they are reached through values it makes of plain
 // ones, and their builtins extended (a builtin of a dict is also what the engine applies as a
@@ -78,8 +86,37 @@ export function renderJinjaLikePython(): void {
   proto.applyFilter = function (this: unknown, operand, filter, env) {
     if (filter?.type === "Identifier" && filter.value === "string" && PYTHON_STRING.has(operand?.type)) return new StringValue(pythonRepr(operand));
     if (filter?.type === "Identifier" && (filter.value === "min" || filter.value === "max") && operand?.type === "ArrayValue") return extreme(operand.value as Value[], filter.value);
+    if (filter?.type === "Identifier" && filter.value === "trim" && operand?.type === "UndefinedValue") return new StringValue("");
     return applyFilter.call(this, operand, filter, env);
   };
+  const member = proto as unknown as { evaluateMemberExpression?: (expr: MemberExpression, env: unknown) => Value; evaluate: (node: unknown, env: unknown) => Value };
+  const evaluateMember = member.evaluateMemberExpression;
+  if (typeof evaluateMember !== "function") throw new Error("@huggingface/jinja's interpreter changed; jinja-python.ts needs updating");
+  member.evaluateMemberExpression = function (this: typeof member, expr, env) {
+    if (!expr.computed && expr.property?.type === "Identifier" && DICT_METHODS.has(expr.property.value as string)) {
+      const object = this.evaluate(expr.object, env);
+      // Only plain dicts: keyword arguments and namespaces have no such methods in Python.
+      if (object?.type === "ObjectValue") return (object as unknown as { builtins: Map<string, Value> }).builtins.get(expr.property.value as string)!;
+      return evaluateMember.call(this, { ...expr, object: { type: "Evaluated", value: object } }, env);
+    }
+    return evaluateMember.call(this, expr, env);
+  };
+  const evaluate = member.evaluate;
+  // Lets the fallback above hand the engine an object it has already evaluated (evaluating twice
+  // would run a call inside the object expression twice).
+  member.evaluate = function (this: typeof member, node, env) {
+    if ((node as { type?: string } | undefined)?.type === "Evaluated") return (node as { value: Value }).value;
+    return evaluate.call(this, node, env);
+  };
+}
+
+/** Python dict methods the engine also has; `d.name` reaches them even when `d` has such a key. */
+const DICT_METHODS = new Set(["items", "keys", "values", "get"]);
+
+interface MemberExpression {
+  computed: boolean;
+  object: unknown;
+  property?: { type: string; value: unknown };
 }
 
 /** A list's least or greatest item, compared as Python compares numbers or strings. */

@@ -21,6 +21,7 @@ import {
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
+import { cutsInlineReasoning, type InlineReasoningCut, withoutInlineReasoning } from "./inline-reasoning.ts";
 import { wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { Gemma4Thinking } from "./gemma4-thinking.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
@@ -85,6 +86,8 @@ export class PromptRenderer {
   private readonly familyWrapper: ChatWrapper | undefined;
   /** Set when the template writes nothing for an empty leading system message (Phi 3.5's). */
   private readonly leavesOutEmptySystem: boolean = false;
+  /** How the template cuts reasoning out of earlier answers' text, done before rendering (inline-reasoning.ts). */
+  private readonly inlineReasoning: InlineReasoningCut | undefined;
   /** Set for Gemma 4's templates: their thinking section and generation prompts (gemma4-thinking.ts). */
   private readonly gemma4: Gemma4Thinking | undefined;
 
@@ -171,6 +174,7 @@ export class PromptRenderer {
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);
+    this.inlineReasoning = wrapper instanceof JinjaTemplateChatWrapper && !this.harmony ? cutsInlineReasoning(this.template) : undefined;
   }
 
   /**
@@ -228,6 +232,7 @@ export class PromptRenderer {
    * by node-llama-cpp's wrapper for the model's family, as before the template could be run.
    */
   private renderChat(wrapper: ChatWrapper, messages: Message[], thinking: ThinkingSwitch, functions: ChatModelFunctions | undefined) {
+    if (this.inlineReasoning) messages = withoutInlineReasoning(messages, this.inlineReasoning);
     let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
     if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
     if (this.leavesOutEmptySystem) history = withoutEmptyLeadingSystem(history);

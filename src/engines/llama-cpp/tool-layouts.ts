@@ -3,7 +3,7 @@ import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
 import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
-import { type ChatModelResponse, ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
+import { type ChatHistoryItem, type ChatModelResponse, ChatWrapper, type ChatWrapperSettings, type JinjaTemplateChatWrapper, LlamaText, SpecialTokensText, type Tokenizer } from "node-llama-cpp";
 
 // Tool calling through a model's own template, for templates whose call layout node-llama-cpp
 // cannot work out by itself.
@@ -340,6 +340,7 @@ export function takesOneCall(wrapper: unknown): boolean {
 /** The internals of node-llama-cpp's Jinja wrapper that its own layout detection would have set. */
 interface JinjaToolInternals {
   _usingJinjaFunctionCallTemplate: boolean;
+  _wrapFunctionParamsInsideMapKey?: string;
   _stringifyFunctionParams: boolean;
   _stringifyFunctionResult: boolean;
   _jinjaTemplate: { render(params: Record<string, unknown>): string };
@@ -491,11 +492,31 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       }
     };
   }
+  // Which model turns of the conversation being rendered end with their calls' results, no answer.
+  let endsInResults: boolean[] = [];
+  // A template that leaves out the text of a turn that calls tools (Command R7B's, Cohere2's write
+  // only the calls) gets the turns without it, as llama.cpp's server renders them: left in, its
+  // placeholder was missing from the rendering, and node-llama-cpp fell back to writing calls and
+  // results itself (the call's id was the function's name, the result escaped twice, no result turn).
+  const dropsCallText = !onTurn && leavesOutTextOfCallTurns(jinja);
+  const generateState = wrapper.generateContextState.bind(wrapper);
+  wrapper.generateContextState = (options) => {
+    const chatHistory = dropsCallText
+      ? options.chatHistory.map((item) => (item.type === "model" ? { ...item, response: withoutTextBeforeCalls(item.response) } : item))
+      : options.chatHistory;
+    endsInResults = modelTurnsEndingInResults(chatHistory);
+    try {
+      return generateState({ ...options, chatHistory });
+    } finally {
+      endsInResults = [];
+    }
+  };
+  const modelRole = (wrapper as unknown as { modelRoleName?: string }).modelRoleName ?? "assistant";
   const asServerPasses = (params: Record<string, unknown>) => {
     const out = withContent(params);
     return onTurn && Array.isArray(out.messages) ? { ...out, messages: toolResponsesOnTurn(out.messages as Array<Record<string, unknown>>, results) } : out;
   };
-  const render = (params: Record<string, unknown>): string => {
+  const renderAsSent = (params: Record<string, unknown>): string => {
     try {
       return jinja.render(asServerPasses(params));
     } catch (err) {
@@ -503,12 +524,103 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       return jinja.render(asServerPasses({ ...params, tools: params.tools.map(withDescriptions) }));
     }
   };
+  const render = (params: Record<string, unknown>): string => {
+    const cut = withoutEmptyAnswers(params.messages, endsInResults, modelRole);
+    if (!cut) return renderAsSent(params);
+    let text = renderAsSent({ ...params, messages: cut.messages });
+    // node-llama-cpp looks for every message's placeholder in the rendering: a left-out answer's
+    // (it stands for no text) goes right before the next message's, where it is put back as nothing.
+    for (const { id, before } of cut.moved) {
+      const at = text.indexOf(before);
+      if (at < 0) return renderAsSent(params);
+      text = text.slice(0, at) + id + text.slice(at);
+    }
+    return text;
+  };
   internals._jinjaTemplate = Object.create(jinja, { render: { value: render } });
   // A template that writes results with tojson (Command R7B's) gets them escaped (json-results.ts).
   if (!onTurn && writesResultsAsJsonStrings(render)) escapeResultsAsJsonStrings(wrapper);
   // Results reach the template as the text the client sent (see toChatHistory), as llama.cpp's
   // server passes them, whatever node-llama-cpp guessed from its samples about writing values out.
   internals._stringifyFunctionResult = false;
+  // Arguments reach it as the client sent them too. node-llama-cpp wraps them in `{"params": …}`
+  // when its probe with string arguments fails and one with such a map renders, which says nothing
+  // about what the model was trained on (a Hermes template whose probe failed on the string's
+  // missing `properties` then showed the model `"arguments": {"params": {"city": "Paris"}}`).
+  internals._wrapFunctionParamsInsideMapKey = undefined;
+}
+
+/** Whether a template writes nothing of the text an assistant message has beside its tool calls. */
+function leavesOutTextOfCallTurns(jinja: { render(params: Record<string, unknown>): string }): boolean {
+  const text = "Plinth probe: text beside a call";
+  const call = { id: "call_1", type: "function", function: { name: "probe", arguments: {} } };
+  const tools = [{ type: "function", function: { name: "probe", description: "Probe", parameters: { type: "object", properties: {} } } }];
+  const messages = [
+    { role: "user", content: "Hi" },
+    { role: "assistant", content: text, tool_calls: [call] },
+    { role: "tool", tool_call_id: "call_1", content: "ok" },
+  ];
+  try {
+    return !jinja.render({ messages, tools, add_generation_prompt: true, bos_token: "", eos_token: "" }).includes(text);
+  } catch {
+    return false; // a template that cannot render this keeps node-llama-cpp's handling
+  }
+}
+
+/**
+ * For each model turn of a history (adjacent ones count as one, as node-llama-cpp joins them),
+ * whether it ends with tool calls whose results have come back and no answer after them.
+ */
+function modelTurnsEndingInResults(history: readonly ChatHistoryItem[]): boolean[] {
+  const out: boolean[] = [];
+  let previousWasModel = false;
+  for (const item of history) {
+    if (item.type !== "model") {
+      previousWasModel = false;
+      continue;
+    }
+    const last = item.response.filter((r) => r !== "").at(-1);
+    const ends = typeof last === "object" && last.type === "functionCall" && last.result !== undefined;
+    if (previousWasModel) out[out.length - 1] = ends || (out[out.length - 1] && item.response.every((r) => r === ""));
+    else out.push(ends);
+    previousWasModel = true;
+  }
+  return out;
+}
+
+/**
+ * The messages without the empty answer node-llama-cpp writes after a turn's tool results when a
+ * user (or system) message comes next: the client sent no answer there, and the template wrote one
+ * as an empty assistant turn (`<|im_start|>assistant\n<|im_end|>` in the middle of the conversation),
+ * which llama.cpp's server and the template given the client's messages do not. The open turn at the
+ * end keeps it: that is where the model answers. Undefined when there is nothing to leave out.
+ */
+function withoutEmptyAnswers(
+  messages: unknown,
+  endsInResults: readonly boolean[],
+  modelRole: string,
+): { messages: Array<Record<string, unknown>>; moved: Array<{ id: string; before: string }> } | undefined {
+  if (!Array.isArray(messages) || !endsInResults.includes(true)) return undefined;
+  const list = messages as Array<Record<string, unknown>>;
+  const isTurnPart = (m: Record<string, unknown> | undefined) => m?.role === modelRole || m?.role === "tool";
+  const drop = new Set<number>();
+  const moved: Array<{ id: string; before: string }> = [];
+  let turn = -1;
+  for (let i = 0; i < list.length; i++) {
+    if (!isTurnPart(list[i]) || isTurnPart(list[i - 1])) continue;
+    turn++;
+    let end = i;
+    while (isTurnPart(list[end + 1])) end++;
+    const last = list[end];
+    const next = list[end + 1];
+    const hasCalls = Array.isArray(last?.tool_calls) && last.tool_calls.length > 0;
+    if (endsInResults[turn] && next && last.role === modelRole && !hasCalls && list[end - 1]?.role === "tool" && typeof last.content === "string" && typeof next.content === "string" && next.content !== "") {
+      drop.add(end);
+      moved.push({ id: last.content, before: next.content });
+    }
+    i = end;
+  }
+  return drop.size === 0 ? undefined : { messages: list.filter((_, i) => !drop.has(i)), moved };
 }
 
 /** A text's JSON value when it is JSON other than a string; undefined otherwise. */
