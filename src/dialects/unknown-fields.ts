@@ -1,6 +1,7 @@
 import type { z } from "zod";
 import { ApiError } from "../core/errors.ts";
 import { PROTO_HOLDERS } from "../http/proto-keys.ts";
+import { closestName } from "../core/closest-name.ts";
 
 /**
  * Top-level fields a request's schema does not define are refused by name, as OpenAI refuses them
@@ -55,34 +56,6 @@ function visible(key: string): string {
 
 /** "Did you mean …?" for a key within two edits of a known field (`max_tokns`, `dimension`). */
 function closest(key: string, known: ReadonlySet<string>): string {
-  if (key.length < 3 || key.length > 40) return "";
-  const lower = key.toLowerCase();
-  let best = "";
-  let bestDistance = 3;
-  for (const name of known) {
-    if (Math.abs(name.length - lower.length) >= bestDistance) continue;
-    const d = editDistance(lower, name, bestDistance);
-    if (d < bestDistance) {
-      best = name;
-      bestDistance = d;
-    }
-  }
+  const best = closestName(key, known);
   return best ? `Did you mean '${best}'?` : "";
-}
-
-/** Levenshtein distance, given up (returning `limit`) once every path is at `limit` or more. */
-function editDistance(a: string, b: string, limit: number): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    let rowMin = i;
-    for (let j = 1; j <= b.length; j++) {
-      const v = Math.min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
-      row.push(v);
-      if (v < rowMin) rowMin = v;
-    }
-    if (rowMin >= limit) return limit;
-    prev = row;
-  }
-  return prev[b.length];
 }

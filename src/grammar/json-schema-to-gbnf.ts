@@ -117,6 +117,7 @@ import {
   cpSet,
 } from "./gbnf.ts";
 import { unfinishableRules } from "./finite.ts";
+import { closestName } from "../core/closest-name.ts";
 import { DEFAULT_MAX_LOAD_COST, grammarLoadCost, maxCharsWithin, parseGrammar, type ParsedGrammar } from "./load-cost.ts";
 import { boundedNumber, boundsHoldAsDoubles, type Bound } from "./numeric-ranges.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
@@ -246,6 +247,8 @@ const REFUSED = new Set([
   "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
   "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
   "$dynamicRef", "$recursiveRef",
+  // Not JSON Schema, but a constraint where it comes from (Gemini's order of an object's properties).
+  "propertyOrdering",
 ]);
 const STRING_KEYS = ["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
@@ -290,7 +293,29 @@ const ANNOTATION_LIKE_NEXT_TO_ENUM = new Set(["propertyNames"]);
 const join = (path: string, key: string | number) => (path === "" ? String(key) : `${path}.${key}`);
 const has = (obj: object, key: string) => Object.prototype.hasOwnProperty.call(obj, key);
 const isObject = (v: unknown): v is Schema => typeof v === "object" && v !== null && !Array.isArray(v);
-export const isAnnotation = (key: string) => ANNOTATIONS.has(key) || key.startsWith("x-");
+export const isAnnotation = (key: string) => ANNOTATIONS.has(key) || key.startsWith("x-") || isCustomKeyword(key);
+
+/**
+ * A keyword no JSON Schema draft defines (zod's `.meta({units: "kg"})`, pydantic's
+ * `json_schema_extra`, `errorMessage`, `enumNames`, draft 4's `id`): an annotation, as the
+ * specification reads unknown keywords, so it constrains nothing and is passed over. One within two
+ * edits of a keyword Plinth knows (`maxLenght`, `requried`) is taken for a misspelling of it and
+ * refused by name (checkKeywords): passed over, the constraint it meant would silently go.
+ */
+function isCustomKeyword(key: string): boolean {
+  return !KNOWN.has(key) && !REFUSED.has(key) && misspelledKeyword(key) === undefined;
+}
+
+const customKeywordCache = new Map<string, string | undefined>();
+
+/** The known keyword `key` is within two edits of (compared without case), if any. */
+function misspelledKeyword(key: string): string | undefined {
+  if (customKeywordCache.has(key)) return customKeywordCache.get(key);
+  // Short keys say too little to be taken for another (`id` is not a misspelled `if`).
+  const guess = key.length < 4 ? undefined : closestName(key, [...KNOWN, ...REFUSED]);
+  if (customKeywordCache.size < 1024) customKeywordCache.set(key, guess);
+  return guess;
+}
 /** Keys that constrain values (not annotations, not definitions containers). */
 const constraining = (s: Schema) => Object.keys(s).filter((k) => !isAnnotation(k) && k !== "$defs" && k !== "definitions");
 
@@ -497,7 +522,10 @@ class Converter {
       else if (key === "propertyNames" && !isTrivialPropertyNames(s.propertyNames)) this.relax(join(path, key), `"propertyNames" is supported only when every string satisfies it`);
       else if (key === "nullable" && s.nullable === true) {
         this.relax(join(path, key), `OpenAPI "nullable" is not JSON Schema; use type: [..., "null"]`);
-      } else if (!KNOWN.has(key)) this.relax(join(path, key), `unknown keyword "${key}"`);
+      } else if (!KNOWN.has(key)) {
+        const meant = misspelledKeyword(key);
+        this.relax(join(path, key), `unknown keyword "${key}"${meant ? ` (did you mean "${meant}"?)` : ""}`);
+      }
     }
   }
 

@@ -32,6 +32,8 @@ interface Job {
   control: CompileControl;
   resolve: (c: CompiledSchema) => void;
   reject: (e: unknown) => void;
+  /** The worker refused the schema (remembered for the next asker of the same schema). */
+  refused: (e: UnsupportedSchemaError) => void;
 }
 
 /** What one request's compilations share. */
@@ -56,6 +58,13 @@ export class SchemaCompiler {
   private current: Current | undefined;
   private nextId = 1;
   private readonly cache = new Map<string, CompiledSchema>();
+  /**
+   * Schemas the worker refused, by the same key: a refusal is decided by the schema and options
+   * alone (a keyword that cannot be enforced, a size or automaton bound; not a deadline, which
+   * depends on the machine's load), so the same schema sent again is refused at once. Before, each
+   * resend took the worker for its 0.35–0.6 s again, and other clients' schemas queued behind it.
+   */
+  private readonly refusals = new Map<string, { path: string; message: string; limit: boolean }>();
   /** Servers using the compiler (acquire/release); the worker stops once none is left and it is idle. */
   private users = 0;
   /** Stop the worker as soon as it has nothing to do. */
@@ -98,6 +107,8 @@ export class SchemaCompiler {
       this.cache.set(key!, hit);
       return Promise.resolve(hit);
     }
+    const refused = key === undefined ? undefined : this.refusals.get(key);
+    if (refused) return Promise.reject(refused.limit ? new SchemaLimitError(refused.path, refused.message) : new UnsupportedSchemaError(refused.path, refused.message));
     // The size bounds before the worker, here and without recursion: a schema nested thousands of
     // levels deep cannot even be posted to it (the structured clone recurses and overflows the
     // stack), and was refused only when the deadline passed, 5 s later. (A cached schema passed them.)
@@ -125,6 +136,11 @@ export class SchemaCompiler {
         reject: (e) => {
           signal?.removeEventListener("abort", onAbort);
           reject(e);
+        },
+        refused: (e) => {
+          if (key === undefined) return;
+          this.refusals.set(key, { path: e.path, message: e.reason, limit: e.code === "limit" });
+          while (this.refusals.size > CACHE_ENTRIES) this.refusals.delete(this.refusals.keys().next().value!);
         },
       };
       // A job still queued leaves with its client; one the worker holds runs on to its deadline
@@ -237,9 +253,11 @@ export class SchemaCompiler {
     this.current = undefined;
     charge(cur);
     if (m.ok) cur.job.resolve({ gbnf: m.gbnf, relaxed: m.relaxed, loadCost: m.loadCost });
-    else if (m.code === "limit") cur.job.reject(new SchemaLimitError(m.path, m.message));
-    else if (m.code === "unsupported") cur.job.reject(new UnsupportedSchemaError(m.path, m.message));
-    else cur.job.reject(new Error(m.message));
+    else if (m.code === "limit" || m.code === "unsupported") {
+      const refusal = m.code === "limit" ? new SchemaLimitError(m.path, m.message) : new UnsupportedSchemaError(m.path, m.message);
+      cur.job.refused(refusal);
+      cur.job.reject(refusal);
+    } else cur.job.reject(new Error(m.message));
     this.pump();
   }
 

@@ -99,6 +99,26 @@ function newAjv() {
 // ---------------------------------------------------------------------------------------------
 
 describe("grammar text", () => {
+  test("keywords no draft defines are annotations; a near miss of a known keyword is refused as a misspelling", () => {
+    // zod's .meta(), pydantic's json_schema_extra, draft 4's id: nothing to enforce.
+    const annotated = { type: "object", id: "w", properties: { w: { type: "number", units: "kg", errorMessage: "a weight" }, c: { enum: ["a", "b"], enumNames: ["A", "B"] } }, required: ["w", "c"] };
+    const plain = { type: "object", properties: { w: { type: "number" }, c: { enum: ["a", "b"] } }, required: ["w", "c"] };
+    assert.equal(compileJsonSchema(annotated, { strict: true }).gbnf, compileJsonSchema(plain, { strict: true }).gbnf);
+    for (const [schema, path, meant] of [
+      [{ type: "string", maxLenght: 3 }, "maxLenght", "maxLength"],
+      [{ type: "object", properties: { a: { type: "string" } }, requried: ["a"] }, "requried", "required"],
+      [{ type: "object", properties: { a: { type: "integer", Minimum: 3 } } }, "properties.a.Minimum", "minimum"],
+    ] as const) {
+      assert.throws(
+        () => compileJsonSchema(schema, { strict: true }),
+        (e: unknown) => e instanceof UnsupportedSchemaError && e.path === path && e.message.includes(`did you mean "${meant}"`),
+        path,
+      );
+      // Not strict: relaxed and named, like any keyword that cannot be enforced.
+      assert.deepEqual(compileJsonSchema(schema, { strict: false }).relaxed.map((r) => r.path), [path]);
+    }
+  });
+
   test("small schemas compile with llama.cpp", async () => {
     const schemas: unknown[] = [
       {},

@@ -27,6 +27,33 @@ test("compiles in the worker, refuses what it cannot enforce, and caches", async
   assert.equal(again, out, "a schema seen before is not compiled again");
 });
 
+test("a schema refused once is refused again at once, not compiled again behind other clients' schemas", async () => {
+  const refused = { type: "object", properties: { a: { type: "integer", not: { const: 3 } } } };
+  const first = await compiler.compile(refused).catch((e: unknown) => e);
+  assert.ok(first instanceof UnsupportedSchemaError, String(first));
+  // The worker is busy with a costly schema: a second ask of the refused one does not wait for it.
+  const busy = compiler.compile(costly(198)).catch(() => undefined);
+  let busyDone = false;
+  void busy.then(() => (busyDone = true));
+  const second = await compiler.compile(structuredClone(refused)).catch((e: unknown) => e);
+  assert.ok(second instanceof UnsupportedSchemaError && !(second instanceof SchemaLimitError), String(second));
+  assert.equal(second.message, first.message);
+  assert.equal(busyDone, false, "answered before the worker was free");
+  await busy;
+  const limit = { type: "string", maxLength: 100_000_001 };
+  const l1 = await compiler.compile(limit).catch((e: unknown) => e);
+  const l2 = await compiler.compile(limit).catch((e: unknown) => e);
+  assert.ok(l1 instanceof SchemaLimitError && l2 instanceof SchemaLimitError && l1.message === l2.message, `${l1} / ${l2}`);
+  // A refusal for time depends on the machine's load: it is not remembered.
+  const hurried = new SchemaCompiler(1);
+  try {
+    await assert.rejects(hurried.compile(costly(197)), (e: unknown) => e instanceof SchemaLimitError && /longer than 1 ms/.test(e.message));
+    assert.equal((hurried as unknown as { refusals: Map<string, unknown> }).refusals.size, 0);
+  } finally {
+    await hurried.dispose();
+  }
+});
+
 test("a refusal deep in a schema keeps its whole path, and its message a readable one", async () => {
   // anyOf nested 300 deep: the message repeated "anyOf.0." 256 times (over a kilobyte).
   let deep: unknown = { type: "string" };
