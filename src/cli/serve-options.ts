@@ -51,7 +51,7 @@ serve options (also in plinth.yaml via --config, or PLINTH_<NAME> environment va
   --send-timeout <s>     seconds a streamed answer waits for a client that has stopped reading before
                          the connection is closed and the generation cancelled (default 30)
   --max-connections <n>  open connections at most; more are refused (default 512; 0: no limit)
-  --cache-ram <bytes>    RAM for saved prompt states, reused across requests (default 256 MiB; 0 disables)
+  --cache-ram <bytes>    RAM for saved prompt states, reused across requests, per model (default 256 MiB; 0 disables)
   --cache-min-tokens <n> shortest prompt worth saving (default 16)
   --cache-dir <dir>      where downloaded models are kept
   --data-dir <dir>       where stored responses and conversations live (default ~/.local/share/plinth)

@@ -42,7 +42,11 @@ export function installErrorEnvelope(
 ): void {
   scope.setErrorHandler((err, request, reply) => {
     const apiError = quoteRequestId(asWireError(err, envelope.fieldNames, request.body), String(request.id));
-    if (apiError.status >= 500) request.log.error(err);
+    // A 503 is the server saying it cannot take the request now (draining, overloaded, a model still
+    // loading): a line at warn level with its code. During a drain every new request gets one, and a
+    // stack trace each (thousands of lines a second) buried what the log was there to show.
+    if (apiError.status === 503) request.log.warn({ code: apiError.code }, apiError.message);
+    else if (apiError.status >= 500) request.log.error(err);
     void reply.status(apiError.status).headers(apiError.headers).send(envelope.render(apiError));
   });
   if (opts.notFound) {

@@ -313,7 +313,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   void (async () => {
     try {
       if (!started.running) markRunning();
-      await drive(generation, builder, run.abort.signal, undefined, started.spent);
+      await drive(generation, builder, run.abort.signal, undefined, started.spent, { shutdownCancels: true });
     } finally {
       clearInterval(timer);
       await flushEvents().catch(() => {});

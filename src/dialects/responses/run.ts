@@ -147,6 +147,7 @@ export async function drive(
   signal: AbortSignal,
   each: () => Promise<void> = async () => {},
   spent?: () => Usage,
+  opts: { shutdownCancels?: boolean } = {},
 ): Promise<ApiError | undefined> {
   try {
     for await (const ev of events) {
@@ -155,14 +156,18 @@ export async function drive(
     }
     builder.finish();
   } catch (err) {
-    // Stopped from outside (the client left, a cancel, a shutdown: the signal's own reason), not failed.
-    if (signal.aborted && (!(err instanceof ApiError) || isClientClosed(err) || err === signal.reason)) {
+    // Stopped from outside (the client left, a cancel, a shutdown: the signal's own reason), not
+    // failed. A background run that the server's shutdown stops (the generation service ends it
+    // with its `shutdown` error) was stopped too: nothing went wrong with it.
+    const stopped = signal.aborted && (!(err instanceof ApiError) || isClientClosed(err) || err === signal.reason);
+    if (stopped || (opts.shutdownCancels && err instanceof ApiError && err.reason === "shutdown")) {
       // What the run had used when it stopped: it was booked, so the object says it too.
       builder.cancel(spent?.());
       return undefined;
     }
     const e = asWireError(err, responsesFieldName);
-    builder.fail(e.code ?? "server_error", e.message, e.param);
+    // A failure after tokens were generated was booked with them: the object says so as well.
+    builder.fail(e.code ?? "server_error", e.message, e.param, spent?.());
     return e;
   }
   return undefined;

@@ -140,10 +140,11 @@ export class ResponseBuilder {
    * The run failed after it started: open items close as incomplete, an `error` event says what went
    * wrong, and `response.failed` ends the stream.
    */
-  fail(code: string, message: string, param: string | null = null): void {
+  fail(code: string, message: string, param: string | null = null, spent?: Usage): void {
     for (const key of [...this.open.keys()]) this.closePart(key, "incomplete");
     this.send("error", { code, message, param });
     this.status = "failed";
+    if (!this.usage && spent && spent.totalTokens > 0) this.usage = spent;
     this.failure = { code: responseErrorCode(code), message };
     this.send("response.failed", { response: this.snapshot() });
   }
