@@ -9,9 +9,9 @@ import { ModelRegistry } from "../core/registry.ts";
 import { checkLlamaCppSource, llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { remoteFactory } from "../engines/remote/factory.ts";
 import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
-import { DB_FILE, openSqliteStore } from "../store/sqlite-store.ts";
+import { DB_FILE, openSqliteStore, type SqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
-import { KeyRing } from "../tenancy/keys.ts";
+import { KeyRing, staticKeyId, staticKeyIdBefore } from "../tenancy/keys.ts";
 import { LedgerWriter } from "../tenancy/ledger.ts";
 import { InProcessLimiter } from "../tenancy/limiter.ts";
 import { Tenancy } from "../tenancy/tenancy.ts";
@@ -112,6 +112,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   }
   const key = loadOrCreateSecretKey(config["data-dir"]);
   const keys = new KeyRing(staticKeys, tenancyStore, undefined, key);
+  carryStaticKeyObjects(staticKeys, key, store, tenancyStore);
   if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
     tenancyStore.close();
     await store.close();
@@ -224,6 +225,22 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await close(Math.max(deadline - Date.now(), CLOSE_GRACE_MS));
     },
   };
+}
+
+/**
+ * Objects and ledger rows an --api-key key stored while its id was a plain hash of it (before
+ * 2026-12-02), moved to its id of now: without this, an upgrade left them in the file but out of the
+ * key's reach (404s, chains that could not continue, its usage split over two ids).
+ */
+function carryStaticKeyObjects(staticKeys: readonly string[], secret: Buffer, store: SqliteStore, tenancy: TenancyStore): void {
+  for (const k of new Set(staticKeys)) {
+    const before = staticKeyIdBefore(k);
+    const now = staticKeyId(k, secret);
+    if (before === now) continue;
+    const moved = store.moveKeyObjects(before, now);
+    const booked = tenancy.renameLedgerKey(before, now);
+    if (moved + booked > 0) process.stderr.write(`plinth: ${moved} stored objects and ${booked} ledger rows of an --api-key key moved to its current id (${now})\n`);
+  }
 }
 
 /** Keys from --api-key-file: one a line; blank lines and # comments are skipped. */

@@ -1,4 +1,4 @@
-import { accessSync, constants, mkdirSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, mkdirSync, openSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import Database from "better-sqlite3";
 import { ConfigError } from "./load.ts";
@@ -109,6 +109,12 @@ const LOCK_FILE = "server.lock";
  */
 export function lockDataDir(dir: string): () => void {
   const path = join(dir, LOCK_FILE);
+  // Private like the store and the key file (SQLite would create it 0644 under the usual umask).
+  try {
+    closeSync(openSync(path, "a", 0o600));
+  } catch {
+    // Refused below, by SQLite, with the reason.
+  }
   const db = new Database(path, { timeout: 0 });
   try {
     // In exclusive locking mode a connection keeps the lock of its first write until it closes.

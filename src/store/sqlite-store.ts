@@ -169,9 +169,11 @@ export const MIGRATIONS: readonly Migration[] = [
       // to the key alone (the server's own, "", on an open server), where OpenAI's clients look for
       // them. Children move with their parents in the same transaction (checked at commit).
       db.pragma("defer_foreign_keys = ON");
-      const keyOnly = `CASE WHEN namespace LIKE '["key",%' THEN json_array('key', json_extract(namespace, '$[1]'), '') ELSE '' END`;
-      for (const table of ["responses", "response_events", "response_items", "conversations", "conversation_items", "chat_completions"])
-        db.exec(`UPDATE OR IGNORE ${table} SET namespace = ${keyOnly} WHERE namespace <> ${keyOnly}`);
+      // A key's namespace is `["key", id, inner]`; an open server's end user's is `[user, salt]`, so
+      // an end user named "key" (`["key",null]`) is not a key's (migration 7 recovers stores where
+      // this step took it for one).
+      const keyOnly = `CASE WHEN namespace LIKE '["key",%' AND json_valid(namespace) THEN (CASE WHEN json_array_length(namespace) = 3 AND json_type(namespace, '$[1]') = 'text' THEN json_array('key', json_extract(namespace, '$[1]'), '') ELSE '' END) ELSE '' END`;
+      for (const table of STORED_TABLES) db.exec(`UPDATE OR IGNORE ${table} SET namespace = ${keyOnly} WHERE namespace <> ${keyOnly}`);
     },
   },
   {
@@ -201,7 +203,21 @@ export const MIGRATIONS: readonly Migration[] = [
         CREATE UNIQUE INDEX response_items_input ON response_items (namespace, response_id, input_position) WHERE input_position IS NOT NULL;
       `),
   },
+  {
+    version: 7,
+    description: "objects of an end user named \"key\" on an open server, which migration 5 filed under a key that does not exist, are the server's again",
+    // Migration 5 read the open server's namespace of end user "key" (`["key",null]`) as a key's and
+    // moved its objects to `["key",null,""]`: a key with no id, which no request can name. Every
+    // other object of an open server is in "" since then; these go there too.
+    up: (db) => {
+      db.pragma("defer_foreign_keys = ON");
+      for (const table of STORED_TABLES) db.exec(`UPDATE OR IGNORE ${table} SET namespace = '' WHERE namespace = '["key",null,""]'`);
+    },
+  },
 ];
+
+/** The tables of stored objects, each with its `namespace` column. */
+const STORED_TABLES = ["responses", "response_events", "response_items", "conversations", "conversation_items", "chat_completions"] as const;
 
 /**
  * Brings the schema up to the newest migration. Runs under BEGIN IMMEDIATE, re-reading the
@@ -411,6 +427,25 @@ export class SqliteStore implements Store {
       }
     }
     return total;
+  }
+
+  /**
+   * Files every object of one API key id under another (a key's id changed: see staticKeyIdBefore).
+   * Objects already under the new id stay; one of the old id's whose id is taken there stays where
+   * it is. Returns how many objects (responses, conversations, stored chat completions) moved.
+   */
+  moveKeyObjects(fromKeyId: string, toKeyId: string): number {
+    const from = JSON.stringify(["key", fromKeyId, ""]);
+    const to = JSON.stringify(["key", toKeyId, ""]);
+    return this.#db.transaction(() => {
+      this.#db.pragma("defer_foreign_keys = ON");
+      let moved = 0;
+      for (const table of STORED_TABLES) {
+        const changes = this.#db.prepare(`UPDATE OR IGNORE ${table} SET namespace = ? WHERE namespace = ?`).run(to, from).changes;
+        if (table === "responses" || table === "conversations" || table === "chat_completions") moved += changes;
+      }
+      return moved;
+    })();
   }
 
   async close(): Promise<void> {

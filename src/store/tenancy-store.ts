@@ -290,6 +290,11 @@ export class TenancyStore {
     return this.#prune.run(before).changes;
   }
 
+  /** Books an API key id's ledger rows under another id (the key's id changed); returns how many. */
+  renameLedgerKey(fromKeyId: string, toKeyId: string): number {
+    return this.#db.prepare("UPDATE usage_ledger SET key_id = ? WHERE key_id = ?").run(toKeyId, fromKeyId).changes;
+  }
+
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

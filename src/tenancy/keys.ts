@@ -168,7 +168,16 @@ export function keyToJson(r: KeyRecord, now = Date.now()) {
  * of the key offline. Stable for as long as the data directory keeps its key.
  */
 export function staticKeyId(key: string, secret: Buffer | undefined): string {
-  if (secret === undefined) return `static-${hashKey(key).slice(0, 12)}`;
+  if (secret === undefined) return staticKeyIdBefore(key);
   const idKey = createHmac("sha256", secret).update("plinth static key id").digest();
   return `static-${createHmac("sha256", idKey).update(key, "utf8").digest("hex").slice(0, 12)}`;
+}
+
+/**
+ * The id Plinth gave an --api-key key before ids were keyed with the server's secret (2026-12-02):
+ * its plain SHA-256's first 12 hex digits. Objects a key stored then are filed under it; the server
+ * moves them to the key's id of now at start (see serve).
+ */
+export function staticKeyIdBefore(key: string): string {
+  return `static-${hashKey(key).slice(0, 12)}`;
 }

@@ -349,6 +349,37 @@ test("migration 5: objects stored per end user move to their API key's namespace
   assert.equal(await store.responses.get("alice-ns", "resp_a"), undefined);
 });
 
+test("migration 5: an open server's end user named \"key\" is not taken for an API key; migration 7 recovers stores where it was", async () => {
+  const userKey = JSON.stringify(["key", null]);
+  const fill = (db: Database.Database) =>
+    db.prepare("INSERT INTO responses (namespace, id, created_at, status, model, body, input_items) VALUES (?, 'resp_k', 1, 'completed', 'm', ?, '[]')").run(userKey, JSON.stringify(body("resp_k")));
+  const fresh = openSqliteStore({ dataDir: storeAtVersion(4, fill), ttlSeconds: 0 });
+  after(() => fresh.close());
+  assert.ok(await fresh.responses.get("", "resp_k"), "the server's, like every other end user's object");
+  // A store that migration 5 moved to the id-less key namespace before the fix.
+  const misfiled = storeAtVersion(6, (db) =>
+    db.prepare("INSERT INTO responses (namespace, id, created_at, status, model, body, input_items) VALUES (?, 'resp_k', 1, 'completed', 'm', ?, '[]')").run('["key",null,""]', JSON.stringify(body("resp_k"))),
+  );
+  const recovered = openSqliteStore({ dataDir: misfiled, ttlSeconds: 0 });
+  after(() => recovered.close());
+  assert.ok(await recovered.responses.get("", "resp_k"));
+});
+
+test("a key's objects move to another key id with their children (an --api-key key's id of before 2026-12-02)", async () => {
+  const store = openSqliteStore({ dataDir: freshDir(), ttlSeconds: 0 });
+  after(() => store.close());
+  const old = JSON.stringify(["key", "static-old", ""]);
+  const now = JSON.stringify(["key", "static-new", ""]);
+  await store.responses.create(old, { id: "resp_o", status: "completed", model: "m", body: body("resp_o"), inputItems: [userMessage("hi", "msg_o")] });
+  await store.conversations.create(old, { id: "conv_o", metadata: {}, items: [userMessage("x", "msg_c")] });
+  assert.equal(store.moveKeyObjects("static-old", "static-new"), 2);
+  assert.ok(await store.responses.get(now, "resp_o"));
+  assert.deepEqual(await store.responses.inputItems(now, "resp_o"), [userMessage("hi", "msg_o")]);
+  assert.ok(await store.conversations.get(now, "conv_o"));
+  assert.equal(await store.responses.get(old, "resp_o"), undefined);
+  assert.equal(store.moveKeyObjects("static-old", "static-new"), 0, "nothing left to move");
+});
+
 test("migration 6: responses stored with their input list keep it; new ones keep input items as rows, read and paged the same", async () => {
   const legacyInput = [userMessage("first", "msg_1"), userMessage("second", "msg_2"), userMessage("third", "msg_3")];
   const dir = storeAtVersion(5, (db) => {
