@@ -4,7 +4,16 @@ import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import type { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC } from "../fixtures/models.ts";
 import { templateRenderers } from "../helpers/template-renderers.ts";
-import { COMMAND_R7B_TEMPLATE, DEEPSEEK_R1_DISTILL_TEMPLATE, DEEPSEEK_V3_1_TEMPLATE, GIGACHAT_3_TEMPLATE, GLM_4_6_TEMPLATE, QWEN3_CODER_TEMPLATE } from "../fixtures/real-templates.ts";
+import {
+  COMMAND_R7B_TEMPLATE,
+  COMMAND_R_PLUS_TOOL_USE_TEMPLATE,
+  DEEPSEEK_R1_DISTILL_TEMPLATE,
+  DEEPSEEK_V3_1_TEMPLATE,
+  GIGACHAT_3_TEMPLATE,
+  GLM_4_6_TEMPLATE,
+  MISTRAL_SMALL_3_2_TEMPLATE,
+  QWEN3_CODER_TEMPLATE,
+} from "../fixtures/real-templates.ts";
 
 // Conversations whose rendering used to differ from the model's own template, checked against
 // llama-server --jinja's /apply-template of the same messages on GGUFs carrying these templates
@@ -53,6 +62,13 @@ test("GigaChat 3: a tool with an array parameter renders (its schema's `items` k
   assert.ok(!text.includes("||call"), text);
 });
 
+test("Command R+: `json_spec.items` without a call still reads the array's item schema (only a call reaches the dict's method)", async () => {
+  const prompt = await promptFor("plinth-command-r-plus-fidelity", COMMAND_R_PLUS_TOOL_USE_TEMPLATE);
+  const tags: Functions = { tag: { description: "Tag a post", params: { type: "object", properties: { tags: { type: "array", items: { type: "string" }, description: "Tags" } }, required: ["tags"] } } } as never;
+  const text = prompt([{ role: "user", content: "Tag it" }], tags);
+  assert.ok(text.includes("def tag(tags: List[str])"), text);
+});
+
 test("Qwen3-Coder: a user message straight after tool results gets no empty assistant turn in between", async () => {
   const prompt = await promptFor("plinth-qwen3-coder-fidelity", QWEN3_CODER_TEMPLATE);
   const text = prompt([{ role: "user", content: "Weather?" }, called("get_weather", '{"city": "Paris"}'), result('{"temp": 21}'), { role: "user", content: "ok" }], WEATHER);
@@ -86,6 +102,17 @@ test("reasoning a client sends back inside an earlier answer's text is cut as th
   assert.ok(v31(history).includes("<｜User｜>2+2?<｜Assistant｜><think></think>4<｜end▁of▁sentence｜><｜User｜>3+3?<｜Assistant｜>"), v31(history));
   // A prefill (the last message, continued by the model) is kept as written.
   assert.ok(r1([{ role: "user", content: "2+2?" }, { role: "assistant", content: "<think>add them</think>" }]).endsWith("<think>add them</think>"));
+  // V3.1 cuts plain answers only: a turn that calls tools keeps its text, thinking included, and so
+  // does the tool loop under way (the turns after the last user message).
+  const loop = v31([{ role: "user", content: "Weather?" }, { ...called("get_weather", '{"city": "Paris"}'), content: "<think>\nplan\n</think>\n\nCalling." }, result("21"), { role: "user", content: "ok" }], WEATHER);
+  assert.ok(loop.includes("<think>\nplan\n</think>\n\nCalling."), loop);
+});
+
+test("Mistral Small 3.2: a user message right after tool results, which the template refuses without an answer between, keeps the template's layout", async () => {
+  const prompt = await promptFor("plinth-mistral-small-3.2-fidelity", MISTRAL_SMALL_3_2_TEMPLATE);
+  const text = prompt([{ role: "user", content: "Weather?" }, called("get_weather", '{"city": "Paris"}'), result('{"temp": 21}'), { role: "user", content: "ok" }], WEATHER);
+  assert.ok(text.includes("[TOOL_RESULTS]") && text.includes("[TOOL_CONTENT]") && text.includes("[CALL_ID]"), text);
+  assert.ok(text.endsWith("[INST]ok[/INST]"), text);
 });
 
 test("Command R7B: an assistant message with text beside its calls is written as the template writes it (the calls only)", async () => {

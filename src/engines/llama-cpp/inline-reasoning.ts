@@ -16,22 +16,29 @@ export function cutsInlineReasoning(template: string | undefined): InlineReasoni
   // The template reads the text after the closing marker: `split('</think>')` (either quote), or
   // DeepSeek V3.1's `split('</think>', 1)`.
   if (!/split\(\s*(['"])<\/think>\1\s*(,\s*1\s*)?\)/.test(template)) return undefined;
-  return { trimNewlines: /lstrip\(\s*(['"])\\n\1\s*\)/.test(template) };
+  return { trimNewlines: /l?strip\(\s*(['"])\\n\1\s*\)/.test(template) };
 }
 
 export interface InlineReasoningCut {
-  /** The template drops the newlines that open the answer after the marker (`.lstrip('\n')`, Qwen 3). */
+  /** The template drops the newlines that open the answer after the marker (`.lstrip('\n')`, Qwen 3; `.strip('\n')`). */
   trimNewlines: boolean;
 }
 
 /**
- * The messages with each earlier assistant answer's text cut after its last `</think>`. A last
- * assistant message (a prefill the model continues) is left as the client wrote it.
+ * The messages with each earlier answer's text cut after its last `</think>`: answers before the
+ * last user message that call no tools. The turns of the tool loop under way (after the last user
+ * message: GLM, MiniMax M2, MiniCPM5 and LFM2.5 keep their thinking), a turn that calls tools
+ * (DeepSeek V3.1 cuts only plain answers) and a last assistant message (a prefill the model
+ * continues) are left as the client wrote them.
  */
 export function withoutInlineReasoning(messages: Message[], cut: InlineReasoningCut): Message[] {
+  let lastUser = -1;
+  messages.forEach((m, i) => {
+    if (m.role === "user") lastUser = i;
+  });
   let changed = false;
   const out = messages.map((m, i) => {
-    if (m.role !== "assistant" || i === messages.length - 1 || typeof m.content !== "string") return m;
+    if (m.role !== "assistant" || i > lastUser || (m.toolCalls?.length ?? 0) > 0 || typeof m.content !== "string") return m;
     const at = m.content.lastIndexOf("</think>");
     if (at < 0) return m;
     let answer = m.content.slice(at + "</think>".length);

@@ -22,7 +22,7 @@ import { Environment, Interpreter } from "@huggingface/jinja";
 //   then could not call it. Every JSON Schema array has an `items` key, so GigaChat's templates
 //   refused any tool with an array parameter, and a call argument named `items` sent DeepSeek V3.2/V4,
 //   GLM, MiniMax, LFM2.5 and MiniCPM5 conversations to node-llama-cpp's own writing of calls.
-//   `d['items']` still reads the key, as in Python.
+//   Only a call: `d.items` alone still reads the key (templates that mean the key write it so).
 // - `undefined|trim`: Python's Jinja trims an undefined value to "" (Hermes-style templates trim each
 //   parameter's description, which a schema need not have); the engine refused it.
 //
@@ -89,22 +89,28 @@ export function renderJinjaLikePython(): void {
     if (filter?.type === "Identifier" && filter.value === "trim" && operand?.type === "UndefinedValue") return new StringValue("");
     return applyFilter.call(this, operand, filter, env);
   };
-  const member = proto as unknown as { evaluateMemberExpression?: (expr: MemberExpression, env: unknown) => Value; evaluate: (node: unknown, env: unknown) => Value };
-  const evaluateMember = member.evaluateMemberExpression;
-  if (typeof evaluateMember !== "function") throw new Error("@huggingface/jinja's interpreter changed; jinja-python.ts needs updating");
-  member.evaluateMemberExpression = function (this: typeof member, expr, env) {
-    if (!expr.computed && expr.property?.type === "Identifier" && DICT_METHODS.has(expr.property.value as string)) {
-      const object = this.evaluate(expr.object, env);
-      // Only plain dicts: keyword arguments and namespaces have no such methods in Python.
-      if (object?.type === "ObjectValue") return (object as unknown as { builtins: Map<string, Value> }).builtins.get(expr.property.value as string)!;
-      return evaluateMember.call(this, { ...expr, object: { type: "Evaluated", value: object } }, env);
-    }
-    return evaluateMember.call(this, expr, env);
+  const interp = proto as unknown as {
+    evaluateCallExpression?: (expr: CallExpression, env: unknown) => Value;
+    evaluate: (node: unknown, env: unknown) => Value;
   };
-  const evaluate = member.evaluate;
-  // Lets the fallback above hand the engine an object it has already evaluated (evaluating twice
-  // would run a call inside the object expression twice).
-  member.evaluate = function (this: typeof member, node, env) {
+  const evaluateCall = interp.evaluateCallExpression;
+  if (typeof evaluateCall !== "function") throw new Error("@huggingface/jinja's interpreter changed; jinja-python.ts needs updating");
+  interp.evaluateCallExpression = function (this: typeof interp, expr, env) {
+    const callee = expr.callee;
+    if (callee?.type !== "MemberExpression" || callee.computed || callee.property?.type !== "Identifier" || !DICT_METHODS.has(callee.property.value as string))
+      return evaluateCall.call(this, expr, env);
+    // `d.items()`: the dict's method, whatever keys it has. Only a call: `d.items` alone still reads
+    // a key of that name first, as templates that mean the key write it (Command R+'s
+    // `json_spec.items` for an array's item schema) and as node-llama-cpp always read it.
+    const object = this.evaluate(callee.object, env);
+    if (object?.type !== "ObjectValue") return evaluateCall.call(this, { ...expr, callee: { ...callee, object: { type: "Evaluated", value: object } } }, env);
+    const method = (object as unknown as { builtins: Map<string, Value> }).builtins.get(callee.property.value as string)!;
+    return evaluateCall.call(this, { ...expr, callee: { type: "Evaluated", value: method } as unknown as CallExpression["callee"] }, env);
+  };
+  const evaluate = interp.evaluate;
+  // Lets the calls above hand the engine a value it has already evaluated (evaluating the object
+  // again would run a call inside it twice).
+  interp.evaluate = function (this: typeof interp, node, env) {
     if ((node as { type?: string } | undefined)?.type === "Evaluated") return (node as { value: Value }).value;
     return evaluate.call(this, node, env);
   };
@@ -113,10 +119,9 @@ export function renderJinjaLikePython(): void {
 /** Python dict methods the engine also has; `d.name` reaches them even when `d` has such a key. */
 const DICT_METHODS = new Set(["items", "keys", "values", "get"]);
 
-interface MemberExpression {
-  computed: boolean;
-  object: unknown;
-  property?: { type: string; value: unknown };
+interface CallExpression {
+  callee?: { type: string; computed?: boolean; object?: unknown; property?: { type: string; value: unknown } };
+  args: unknown[];
 }
 
 /** A list's least or greatest item, compared as Python compares numbers or strings. */

@@ -527,7 +527,14 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
   const render = (params: Record<string, unknown>): string => {
     const cut = withoutEmptyAnswers(params.messages, endsInResults, modelRole);
     if (!cut) return renderAsSent(params);
-    let text = renderAsSent({ ...params, messages: cut.messages });
+    let text: string;
+    try {
+      text = renderAsSent({ ...params, messages: cut.messages });
+    } catch {
+      // A template that refuses a user message right after tool results (Mistral Small 3.2's, as
+      // llama-server and Python's Jinja do) rendered with the empty answer in between: kept so.
+      return renderAsSent(params);
+    }
     // node-llama-cpp looks for every message's placeholder in the rendering: a left-out answer's
     // (it stands for no text) goes right before the next message's, where it is put back as nothing.
     for (const { id, before } of cut.moved) {
