@@ -9,6 +9,7 @@ import {
   COMMAND_R_PLUS_TOOL_USE_TEMPLATE,
   DEEPSEEK_R1_DISTILL_TEMPLATE,
   DEEPSEEK_V3_1_TEMPLATE,
+  GEMMA_4_TEMPLATE,
   GIGACHAT_3_TEMPLATE,
   GLM_4_6_TEMPLATE,
   MISTRAL_SMALL_3_2_TEMPLATE,
@@ -125,4 +126,18 @@ test("Command R7B: an assistant message with text beside its calls is written as
     text,
   );
   assert.ok(!text.includes("Let me check."), text);
+});
+
+test("Gemma 4: a template that trims each message's text gets it trimmed (a user message ending in a newline, an answer opening with blanks)", async () => {
+  const prompt = await promptFor("plinth-gemma-4-fidelity", GEMMA_4_TEMPLATE);
+  const messages: Message[] = [
+    { role: "system", content: "  sys  \n" },
+    { role: "user", content: "\n  Hello  \n" },
+    { role: "assistant", content: " ok \n\n" },
+    { role: "user", content: "next " },
+  ];
+  // llama-server --jinja's rendering of the same messages (with thinking on, its default).
+  const text = prompt(messages);
+  assert.ok(text.includes("<|turn>user\nHello<turn|>\n<|turn>model\nok<turn|>\n<|turn>user\nnext<turn|>\n<|turn>model\n"), JSON.stringify(text));
+  assert.ok(text.includes("\nsys<turn|>"), JSON.stringify(text));
 });
