@@ -144,9 +144,8 @@ test("kimi-thinking: tools, a call and its result are written by the template, a
 });
 
 const APRIEL_TOOL = "{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Get the weather for a city', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string', 'description': 'City name'}}, 'required': ['city']}}}";
-// The call's id in an earlier turn: llama-server writes the client's (`call_abc123`); Plinth hands
-// the template node-llama-cpp's (`fc_2_0000`), as for Mistral Small 3.2's [CALL_ID].
-const APRIEL_CALL = `\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "fc_2_0000"}]</tool_calls>\n<|end|>\n`;
+// The call's id in an earlier turn: the client's (`call_abc123`), as llama-server writes it.
+const APRIEL_CALL = `\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "call_abc123"}]</tool_calls>\n<|end|>\n`;
 
 test("apriel-1.5: tools (as Python writes a dict), a call and its result are written by the template, as llama-server renders them", async () => {
   const head =

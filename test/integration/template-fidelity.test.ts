@@ -12,6 +12,7 @@ import {
   GEMMA_4_TEMPLATE,
   GIGACHAT_3_TEMPLATE,
   GLM_4_6_TEMPLATE,
+  KIMI_K2_TEMPLATE,
   MISTRAL_SMALL_3_2_TEMPLATE,
   QWEN3_CODER_TEMPLATE,
 } from "../fixtures/real-templates.ts";
@@ -107,6 +108,22 @@ test("reasoning a client sends back inside an earlier answer's text is cut as th
   // does the tool loop under way (the turns after the last user message).
   const loop = v31([{ role: "user", content: "Weather?" }, { ...called("get_weather", '{"city": "Paris"}'), content: "<think>\nplan\n</think>\n\nCalling." }, result("21"), { role: "user", content: "ok" }], WEATHER);
   assert.ok(loop.includes("<think>\nplan\n</think>\n\nCalling."), loop);
+  // R1 writes an answer right after tool output as sent, thinking included (its `is_tool` branch).
+  const afterTool = r1([{ role: "user", content: "Weather?" }, called("get_weather", '{"city": "Paris"}'), result("21"), { role: "assistant", content: "<think>\nsum up\n</think>\n\nIt is 21." }, { role: "user", content: "ok" }], WEATHER);
+  assert.ok(afterTool.includes("<think>\nsum up\n</think>"), afterTool);
+});
+
+test("GLM 4.6: reasoning inside a calling turn before the last user message is cut, as the template cuts every turn before it", async () => {
+  const prompt = await promptFor("plinth-glm-4.6-fidelity", GLM_4_6_TEMPLATE);
+  const text = prompt([{ role: "user", content: "Weather?" }, { ...called("get_weather", '{"city": "Paris"}'), content: "<think>\nplan\n</think>\n\nCalling." }, result("21"), { role: "assistant", content: "Mild." }, { role: "user", content: "thanks" }], WEATHER);
+  assert.ok(!text.includes("plan") && text.includes("Calling."), text);
+});
+
+test("Kimi K2 (its first template): a result's header names the client's call id", async () => {
+  const prompt = await promptFor("plinth-kimi-k2-fidelity", KIMI_K2_TEMPLATE);
+  const text = prompt([{ role: "user", content: "Weather?" }, called("get_weather", '{"city": "Paris"}'), result("21")], WEATHER);
+  assert.ok(text.includes("## Return of call_c1"), text);
+  assert.ok(!text.includes("fc_"), text);
 });
 
 test("Mistral Small 3.2: a user message right after tool results, which the template refuses without an answer between, keeps the template's layout", async () => {

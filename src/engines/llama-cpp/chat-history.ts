@@ -33,8 +33,9 @@ export function toChatHistory(messages: Message[], options: { rawResults?: boole
           // other's would be lost from the prompt without a word.
           if ((m.toolCalls ?? []).findIndex((c) => c.id === call.id) !== k)
             throw invalidField(`{field} is '${call.id}', the id of an earlier call in the same message.`, `prompt.messages[${i}].toolCalls[${k}].id`);
-          const item: ChatModelFunctionCall = {
+          const item: ChatModelFunctionCall & ClientCallId = {
             type: "functionCall",
+            plinthCallId: call.id,
             name: call.name,
             // Arguments are a string on the wire, and not always JSON (a call cut short by a token
             // budget, a model's slip) yet still part of the conversation: kept as text then.
@@ -70,6 +71,15 @@ export function toChatHistory(messages: Message[], options: { rawResults?: boole
   // A model turn left last is continued: either a client's prefill or a turn awaiting its tool results.
   if (history.at(-1)?.type !== "model") history.push({ type: "model", response: [] });
   return history;
+}
+
+/**
+ * The id the client gave a call, kept on node-llama-cpp's call item (which has none: it numbers
+ * calls itself, `fc_1_0000`), for templates that write call ids (tool-layouts.ts). An own property,
+ * so it survives the copies node-llama-cpp and Plinth make of history items.
+ */
+export interface ClientCallId {
+  plinthCallId?: string;
 }
 
 /** A model turn that ends with tool calls whose results have all come back. */

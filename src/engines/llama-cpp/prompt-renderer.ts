@@ -21,7 +21,7 @@ import {
 import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
-import { cutsInlineReasoning, type InlineReasoningCut, withoutInlineReasoning } from "./inline-reasoning.ts";
+import { InlineReasoningCut } from "./inline-reasoning.ts";
 import { trimmedRoles, withTrimmedTexts } from "./message-trim.ts";
 import { wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { Gemma4Thinking } from "./gemma4-thinking.ts";
@@ -177,7 +177,7 @@ export class PromptRenderer {
     this.wrapper = wrapper;
     this.harmony = HarmonyLayout.of(wrapper, model, today);
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);
-    this.inlineReasoning = wrapper instanceof JinjaTemplateChatWrapper && !this.harmony ? cutsInlineReasoning(this.template) : undefined;
+    this.inlineReasoning = wrapper instanceof JinjaTemplateChatWrapper && !this.harmony ? InlineReasoningCut.of(this.template) : undefined;
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.trimmed = trimmedRoles(this.template);
   }
 
@@ -236,7 +236,7 @@ export class PromptRenderer {
    * by node-llama-cpp's wrapper for the model's family, as before the template could be run.
    */
   private renderChat(wrapper: ChatWrapper, messages: Message[], thinking: ThinkingSwitch, functions: ChatModelFunctions | undefined) {
-    if (this.inlineReasoning) messages = withoutInlineReasoning(messages, this.inlineReasoning);
+    if (this.inlineReasoning) messages = this.inlineReasoning.apply(messages);
     messages = withTrimmedTexts(messages, this.trimmed);
     let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
     if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };

@@ -1,5 +1,6 @@
 import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
+import type { ClientCallId } from "./chat-history.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
 import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
@@ -494,6 +495,8 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
   }
   // Which model turns of the conversation being rendered end with their calls' results, no answer.
   let endsInResults: boolean[] = [];
+  // The client's ids of the conversation's calls, in order (see withClientCallIds).
+  let callIds: Array<string | undefined> = [];
   // A template that leaves out the text of a turn that calls tools (Command R7B's, Cohere2's write
   // only the calls) gets the turns without it, as llama.cpp's server renders them: left in, its
   // placeholder was missing from the rendering, and node-llama-cpp fell back to writing calls and
@@ -505,10 +508,12 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       ? options.chatHistory.map((item) => (item.type === "model" ? { ...item, response: withoutTextBeforeCalls(item.response) } : item))
       : options.chatHistory;
     endsInResults = modelTurnsEndingInResults(chatHistory);
+    callIds = chatHistory.flatMap((item) => (item.type === "model" ? item.response.filter((r) => typeof r === "object" && r.type === "functionCall").map((r) => (r as ClientCallId).plinthCallId) : []));
     try {
       return generateState({ ...options, chatHistory });
     } finally {
       endsInResults = [];
+      callIds = [];
     }
   };
   const modelRole = (wrapper as unknown as { modelRoleName?: string }).modelRoleName ?? "assistant";
@@ -525,6 +530,18 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
     }
   };
   const render = (params: Record<string, unknown>): string => {
+    const withIds = withClientCallIds(params, callIds);
+    if (withIds) {
+      try {
+        return renderCut(withIds);
+      } catch {
+        // A template that takes only ids of its own shape (Mistral's nine letters or digits, which
+        // node-llama-cpp's `fc_1_0000` are made for) keeps node-llama-cpp's.
+      }
+    }
+    return renderCut(params);
+  };
+  const renderCut = (params: Record<string, unknown>): string => {
     const cut = withoutEmptyAnswers(params.messages, endsInResults, modelRole);
     if (!cut) return renderAsSent(params);
     let text: string;
@@ -555,6 +572,34 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
   // about what the model was trained on (a Hermes template whose probe failed on the string's
   // missing `properties` then showed the model `"arguments": {"params": {"city": "Paris"}}`).
   internals._wrapFunctionParamsInsideMapKey = undefined;
+}
+
+/**
+ * The messages with the client's call ids in place of node-llama-cpp's (`fc_1_0000`), in the calls
+ * and in the results that answer them: a template that writes ids (Kimi K2's `## Return of …`)
+ * then shows the model the ids the client sent, as llama.cpp's server does. Undefined when the ids
+ * are not all known or the calls do not line up with them.
+ */
+function withClientCallIds(params: Record<string, unknown>, ids: ReadonlyArray<string | undefined>): Record<string, unknown> | undefined {
+  const messages = params.messages;
+  if (!Array.isArray(messages) || ids.length === 0 || ids.some((id) => id === undefined)) return undefined;
+  const renamed = new Map<string, string>();
+  let k = 0;
+  const out = (messages as Array<Record<string, unknown>>).map((m) => {
+    if (!Array.isArray(m?.tool_calls) || m.tool_calls.length === 0) return m;
+    const calls = (m.tool_calls as Array<Record<string, unknown>>).map((c) => {
+      const id = ids[k++];
+      if (id === undefined || typeof c.id !== "string") return c;
+      renamed.set(c.id, id);
+      return { ...c, id };
+    });
+    return { ...m, tool_calls: calls };
+  });
+  if (k !== ids.length) return undefined;
+  return {
+    ...params,
+    messages: out.map((m) => (m?.role === "tool" && typeof m.tool_call_id === "string" && renamed.has(m.tool_call_id) ? { ...m, tool_call_id: renamed.get(m.tool_call_id) } : m)),
+  };
 }
 
 /** Whether a template writes nothing of the text an assistant message has beside its tool calls. */
