@@ -529,14 +529,20 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       return jinja.render(asServerPasses({ ...params, tools: params.tools.map(withDescriptions) }));
     }
   };
+  // Set once the template has refused clients' ids: every later conversation then goes straight to
+  // node-llama-cpp's, rather than rendering twice.
+  let clientIdsRefused = false;
   const render = (params: Record<string, unknown>): string => {
-    const withIds = withClientCallIds(params, callIds);
+    const withIds = clientIdsRefused ? undefined : withClientCallIds(params, callIds);
     if (withIds) {
       try {
         return renderCut(withIds);
       } catch {
         // A template that takes only ids of its own shape (Mistral's nine letters or digits, which
         // node-llama-cpp's `fc_1_0000` are made for) keeps node-llama-cpp's.
+        const text = renderCut(params);
+        clientIdsRefused = true;
+        return text;
       }
     }
     return renderCut(params);
