@@ -78,6 +78,11 @@ function meter(): WorkMeter {
   return currentMeter ?? new WorkMeter(AUTOMATON_WORK_BUDGET);
 }
 
+/** Charges steps of an automaton built outside this module (multiple-of.ts) to the compile in progress. */
+export function chargeAutomatonWork(steps: number): void {
+  currentMeter?.charge(steps);
+}
+
 /** Any string: Σ*. */
 export const ANY_STRING: RegexNode = { kind: "rep", node: { kind: "set", set: ALL_CHARS }, min: 0, max: undefined };
 

@@ -16,7 +16,7 @@
 // UnsupportedSchemaError. With `strict: false` an unenforceable keyword is relaxed alone — dropped,
 // with the rest of the schema still enforced (a string with an unknown `format` stays a string with
 // its length bounds; an unsupported `pattern` leaves the string's other keywords; `not`, `if`,
-// `uniqueItems`, `multipleOf`, … are ignored) — and listed in `relaxed`, so the output is still
+// `uniqueItems`, … are ignored) — and listed in `relaxed`, so the output is still
 // JSON of the schema's shape rather than "any JSON object". The engine names the relaxed keywords
 // in the response (llama-cpp/constraints.ts: x-plinth-schema-relaxed). Structural impossibilities
 // (no value satisfies the schema, left recursion, allOf that cannot be merged, references whose
@@ -74,7 +74,7 @@
 // Refused in strict mode (UnsupportedSchemaError): not, if/then/else, dependentRequired,
 // dependentSchemas, dependencies, patternProperties, other propertyNames, unevaluatedProperties,
 // unevaluatedItems, contains, minContains, maxContains, $dynamicRef, $recursiveRef, multipleOf
-// (except 1, which means integer), uniqueItems: true (unless maxItems ≤ 1 or the items are a
+// whose automaton exceeds its bounds (multiple-of.ts; 1 means integer), uniqueItems: true (unless maxItems ≤ 1 or the items are a
 // list of values, whose arrays are then generated in the list's order), formats other than
 // those in string-formats.ts, pattern features outside the supported subset (see
 // regex-to-gbnf.ts), intersections whose automaton exceeds its bounds, email/uri with length
@@ -120,6 +120,7 @@ import { unfinishableRules } from "./finite.ts";
 import { closestName } from "../core/closest-name.ts";
 import { DEFAULT_MAX_LOAD_COST, grammarLoadCost, maxCharsWithin, parseGrammar, type ParsedGrammar } from "./load-cost.ts";
 import { boundedNumber, boundsHoldAsDoubles, type Bound } from "./numeric-ranges.ts";
+import { commonMultiple, isDecimalMultiple, multiplesDfa, plainChars } from "./multiple-of.ts";
 import { emitRegex, hasLookahead, readsAmbiguously, parsePattern, PatternError, PatternLimitError, regexLengthRange, type RegexNode } from "./regex-to-gbnf.ts";
 import {
   ANY_STRING_FORMATS,
@@ -818,6 +819,15 @@ class Converter {
           case "maxLength": case "maxItems": case "maxProperties": case "maximum":
             acc[key] = Math.min(Number(prev), Number(value));
             break;
+          case "multipleOf": {
+            // Both: the multiples of their least common multiple.
+            const ok = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0;
+            if (!ok(prev) || !ok(value)) throw new UnsupportedSchemaError(where, "multipleOf must be a number greater than 0");
+            const both = commonMultiple(prev, value);
+            if (both === undefined) throw new UnsupportedSchemaError(where, `multipleOf ${prev} and ${value} have no common multiple that is a number`);
+            acc.multipleOf = both;
+            break;
+          }
           case "exclusiveMinimum": case "exclusiveMaximum":
             if (typeof prev !== "number" || typeof value !== "number") throw new UnsupportedSchemaError(where, "cannot merge boolean exclusive bounds");
             acc[key] = key === "exclusiveMinimum" ? Math.max(prev, value) : Math.min(prev, value);
@@ -928,11 +938,15 @@ class Converter {
           case "maximum": return typeof v !== "number" || v <= Number(limit);
           case "exclusiveMinimum": return typeof v !== "number" || typeof limit !== "number" || v > limit;
           case "exclusiveMaximum": return typeof v !== "number" || typeof limit !== "number" || v < limit;
+          case "multipleOf": return typeof v !== "number" || isDecimalMultiple(v, Number(limit));
           default: throw new Error("unreachable");
         }
       };
       if (ANNOTATION_LIKE_NEXT_TO_ENUM.has(key) || (key === "format" && typeof limit === "string" && ANY_STRING_FORMATS.has(limit))) continue;
-      if (!["minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].includes(key)) {
+      if (key === "multipleOf" && (typeof limit !== "number" || !Number.isFinite(limit) || limit <= 0)) {
+        throw new UnsupportedSchemaError(join(path, key), "multipleOf must be a number greater than 0");
+      }
+      if (!["minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"].includes(key)) {
         this.relax(join(path, key), `"${key}" next to enum/const is not supported`);
         continue;
       }
@@ -1152,8 +1166,11 @@ class Converter {
       if (typeof v !== "number" || !Number.isFinite(v)) throw new UnsupportedSchemaError(join(path, key), `${key} must be a number`);
       return v;
     };
-    if (s.multipleOf === 1) integer = true; // a number that is a multiple of 1 is an integer
-    else if (s.multipleOf !== undefined) this.relax(join(path, "multipleOf"), "multipleOf is not supported (except 1)");
+    const step = s.multipleOf;
+    if (step !== undefined && (typeof step !== "number" || !Number.isFinite(step) || step <= 0)) {
+      throw new UnsupportedSchemaError(join(path, "multipleOf"), "multipleOf must be a number greater than 0");
+    }
+    if (step === 1) integer = true; // a number that is a multiple of 1 is an integer
     for (const key of ["exclusiveMinimum", "exclusiveMaximum"]) {
       const v = s[key];
       if (typeof v === "boolean" && v && num(key === "exclusiveMinimum" ? "minimum" : "maximum") === undefined) {
@@ -1173,6 +1190,17 @@ class Converter {
     const exMax = num("exclusiveMaximum");
     const lower = tighter(min === undefined ? undefined : { value: min, strict: s.exclusiveMinimum === true }, exMin === undefined ? undefined : { value: exMin, strict: true }, true);
     const upper = tighter(max === undefined ? undefined : { value: max, strict: s.exclusiveMaximum === true }, exMax === undefined ? undefined : { value: exMax, strict: true }, false);
+    if (typeof step === "number" && step !== 1) {
+      const kind = integer ? "integer" : "number";
+      try {
+        const dfa = multiplesDfa(step, lower, upper, integer, this.limits.maxAutomatonStates);
+        if (dfa === null) throw new UnsupportedSchemaError(join(path, "multipleOf"), `no ${kind} that is a multiple of ${step} satisfies the bounds`);
+        return this.b.atom(hintOf(path, integer ? "int" : "num"), dfaToGbnf(this.b, dfa, hintOf(path, "multiple"), plainChars)!);
+      } catch (e) {
+        if (!(e instanceof AutomatonLimitError)) throw e;
+        this.relax(join(path, "multipleOf"), e.message); // non-strict: the bounds alone
+      }
+    }
     if (!lower && !upper) return integer ? this.b.shared("integer", () => boundedNumber(this.b, undefined, undefined, true)!) : this.unboundedNumber();
     const expr = boundedNumber(this.b, lower, upper, integer);
     if (expr === null) {

@@ -213,7 +213,7 @@ test("whitespace is bounded: a schema of bounded fields cannot run on blanks", a
 });
 
 test("a strict schema the server cannot enforce is refused; a non-strict one still gets JSON", async () => {
-  const schema = { type: "object", properties: { n: { type: "number", multipleOf: 3 } } };
+  const schema = { type: "object", properties: { n: { type: "number", multipleOf: 0.123456789 } } };
   const strict = await chat({ response_format: { type: "json_schema", json_schema: { name: "s", schema, strict: true } } });
   assert.equal(strict.status, 400);
   assert.equal(strict.error?.param, "response_format.json_schema.schema");

@@ -151,10 +151,40 @@ test("uniqueItems over enum values is enforced (each value once, in the enum's o
   }
 });
 
+test("multipleOf from zod's .multipleOf() and .step(): strict, every answer a multiple within its bounds (zod's own parse)", async () => {
+  const zod = z.object({
+    qty: z.number().int().multipleOf(5).min(0).max(1000),
+    price: z.number().step(0.01).nonnegative(),
+    angle: z.number().multipleOf(0.25).gt(-180).lte(180),
+    dozen: z.number().int().multipleOf(12),
+  });
+  const schema = z.toJSONSchema(zod) as Record<string, unknown>;
+  // ajv divides as doubles unless told a precision (0.07 / 0.01 is 7.000000000000001).
+  const validate = new Ajv2020({ strict: false, multipleOfPrecision: 9 }).compile(schema);
+  for (let seed = 1; seed <= 6; seed++) {
+    const r = await chat(schema, seed, { strict: true });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get("x-plinth-schema-relaxed"), null);
+    const content = r.json.choices[0].message.content!;
+    assert.equal(r.json.choices[0].finish_reason, "stop", content);
+    const value = JSON.parse(content);
+    assert.ok(validate(value), `${content}\n${JSON.stringify(validate.errors)}`);
+    const parsed = zod.safeParse(value);
+    assert.ok(parsed.success, `${content}\n${parsed.error?.message}`);
+    // As written: no more fraction digits than the step has.
+    assert.doesNotMatch(content, /"qty":\s*-?\d+\./);
+    assert.doesNotMatch(content, /"price":\s*\d+\.\d{3}/);
+  }
+  // A step whose automaton is too large is refused when strict, naming the keyword.
+  const big = await chat({ type: "object", properties: { n: { type: "integer", multipleOf: 7919 } }, required: ["n"], additionalProperties: false }, 1, { strict: true });
+  assert.equal(big.status, 400, big.text);
+  assert.match(big.text, /properties\.n\.multipleOf/);
+});
+
 test("non-strict: a keyword the grammar cannot enforce is named in x-plinth-schema-relaxed (JSON and streamed, tools too); strict refuses it", async () => {
   const schema = {
     type: "object",
-    properties: { n: { type: "integer", minimum: 0, maximum: 99, multipleOf: 5 }, "tag,é": { type: "string", maxLength: 3, format: "no-such-format" } },
+    properties: { n: { type: "integer", minimum: 0, multipleOf: 65537 }, "tag,é": { type: "string", maxLength: 3, format: "no-such-format" } },
     required: ["n"],
     additionalProperties: false,
   };
@@ -173,7 +203,7 @@ test("non-strict: a keyword the grammar cannot enforce is named in x-plinth-sche
     messages: [{ role: "user", content: "Call it." }],
     max_tokens: 200,
     seed: 1,
-    tools: [{ type: "function", function: { name: "pick", parameters: { type: "object", properties: { k: { type: "number", multipleOf: 0.5, minimum: 0, maximum: 9 } }, required: ["k"] } } }],
+    tools: [{ type: "function", function: { name: "pick", parameters: { type: "object", properties: { k: { type: "number", multipleOf: 0.123456789, minimum: 0 } }, required: ["k"] } } }],
     tool_choice: "required",
   });
   assert.equal(tool.status, 200, tool.text);

@@ -268,6 +268,114 @@ describe("grammar text", () => {
     await assertAccepts({ type: "number" }, ["0", "-1.5", "1e99", "3.14E-2", "9999999999999999"], ["1e100", "01", "1.", "NaN", "Infinity"]);
   });
 
+  test("multipleOf is exact on decimals, with bounds, in allOf and next to enum", async () => {
+    // Written independently of multiple-of.ts: a decimal literal as an integer and a scale.
+    const scaled = (text: string): { n: bigint; scale: number } => {
+      const [int, frac = ""] = text.replace("-", "").split(".");
+      const n = BigInt(int + frac);
+      return { n: text.startsWith("-") ? -n : n, scale: frac.length };
+    };
+    const isMultiple = (text: string, step: string): boolean => {
+      const a = scaled(text);
+      const b = scaled(step);
+      const scale = Math.max(a.scale, b.scale);
+      return (a.n * 10n ** BigInt(scale - a.scale)) % (b.n * 10n ** BigInt(scale - b.scale)) === 0n;
+    };
+    const candidates = new Set<string>(["-0", "00", "05", "1.", ".5", "1e2", "0.250", "1.000", "-0.0"]);
+    for (let i = -240; i <= 240; i++) for (const d of [0, 1, 2, 3]) candidates.add((i / 20).toFixed(d));
+    for (let i = -40; i <= 40; i++) candidates.add(String(i * 25)).add(String(i * 7)).add(String(i * 1000));
+    const cases: Array<[string, Record<string, unknown>]> = [
+      ["0.01", { type: "number" }],
+      ["0.25", { type: "number", minimum: -3, maximum: 10 }],
+      ["0.25", { type: "number", exclusiveMinimum: -3, exclusiveMaximum: 10 }],
+      ["0.5", { type: "number", minimum: 0.3 }],
+      ["5", { type: "integer" }],
+      ["5", { type: "number", maximum: -10 }],
+      ["7", { type: "integer", minimum: -30, maximum: 100 }],
+      ["7", { type: "integer", exclusiveMinimum: 20 }],
+      ["0.05", { type: "number", minimum: 0 }],
+      ["2.5", { type: "integer" }],
+      ["1000", { type: "integer", minimum: 0 }],
+      ["0.3", { type: "number", minimum: -1.2, maximum: 11.7 }],
+    ];
+    for (const [step, bounds] of cases) {
+      const schema = { ...bounds, multipleOf: Number(step) };
+      const accepts = await matcher(schema);
+      const integer = bounds.type === "integer";
+      const fractionDigits = integer ? 0 : (step.split(".")[1] ?? "").length;
+      const validate = new Ajv2020({ strict: false }).compile(schema);
+      for (const c of candidates) {
+        const want = /^-?(0|[1-9]\d*)(\.\d+)?$/.test(c) && !/^-0(\.0*)?$/.test(c) && (c.split(".")[1] ?? "").length <= fractionDigits &&
+          isMultiple(c, step) && (!integer || !c.includes(".")) &&
+          (bounds.minimum === undefined || Number(c) >= Number(bounds.minimum)) && (bounds.maximum === undefined || Number(c) <= Number(bounds.maximum)) &&
+          (bounds.exclusiveMinimum === undefined || Number(c) > Number(bounds.exclusiveMinimum)) && (bounds.exclusiveMaximum === undefined || Number(c) < Number(bounds.exclusiveMaximum));
+        assert.equal(accepts(c), want, `${c} with ${JSON.stringify(schema)}`);
+        // Steps that are exact doubles: ajv's division agrees with the decimal reading.
+        if (want && ["0.25", "0.5", "5", "7", "1000"].includes(step)) assert.ok(validate(JSON.parse(c)), `ajv accepts ${c} for ${JSON.stringify(schema)}`);
+      }
+    }
+    // Ends of the range: a multiple as large as an integer may be, and 15 digits for decimals.
+    await assertAccepts({ type: "integer", multipleOf: 5 }, ["9007199254740990", "-9007199254740990"], ["9007199254740995", "9007199254740991"]);
+    await assertAccepts({ type: "number", multipleOf: 0.01 }, ["9999999999999.99", "-0.07"], ["99999999999999.99", "0.001"]);
+    // Few multiples between the bounds are listed, whatever the step.
+    await assertAccepts({ type: "number", multipleOf: 0.123456789, minimum: 0, maximum: 0.5 }, ["0", "0.123456789", "0.246913578", "0.370370367", "0.493827156"], ["0.5", "0.12345679"]);
+    // allOf: the least common multiple; next to enum: the values that are multiples.
+    await assertAccepts({ allOf: [{ type: "integer", multipleOf: 4 }, { multipleOf: 6 }] }, ["0", "12", "-36", "120"], ["4", "6", "18"]);
+    await assertAccepts({ allOf: [{ type: "number", multipleOf: 0.1 }, { multipleOf: 0.15 }] }, ["0.3", "0.6", "-0.9"], ["0.1", "0.15", "0.45"]);
+    await assertAccepts({ enum: [0.1, 0.2, 0.25, 0.3, 7, 7.05], multipleOf: 0.1 }, ["0.1", "0.2", "0.3", "7"], ["0.25", "7.05"]);
+    // Too large an automaton: refused when strict; relaxed and listed otherwise, the bounds kept.
+    const big = { type: "integer", multipleOf: 7919, minimum: 3 };
+    assert.throws(() => jsonSchemaToGbnf(big), (e: unknown) => e instanceof UnsupportedSchemaError && e.path === "multipleOf" && /7919/.test(e.message));
+    const loose = compileJsonSchema(big, { strict: false });
+    assert.deepEqual(loose.relaxed.map((r) => r.path), ["multipleOf"]);
+    const grammar = (await compile(loose.gbnf)) as unknown as { _testText(text: string): boolean };
+    assert.deepEqual(["3", "8000", "2"].map((t) => grammar._testText(t)), [true, true, false]);
+  });
+
+  test("multipleOf: for random steps and bounds the grammar accepts exactly the multiples in range", async () => {
+    const scaled = (text: string, scale: number): bigint => {
+      const [int, frac = ""] = text.replace("-", "").split(".");
+      const n = BigInt(int + frac.padEnd(scale, "0"));
+      return text.startsWith("-") ? -n : n;
+    };
+    const decimal = (n: bigint, scale: number): string => {
+      const m = n < 0n ? -n : n;
+      const digits = m.toString().padStart(scale + 1, "0");
+      const text = scale === 0 ? digits : `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
+      return (n < 0n ? "-" : "") + text;
+    };
+    const bound = fc.option(fc.tuple(fc.integer({ min: -3000, max: 3000 }), fc.boolean()), { nil: undefined });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 60 }), fc.integer({ min: 0, max: 3 }), fc.boolean(), bound, bound, async (k, e, integer, lo, hi) => {
+        const step = decimal(BigInt(k), e);
+        const schema: Record<string, unknown> = { type: integer ? "integer" : "number", multipleOf: Number(step) };
+        // Bounds in thousandths.
+        if (lo) schema[lo[1] ? "exclusiveMinimum" : "minimum"] = Number(decimal(BigInt(lo[0]), 3));
+        if (hi) schema[hi[1] ? "exclusiveMaximum" : "maximum"] = Number(decimal(BigInt(hi[0]), 3));
+        let accepts: (t: string) => boolean;
+        try {
+          accepts = await matcher(schema);
+        } catch (err) {
+          // Only an empty range may be refused here.
+          assert.ok(err instanceof UnsupportedSchemaError && /no (integer|number)/.test(err.message), `${JSON.stringify(schema)}: ${err}`);
+          return;
+        }
+        const fractionDigits = integer ? 0 : e;
+        for (let i = -4000; i <= 4000; i += 13) {
+          for (const text of [decimal(BigInt(i), 3), decimal(BigInt(i), 3).replace(/\.?0+$/, "")]) {
+            if (text === "-0" || /^-0(\.0+)?$/.test(text)) continue;
+            const v = scaled(text, 3);
+            const frac = text.split(".")[1] ?? "";
+            const want = frac.length <= fractionDigits && (v * 10n ** BigInt(e)) % (BigInt(k) * 1000n) === 0n &&
+              (!lo || (lo[1] ? v > BigInt(lo[0]) : v >= BigInt(lo[0]))) && (!hi || (hi[1] ? v < BigInt(hi[0]) : v <= BigInt(hi[0])));
+            assert.equal(accepts(text), want, `${text} with ${JSON.stringify(schema)}`);
+          }
+        }
+      }),
+      { numRuns: 30, seed: 20261205 },
+    );
+  });
+
   test("strings: length in code points, escapes, no raw control characters", async () => {
     await assertAccepts({ type: "string", minLength: 2, maxLength: 3 }, [
       '"ab"', '"abc"', '"\\u00e9b"', '"\\"\\\\"', '"😀x"', '"a\\nb"', '"\\/x"',
@@ -585,7 +693,12 @@ describe("grammar text", () => {
       [{ type: "object", unevaluatedProperties: false }, "unevaluatedProperties"],
       [{ type: "array", contains: { type: "string" } }, "contains"],
       [{ type: "array", items: { type: "array", uniqueItems: true } }, "items.uniqueItems"],
-      [{ type: "number", multipleOf: 0.5 }, "multipleOf"],
+      [{ type: "number", multipleOf: 0.123456789 }, "multipleOf"],
+      [{ type: "number", multipleOf: 0 }, "multipleOf"],
+      [{ type: "integer", multipleOf: -5 }, "multipleOf"],
+      [{ type: "integer", multipleOf: "5" }, "multipleOf"],
+      [{ type: "integer", multipleOf: 5, minimum: 1, maximum: 4 }, "multipleOf"],
+      [{ enum: [1, 2], multipleOf: 0 }, "multipleOf"],
       [{ type: "object", properties: { x: { $ref: "https://example.com/s.json" } } }, "properties.x.$ref"],
       [{ $ref: "#/$defs/missing" }, "$ref"],
       [{ allOf: [{ type: "string" }, { type: "integer" }] }, "allOf.1.type"],

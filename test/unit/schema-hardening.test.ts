@@ -186,7 +186,7 @@ describe("strict: false relaxes one keyword", () => {
       properties: {
         a: { type: "string", pattern: "\\bword", minLength: 2 },
         b: { type: "array", items: { type: "integer" }, uniqueItems: true, maxItems: 2 },
-        c: { type: "number", multipleOf: 0.5, maximum: 2 },
+        c: { type: "number", multipleOf: 0.123456789, maximum: 2 },
         d: { not: { type: "null" }, type: "boolean" },
       },
       required: ["a", "b", "c", "d"],
