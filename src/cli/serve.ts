@@ -123,9 +123,9 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     );
   }
   store.startSweeper(SWEEP_INTERVAL_MS);
-  const ledger = config.ledger
-    ? new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000 })
-    : undefined;
+  // With --ledger off the writer keeps no rows but still charges keys' tokens, so budgets hold
+  // across restarts.
+  const ledger = new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000, keepRows: config.ledger });
   const tenancy = new Tenancy({
     keys,
     limiter: new InProcessLimiter(config["rate-window"] * 1000),
@@ -137,7 +137,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   service.setGate(tenancy.gate());
   service.addHooks(tenancy.hooks());
   const closeTenancy = () => {
-    ledger?.close();
+    ledger.close();
     tenancyStore.close();
   };
   const metrics = new PlinthMetrics(registry, { store });

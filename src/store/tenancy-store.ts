@@ -177,6 +177,7 @@ export class TenancyStore {
   readonly #insertKey: Database.Statement;
   readonly #revoke: Database.Statement<[number, string]>;
   readonly #insertRows: (rows: UsageRow[]) => void;
+  readonly #chargeRows: (rows: UsageRow[]) => void;
   readonly #prune: Database.Statement<[number]>;
   #closed = false;
   #anyKey = false;
@@ -207,17 +208,21 @@ export class TenancyStore {
          @completionTokens, @reasoningTokens, @status, @ttftMs, @durationMs)`,
     );
     const charge = db.prepare<[number, string]>("UPDATE api_keys SET used_tokens = used_tokens + ? WHERE id = ?");
-    this.#insertRows = db.transaction((rows: UsageRow[]) => {
+    const chargeRows = (rows: UsageRow[]) => {
       const perKey = new Map<string, number>();
       for (const row of rows) {
-        insertRow.run(row);
         if (row.keyId !== null) {
           const total = row.promptTokens + row.completionTokens;
           if (total > 0) perKey.set(row.keyId, (perKey.get(row.keyId) ?? 0) + total);
         }
       }
       for (const [id, tokens] of perKey) charge.run(tokens, id);
+    };
+    this.#insertRows = db.transaction((rows: UsageRow[]) => {
+      for (const row of rows) insertRow.run(row);
+      chargeRows(rows);
     });
+    this.#chargeRows = db.transaction(chargeRows);
     this.#prune = db.prepare("DELETE FROM usage_ledger WHERE at < ?");
   }
 
@@ -260,6 +265,11 @@ export class TenancyStore {
   /** Writes ledger rows in one transaction and charges their tokens to their keys. */
   insertUsage(rows: UsageRow[]): void {
     if (rows.length > 0) this.#insertRows(rows);
+  }
+
+  /** Charges the rows' tokens to their keys without writing the rows (the ledger is off). */
+  chargeKeys(rows: UsageRow[]): void {
+    if (rows.length > 0) this.#chargeRows(rows);
   }
 
   /** Totals per key, model or day over [from, to) (Unix milliseconds). */

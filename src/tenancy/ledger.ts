@@ -7,6 +7,10 @@ const MAX_PENDING = 50_000;
  * Writes ledger rows in batches: rows wait in memory for at most `intervalMs` (or until `batchSize`
  * have gathered) and are committed together, one transaction per batch, off the request path. With
  * the default 200 ms a finished request's row is on disk (WAL) well within a second.
+ *
+ * The same batches charge each key's tokens to its lifetime total (`used_tokens`, which budgets
+ * are checked against at the next start). With `keepRows: false` (`--ledger off`) only that charge
+ * is written: no rows, but a budget still holds across restarts.
  */
 export class LedgerWriter {
   private rows: UsageRow[] = [];
@@ -16,13 +20,14 @@ export class LedgerWriter {
 
   constructor(
     private readonly store: TenancyStore,
-    opts: { intervalMs?: number; batchSize?: number; retentionMs?: number } = {},
+    opts: { intervalMs?: number; batchSize?: number; retentionMs?: number; keepRows?: boolean } = {},
   ) {
     this.batchSize = opts.batchSize ?? 512;
+    this.keepsRows = opts.keepRows ?? true;
     this.timer = setInterval(() => this.flush(), opts.intervalMs ?? 200);
     this.timer.unref();
     const retention = opts.retentionMs ?? 0;
-    if (retention > 0) {
+    if (retention > 0 && this.keepsRows) {
       const prune = () => {
         try {
           this.store.pruneUsage(Date.now() - retention);
@@ -37,9 +42,13 @@ export class LedgerWriter {
   }
 
   private readonly batchSize: number;
+  /** Whether rows are kept (the ledger is on), or only their tokens charged to their keys. */
+  readonly keepsRows: boolean;
 
   write(row: UsageRow): void {
     if (this.closed) return;
+    // Without rows, only what a key spent matters.
+    if (!this.keepsRows && (row.keyId === null || row.promptTokens + row.completionTokens === 0)) return;
     this.rows.push(row);
     if (this.rows.length >= this.batchSize) this.flush();
   }
@@ -50,7 +59,8 @@ export class LedgerWriter {
     const batch = this.rows;
     this.rows = [];
     try {
-      this.store.insertUsage(batch);
+      if (this.keepsRows) this.store.insertUsage(batch);
+      else this.store.chargeKeys(batch);
     } catch (err) {
       process.emitWarning(`usage ledger write failed (will retry): ${(err as Error).message}`);
       this.rows = [...batch, ...this.rows].slice(-MAX_PENDING);

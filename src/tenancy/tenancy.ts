@@ -12,7 +12,7 @@ import { type Decision, type Lease, type Limiter, rateHeaders, type Refusal, typ
 export interface TenancyOptions {
   keys: KeyRing;
   limiter: Limiter;
-  /** The usage ledger; none: no rows are written. */
+  /** The usage ledger (with `keepsRows` false only keys' tokens are charged); none: nothing is written. */
   ledger?: LedgerWriter;
   /** Whether GET /metrics needs a key when keys are configured. */
   metricsNeedKey: boolean;
@@ -116,7 +116,8 @@ export class Tenancy {
       }
       // Scrapes are not usage: they neither count against limits nor write ledger rows.
       if (route === "/metrics") return;
-      if (!principal && !this.opts.ledger) return;
+      // Without a key, a request is tracked only for its ledger row.
+      if (!principal && !this.opts.ledger?.keepsRows) return;
       const t = this.track(request, reply, route, principal);
       if (!principal) return;
       // Reads (a model list, polling a background response) and cancels take no concurrent place:
