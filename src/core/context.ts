@@ -88,6 +88,8 @@ export type AdmissionTicket = (usedTokens: number) => void;
 
 export interface AdmittedInfo {
   model: string;
+  /** What kind of generation, in OpenTelemetry's GenAI words: a conversation, or text continued. */
+  operation: "chat" | "text_completion";
   /** Prompt tokens of each request of the batch. */
   promptTokens: number[];
   /** Choices that will run (n per request). */

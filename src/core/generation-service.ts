@@ -161,7 +161,8 @@ export class GenerationService {
       promptTokens = prepared.map((p) => p.prep.promptTokens);
     }
     const params = reqs.map((req, i) => ({ n: req.n, maxTokens: prepared[i].maxTokens }));
-    this.notify("admitted", ctx, { model: batch[0].model, promptTokens, choices: jobs, params, receivedAt } satisfies AdmittedInfo);
+    const operation = batch[0].prompt.kind === "chat" ? "chat" : "text_completion";
+    this.notify("admitted", ctx, { model: batch[0].model, operation, promptTokens, choices: jobs, params, receivedAt } satisfies AdmittedInfo);
 
     let markRunning!: () => void;
     const running = new Promise<void>((resolve) => (markRunning = resolve));

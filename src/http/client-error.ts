@@ -9,13 +9,36 @@ import { toApiError } from "./to-api-error.ts";
 /** Sockets already answered by `clientErrorHandler` (a broken parser reports every later chunk too). */
 const answered = new WeakSet<Socket>();
 
+/** A request answered here, below Fastify, so that no hook of its sees it. */
+export type Refusal = { status: number; code: string; method: string; requestId: string };
+
+/**
+ * Where the answers written here are reported, so that metrics and the request log count them as
+ * they count every other answer (a flood of malformed requests must not be invisible).
+ */
+export class RefusalFeed {
+  private readonly listeners: Array<(r: Refusal) => void> = [];
+  on(listener: (r: Refusal) => void): void {
+    this.listeners.push(listener);
+  }
+  emit(r: Refusal): void {
+    for (const l of this.listeners) l(r);
+  }
+}
+
+/** The method of a request line for a report: a known method, or "other" (labels stay few). */
+function methodOf(raw: string | undefined): string {
+  return raw !== undefined && KNOWN_METHODS.has(raw) ? raw : "other";
+}
+const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"]);
+
 /**
  * Node's `clientError`: a request so malformed that Node refused it before Fastify saw it (headers or
  * URL over the size limit, a body longer than its Content-Length so the rest parses as garbage, a
  * request that took too long to arrive). Answers with a minimal response in `envelope` and closes the
  * connection once the answer is sent.
  */
-export function clientErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope) {
+export function clientErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope, feed: RefusalFeed) {
   return (err: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void => {
     if (err.code === "ECONNRESET" || socket.destroyed) return;
     if (answered.has(socket)) return;
@@ -23,12 +46,15 @@ export function clientErrorHandler(envelopeFor: (url: string | undefined) => Err
     const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
     if (socket.writable && !inFlight?.headersSent) {
       const e = clientError(err);
-      const body = JSON.stringify(envelopeFor(requestLineUrl(err.rawPacket)).render(e));
+      const line = requestLine(err.rawPacket);
+      const body = JSON.stringify(envelopeFor(line?.url).render(e));
       // Every answer names a request id, these too (what a client quotes when it reports one).
+      const requestId = newId("req_");
       socket.end(
-        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\nX-Request-Id: ${newId("req_")}\r\n` +
+        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json\r\nX-Request-Id: ${requestId}\r\n` +
           `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
+      feed.emit({ status: e.status, code: e.code ?? e.type, method: methodOf(line?.method), requestId });
       // Whatever the client still sends is read and ignored until it closes; give it a moment, no more.
       setTimeout(() => socket.destroy(), 2000).unref();
     } else {
@@ -37,11 +63,11 @@ export function clientErrorHandler(envelopeFor: (url: string | undefined) => Err
   };
 }
 
-/** The URL of the request line at the start of what Node could not parse, when it is there. */
-function requestLineUrl(raw: unknown): string | undefined {
+/** The method and URL of the request line at the start of what Node could not parse, when it is there. */
+function requestLine(raw: unknown): { method: string; url: string } | undefined {
   if (!Buffer.isBuffer(raw)) return undefined;
-  const m = /^[A-Z]{3,10} (\/[^ \r\n]*)/.exec(raw.subarray(0, 4096).toString("latin1"));
-  return m?.[1];
+  const m = /^([A-Z]{3,10}) (\/[^ \r\n]*)/.exec(raw.subarray(0, 4096).toString("latin1"));
+  return m ? { method: m[1], url: m[2] } : undefined;
 }
 
 function clientError(err: Error & { code?: string }): ApiError {
@@ -100,15 +126,17 @@ export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => 
  * listens for `connect` and, with nobody listening, closes it without a word. A 405 in the envelope
  * of the route named (a proxy target such as `host:443` gets OpenAI's), then the connection closes.
  */
-export function refuseConnect(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope): void {
+export function refuseConnect(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope, feed: RefusalFeed): void {
   server.on("connect", (req: IncomingMessage, socket: Socket) => {
     const e = new ApiError(405, "CONNECT is not supported: this server is not a proxy.", { code: "method_not_allowed" });
     const body = JSON.stringify(envelopeFor(req.url?.startsWith("/") ? req.url : undefined).render(e));
     socket.on("error", () => {});
+    const requestId = newId("req_");
     socket.end(
-      `HTTP/1.1 405 ${STATUS_CODES[405]}\r\nContent-Type: application/json\r\nX-Request-Id: ${newId("req_")}\r\n` +
+      `HTTP/1.1 405 ${STATUS_CODES[405]}\r\nContent-Type: application/json\r\nX-Request-Id: ${requestId}\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     );
+    feed.emit({ status: 405, code: "method_not_allowed", method: "CONNECT", requestId });
     setTimeout(() => socket.destroy(), 2000).unref();
   });
 }
@@ -117,19 +145,21 @@ export function refuseConnect(server: Server, envelopeFor: (url: string | undefi
  * An `Expect` header other than `100-continue`: Node answers it with a bare 417 unless someone
  * listens. The same 417, in the envelope of the route asked for, naming the header.
  */
-export function answerExpectations(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope): void {
+export function answerExpectations(server: Server, envelopeFor: (url: string | undefined) => ErrorEnvelope, feed: RefusalFeed): void {
   server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
     const e = new ApiError(417, `The Expect header '${String(req.headers.expect).slice(0, 100)}' is not supported; only 100-continue is.`, {
       code: "expectation_failed",
     });
     const body = JSON.stringify(envelopeFor(req.url).render(e));
+    const requestId = newId("req_");
     res.writeHead(417, {
       "content-type": "application/json; charset=utf-8",
       "content-length": Buffer.byteLength(body),
-      "x-request-id": newId("req_"),
+      "x-request-id": requestId,
       connection: "close",
     });
     res.end(body);
+    feed.emit({ status: 417, code: "expectation_failed", method: methodOf(req.method), requestId });
     // The body it meant to send is not read; the connection closes once the answer is out.
     req.resume();
   });

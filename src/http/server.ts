@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance, LogController } from "fastify";
 import { newId } from "../core/ids.ts";
 import { installBodyHandling } from "./body.ts";
-import { answerExpectations, clientErrorHandler, frameworkErrorHandler, refuseConnect } from "./client-error.ts";
+import { answerExpectations, clientErrorHandler, frameworkErrorHandler, RefusalFeed, refuseConnect } from "./client-error.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { installGuards } from "./guards.ts";
 import { MAX_PATH_SEGMENT } from "./path-segments.ts";
@@ -46,6 +46,8 @@ declare module "fastify" {
   interface FastifyInstance {
     /** See HttpOptions.sendTimeoutMs. */
     sendTimeoutMs?: number;
+    /** Answers written below Fastify (malformed requests, CONNECT, Expect), for metrics and the log. */
+    refusals: RefusalFeed;
   }
 }
 
@@ -93,6 +95,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
   const headersTimeout = opts.headersTimeoutMs ?? HTTP_DEFAULTS.headersTimeoutMs;
   const bodyTimeout = opts.bodyTimeoutMs ?? HTTP_DEFAULTS.bodyTimeoutMs;
   const envelopeFor = (url: string | undefined) => envelopeForUrl(url, opts.envelopesByPrefix ?? [], opts.envelope);
+  const refusals = new RefusalFeed();
   const app = Fastify({
     bodyLimit: opts.bodyLimit,
     logger: opts.logger ?? false,
@@ -117,13 +120,14 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     },
     // Model ids can be long; a longer path segment is a 414 in the envelope.
     routerOptions: { maxParamLength: MAX_PATH_SEGMENT },
-    clientErrorHandler: clientErrorHandler(envelopeFor),
+    clientErrorHandler: clientErrorHandler(envelopeFor, refusals),
     frameworkErrors: frameworkErrorHandler(envelopeFor),
   });
   // Read by every stream's writer (respondWithSse), in whichever plugin its route lives.
   app.decorate("sendTimeoutMs", opts.sendTimeoutMs ?? HTTP_DEFAULTS.sendTimeoutMs);
-  answerExpectations(app.server, envelopeFor);
-  refuseConnect(app.server, envelopeFor);
+  app.decorate("refusals", refusals);
+  answerExpectations(app.server, envelopeFor, refusals);
+  refuseConnect(app.server, envelopeFor, refusals);
   const maxConnections = opts.maxConnections ?? HTTP_DEFAULTS.maxConnections;
   if (maxConnections > 0) makeRoomAtTheCap(app.server, maxConnections);
 

@@ -7,6 +7,7 @@ import type { ModelRegistry } from "../core/registry.ts";
 import type { FinishReason } from "../core/types.ts";
 import { toApiError } from "../http/to-api-error.ts";
 import { notFoundCode } from "../http/error-envelope.ts";
+import type { Refusal } from "../http/client-error.ts";
 
 // vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so dashboards built for vLLM read these as is.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
@@ -94,6 +95,8 @@ export class PlinthMetrics {
   private readonly embedTokens: Counter<"model_name">;
   private readonly loadSeconds: Gauge<"model_name">;
   private readonly errorCodes = new WeakMap<FastifyRequest, string>();
+  /** Requests refused by a limit of their key (the 429 reason `key_requests`, `key_tokens`, …). */
+  private readonly keyLimits = new WeakMap<FastifyRequest, string>();
   private readonly counted = new WeakSet<FastifyRequest>();
 
   constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: { sizeBytes(): number } } = {}) {
@@ -444,14 +447,25 @@ export class PlinthMetrics {
     if (status >= 400) {
       const code = status === 499 ? "client_closed" : (this.errorCodeOf(request) ?? (status === 404 ? "not_found" : `http_${status}`));
       this.rejected.inc({ dialect, status: String(status), code });
-      if (status === 429) this.rateLimited.inc({ dialect, reason: code });
+      // A key's own limit is not the server's queue, though both are "rate_limit_exceeded" to clients.
+      if (status === 429) this.rateLimited.inc({ dialect, reason: this.keyLimits.get(request) ?? code });
     }
+  }
+
+  /** An answer written below Fastify (client-error.ts): no route, no dialect. */
+  private countRefusal(r: Refusal): void {
+    const status = String(r.status);
+    this.httpRequests.inc({ dialect: "none", route: "unmatched", method: r.method, status });
+    this.rejected.inc({ dialect: "none", status, code: r.code });
   }
 
   /** GET /metrics, and the hooks that count HTTP requests and refusals. */
   install(app: FastifyInstance): void {
+    app.refusals?.on((r) => this.countRefusal(r));
     app.addHook("onError", async (request, _reply, error) => {
       this.errorCodes.set(request, errorCode(error));
+      const reason = toApiError(error).reason;
+      if (reason?.startsWith("key_")) this.keyLimits.set(request, reason);
     });
     app.addHook("onResponse", async (request, reply) => this.countAnswer(request, reply.statusCode));
     // An answer its client left before it ended (a cancelled stream) never reaches onResponse: it

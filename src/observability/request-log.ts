@@ -45,6 +45,11 @@ export function installRequestLog(app: FastifyInstance, metrics: PlinthMetrics, 
     done();
   });
   app.addHook("onResponse", async (request, reply) => write(request, reply, false));
+  // Answers written below Fastify (a malformed request line, headers too large, CONNECT, an Expect
+  // header) have no request object: their line says what is known.
+  app.refusals?.on((r) => {
+    app.log.child({ request_id: r.requestId }).info({ dialect: "none", method: r.method, route: "unmatched", status: r.status, error_code: r.code }, "request");
+  });
 
   function write(request: FastifyRequest, reply: FastifyReply, clientClosed: boolean): void {
     // Once: a response that fails while being written can reach both onResponse and close.

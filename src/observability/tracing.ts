@@ -11,7 +11,14 @@ interface Traced {
   phase?: Span;
   phaseName?: "queue" | "prefill" | "decode";
   finishReasons: string[];
+  /** Generations admitted and not yet finished. */
+  running: number;
+  /** The client left before the answer ended: the span ends once `running` is 0. */
+  abandoned?: boolean;
 }
+
+/** How long the span of a request whose client left waits for its generations to report their end. */
+const ABANDONED_SPAN_WAIT_MS = 30_000;
 
 /**
  * OpenTelemetry traces, exported over OTLP/HTTP (JSON). Loaded only when an endpoint is configured:
@@ -77,11 +84,11 @@ export class Tracing {
         parent,
       );
       // Kept by internal id: the request id may be a client's x-request-id that another request shares.
-      this.live.set(internalId(request), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [] });
+      this.live.set(internalId(request), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [], running: 0 });
       // A client that goes away before the response ends (a cancelled stream) never reaches
       // onResponse; Fastify's onRequestAbort only fires while the request body is still arriving.
       reply.raw.once("close", () => {
-        if (!reply.raw.writableFinished) this.abandon(internalId(request));
+        if (!reply.raw.writableFinished) this.abandon(internalId(request), reply.raw.headersSent ? reply.raw.statusCode : 499);
       });
     });
     app.addHook("onResponse", async (request, reply) => {
@@ -95,13 +102,26 @@ export class Tracing {
     });
   }
 
-  /** Ends a request's spans as the client goes away before its answer ends. */
-  private abandon(id: string): void {
+  /**
+   * A client that went away before its answer ended: the span says so, and stays open until the
+   * request's generations have finished (they notice the cancellation within a step), so that it
+   * still gets the status that was sent and the tokens that were used, as the log line and the
+   * ledger row do.
+   */
+  private abandon(id: string, status: number): void {
     const t = this.live.get(id);
     if (!t) return;
+    t.span.setAttributes({ "plinth.client_aborted": true, "http.response.status_code": status });
+    t.abandoned = true;
+    if (t.running === 0) this.close(id, t);
+    // Bounded: a generation that never reports its end cannot keep the span forever.
+    else setTimeout(() => this.close(id, t), ABANDONED_SPAN_WAIT_MS).unref();
+  }
+
+  private close(id: string, t: Traced): void {
+    if (this.live.get(id) !== t) return;
     this.live.delete(id);
     this.endPhase(t);
-    t.span.setAttribute("plinth.client_aborted", true);
     t.span.end();
   }
 
@@ -111,8 +131,9 @@ export class Tracing {
       admitted: (ctx, info) => {
         const t = this.live.get(ctx.internalId);
         if (!t) return;
+        t.running++;
         t.span.setAttributes({
-          "gen_ai.operation.name": ctx.dialect === "openai" || ctx.dialect === "responses" || ctx.dialect === "konan" || ctx.dialect === "spak" ? "chat" : ctx.dialect,
+          "gen_ai.operation.name": info.operation,
           "gen_ai.system": "plinth",
           "gen_ai.request.model": info.model,
           "gen_ai.usage.input_tokens": info.promptTokens.reduce((a, b) => a + b, 0),
@@ -136,17 +157,22 @@ export class Tracing {
         const t = this.live.get(ctx.internalId);
         if (!t) return;
         this.endPhase(t);
-        if (outcome.usage) {
+        // A generation its client cancelled is booked with what it had used, as in the ledger.
+        const used = outcome.usage ?? (t.abandoned ? outcome.spent : undefined);
+        if (used) {
           t.span.setAttributes({
-            "gen_ai.usage.input_tokens": outcome.usage.promptTokens,
-            "gen_ai.usage.output_tokens": outcome.usage.completionTokens,
-            "gen_ai.usage.cache_read.input_tokens": outcome.usage.cachedTokens,
+            "gen_ai.usage.input_tokens": used.promptTokens,
+            "gen_ai.usage.output_tokens": used.completionTokens,
+            "gen_ai.usage.cache_read.input_tokens": used.cachedTokens,
             "gen_ai.response.finish_reasons": t.finishReasons,
           });
-        } else {
+        }
+        if (!outcome.usage && !t.abandoned) {
           t.span.recordException(outcome.error instanceof Error ? outcome.error : String(outcome.error));
           t.span.setStatus({ code: this.api.SpanStatusCode.ERROR });
         }
+        t.running--;
+        if (t.abandoned && t.running === 0) this.close(ctx.internalId, t);
       },
       embedded: (ctx, info) => {
         const t = this.live.get(ctx.internalId);

@@ -186,7 +186,7 @@ export class Tenancy {
       dialect: t.dialect ?? dialectOf(t.endpoint),
       method: t.method,
       endpoint: t.endpoint,
-      model: t.model ?? this.knownModelOf(t.reply.request.body),
+      model: t.model ?? this.knownModelOf(t.reply.request.body) ?? this.knownModelOfPath(t.reply.request.params),
       promptTokens: t.promptTokens,
       cachedTokens: t.cachedTokens,
       completionTokens: t.completionTokens,
@@ -195,6 +195,15 @@ export class Tenancy {
       ttftMs: t.ttftMs === null ? null : Math.round(t.ttftMs),
       durationMs: Math.round(performance.now() - t.start),
     });
+  }
+
+  /**
+   * A Databricks route names its endpoint in the path (`/serving-endpoints/{name}/…`): a request
+   * refused before its body was read (a key's rpm or concurrency) is booked under it when it is a model.
+   */
+  private knownModelOfPath(params: unknown): string | null {
+    const name = params && typeof params === "object" ? (params as { name?: unknown }).name : undefined;
+    return typeof name === "string" && name.length <= 200 && (this.opts.knownModel?.(name) ?? false) ? name : null;
   }
 
   private knownModelOf(body: unknown): string | null {
@@ -313,7 +322,8 @@ function limitError(refusal: Refusal, state: RateState): ApiError {
     headers["retry-after-ms"] = String(Math.ceil(refusal.retryAfterMs));
   }
   const code = refusal.limit === "budget" ? "insufficient_quota" : "rate_limit_exceeded";
-  return new ApiError(429, refusal.message, { code, headers, reason: "rate_limited" });
+  // The reason tells metrics which of the key's limits it was (to clients, a full queue reads the same).
+  return new ApiError(429, refusal.message, { code, headers, reason: `key_${refusal.limit}` });
 }
 
 /** On the raw response, so they reach JSON answers, error envelopes and event streams alike. */

@@ -1,4 +1,5 @@
 import assert from "../helpers/assert.ts";
+import { connect } from "node:net";
 import { test } from "node:test";
 import { parsePrometheus, sum, type Exposition } from "../helpers/prometheus.ts";
 import type { ChatBody } from "../helpers/requests.ts";
@@ -144,6 +145,36 @@ test("answers for a path no route takes are labelled with their error codes: not
   assert.equal(count(after, "405", "method_not_allowed") - count(before, "405", "method_not_allowed"), 1);
   assert.equal(count(after, "405", "http_405"), 0);
   assert.equal(count(after, "404", "not_found") - count(before, "404", "not_found"), 1);
+});
+
+test("answers written before any route is known (headers too large, an Expect header, CONNECT, not HTTP) are counted", async () => {
+  const { port } = new URL(s.url);
+  // One raw exchange: what the server answers before it closes the connection.
+  const exchange = (text: string) =>
+    new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), "127.0.0.1", () => socket.write(text));
+      let got = "";
+      socket.on("data", (d) => (got += d.toString("latin1")));
+      socket.on("close", () => resolve(got));
+      socket.on("error", reject);
+      socket.setTimeout(5_000, () => socket.destroy());
+    });
+  const before = await scrape();
+  const answers = [
+    await exchange(`GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: ${"x".repeat(20_000)}\r\n\r\n`),
+    await exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n"),
+    await exchange("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
+    await exchange("GARBAGE\r\n\r\n"),
+  ];
+  assert.deepEqual(answers.map((a) => Number(a.split(" ")[1])), [431, 417, 405, 400]);
+  const after = await scrape();
+  const delta = (name: string, match: Record<string, string>) => sum(after, name, match) - sum(before, name, match);
+  assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "GET", status: "431" }), 1);
+  assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "POST", status: "417" }), 1);
+  assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "CONNECT", status: "405" }), 1);
+  assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "other", status: "400" }), 1);
+  assert.equal(delta("plinth_rejected_requests_total", { dialect: "none", status: "431", code: "request_header_fields_too_large" }), 1);
+  assert.equal(delta("plinth_rejected_requests_total", { dialect: "none", status: "417", code: "expectation_failed" }), 1);
 });
 
 test("KV usage counts the cells of running requests only; prompt-cache and store sizes are exported", async () => {

@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
@@ -10,6 +11,7 @@ import OpenAI from "openai";
 import { serve, type RunningServer } from "../../src/cli/serve.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { ensureBertFixtureModel, ensureFixtureModel } from "../fixtures/models.ts";
+import { parsePrometheus, sum } from "../helpers/prometheus.ts";
 import { NO_EOG, streamThenCancel, waitFor } from "../helpers/server.ts";
 
 // API keys, per-key limits and the usage ledger on the real server over HTTP: managed keys are made
@@ -441,6 +443,11 @@ describe("limits", () => {
     assert.equal(dbx.status, 429, dbx.text);
     assert.equal(dbx.json.error_code, "REQUEST_LIMIT_EXCEEDED");
     assert.ok(Number(dbx.headers.get("retry-after")) >= 1);
+    // In the metrics, a key's own limit is told apart from a full queue.
+    const metrics = parsePrometheus((await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).text);
+    assert.equal(sum(metrics, "plinth_rate_limited_requests_total", { dialect: "openai", reason: "key_requests" }), 1);
+    assert.equal(sum(metrics, "plinth_rate_limited_requests_total", { dialect: "databricks", reason: "key_requests" }), 1);
+    assert.equal(sum(metrics, "plinth_rate_limited_requests_total", { reason: "rate_limit_exceeded" }), 0);
 
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: k.key, maxRetries: 3 });
     const t0 = Date.now();
@@ -682,19 +689,22 @@ describe("request ids chosen by clients", () => {
 
 describe("usage ledger", () => {
   test("Databricks requests are booked under the databricks dialect, refused or served, in the ledger and the metrics", async () => {
-    const k = await createKey({ name: "dbx dialect", models: ["tiny"] });
+    const k = await createKey({ name: "dbx dialect", models: ["tiny"], rpm: 2 });
     const invoke = (model?: string) =>
       call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2, temperature: 0, ...(model ? { model } : {}) }, bearer(k.key));
     assert.equal((await invoke()).status, 200);
     assert.equal((await invoke("no such entity")).status, 400);
+    // Refused by the key's rpm before the body is read: booked under the endpoint the path names.
+    assert.equal((await invoke()).status, 429);
     const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });
-    let rows: Array<{ dialect: string; status: number }> = [];
+    let rows: Array<{ dialect: string; status: number; model: string | null }> = [];
     try {
-      await until(() => (rows = db.prepare("SELECT dialect, status FROM usage_ledger WHERE key_id = ?").all(k.id) as typeof rows).length === 2);
+      await until(() => (rows = db.prepare("SELECT dialect, status, model FROM usage_ledger WHERE key_id = ? ORDER BY seq").all(k.id) as typeof rows).length === 3);
     } finally {
       db.close();
     }
-    assert.deepEqual(rows.map((r) => r.dialect), ["databricks", "databricks"]);
+    assert.deepEqual(rows.map((r) => r.dialect), ["databricks", "databricks", "databricks"]);
+    assert.deepEqual(rows[2], { dialect: "databricks", status: 429, model: "tiny" });
     const metrics = (await call("GET", "/metrics", undefined, bearer(STATIC_KEY))).text;
     assert.match(metrics, /^plinth_http_requests_total\{dialect="databricks",route="\/serving-endpoints\/:name\/invocations",method="POST",status="400"\} \d+/m);
     assert.match(metrics, /^plinth_http_requests_total\{dialect="server",route="\/admin\/keys",method="POST",status="201"\} \d+/m);
@@ -797,8 +807,19 @@ describe("usage ledger", () => {
       assert.equal(bytes.includes(Buffer.from(secret)), false, `a key is in the database files`);
       assert.equal(logLines.join("").includes(secret), false, `a key is in the log`);
     }
+    // A request refused before Fastify saw it (not HTTP at all) has its log line too.
+    const { port } = new URL(server.url);
+    await new Promise<void>((resolve) => {
+      const socket = connect(Number(port), "127.0.0.1", () => socket.end("GARBAGE\r\n\r\n"));
+      socket.on("data", () => {});
+      socket.on("close", () => resolve());
+    });
     // The request log names the key by its id and its name.
     const entries = logLines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Obj);
+    assert.ok(
+      entries.some((e) => e.msg === "request" && e.route === "unmatched" && e.status === 400 && e.error_code === "invalid_request" && /^req_/.test(e.request_id)),
+      "a log line for the malformed request",
+    );
     assert.ok(
       entries.some((e) => e.msg === "request" && e.key === k.id && e.key_name === "secret" && e.status === 200),
       "a log line names the key's id and name",

@@ -85,4 +85,25 @@ test("a stream its client cancels midway still ends its span, marked as abandone
   await waitFor(() => spans.some((sp) => sp.traceId === traceId && sp.name === "POST /v1/chat/completions"), 15_000);
   const root = spans.find((sp) => sp.traceId === traceId && sp.name === "POST /v1/chat/completions")!;
   assert.equal(root.attributes.find((a) => a.key === "plinth.client_aborted")?.value.boolValue, true);
+  // It still says what was sent and what was used, as the log line and the ledger row do.
+  assert.equal(attr(root, "http.response.status_code"), 200);
+  assert.ok(Number(attr(root, "gen_ai.usage.output_tokens")) >= 3, JSON.stringify(root.attributes));
+});
+
+test("the operation is named by what is generated, whatever the dialect: chat, or text_completion for a raw prompt", async () => {
+  const cases: Array<[string, string, unknown, string]> = [
+    ["6cf92f3577b34da6a3ce929d0e0e4738", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "Hi" }], max_tokens: 2 }, "chat"],
+    ["8cf92f3577b34da6a3ce929d0e0e473a", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, "text_completion"],
+  ];
+  for (const [traceId, route, body, operation] of cases) {
+    const res = await fetch(`${s.url}${route}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", traceparent: `00-${traceId}-00f067aa0ba902b9-01` },
+      body: JSON.stringify(body),
+    });
+    assert.equal(res.status, 200, await res.text());
+    await waitFor(() => spans.some((sp) => sp.traceId === traceId && sp.name.startsWith("POST ")), 15_000);
+    const root = spans.find((sp) => sp.traceId === traceId && sp.name.startsWith("POST "))!;
+    assert.equal(attr(root, "gen_ai.operation.name"), operation, route);
+  }
 });

@@ -10,7 +10,7 @@ test("time to first token counts from when the request came in, not from its adm
   const metrics = new PlinthMetrics(new ModelRegistry(4), { defaultMetrics: false });
   const hooks = metrics.hooks();
   const ctx: RequestContext = { requestId: "req_1", internalId: "r1", dialect: "openai" };
-  hooks.admitted!(ctx, { model: "m", promptTokens: [3], choices: 1, params: [{ n: 1, maxTokens: 16 }], receivedAt: performance.now() - 400 });
+  hooks.admitted!(ctx, { model: "m", operation: "chat", promptTokens: [3], choices: 1, params: [{ n: 1, maxTokens: 16 }], receivedAt: performance.now() - 400 });
   hooks.started!(ctx);
   hooks.firstToken!(ctx);
   const text = await metrics.registry.metrics();
@@ -26,7 +26,7 @@ test("vLLM's per-request phase and parameter histograms: n and max_tokens per re
   const hooks = metrics.hooks();
   const ctx: RequestContext = { requestId: "req_2", internalId: "r2", dialect: "openai" };
   // A Completions batch of two prompts, n = 3 each.
-  hooks.admitted!(ctx, { model: "m", promptTokens: [3, 4], choices: 6, params: [{ n: 3, maxTokens: 16 }, { n: 3, maxTokens: 700 }], receivedAt: performance.now() });
+  hooks.admitted!(ctx, { model: "m", operation: "chat", promptTokens: [3, 4], choices: 6, params: [{ n: 3, maxTokens: 16 }, { n: 3, maxTokens: 700 }], receivedAt: performance.now() });
   hooks.started!(ctx);
   await new Promise((r) => setTimeout(r, 30));
   hooks.firstToken!(ctx);
