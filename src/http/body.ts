@@ -5,7 +5,8 @@ import zlib from "node:zlib";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
 import { JsonShapeGuard } from "./json-shape.ts";
-import { PROTO_BELOW, PROTO_HOLDERS } from "./proto-keys.ts";
+import { formatPath } from "../core/field-path.ts";
+import { droppedProtoPath, PROTO_BELOW, PROTO_HOLDERS } from "./proto-keys.ts";
 
 export interface BodyOptions {
   /** Largest body accepted, after decompression. */
@@ -55,6 +56,7 @@ export function installBodyHandling(app: FastifyInstance, opts: BodyOptions): vo
     done(new ApiError(415, `${what}: send the body as JSON with 'Content-Type: application/json'.`, { code: "unsupported_media_type" }), undefined);
   });
 
+  app.addHook("preHandler", async (request) => refuseDroppedProtoKeys(request));
   app.addHook("preParsing", async (request, _reply, payload) => {
     if (!hasBody(request)) return payload;
     const decoder = decoderFor(request.headers["content-encoding"]);
@@ -175,13 +177,20 @@ function loneSurrogatePath(root: unknown): string | undefined {
 const DROPPED_PROTO = Symbol("plinth.droppedProtoKeys");
 
 /**
- * For surfaces that answer unknown fields with a 400 (Databricks, the admin API): a body that had a
- * "__proto__" key is refused by that name, as any other unknown key is, rather than served without it.
+ * A body that had a "__proto__" key anywhere is refused naming where (`response_format.__proto__`),
+ * on every route. The key is dropped as the body is parsed (it must never become a prototype), so a
+ * strict nested object would otherwise be served without it (SpAk's `thinking: {"__proto__":
+ * {"type": "disabled"}}` read as `{}`, thinking left on), and where keys are data (metadata, a
+ * schema's properties) the entry would vanish. No client means one.
  */
 export function refuseDroppedProtoKeys(request: FastifyRequest): void {
   const body = request.body as Record<symbol, unknown> | null | undefined;
-  if (body !== null && typeof body === "object" && body[DROPPED_PROTO] === true)
-    throw new ApiError(400, "Unrecognized key: '__proto__' is not a field of this request.", { param: "__proto__", code: "unknown_field" });
+  if (body === null || typeof body !== "object" || body[DROPPED_PROTO] !== true) return;
+  const where = formatPath(droppedProtoPath(body) ?? ["__proto__"]);
+  throw new ApiError(400, `Unrecognized key: '__proto__' (at ${where}) is not a field of this request; it cannot be taken as a key.`, {
+    param: where,
+    code: "unknown_field",
+  });
 }
 
 function hasBody(request: FastifyRequest): boolean {

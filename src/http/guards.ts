@@ -44,6 +44,11 @@ export function installGuards(app: FastifyInstance, opts: GuardOptions): void {
     if (host === undefined && request.raw.httpVersionMajor === 1 && request.raw.httpVersionMinor >= 1) {
       throw new ApiError(400, "The request has no Host header, which HTTP/1.1 requires.", { code: "invalid_request" });
     }
+    // One Host, well formed (RFC 9112 §3.2 asks for a 400 otherwise): Node keeps the first of several,
+    // and `localhost:80.attacker.com` would read as localhost, while a proxy in front may read either.
+    if (host !== undefined && (hostCount(request.raw.rawHeaders) > 1 || !HOST_SYNTAX.test(host))) {
+      throw new ApiError(400, `The Host header '${truncate(host, 100)}' is malformed or given more than once.`, { code: "invalid_request" });
+    }
     if (host !== undefined && !hostAllowed(host)) {
       const name = hostName(host);
       throw new ApiError(
@@ -77,7 +82,38 @@ export function installGuards(app: FastifyInstance, opts: GuardOptions): void {
       return reply;
     }
     if (origin !== undefined && cors.allows(origin)) void reply.headers({ ...cors.headers(origin), "access-control-expose-headers": CORS_EXPOSE });
+    else if (origin !== undefined && host !== undefined && crossSiteSimplePost(request.method, request.headers, origin, host)) {
+      throw new ApiError(403, `Cross-origin requests from '${truncate(origin, 100)}' are not allowed (see --cors-origin).`, { code: "cors_not_allowed" });
+    }
   });
+}
+
+/** Host [":" port] (RFC 3986): a registered name, an IPv4 address or a bracketed IPv6 one. */
+const HOST_SYNTAX = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]{0,5})?$/;
+
+function hostCount(raw: string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === "host") n++;
+  return n;
+}
+
+/**
+ * A POST a web page on another origin could send without a CORS preflight: no JSON Content-Type
+ * (a body without one is already a 415), no key header. Bodies are JSON-only so that a page cannot
+ * post here unasked, but a POST with no body at all still needs no preflight, and on an open server
+ * it created a conversation or cancelled a response. Browsers name the page's origin; a page on this
+ * server itself (the console) is same-origin, and clients that are not browsers send no Origin.
+ */
+function crossSiteSimplePost(method: string, headers: Record<string, string | string[] | undefined>, origin: string, host: string): boolean {
+  if (method !== "POST") return false;
+  if (headers.authorization !== undefined || headers["x-api-key"] !== undefined || headers["api-key"] !== undefined) return false;
+  const type = headers["content-type"];
+  if (typeof type === "string" && /json/i.test(type)) return false;
+  try {
+    return new URL(origin).host.toLowerCase() !== host.trim().toLowerCase();
+  } catch {
+    return true; // "null" (a sandboxed page, a file) or no URL at all
+  }
 }
 
 /** The host name of a Host header: no port, no brackets, lower case, no trailing dot. */

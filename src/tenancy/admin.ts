@@ -2,7 +2,6 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { ApiError } from "../core/errors.ts";
-import { refuseDroppedProtoKeys } from "../http/body.ts";
 import { type ErrorEnvelope, installErrorEnvelope } from "../http/error-envelope.ts";
 import type { TenancyStore, UsageGroup } from "../store/tenancy-store.ts";
 import { createManagedKey, keyToJson, presentedKey } from "./keys.ts";
@@ -157,7 +156,6 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
   });
 
   // Unknown fields are a 400 here, "__proto__" included (the body parser drops that key).
-  scope.addHook("preHandler", async (request) => refuseDroppedProtoKeys(request));
 
   scope.post("/keys", async (request, reply) => {
     const body = createKeyRequest.parse(request.body);

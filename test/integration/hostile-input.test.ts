@@ -130,6 +130,11 @@ const CORPUS: HostileCase[] = [
   { name: "completions prompt of 100k token ids", url: "/v1/completions", body: { model: "tiny", prompt: Array.from({ length: 100_000 }, () => 1), max_tokens: 1 }, status: 400, param: "prompt" },
   { name: "embeddings of nothing", url: "/v1/embeddings", body: { model: "tiny", input: [] }, status: 400, param: "input" },
   { name: "detokenize of strings", url: "/detokenize", body: { model: "tiny", tokens: "abc" }, status: 400, param: "tokens" },
+  { name: "detokenize with a field it does not read", url: "/detokenize", body: { model: "tiny", tokens: [1], skip_special_tokens: false }, status: 400, param: "skip_special_tokens" },
+  // Inside strict objects "__proto__" is refused like any unknown key (it was read as absent: thinking stayed on).
+  { name: "SpAk thinking.__proto__", url: "/chat/completions", body: `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"thinking":{"__proto__":{"type":"disabled"}}}`, status: 400, param: "thinking.__proto__" },
+  { name: "responses text.format.__proto__", url: "/v1/responses", body: `{"model":"tiny","input":"hi","text":{"format":{"type":"text","__proto__":{}}}}`, status: 400, param: "text.format.__proto__" },
+  { name: "conversation __proto__", url: "/v1/conversations", body: `{"__proto__":{"metadata":{"a":"b"}}}`, status: 400, param: "__proto__" },
 ];
 
 describe("hostile-input corpus", () => {

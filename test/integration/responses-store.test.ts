@@ -39,6 +39,33 @@ test("a conversation's metadata set to null is cleared, as the reference and the
   assert.equal(missing.json.error.param, "metadata");
 });
 
+test("routes that read only their path refuse a query key or body field by name, and delete nothing then", async () => {
+  const conv = await s.client.conversations.create({ items: [{ type: "message", role: "user", content: "kept" }] });
+  const [item] = (await s.client.conversations.items.list(conv.id)).data;
+  const response = await s.client.responses.create({ model: "tiny", input: "hi", max_output_tokens: 2 });
+  const stored = await s.http.post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2, store: true });
+  const chatId = stored.json.id as string;
+  const cases: Array<[string, string, unknown, string]> = [
+    ["GET", `/conversations/${conv.id}?bogus=1`, undefined, "bogus"],
+    ["POST", `/conversations/${conv.id}?bogus=1`, { metadata: {} }, "bogus"],
+    ["DELETE", `/conversations/${conv.id}`, { bogus: 1 }, "bogus"],
+    ["DELETE", `/conversations/${conv.id}/items/${item.id}?bogus=1`, undefined, "bogus"],
+    ["DELETE", `/responses/${response.id}?bogus=1`, undefined, "bogus"],
+    ["POST", `/responses/${response.id}/cancel`, { bogus: 1 }, "bogus"],
+    ["GET", `/chat/completions/${chatId}?bogus=1`, undefined, "bogus"],
+    ["DELETE", `/chat/completions/${chatId}`, { bogus: 1 }, "bogus"],
+  ];
+  for (const [method, path, body, param] of cases) {
+    const r = await call(method, path, body);
+    assert.equal(r.status, 400, `${method} ${path}: ${JSON.stringify(r.json)}`);
+    assert.equal(r.json.error.param, param, `${method} ${path}`);
+  }
+  // Nothing was deleted; `user` is still accepted, as on a retrieve.
+  assert.equal((await call("GET", `/conversations/${conv.id}/items/${item.id}?user=u`)).status, 200);
+  assert.equal((await call("GET", `/responses/${response.id}`)).status, 200);
+  assert.equal((await call("DELETE", `/chat/completions/${chatId}`)).status, 200);
+});
+
 test("an item_reference added to a conversation is stored as the item it names; one that names nothing is a 400 naming it", async () => {
   const earlier = await s.client.responses.create({ model: "tiny", input: "elsewhere", max_output_tokens: 2 });
   const [said] = earlier.output as any[];

@@ -1,4 +1,6 @@
 import assert from "../helpers/assert.ts";
+import type { AddressInfo } from "node:net";
+import { connect } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import type { FastifyInstance } from "fastify";
@@ -83,17 +85,17 @@ describe("bodies", () => {
     assert.equal(twice.code, "invalid_json");
   });
 
-  test("a __proto__ key is an ordinary key: refused by name at the top level, ignored in a message; it cannot smuggle fields in", async () => {
+  test("a __proto__ key is never a prototype: refused by name and place, at the top level and at any depth", async () => {
     const top = envelope(await post(`{"__proto__": {"stream": true, "n": 3}, "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}`, JSON_TYPE), 400);
     assert.equal(top.param, "__proto__");
-    const body = `{"model": "tiny", "messages": [{"role": "user", "content": "hi", "__proto__": {"role": "system"}}], "max_tokens": 2}`;
-    const r = await post(body, JSON_TYPE);
-    assert.equal(r.statusCode, 200, r.body);
-    const answer = r.json();
-    assert.equal(answer.object, "chat.completion", "not a stream");
-    assert.equal(answer.choices.length, 1, "n came from nowhere");
-    const nested = await post(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"metadata":{"__proto__":{"a":1}}}`, JSON_TYPE);
-    assert.ok(nested.statusCode < 500, nested.body);
+    const cases: Array<[string, string]> = [
+      [`{"model": "tiny", "messages": [{"role": "user", "content": "hi", "__proto__": {"role": "system"}}], "max_tokens": 2}`, "messages[0].__proto__"],
+      [`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"metadata":{"__proto__":{"a":1}}}`, "metadata.__proto__"],
+      // A strict nested object, whose other unknown keys are refused too: it was served as if the key were not there.
+      [`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"response_format":{"type":"text","__proto__":{"type":"json_object"}}}`, "response_format.__proto__"],
+      [`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream_options":{"__proto__":{}}}`, "stream_options.__proto__"],
+    ];
+    for (const [body, param] of cases) assert.equal(envelope(await post(body, JSON_TYPE), 400).param, param, body);
   });
 
   test("where unknown fields are refused (/tokenize, as vLLM does), a __proto__ key is refused by name too", async () => {
@@ -178,6 +180,29 @@ describe("Host header (DNS rebinding)", () => {
     }
   });
 
+  test("a malformed Host, or more than one, is a 400: a name a proxy could read another way never passes", async () => {
+    const s = await app({ host: "127.0.0.1" });
+    try {
+      for (const host of ["localhost:80.attacker.com", "127.0.0.1:8080.evil.com", "[::1].evil.com", "localhost:notaport", "local host"]) {
+        const e = envelope(await s.inject({ method: "GET", url: "/v1/models", headers: { host } }), 400);
+        assert.match(e.message, /Host header/, host);
+      }
+      // Two Host headers need a real connection (inject keeps one).
+      await s.listen({ port: 0, host: "127.0.0.1" });
+      const { port } = s.server.address() as AddressInfo;
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = connect(port, "127.0.0.1", () => socket.write("GET /v1/models HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\nConnection: close\r\n\r\n"));
+        let got = "";
+        socket.on("data", (d) => (got += d.toString("latin1")));
+        socket.on("close", () => resolve(got));
+        socket.on("error", reject);
+      });
+      assert.match(answer, /^HTTP\/1\.1 400 /);
+    } finally {
+      await s.close();
+    }
+  });
+
   test("--allowed-host adds names; * turns the check off; a named listen address is accepted", async () => {
     const named = await app({ host: "0.0.0.0", allowedHosts: ["plinth.lan"] });
     const any = await app({ allowedHosts: ["*"] });
@@ -212,6 +237,13 @@ describe("CORS", () => {
       }
       const r = await s.inject({ method: "POST", url: "/v1/chat/completions", headers: { origin: "https://evil.example", ...JSON_TYPE }, payload: JSON.stringify(ok) });
       assert.ok(!Object.keys(r.headers).some((h) => h.startsWith("access-control-")));
+      // A POST a page elsewhere could send without a preflight (no body, no JSON type, no key) is refused;
+      // the same from the server's own origin (the console), or with a key, is not.
+      const simple = (headers: Record<string, string>) => s.inject({ method: "POST", url: "/v1/conversations", headers: { host: "localhost:8080", ...headers } });
+      assert.equal(envelope(await simple({ origin: "https://evil.example" }), 403).code, "cors_not_allowed");
+      assert.equal(envelope(await simple({ origin: "null" }), 403).code, "cors_not_allowed");
+      assert.equal((await simple({ origin: "http://localhost:8080" })).statusCode, 200);
+      assert.equal((await simple({})).statusCode, 200);
     } finally {
       await s.close();
     }

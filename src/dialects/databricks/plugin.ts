@@ -3,7 +3,6 @@ import { z } from "zod";
 import { ApiError, badRequest } from "../../core/errors.ts";
 import type { GenerationService } from "../../core/generation-service.ts";
 import type { ModelLoader } from "../../core/model-loader.ts";
-import { refuseDroppedProtoKeys } from "../../http/body.ts";
 import { describeValue } from "../../http/to-api-error.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
 import { type RouteEnv, type RouteResult, requestContext, routeEnv, sendResult } from "../../http/respond.ts";
@@ -48,7 +47,6 @@ const isObject = (b: unknown): b is Record<string, unknown> => b !== null && typ
  */
 export async function databricksPlugin(scope: FastifyInstance, opts: DatabricksPluginOptions): Promise<void> {
   // Unknown fields are a 400 here, "__proto__" included (the body parser drops that key).
-  scope.addHook("preHandler", async (request) => refuseDroppedProtoKeys(request));
   await scope.register(dataPlane, { ...opts, prefix: DATABRICKS_PREFIXES[0] });
   await scope.register(controlPlane, { ...opts, prefix: DATABRICKS_PREFIXES[1] });
   await scope.register(modelAdmin, { ...opts, prefix: DATABRICKS_PREFIXES[2] });

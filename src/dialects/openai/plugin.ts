@@ -1,4 +1,3 @@
-import { refuseDroppedProtoKeys } from "../../http/body.ts";
 import type { FastifyInstance } from "fastify";
 import type { GenerationService } from "../../core/generation-service.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
@@ -89,8 +88,6 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
 /** vLLM's tokenizer endpoints, at the root as vLLM serves them, in OpenAI's error envelope. */
 export async function tokenizerPlugin(scope: FastifyInstance, { service }: OpenAIPluginOptions): Promise<void> {
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: false });
-  // These bodies refuse unknown fields by name (as vLLM's do); a "__proto__" key is one too.
-  scope.addHook("preHandler", async (request) => refuseDroppedProtoKeys(request));
   const opts = { service, dialect: "openai" };
   postRoute(scope, "/tokenize", (b) => tokenizeRequest.parse(b), tokenize, opts);
   postRoute(scope, "/detokenize", (b) => detokenizeRequest.parse(b), detokenize, opts);

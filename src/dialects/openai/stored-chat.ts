@@ -9,6 +9,7 @@ import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store }
 import { metadataSchema } from "./metadata.ts";
 import { once } from "../query-once.ts";
 import { refuseUnknownFields } from "../unknown-fields.ts";
+import { readsNothing } from "../reads-nothing.ts";
 
 /**
  * OpenAI's stored Chat Completions: a completion created with `store: true` (or, in a vendor dialect
@@ -155,15 +156,18 @@ export function registerStoredChatRoutes(scope: FastifyInstance, service: Genera
   scope.get("/chat/completions", async (request, reply) =>
     send(reply, request, await listStoredChatCompletions(query(request), queryNamespace(request), storage)),
   );
-  scope.get<Id>("/chat/completions/:id", async (request, reply) =>
-    send(reply, request, await getStoredChatCompletion(request.params.id, queryNamespace(request), storage)),
-  );
-  scope.post<Id>("/chat/completions/:id", async (request, reply) =>
-    send(reply, request, await updateStoredChatCompletion(request.params.id, request.body, queryNamespace(request), storage)),
-  );
-  scope.delete<Id>("/chat/completions/:id", async (request, reply) =>
-    send(reply, request, await deleteStoredChatCompletion(request.params.id, queryNamespace(request), storage)),
-  );
+  scope.get<Id>("/chat/completions/:id", async (request, reply) => {
+    readsNothing(request, { body: false });
+    return send(reply, request, await getStoredChatCompletion(request.params.id, queryNamespace(request), storage));
+  });
+  scope.post<Id>("/chat/completions/:id", async (request, reply) => {
+    readsNothing(request, { body: false });
+    return send(reply, request, await updateStoredChatCompletion(request.params.id, request.body, queryNamespace(request), storage));
+  });
+  scope.delete<Id>("/chat/completions/:id", async (request, reply) => {
+    readsNothing(request, { body: true });
+    return send(reply, request, await deleteStoredChatCompletion(request.params.id, queryNamespace(request), storage));
+  });
   scope.get<Id>("/chat/completions/:id/messages", async (request, reply) =>
     send(reply, request, await listStoredChatMessages(request.params.id, query(request), queryNamespace(request), storage)),
   );

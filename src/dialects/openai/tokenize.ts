@@ -39,7 +39,7 @@ export const tokenizeRequest = z.strictObject({
 });
 type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 
-export const detokenizeRequest = z.object({
+export const detokenizeRequest = z.strictObject({
   model: z.string().min(1),
   // The service bounds the list by the model's context; this bounds what is parsed before that.
   tokens: listOf(z.int(), { max: 1_048_576 }),

@@ -32,6 +32,7 @@ import {
 } from "./responses.ts";
 import { responsesFieldName } from "./to-canonical.ts";
 import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
+import { readsNothing } from "../reads-nothing.ts";
 
 const CHAT_FIELD = (name: string) => `'${name}' is a field of the Chat Completions API (POST /v1/chat/completions).`;
 
@@ -91,24 +92,34 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
     const q = retrieveQuery.parse(request.query ?? {});
     return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));
   });
-  scope.delete<Id>("/responses/:id", async (request, reply) => send(reply, request, await deleteResponse(request.params.id, queryNamespace(request), deps)));
-  scope.post<Id>("/responses/:id/cancel", async (request, reply) =>
-    send(reply, request, await cancelResponse(request.params.id, queryNamespace(request), deps)),
-  );
+  scope.delete<Id>("/responses/:id", async (request, reply) => {
+    readsNothing(request, { body: true });
+    return send(reply, request, await deleteResponse(request.params.id, queryNamespace(request), deps));
+  });
+  scope.post<Id>("/responses/:id/cancel", async (request, reply) => {
+    readsNothing(request, { body: true });
+    return send(reply, request, await cancelResponse(request.params.id, queryNamespace(request), deps));
+  });
   scope.get<Id>("/responses/:id/input_items", async (request, reply) =>
     send(reply, request, await listInputItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
   );
 
-  scope.post("/conversations", async (request, reply) =>
-    send(reply, request, await createConversation(createConversationRequest.parse(request.body ?? {}), queryNamespace(request), deps)),
-  );
-  scope.get<Id>("/conversations/:id", async (request, reply) => send(reply, request, await getConversation(request.params.id, queryNamespace(request), deps)));
-  scope.post<Id>("/conversations/:id", async (request, reply) =>
-    send(reply, request, await updateConversation(request.params.id, updateConversationRequest.parse(request.body), queryNamespace(request), deps)),
-  );
-  scope.delete<Id>("/conversations/:id", async (request, reply) =>
-    send(reply, request, await deleteConversation(request.params.id, queryNamespace(request), deps)),
-  );
+  scope.post("/conversations", async (request, reply) => {
+    readsNothing(request, { body: false });
+    return send(reply, request, await createConversation(createConversationRequest.parse(request.body ?? {}), queryNamespace(request), deps));
+  });
+  scope.get<Id>("/conversations/:id", async (request, reply) => {
+    readsNothing(request, { body: false });
+    return send(reply, request, await getConversation(request.params.id, queryNamespace(request), deps));
+  });
+  scope.post<Id>("/conversations/:id", async (request, reply) => {
+    readsNothing(request, { body: false });
+    return send(reply, request, await updateConversation(request.params.id, updateConversationRequest.parse(request.body), queryNamespace(request), deps));
+  });
+  scope.delete<Id>("/conversations/:id", async (request, reply) => {
+    readsNothing(request, { body: true });
+    return send(reply, request, await deleteConversation(request.params.id, queryNamespace(request), deps));
+  });
   scope.get<Id>("/conversations/:id/items", async (request, reply) =>
     send(reply, request, await listItems(request.params.id, listQuery.parse(request.query), queryNamespace(request), deps)),
   );
@@ -122,7 +133,8 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   scope.get<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
     send(reply, request, await getItem(request.params.id, request.params.item_id, includeQuery.parse(request.query ?? {}), queryNamespace(request), deps)),
   );
-  scope.delete<Item>("/conversations/:id/items/:item_id", async (request, reply) =>
-    send(reply, request, await deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps)),
-  );
+  scope.delete<Item>("/conversations/:id/items/:item_id", async (request, reply) => {
+    readsNothing(request, { body: true });
+    return send(reply, request, await deleteItem(request.params.id, request.params.item_id, queryNamespace(request), deps));
+  });
 }
