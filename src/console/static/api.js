@@ -40,6 +40,8 @@ export class ApiError extends Error {
     super(message);
     this.status = status;
     this.code = code;
+    /** @type {number | undefined} a 429's Retry-After, in seconds */
+    this.retryAfter = undefined;
   }
 }
 
@@ -90,7 +92,10 @@ async function errorOf(res) {
   const error = envelopeError(res, text);
   // A rate limit that passes says when (Retry-After, whole seconds); the message alone does not.
   const retry = res.status === 429 ? Number(res.headers.get("retry-after")) : NaN;
-  if (retry > 0) error.message += ` Try again in ${retry} s.`;
+  if (retry > 0) {
+    error.message += ` Try again in ${retry} s.`;
+    error.retryAfter = retry;
+  }
   return error;
 }
 

@@ -4,6 +4,7 @@
 
 import { el } from "./answer.js";
 import { change, opsStatus } from "./ops-admin.js";
+import { syncRows } from "./ops-rows.js";
 import { isProvisioned, listEndpoints } from "./targets.js";
 
 /**
@@ -37,15 +38,33 @@ function trafficOf(ep) {
 
 /** @type {string | undefined} the endpoint whose traffic editor is open (kept across refreshes) */
 let editing;
+/**
+ * The open editor's row, built once when it opens: a refresh (the poll's) keeps this very element,
+ * so the values being typed and the focus in it survive until Save or Cancel.
+ * @type {{ name: string, row: HTMLTableRowElement } | undefined}
+ */
+let editor;
 
+/** Closes the traffic editor. */
+function closeEditor() {
+  editing = undefined;
+  editor = undefined;
+}
+
+/**
+ * Lists the endpoints into their table, updating rows in place.
+ * @returns {Promise<unknown>} the error when they could not be listed (the table says it), else undefined
+ */
 export async function refreshEndpoints() {
   const body = /** @type {HTMLElement} */ (document.querySelector("#endpoints-table tbody"));
   let endpoints;
   try {
     endpoints = await listEndpoints();
   } catch (err) {
-    body.replaceChildren(el("tr", {}, [el("td", { colspan: "5", class: "error", text: `Cannot list the serving endpoints: ${/** @type {Error} */ (err).message}` })]));
-    return;
+    // The open editor stays: a list that fails for a moment must not lose what is being typed.
+    const row = el("tr", {}, [el("td", { colspan: "5", class: "error", text: `Cannot list the serving endpoints: ${/** @type {Error} */ (err).message}` })]);
+    syncRows(body, editor ? [row, editor.row] : [row]);
+    return err;
   }
   const rows = [];
   for (const ep of endpoints) {
@@ -66,14 +85,15 @@ export async function refreshEndpoints() {
     const actions = el("td");
     if (isProvisioned(ep) && ep.config) {
       const edit = el("button", { type: "button", class: "ghost", text: "Edit traffic", "aria-label": `Edit traffic of ${ep.name}` });
-      edit.addEventListener("click", () => {
+      edit.addEventListener("click", async () => {
         editing = ep.name;
-        void refreshEndpoints();
+        await refreshEndpoints();
+        editor?.row.querySelector("input")?.focus();
       });
       actions.append(edit);
     }
     rows.push(
-      el("tr", { "data-endpoint": ep.name }, [
+      el("tr", { "data-endpoint": ep.name, "data-key": `endpoint:${ep.name}` }, [
         el("th", { scope: "row", text: ep.name }),
         el("td", { text: isProvisioned(ep) ? "provisioned" : "pay-per-token" }),
         el("td", {}, [el("span", { class: `state state-${ep.state.ready === "READY" ? "ready" : "loading"}`, text: endpointState(ep) })]),
@@ -81,10 +101,16 @@ export async function refreshEndpoints() {
         actions,
       ]),
     );
-    if (editing === ep.name && ep.config) rows.push(el("tr", { class: "traffic-row" }, [el("td", { colspan: "5" }, [trafficEditor(ep)])]));
+    if (editing === ep.name && ep.config) {
+      if (editor?.name !== ep.name) editor = { name: ep.name, row: el("tr", { class: "traffic-row", "data-key": `traffic:${ep.name}` }, [el("td", { colspan: "5" }, [trafficEditor(ep)])]) };
+      rows.push(editor.row);
+    }
   }
+  // An endpoint deleted meanwhile takes its editor with it.
+  if (editing && !endpoints.some((ep) => ep.name === editing && ep.config)) closeEditor();
   if (endpoints.length === 0) rows.push(el("tr", {}, [el("td", { colspan: "5", class: "hint", text: "No serving endpoints (this server may not have the Databricks dialect)." })]));
-  body.replaceChildren(...rows);
+  syncRows(body, rows);
+  return undefined;
 }
 
 /** A form with one percentage per served entity and their running total. @param {Endpoint} ep */
@@ -104,7 +130,7 @@ function trafficEditor(ep) {
   form.addEventListener("input", showTotal);
   showTotal();
   cancel.addEventListener("click", () => {
-    editing = undefined;
+    closeEditor();
     void refreshEndpoints();
   });
   form.addEventListener("submit", async (e) => {
@@ -117,7 +143,7 @@ function trafficEditor(ep) {
     const updated = await change(`/api/2.0/serving-endpoints/${encodeURIComponent(ep.name)}/config`, { method: "PUT", body });
     save.disabled = false;
     if (!updated) return;
-    editing = undefined;
+    closeEditor();
     opsStatus(`Updating ${ep.name}…`);
     await untilSettled(ep.name);
   });

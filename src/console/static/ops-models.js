@@ -5,6 +5,7 @@
 import { el } from "./answer.js";
 import { listModels } from "./api.js";
 import { change, opsStatus } from "./ops-admin.js";
+import { syncRows } from "./ops-rows.js";
 
 /** @param {string} id */
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -12,16 +13,21 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /** A model's state in words: "unloaded" is a scale-to-zero model asleep until its next request. @param {string} s */
 const stateText = (s) => (s === "unloaded" ? "scaled to zero" : s);
 
+/**
+ * Lists the models into their table, updating rows in place (a focused Unload button stays focused).
+ * @returns {Promise<unknown>} the error when they could not be listed (the table says it), else undefined
+ */
 export async function refreshModels() {
   const body = /** @type {HTMLElement} */ (document.querySelector("#models-table tbody"));
   try {
     const models = await listModels();
-    body.replaceChildren(
-      ...models.map((m) => {
+    syncRows(
+      body,
+      models.map((m) => {
         const state = m.status ?? "ready";
         const unload = el("button", { type: "button", class: "ghost", text: "Unload", "aria-label": `Unload ${m.id}` });
         unload.addEventListener("click", () => void unloadModel(m.id));
-        return el("tr", {}, [
+        return el("tr", { "data-key": m.id }, [
           el("th", { scope: "row", text: m.id }),
           el("td", {}, [el("span", { class: `state state-${state}`, text: stateText(state) })]),
           el("td", { text: m.max_model_len ? `${m.max_model_len} tokens` : "—" }),
@@ -30,8 +36,10 @@ export async function refreshModels() {
         ]);
       }),
     );
+    return undefined;
   } catch (err) {
     body.replaceChildren(el("tr", {}, [el("td", { colspan: "5", class: "error", text: /** @type {Error} */ (err).message })]));
+    return err;
   }
 }
 

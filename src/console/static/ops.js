@@ -2,7 +2,7 @@
 // The operator's view: models and serving endpoints (ops-models.js, ops-endpoints.js) and live
 // charts from /metrics, polled while the screen is shown.
 
-import { request } from "./api.js";
+import { ApiError, request } from "./api.js";
 import { LineChart } from "./chart.js";
 import { initOpsAdmin } from "./ops-admin.js";
 import { refreshEndpoints } from "./ops-endpoints.js";
@@ -42,12 +42,27 @@ let last;
 /** @type {number | undefined} */
 let timer;
 let ticks = 0;
+/** Whether the Operator screen is shown (polling then runs while the tab is not hidden too). */
+let shown = false;
+/** No polling before this time (ms since the epoch): a 429's Retry-After is honoured. */
+let quietUntil = 0;
+
+/**
+ * Polling spends the API key's requests per minute: after a 429 it waits as long as the server
+ * asks (Retry-After, else a minute) before asking again.
+ * @param {unknown} err
+ */
+function backOff(err) {
+  if (!(err instanceof ApiError) || err.status !== 429) return;
+  quietUntil = Date.now() + (err.retryAfter && err.retryAfter > 0 ? err.retryAfter : 60) * 1000;
+}
 
 async function sample() {
   let text;
   try {
     text = await request("/metrics");
   } catch (err) {
+    backOff(err);
     status(`Metrics unavailable: ${/** @type {Error} */ (err).message}`);
     return;
   }
@@ -85,26 +100,46 @@ function status(text) {
   p.textContent = text;
 }
 
-/** Starts or stops the polling as the screen is shown or left. @param {boolean} visible */
-export function setOpsVisible(visible) {
+/** Metrics are sampled every 2 s; models and endpoints every LIST_EVERY samples (12 s). */
+const TICK_MS = 2000;
+const LIST_EVERY = 6;
+
+function lists() {
+  void refreshModels().then(backOff);
+  void refreshEndpoints().then(backOff);
+}
+
+/**
+ * Starts or stops the polling: it runs only while the screen is shown and the tab is visible, as
+ * the lists and metrics calls count against the API key's limits like any other request. Models
+ * and endpoints change seldom: every 12 s is enough to see a model scale to zero or an update land.
+ */
+function poll() {
+  const run = shown && document.visibilityState !== "hidden";
+  if (run === (timer !== undefined)) return;
   clearInterval(timer);
   timer = undefined;
-  if (!visible) return;
-  const lists = () => {
-    void refreshModels();
-    void refreshEndpoints();
-  };
-  lists();
-  void sample();
-  // Metrics every 2 s; models and endpoints, which change seldom, every 4 s (enough to see a
-  // model scale to zero or an update land).
-  timer = window.setInterval(() => {
+  if (!run) return;
+  ticks = 0;
+  if (Date.now() >= quietUntil) {
+    lists();
     void sample();
-    if (++ticks % 2 === 0) lists();
-  }, 2000);
+  }
+  timer = window.setInterval(() => {
+    if (Date.now() < quietUntil) return;
+    void sample();
+    if (++ticks % LIST_EVERY === 0) lists();
+  }, TICK_MS);
+}
+
+/** The screen was shown or left (showing it again while shown asks nothing more). @param {boolean} visible */
+export function setOpsVisible(visible) {
+  shown = visible;
+  poll();
 }
 
 export function initOps() {
+  document.addEventListener("visibilitychange", poll);
   document.getElementById("charts")?.append(...Object.values(charts).map((c) => c.root));
   initOpsAdmin();
   initOpsModels();
