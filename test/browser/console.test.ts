@@ -101,6 +101,38 @@ test("Stop ends an answer mid-stream and the page takes input again", { skip }, 
   assert.ok(words > 0 && words < 2000 * 3, `stopped early (${words} characters)`);
 });
 
+test("a long answer is followed only from the end of the thread, and Stop stays in reach on a narrow screen", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 4000, extra: { logit_bias: NO_EOG } });
+  await send(page, "Go on and on.");
+  const list = page.locator("#messages");
+  const length = () => page.evaluate(() => document.querySelector(".turn-assistant .content")?.textContent?.length ?? 0);
+  const grows = async () => {
+    const n = await length();
+    await page.waitForFunction((k) => (document.querySelector(".turn-assistant .content")?.textContent?.length ?? 0) > k + 40, n);
+  };
+  await page.waitForFunction(() => {
+    const m = document.getElementById("messages")!;
+    return m.scrollHeight > m.clientHeight + 100;
+  });
+  // Scrolled up to read: it stays there while the answer goes on.
+  await list.evaluate((m) => (m.scrollTop = 0));
+  await grows();
+  assert.equal(await list.evaluate((m) => m.scrollTop), 0);
+  // Back at the end: followed again.
+  await list.evaluate((m) => (m.scrollTop = m.scrollHeight));
+  await grows();
+  await grows();
+  assert.ok(await list.evaluate((m) => m.scrollHeight - m.scrollTop - m.clientHeight < 60), "at the end");
+  // A phone: the page scrolls, and Stop stays on screen under the thread.
+  await page.setViewportSize({ width: 375, height: 700 });
+  await grows();
+  const stop = await page.locator("#stop").evaluate((b) => ({ top: b.getBoundingClientRect().top, bottom: b.getBoundingClientRect().bottom, h: innerHeight }));
+  assert.ok(stop.top >= 0 && stop.bottom <= stop.h, JSON.stringify(stop));
+  await page.getByRole("button", { name: "Stop" }).click();
+  await finished(page);
+});
+
 test("reasoning is shown collapsed above the answer and opens on demand", { skip }, async () => {
   const page = await open();
   const long = { ...NO_EOG, [EXTRA_TOKENS.thinkClose]: -100 };

@@ -3,6 +3,7 @@
 
 import { AnswerStream, AnswerView, el } from "./answer.js";
 import { showCode } from "./code.js";
+import { Follower } from "./follow.js";
 import { jsonMode, requestBody, selectedTarget, SettingsError } from "./settings.js";
 import { streamTo, targetLabel } from "./targets.js";
 import { openFromServer, saveToServer } from "./saved.js";
@@ -22,6 +23,7 @@ const prompt = /** @type {HTMLTextAreaElement} */ ($("prompt"));
 const sendButton = /** @type {HTMLButtonElement} */ ($("send"));
 const stopButton = /** @type {HTMLButtonElement} */ ($("stop"));
 const settingsError = $("settings-error");
+const follower = new Follower(messages, $("composer"));
 
 /** @type {Conversation} */
 let conv = newConversation();
@@ -135,6 +137,7 @@ async function generate() {
   const view = new AnswerView();
   li.append(view.root);
   messages.append(li);
+  follower.start();
 
   const stream = new AnswerStream(turn);
   running = new AbortController();
@@ -149,7 +152,7 @@ async function generate() {
         frame ||= requestAnimationFrame(() => {
           frame = 0;
           view.update(turn, { done: false, streaming: true });
-          li.scrollIntoView({ block: "end" });
+          follower.toEnd();
         });
       },
       running.signal,
@@ -169,6 +172,7 @@ async function generate() {
     setBusy(false);
   }
   render();
+  follower.toEnd();
   await persist();
 }
 
