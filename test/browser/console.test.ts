@@ -1,4 +1,7 @@
 import assert from "../helpers/assert.ts";
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { test } from "node:test";
 import type { Page } from "playwright-core";
 import { ensureFixtureModel, EXTRA_TOKENS, THINKING_SPEC } from "../fixtures/models.ts";
@@ -31,6 +34,18 @@ async function open(): Promise<Page> {
 /** Runs a function exported by one of the console's modules, in the page (the same module instance). */
 function callModule(page: Page, module: string, fn: string, ...args: unknown[]): Promise<any> {
   return page.evaluate(([m, f, a]) => import(`/ui/${m}`).then((x) => x[f](...a)), [module, fn, args] as const);
+}
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+
+/** View code's JavaScript snippet, run as written with node (the repository's openai package); its output. */
+async function runJsSnippet(page: Page): Promise<string> {
+  await page.getByRole("button", { name: "View code" }).click();
+  await page.getByRole("tab", { name: "JavaScript (openai)" }).click();
+  const code = (await page.locator("#code-text").textContent()) ?? "";
+  await page.getByRole("button", { name: "Close" }).click();
+  const { stdout } = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", code], { cwd: ROOT, timeout: 60_000 });
+  return stdout;
 }
 
 /** Sets the playground's fields: model, max tokens, temperature, extra request fields. */
@@ -396,6 +411,21 @@ test("the playground chats with a serving endpoint: the split's pick is named, V
   await send(page, "Again.");
   const error = page.locator(".turn-assistant .error").last();
   await error.filter({ hasText: /logit_bias/ }).waitFor();
+});
+
+test("View code's JavaScript runs as written, for a model and for a serving endpoint whose model reasons", { skip }, async () => {
+  const made = await dbx(s, "POST", "/api/2.0/serving-endpoints", { name: "reasoner", config: { served_entities: [{ name: "r", entity_name: "think" }] } });
+  assert.equal(made.status, 200, made.text);
+  await waitForEndpoint(s, "reasoner");
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 8, temperature: 0, extra: { logit_bias: NO_EOG } });
+  await page.getByLabel("Message", { exact: true }).fill("Hello");
+  assert.ok((await runJsSnippet(page)).length > 0);
+  // The endpoint streams the reasoning as Databricks' content parts: not a string to print.
+  await configure(page, { model: { value: "endpoint:reasoner" } });
+  await page.getByLabel("Merged into the request (JSON object)").fill("");
+  await runJsSnippet(page);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/reasoner")).status, 200);
 });
 
 test("side by side compares two served entities of one endpoint, prompt for prompt", { skip }, async () => {

@@ -10,6 +10,24 @@ const SDK_PARAMS = new Set([
   "logit_bias", "stream", "stream_options", "reasoning_effort", "user", "metadata", "store", "service_tier",
 ]);
 
+/**
+ * The snippets' reading of a message's content: a string, or (a serving endpoint whose model
+ * reasons streams Databricks' form) a list of parts, of which the text parts are the answer and the
+ * reasoning parts are left out.
+ */
+const JS_TEXT = [
+  "// content is a string, or a list of parts (a serving endpoint whose model reasons): print the text parts.",
+  "const text = (content) =>",
+  '  Array.isArray(content) ? content.filter((p) => p.type === "text").map((p) => p.text).join("") : (content ?? "");',
+];
+const PY_TEXT = [
+  "def text(content):",
+  '    """content is a string, or a list of parts (a serving endpoint whose model reasons): the text parts."""',
+  "    if isinstance(content, list):",
+  '        return "".join(p.get("text", "") for p in content if p.get("type") == "text")',
+  '    return content or ""',
+];
+
 /** @param {string} s */
 const shellQuote = (s) => `'${s.replaceAll("'", `'\\''`)}'`;
 
@@ -56,12 +74,16 @@ export function snippets(body, target) {
     "import os",
     "from openai import OpenAI",
     "",
+    ...PY_TEXT,
+    "",
     `client = OpenAI(base_url="${sdkBase}", api_key=os.environ.get("PLINTH_API_KEY", "unused"))`,
     "",
     "response = client.chat.completions.create(",
     ...args,
     ")",
-    body.stream ? "for chunk in response:\n    if chunk.choices and chunk.choices[0].delta.content:\n        print(chunk.choices[0].delta.content, end=\"\", flush=True)" : "print(response.choices[0].message.content)",
+    body.stream
+      ? "for chunk in response:\n    if chunk.choices:\n        print(text(chunk.choices[0].delta.content), end=\"\", flush=True)"
+      : "print(text(response.choices[0].message.content))",
   ].join("\n");
 
   const js = [
@@ -69,10 +91,12 @@ export function snippets(body, target) {
     "",
     `const client = new OpenAI({ baseURL: "${sdkBase}", apiKey: process.env.PLINTH_API_KEY ?? "unused" });`,
     "",
-    `const response = await client.chat.completions.create(${json.replaceAll("\n", "\n")});`,
+    ...JS_TEXT,
+    "",
+    `const response = await client.chat.completions.create(${json});`,
     body.stream
-      ? "for await (const chunk of response) process.stdout.write(chunk.choices[0]?.delta?.content ?? \"\");"
-      : "console.log(response.choices[0].message.content);",
+      ? "for await (const chunk of response) process.stdout.write(text(chunk.choices[0]?.delta?.content));"
+      : "console.log(text(response.choices[0].message.content));",
   ].join("\n");
   return { curl, python, js };
 }
