@@ -411,6 +411,14 @@ test("the playground chats with a serving endpoint: the split's pick is named, V
   await send(page, "Again.");
   const error = page.locator(".turn-assistant .error").last();
   await error.filter({ hasText: /logit_bias/ }).waitFor();
+  // That answer said nothing: it is not sent back as an empty assistant turn, nor saved.
+  await page.getByLabel("Merged into the request (JSON object)").fill("");
+  const next = page.waitForRequest((r) => r.url().includes("/serving-endpoints/ab/invocations"));
+  await send(page, "Once more.");
+  assert.deepEqual((await next).postDataJSON().messages.map((m: { role: string }) => m.role), ["user", "assistant", "user", "user"]);
+  await finished(page);
+  const items = await callModule(page, "saved.js", "toItems", [{ role: "user", content: "q" }, { role: "assistant", content: "", error: "refused" }], "");
+  assert.deepEqual(items, [{ type: "message", role: "user", content: "q" }]);
 });
 
 test("View code's JavaScript runs as written, for a model and for a serving endpoint whose model reasons", { skip }, async () => {

@@ -4,6 +4,7 @@
 // from code with the Responses API (`conversation: "conv_…"`). Nothing is generated again.
 
 import { ApiError, request } from "./api.js";
+import { failedEmpty } from "./settings.js";
 
 /**
  * @typedef {import("./answer.js").Turn} Turn
@@ -23,6 +24,7 @@ export function toItems(turns, system) {
   /** @type {Item[]} */
   const items = system ? [{ type: "message", role: "system", content: system }] : [];
   for (const t of turns) {
+    if (failedEmpty(t)) continue;
     if (t.role === "user") items.push({ type: "message", role: "user", content: t.content });
     else if (t.role === "tool") items.push({ type: "function_call_output", call_id: t.toolCallId ?? "", output: t.content });
     else {

@@ -29,6 +29,13 @@ function parseJson(name, text) {
   }
 }
 
+/**
+ * An answer that failed before it said anything (a 400, a server down): shown in the thread with
+ * its error, but not a turn of the conversation, neither sent again nor saved.
+ * @param {Turn} t
+ */
+export const failedEmpty = (t) => t.role === "assistant" && Boolean(t.error) && !t.content && !t.toolCalls?.length;
+
 /** The messages as the API takes them: the system prompt first, reasoning left out. @param {Turn[]} turns */
 export function wireMessages(turns) {
   /** @type {Record<string, unknown>[]} */
@@ -36,6 +43,7 @@ export function wireMessages(turns) {
   const system = field("system").value.trim();
   if (system) out.push({ role: "system", content: system });
   for (const t of turns) {
+    if (failedEmpty(t)) continue;
     if (t.role === "tool") out.push({ role: "tool", tool_call_id: t.toolCallId, content: t.content });
     else if (t.role === "assistant" && t.toolCalls?.length)
       out.push({
