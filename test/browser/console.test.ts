@@ -116,6 +116,25 @@ test("Stop ends an answer mid-stream and the page takes input again", { skip }, 
   assert.ok(words > 0 && words < 2000 * 3, `stopped early (${words} characters)`);
 });
 
+test("with n: 2 each choice is an answer of its own, not mixed into one", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 6, extra: { logit_bias: NO_EOG, n: 2 } });
+  await send(page, "Twice.");
+  await finished(page);
+  const second = page.locator(".turn-assistant .choice");
+  assert.equal(await second.count(), 1);
+  assert.equal(await second.locator("> .choice-label").textContent(), "Choice 2");
+  assert.ok(await page.locator(".turn-assistant > .answer > .choice-label", { hasText: "Choice 1" }).isVisible());
+  const first = (await page.locator(".turn-assistant > .answer > .content").textContent()) ?? "";
+  const other = (await second.locator(".content").textContent()) ?? "";
+  assert.ok(first.length > 0 && other.length > 0, `${first} | ${other}`);
+  // The conversation goes on with the first choice alone.
+  const next = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions"));
+  await send(page, "Again.");
+  assert.deepEqual((await next).postDataJSON().messages[1], { role: "assistant", content: first });
+  await finished(page);
+});
+
 test("a long answer is followed only from the end of the thread, and Stop stays in reach on a narrow screen", { skip }, async () => {
   const page = await open();
   await configure(page, { model: "tiny", maxTokens: 4000, extra: { logit_bias: NO_EOG } });

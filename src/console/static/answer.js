@@ -10,7 +10,9 @@
  *   ttftMs?: number, tokensPerSecond?: number, finishReason?: string }} Stats
  * @typedef {{ role: "user" | "assistant" | "tool", content: string, reasoning?: string, toolCalls?: ToolCall[],
  *   toolCallId?: string, tokens?: TokenLogprob[], stats?: Stats, model?: string, error?: string, json?: boolean,
- *   reasoningOpen?: boolean }} Turn
+ *   reasoningOpen?: boolean, others?: Turn[] }} Turn
+ * A turn's `others` are the further choices of a request with n > 1 (choice 1 onwards): shown under
+ * the answer, each on its own; the conversation goes on with the first.
  */
 
 /** Accumulates one streamed answer into a turn, and times it. */
@@ -33,18 +35,21 @@ export class AnswerStream {
         this.firstAt = performance.now();
         t.stats = { ...t.stats, ttftMs: this.firstAt - this.started };
       }
-      if (d.reasoning_content) t.reasoning = (t.reasoning ?? "") + d.reasoning_content;
-      if (d.content) t.content += d.content;
+      // Each choice (n > 1) accumulates on its own: mixed, their texts and tool calls would interleave.
+      const index = choice.index ?? 0;
+      const c = index > 0 ? ((t.others ??= [])[index - 1] ??= { role: "assistant", content: "" }) : t;
+      if (d.reasoning_content) c.reasoning = (c.reasoning ?? "") + d.reasoning_content;
+      if (d.content) c.content += d.content;
       for (const call of d.tool_calls ?? []) {
-        t.toolCalls ??= [];
-        const c = (t.toolCalls[call.index] ??= { id: "", name: "", arguments: "" });
-        if (call.id) c.id = call.id;
-        if (call.function?.name) c.name += call.function.name;
-        if (call.function?.arguments) c.arguments += call.function.arguments;
+        c.toolCalls ??= [];
+        const tc = (c.toolCalls[call.index] ??= { id: "", name: "", arguments: "" });
+        if (call.id) tc.id = call.id;
+        if (call.function?.name) tc.name += call.function.name;
+        if (call.function?.arguments) tc.arguments += call.function.arguments;
       }
       const lp = choice.logprobs?.content;
-      if (lp?.length) t.tokens = [...(t.tokens ?? []), ...lp];
-      if (choice.finish_reason) t.stats = { ...t.stats, finishReason: choice.finish_reason };
+      if (lp?.length) c.tokens = [...(c.tokens ?? []), ...lp];
+      if (choice.finish_reason) c.stats = { ...c.stats, finishReason: choice.finish_reason };
     }
     if (chunk.usage) {
       const u = chunk.usage;
@@ -131,7 +136,11 @@ export class AnswerView {
     this.error = el("p", { class: "error", role: "alert", hidden: "" });
     this.stats = el("p", { class: "stats" });
     this.tokInfo = el("div", { class: "tok-info", role: "tooltip", id: `tok-info-${++views}`, hidden: "" });
-    this.root = el("div", { class: "answer" }, [this.reasoning, this.content, this.tokInfo, this.tools, this.json, this.error, this.stats]);
+    this.choiceLabel = el("h4", { class: "choice-label", text: "Choice 1", hidden: "" });
+    /** The further choices (n > 1), one view each. @type {AnswerView[]} */
+    this.otherViews = [];
+    this.others = el("div", { class: "choices" });
+    this.root = el("div", { class: "answer" }, [this.choiceLabel, this.reasoning, this.content, this.tokInfo, this.tools, this.json, this.error, this.stats, this.others]);
     this.renderedTokens = 0;
     /** How much of the answer's text the token spans hold. */
     this.shownChars = 0;
@@ -162,6 +171,25 @@ export class AnswerView {
     this.error.hidden = !turn.error;
     this.error.textContent = turn.error ?? "";
     this.stats.textContent = statsText(turn.stats);
+    this.updateOthers(turn.others ?? [], state);
+  }
+
+  /**
+   * The further choices, each under its own heading; tool results are given to the first choice
+   * only (the one the conversation goes on with).
+   * @param {Turn[]} others @param {{ done: boolean, streaming?: boolean }} state
+   */
+  updateOthers(others, state) {
+    this.choiceLabel.hidden = others.length === 0;
+    others.forEach((other, i) => {
+      let view = this.otherViews[i];
+      if (!view) {
+        view = this.otherViews[i] = new AnswerView();
+        this.others.append(el("section", { class: "choice", "aria-label": `Choice ${i + 2}` }, [el("h4", { class: "choice-label", text: `Choice ${i + 2}` }), view.root]));
+      }
+      // An empty slot (a choice whose chunks have not come yet) is drawn empty.
+      view.update(other ?? { role: "assistant", content: "" }, state);
+    });
   }
 
   /**
