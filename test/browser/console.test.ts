@@ -571,6 +571,17 @@ test("save to server: the chat becomes a stored conversation, opens again by its
   assert.equal(longer.json.data.length, 5);
   assert.equal(longer.json.data[3].content[0].text, "And this.");
 
+  // One saved without a system prompt opens without one (not with the prompt typed for another),
+  // so saving it again is an append, not a second copy.
+  const bare = await dbx(s, "POST", "/v1/conversations", { items: [{ type: "message", role: "user", content: "No system here." }] });
+  assert.equal(bare.status, 200, bare.text);
+  await other.getByLabel("Open a saved conversation (id)").fill(bare.json.id);
+  await other.getByRole("button", { name: "Open", exact: true }).click();
+  await other.locator("#save-status", { hasText: `Opened ${bare.json.id}` }).waitFor();
+  assert.equal(await other.getByLabel("System prompt").inputValue(), "");
+  await other.getByRole("button", { name: "Save to server" }).click();
+  await other.locator("#save-status .saved-id", { hasText: bare.json.id }).waitFor();
+
   // An id that does not exist: the server's 404, in words.
   await other.getByLabel("Open a saved conversation (id)").fill("conv_nope");
   await other.getByRole("button", { name: "Open", exact: true }).click();

@@ -220,7 +220,11 @@ async function openSaved(/** @type {string} */ id) {
   try {
     const opened = await openFromServer(id);
     conv = opened.conv;
-    if (opened.system) /** @type {HTMLTextAreaElement} */ ($("system")).value = opened.system;
+    // Its own system prompt, or none: the one typed for another chat is not this one's (and Save
+    // would then see a changed conversation and store a second copy).
+    const system = /** @type {HTMLTextAreaElement} */ ($("system"));
+    system.value = opened.system;
+    system.dispatchEvent(new Event("change", { bubbles: true }));
     render();
     await saveConversation(conv);
     await renderList();
