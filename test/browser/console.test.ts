@@ -135,6 +135,21 @@ test("with n: 2 each choice is an answer of its own, not mixed into one", { skip
   await finished(page);
 });
 
+test("a settings field that is not valid is said before anything is sent: the message stays in its box", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 4, extra: { logit_bias: NO_EOG } });
+  await page.getByLabel("Merged into the request (JSON object)").fill("{ not json");
+  await send(page, "Keep me.");
+  await page.locator("#settings-error", { hasText: "More request fields is not valid JSON" }).waitFor();
+  assert.equal(await page.getByLabel("Message", { exact: true }).inputValue(), "Keep me.");
+  assert.equal(await page.locator(".turn").count(), 0);
+  await page.getByLabel("Merged into the request (JSON object)").fill("{}");
+  const req = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions"));
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  assert.deepEqual((await req).postDataJSON().messages, [{ role: "user", content: "Keep me." }]);
+  await finished(page);
+});
+
 test("a long answer is followed only from the end of the thread, and Stop stays in reach on a narrow screen", { skip }, async () => {
   const page = await open();
   await configure(page, { model: "tiny", maxTokens: 4000, extra: { logit_bias: NO_EOG } });

@@ -36,6 +36,23 @@ function showSettingsError(text) {
   settingsError.textContent = text;
 }
 
+/**
+ * Whether the settings make a valid request for these turns; the error is shown when not. Checked
+ * before the thread changes, so a bad field leaves the prompt in its box and the thread as it was.
+ * @param {Turn[]} turns
+ */
+function settingsValid(turns) {
+  try {
+    requestBody(turns, selectedTarget());
+    showSettingsError("");
+    return true;
+  } catch (err) {
+    if (!(err instanceof SettingsError)) throw err;
+    showSettingsError(err.message);
+    return false;
+  }
+}
+
 /** Draws the whole conversation (after a load, an edit or a regenerate). */
 function render() {
   messages.replaceChildren(...conv.messages.map((turn, i) => renderTurn(turn, i)));
@@ -62,6 +79,7 @@ function renderTurn(turn, index) {
   if (turn.role === "assistant" && index === conv.messages.length - 1) {
     const again = el("button", { type: "button", class: "ghost", text: "Regenerate" });
     again.addEventListener("click", () => {
+      if (running || !settingsValid(conv.messages.slice(0, index))) return;
       conv.messages.splice(index);
       render();
       void generate();
@@ -86,13 +104,15 @@ function editTurn(/** @type {HTMLLIElement} */ li, /** @type {number} */ index) 
   area.focus();
   cancel.addEventListener("click", render);
   save.addEventListener("click", () => {
-    turn.content = area.value;
     if (turn.role === "assistant") {
+      turn.content = area.value;
       delete turn.tokens;
       render();
       void persist();
       return;
     }
+    if (!settingsValid([...conv.messages.slice(0, index), { ...turn, content: area.value }])) return;
+    turn.content = area.value;
     conv.messages.splice(index + 1);
     render();
     void generate();
@@ -267,7 +287,10 @@ export function initPlayground() {
     e.preventDefault();
     const text = prompt.value.trim();
     if (!text || running) return;
-    conv.messages.push({ role: "user", content: text });
+    /** @type {Turn} */
+    const question = { role: "user", content: text };
+    if (!settingsValid([...conv.messages, question])) return;
+    conv.messages.push(question);
     prompt.value = "";
     render();
     void generate();
