@@ -182,6 +182,22 @@ test("a long answer is followed only from the end of the thread, and Stop stays 
   await finished(page);
 });
 
+test("a reload mid-answer keeps the question and what had arrived of the answer", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 4000, extra: { logit_bias: NO_EOG } });
+  await send(page, "Go on and on.");
+  await page.locator(".turn-assistant .content.streaming").filter({ hasText: /\S{3}/ }).waitFor();
+  // Saved when sent, and every 2 s while the answer streams.
+  await page.waitForTimeout(2200);
+  await page.reload();
+  await page.locator("body[data-ready=true]").waitFor();
+  await page.getByRole("button", { name: "Go on and on.", exact: true }).click();
+  assert.equal(await page.locator(".turn-user .content").textContent(), "Go on and on.");
+  assert.ok(((await page.locator(".turn-assistant .content").textContent()) ?? "").length > 40);
+  const stats = (await page.locator(".turn-assistant .stats").textContent()) ?? "";
+  if (!stats.includes("finish:")) await page.locator(".turn-assistant .error", { hasText: "left before this answer ended" }).waitFor();
+});
+
 test("reasoning is shown collapsed above the answer and opens on demand", { skip }, async () => {
   const page = await open();
   const long = { ...NO_EOG, [EXTRA_TOKENS.thinkClose]: -100 };

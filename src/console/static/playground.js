@@ -29,6 +29,13 @@ const follower = new Follower(messages, $("composer"));
 let conv = newConversation();
 /** @type {AbortController | undefined} */
 let running;
+/** @type {Turn | undefined} the answer being streamed (saved marked as cut off, should the page go) */
+let streaming;
+/** Saves run one after another: an older snapshot never lands over a newer one. */
+let saving = Promise.resolve();
+
+/** What a saved answer says when the page went away before it ended. */
+const CUT_OFF = "The page was left before this answer ended; this is what had arrived.";
 
 /** @param {string} text */
 function showSettingsError(text) {
@@ -162,6 +169,11 @@ async function generate() {
   const stream = new AnswerStream(turn);
   running = new AbortController();
   setBusy(true);
+  // Kept now (the question), and every few seconds while the answer streams: a reload or a closed
+  // tab mid-answer then loses neither.
+  streaming = turn;
+  void persist();
+  const keeper = window.setInterval(() => void persist(), 2000);
   let frame = 0;
   try {
     await streamTo(
@@ -186,6 +198,8 @@ async function generate() {
     if (/** @type {Error} */ (err).name === "AbortError") turn.stats = { ...turn.stats, finishReason: "stopped" };
     else turn.error = /** @type {Error} */ (err).message;
   } finally {
+    clearInterval(keeper);
+    streaming = undefined;
     cancelAnimationFrame(frame);
     stream.finish();
     running = undefined;
@@ -205,12 +219,20 @@ function setBusy(busy) {
   else if (document.activeElement === stopButton || document.activeElement === document.body) prompt.focus();
 }
 
+/**
+ * Saves the conversation in this browser. An answer still streaming is saved as cut off: if the
+ * page goes before it ends, that is what it will be on coming back.
+ */
 async function persist() {
   if (conv.messages.length === 0) return;
   const first = conv.messages.find((t) => t.role === "user");
   conv.title = (first?.content ?? "Chat").slice(0, 60) || "Chat";
   conv.updatedAt = Date.now();
-  await saveConversation(conv);
+  const partial = streaming;
+  const copy = partial ? { ...conv, messages: conv.messages.map((t) => (t === partial ? { ...t, error: t.error ?? CUT_OFF } : t)) } : conv;
+  const saved = saving.then(() => saveConversation(copy));
+  saving = saved.catch(() => {});
+  await saved;
   await renderList();
 }
 
@@ -302,6 +324,10 @@ export function initPlayground() {
     }
   });
   stopButton.addEventListener("click", () => running?.abort());
+  // The last moment to keep what has arrived of an answer (the periodic save may be 2 s behind).
+  window.addEventListener("pagehide", () => {
+    if (streaming) void persist();
+  });
   $("save-server").addEventListener("click", () => void saveOnServer());
   $("open-saved").addEventListener("submit", (e) => {
     e.preventDefault();
