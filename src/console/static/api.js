@@ -76,6 +76,13 @@ export async function request(path, opts = {}) {
  */
 async function reach(path, init) {
   try {
+    // A header the browser will not send (a key with a character outside Latin-1) fails fetch
+    // with the same TypeError as a network error: told apart here, before anything is sent.
+    new Headers(init.headers);
+  } catch (err) {
+    throw new ApiError(0, `The request could not be sent: a header has a character HTTP headers cannot carry (${/** @type {Error} */ (err).message}). Check the API key for stray characters.`, undefined);
+  }
+  try {
     return await fetch(path, init);
   } catch (err) {
     if (/** @type {Error} */ (err).name === "AbortError") throw err;

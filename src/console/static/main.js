@@ -62,16 +62,53 @@ async function loadModels() {
   if (models.length === 0) banner("This server serves no chat model.");
 }
 
+/**
+ * A pasted key without what copying picks up around it: whitespace and invisible characters (a
+ * zero-width space, a byte order mark) at either end.
+ * @param {string} key
+ */
+const cleanKey = (key) => key.replace(/^[\s\u200b-\u200d\u2060\ufeff]+|[\s\u200b-\u200d\u2060\ufeff]+$/g, "");
+
+/**
+ * Why a key cannot be sent, if it cannot: keys are visible ASCII, and an Authorization header
+ * carries nothing else (the browser refuses to send it).
+ * @param {string} key
+ * @returns {string | undefined}
+ */
+function badKeyChar(key) {
+  const i = [...key].findIndex((c) => c < "!" || c > "~");
+  if (i < 0) return undefined;
+  const c = [...key][i];
+  const code = `U+${(c.codePointAt(0) ?? 0).toString(16).toUpperCase().padStart(4, "0")}`;
+  return `The key has a character keys do not have (${code} at position ${i + 1}): it may have been picked up when copying. Paste the key again, or type it.`;
+}
+
 function initKeyDialog() {
   const dialog = /** @type {HTMLDialogElement} */ ($("settings-dialog"));
   const input = /** @type {HTMLInputElement} */ ($("api-key"));
+  const problem = $("api-key-error");
   $("open-settings").addEventListener("click", () => {
     input.value = apiKey.get();
+    problem.hidden = true;
     dialog.showModal();
+  });
+  // Checked before the dialog closes: a key an HTTP header cannot carry is said here, not later as
+  // a server that seems down.
+  /** @type {HTMLFormElement} */ (dialog.querySelector("form")).addEventListener("submit", (e) => {
+    if (/** @type {SubmitEvent} */ (e).submitter?.getAttribute("value") !== "save") return;
+    const key = cleanKey(input.value);
+    input.value = key;
+    const bad = badKeyChar(key);
+    problem.hidden = !bad;
+    problem.textContent = bad ?? "";
+    if (bad) {
+      e.preventDefault();
+      input.focus();
+    }
   });
   dialog.addEventListener("close", () => {
     if (dialog.returnValue !== "save") return;
-    apiKey.set(input.value.trim());
+    apiKey.set(cleanKey(input.value));
     void loadModels();
   });
 }
