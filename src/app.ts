@@ -92,6 +92,6 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   app.addHook("onClose", () => endpoints.close());
   void app.register(databricksPlugin, { service, endpoints, sealer: opts.sealer, loader: opts.loader });
   // The console is static files that call the public API above from the browser, like any client.
-  if (opts.ui !== false) void app.register(consolePlugin);
+  if (opts.ui !== false) void app.register(consolePlugin, { adminApi: Boolean(opts.admin?.adminKey) });
   return app;
 }

@@ -43,12 +43,30 @@ export function loadConsoleFiles(dir: URL = STATIC_DIR): Map<string, StaticFile>
   return files;
 }
 
+/** What the page is told about the server when it is served. */
+export interface ConsoleOptions {
+  /** Whether the admin API is on (the server has an admin key): the "Keys & usage" screen shows. */
+  adminApi?: boolean;
+}
+
+/**
+ * The page with `data-admin-api` on its <body>: the console then knows whether to show "Keys &
+ * usage" without asking /admin/keys, whose 401 or 403 the browser would log as an error on every load.
+ */
+export function withServerFacts(page: StaticFile, opts: ConsoleOptions): StaticFile {
+  if (opts.adminApi === undefined) return page;
+  const body = Buffer.from(page.body.toString("utf8").replace("<body>", `<body data-admin-api="${opts.adminApi ? "on" : "off"}">`));
+  return { ...page, body, etag: `"${createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` };
+}
+
 /**
  * GET / (the console's page) and GET /ui/<file> (its scripts and styles). Registered by app.ts
  * unless the server runs with --no-ui.
  */
-export async function consolePlugin(scope: FastifyInstance): Promise<void> {
+export async function consolePlugin(scope: FastifyInstance, opts: ConsoleOptions = {}): Promise<void> {
   const files = loadConsoleFiles();
+  const index = files.get("index.html");
+  if (index) files.set("index.html", withServerFacts(index, opts));
   const send = (file: StaticFile | undefined, request: FastifyRequest, reply: FastifyReply) => {
     if (!file) return reply.callNotFound();
     reply.headers(SECURITY_HEADERS).header("cache-control", "no-cache").header("etag", file.etag);

@@ -160,6 +160,14 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
   scope.post("/keys", async (request, reply) => {
     const body = createKeyRequest.parse(request.body);
     const expiresAt = body.expires_at == null ? null : parseTime(body.expires_at, "expires_at");
+    // A key born expired is refused from its first request: a mistake (a bare date is that day's
+    // 00:00 UTC, so "today" is already past), not something to create and hand out.
+    if (expiresAt !== null && expiresAt <= Date.now()) {
+      throw new ApiError(400, `Invalid 'expires_at': ${JSON.stringify(body.expires_at)} is already past; a key must expire in the future.`, {
+        param: "expires_at",
+        code: "invalid_value",
+      });
+    }
     const { key, record } = createManagedKey(store, {
       name: body.name,
       models: body.models ?? null,

@@ -20,11 +20,15 @@ const s = NO_BROWSER ? ({} as TestServer) : useTestServer({ "admin-key": ADMIN, 
 const browser = useBrowser();
 const skip = NO_BROWSER;
 
-/** A fresh page on the console, its model lists loaded. */
-async function open(): Promise<Page> {
+/**
+ * A fresh page on the console, its model lists loaded. `quiet`: nothing logged as an error in the
+ * browser's console either (such as a refused request, which the browser logs as it happens).
+ */
+async function open(opts: { quiet?: boolean } = {}): Promise<Page> {
   const page = await browser.page();
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  if (opts.quiet) page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())));
   await page.goto(`${s.url}/`);
   await page.locator("body[data-ready=true]").waitFor();
   assert.deepEqual(errors, []);
@@ -72,7 +76,9 @@ async function finished(page: Page) {
 }
 
 test("a prompt streams into the page and ends with its token counts, TTFT and speed", { skip }, async () => {
-  const page = await open();
+  // Loading logs no error: the page is told the admin API is on instead of asking /admin/keys (a 401).
+  const page = await open({ quiet: true });
+  assert.equal(await page.locator("body").getAttribute("data-admin-api"), "on");
   await configure(page, { model: "tiny", maxTokens: 120, extra: { logit_bias: NO_EOG } });
   // Seen while the answer is still arriving: the streaming marker on partial text. The tiny model
   // writes 120 tokens in about a tenth of a second, faster than a locator polls (one CI run missed
@@ -649,12 +655,15 @@ test("keys: create one, use it from the playground, see its requests in the usag
 
   await page.getByLabel("name", { exact: true }).fill("browser-test");
   await page.getByLabel("tokens/min").fill("100000");
+  // Expiring today: the key works until the day ends (the server refuses one already past).
+  const today = await page.evaluate(() => new Date().toLocaleDateString("sv"));
+  await page.getByLabel("expires", { exact: true }).fill(today);
   await page.getByRole("button", { name: "Create key" }).click();
   const secret = (await page.locator("#new-key code.secret").textContent()) ?? "";
   assert.ok(secret.length >= 20, secret);
   const row = page.locator("#keys-table tbody tr", { hasText: "browser-test" });
   await row.waitFor();
-  assert.match((await row.textContent()) ?? "", /100000 tokens\/min.*active/);
+  assert.match((await row.textContent()) ?? "", new RegExp(`100000 tokens/min · expires ${today}.*active`));
 
   // The playground now needs the key: enter it and chat.
   await page.getByRole("button", { name: "API key" }).click();
@@ -680,6 +689,18 @@ test("keys: create one, use it from the playground, see its requests in the usag
   assert.ok(Number(cells[5]) > 0, `total tokens: ${cells}`);
   assert.match((await page.locator("#usage-chart svg").getAttribute("aria-label")) ?? "", /Tokens by key/);
   assert.ok((await page.locator("#usage-chart svg text", { hasText: "browser-test" }).count()) === 1);
+
+  // Where the page is not told (served otherwise), it asks: a 403 admin_api_disabled means no screen.
+  await page.evaluate(() => {
+    delete document.body.dataset.adminApi;
+    const real = window.fetch;
+    window.fetch = async (...args) => {
+      window.fetch = real;
+      return new Response(JSON.stringify({ error: { message: "off", code: "admin_api_disabled" } }), { status: 403, headers: { "content-type": "application/json" } });
+    };
+  });
+  const present = await callModule(page, "keys.js", "adminApiPresent");
+  assert.equal(present, false);
 
   page.once("dialog", (d) => void d.accept());
   await row.getByRole("button", { name: "Revoke browser-test" }).click();

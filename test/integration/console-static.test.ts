@@ -14,6 +14,8 @@ test("GET / serves the console page with a strict content security policy", asyn
     assert.equal(page.statusCode, 200);
     assert.match(String(page.headers["content-type"]), /^text\/html/);
     assert.match(page.body, /<script type="module" src="\/ui\/main\.js">/);
+    // The page is told the admin API is off here (no admin key), so it asks /admin/keys nothing.
+    assert.match(page.body, /<body data-admin-api="off">/);
     const csp = String(page.headers["content-security-policy"]);
     assert.match(csp, /script-src 'self'/);
     assert.match(csp, /connect-src 'self'/);

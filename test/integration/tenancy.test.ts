@@ -116,7 +116,10 @@ describe("authentication", () => {
   test("without a valid key every dialect answers 401 invalid_api_key in its envelope; /health stays open", async () => {
     const revoked = await createKey({ name: "gone" });
     assert.equal((await admin("DELETE", `/keys/${revoked.id}`)).json.state, "revoked");
-    const expired = await createKey({ name: "old", expires_at: "2001-01-01" });
+    // A key cannot be created already expired: this one expires within two seconds, and is waited out.
+    const expiresAt = Math.floor(Date.now() / 1000) + 2;
+    const expired = await createKey({ name: "old", expires_at: expiresAt });
+    await new Promise((r) => setTimeout(r, Math.max(0, expiresAt * 1000 - Date.now()) + 50));
     const cases: Array<[string, Record<string, string>]> = [
       ["missing", {}],
       ["wrong bearer", bearer("pk-not-a-key")],
@@ -270,6 +273,10 @@ describe("admin API input", () => {
       // Days that do not exist: Date.parse rolled them over (2027-02-30 was stored as 2 March).
       [{ name: "x", expires_at: "2027-02-30" }, "expires_at"],
       [{ name: "x", expires_at: "2027-04-31T10:00Z" }, "expires_at"],
+      // Already past: a key that could never be used (a bare date is 00:00 UTC, so today is past).
+      [{ name: "x", expires_at: "2001-01-01" }, "expires_at"],
+      [{ name: "x", expires_at: new Date().toISOString().slice(0, 10) }, "expires_at"],
+      [{ name: "x", expires_at: 1 }, "expires_at"],
       // Unicode's own line breaks and C1 controls break a log line as a newline does.
       [{ name: "a\u2028b" }, "name"],
       [{ name: "a\u0085b" }, "name"],

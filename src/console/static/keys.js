@@ -16,16 +16,22 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
  */
 
 /**
- * Whether this server has the admin API: a 404 means it does not (the screen stays hidden); any
- * other answer (401, 403, 200) means it does.
+ * Whether this server has the admin API: a 404, or a 403 with code admin_api_disabled (a server
+ * started without --admin-key), means it does not, and the screen stays hidden; any other answer
+ * (401, another 403, 200) means it does.
  */
 export async function adminApiPresent() {
+  // The page says so when the server served it (no request, so no refusal logged in the console).
+  const told = document.body.dataset.adminApi;
+  if (told) return told === "on";
   try {
     await request("/admin/keys", { admin: true });
     return true;
   } catch (err) {
     // An unreachable server (status 0) has shown nothing either way: no screen for it.
-    return err instanceof ApiError && err.status !== 404 && err.status !== 0;
+    if (!(err instanceof ApiError)) return false;
+    if (err.status === 403 && err.code === "admin_api_disabled") return false;
+    return err.status !== 404 && err.status !== 0;
   }
 }
 
@@ -46,6 +52,9 @@ function status(text, error = false) {
   p.classList.toggle("error", error);
 }
 
+/** A date as YYYY-MM-DD in this browser's time zone, as the date inputs show it. @param {Date} d */
+const localDay = (d) => `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
+
 /** @param {Key} k */
 function limits(k) {
   const parts = [];
@@ -54,7 +63,7 @@ function limits(k) {
   if (k.tpm) parts.push(`${k.tpm} tokens/min`);
   if (k.max_concurrency) parts.push(`${k.max_concurrency} at once`);
   if (k.budget_tokens) parts.push(`budget ${k.used_tokens ?? 0} of ${k.budget_tokens} tokens used`);
-  if (k.expires_at) parts.push(`expires ${new Date(k.expires_at * 1000).toISOString().slice(0, 10)}`);
+  if (k.expires_at) parts.push(`expires ${localDay(new Date(k.expires_at * 1000))}`);
   return parts.join(" · ") || "none";
 }
 
@@ -171,7 +180,9 @@ export function initKeys() {
       if (v) body[k] = Number(v);
     }
     const expires = String(data.get("expires_at") ?? "");
-    if (expires) body.expires_at = expires;
+    // The day chosen is the last day the key works: it expires at that day's end, here (a bare date
+    // would be 00:00 UTC, so choosing today would make a key already expired).
+    if (expires) body.expires_at = Math.floor(new Date(`${expires}T23:59:59`).getTime() / 1000);
     const out = $("new-key");
     try {
       /** @type {Key & { key: string }} */
