@@ -201,6 +201,29 @@ test("an error event before any output that blames the request is the client's 4
   assert.equal((await ask()).status, 200);
 });
 
+test("a schema no value satisfies, or past Plinth's limits, is refused as a local model refuses it, before anything is sent; one Plinth only cannot enforce is sent", async () => {
+  const impossible = { type: "string", minLength: 5, maxLength: 2 };
+  const refused = [
+    { response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: impossible } } },
+    { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", maxLength: 1e8 } } } },
+    { tools: [{ type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { a: impossible }, required: ["a"] } } }] },
+    { tools: [{ type: "function", function: { name: "f", parameters: { $ref: "#/$defs/a", $defs: { a: { anyOf: [{ $ref: "#/$defs/a" }, { type: "object" }] } } } } }] },
+  ];
+  for (const extra of refused)
+    for (const stream of [false, true]) {
+      lastBody = undefined;
+      const res = await ask({ ...extra, stream });
+      assert.equal(res.status, 400, res.text);
+      assert.match(res.json.error.param, extra.tools ? /^tools/ : /^response_format/, res.text);
+      assert.equal(lastBody, undefined, "nothing went upstream");
+    }
+  // A keyword Plinth's compiler cannot enforce (`not`), under strict: the upstream may, so it goes.
+  const relaxable = { type: "object", properties: { a: { type: "string", not: { const: "x" } } } };
+  const ok = await ask({ response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: relaxable } } });
+  assert.equal(ok.status, 200, ok.text);
+  assert.deepEqual(lastBody.response_format.json_schema.schema, relaxable);
+});
+
 test("an error event of the upstream's own (5xx) is still the replica's failure", async () => {
   answer = "error-event-500";
   const res = await ask();

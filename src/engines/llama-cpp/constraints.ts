@@ -15,10 +15,10 @@ import { describeTool, freeTextArguments, toolParams } from "./free-text-tools.t
 import { asObjectSchema, notAnObjectSchema } from "../../core/object-schema.ts";
 import { orToolTrigger, toolCallGrammar, withHeader } from "../../grammar/compose.ts";
 import { literal } from "../../grammar/gbnf.ts";
-import { type CompiledSchema, JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
+import { JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
-import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
-import { type CompileControl, REQUEST_COMPILE_MS, RequestCompileDeadlineError, schemaCompiler } from "../../grammar/schema-compiler.ts";
+import { type CompileControl, REQUEST_COMPILE_MS } from "../../grammar/schema-compiler.ts";
+import { patternGrammar, schemaGrammar } from "../../grammar/schema-grammar.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import type { ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
@@ -414,44 +414,9 @@ export class ConstraintPlanner {
 /** Grammars kept compiled per model (a request whose grammar was evicted compiles it again). */
 const GRAMMAR_CACHE_ENTRIES = 128;
 
-/**
- * The grammar of a JSON Schema, compiled on the schema compiler's worker thread (so a costly schema
- * never stalls other requests) within the converter's limits and a deadline.
- * A schema past the converter's limits or its deadline is refused whatever `strict` says; otherwise,
- * strict refuses what cannot be enforced exactly, and non-strict relaxes only the keywords that
- * cannot be (the rest of the schema still holds).
- */
-/** An answer the regex matches in full, bounded as a custom tool's regex is (custom-tool-grammar.ts). */
-function patternGrammar(pattern: string): string {
-  let gbnf: string;
-  try {
-    gbnf = regexGrammar(pattern);
-  } catch (err) {
-    if (err instanceof GrammarConversionError) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.pattern");
-    throw err;
-  }
-  if (estimateLoadCost(gbnf) > DEFAULT_MAX_LOAD_COST)
-    throw invalidField("{field} is too large to enforce: its grammar would take the engine too long to load.", "responseFormat.pattern");
-  return gbnf;
-}
-
 /** The canonical field of a tool's definition: its parameters, or a free-text tool's input. */
 function toolField(tool: ToolDefinition, i: number): string {
   return tool.input ? `tools[${i}].input` : `tools[${i}].parameters`;
-}
-
-async function schemaGrammar(schema: unknown, strict: boolean, field: string, control: CompileControl, together = field): Promise<CompiledSchema> {
-  try {
-    return await schemaCompiler.compile(schema, { strict }, control);
-  } catch (err) {
-    // Out of the request's time: the fault of all its schemas (its tools), not of the one compiling last.
-    if (err instanceof RequestCompileDeadlineError) {
-      throw invalidField(`{field} cannot be enforced in time: compiling this request's schemas took longer than the ${REQUEST_COMPILE_MS} ms one request may use.`, together);
-    }
-    if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
-    if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
-    throw err;
-  }
 }
 
 /**

@@ -1,5 +1,4 @@
-import { invalidField } from "../../core/errors.ts";
-import { GrammarConversionError, regexGrammar } from "../../grammar/custom-tool-grammar.ts";
+import { patternGrammar } from "../../grammar/schema-grammar.ts";
 import type { PromptInput } from "../../core/types.ts";
 import { call, readJson } from "./http.ts";
 import type { UpstreamBody } from "./wire.ts";
@@ -50,7 +49,7 @@ export function toLlamaServerBody(body: UpstreamBody): UpstreamBody {
   // llama-server has no regex field but takes a GBNF grammar, the form Plinth enforces a regex in.
   const regex = (out.structured_outputs as { regex?: string } | undefined)?.regex;
   if (regex !== undefined) {
-    out.grammar = regexAsGbnf(regex);
+    out.grammar = patternGrammar(regex);
     delete out.structured_outputs;
   }
   const budget = (out.reasoning as any)?.budget_tokens;
@@ -59,16 +58,6 @@ export function toLlamaServerBody(body: UpstreamBody): UpstreamBody {
     delete out.reasoning;
   }
   return out;
-}
-
-/** A regex answer format as the GBNF grammar llama-server takes; a pattern it cannot become is a 400. */
-export function regexAsGbnf(pattern: string): string {
-  try {
-    return regexGrammar(pattern);
-  } catch (err) {
-    if (err instanceof GrammarConversionError) throw invalidField(`{field} cannot be enforced: ${err.message}`, "responseFormat.pattern");
-    throw err;
-  }
 }
 
 /** A JSON POST to the upstream (with failover), as the remote engine makes them. */

@@ -5,7 +5,8 @@ import { hasImages } from "../../core/content-parts.ts";
 import { ApiError, embeddingOnlyModel, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, ModelDescription, PromptInput } from "../../core/types.ts";
 import { call, readJson, sseData, statusFailure, UpstreamFailure, upstreamMessage } from "./http.ts";
-import { llamaServerTokens, regexAsGbnf, toLlamaServerBody } from "./llama-server.ts";
+import { llamaServerTokens, toLlamaServerBody } from "./llama-server.ts";
+import { refuseInvalidSchemas } from "./schema-check.ts";
 import { chatPromptBound } from "./prompt-bound.ts";
 import { TimeSlice } from "./time-slice.ts";
 import { type Lease, NoReplica, type Replica, ReplicaPool, ReplicaWaitTimeout } from "./pool.ts";
@@ -193,8 +194,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     if (this.info.reasoning === false && asksNoThinking(request.reasoning)) request = { ...request, reasoning: undefined };
     if (this.info.reasoning === false && request.reasoning !== undefined && request.prompt.kind === "chat")
       throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning");
-    // Converted now so that a pattern llama-server could not take is a 400 before anything is sent.
-    if (this.info.flavor === "llama-server" && request.responseFormat?.type === "regex") regexAsGbnf(request.responseFormat.pattern);
+    // Checked now so that a schema or pattern a local model refuses as wrong (or too large) is the
+    // same 400 before anything is sent (see schema-check.ts).
+    await refuseInvalidSchemas(request, this.info.flavor === "llama-server", options.signal);
     const mode = request.prompt.kind === "chat" ? "chat" : "completion";
     const key = affinityKey(request);
     const prefer = this.pool.choose(key);
