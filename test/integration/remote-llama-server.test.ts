@@ -191,6 +191,19 @@ describe("llama-server behind a Plinth router", { skip }, () => {
     assert.equal(fim.status, 400, fim.text);
     assert.equal(fim.json.error.param, "suffix");
   });
+
+  test("an image for a llama-server without --mmproj is refused by its part (its /props says no vision), and never ejects the replica", async () => {
+    const PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    const content = [{ type: "text", text: "Look:" }, { type: "image_url", image_url: { url: PNG } }];
+    // More than --eject-after (3): llama-server's own answer is a 500, which ejected the replica.
+    for (let i = 0; i < 4; i++) {
+      const r = await postJson(`${router.url}/v1/chat/completions`, { model: "ls", messages: [{ role: "user", content }], max_tokens: 2 });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.param, "messages[0].content[1]");
+    }
+    const plain = await postJson(`${router.url}/v1/chat/completions`, { model: "ls", ...ask });
+    assert.equal(plain.status, 200, plain.text);
+  });
 });
 
 describe("an --embeddings llama-server behind a Plinth router", { skip }, () => {

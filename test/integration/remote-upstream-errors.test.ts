@@ -38,7 +38,8 @@ type Answer =
   | "cached-over"
   | "500-html"
   | "503-later"
-  | "400-text";
+  | "400-text"
+  | "500-image";
 let answer: Answer = "ok";
 /** Runaway streams the upstream has seen closed by the router. */
 let runawaysClosed = 0;
@@ -97,6 +98,8 @@ before(async () => {
       if (answer === "500-html")
         return void res.writeHead(500, { "content-type": "text/html" }).end("<html><body><h1>Internal Server Error</h1><pre>Traceback (most recent call last):\n  File \"/srv/app.py\", line 3\nKeyError: secret=/srv/key</pre></body></html>");
       if (answer === "503-later") return void res.writeHead(503, { "retry-after": "9", "content-type": "text/plain" }).end("warming up");
+      // llama-server without --mmproj, sent an image.
+      if (answer === "500-image") return json(500, { error: { code: 500, message: "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj", type: "server_error" } });
       if (answer === "400-text") return void res.writeHead(400, { "content-type": "text/plain" }).end("prompt is not a string");
       if (answer === "401") return json(401, { error: { message: "invalid api key", type: "authentication_error" } });
       if (answer === "404") return json(404, { error: { message: "The model `m` does not exist.", type: "NotFoundError", code: 404 } });
@@ -222,6 +225,18 @@ test("a schema no value satisfies, or past Plinth's limits, is refused as a loca
   const ok = await ask({ response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: relaxable } } });
   assert.equal(ok.status, 200, ok.text);
   assert.deepEqual(lastBody.response_format.json_schema.schema, relaxable);
+});
+
+test("a 500 that the request's content caused (an image for a server without vision) is the client's 400 and never ejects the replica", async () => {
+  answer = "500-image";
+  for (let i = 0; i < 4; i++) {
+    const res = await ask({ stream: i % 2 === 1 });
+    assert.equal(res.status, 400, res.text);
+    assert.match(res.json.error.message, /image input is not supported/);
+  }
+  assert.equal(replica().state, "up");
+  assert.equal(replica().failures, 0);
+  answer = "ok";
 });
 
 test("an error event of the upstream's own (5xx) is still the replica's failure", async () => {

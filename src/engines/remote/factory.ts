@@ -69,7 +69,7 @@ export function remoteFactory(): EngineFactory {
     log(
       `plinth: model '${spec.id}' ready: ${shown(upstreamModel)} on ${pool.replicas.length} upstream replica(s), ` +
         `${slotsShown(pool, source.learnSlots, source.slots)}, ${source.balance} balancing${embedding ? `, embeddings of ${embedding.dimensions}${embedding.only ? " only" : ""}` : ""}` +
-        `${llamaServer ? `, llama-server${lacks.length ? ` (its template lacks ${lacks.join(", ")})` : ""}` : ""}`,
+        `${llamaServer ? `, llama-server${lacks.length ? ` (it lacks ${lacks.join(", ")})` : ""}` : ""}`,
     );
     // The model id, context and slots came from one replica's list. The others are asked in the
     // background (the start does not wait for a replica that is down): one that does not list the

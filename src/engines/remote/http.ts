@@ -40,8 +40,18 @@ export class UpstreamFailure extends Error {
     if (this.kind === "aborted") return false;
     // Only a 4xx can blame the request; any other status where a 200 was due (a 204, a redirect,
     // a 1xx) is the replica's doing, never the client's 400.
-    if (this.kind === "status") return this.status === 429 || !isClientStatus(this.status) || this.misconfigured;
+    if (this.kind === "status") return this.status === 429 || ((!isClientStatus(this.status) && !this.contentFault) || this.misconfigured);
     return true;
+  }
+
+  /**
+   * A server error that the request's content caused, as its message says: llama-server started
+   * without --mmproj answers an image with a 500 "image input is not supported". Another replica
+   * answers the same, and counting it as the replica's failure let any client eject healthy
+   * replicas by sending images; it is the client's 400 instead.
+   */
+  get contentFault(): boolean {
+    return this.kind === "status" && this.status === 500 && /\b(image|audio|video|multimodal) input is not supported\b/i.test(this.message);
   }
 
   /**

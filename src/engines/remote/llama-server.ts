@@ -14,7 +14,8 @@ import { contextLength, messagesToUpstream } from "./wire.ts";
  *  - sampling names of its own: `repeat_penalty`, `thinking_budget_tokens`; a vLLM-style
  *    `repetition_penalty` would be dropped without a word;
  *  - a chat template without tool support makes it ignore `tools` and `tool_choice` (even
- *    "required"); /props says so in `chat_template_caps`, so such tools are refused here instead.
+ *    "required"); /props says so in `chat_template_caps`, so such tools are refused here instead;
+ *  - without --mmproj it answers an image with a 500; /props says `modalities.vision: false`.
  */
 
 /** Whether a /v1/models entry is llama-server's. */
@@ -27,13 +28,16 @@ export function llamaServerContext(entry: any): number | undefined {
   return contextLength(entry?.meta?.n_ctx);
 }
 
-/** Canonical features the upstream's chat template lacks, from its /props (empty when unknown). */
+/** Canonical features the upstream lacks (its chat template's tools, vision without --mmproj), from its /props (empty when unknown). */
 export async function llamaServerLacks(base: URL, headers: Record<string, string>, headTimeoutMs: number): Promise<string[]> {
   try {
     const res = await call(new URL("props", base), { headers, headTimeoutMs });
     const json = (await readJson(res)) as any;
     const caps = res.status === 200 ? json?.chat_template_caps : undefined;
-    return caps?.supports_tools === false ? ["tools"] : [];
+    // A server without a vision projector (--mmproj) says `modalities.vision: false`; images sent to
+    // it are refused here by their part rather than answered with its 500 (see contentFault).
+    const vision = res.status === 200 ? json?.modalities?.vision : undefined;
+    return [...(caps?.supports_tools === false ? ["tools"] : []), ...(vision === false ? ["images"] : [])];
   } catch {
     return [];
   }
