@@ -159,6 +159,11 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
    * replicas are all full queues them itself): metrics report them as waiting.
    */
   waitingInside?(): number;
+  /**
+   * Admitted requests that wait inside the engine before the core counts them as running (a remote
+   * model opening a request while its replicas are all full): metrics report them as waiting.
+   */
+  waitingToOpen?(): number;
   /** Present when the model can embed (see Embedder); an embedding-only model has `slots` 0. */
   readonly embeddings?: Embedder;
   /** What the engine holds right now, for metrics (read at scrape time; must be cheap). */

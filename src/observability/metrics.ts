@@ -120,7 +120,7 @@ export class PlinthMetrics {
       registers,
       collect() {
         this.reset();
-        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.queued + (m.engine?.waitingInside?.() ?? 0));
+        for (const m of models.list()) if (m.scheduler) this.set({ model_name: m.id }, m.scheduler.queued + (m.engine?.waitingInside?.() ?? 0) + (m.engine?.waitingToOpen?.() ?? 0));
       },
     });
     new Gauge({

@@ -324,7 +324,8 @@ test("a replica is sent only as many requests as it reports running at once: the
   let waited = 0;
   const sampler = setInterval(() => {
     most = Math.max(most, replica.outstanding);
-    waited = Math.max(waited, engine.waitingInside());
+    // Waiting to open (before the core runs them) or, opened and queued again, to generate.
+    waited = Math.max(waited, engine.waitingInside() + engine.waitingToOpen());
   }, 5);
   const started = Date.now();
   const burst = Promise.all(Array.from({ length: 10 }, (_, i) => ask(r, { max_tokens: 600, stream: i % 2 === 1 })));

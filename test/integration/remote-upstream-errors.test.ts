@@ -77,18 +77,45 @@ async function compressed(res: http.ServerResponse, mode: "gzip" | "deflate" | "
   coder.end("data: [DONE]\n\n");
 }
 
+/** A second port of the same stand-in: another replica, for the failover tests. */
+let upstream2: http.Server;
+let url2 = "";
+/** The port whose replica took the last "hold" request (see the failover tests). */
+let holdingPort: number | undefined;
+/** "fail-free" requests failed with a 500 on the replica that was not holding. */
+let freeFailures = 0;
+
 before(async () => {
-  upstream = http.createServer((req, res) => {
+  const handler: http.RequestListener = (req, res) => {
     let raw = "";
     req.on("data", (c) => (raw += c));
     req.on("end", () => {
-      if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
+      // "m1": a model whose replicas run one request at once (the router learns it from `parallel`).
+      if (req.url === "/v1/models") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"},{"id":"m1","object":"model","parallel":1}]}');
       const json = (status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
       if (req.url === "/tokenize") tokenizeCalls++;
       if (req.url === "/tokenize" && answer === "tokenize-500") return json(500, { error: { message: "tokenizer crashed", type: "InternalServerError" } });
       if (req.url === "/tokenize" && answer === "bad-tokens") return json(200, { tokens: [1, null, "x", 2.5, -1], count: 5, max_model_len: 4096 });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
       lastBody = JSON.parse(raw);
+      const port = req.socket.localPort;
+      const said = lastBody.messages?.[0]?.content;
+      if (said === "hold") {
+        // A long answer that holds its replica's one slot until the client leaves.
+        // Kept after it ends: the replica that held stays the one "fail-free" succeeds on.
+        holdingPort = port;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(chunk({ role: "assistant", content: "" }));
+        const timer = setInterval(() => res.write(chunk({ content: " word" })), 20);
+        res.on("close", () => clearInterval(timer));
+        return;
+      }
+      if (said === "fail-free" && port !== holdingPort) {
+        freeFailures++;
+        return json(500, { error: { message: "replica on fire", type: "server_error" } });
+      }
+      // Plinth's and vLLM's refusal of a token outside the vocabulary.
+      if (lastBody.logit_bias?.["99999"] !== undefined) return json(400, { error: { message: "logit_bias: token 99999 is out of vocabulary", type: "invalid_request_error", param: "logit_bias" } });
       // vLLM's schema takes only these efforts; anything else fails its validation, a 400 naming no param.
       if (answer === "vllm-effort" && lastBody.reasoning_effort !== undefined && !["low", "medium", "high"].includes(lastBody.reasoning_effort))
         return json(400, { object: "error", message: `1 validation error: reasoning_effort: Input should be 'low', 'medium' or 'high'`, type: "Bad Request", param: null, code: 400 });
@@ -157,9 +184,13 @@ before(async () => {
       res.write(chunk({}, "stop"));
       res.end("data: [DONE]\n\n");
     });
-  });
+  };
+  upstream = http.createServer(handler);
+  upstream2 = http.createServer(handler);
   await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => upstream2.listen(0, "127.0.0.1", resolve));
   url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  url2 = `http://127.0.0.1:${(upstream2.address() as AddressInfo).port}`;
   r = await startTestServer({
     upstream: [
       { name: "r", url: [url], model: "m", tokenize: false },
@@ -167,6 +198,9 @@ before(async () => {
       { name: "SpAk-Aster-V1-MOE", url: [url], model: "m", tokenize: false },
       // Counted through /tokenize where a prompt might not fit.
       { name: "counted", url: [url], model: "m" },
+      // One slot (as the upstream reports) on one replica, and on two.
+      { name: "one", url: [url], model: "m1", tokenize: false },
+      { name: "pair", url: [url, url2], model: "m1", tokenize: false },
     ],
     "health-interval": "0",
     "eject-after": "3",
@@ -174,8 +208,10 @@ before(async () => {
 });
 after(async () => {
   await r?.close();
-  upstream.closeAllConnections();
-  await new Promise<void>((resolve) => upstream.close(() => resolve()));
+  for (const u of [upstream, upstream2]) {
+    u.closeAllConnections();
+    await new Promise<void>((resolve) => u.close(() => resolve()));
+  }
 });
 
 const replica = () => (r.registry.resolve("r").engine as RemoteEngine).pool.replicas[0];
@@ -528,4 +564,47 @@ test("an upstream's error body that is not a message (an HTML page, a traceback)
   const text = await failing("400-text");
   assert.equal(text.status, 400, text.text);
   assert.match(text.json.error.message, /prompt is not a string/);
+});
+
+/** Starts a streamed "hold" request on `model` (it holds a replica's one slot) and waits until the upstream has it. */
+async function holdSlot(model: string): Promise<AbortController> {
+  const stop = new AbortController();
+  holdingPort = undefined;
+  void fetch(`${r.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, messages: [{ role: "user", content: "hold" }], stream: true }),
+    signal: stop.signal,
+  })
+    .then((res) => res.text())
+    .catch(() => {});
+  await waitFor(() => holdingPort !== undefined, 5_000);
+  return stop;
+}
+
+test("a streamed request the upstream refuses is its 400 even while it waits for a replica slot, not a 200 with an error event", async () => {
+  const busy = await holdSlot("one");
+  const bad = postJson(`${r.url}/v1/chat/completions`, { model: "one", messages: [{ role: "user", content: "x" }], max_tokens: 5, logit_bias: { "99999": 5 }, stream: true });
+  // The refusal comes only once the slot is free and the upstream has seen the request.
+  await new Promise((res) => setTimeout(res, 300));
+  busy.abort();
+  const res = await bad;
+  assert.equal(res.status, 400, res.text);
+  assert.equal(res.json.error.param, "logit_bias");
+});
+
+test("a choice that failed on a replica while opening is not retried there, and the header names the replica that served it", async () => {
+  const busy = await holdSlot("pair");
+  const held = holdingPort === (upstream.address() as AddressInfo).port ? url : url2;
+  freeFailures = 0;
+  const asked = postJson(`${r.url}/v1/chat/completions`, { model: "pair", messages: [{ role: "user", content: "fail-free" }], max_tokens: 5, stream: true });
+  // The free replica fails it at once; it then waits for the held one.
+  await waitFor(() => freeFailures === 1, 5_000);
+  await new Promise((res) => setTimeout(res, 200));
+  busy.abort();
+  const res = await asked;
+  assert.equal(res.status, 200, res.text);
+  assert.match(res.text, /Hello/);
+  assert.equal(freeFailures, 1, "the replica it failed on was not tried again");
+  assert.equal(res.headers.get("x-plinth-upstream"), held);
 });

@@ -40,6 +40,16 @@ interface RemotePrepared extends PreparedGeneration {
   countInOpen?: boolean;
   /** Which replica serves each choice (by its seed), for the response header. */
   servedBy: Map<number, string>;
+  /** The first choice's failover so far (set by `openStream`), carried on by `generate`. */
+  failover?: Failover;
+}
+
+/** The replicas one choice failed on, the attempts it made (an open stream among them) and its last failure. */
+interface Failover {
+  seed: number;
+  tried: Set<Replica>;
+  attempts: number;
+  last: UpstreamFailure | undefined;
 }
 
 /** An upstream stream opened while preparing, read up to its first output. */
@@ -128,6 +138,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   private readonly asking = new Set<Replica>();
   /** Generations waiting in the pool for a replica slot (embeddings wait there too, not counted). */
   private waitingGenerations = 0;
+  /** Admitted requests waiting in the pool for a replica slot to open on (the core does not count them as running yet). */
+  private waitingOpenings = 0;
 
   constructor(
     readonly id: string,
@@ -305,21 +317,23 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * after failures that are not the client's (an error status, a broken or silent stream).
    * Upstreams check a request before they answer its head, so their refusals (context, features
    * they lack) become a 400 here, before the client's response starts. When every replica is busy
-   * this is left to `generate`, which waits its turn.
+   * this waits here for a slot (within the queue timeout, as `generate` would): returning without
+   * an upstream answer let the response head (a stream's 200 and first chunk) go out first, so a
+   * request the upstream refuses got a 200 and an error event when the pool was busy and a 400
+   * when it was idle. The replicas tried and the attempts made are kept in `prep.failover`, so
+   * that `generate`, should it open the choice again, neither retries them nor makes more attempts
+   * than --upstream-attempts in all.
    */
-  private async openStream(prep: RemotePrepared, signal: AbortSignal): Promise<Opened | undefined> {
+  private async openStream(prep: RemotePrepared, signal: AbortSignal): Promise<Opened> {
     const req = prep.request;
     const body = this.body(prep, req.sampling, req.maxTokens);
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
     const seed = req.sampling.seed >>> 0;
-    const tried = new Set<Replica>();
-    let last: UpstreamFailure | undefined;
-    for (let attempt = 0; attempt < this.source.attempts; attempt++) {
-      const lease = this.pool.tryAcquire(prep.key, tried, attempt === 0 ? prep.prefer : undefined);
-      if (!lease) {
-        if (this.pool.replicas.every((r) => tried.has(r) || r.state === "ejected")) throw unavailable(this.id, last);
-        return undefined;
-      }
+    const failover: Failover = (prep.failover = { seed, tried: new Set<Replica>(), attempts: 0, last: undefined });
+    const { tried } = failover;
+    while (failover.attempts < this.source.attempts) {
+      const attempt = failover.attempts++;
+      const lease = await this.waitForSlot(prep, tried, signal, attempt === 0 ? prep.prefer : undefined, this.source.queueTimeoutMs, undefined, true);
       this.noteReplica(prep, seed, lease.replica);
       const reader = new ChunkReader(prep.mode, this.id);
       const abort = new AbortController();
@@ -354,14 +368,36 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         }
         lease.failure();
         lease.release();
+        // The header names the replicas that serve, never one that failed.
+        this.forgetReplica(prep, seed);
         tried.add(lease.replica);
-        last = asFailure(err);
+        failover.last = asFailure(err);
         await backoff(attempt, signal);
       } finally {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    throw unavailable(this.id, last);
+    throw unavailable(this.id, failover.last);
+  }
+
+  /**
+   * A slot on a replica this request has not failed on, waiting in the pool while all are busy
+   * (counted as waiting inside); `limitMs` bounds the wait (0: none). No replica left, or none free
+   * in time, is the pool-wide answer (503, or the queue timeout).
+   */
+  private async waitForSlot(prep: RemotePrepared, tried: ReadonlySet<Replica>, signal: AbortSignal, prefer: Replica | undefined, limitMs: number, last?: UpstreamFailure, opening = false): Promise<Lease> {
+    if (opening) this.waitingOpenings++;
+    else this.waitingGenerations++;
+    try {
+      return await this.pool.acquire(prep.key, tried, signal, prefer, limitMs);
+    } catch (err) {
+      if (err instanceof NoReplica) throw unavailable(this.id, last ?? prep.failover?.last);
+      if (err instanceof ReplicaWaitTimeout) throw queueTimeout(this.source.queueTimeoutMs);
+      throw err;
+    } finally {
+      if (opening) this.waitingOpenings--;
+      else this.waitingGenerations--;
+    }
   }
 
   /**
@@ -377,6 +413,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     const opened = prep.opened;
     prep.opened = undefined;
     if (!opened) return;
+    // Closed unused (the request queues, or will not run): not one of its attempts.
+    if (prep.failover?.seed === opened.seed) prep.failover.attempts--;
     opened.abort.abort();
     void opened.chunks.return(undefined);
     opened.lease.release();
@@ -410,6 +448,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     this.learnSlots(replica);
     prep.servedBy.set(seed, replica.name);
     prep.responseHeaders[UPSTREAM_HEADER] = [...new Set(prep.servedBy.values())].join(", ");
+  }
+
+  /** A choice's attempt failed: its replica is no longer named as serving it. */
+  private forgetReplica(prep: RemotePrepared, seed: number): void {
+    prep.servedBy.delete(seed);
+    const names = [...new Set(prep.servedBy.values())];
+    if (names.length > 0) prep.responseHeaders[UPSTREAM_HEADER] = names.join(", ");
+    else delete prep.responseHeaders[UPSTREAM_HEADER];
   }
 
   /**
@@ -541,13 +587,18 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // Where the answer is cut here (see pastBudget): the client's budget, else what the context leaves.
     const budget = maxTokens ?? this.contextBudget(prep);
     const path = prep.mode === "chat" ? "/v1/chat/completions" : "/v1/completions";
-    const tried = new Set<Replica>();
-    let last: UpstreamFailure | undefined;
     const seed = run.sampling.seed >>> 0;
+    // The first choice goes on from its opening: the replicas it failed on there are not tried
+    // again, and its attempts there count towards --upstream-attempts.
+    const carried = prep.failover?.seed === seed ? prep.failover : undefined;
+    const tried = carried?.tried ?? new Set<Replica>();
+    let last = carried?.last;
+    /** Attempts made for this choice, the opened one included. */
+    let made = carried?.attempts ?? 0;
     // The first choice takes the request opened while preparing (same seed, same budget).
     let opened = prep.opened?.seed === seed ? prep.opened : undefined;
     if (opened) prep.opened = undefined;
-    for (let attempt = 0; ; attempt++) {
+    for (;;) {
       let lease: Lease;
       let reader: ChunkReader;
       let chunks: AsyncGenerator<EngineChunk>;
@@ -562,21 +613,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         stop = () => signal.removeEventListener("abort", onAbort);
         opened = undefined;
       } else {
-        try {
-          this.waitingGenerations++;
-          try {
-            // One queue timeout for the whole wait: what the choice already waited for the core's
-            // slot counts (two limits in a row let a request wait twice as long).
-            const limit = this.source.queueTimeoutMs > 0 ? Math.max(1, this.source.queueTimeoutMs - (run.waitedMs ?? 0)) : 0;
-            lease = await this.pool.acquire(prep.key, tried, signal, attempt === 0 ? prep.prefer : undefined, limit);
-          } finally {
-            this.waitingGenerations--;
-          }
-        } catch (err) {
-          if (err instanceof NoReplica) throw unavailable(this.id, last);
-          if (err instanceof ReplicaWaitTimeout) throw queueTimeout(this.source.queueTimeoutMs);
-          throw err;
-        }
+        // One queue timeout for the whole wait: what the choice already waited for the core's
+        // slot counts (two limits in a row let a request wait twice as long).
+        const limit = this.source.queueTimeoutMs > 0 ? Math.max(1, this.source.queueTimeoutMs - (run.waitedMs ?? 0)) : 0;
+        lease = await this.waitForSlot(prep, tried, signal, made === 0 ? prep.prefer : undefined, limit, last);
+        made++;
         this.noteReplica(prep, seed, lease.replica);
         reader = new ChunkReader(prep.mode, this.id);
         chunks = this.stream(lease.replica, path, body, reader, signal);
@@ -637,8 +678,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (reader.sawOutput && !held) throw brokeMidStream(this.id, failure);
         tried.add(lease.replica);
         last = failure;
-        if (attempt + 1 >= this.source.attempts) throw unavailable(this.id, last);
-        await backoff(attempt, signal);
+        if (made >= this.source.attempts) throw unavailable(this.id, last);
+        await backoff(made - 1, signal);
       } finally {
         stop();
         void chunks.return(undefined);
@@ -766,6 +807,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   /** Generations the core admitted that wait here for a replica slot (all replicas are full). */
   waitingInside(): number {
     return this.waitingGenerations;
+  }
+
+  waitingToOpen(): number {
+    return this.waitingOpenings;
   }
 
   /** Active checks: /health on every replica; a failure counts like a failed request. */
