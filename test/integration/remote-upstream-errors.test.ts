@@ -39,7 +39,8 @@ type Answer =
   | "500-html"
   | "503-later"
   | "400-text"
-  | "500-image";
+  | "500-image"
+  | "tools-no-index";
 let answer: Answer = "ok";
 /** Runaway streams the upstream has seen closed by the router. */
 let runawaysClosed = 0;
@@ -162,6 +163,18 @@ before(async () => {
         return void res.end("data: [DONE]\n\n");
       }
       res.write(chunk({ role: "assistant", content: "" }));
+      if (answer === "tools-no-index") {
+        // Tool calls without `index` (some servers and proxies leave it out): a call in pieces,
+        // a second one by its own id, then two in one delta.
+        const call = (id: string | undefined, name: string | undefined, args: string) => ({ ...(id ? { id, type: "function" } : {}), function: { ...(name ? { name } : {}), arguments: args } });
+        res.write(chunk({ tool_calls: [call("a", "f", "")] }));
+        res.write(chunk({ tool_calls: [call(undefined, undefined, '{"x":')] }));
+        res.write(chunk({ tool_calls: [call(undefined, undefined, "1}")] }));
+        res.write(chunk({ tool_calls: [call("b", "g", '{"y":2}')] }));
+        res.write(chunk({ tool_calls: [call("c", "h", "{}"), call("d", "k", '{"z":3}')] }));
+        res.write(chunk({}, "tool_calls"));
+        return void res.end("data: [DONE]\n\n");
+      }
       if (answer === "break-mid") {
         // Output, then the connection drops without a finish reason or [DONE].
         res.write(chunk({ content: "Hel" }));
@@ -273,6 +286,16 @@ test("a 500 that the request's content caused (an image for a server without vis
   assert.equal(replica().state, "up");
   assert.equal(replica().failures, 0);
   answer = "ok";
+});
+
+test("streamed tool calls without an index are told apart by their ids, names and places, not merged into one", async () => {
+  answer = "tools-no-index";
+  const tools = ["f", "g", "h", "k"].map((name) => ({ type: "function", function: { name, parameters: { type: "object" } } }));
+  const res = await ask({ tools });
+  answer = "ok";
+  assert.equal(res.status, 200, res.text);
+  const calls = res.json.choices[0].message.tool_calls.map((c: any) => [c.function.name, c.function.arguments]);
+  assert.deepEqual(calls, [["f", '{"x":1}'], ["g", '{"y":2}'], ["h", "{}"], ["k", '{"z":3}']]);
 });
 
 test("an error event of the upstream's own (5xx) is still the replica's failure", async () => {

@@ -229,6 +229,9 @@ export class ChunkReader {
   private readonly calls = new Map<number, number>();
   /** Arguments of calls whose name has not come yet, by the upstream's index. */
   private readonly nameless = new Map<number, string>();
+  /** The last tool call sent without an `index` (see looseIndex), by the key it has in `calls`. */
+  private loose?: { key: number; id?: string; named: boolean };
+  private looseCalls = 0;
 
   constructor(
     private readonly mode: "chat" | "completion",
@@ -303,8 +306,9 @@ export class ChunkReader {
       // has no part of its own in the engine contract: it is what the model answered, so it is text.
       if (typeof delta.refusal === "string" && delta.refusal !== "") out.push({ kind: "text", text: delta.refusal, tokens: tokensOf(undefined) });
       if (Array.isArray(delta.tool_calls)) {
+        let loose = 0;
         for (const call of delta.tool_calls) {
-          const upstreamIndex = Number.isInteger(call?.index) ? call.index : 0;
+          const upstreamIndex = Number.isInteger(call?.index) ? call.index : this.looseIndex(call, loose++);
           let index = this.calls.get(upstreamIndex);
           // Arguments are a JSON text; a server that sends them as the JSON value itself is read as
           // that value's text (dropped, they became "", which is not JSON).
@@ -338,6 +342,28 @@ export class ChunkReader {
     const reason = choice.finish_reason;
     if (typeof reason === "string") this.totals.finish = finishReasonOf(reason);
     return out;
+  }
+
+  /**
+   * The key of a tool-call delta sent without an `index` (OpenAI's streams always number calls;
+   * some servers and proxies do not): such deltas were all read as call 0, so a second call was
+   * merged into the first as one broken call. A delta starts a new call when it carries an id other
+   * than the last call's, a name when the last call already has one, or is not the first call of
+   * its chunk (several calls in one delta); arguments alone continue the last call. The keys are
+   * negative, apart from any upstream's own numbers. `inChunk`: the calls of this chunk before it.
+   */
+  private looseIndex(call: any, inChunk: number): number {
+    const id = typeof call?.id === "string" && call.id !== "" ? call.id : undefined;
+    const name = call?.function?.name;
+    const named = typeof name === "string" && name !== "";
+    const last = this.loose;
+    if (!last || inChunk > 0 || (id !== undefined && last.id !== undefined && id !== last.id) || (named && last.named)) {
+      this.loose = { key: -1 - this.looseCalls++, id, named };
+      return this.loose.key;
+    }
+    last.id ??= id;
+    last.named ||= named;
+    return last.key;
   }
 
   /** The upstream's counts, where they are counts: anything else is left out, as if not sent. */
