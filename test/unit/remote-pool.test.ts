@@ -145,3 +145,27 @@ test("waiters are served in arrival order, and a newcomer does not take a freed 
   lb.release();
   assert.equal((await first).replica, b);
 });
+
+test("only the half-open trial re-admits a replica: a request that was already running when it was ejected does not, nor does its end let a second trial in", async () => {
+  const pool = new ReplicaPool(urls(1), opts);
+  const [r] = pool.replicas;
+  const signal = new AbortController().signal;
+  const running = await pool.acquire(undefined, new Set(), signal);
+  for (let i = 0; i < 2; i++) {
+    const l = await pool.acquire(undefined, new Set(), signal);
+    l.failure();
+    l.release();
+  }
+  assert.equal(r.state, "ejected");
+  running.success();
+  assert.equal(r.state, "ejected", "a request from before the ejection says nothing about the replica now");
+  await new Promise((res) => setTimeout(res, opts.ejectMs + 10));
+  const trial = pool.tryAcquire(undefined, new Set());
+  assert.ok(trial, "due for its trial");
+  assert.equal(r.state, "half-open");
+  running.release();
+  assert.equal(pool.tryAcquire(undefined, new Set()), undefined, "one trial at a time");
+  trial.success();
+  trial.release();
+  assert.equal(r.state, "up");
+});

@@ -275,17 +275,22 @@ export class ReplicaPool {
 
   private lease(r: Replica): Lease {
     r.outstanding++;
-    if (r.state === "half-open") r.trial = true;
+    // Only the half-open replica's one trial decides whether it comes back. A request that was
+    // already running when the replica was ejected says nothing about it now: its success re-admitted
+    // the replica at once, and its release let a second trial in beside the first.
+    const trial = r.state === "half-open";
+    if (trial) r.trial = true;
     let released = false;
     return {
       replica: r,
       success: () => {
         r.served++;
-        r.failures = 0;
-        r.trial = false;
-        if (r.state !== "up") {
+        if (r.state === "up") r.failures = 0;
+        else if (trial && r.state === "half-open") {
           this.log(`plinth: upstream ${r.name} is back`);
           r.state = "up";
+          r.failures = 0;
+          r.trial = false;
           r.ejections = 0;
         }
       },
@@ -294,7 +299,7 @@ export class ReplicaPool {
         if (released) return;
         released = true;
         r.outstanding--;
-        if (r.state === "half-open") r.trial = false;
+        if (trial && r.state === "half-open") r.trial = false;
         this.wake();
       },
     };
