@@ -22,6 +22,7 @@ before(async () => {
       { name: "rb", url: urls[0], model: "bert" },
       // Declared as the docs advise for vLLM: no thinking budget; and an upstream that takes no seed.
       { name: "vk", url: urls[0], model: "think", unsupported: ["reasoning.budgetTokens", "seed"] },
+      { name: "narrow", url: urls[0], model: "tiny", unsupported: ["cacheKey", "logprobs"] },
     ],
     "health-interval": "0",
   });
@@ -390,4 +391,26 @@ test("an upstream's refusal keeps the upstream's own error code (a straight requ
   assert.equal(routed.status, 400, routed.text);
   assert.equal((routed.json as any).error.code, (direct.json as any).error.code);
   assert.equal((routed.json as any).error.param, (direct.json as any).error.param);
+});
+
+test("a refusal names the field the client sent, in its dialect's spelling, as a local model's does", async () => {
+  const m = [{ role: "user", content: "hi" }];
+  const param = async (path: string, body: object) => {
+    const r = await postJson(`${router.url}${path}`, body);
+    assert.equal(r.status, 400, r.text);
+    return r.json.error.param;
+  };
+  assert.equal(await param("/v1/chat/completions", { model: "narrow", messages: m, prompt_cache_key: "k" }), "prompt_cache_key");
+  assert.equal(await param("/v1/responses", { model: "narrow", input: "a", prompt_cache_key: "k" }), "prompt_cache_key");
+  assert.equal(await param("/v1/responses", { model: "narrow", input: "a", include: ["message.output_text.logprobs"] }), "include");
+  assert.equal(await param("/v1/chat/completions", { model: "vk", messages: m, thinking_budget_tokens: 10 }), "thinking_budget_tokens");
+  assert.equal(await param("/v1/chat/completions", { model: "vk", messages: m, reasoning: { budget_tokens: 10 } }), "reasoning.budget_tokens");
+  // Refused by the upstream (a Plinth): its field comes through as the local model names it.
+  const long = "word ".repeat(3000);
+  const direct = await postJson(`${up[0].url}/v1/embeddings`, { model: "bert", input: ["short", long] });
+  assert.equal(direct.json.error?.param, "input[1]", direct.text);
+  assert.equal(await param("/v1/embeddings", { model: "rb", input: ["short", long] }), "input[1]");
+  const directIds = await postJson(`${up[0].url}/detokenize`, { model: "tiny", tokens: [99999999] });
+  assert.equal(directIds.json.error?.param, "tokens[0]", directIds.text);
+  assert.equal(await param("/detokenize", { model: "rt", tokens: [99999999] }), "tokens[0]");
 });

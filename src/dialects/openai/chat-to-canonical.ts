@@ -26,6 +26,8 @@ export interface CanonicalChat {
   reasoningParam?: string;
   /** The field that asked for a structured answer (response_format, guided_json, …), likewise. */
   formatParam?: string;
+  /** The field the thinking budget came in (reasoning.budget_tokens, thinking_budget_tokens, …), likewise. */
+  budgetParam?: string;
   /** vLLM's `include_reasoning: false`: the thinking is left out of the answer. */
   dropReasoning?: boolean;
 }
@@ -38,7 +40,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     throw badRequest("max_tokens and max_completion_tokens disagree; send one of them.", "max_tokens");
   const budget = body.max_completion_tokens ?? body.max_tokens;
   const foreign = foreignFields(body, "chat", budget, body.repetition_penalty, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens", body.messages.at(-1)?.role);
-  const { reasoning, reasoningParam } = reasoningControl(body, foreign.thinkingBudget, foreign.thinkingBudgetParam);
+  const { reasoning, reasoningParam, budgetParam } = reasoningControl(body, foreign.thinkingBudget, foreign.thinkingBudgetParam);
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
   const format = answerFormat(body);
@@ -67,6 +69,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt),
     reasoningParam,
     formatParam: format?.param,
+    ...(budgetParam ? { budgetParam } : {}),
     ...(foreign.dropReasoning ? { dropReasoning: true } : {}),
   };
 }
@@ -192,7 +195,7 @@ function reasoningControl(
   body: ChatCompletionRequest,
   thinkingBudget?: number,
   budgetParam = "thinking_token_budget",
-): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string } {
+): { reasoning?: GenerationRequest["reasoning"]; reasoningParam?: string; budgetParam?: string } {
   const switched = thinkingSwitch(body);
   const effort = body.reasoning?.effort ?? body.reasoning_effort ?? undefined;
   const params: string[] = [];
@@ -230,6 +233,17 @@ function reasoningControl(
       ...(fromEffort ? { fromEffort } : {}),
     },
     reasoningParam: params[0],
+    // Where the client's own budget came from (an effort's budget names the effort instead).
+    budgetParam:
+      body.reasoning?.budget_tokens != null
+        ? "reasoning.budget_tokens"
+        : body.reasoning?.max_tokens != null
+          ? "reasoning.max_tokens"
+          : thinkingObjectBudget !== undefined
+            ? "thinking.budget_tokens"
+            : thinkingBudget !== undefined
+              ? budgetParam
+              : undefined,
   };
 }
 

@@ -24,8 +24,8 @@ export async function chatCompletion(
   storage?: ChatStorage,
 ): Promise<RouteResult> {
   if (body.store === true && !storage) throw unsupportedField("store", "needs a store, and this server was started without one");
-  const { request, namespace, reasoningParam, formatParam, dropReasoning } = chatToCanonical(body, codec.samplingDefaults);
-  const names = chatFieldNames(body, reasoningParam, formatParam);
+  const { request, namespace, reasoningParam, formatParam, budgetParam, dropReasoning } = chatToCanonical(body, codec.samplingDefaults);
+  const names = chatFieldNames(body, reasoningParam, formatParam, budgetParam);
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {
     throw withWireParam(err, names);

@@ -21,9 +21,13 @@ export function chatFieldNames(
   body: ChatNamingBody,
   reasoningParam?: string,
   formatParam?: string,
+  budgetParam?: string,
 ): FieldNamer {
   return (field) => {
     if (field === "prompt") return "messages";
+    // Canonical names whose snake_case spelling is no field of the request.
+    if (field === "cacheKey") return "prompt_cache_key";
+    if (field === "reasoning.budgetTokens") return budgetParam ?? reasoningParam ?? "reasoning.budget_tokens";
     if (field === "maxTokens") return budgetField(body);
     if (field === "reasoning") return reasoningParam ?? "reasoning_effort";
     // The schema or pattern is named by the field the client sent it in (guided_json, …).

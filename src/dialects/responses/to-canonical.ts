@@ -83,6 +83,8 @@ export function responseToCanonical(body: CreateResponseRequest, items: InputIte
     if (field === "maxTokens" && body.max_output_tokens == null && body.n_predict != null) return "n_predict";
     if (field.startsWith("responseFormat") && format && format.param !== "text.format") return format.param;
     if (field === "reasoning" && reasoningParam) return reasoningParam;
+    // Log probabilities asked for by `include` alone (no top_logprobs): that is the field sent.
+    if (field === "logprobs" && body.top_logprobs == null) return "include";
     return named(field);
   };
   return { request, namespace: isolationKey(body.safety_identifier ?? body.user, body.cache_salt), fieldName };
@@ -429,6 +431,7 @@ export function responsesFieldName(field: string): string | null {
   if (field === "responseFormat.schema") return "text.format.schema";
   if (field === "responseFormat") return "text.format";
   if (field === "logprobs") return "top_logprobs";
+  if (field === "cacheKey") return "prompt_cache_key";
   const tool = /^tools\[(\d+)\]\.(parameters|input)$/.exec(field);
   if (tool) return tool[2] === "parameters" ? `tools[${tool[1]}].parameters` : `tools[${tool[1]}].format.definition`;
   // Message positions differ from item positions once calls are merged; name the input as a whole.

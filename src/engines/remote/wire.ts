@@ -440,6 +440,9 @@ export function canonicalField(param: unknown): string | undefined {
   // Embeddings: the router sends every request's inputs as a list, so input[i] is the i-th input.
   const input = /^input((?:\[\d+\]){1,2})$/.exec(param);
   if (input) return `inputs${input[1]}`;
+  // /detokenize: the id outside the vocabulary, as a local model names it.
+  const id = /^tokens\[(\d+)\]$/.exec(param);
+  if (id) return `tokens[${id[1]}]`;
   const root = param.split(/[.[]/)[0];
   const map: Record<string, string> = {
     messages: "prompt",
@@ -483,7 +486,8 @@ export function refusedByUpstream(status: number, body: unknown, message: string
   const field = canonicalField((body as any)?.error?.param ?? (body as any)?.param ?? validationLoc(body));
   if (isContextError(status, body, message))
     return new ApiError(400, `${field === "maxTokens" ? "{field} does not fit" : "The prompt does not fit"} the context of '${name}': ${message}`, {
-      field: field === "maxTokens" ? "maxTokens" : "prompt",
+      // An upstream that names the embedding input (a Plinth) is kept to it, not to the whole input.
+      field: field === "maxTokens" || field?.startsWith("inputs[") ? field : "prompt",
       code: "context_length_exceeded",
     });
   // A body too large for the upstream keeps its status; any other refusal is the request's 400. The
