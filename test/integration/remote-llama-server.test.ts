@@ -229,8 +229,8 @@ describe("an --embeddings llama-server behind a Plinth router", { skip }, () => 
     assert.equal(listed?.embedding?.embedding_only, true, JSON.stringify(listed));
     // llama-server itself answers a generation with a 500, which would count against the replica.
     assert.equal((await postJson(`${llama.url}/v1/chat/completions`, { messages })).status, 500);
-    for (const path of ["/v1/chat/completions", "/v1/completions"]) {
-      const r = await postJson(`${router.url}${path}`, { model: "le", messages, prompt: "x", max_tokens: 2 });
+    for (const [path, body] of [["/v1/chat/completions", { messages }], ["/v1/completions", { prompt: "x" }]] as const) {
+      const r = await postJson(`${router.url}${path}`, { model: "le", ...body, max_tokens: 2 });
       assert.equal(r.status, 400, `${path}: ${r.text}`);
       assert.equal(r.json.error.param, "model");
       assert.match(r.json.error.message, /'le' is an embedding model/);
