@@ -97,6 +97,10 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
       budgetTokens: positiveInt(values["budget-tokens"], "--budget-tokens"),
       expiresAt: values.expires === undefined ? null : cliTime(values.expires, "--expires"),
     };
+    // As the admin API refuses it: a bare date is that day's 00:00 UTC, so today would be born expired.
+    if (settings.expiresAt !== null && settings.expiresAt <= Date.now()) {
+      throw new ConfigError(`--expires: '${values.expires}' is already past; a key must expire in the future (a date means its 00:00 UTC)`);
+    }
     if (settings.models !== null && settings.models.length === 0) throw new ConfigError("--models needs at least one model name");
     if (settings.models !== null) checked(keyModels, settings.models, "--models");
     const { key, record } = await withStore(values, (store) => createManagedKey(store, settings));

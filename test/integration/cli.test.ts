@@ -118,6 +118,7 @@ test("a word or an option a command does not use is refused, not ignored", async
     [["keys", "list", "--rpm", "5"], /keys list does not take --rpm/],
     [["keys", "create", "--name", "n", "extra"], /keys create takes no arguments, got 'extra'/],
     [["keys", "revoke", "a", "b"], /keys revoke takes 1 argument, got 'b'/],
+    [["keys", "create", "--name", "n", "--expires", "2001-01-01"], /--expires: '2001-01-01' is already past/],
     [["keys", "revoke", "a", "--json"], /keys revoke does not take --json/],
     [["usage", "extra"], /usage takes no arguments, got 'extra'/],
     [["serve", "extra", "--port", "0"], /serve takes no arguments, got 'extra'/],
