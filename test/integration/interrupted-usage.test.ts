@@ -41,13 +41,13 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
       return { status: r.status, text: await r.text() };
     };
     const messages = [{ role: "user", content: "Tell me about the river." }];
-    // The openai SDK pointed at Databricks' routes, as that dialect's users do: it raises only on a
-    // stream event with an `error` key.
+    // The openai SDK pointed at Databricks' routes, as that dialect's users do: the error must reach
+    // it as an error (an HTTP status, or a stream event with an `error` key), not as a chunk.
     const sdk = new OpenAI({ baseURL: `${s.url}/serving-endpoints`, apiKey: "unused", maxRetries: 0 });
     const sdkStream = (async () => {
-      const stream = await sdk.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], stream: true });
       const chunks: unknown[] = [];
       try {
+        const stream = await sdk.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Tell me about the river." }], stream: true });
         for await (const chunk of stream) chunks.push(chunk);
       } catch (err) {
         return { err, chunks };
@@ -79,23 +79,19 @@ test("requests that time out in the queue report 0 prompt tokens, as the ledger 
     assert.equal(j.usage.prompt_tokens, 0);
     assert.equal(j.usage.prompt_cache_miss_tokens, 0);
 
-    // Databricks' Responses stream fails the response as at capacity, not as the client's fault.
-    const failed = (sseData(dbxResponses.text) as any[]).find((e) => e.type === "response.failed");
-    assert.ok(failed, dbxResponses.text.slice(-400));
-    assert.deepEqual([failed.response.error.code, failed.response.error.type], ["rate_limit_exceeded", "rate_limit_error"]);
-
-    // Databricks' chat and completions streams end with the envelope, which also holds an `error`
-    // object; the SDK raises it instead of handing it on as a chunk without choices.
-    for (const r of [dbxChat, dbxCompletions]) {
-      const events = sseData(r.text) as any[];
-      const failure = events.at(-2);
-      assert.equal(events.at(-1), "[DONE]");
-      assert.equal(failure.error_code, "TEMPORARILY_UNAVAILABLE", r.text.slice(-400));
+    // Databricks' streams hold their head until the first event: a wait past the queue timeout is
+    // the HTTP answer the same request unstreamed gets, 503 with the data plane's envelope (its
+    // `error` object too), which clients retry by status; the SDK raises it before any chunk.
+    for (const r of [dbxResponses, dbxChat, dbxCompletions]) {
+      assert.equal(r.status, 503, r.text.slice(-400));
+      const failure = JSON.parse(r.text);
+      assert.equal(failure.error_code, "TEMPORARILY_UNAVAILABLE", r.text);
       assert.deepEqual(failure.error, { code: "TEMPORARILY_UNAVAILABLE", message: failure.message });
     }
     assert.ok(sdkResult.err instanceof OpenAI.APIError, `the SDK did not raise; it yielded ${JSON.stringify(sdkResult.chunks)}`);
+    assert.equal((sdkResult.err as InstanceType<typeof OpenAI.APIError>).status, 503);
     assert.equal((sdkResult.err as InstanceType<typeof OpenAI.APIError>).code, "TEMPORARILY_UNAVAILABLE");
-    assert.ok(sdkResult.chunks.every((c: any) => Array.isArray(c.choices)), JSON.stringify(sdkResult.chunks));
+    assert.deepEqual(sdkResult.chunks, []);
 
     // The ledger books the same.
     const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });

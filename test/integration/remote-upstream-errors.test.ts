@@ -298,14 +298,24 @@ test("streamed tool calls without an index are told apart by their ids, names an
   assert.deepEqual(calls, [["f", '{"x":1}'], ["g", '{"y":2}'], ["h", "{}"], ["k", '{"z":3}']]);
 });
 
-test("an error event of the upstream's own (5xx) is still the replica's failure", async () => {
-  answer = "error-event-500";
-  const res = await ask();
-  assert.equal(res.status, 503, res.text);
-  assert.ok(replica().failures > 0);
-  answer = "ok";
-  assert.equal((await ask()).status, 200);
-  assert.equal(replica().failures, 0);
+test("an error event of the upstream's own (5xx) is still the replica's failure, streamed or not", async () => {
+  // Streamed, the same status: no replica gave a first event, so the head was never written (a 200
+  // that ended in an error event would escape the clients' retries by status).
+  const asks: Array<[string, Record<string, unknown>]> = [
+    ["/v1/chat/completions", { model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 5 }],
+    ["/v1/chat/completions", { model: "r", messages: [{ role: "user", content: "hi" }], max_tokens: 5, stream: true }],
+    ["/v1/responses", { model: "r", input: "hi", max_output_tokens: 5, stream: true }],
+  ];
+  for (const [path, body] of asks) {
+    answer = "error-event-500";
+    const res = await postJson(`${r.url}${path}`, body);
+    assert.equal(res.status, 503, `${path} ${JSON.stringify(body)}: ${res.text}`);
+    assert.match(String(res.headers.get("content-type")), /application\/json/, path);
+    assert.ok(replica().failures > 0);
+    answer = "ok";
+    assert.equal((await ask()).status, 200);
+    assert.equal(replica().failures, 0);
+  }
 });
 
 test("a replica that refuses the router's key, or lacks the model, is the operator's 502, not the client's 400", async () => {

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { collectGeneration } from "../../core/collect.ts";
 import { ApiError, badRequest, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
+import { afterFirstEvent } from "../../core/stream-head.ts";
 import type { StartedGeneration } from "../../core/generation-service.ts";
 import type { GenerationRequest } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
@@ -99,6 +100,8 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
       },
     };
   }
+  // A stream's head waits for its first event, so a failure before it keeps its own status.
+  const events = await afterFirstEvent(started.events).catch((err) => Promise.reject(withWireParam(err, names)));
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({ id: meta.id, object: "text_completion", created: meta.created, choices, ...extra });
   return {
     kind: "sse",
@@ -130,7 +133,7 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
       begun.add(k);
       if (lead(k)) await sse.data(chunk([{ index: k, text: lead(k), finish_reason: null }]));
     };
-    for await (const ev of started.events) {
+    for await (const ev of events) {
       if (sse.closed) return;
       if (ev.type === "text") {
         await open(ev.choice);

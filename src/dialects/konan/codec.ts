@@ -74,6 +74,9 @@ export function konanCodec(body: KonanChatRequest): ChatCodec {
     idPrefix: "cmpl-",
     completionToWire: completionToKonan,
     chunkToWire: chunkToKonan,
+    // 000's streams say their errors in band and nothing else (2.1.6): a request that waited past
+    // the queue timeout ends so too, not with an HTTP status its clients do not look for.
+    inBandStreamErrors: true,
     streamError: (err, meta, names, spent) => {
       const e = asWireError(err, names);
       return [
@@ -134,5 +137,5 @@ async function respondAsResponse(body: KonanChatRequest, { env, meta, events }: 
       { logprobs: false, summary: false, customTools: new Set() },
       emit,
     );
-  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal);
+  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal, undefined, undefined, { inBandStreamErrors: true });
 }

@@ -36,6 +36,12 @@ export interface ChatCodec {
    */
   streamError?: (err: unknown, meta: CompletionMeta, names: FieldNamer, spent: Usage) => unknown[];
   /**
+   * Every failure once the request was admitted is said inside the stream (with `streamError`), even
+   * one before the first token: for a dialect whose streams document no other error form. Otherwise
+   * the stream's head waits for the first event, and a failure before it has its own status.
+   */
+  inBandStreamErrors?: boolean;
+  /**
    * Answers in another format (Konan's `output_parser`), or undefined for the chat completion. Called
    * once the generation has started; the events are the generation's (stored as a chat completion
    * when they run to the end and the request asked for storage).

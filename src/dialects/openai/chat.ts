@@ -1,5 +1,6 @@
 import { unsupportedField, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
+import { afterFirstEvent } from "../../core/stream-head.ts";
 import type { GenerationEvent } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { type ChatCodec, OPENAI_CHAT_CODEC } from "./chat-codec.ts";
@@ -46,7 +47,7 @@ export async function chatCompletion(
   };
   // include_reasoning: false: the thinking still runs and counts in usage, as vLLM counts it.
   const answered = dropReasoning ? withoutReasoning(started.events) : started.events;
-  const events =
+  const kept =
     storage && body.store === true
       ? keepWhenDone(answered, async (all) => {
           const completion = (await render(replay(all))) as Parameters<typeof storeChatCompletion>[2];
@@ -54,6 +55,8 @@ export async function chatCompletion(
           await storeChatCompletion(storage, storeNamespace(env.ctx.apiKey), completion, messages, body.metadata);
         })
       : answered;
+  // A stream's head waits for its first event, so a failure before it keeps its own status.
+  const events = body.stream && !codec.inBandStreamErrors ? await afterFirstEvent(kept).catch((err) => Promise.reject(withWireParam(err, names))) : kept;
 
   const other = await codec.respond?.({ body, env, meta, events, names });
   if (other) return other;

@@ -1,5 +1,6 @@
 import { withWireParam } from "../../core/errors.ts";
 import { newId, SYSTEM_FINGERPRINT } from "../../core/ids.ts";
+import { afterFirstEvent } from "../../core/stream-head.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
 import { completionToCanonical } from "./completions-to-canonical.ts";
@@ -24,9 +25,11 @@ export async function textCompletion(body: CompletionRequest, env: RouteEnv): Pr
   };
   const logprobs = body.logprobs ?? undefined;
   if (!body.stream) return { kind: "json", body: await renderCompletion(meta, started.events, logprobs) };
+  // A stream's head waits for its first event, so a failure before it keeps its own status.
+  const events = await afterFirstEvent(started.events).catch((err) => Promise.reject(withWireParam(err, names)));
   const streamed: RouteResult = {
     kind: "sse",
-    write: (sse) => streamCompletion(sse, meta, started.events, logprobs, (body.stream_options?.include_usage === true || body.usage?.include === true)),
+    write: (sse) => streamCompletion(sse, meta, events, logprobs, (body.stream_options?.include_usage === true || body.usage?.include === true)),
     errorEvent: (err) => openAIErrorEvent(err, names),
   };
   return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;

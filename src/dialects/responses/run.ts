@@ -1,6 +1,7 @@
 import type { RequestContext } from "../../core/context.ts";
 import { ApiError, type FieldNamer, isClientClosed, withWireParam } from "../../core/errors.ts";
 import type { GenerationService, StartedGeneration } from "../../core/generation-service.ts";
+import { afterFirstEvent, failingWith } from "../../core/stream-head.ts";
 import type { GenerationRequest, Message, Usage } from "../../core/types.ts";
 import { asWireError } from "../../http/error-envelope.ts";
 import { responsesFieldName } from "./to-canonical.ts";
@@ -177,6 +178,7 @@ export async function drive(
  * Answers with a Responses API object built from a generation: the drained builder as JSON, or its
  * events as the Responses stream. `done` runs once the response is final (to store it). Shared by
  * the Responses dialect and every dialect that can answer in this shape (Konan's output_parser).
+ * `inBandStreamErrors`: a stream's head goes out at once, and every failure is said inside it.
  */
 export function respondWithBuilder(
   stream: boolean,
@@ -185,24 +187,66 @@ export function respondWithBuilder(
   signal: AbortSignal,
   done: (builder: ResponseBuilder) => Promise<void> = async () => {},
   spent?: () => Usage,
-): Promise<RouteResult> | RouteResult {
-  if (!stream) {
-    return (async () => {
-      const builder = builderFor();
-      builder.start("in_progress");
-      const failure = await drive(events, builder, signal, undefined, spent);
-      await done(builder);
-      const snapshot = builder.snapshot();
-      // Nothing was sent yet, so the failure keeps its own status: a request that waited past the
-      // queue timeout (or was refused as overloaded) is a 503 with Retry-After, as on every route;
-      // only a fault of the server's is a 500.
-      if (builder.status === "failed") {
-        if (failure && failure.status !== 500) throw failure;
-        throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
-      }
-      return { kind: "json" as const, body: snapshot };
-    })();
+  opts: { inBandStreamErrors?: boolean } = {},
+): Promise<RouteResult> {
+  if (stream && opts.inBandStreamErrors) return Promise.resolve(streamAnswer(builderFor, events, signal, done, spent));
+  if (stream) return heldStream(builderFor, events, signal, done, spent);
+  return jsonAnswer(builderFor, events, signal, done, spent);
+}
+
+/**
+ * A stream's head waits for the generation's first event: a failure before it (a queue timeout, no
+ * upstream left) is answered as the JSON request's would be, with its own status, and the failed
+ * response is kept as well. A stop from outside before then (the client gone, a DELETE) still
+ * ends the stream as it would have ended later.
+ */
+async function heldStream(
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
+  events: AsyncIterable<GenerationEvent>,
+  signal: AbortSignal,
+  done: (builder: ResponseBuilder) => Promise<void>,
+  spent?: () => Usage,
+): Promise<RouteResult> {
+  let held: AsyncIterable<GenerationEvent>;
+  try {
+    held = await afterFirstEvent(events);
+  } catch (err) {
+    const failing = failingWith<GenerationEvent>(err);
+    if (!signal.aborted) return jsonAnswer(builderFor, failing, signal, done, spent);
+    held = failing;
   }
+  return streamAnswer(builderFor, held, signal, done, spent);
+}
+
+async function jsonAnswer(
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
+  events: AsyncIterable<GenerationEvent>,
+  signal: AbortSignal,
+  done: (builder: ResponseBuilder) => Promise<void>,
+  spent?: () => Usage,
+): Promise<RouteResult> {
+  const builder = builderFor();
+  builder.start("in_progress");
+  const failure = await drive(events, builder, signal, undefined, spent);
+  await done(builder);
+  const snapshot = builder.snapshot();
+  // Nothing was sent yet, so the failure keeps its own status: a request that waited past the
+  // queue timeout (or was refused as overloaded) is a 503 with Retry-After, as on every route;
+  // only a fault of the server's is a 500.
+  if (builder.status === "failed") {
+    if (failure && failure.status !== 500) throw failure;
+    throw new ApiError(500, (snapshot.error as { message: string }).message, { code: "server_error" });
+  }
+  return { kind: "json" as const, body: snapshot };
+}
+
+function streamAnswer(
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
+  events: AsyncIterable<GenerationEvent>,
+  signal: AbortSignal,
+  done: (builder: ResponseBuilder) => Promise<void>,
+  spent?: () => Usage,
+): RouteResult {
   // The stream's builder, for the sequence number of an error event written after a failure.
   let current: ResponseBuilder | undefined;
   return {

@@ -1,13 +1,14 @@
 import { createHash } from "node:crypto";
 import { badRequest, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
-import type { ModelDescription } from "../../core/types.ts";
+import { afterFirstEvent, failingWith } from "../../core/stream-head.ts";
+import type { GenerationEvent, ModelDescription } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import { spakErrorEvent } from "./errors.ts";
 import { spakFieldNames } from "./field-names.ts";
 import { SPAK_MODEL, type SpakChatRequest } from "./protocol.ts";
 import { spakToCanonical } from "./to-canonical.ts";
-import { renderSpakCompletion, streamSpakCompletion } from "./to-wire.ts";
+import { isResourceShortage, renderSpakCompletion, streamSpakCompletion } from "./to-wire.ts";
 
 /**
  * The backend configuration a response was made with: the model file and the engine build (see
@@ -52,9 +53,15 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
   };
   if (!body.stream) return { kind: "json", body: await renderSpakCompletion(meta, started.events) };
   const includeUsage = body.stream_options?.include_usage === true;
+  // A stream's head waits for its first event, so a failure before it keeps its own status; a
+  // shortage of capacity is no failure here (003-56), and ends the stream with its finish reason.
+  const events = await afterFirstEvent(started.events).catch((err) => {
+    if (isResourceShortage(err)) return failingWith<GenerationEvent>(err);
+    throw withWireParam(err, spakFieldNames);
+  });
   return {
     kind: "sse",
-    write: (sse) => streamSpakCompletion(sse, meta, started.events, includeUsage),
+    write: (sse) => streamSpakCompletion(sse, meta, events, includeUsage),
     errorEvent: (err) => spakErrorEvent(err),
   };
 }
