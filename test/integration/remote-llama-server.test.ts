@@ -238,4 +238,16 @@ describe("an --embeddings llama-server behind a Plinth router", { skip }, () => 
     // The replica is still in service.
     assert.equal((await postJson(`${router.url}/v1/embeddings`, { model: "le", input: "again" })).status, 200);
   });
+
+  test("an input too long for llama-server is named by its index, which llama-server does not say", async () => {
+    const long = "river king city ".repeat(400);
+    const direct = await postJson(`${llama.url}/v1/embeddings`, { input: ["short", long] });
+    assert.ok(direct.status >= 400, direct.text);
+    for (const input of [["short", long], [long, "short", "a city"], [[1, 2, 3], long]]) {
+      const r = await postJson(`${router.url}/v1/embeddings`, { model: "le", input });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.param, `input[${input.indexOf(long)}]`, r.text);
+    }
+    assert.equal((await postJson(`${router.url}/v1/embeddings`, { model: "le", input: "again" })).status, 200);
+  });
 });

@@ -104,12 +104,14 @@ function initKeyDialog() {
     if (bad) {
       e.preventDefault();
       input.focus();
+      return;
     }
+    // Kept now, while the dialog closes: its close event comes a task later, and whatever reads
+    // the key in between (a request already on its way) would still find the old one.
+    apiKey.set(key);
   });
   dialog.addEventListener("close", () => {
-    if (dialog.returnValue !== "save") return;
-    apiKey.set(cleanKey(input.value));
-    void loadModels();
+    if (dialog.returnValue === "save") void loadModels();
   });
 }
 

@@ -48,10 +48,11 @@ export class UpstreamFailure extends Error {
    * A server error that the request's content caused, as its message says: llama-server started
    * without --mmproj answers an image with a 500 "image input is not supported". Another replica
    * answers the same, and counting it as the replica's failure let any client eject healthy
-   * replicas by sending images; it is the client's 400 instead.
+   * replicas by sending images; it is the client's 400 instead. So is an embedding input longer
+   * than llama-server's physical batch (a 500 "input (N tokens) is too large to process").
    */
   get contentFault(): boolean {
-    return this.kind === "status" && this.status === 500 && /\b(image|audio|video|multimodal) input is not supported\b/i.test(this.message);
+    return this.kind === "status" && this.status === 500 && (/\b(image|audio|video|multimodal) input is not supported\b/i.test(this.message) || isTooLargeInput(this.message));
   }
 
   /**
@@ -68,6 +69,9 @@ export class UpstreamFailure extends Error {
 }
 
 const isClientStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500;
+
+/** llama-server's 500 for an input that does not fit one physical batch (embeddings need it whole). */
+export const isTooLargeInput = (message: string) => /\binput \(\d+ tokens\) is too large to process\b/i.test(message);
 
 export interface UpstreamResponse {
   status: number;

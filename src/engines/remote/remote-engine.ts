@@ -846,6 +846,9 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   }
 }
 
+/** The largest batch whose too-long input is looked for by counting each input (see longestInput). */
+const LOCATE_AT_MOST = 64;
+
 /**
  * Embeddings through the upstream's /v1/embeddings. The core asks for each input's tokens before
  * it embeds; the upstream does both in one call, so "tokenizing" embeds the input, keeps the vector
@@ -891,11 +894,13 @@ class RemoteEmbedder implements Embedder {
       .request("/v1/embeddings", body, undefined, false, signal, (replica) => {
         if (responseHeaders) responseHeaders[UPSTREAM_HEADER] = replica.name;
       })
-      .catch((err: unknown) => {
+      .catch(async (err: unknown) => {
         // An input too long for the upstream is the input's fault, as when embedded here (the wire
         // reader calls any context refusal the prompt's).
-        if (err instanceof ApiError && err.field === "prompt")
-          throw new ApiError(err.status, err.message, { field: inputs.length === 1 ? "inputs[0]" : "input", code: err.code ?? undefined });
+        if (err instanceof ApiError && err.field === "prompt") {
+          const which = inputs.length === 1 ? 0 : await this.longestInput(inputs);
+          throw new ApiError(err.status, err.message, { field: which === undefined ? "input" : `inputs[${which}]`, code: err.code ?? undefined });
+        }
         throw err;
       })) as any;
     const unknownShape = () => new ApiError(502, `The upstream serving '${this.engine.id}' sent embeddings in an unknown shape.`, { code: "upstream_error" });
@@ -914,6 +919,21 @@ class RemoteEmbedder implements Embedder {
       this.vectors.set(tokens, vectors[i]!);
       return tokens;
     });
+  }
+
+  /**
+   * Which input of a batch the upstream found too long, when it did not say (vLLM and llama-server
+   * name no index): the one with the most tokens, counted by the upstream's own tokenizer. If any
+   * input is past the limit, that one is. Undefined where it cannot be counted (no /tokenize) or the
+   * batch is too large to count one input at a time on an error path.
+   */
+  private async longestInput(inputs: EmbedInput[]): Promise<number | undefined> {
+    if (inputs.length > LOCATE_AT_MOST) return undefined;
+    const counts = await Promise.all(
+      inputs.map((input) => (input.kind === "tokens" ? input.tokens.length : this.engine.tokenize({ kind: "text", text: input.text }, true).then((t) => t.length))),
+    ).catch(() => undefined);
+    if (!counts) return undefined;
+    return counts.indexOf(Math.max(...counts));
   }
 
   /**

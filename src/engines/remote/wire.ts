@@ -3,6 +3,7 @@ import type { EngineChunk } from "../../core/engine.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import { imagesIn } from "../../core/content-parts.ts";
 import type { ContentPart, GenerationRequest, Message, TokenLogprob } from "../../core/types.ts";
+import { isTooLargeInput } from "./http.ts";
 
 /**
  * The upstream's OpenAI-compatible HTTP, and only that: canonical requests become request bodies
@@ -477,6 +478,7 @@ export function canonicalField(param: unknown): string | undefined {
 export function isContextError(status: number, body: unknown, message: string): boolean {
   const code = (body as any)?.error?.code ?? (body as any)?.code;
   if (code === "context_length_exceeded") return true;
+  if (status === 500 && isTooLargeInput(message)) return true;
   if (status !== 400 && status !== 413 && status !== 422) return false;
   return /context length|context window|maximum context|context size|too many tokens|exceeds the (?:available )?context|prompt is too long/i.test(message);
 }
