@@ -284,7 +284,7 @@ test("a background response deleted while streams read it: the creating stream a
   assert.equal((await call("GET", `/responses/${id}`)).status, 404);
 });
 
-test("two turns of one conversation at once with the same item id: the second is refused before it generates, not after", async () => {
+test("two turns of one conversation at once: the second is refused before it generates (conversation_locked), not after", async () => {
   const conv = await s.client.conversations.create({});
   const turn = (extra: Record<string, unknown>) => ({ model: "tiny", conversation: conv.id, input: [{ id: "msg_mine", role: "user", content: "Hi" }], ...extra });
   const res = await fetch(`${s.url}/v1/responses`, {
@@ -294,15 +294,15 @@ test("two turns of one conversation at once with the same item id: the second is
   });
   const reader = res.body!.getReader();
   const opened = await readUntil(reader, /response\.output_text\.delta/);
-  // The first has not stored its items yet; the second would have failed with a 409 once done.
+  // The first has not stored its items yet; the second would have failed with a 409 once done (and
+  // with other ids, its answer would have been stored after the first's, which it never saw).
   const second = await call("POST", "/responses", turn({ max_output_tokens: 2 }));
   assert.equal(second.status, 400, JSON.stringify(second.json));
-  assert.equal(second.json.error.param, "input[0].id");
-  assert.match(second.json.error.message, /still running/);
-  // Nor can the id be added to the conversation meanwhile (the turn would fail to store its items).
+  assert.deepEqual([second.json.error.code, second.json.error.param], ["conversation_locked", "conversation"]);
+  // Nor can items be added to the conversation meanwhile (they would sit before the running turn's).
   const added = await call("POST", `/conversations/${conv.id}/items`, { items: [{ id: "msg_mine", role: "user", content: "Also" }] });
-  assert.equal(added.status, 409, JSON.stringify(added.json));
-  assert.equal(added.json.error.param, "items[0].id");
+  assert.equal(added.status, 400, JSON.stringify(added.json));
+  assert.equal(added.json.error.code, "conversation_locked");
   await readUntil(reader, /event: response\.incomplete\n/, opened);
   const items = (await s.client.conversations.items.list(conv.id, { order: "asc" })).data as any[];
   assert.deepEqual(items.map((i) => i.role), ["user", "assistant"]);

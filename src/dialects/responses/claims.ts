@@ -10,6 +10,36 @@ import { ApiError } from "../../core/errors.ts";
  */
 export class ConversationClaims {
   private readonly claimed = new Map<string, Set<string>>();
+  /** Conversations a stored turn is running on (see `lock`). */
+  private readonly locked = new Set<string>();
+
+  /**
+   * Takes the conversation for one turn, from before it reads the history until its items are
+   * appended, or refuses with OpenAI's 400 `conversation_locked` while another turn has it. Two
+   * turns at once each read the same history and then appended their items one after the other,
+   * so the stored history held answers to turns their model never saw. Returns the release, which
+   * can be called more than once.
+   */
+  lock(ns: string, conversationId: string, param: string | null = "conversation"): () => void {
+    const key = `${ns}\u0000${conversationId}`;
+    this.refuseIfLocked(ns, conversationId, param);
+    this.locked.add(key);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.locked.delete(key);
+    };
+  }
+
+  /** Refuses while the conversation is taken (a turn runs on it, or items are being added). */
+  refuseIfLocked(ns: string, conversationId: string, param: string | null): void {
+    if (this.locked.has(`${ns}\u0000${conversationId}`))
+      throw new ApiError(400, `Another request is changing the conversation '${conversationId}' (a response running on it, or items being added); try again once it has finished.`, {
+        param,
+        code: "conversation_locked",
+      });
+  }
 
   /** Whether a running turn holds `id` for the conversation. */
   holds(ns: string, conversationId: string, id: string): boolean {

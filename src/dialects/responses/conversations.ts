@@ -107,7 +107,15 @@ export async function addItems(id: string, body: z.infer<typeof addItemsRequest>
   const include = readInclude(q, deps.sealer);
   // The conversation first: a reference in a request to no conversation is not what is wrong with it.
   if (!(await deps.store.conversations.get(ns, id))) throw notFound("conversation", id);
-  const added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps, id));
+  // Items added while a turn runs would sit before its answer, which never saw them; a turn that
+  // starts while these are being added is refused in the same way.
+  const unlock = deps.claims.lock(ns, id, null);
+  let added: Awaited<ReturnType<typeof deps.store.conversations.addItems>>;
+  try {
+    added = await deps.store.conversations.addItems(ns, id, await normalise(body.items as Item[], ns, deps, id));
+  } finally {
+    unlock();
+  }
   if (!added) throw notFound("conversation", id);
   return {
     kind: "json",

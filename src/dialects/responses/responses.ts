@@ -139,13 +139,27 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
   const summary = body.reasoning?.summary ?? body.reasoning?.generate_summary;
   if (summary != null && env.service.registry.get(body.model)?.engine?.describe().reasoning === false)
     throw unsupportedField("reasoning.summary", `is available only on models that reason; '${body.model}' does not`);
-  const userNs = responsesNamespace(body);
   // Stored objects belong to the API key; the end user isolates the prompt cache only.
   const ns = storeNamespace(env.ctx.apiKey);
+  const store = body.store !== false;
+  // A stored turn on a conversation has it to itself from before it reads the history until its
+  // items are appended (see ConversationClaims.lock).
+  const conversationId = body.conversation == null ? undefined : typeof body.conversation === "string" ? body.conversation : body.conversation.id;
+  const unlock = store && conversationId !== undefined ? deps.claims.lock(ns, conversationId) : () => {};
+  try {
+    return await answerTurn(body, env, deps, ns, store, unlock);
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+}
+
+/** The rest of answerResponse; `unlock` gives back the conversation, once the turn's items are in. */
+async function answerTurn(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps, ns: string, store: boolean, unlock: () => void): Promise<RouteResult> {
+  const userNs = responsesNamespace(body);
   const input = await resolveInput(body, ns, deps);
   const { request, fieldName } = responseToCanonical(body, input.all as InputItem[], input.all.length - input.added.length);
   const ctx = { ...env.ctx, namespace: userNs || undefined };
-  const store = body.store !== false;
   const include = new Set(body.include ?? []);
   // One response, however many builders are made of it (a stored one's opening is stored first).
   const id = newId("resp_");
@@ -185,7 +199,11 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
   if (store) {
     // A turn appends its items to the conversation when it ends: its ids are held from now until
     // then, so a concurrent turn with one of them is refused before it generates too.
-    const release = input.conversationId ? deps.claims.claim(ns, input.conversationId, input.positions) : () => {};
+    const releaseIds = input.conversationId ? deps.claims.claim(ns, input.conversationId, input.positions) : () => {};
+    const release = () => {
+      releaseIds();
+      unlock();
+    };
     const setup = { ns, ctx, request, fieldName, builderFor, persist, input, release };
     try {
       return await (body.background ? startBackground(body, env, deps, setup) : startStored(body, env, deps, setup));
