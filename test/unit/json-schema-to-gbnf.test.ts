@@ -2,6 +2,7 @@ import assert from "../helpers/assert.ts";
 import { after, before, describe, test } from "node:test";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import fc from "fast-check";
+import { z } from "zod";
 import {
   getLlama,
   LlamaGrammarEvaluationState,
@@ -381,6 +382,17 @@ describe("grammar text", () => {
       '"ab"', '"abc"', '"\\u00e9b"', '"\\"\\\\"', '"😀x"', '"a\\nb"', '"\\/x"',
     ], ['"a"', '"abcd"', '"\\ud83d\\ude00"', '"a\nb"', '"a\\x"', '"\\u12"', "ab"]);
     await assertAccepts({ type: ["string", "null"], maxLength: 1 }, ['""', '"x"', "null"], ['"xy"', '"null"']);
+  });
+
+  test("lengths count code points, as ajv, pydantic and zod (4.6 and later) all count them", async () => {
+    // A character past U+FFFF is one code point and two UTF-16 units; zod counts code points since
+    // 4.6 (`.max(4)` takes three emoji), so an answer the grammar lets through passes zod's parse.
+    const schema = z.object({ a: z.string().max(4), b: z.string().min(2).max(3) });
+    const ok = await matcher(z.toJSONSchema(schema) as Record<string, unknown>);
+    for (const [a, b] of [["😀😀😀😀", "😀x"], ["ab😀", "😀😀😀"], ["😀😀😀😀😀", "xy"], ["a", "😀"], ["", "a😀"]]) {
+      const text = JSON.stringify({ a, b });
+      assert.equal(ok(text), schema.safeParse({ a, b }).success, text);
+    }
   });
 
   test("long strings and arrays are built from chunks below llama.cpp's repetition limit", async () => {
