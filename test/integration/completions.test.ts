@@ -128,6 +128,10 @@ test("an answer cut by max_tokens inside a character ends in U+FFFD, in the text
   assert.equal(choice.logprobs!.top_logprobs.at(-1)![last], choice.logprobs!.token_logprobs.at(-1));
   const { chunks } = await streamedChunks(`${s.url}/v1/completions`, { model: "tiny", ...body, stream: true });
   assert.equal(chunks.map((c) => c.choices[0]?.text ?? "").join(""), choice.text);
+  // Every token's entry is in the chunk that carries it; the finish chunk has none, so null (as chat's).
+  assert.deepEqual(chunks.flatMap((c) => c.choices[0]?.logprobs?.tokens ?? []), choice.logprobs!.tokens);
+  const finish = chunks.find((c) => c.choices[0]?.finish_reason);
+  assert.deepEqual([finish?.choices[0].text, finish?.choices[0].logprobs], ["", null]);
   // Chat the same way, with the bytes exact in the last entry.
   const chat = await s.client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 1, temperature: 0, logprobs: true, top_logprobs: 1, logit_bias: { ...NO_EOG, 233: 100 } });
   const entry = chat.choices[0].logprobs!.content![0];

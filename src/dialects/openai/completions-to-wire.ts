@@ -164,7 +164,9 @@ export async function streamCompletion(
       if (logprobs !== undefined) wireLp = ev.logprobs ? builders[ev.choice].build(ev.logprobs) : empty();
       await sse.data(chunk([{ index: ev.choice, text: ev.text, logprobs: wireLp, finish_reason: null }]));
     } else if (ev.type === "finish") {
-      await sse.data(chunk([{ index: ev.choice, text: "", logprobs: logprobs === undefined ? null : empty(), finish_reason: ev.reason }]));
+      // No token in it, so no log probabilities: null, as on chat's finish chunk (a client that keeps each
+      // chunk's logprobs, as the AI SDK does, ended with an empty list).
+      await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: ev.reason }]));
     } else if (ev.type === "usage" && includeUsage) {
       await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
     }
