@@ -38,10 +38,12 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
 
 function fromZod(err: z.ZodError, body: unknown): ApiError {
   const { path, issue } = resolveIssue(err.issues[0], err.issues[0].path, body);
-  // A key a strict object does not define is named itself, not the object that holds it.
+  // A key a strict object does not define is named itself, not the object that holds it, with the
+  // code of an unknown top-level field (unknown-fields.ts): a client tells one kind of mistake by one
+  // code, however deep the key is (`input[0].content[0].foo`).
   if (issue.code === "unrecognized_keys" && issue.keys.length > 0) {
     const param = formatPath([...path, issue.keys[0]]);
-    return new ApiError(400, `Invalid '${param}': this request does not take that field here.`, { param, code: "invalid_value" });
+    return new ApiError(400, `Invalid '${param}': this request does not take that field here.`, { param, code: "unknown_field" });
   }
   // A record's key that breaks its rule: the key's own rule is said (zod's issue says only "Invalid
   // key in record"), and the field is the key's path, or the record's for an empty key (not
