@@ -386,11 +386,15 @@ test("a conversation refuses content parts its later turns could not use, by the
   const added = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "user", content: [audio] }] });
   assert.equal(added.status, 400, added.text);
   assert.equal(added.json.error.param, "items[0].content[0].type");
-  // An image is for user messages only, as in a response's input.
+  // An image is for user messages only, as in a response's input: an assistant's parts are never
+  // images (OpenAI's rule, named by the part's type), and a system message's are not here.
   const image = { type: "input_image", image_url: "data:image/png;base64,AAAA" };
   const misplaced = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "assistant", content: [image] }] });
   assert.equal(misplaced.status, 400, misplaced.text);
-  assert.equal(misplaced.json.error.param, "items[0].content[0]");
+  assert.equal(misplaced.json.error.param, "items[0].content[0].type");
+  const system = await call("POST", `/conversations/${conv.json.id}/items`, { items: [{ type: "message", role: "system", content: [image] }] });
+  assert.equal(system.status, 400, system.text);
+  assert.equal(system.json.error.param, "items[0].content[0]");
 
   // Nothing refused was stored: the conversation's next turn works.
   const turn = await call("POST", "/responses", { model: "tiny", input: [{ role: "user", content: "hi" }], conversation: conv.json.id, max_output_tokens: 2 });

@@ -57,7 +57,10 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
     "input[3].content[1]",
   ],
   ["an image by file id", { input: [{ role: "user", content: [{ type: "input_image", file_id: "file_1" }] }] }, 400, "input[0].content[0].file_id"],
-  ["an image in an assistant message", { input: [{ role: "assistant", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0]"],
+  // OpenAI's own rule (an assistant's parts are output_text and refusal), named by the part's type.
+  ["an image in an assistant message", { input: [{ role: "assistant", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, 400, "input[0].content[0].type"],
+  // A role that may hold images at OpenAI, but not on this server (the templates put them in user turns).
+  ["an image in a system message", { input: [{ role: "system", content: [{ type: "input_image", image_url: "http://x/y.png" }] }, { role: "user", content: "hi" }] }, 400, "input[0].content[0]"],
   ["a file part", { input: [{ role: "user", content: [{ type: "input_file", file_id: "file_1" }] }] }, 400, "input[0].content[0].type"],
   ["a text part whose text is not a string", { input: [{ role: "user", content: [{ type: "input_text", text: 5 }] }] }, 400, "input[0].content[0].text"],
   ["an output part whose text is missing", { input: [{ role: "assistant", content: [{ type: "output_text" }] }] }, 400, "input[0].content[0].text"],
@@ -592,4 +595,176 @@ test("text.format json_schema is strict only when asked (the reference's default
     strictness.push(rf?.type === "json_schema" ? rf.strict : undefined);
   }
   assert.deepEqual(strictness, [false, false, false, true]);
+});
+
+// Input items as the outside probe sent them: a key OpenAI's schema does not give an item or part was
+// taken, stored and listed back. OpenAI refuses it with the key's path; so does Plinth, with the code
+// of an unknown top-level field, at every depth.
+test("an unknown key anywhere in an input item, its parts or the request's nested objects is a 400 naming its path, code unknown_field", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const user = { role: "user", content: "hi" };
+  const call = { type: "function_call", call_id: "c1", name: "lookup", arguments: "{}" };
+  const custom = { type: "custom_tool_call", call_id: "c2", name: "sql", input: "x" };
+  const answered = [{ type: "function_call_output", call_id: "c1", output: "ok" }, { type: "custom_tool_call_output", call_id: "c2", output: "ok" }];
+  const said = (part: object) => ({ role: "assistant", content: [{ type: "output_text", text: "x", ...part }] });
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ input: [{ type: "message", role: "user", foo: 1, content: [{ type: "input_text", text: "x" }] }] }, "input[0].foo"],
+    [{ input: [{ role: "user", content: [{ type: "input_text", text: "x", foo: 1 }] }] }, "input[0].content[0].foo"],
+    [{ input: [said({ foo: 1 }), user] }, "input[0].content[0].foo"],
+    // What the openai SDK's responses.parse adds to what it hands back; OpenAI refuses it too.
+    [{ input: [said({ parsed: null }), user] }, "input[0].content[0].parsed"],
+    [{ input: [said({ annotations: [{ type: "url_citation", url: "https://x", start_index: 0, end_index: 1, title: "t", foo: 1 }] }), user] }, "input[0].content[0].annotations[0].foo"],
+    [{ input: [said({ logprobs: [{ token: "x", logprob: -1, bytes: [120], top_logprobs: [], foo: 1 }] }), user] }, "input[0].content[0].logprobs[0].foo"],
+    [{ input: [said({ logprobs: [{ token: "x", logprob: -1, bytes: [120], top_logprobs: [{ token: "x", logprob: -1, bytes: [120], foo: 1 }] }] }), user] }, "input[0].content[0].logprobs[0].top_logprobs[0].foo"],
+    [{ input: [{ role: "assistant", content: [{ type: "refusal", refusal: "no", foo: 1 }] }, user] }, "input[0].content[0].foo"],
+    [{ input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png", foo: 1 }] }] }, "input[0].content[0].foo"],
+    [{ input: [{ role: "user", content: [{ type: "input_file", file_data: "x", foo: 1 }] }] }, "input[0].content[0].foo"],
+    [{ input: [user, { ...call, foo: 1 }, answered[0]] }, "input[1].foo"],
+    [{ input: [user, { ...call, parsed_arguments: {} }, answered[0]] }, "input[1].parsed_arguments"],
+    [{ input: [user, call, { ...answered[0], foo: 1 }] }, "input[2].foo"],
+    [{ input: [user, call, { ...answered[0], output: [{ type: "input_text", text: "ok", foo: 1 }] }] }, "input[2].output[0].foo"],
+    [{ input: [user, { ...custom, foo: 1 }, answered[1]] }, "input[1].foo"],
+    [{ input: [user, custom, { ...answered[1], foo: 1 }] }, "input[2].foo"],
+    [{ input: [{ type: "reasoning", summary: [], foo: 1 }, user] }, "input[0].foo"],
+    [{ input: [{ type: "reasoning", summary: [{ type: "summary_text", text: "t", foo: 1 }] }, user] }, "input[0].summary[0].foo"],
+    [{ input: [{ type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: "t", foo: 1 }] }, user] }, "input[0].content[0].foo"],
+    [{ input: [{ type: "item_reference", id: "msg_x", foo: 1 }] }, "input[0].foo"],
+    [{ input: [{ role: "user", content: "hi", foo: 1 }] }, "input[0].foo"],
+    // Before the conversation is looked up: it was a 404 for the id, the key dropped.
+    [{ conversation: { id: "conv_nope", foo: 1 } }, "conversation.foo"],
+    [{ tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "function", name: "lookup", foo: 1 }] } }, "tool_choice.tools[0].foo"],
+    [{ tools: TOOLS, tool_choice: { type: "allowed_tools", mode: "auto", foo: 1, tools: [{ type: "function", name: "lookup" }] } }, "tool_choice.foo"],
+    [{ reasoning: { efort: "high" } }, "reasoning.efort"],
+  ];
+  for (const [extra, param] of cases) {
+    const r = await post({ model: "m", input: "hi", max_output_tokens: 1, tools: TOOLS, ...extra });
+    assert.equal(r.statusCode, 400, `${param}: ${r.body}`);
+    assert.equal(r.json().error.param, param, r.body);
+    assert.equal(r.json().error.code, "unknown_field", r.body);
+  }
+  // An annotation of a kind OpenAI has not got is a bad value, not a bad key.
+  const footnote = await post({ model: "m", input: [said({ annotations: [{ type: "footnote" }] }), user] });
+  assert.equal(footnote.json().error?.param, "input[0].content[0].annotations[0].type", footnote.body);
+  // Nothing of such a request is stored: a conversation refused this way holds no item.
+  const items = { role: "user", content: [{ type: "input_text", text: "x", foo: 1 }] };
+  for (const [url, body, param] of [
+    ["/v1/conversations", { items: [items] }, "items[0].content[0].foo"],
+    ["/v1/conversations", { items: [{ ...call, foo: 1 }] }, "items[0].foo"],
+  ] as const) {
+    const r = await post(body, url);
+    assert.equal(r.statusCode, 400, r.body);
+    assert.deepEqual([r.json().error.param, r.json().error.code], [param, "unknown_field"], r.body);
+  }
+  const conv = (await post({}, "/v1/conversations")).json();
+  const added = await post({ items: [{ type: "reasoning", summary: [{ type: "summary_text", text: "t", foo: 1 }] }] }, `/v1/conversations/${conv.id}/items`);
+  assert.equal(added.statusCode, 400, added.body);
+  assert.deepEqual([added.json().error.param, added.json().error.code], ["items[0].summary[0].foo", "unknown_field"]);
+  const listed = await s.app.inject({ method: "GET", url: `/v1/conversations/${conv.id}/items` });
+  assert.deepEqual(listed.json().data, []);
+});
+
+test("a content part in the wrong role is a 400 naming its type (OpenAI's rule), in input and in a conversation's items", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const user = { role: "user", content: "hi" };
+  const part = (type: string) => (type === "refusal" ? { type, refusal: "no" } : type === "input_image" ? { type, image_url: "http://x/y.png" } : type === "input_file" ? { type, file_data: "x" } : { type, text: "x" });
+  const wrong: Array<[string, string]> = [
+    ["user", "output_text"],
+    ["user", "refusal"],
+    ["system", "output_text"],
+    ["developer", "refusal"],
+    ["assistant", "input_text"],
+    ["assistant", "input_image"],
+    ["assistant", "input_file"],
+  ];
+  for (const [role, type] of wrong) {
+    const r = await post({ model: "m", max_output_tokens: 1, input: [{ role, content: [{ type: "input_text", text: "a" }, part(type)].slice(role === "assistant" ? 1 : 0) }, user] });
+    const at = role === "assistant" ? 0 : 1;
+    assert.equal(r.statusCode, 400, `${role} ${type}: ${r.body}`);
+    assert.equal(r.json().error.param, `input[0].content[${at}].type`, r.body);
+    assert.match(r.json().error.message, new RegExp(`'${type}'`));
+    const c = await post({ items: [{ type: "message", role, content: [part(type)] }] }, "/v1/conversations");
+    assert.equal(c.statusCode, 400, c.body);
+    assert.equal(c.json().error.param, "items[0].content[0].type", c.body);
+  }
+  // How clients replay history: an assistant's text as a string or as output_text (with annotations,
+  // as LangChain writes it) and a refusal; a user's, system's and developer's input parts.
+  const r = await post({
+    model: "m",
+    max_output_tokens: 1,
+    store: false,
+    input: [
+      { role: "developer", content: [{ type: "input_text", text: "Be brief." }] },
+      { role: "system", content: "Be kind." },
+      { role: "user", content: [{ type: "input_text", text: "hi" }] },
+      { role: "assistant", content: "hello" },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "x", annotations: [] }, { type: "refusal", refusal: "no" }] },
+      user,
+    ],
+  });
+  assert.equal(r.statusCode, 200, r.body);
+});
+
+test("a response's output goes back as the next input, whole (ids, statuses, sealed reasoning, annotations and logprobs), and so do listed items", async () => {
+  const lp = { token: "x", bytes: [120], logprob: -0.5, top: [{ token: "x", bytes: [120], logprob: -0.5 }] };
+  script = EVERYTHING.map((c) => (c.kind === "text" && c.channel !== "reasoning" ? { ...c, logprobs: [lp] } : c));
+  const include = ["reasoning.encrypted_content", "message.output_text.logprobs"];
+  const first = await post({ model: "m", input: "go", tools: TOOLS, include, reasoning: { summary: "auto" } });
+  assert.equal(first.statusCode, 200, first.body);
+  const output = first.json().output;
+  assert.ok(output[0].encrypted_content && output[1].content[0].logprobs.length > 0, JSON.stringify(output));
+  const outputs = [
+    { type: "function_call_output", call_id: output[2].call_id, output: [{ type: "input_text", text: "found" }], name: "lookup", status: "completed" },
+    { type: "custom_tool_call_output", call_id: output[3].call_id, output: "rows" },
+  ];
+  // An output_text part as OpenAI writes it when it cites, with OpenAI's other fields of an item.
+  const cited = {
+    id: "msg_cited",
+    type: "message",
+    role: "assistant",
+    status: "completed",
+    phase: "final_answer",
+    content: [{ type: "output_text", text: "See.", annotations: [{ type: "url_citation", url: "https://example.com", start_index: 0, end_index: 3, title: "Ex" }], logprobs: [] }],
+  };
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const next = await post({ model: "m", tools: TOOLS, include, input: [{ role: "user", content: "go" }, ...output, ...outputs, cited, { role: "user", content: "And?" }] });
+  assert.equal(next.statusCode, 200, next.body);
+  // The items as GET lists them (calls and outputs with a status, messages' parts spelt out) go back too.
+  const listed = (await s.app.inject({ method: "GET", url: `/v1/responses/${next.json().id}/input_items?order=asc&limit=100&include[]=reasoning.encrypted_content` })).json().data;
+  assert.ok(listed.some((i: any) => i.type === "custom_tool_call_output" && i.status === "completed"), JSON.stringify(listed));
+  const again = await post({ model: "m", tools: TOOLS, store: false, input: listed });
+  assert.equal(again.statusCode, 200, again.body);
+  // And into a conversation, whose items go back the same way.
+  const conv = await post({ items: listed.slice(0, 20) }, "/v1/conversations");
+  assert.equal(conv.statusCode, 200, conv.body);
+  const items = (await s.app.inject({ method: "GET", url: `/v1/conversations/${conv.json().id}/items?order=asc&limit=100` })).json().data;
+  const fresh = (await post({}, "/v1/conversations")).json();
+  const copied = await post({ items: items.slice(0, 20) }, `/v1/conversations/${fresh.id}/items`);
+  assert.equal(copied.statusCode, 200, copied.body);
+});
+
+test("OpenAI's item fields that Plinth cannot honour are refused by name; an output naming another tool than its call is a 400", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const user = { role: "user", content: "hi" };
+  const call = { type: "function_call", call_id: "c1", name: "lookup", arguments: "{}" };
+  const output = { type: "function_call_output", call_id: "c1", output: "ok" };
+  const body = (input: unknown[]) => ({ model: "m", max_output_tokens: 1, store: false, tools: TOOLS, input });
+  const refused: Array<[unknown[], string]> = [
+    [[user, { ...call, namespace: "crm" }, output], "input[1].namespace"],
+    [[user, call, { ...output, namespace: "crm" }], "input[2].namespace"],
+    [[user, { ...call, caller: { type: "program", caller_id: "p1" } }, output], "input[1].caller"],
+    [[user, call, { ...output, caller: { type: "program", caller_id: "p1" } }], "input[2].caller"],
+  ];
+  for (const [input, param] of refused) {
+    const r = await post(body(input));
+    assert.equal(r.statusCode, 400, r.body);
+    assert.deepEqual([r.json().error.param, r.json().error.code], [param, "unsupported_parameter"], r.body);
+  }
+  const conv = await post({ items: [{ ...call, namespace: "crm" }] }, "/v1/conversations");
+  assert.equal(conv.json().error?.param, "items[0].namespace", conv.body);
+  const misnamed = await post(body([user, call, { ...output, name: "sql" }]));
+  assert.equal(misnamed.statusCode, 400, misnamed.body);
+  assert.equal(misnamed.json().error.param, "input[2].name");
+  // A direct caller, no namespace and the call's own name are what every call here has.
+  const ok = await post(body([user, { ...call, caller: { type: "direct" }, namespace: null }, { ...output, name: "lookup", caller: { type: "direct" }, id: null }]));
+  assert.equal(ok.statusCode, 200, ok.body);
 });

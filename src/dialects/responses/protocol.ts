@@ -17,22 +17,84 @@ import { once } from "../query-once.ts";
  * so they can be refused by name with a reason.
  */
 
-/** Content parts of input messages; non-text parts are recognised so they can be refused by name. */
-const textLike = z
-  .object({ type: z.enum(["input_text", "output_text"]), text: z.string(), prompt_cache_breakpoint: promptCacheBreakpoint.nullish() })
-  .loose();
-const refusalPart = z.object({ type: z.literal("refusal"), refusal: z.string() }).loose();
+/*
+ * Input items and their parts are strict: each takes the fields OpenAI's schema gives it (and those
+ * Plinth puts on the items it returns, so `response.output` goes back as the next `input`), and any
+ * other key is a 400 naming it (`input[0].content[0].foo`), as OpenAI answers. A loose item stored
+ * an unknown key and listed it back, and a field OpenAI defines that Plinth cannot honour (an
+ * image's `file_id`, a call's `namespace`) is declared so that it is refused by name with a reason
+ * (see to-canonical.ts), not dropped.
+ */
+
+const cacheBreakpoint = promptCacheBreakpoint.nullish();
+const inputText = z.strictObject({ type: z.literal("input_text"), text: z.string(), prompt_cache_breakpoint: cacheBreakpoint });
+// Where the fields of OpenAI's four annotation kinds are checked; Plinth writes none, but output
+// text from elsewhere may carry them, and they are kept with the item as sent.
+const annotation = byType(
+  {
+    file_citation: z.strictObject({ type: z.literal("file_citation"), file_id: z.string(), index: z.int(), filename: z.string() }),
+    url_citation: z.strictObject({ type: z.literal("url_citation"), url: z.string(), start_index: z.int(), end_index: z.int(), title: z.string() }),
+    container_file_citation: z.strictObject({
+      type: z.literal("container_file_citation"),
+      container_id: z.string(),
+      file_id: z.string(),
+      start_index: z.int(),
+      end_index: z.int(),
+      filename: z.string(),
+    }),
+    file_path: z.strictObject({ type: z.literal("file_path"), file_id: z.string(), index: z.int() }),
+  },
+  z.object({ type: z.enum(["file_citation", "url_citation", "container_file_citation", "file_path"]) }),
+);
+// OpenAI's LogProb, as an output_text part Plinth returns carries it (a -Infinity logprob reads null in JSON).
+const topLogprob = z.strictObject({ token: z.string(), logprob: z.number().nullable(), bytes: listOf(z.int()).nullish() });
+const logprob = topLogprob.extend({ top_logprobs: listOf(topLogprob).nullish() });
+const outputText = z.strictObject({
+  type: z.literal("output_text"),
+  text: z.string(),
+  annotations: listOf(annotation).nullish(),
+  logprobs: listOf(logprob).nullish(),
+});
+const refusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.string() });
+// Values are checked where the part is read (see inputImage); the keys here.
+const inputImage = z.strictObject({
+  type: z.literal("input_image"),
+  image_url: z.string().nullish(),
+  file_id: z.string().nullish(),
+  detail: z.string().nullish(),
+  prompt_cache_breakpoint: cacheBreakpoint,
+});
+// Refused as a whole by its type (see textOf); its keys are OpenAI's all the same.
+const inputFile = z.strictObject({
+  type: z.literal("input_file"),
+  file_id: z.string().nullish(),
+  filename: z.string().nullish(),
+  file_data: z.string().nullish(),
+  file_url: z.string().nullish(),
+  detail: z.string().nullish(),
+  prompt_cache_breakpoint: cacheBreakpoint,
+});
+/** Another type (`input_audio`): refused by its type where the part is read. */
 const otherPart = z.object({ type: z.string() }).loose();
 /** A part of a known type is checked as that type, so a malformed text part cannot pass as "other". */
-const contentPart = byType({ input_text: textLike, output_text: textLike, refusal: refusalPart }, otherPart);
-const outputPart = byType({ input_text: textLike, output_text: textLike }, otherPart);
+const contentPart = byType({ input_text: inputText, output_text: outputText, refusal: refusalPart, input_image: inputImage, input_file: inputFile }, otherPart);
+const outputPart = byType({ input_text: inputText, output_text: outputText, input_image: inputImage, input_file: inputFile }, otherPart);
 const messageContent = z.union([z.string(), listOf(contentPart)]);
 
 /** An item's status as OpenAI's items carry it (an item sent back keeps the one it was given). */
 const itemStatus = z.enum(["in_progress", "completed", "incomplete"]);
 
+/**
+ * Part types by role, as OpenAI's schema has them: an assistant's (OutputMessage) are output_text
+ * and refusal, the others' (InputMessage) input parts. A part in the wrong role was taken and
+ * stored in a shape that fails OpenAI's own schema when listed.
+ */
+const ASSISTANT_PARTS = ["output_text", "refusal"];
+const NOT_INPUT_PARTS = new Set(ASSISTANT_PARTS);
+
+// EasyInputMessage, InputMessage and OutputMessage in one: a message as sent, or as returned.
 const message = z
-  .object({
+  .strictObject({
     type: z.literal("message").optional(),
     id: z.string().optional(),
     role: z.enum(["user", "assistant", "system", "developer"]),
@@ -42,59 +104,78 @@ const message = z
     // and send back; the chat templates have no place for it, so it is checked and not rendered.
     phase: z.enum(["commentary", "final_answer"]).nullish(),
   })
-  .loose();
+  .superRefine((m, ctx) => {
+    if (typeof m.content === "string") return;
+    m.content.forEach((part, j) => {
+      const wrong = m.role === "assistant" ? !ASSISTANT_PARTS.includes(part.type) : NOT_INPUT_PARTS.has(part.type);
+      if (!wrong) return;
+      const allowed = m.role === "assistant" ? "'output_text' or 'refusal'" : "'input_text', 'input_image' or 'input_file'";
+      ctx.addIssue({ code: "custom", path: ["content", j, "type"], message: `a ${m.role} message's parts are ${allowed}, not '${part.type}'` });
+    });
+  });
 
-const functionCall = z
-  .object({
-    type: z.literal("function_call"),
-    id: z.string().optional(),
-    call_id: z.string().min(1),
-    name: z.string().min(1),
-    arguments: z.string(),
-    status: itemStatus.optional(),
-  })
-  .loose();
+/**
+ * OpenAI's fields of a tool call or output that say where it came from: a namespace of tools and a
+ * program that made the call. Declared so that what Plinth cannot do is refused by name (see
+ * refuseItemFields); a direct caller is what every call here is.
+ */
+const callOrigin = {
+  namespace: z.string().nullish(),
+  caller: z.strictObject({ type: z.enum(["direct", "program"]), caller_id: z.string().optional() }).nullish(),
+};
 
-const functionCallOutput = z
-  .object({
-    type: z.literal("function_call_output"),
-    id: z.string().optional(),
-    call_id: z.string().min(1),
-    output: z.union([z.string(), listOf(outputPart)]),
-    status: itemStatus.optional(),
-  })
-  .loose();
+const functionCall = z.strictObject({
+  type: z.literal("function_call"),
+  id: z.string().optional(),
+  call_id: z.string().min(1),
+  name: z.string().min(1),
+  arguments: z.string(),
+  status: itemStatus.optional(),
+  ...callOrigin,
+});
 
-const customToolCall = z
-  .object({
-    type: z.literal("custom_tool_call"),
-    id: z.string().optional(),
-    call_id: z.string().min(1),
-    name: z.string().min(1),
-    input: z.string(),
-  })
-  .loose();
+const functionCallOutput = z.strictObject({
+  type: z.literal("function_call_output"),
+  id: z.string().nullish(),
+  call_id: z.string().min(1),
+  output: z.union([z.string(), listOf(outputPart)]),
+  status: itemStatus.nullish(),
+  // The tool that produced the output: checked against the call it answers (see itemsToMessages).
+  name: z.string().min(1).nullish(),
+  ...callOrigin,
+});
 
-const customToolCallOutput = z
-  .object({
-    type: z.literal("custom_tool_call_output"),
-    id: z.string().optional(),
-    call_id: z.string().min(1),
-    output: z.union([z.string(), listOf(outputPart)]),
-  })
-  .loose();
+// OpenAI's CustomToolCall and its output have no status, but Plinth's own have one where it lists
+// them (see itemToWire) and the Databricks dialect's calls do: taken, so they can be sent back.
+const customToolCall = z.strictObject({
+  type: z.literal("custom_tool_call"),
+  id: z.string().optional(),
+  call_id: z.string().min(1),
+  name: z.string().min(1),
+  input: z.string(),
+  status: itemStatus.optional(),
+  ...callOrigin,
+});
 
-const reasoning = z
-  .object({
-    type: z.literal("reasoning"),
-    id: z.string().optional(),
-    summary: listOf(z.object({ type: z.string(), text: z.string() }).loose()).optional(),
-    content: listOf(z.object({ type: z.string(), text: z.string() }).loose()).nullish(),
-    encrypted_content: z.string().nullish(),
-  })
-  .loose();
+const customToolCallOutput = z.strictObject({
+  type: z.literal("custom_tool_call_output"),
+  id: z.string().optional(),
+  call_id: z.string().min(1),
+  output: z.union([z.string(), listOf(outputPart)]),
+  status: itemStatus.optional(),
+  caller: callOrigin.caller,
+});
 
-const itemReference = z.object({ type: z.literal("item_reference"), id: z.string().min(1) }).loose();
+const reasoning = z.strictObject({
+  type: z.literal("reasoning"),
+  id: z.string().optional(),
+  summary: listOf(z.strictObject({ type: z.literal("summary_text"), text: z.string() })).optional(),
+  content: listOf(z.strictObject({ type: z.literal("reasoning_text"), text: z.string() })).nullish(),
+  encrypted_content: z.string().nullish(),
+  status: itemStatus.optional(),
+});
+
+const itemReference = z.strictObject({ type: z.literal("item_reference"), id: z.string().min(1) });
 
 const itemTypes = {
   message,
@@ -162,10 +243,21 @@ const toolChoice = byType(
   {
     function: z.strictObject({ type: z.literal("function"), name: z.string().min(1) }),
     custom: z.strictObject({ type: z.literal("custom"), name: z.string().min(1) }),
-    allowed_tools: z.object({
+    // Strict to the key: a stray one was echoed back in the response's tool_choice.
+    allowed_tools: z.strictObject({
       type: z.literal("allowed_tools"),
       mode: z.enum(["auto", "required"]),
-      tools: listOf(z.object({ type: z.string(), name: z.string().optional() }).loose(), { min: 1 }),
+      tools: listOf(
+        byType(
+          {
+            function: z.strictObject({ type: z.literal("function"), name: z.string().min(1) }),
+            custom: z.strictObject({ type: z.literal("custom"), name: z.string().min(1) }),
+          },
+          // A built-in tool (refused by name later, as it is not among the tools).
+          z.object({ type: z.string() }).loose(),
+        ),
+        { min: 1 },
+      ),
     }),
   },
   // A mode, or a built-in tool's type (refused by name later).
@@ -234,7 +326,8 @@ export const createResponseRequest = z.object({
     .nullish(),
   store: z.boolean().nullish(),
   previous_response_id: z.string().min(1).nullish(),
-  conversation: z.union([z.string().min(1), z.object({ id: z.string().min(1) })]).nullish(),
+  // Strict: `{id, foo}` was taken (and looked up) as `{id}`.
+  conversation: z.union([z.string().min(1), z.strictObject({ id: z.string().min(1) })]).nullish(),
   background: z.boolean().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),

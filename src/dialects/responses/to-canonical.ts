@@ -315,8 +315,11 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
     out.push(m);
     return m;
   };
+  // Each call's tool by call id, for an output that names the tool it came from.
+  const callNames = new Map<string, string>();
   items.forEach((item, i) => {
     const type = "type" in item && item.type ? item.type : "message";
+    if (i >= ownFrom) refuseItemFields(item, `input[${i - ownFrom}]`);
     switch (type) {
       case "message": {
         const m = item as Extract<InputItem, { role: string }>;
@@ -335,14 +338,20 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
       case "custom_tool_call": {
         const c = item as { call_id: string; name: string; arguments?: string; input?: string };
         const call: ToolCall = { id: c.call_id, name: c.name, arguments: type === "function_call" ? c.arguments! : JSON.stringify({ input: c.input }) };
+        callNames.set(c.call_id, c.name);
         const a = lastAssistant();
         a.toolCalls = [...(a.toolCalls ?? []), call];
         return;
       }
       case "function_call_output":
       case "custom_tool_call_output": {
-        const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }> };
+        const o = item as { call_id: string; output: string | Array<{ type: string; text?: unknown }>; name?: string | null };
         origins[out.length] = i >= ownFrom ? i - ownFrom : undefined;
+        // The template takes the tool's name from the call; an output that names another tool
+        // answers a call it does not belong to.
+        const called = callNames.get(o.call_id);
+        if (i >= ownFrom && o.name != null && called !== undefined && called !== o.name)
+          throw badRequest(`input[${i - ownFrom}] names the tool '${o.name}', but its call ${o.call_id} is to '${called}'.`, `input[${i - ownFrom}].name`);
         const output = (at: string) => (typeof o.output === "string" ? o.output : flattenContent(o.output, at));
         const content = i >= ownFrom ? output(`input[${i - ownFrom}].output`) : earlierContent(item, () => output(`item '${String((item as { id?: unknown }).id)}' output`), earlier);
         out.push({ role: "tool", content, toolCallId: o.call_id });
@@ -392,11 +401,23 @@ function earlierContent<T>(item: { id?: unknown }, read: () => T, param: string)
 }
 
 /**
+ * OpenAI's fields of an item that Plinth cannot honour, refused by name: a call in a namespace of
+ * tools (no such tools here) or made by a program (no programmatic calling here).
+ */
+function refuseItemFields(item: object, at: string): void {
+  const { namespace, caller } = item as { namespace?: unknown; caller?: { type?: unknown } | null };
+  if (namespace != null) throw unsupportedField(`${at}.namespace`, "is not supported: this server has no tool namespaces, a call names its tool alone");
+  if (caller != null && caller.type !== "direct")
+    throw unsupportedField(`${at}.caller`, "can only be {\"type\": \"direct\"}: this server has no programmatic tool calling");
+}
+
+/**
  * Checks an item's content parts as a request's input would be checked, for items stored to be
  * used later (a conversation's): a part that the next turn would refuse is refused now, by `at`.
  */
 export function checkItemContent(item: Record<string, unknown>, at: string): void {
   const type = item.type ?? "message";
+  refuseItemFields(item, at);
   if (type === "message" && (typeof item.content === "string" || Array.isArray(item.content)))
     messageContent(item.role as string, item.content as string | WirePart[], `${at}.content`);
   if ((type === "function_call_output" || type === "custom_tool_call_output") && Array.isArray(item.output))
@@ -411,12 +432,12 @@ function userContent(content: string | WirePart[], param: string): Pick<Message,
 
 const DETAILS = ["auto", "low", "high"];
 
-/** `{type: "input_image", image_url, detail}`; a file_id would need a Files API this server lacks. */
+/**
+ * `{type: "input_image", image_url, detail}` (its keys are checked by the schema; a cache breakpoint
+ * is taken as on a text part); a file_id would need a Files API this server lacks.
+ */
 function inputImage(part: Record<string, unknown>, at: string): ContentPart {
-  for (const key of Object.keys(part)) {
-    if (key === "file_id") throw unsupportedField(`${at}.file_id`, "needs a Files API, which this server does not have; send image_url");
-    if (!["type", "image_url", "detail"].includes(key)) throw unsupportedField(`${at}.${key}`, "is not a field of an input_image part");
-  }
+  if (part.file_id != null) throw unsupportedField(`${at}.file_id`, "needs a Files API, which this server does not have; send image_url");
   if (typeof part.image_url !== "string" || part.image_url === "")
     throw badRequest(`${at}.image_url must be a non-empty string (an https: or data: URL).`, `${at}.image_url`);
   if (part.detail != null && !DETAILS.includes(part.detail as string)) throw badRequest(`${at}.detail must be one of ${DETAILS.join(", ")}.`, `${at}.detail`);
