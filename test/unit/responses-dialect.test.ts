@@ -156,10 +156,13 @@ test("an unknown field's refusal says what this API takes instead, on /v1/respon
   for (const url of ["/v1/responses", "/v1/responses/input_tokens"]) {
     const chat = (await post({ model: "m", input: "hi", max_tokens: 3 }, url)).json().error;
     assert.equal(chat.code, "unknown_field");
-    assert.match(chat.message, /^Unrecognized request argument supplied: "max_tokens"\. The Responses API takes 'max_output_tokens'\.$/);
+    // input_tokens takes no length limit either: it is not sent to max_output_tokens, which it refuses too.
+    const instead = url === "/v1/responses" ? "The Responses API takes 'max_output_tokens'" : "input_tokens only counts the prompt";
+    assert.match(chat.message, new RegExp(`^Unrecognized request argument supplied: "max_tokens"\\. .*${instead}`));
     assert.match((await post({ model: "m", input: "hi", response_format: { type: "json_object" } }, url)).json().error.message, /'text\.format'/);
-    assert.match((await post({ model: "m", input: "hi", max_output_token: 3 }, url)).json().error.message, /Did you mean 'max_output_tokens'\?/);
+    assert.match((await post({ model: "m", input: "hi", instructons: "x" }, url)).json().error.message, /Did you mean 'instructions'\?/);
   }
+  assert.match((await post({ model: "m", input: "hi", max_output_token: 3 })).json().error.message, /Did you mean 'max_output_tokens'\?/);
 });
 
 for (const [name, extra, status, param] of refusals) {
@@ -767,4 +770,42 @@ test("OpenAI's item fields that Plinth cannot honour are refused by name; an out
   // A direct caller, no namespace and the call's own name are what every call here has.
   const ok = await post(body([user, { ...call, caller: { type: "direct" }, namespace: null }, { ...output, name: "lookup", caller: { type: "direct" }, id: null }]));
   assert.equal(ok.statusCode, 200, ok.body);
+});
+
+test("input_tokens takes OpenAI's TokenCountsBody only: a create's other fields are a 400 naming them", async () => {
+  const fields: Record<string, unknown> = {
+    stream: true,
+    stream_options: { include_obfuscation: true },
+    max_output_tokens: 5,
+    background: false,
+    store: false,
+    metadata: { a: "b" },
+    temperature: 0.5,
+    top_logprobs: 0,
+    include: ["reasoning.encrypted_content"],
+    user: "u",
+    seed: 1,
+  };
+  for (const [key, value] of Object.entries(fields)) {
+    const r = await post({ model: "m", input: "hi", [key]: value }, "/v1/responses/input_tokens");
+    assert.equal(r.statusCode, 400, `${key}: ${r.body}`);
+    assert.deepEqual([r.json().error.param, r.json().error.code], [key, "unknown_field"], r.body);
+    assert.match(r.json().error.message, /input_tokens only counts the prompt/);
+  }
+  const counted = await post(
+    {
+      model: "m",
+      input: "hi",
+      instructions: "Be brief.",
+      tools: TOOLS,
+      tool_choice: "auto",
+      parallel_tool_calls: true,
+      text: { format: { type: "text" } },
+      reasoning: { effort: "low" },
+      truncation: "disabled",
+    },
+    "/v1/responses/input_tokens",
+  );
+  assert.equal(counted.statusCode, 200, counted.body);
+  assert.ok(counted.json().input_tokens > 0, counted.body);
 });

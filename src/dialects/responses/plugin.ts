@@ -54,6 +54,23 @@ const RESPONSES_HINTS: FieldHints = {
   web_search_options: CHAT_FIELD("web_search_options"),
 };
 
+/**
+ * A create's fields sent to input_tokens, which counts a prompt and generates nothing, are said to be
+ * so (`stream` or `max_output_tokens` there is no misspelling), and so are Chat's names for them,
+ * whose hint on a create would send the client to a field that input_tokens refuses too.
+ */
+const INPUT_TOKENS_HINTS: FieldHints = {
+  ...RESPONSES_HINTS,
+  ...Object.fromEntries(
+    Object.keys(createResponseRequest.shape)
+      .filter((key) => !Object.hasOwn(inputTokensRequest.shape, key))
+      .map((key) => [key, `'${key}' is a setting of creating a response (POST /v1/responses); input_tokens only counts the prompt, so it does not take it.`]),
+  ),
+  ...Object.fromEntries(
+    ["max_tokens", "max_completion_tokens", "logprobs"].map((key) => [key, "input_tokens only counts the prompt, so it takes no setting of a generation."]),
+  ),
+};
+
 export interface ResponsesPluginOptions {
   service: GenerationService;
   deps: ResponsesDeps;
@@ -87,7 +104,7 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   scope.post("/responses/compact", async () => {
     throw new ApiError(404, "POST /v1/responses/compact (context compaction) is not offered by this server.", { code: "not_found" });
   });
-  postRoute(scope, "/responses/input_tokens", strictTopLevel(inputTokensRequest, RESPONSES_HINTS), (body, env) => countInputTokens(body, env, deps), opts);
+  postRoute(scope, "/responses/input_tokens", strictTopLevel(inputTokensRequest, INPUT_TOKENS_HINTS), (body, env) => countInputTokens(body, env, deps), opts);
   scope.get<Id>("/responses/:id", async (request, reply) => {
     const q = retrieveQuery.parse(request.query ?? {});
     return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));

@@ -353,11 +353,29 @@ export const createResponseRequest = z.object({
 });
 export type CreateResponseRequest = z.infer<typeof createResponseRequest>;
 
-export const inputTokensRequest = createResponseRequest.partial({ model: true }).extend({
-  model: z.string().min(1),
-  // OpenAI's style preset, a field of the count's body only: declared so that it can be refused by name.
-  personality: z.unknown().optional(),
-});
+/**
+ * POST /v1/responses/input_tokens: OpenAI's TokenCountsBody, the fields that shape the prompt and
+ * nothing else. A create's other fields (`stream`, `max_output_tokens`, `store`, `temperature`, …)
+ * ask for what a count does not do, and were taken without a word; they are refused by name now.
+ */
+export const inputTokensRequest = createResponseRequest
+  .pick({
+    model: true,
+    input: true,
+    previous_response_id: true,
+    tools: true,
+    text: true,
+    reasoning: true,
+    truncation: true,
+    instructions: true,
+    conversation: true,
+    tool_choice: true,
+    parallel_tool_calls: true,
+  })
+  .extend({
+    // OpenAI's style preset, a field of the count's body only: declared so that it can be refused by name.
+    personality: z.unknown().optional(),
+  });
 export type InputTokensRequest = z.infer<typeof inputTokensRequest>;
 
 // Once (`include=a`), repeated (`include=a&include=b`), or as the openai SDK writes a list (`include[]=a`).

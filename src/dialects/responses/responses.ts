@@ -489,11 +489,14 @@ export async function listInputItems(
 export async function countInputTokens(body: InputTokensRequest, env: RouteEnv, deps: ResponsesDeps): Promise<RouteResult> {
   // A preset would change the prompt being counted, and this server has none to apply.
   if (body.personality != null) throw unsupportedField("personality", "is not supported: this server has no style presets");
-  const userNs = responsesNamespace(body);
-  const input = await resolveInput(body, storeNamespace(env.ctx.apiKey), deps);
-  const { request, fieldName } = responseToCanonical({ ...body, background: false, store: false }, input.all as InputItem[], input.all.length - input.added.length);
-  // As a create would count it: truncation: auto drops the oldest turns that do not fit.
-  const tokens = await measureWithTruncation(env.service, { ...env.ctx, namespace: userNs || undefined }, request, body.truncation === "auto", fieldName);
+  // The count's body is a create's without the fields that only a generation reads (see
+  // inputTokensRequest), so it is read as that create.
+  const create: CreateResponseRequest = { ...body, background: false, store: false };
+  const input = await resolveInput(create, storeNamespace(env.ctx.apiKey), deps);
+  const { request, fieldName } = responseToCanonical(create, input.all as InputItem[], input.all.length - input.added.length);
+  // As a create would count it: truncation: auto drops the oldest turns that do not fit. It names no
+  // end user (the body has no `user`), so the prompt cache's namespace is the key's own.
+  const tokens = await measureWithTruncation(env.service, env.ctx, request, body.truncation === "auto", fieldName);
   return { kind: "json", body: { object: "response.input_tokens", input_tokens: tokens } };
 }
 
