@@ -87,6 +87,24 @@ test("entries are found only in their own namespace, and evicted oldest first", 
   store.dispose();
 });
 
+test("the store keeps at most maxEntries states, whatever the byte budget, dropping the least recently used", async () => {
+  const store = new PrefixStore(1_000_000, 1, "unit-count", { baseDir: tempBase(), maxEntries: 3 });
+  const save = (path: string) => {
+    writeFileSync(path, "x");
+    return Promise.resolve({ fileSize: 1 });
+  };
+  for (const first of [1, 2, 3]) await store.save("a", fakeSequence(tokens(first, 0), save));
+  assert.ok(store.best("a", tokens(1, 0)));
+  await store.save("a", fakeSequence(tokens(4, 0), save)); // the fourth: 2 was used least recently
+  assert.equal(store.size, 3);
+  assert.equal(store.best("a", tokens(2, 0)), undefined);
+  assert.ok(store.best("a", tokens(1, 0)));
+  assert.equal(store.evictions, 1);
+  assert.equal(store.bytesUsed, 3);
+  assert.equal(readdirSync(store.directory!).length, 3, "the evicted state's file is gone too");
+  store.dispose();
+});
+
 // ---- the folder: permissions, clean-up, names ----------------------------------------------
 
 const tempDirs: string[] = [];

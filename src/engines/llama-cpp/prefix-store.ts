@@ -25,7 +25,17 @@ export interface SavedPrefix {
 export interface PrefixStoreOptions {
   /** Where the per-store folders go; /dev/shm where it exists, else the temp directory. */
   baseDir?: string;
+  /** Most states kept, whatever their bytes (default MAX_ENTRIES). */
+  maxEntries?: number;
 }
+
+/**
+ * Most states one store keeps. Every request looks through them all for its longest shared prefix,
+ * and each keeps its tokens on the JavaScript heap: a small model's states are small, so a byte
+ * budget alone let a soak reach 19,000 entries (about 70 MB of heap, and a scan of all of them per
+ * request). A real model's states are megabytes, so its byte budget binds long before this.
+ */
+export const MAX_ENTRIES = 1024;
 
 /**
  * Evaluated prompt states saved outside the sequences, so a prefix survives its sequence being
@@ -53,6 +63,7 @@ export class PrefixStore {
   private used = 0;
   private clock = 0;
   private evicted = 0;
+  private readonly maxEntries: number;
 
   constructor(
     private readonly budgetBytes: number,
@@ -60,6 +71,7 @@ export class PrefixStore {
     label: string,
     options: PrefixStoreOptions = {},
   ) {
+    this.maxEntries = options.maxEntries ?? MAX_ENTRIES;
     const base = options.baseDir ?? (existsSync("/dev/shm") ? "/dev/shm" : tmpdir());
     this.dirPrefix = join(base, `plinth-${process.pid}-${safeFileLabel(label)}-`);
     sweepStaleStoreDirs(base);
@@ -173,7 +185,7 @@ export class PrefixStore {
   }
 
   private evictToBudget(): void {
-    while (this.used > this.budgetBytes && this.entries.size > 0) {
+    while ((this.used > this.budgetBytes || this.entries.size > this.maxEntries) && this.entries.size > 0) {
       let oldestKey = "";
       let oldest = Infinity;
       for (const [key, e] of this.entries) {
