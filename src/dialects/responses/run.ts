@@ -189,9 +189,18 @@ export function respondWithBuilder(
   spent?: () => Usage,
   opts: { inBandStreamErrors?: boolean } = {},
 ): Promise<RouteResult> {
-  if (stream && opts.inBandStreamErrors) return Promise.resolve(streamAnswer(builderFor, events, signal, done, spent));
-  if (stream) return heldStream(builderFor, events, signal, done, spent);
-  return jsonAnswer(builderFor, events, signal, done, spent);
+  const answer: BuilderAnswer = { builderFor, signal, done, spent };
+  if (stream && opts.inBandStreamErrors) return Promise.resolve(streamAnswer(answer, events));
+  if (stream) return heldStream(answer, events);
+  return jsonAnswer(answer, events);
+}
+
+/** What answering from a builder needs besides the events (see respondWithBuilder). */
+interface BuilderAnswer {
+  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder;
+  signal: AbortSignal;
+  done: (builder: ResponseBuilder) => Promise<void>;
+  spent?: () => Usage;
 }
 
 /**
@@ -200,31 +209,19 @@ export function respondWithBuilder(
  * response is kept as well. A stop from outside before then (the client gone, a DELETE) still
  * ends the stream as it would have ended later.
  */
-async function heldStream(
-  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
-  events: AsyncIterable<GenerationEvent>,
-  signal: AbortSignal,
-  done: (builder: ResponseBuilder) => Promise<void>,
-  spent?: () => Usage,
-): Promise<RouteResult> {
+async function heldStream(answer: BuilderAnswer, events: AsyncIterable<GenerationEvent>): Promise<RouteResult> {
   let held: AsyncIterable<GenerationEvent>;
   try {
     held = await afterFirstEvent(events);
   } catch (err) {
     const failing = failingWith<GenerationEvent>(err);
-    if (!signal.aborted) return jsonAnswer(builderFor, failing, signal, done, spent);
+    if (!answer.signal.aborted) return jsonAnswer(answer, failing);
     held = failing;
   }
-  return streamAnswer(builderFor, held, signal, done, spent);
+  return streamAnswer(answer, held);
 }
 
-async function jsonAnswer(
-  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
-  events: AsyncIterable<GenerationEvent>,
-  signal: AbortSignal,
-  done: (builder: ResponseBuilder) => Promise<void>,
-  spent?: () => Usage,
-): Promise<RouteResult> {
+async function jsonAnswer({ builderFor, signal, done, spent }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): Promise<RouteResult> {
   const builder = builderFor();
   builder.start("in_progress");
   const failure = await drive(events, builder, signal, undefined, spent);
@@ -240,13 +237,7 @@ async function jsonAnswer(
   return { kind: "json" as const, body: snapshot };
 }
 
-function streamAnswer(
-  builderFor: (emit?: (e: ResponseEvent) => void) => ResponseBuilder,
-  events: AsyncIterable<GenerationEvent>,
-  signal: AbortSignal,
-  done: (builder: ResponseBuilder) => Promise<void>,
-  spent?: () => Usage,
-): RouteResult {
+function streamAnswer({ builderFor, signal, done, spent }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): RouteResult {
   // The stream's builder, for the sequence number of an error event written after a failure.
   let current: ResponseBuilder | undefined;
   return {
