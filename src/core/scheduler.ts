@@ -19,6 +19,13 @@ export class Scheduler {
   private readonly turns: string[] = [];
   private waitingCount = 0;
   private reserved = 0;
+  /**
+   * Slots each group (request) holds now. A job whose request already holds one is being served:
+   * it waits behind its own siblings (n > 1, a Completions batch) without the queue timeout, which
+   * is for requests the server has no room for. With `--parallel 1`, the third of three choices
+   * otherwise timed out behind the first two on an idle server, every time it was retried.
+   */
+  private readonly serving = new Map<string, number>();
 
   constructor(
     readonly slots: number,
@@ -102,6 +109,7 @@ export class Scheduler {
       const picked = choose ? choose(this.free) : this.free[0];
       const at = this.free.indexOf(picked);
       slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
+      this.startServing(key, group);
     } else {
       onWait?.();
       slot = await this.enqueue(signal, key, group);
@@ -112,9 +120,24 @@ export class Scheduler {
       release: () => {
         if (released) return;
         released = true;
+        this.stopServing(group);
         this.release(slot);
       },
     };
+  }
+
+  /** Notes a slot taken by `group`, and lets its waiting siblings wait without the queue timeout. */
+  private startServing(key: string, group: string): void {
+    if (group === "") return;
+    this.serving.set(group, (this.serving.get(group) ?? 0) + 1);
+    for (const entry of this.waiting.get(key)?.groups.get(group) ?? []) entry.served();
+  }
+
+  private stopServing(group: string): void {
+    if (group === "") return;
+    const n = (this.serving.get(group) ?? 1) - 1;
+    if (n > 0) this.serving.set(group, n);
+    else this.serving.delete(group);
   }
 
   private enqueue(signal: AbortSignal, key: string, group: string): Promise<number> {
@@ -124,8 +147,10 @@ export class Scheduler {
         grant: (slot: number) => {
           signal.removeEventListener("abort", onAbort);
           clearTimeout(timer);
+          this.startServing(key, group);
           resolve(slot);
         },
+        served: () => clearTimeout(timer),
       };
       const leave = () => {
         const kq = this.waiting.get(key);
@@ -146,7 +171,7 @@ export class Scheduler {
         reject(signal.reason);
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      if (this.queueTimeoutMs > 0) {
+      if (this.queueTimeoutMs > 0 && !this.serving.has(group)) {
         timer = setTimeout(() => {
           signal.removeEventListener("abort", onAbort);
           leave();
@@ -202,6 +227,8 @@ export class Scheduler {
 
 interface Entry {
   grant: (slot: number) => void;
+  /** Its request got a slot for another job: it waits on without the queue timeout. */
+  served: () => void;
 }
 
 /** One key's waiting jobs: a queue per group, and the order the groups are served in. */

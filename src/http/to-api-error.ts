@@ -42,7 +42,9 @@ function fromZod(err: z.ZodError, body: unknown): ApiError {
   // code of an unknown top-level field (unknown-fields.ts): a client tells one kind of mistake by one
   // code, however deep the key is (`input[0].content[0].foo`).
   if (issue.code === "unrecognized_keys" && issue.keys.length > 0) {
-    const param = formatPath([...path, issue.keys[0]]);
+    // A long key is cut, as at the top level (unknown-fields.ts): a megabyte key was sent back twice.
+    const key = issue.keys[0];
+    const param = formatPath([...path, key.length > 64 ? `${key.slice(0, 64)}…` : key]);
     return new ApiError(400, `Invalid '${param}': this request does not take that field here.`, { param, code: "unknown_field" });
   }
   // A record's key that breaks its rule: the key's own rule is said (zod's issue says only "Invalid

@@ -666,6 +666,15 @@ test("an unknown key anywhere in an input item, its parts or the request's neste
   assert.deepEqual(listed.json().data, []);
 });
 
+test("an unknown key of any length is named, a long one cut (the answer does not send a megabyte back)", async () => {
+  const key = "k".repeat(100_000);
+  const r = await post({ model: "m", input: [{ role: "user", content: [{ type: "input_text", text: "x", [key]: 1 }] }] });
+  assert.equal(r.statusCode, 400);
+  assert.equal(r.json().error.code, "unknown_field");
+  assert.equal(r.json().error.param, `input[0].content[0].${"k".repeat(64)}…`);
+  assert.ok(r.body.length < 2_000, `${r.body.length} bytes`);
+});
+
 test("a content part in the wrong role is a 400 naming its type (OpenAI's rule), in input and in a conversation's items", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
   const user = { role: "user", content: "hi" };
@@ -685,6 +694,7 @@ test("a content part in the wrong role is a 400 naming its type (OpenAI's rule),
     assert.equal(r.statusCode, 400, `${role} ${type}: ${r.body}`);
     assert.equal(r.json().error.param, `input[0].content[${at}].type`, r.body);
     assert.match(r.json().error.message, new RegExp(`'${type}'`));
+    assert.match(r.json().error.message, new RegExp(`\\b${role === "assistant" ? "an" : "a"} ${role} message's parts`));
     const c = await post({ items: [{ type: "message", role, content: [part(type)] }] }, "/v1/conversations");
     assert.equal(c.statusCode, 400, c.body);
     assert.equal(c.json().error.param, "items[0].content[0].type", c.body);

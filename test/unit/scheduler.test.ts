@@ -124,3 +124,44 @@ test("within one key, requests take turns: one request's many choices do not que
   // The small request had its turn after one of the big one's, not after all three.
   assert.deepEqual(granted, ["big1", "small", "big2", "big3"]);
 });
+
+test("a job whose request already holds a slot waits for its siblings without the queue timeout; other requests keep it", async (t) => {
+  const s = new Scheduler(1, 8, 60);
+  const never = new AbortController().signal;
+  // The queue's timers do not hold the process open; this does, while the test waits on them.
+  const keep = setInterval(() => {}, 1000);
+  t.after(() => clearInterval(keep));
+  const first = await s.acquire(never, undefined, "k", undefined, "req-1");
+  // Its second choice, and another request's job, both wait for the one slot.
+  const sibling = s.acquire(never, undefined, "k", undefined, "req-1");
+  const other = s.acquire(never, undefined, "k", undefined, "req-2");
+  await assert.rejects(other, (err: unknown) => err instanceof ApiError && err.code === "queue_timeout");
+  await new Promise((r) => setTimeout(r, 100));
+  first.release();
+  const second = await sibling;
+  assert.equal(second.slot, 0);
+  second.release();
+});
+
+test("siblings queued before their request got its first slot stop timing out once it has one", async (t) => {
+  const s = new Scheduler(1, 8, 80);
+  const never = new AbortController().signal;
+  const keep = setInterval(() => {}, 1000);
+  t.after(() => clearInterval(keep));
+  const hog = await s.acquire(never, undefined, "a", undefined, "hog");
+  const one = s.acquire(never, undefined, "b", undefined, "req");
+  const two = s.acquire(never, undefined, "b", undefined, "req");
+  await new Promise((r) => setTimeout(r, 40));
+  hog.release();
+  const a = await one;
+  // Past the timeout since `two` queued: it was still waiting, behind its own sibling.
+  await new Promise((r) => setTimeout(r, 100));
+  a.release();
+  const b = await two;
+  b.release();
+  assert.equal(s.busy, 0);
+  // The request's jobs are all done: a new job of it waits with the timeout again.
+  const hog2 = await s.acquire(never, undefined, "a", undefined, "hog");
+  await assert.rejects(s.acquire(never, undefined, "b", undefined, "req"), (err: unknown) => err instanceof ApiError && err.code === "queue_timeout");
+  hog2.release();
+});

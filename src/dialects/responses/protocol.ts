@@ -110,7 +110,7 @@ const message = z
       const wrong = m.role === "assistant" ? !ASSISTANT_PARTS.includes(part.type) : NOT_INPUT_PARTS.has(part.type);
       if (!wrong) return;
       const allowed = m.role === "assistant" ? "'output_text' or 'refusal'" : "'input_text', 'input_image' or 'input_file'";
-      ctx.addIssue({ code: "custom", path: ["content", j, "type"], message: `a ${m.role} message's parts are ${allowed}, not '${part.type}'` });
+      ctx.addIssue({ code: "custom", path: ["content", j, "type"], message: `${m.role === "assistant" ? "an" : "a"} ${m.role} message's parts are ${allowed}, not '${part.type}'` });
     });
   });
 

@@ -299,7 +299,15 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
     throw err;
   });
   builder.start("queued");
-  await s.persist(builder, false);
+  try {
+    await s.persist(builder, false);
+  } catch (err) {
+    // Not stored, so not a background run either: its generation stops and the run ends (which
+    // gives the conversation back), as when a stored response cannot be stored at its start.
+    run.abort.abort(err);
+    run.end();
+    throw err;
+  }
   // Events are written in batches (one transaction each), not one write per token.
   let writing = Promise.resolve();
   const flushEvents = () => {
