@@ -4,7 +4,7 @@ import { type EngineFactories, ModelFileRefused, type ModelSpec } from "../core/
 import { ApiError, badRequest } from "../core/errors.ts";
 import type { ModelLoader } from "../core/model-loader.ts";
 import type { ModelRegistry } from "../core/registry.ts";
-import { parseModelArg } from "../models/source.ts";
+import { formatHfRef, type ModelSource, parseModelArg } from "../models/source.ts";
 
 /** Share of free memory a model file may take: the rest is left for its context and the system. */
 const MEMORY_SHARE = 0.9;
@@ -17,6 +17,8 @@ const ABORTED_LOAD_WAIT_MS = 1000;
  */
 export class RuntimeModelLoader implements ModelLoader {
   private readonly specs = new Map<string, ModelSpec>();
+  /** The models the server started with: the command line serves them again after a restart. */
+  private readonly startup = new Set<string>();
   /** Loads under way, each with what aborts it (an unload while it loads). */
   private readonly pending = new Map<string, { job: Promise<string>; abort: AbortController }>();
 
@@ -33,29 +35,61 @@ export class RuntimeModelLoader implements ModelLoader {
   /** Models the server started with, so they can be unloaded and loaded again. */
   remember(spec: ModelSpec): void {
     this.specs.set(spec.id, spec);
+    this.startup.add(spec.id);
+  }
+
+  sourceOf(id: string): string | undefined {
+    if (this.startup.has(id)) return undefined;
+    const src = this.specs.get(id)?.source as ModelSource | undefined;
+    if (src?.kind === "file") return src.path;
+    if (src?.kind === "hf") return formatHfRef(src);
+    return undefined;
   }
 
   canReload(id: string): boolean {
     return this.specs.has(id);
   }
 
-  async load(source: string, opts: { name?: string } = {}): Promise<string> {
+  async load(source: string, opts: { name?: string; unique?: boolean } = {}): Promise<string> {
     const known = this.registry.get(source);
     if (known && opts.name === undefined) {
       if (known.status === "ready") return Promise.resolve(source);
       if (known.status === "loading" && !this.pending.has(source)) return this.whenLoaded(source);
       return this.start(source, () => this.specs.get(source));
     }
-    const spec = this.specOf(source, opts.name);
+    let spec = this.specOf(source, opts.name);
     // The file is looked at before the registry, so that what is decided below happens in one go.
     await this.checkFile(spec);
+    if (opts.unique && opts.name === undefined) spec = this.uniqueSpec(spec);
     const existing = this.registry.get(spec.id);
     if (existing && existing.status !== "unloaded" && existing.status !== "failed") {
-      const same = JSON.stringify(this.specs.get(spec.id)?.source) === JSON.stringify(spec.source);
+      const same = sameSource(this.specs.get(spec.id)?.source, spec.source);
       if (!same) throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
       return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id)?.job ?? Promise.resolve(spec.id));
     }
     return this.start(spec.id, () => spec);
+  }
+
+  /**
+   * A source loaded with no name given, for a caller that needs it served whatever its id: under
+   * the id the source gives, as always; when another source holds that id (two versions of
+   * `model.gguf` in different folders), the model an earlier such load made from this source, else
+   * the first free `id-2`, `id-3`…
+   */
+  private uniqueSpec(spec: ModelSpec): ModelSpec {
+    const taken = (id: string) => {
+      const m = this.registry.get(id);
+      return m !== undefined && m.status !== "failed" && !sameSource(this.specs.get(id)?.source, spec.source);
+    };
+    if (!taken(spec.id)) return spec;
+    const renamed = (id: string) => ({ ...spec, id, source: { ...(spec.source as ModelSource), id } });
+    for (const [id, known] of this.specs) {
+      const m = this.registry.get(id);
+      if (id.startsWith(`${spec.id}-`) && m && m.status !== "failed" && sameSource(known.source, spec.source)) return renamed(id);
+    }
+    let n = 2;
+    while (taken(`${spec.id}-${n}`)) n++;
+    return renamed(`${spec.id}-${n}`);
   }
 
   async check(source: string): Promise<void> {
@@ -174,6 +208,14 @@ export class RuntimeModelLoader implements ModelLoader {
     await m.engine?.dispose();
     this.log(`plinth: model '${id}' ${opts.keep ? "unloaded (kept for reloading)" : "unloaded"}`);
   }
+}
+
+/** Whether two sources name the same file or hub file, whatever id each was given. */
+function sameSource(a: unknown, b: unknown): boolean {
+  if (!a || !b) return false;
+  const { id: _a, ...restA } = a as ModelSource;
+  const { id: _b, ...restB } = b as ModelSource;
+  return JSON.stringify(restA) === JSON.stringify(restB);
 }
 
 const mib = (bytes: number) => Math.round(bytes / 2 ** 20);

@@ -8,8 +8,16 @@ export interface ModelLoader {
    * Serves `source` and resolves with its model id once it is ready: the id of a served model (loaded
    * again if it was unloaded), or a GGUF path or `hf:` reference, registered under `name` (default:
    * the id the source gives). Refuses (ApiError 400/507) before loading when memory is short.
+   * Without a name, a source whose id another source holds is a 409, unless `unique`: then the
+   * model already loaded from this source is used, or the first free `id-2`, `id-3`…
    */
-  load(source: string, opts?: { name?: string }): Promise<string>;
+  load(source: string, opts?: { name?: string; unique?: boolean }): Promise<string>;
+  /**
+   * The source (a path or `hf:` reference) a model loaded at run time came from, so a caller that
+   * names it by id can load it again after a restart; undefined for the models the server started
+   * with (the command line serves them again) and for models it does not know.
+   */
+  sourceOf(id: string): string | undefined;
   /**
    * Refuses (ApiError 400 naming `source`) a source that can never load, without loading it: not a
    * .gguf path or hf: reference, or a file that is missing, not a regular file or not a well-formed

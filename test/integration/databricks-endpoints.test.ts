@@ -83,6 +83,8 @@ test("create validates: names, routes adding to 100, known entities; a second en
   await bad({ name: "x", config: { ...AB, traffic_config: { routes: [{ served_model_name: "zz", traffic_percentage: 100 }] } } }, "zz");
   await bad({ name: "x", config: { served_entities: AB.served_entities } }, "traffic_config");
   await bad({ name: "x", config: { served_entities: [] } }, "served_entities");
+  // Path segments that clients fold away: /served-models/../invocations would reach the split.
+  for (const dots of [".", ".."]) await bad({ name: "x", config: { served_entities: [{ name: dots, entity_name: "tiny" }] } }, "'..'");
   const dup = await create({ name: "tiny", config: { served_entities: [{ entity_name: "tiny" }] } });
   assert.equal(dup.status, 409, dup.text);
   assert.equal(dup.json.error_code, "RESOURCE_ALREADY_EXISTS");
@@ -177,6 +179,22 @@ test("on an A/B endpoint pairing a thinking model with one that does not, a reas
     dbx(s, "POST", "/serving-endpoints/ab/invocations", { model: "ab", input: "hi", max_output_tokens: 2, reasoning: { effort: "low" } }),
   );
   for (const r of responses) assert.equal(r.status, 200, r.text);
+  // An entity no draw reaches (no route, or a share of 0) has no say: the field is refused where
+  // only such an entity thinks, as it would be ignored on every draw.
+  const unreached = await create({
+    name: "unreached",
+    config: {
+      served_entities: [{ name: "a", entity_name: "tiny" }, { name: "b", entity_name: "think" }],
+      traffic_config: { routes: [{ served_model_name: "a", traffic_percentage: 100 }, { served_model_name: "b", traffic_percentage: 0 }] },
+    },
+  });
+  assert.equal(unreached.status, 200, unreached.text);
+  await waitForEndpoint(s, "unreached");
+  const ignored = await ask("unreached", { reasoning_effort: "low" });
+  assert.equal(ignored.status, 400, ignored.text);
+  assert.ok(ignored.json.message.includes("reasoning_effort"), ignored.json.message);
+  assert.equal((await dbx(s, "POST", "/serving-endpoints/unreached/served-models/b/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 1, reasoning_effort: "low" })).status, 200);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/serving-endpoints/unreached")).status, 200);
   // Named, the entity that does not think has no other candidate: refused, as on its own endpoint.
   const named = await dbx(s, "POST", "/serving-endpoints/ab/served-models/a/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 1, reasoning_effort: "low" });
   assert.equal(named.status, 400, named.text);

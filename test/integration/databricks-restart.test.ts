@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import Database from "better-sqlite3";
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -117,4 +117,48 @@ test("a serving config that no longer loads after a restart stays stored; the up
   const back = await waitForEndpoint(s!, "lost", (ep) => ep.state.ready === "READY");
   assert.equal(back.config.served_entities[0].name, "a");
   assert.equal((await ask("lost")).status, 200);
+});
+
+test("two model files of one file name serve side by side in an A/B split; an endpoint on a model loaded at run time serves again after a restart", async () => {
+  // Two versions of a model, each in a folder of its own under the same file name: each entity gets
+  // a model of its own (the second under an id of its own), not a refusal of the second.
+  const versions = ["v1", "v2"].map((v) => {
+    mkdirSync(path.join(dataDir, v), { recursive: true });
+    return path.join(dataDir, v, "model.gguf");
+  });
+  for (const file of versions) copyFileSync(await ensureFixtureModel(), file);
+  const runtimeFile = path.join(dataDir, "runtime.gguf");
+  copyFileSync(await ensureFixtureModel(), runtimeFile);
+  if (s) await stop();
+  await start();
+  const ab = {
+    served_entities: [
+      { name: "v1", entity_name: versions[0] },
+      { name: "v2", entity_name: versions[1] },
+    ],
+    traffic_config: { routes: [{ served_model_name: "v1", traffic_percentage: 50 }, { served_model_name: "v2", traffic_percentage: 50 }] },
+  };
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "versions", config: ab })).status, 200);
+  // A model loaded through the admin route, named by its id in an endpoint.
+  const loaded = await dbx(s!, "POST", "/api/2.0/plinth/models", { source: runtimeFile, name: "later" });
+  assert.equal(loaded.status, 200, loaded.text);
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "onlater", config: single("l", "later") })).status, 200);
+  for (let round = 0; round < 2; round++) {
+    await waitForEndpoint(s!, "versions");
+    for (const entity of ["v1", "v2"]) {
+      const r = await dbx(s!, "POST", `/serving-endpoints/versions/served-models/${entity}/invocations`, { messages: [{ role: "user", content: "hi" }], max_tokens: 1 });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers.get("served-model-name"), entity);
+    }
+    const listed = (await dbx(s!, "GET", "/api/2.0/plinth/models")).json.models.map((m: any) => m.name);
+    assert.ok(listed.includes("model") && listed.includes("model-2"), listed.join());
+    const later = await waitForEndpoint(s!, "onlater");
+    // Where the model came from is the store's business: the config reads as it was sent.
+    assert.deepEqual(later.config.served_entities.map((e: any) => e.entity_name), ["later"]);
+    assert.ok(!JSON.stringify(later).includes("runtime.gguf"), JSON.stringify(later));
+    assert.equal((await ask("onlater")).status, 200);
+    if (round === 1) break;
+    await stop();
+    await start();
+  }
 });

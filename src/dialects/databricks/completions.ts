@@ -48,7 +48,8 @@ export async function databricksCompletion(body: DatabricksCompletionRequest, en
   const raw = body.use_raw_prompt ?? !ppt;
   const prompts = typeof body.prompt === "string" ? [body.prompt] : body.prompt;
   prompts.forEach((p, i) => {
-    if (p.length === 0) throw badRequest(`${prompts.length > 1 ? `prompt[${i}]` : "prompt"} is empty.`, prompts.length > 1 ? `prompt[${i}]` : "prompt");
+    const field = typeof body.prompt === "string" ? "prompt" : `prompt[${i}]`;
+    if (p.length === 0) throw badRequest(`${field} is empty.`, field);
   });
   const n = body.n ?? 1;
   const sampling = toSamplingParams({ temperature: body.temperature, top_p: body.top_p, top_k: body.top_k });

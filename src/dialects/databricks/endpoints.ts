@@ -17,7 +17,10 @@ import { listOf } from "../list-of.ts";
 
 export type EndpointKind = "pay-per-token" | "provisioned-throughput";
 
-const entityName = z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/, "served entity names are 1 to 63 letters, digits, '.', '_' or '-'");
+// "." and ".." are left out: clients and proxies fold them out of /served-models/{entity}/ paths.
+const entityName = z
+  .string()
+  .regex(/^(?!\.\.?$)[A-Za-z0-9_.-]{1,63}$/, "served entity names are 1 to 63 letters, digits, '.', '_' or '-', and not '.' or '..'");
 
 export const servedEntity = z.strictObject({
   name: entityName.optional(),
@@ -67,7 +70,8 @@ function defaultEntityName(entityName: string, version: string | number | null |
   const suffix = version != null ? `-${version}` : "";
   const clean = (text: string) => text.replace(/[^A-Za-z0-9_.-]/g, "_");
   const tail = clean(suffix).slice(0, 20);
-  return (clean(base).slice(0, 63 - tail.length) + tail) || "entity";
+  const name = clean(base).slice(0, 63 - tail.length) + tail;
+  return name === "" || name === "." || name === ".." ? "entity" : name;
 }
 
 /**
@@ -132,6 +136,11 @@ export interface Endpoint {
   failure?: string;
   lastUsed: number;
   tags: Array<{ key: string; value?: string }>;
+  /**
+   * Where an entity that names a model loaded at run time (by id) came from: that model is not
+   * served again after a restart unless the endpoint loads it, from here.
+   */
+  sources: Record<string, string>;
 }
 
 /** A request's target: the endpoint, the entity the traffic split picked, and its model. */
@@ -169,6 +178,9 @@ const OPEN_ACCESS: ModelAccess = { mayUse: () => true, authorize: () => {} };
 /** The answer to a caller that may use no model of an endpoint (see EndpointManager.mayQuery). */
 export const endpointRefused = (name: string) =>
   new ApiError(403, `This API key may not query the endpoint '${name}'.`, { code: "model_not_allowed" });
+
+/** A map of entity sources keyed by names a caller chose: no prototype to read a key like "constructor" from. */
+const noSources = (): Record<string, string> => Object.create(null) as Record<string, string>;
 
 const notFound = (name: string) => new ApiError(404, `The serving endpoint '${name}' does not exist.`, { code: "RESOURCE_DOES_NOT_EXIST" });
 
@@ -224,6 +236,7 @@ export class EndpointManager {
         pending_config?: EndpointConfig;
         failure?: string;
         tags?: Endpoint["tags"];
+        entity_sources?: Record<string, string>;
       };
       const ep: Endpoint = {
         name: r.name,
@@ -235,6 +248,7 @@ export class EndpointManager {
         configUpdate: "NOT_UPDATING",
         lastUsed: Date.now(),
         tags: b.tags ?? [],
+        sources: Object.assign(noSources(), b.entity_sources),
       };
       this.provisioned.set(r.name, ep);
       // A failed update is still failed after a restart: the config that serves is loaded again,
@@ -327,6 +341,7 @@ export class EndpointManager {
       failure: m?.error,
       lastUsed: Date.now(),
       tags: [],
+      sources: noSources(),
     };
   }
 
@@ -345,8 +360,10 @@ export class EndpointManager {
       configUpdate: "IN_PROGRESS",
       lastUsed: now,
       tags: body.tags ?? [],
+      sources: noSources(),
     };
     await this.checkEntitiesExist(config, "config.");
+    this.noteSources(ep, config);
     if (!(await this.store.create({ name: ep.name, createdAt: now, updatedAt: now, body: this.record(ep, config) })))
       throw new ApiError(409, `A serving endpoint named '${body.name}' already exists.`, { code: "RESOURCE_ALREADY_EXISTS" });
     this.provisioned.set(ep.name, ep);
@@ -372,6 +389,7 @@ export class EndpointManager {
     ep.updatedAt = Date.now();
     ep.configUpdate = "IN_PROGRESS";
     ep.failure = undefined;
+    this.noteSources(ep, config);
     await this.store.update(name, this.record(ep, config), ep.updatedAt);
     this.startLoad(ep, config, (ep.live?.version ?? ep.unloaded?.version ?? ep.pending?.version ?? 0) + 1);
     return ep;
@@ -450,7 +468,7 @@ export class EndpointManager {
       // The idle time counts from when the model is back, not from when the request arrived.
       ep.lastUsed = Date.now();
     }
-    const candidates = entity === undefined ? [...new Set(live.models.values())] : [model];
+    const candidates = entity === undefined ? this.reachable(live, access.mayUse) : [model];
     return { endpoint: ep, entity: ep.kind === "pay-per-token" ? ep.name : chosen, model, candidates };
   }
 
@@ -480,7 +498,18 @@ export class EndpointManager {
     return pool[pool.length - 1].entity;
   }
 
-  /** The draws of endpoint `name`: Math.random, or under --route-seed its own seeded stream. */
+  /**
+   * The models the split can answer this caller with (entities with a share, among those it may
+   * use, as \`draw\` picks them): whether a request is valid may not depend on the draw, and an
+   * entity no request is ever routed to has no say in it.
+   */
+  private reachable(live: LiveConfig, mayUse: (model: string) => boolean): string[] {
+    const routed = live.bounds.map((b) => live.models.get(b.entity)!);
+    const usable = routed.filter(mayUse);
+    return [...new Set(usable.length > 0 ? usable : routed)];
+  }
+
+  /** The draws of endpoint \`name\`: Math.random, or under --route-seed its own seeded stream. */
   private random(name: string): () => number {
     const seed = this.opts.routeSeed;
     if (seed === undefined) return Math.random;
@@ -566,7 +595,7 @@ export class EndpointManager {
     const job = (async () => {
       try {
         for (const e of config.served_entities) {
-          const id = this.loader ? await this.loader.load(e.entity_name) : e.entity_name;
+          const id = this.loader ? await this.loadEntity(ep, e.entity_name) : e.entity_name;
           if (!this.registry.get(id)?.engine) throw new Error(`the model '${id}' is not ready`);
           this.loadedAs.set(e.entity_name, id);
           models.set(e.name, id);
@@ -616,10 +645,33 @@ export class EndpointManager {
     void job.finally(() => this.jobs.delete(job));
   }
 
+  /**
+   * An entity's model: a model served now by that id (loaded again if it was scaled to zero); else,
+   * for an id that was loaded at run time before a restart, its source again under that id; else a
+   * path or hub reference, under the id it gives unless another file holds that id (two versions of
+   * \`model.gguf\` side by side in an A/B split), and shared with whatever already serves that file.
+   */
+  private loadEntity(ep: Endpoint, entityName: string): Promise<string> {
+    const source = ep.sources[entityName];
+    if (!this.registry.has(entityName) && typeof source === "string") return this.loader!.load(source, { name: entityName });
+    return this.loader!.load(entityName, { unique: true });
+  }
+
+  /** Keeps where the config's run-time models came from (see Endpoint.sources). */
+  private noteSources(ep: Endpoint, config: EndpointConfig): void {
+    for (const e of config.served_entities) {
+      const source = this.loader?.sourceOf(e.entity_name);
+      if (source !== undefined) ep.sources[e.entity_name] = source;
+    }
+  }
+
   /** What the store keeps of an endpoint: the serving config, the one being loaded, why the last update failed. */
   private record(ep: Endpoint, config: EndpointConfig | undefined): JsonObject {
     const serving = ep.live ?? ep.unloaded;
     const pending = config && config !== serving?.config ? config : undefined;
+    // Only the sources of entities still named by a config that is kept.
+    const named = new Set([...(serving?.config.served_entities ?? []), ...(pending?.served_entities ?? [])].map((e) => e.entity_name));
+    for (const name of Object.keys(ep.sources)) if (!named.has(name)) delete ep.sources[name];
     return {
       id: ep.id,
       creator: ep.creator,
@@ -627,6 +679,7 @@ export class EndpointManager {
       ...(serving ? { config: serving.config, config_version: serving.version } : {}),
       ...(pending ? { pending_config: pending } : {}),
       ...(ep.configUpdate === "UPDATE_FAILED" && ep.failure !== undefined ? { failure: ep.failure } : {}),
+      ...(Object.keys(ep.sources).length > 0 ? { entity_sources: ep.sources } : {}),
     } as JsonObject;
   }
 

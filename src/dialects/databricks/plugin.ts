@@ -66,7 +66,10 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
   const run = async (task: Task, raw: unknown, e: RouteEnv, routed: Routed): Promise<RouteResult> => {
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
     if (embeddingModel && task !== "embeddings")
-      throw badRequest(`The endpoint '${routed.endpoint.name}' serves an embedding model; send 'input' to embed.`, task === "chat" ? "messages" : task === "completions" ? "prompt" : "input");
+      throw badRequest(
+        `The endpoint '${routed.endpoint.name}' serves an embedding model: it answers embeddings requests only (POST /serving-endpoints/${routed.endpoint.name}/invocations or /serving-endpoints/embeddings, with 'input').`,
+        task === "chat" ? "messages" : task === "completions" ? "prompt" : "input",
+      );
     if (!embeddingModel && task === "embeddings")
       throw badRequest(`The endpoint '${routed.endpoint.name}' serves a generative model; it does not embed.`, "input");
     switch (task) {
