@@ -212,6 +212,11 @@ test("000-19 a non-streaming finish_reason is stop or length, a tool call includ
   const j = await accepts({ ...ok, tools: [{ type: "function", function: { name: "f" } }] });
   assert.equal(j.choices[0].finish_reason, "stop");
   assert.equal(j.choices[0].message.tool_calls[0].function.name, "f");
+  // content is a string in Konan's reference (2.1.3): an answer that is only a call has "", as its
+  // streamed deltas do, not OpenAI's null.
+  assert.equal(j.choices[0].message.content, "");
+  const streamed = sseData((await post({ ...ok, stream: true, tools: [{ type: "function", function: { name: "f" } }] })).body).filter((d) => d !== "[DONE]");
+  assert.ok((streamed as Obj[]).every((c) => c.choices.every((ch: Obj) => ch.delta.content === undefined || typeof ch.delta.content === "string")), JSON.stringify(streamed));
   script = undefined;
   assert.equal((await accepts(ok)).choices[0].finish_reason, "stop");
 });
@@ -393,6 +398,14 @@ test("000-42 metadata with 16 pairs is accepted and stored; 17 pairs is rejected
     [j.id],
   );
   assert.equal(listed.data[0].choices[0].message.content, "Hello");
+  // Kept in OpenAI's shape, which is what the routes that read it back speak (Konan's answer has no
+  // logprobs or refusal, and puts reasoning_tokens at the top of usage).
+  const stored = (await v1.chat.completions.retrieve(j.id)) as unknown as Obj;
+  assert.equal(stored.choices[0].logprobs, null);
+  assert.equal(stored.choices[0].message.refusal, null);
+  assert.equal(typeof stored.usage.completion_tokens_details, "object");
+  assert.equal(stored.usage.reasoning_tokens, undefined);
+  assert.equal(stored.id, j.id);
   const messages = await v1.chat.completions.messages.list(j.id);
   assert.equal(messages.data[0].content, "안녕");
   // Without metadata nothing is stored.
@@ -410,6 +423,10 @@ test("000-43 output_parser responses answers as a Responses object, and streams 
   assert.equal(j.usage.total_tokens, j.usage.input_tokens + j.usage.output_tokens);
   assert.equal(j.temperature, 0.3);
   assert.equal(j.top_p, 0.75);
+  // Every field OpenAI's Response object requires, those Konan has no field for included.
+  for (const [key, value] of Object.entries({ parallel_tool_calls: true, truncation: "disabled", background: false, service_tier: "default", previous_response_id: null, top_logprobs: 0 }))
+    assert.deepEqual(j[key], value, key);
+  assert.equal(j.text.verbosity, "medium");
 
   const r = await post({ ...ok, output_parser: "responses", stream: true });
   const events = sseEvents(r.body);
@@ -445,6 +462,8 @@ test("000-47 response_format omitted behaves as text", async () => {
 test("000-48 a tools function without name is rejected", async () => {
   await rejects({ ...ok, tools: [{ type: "function", function: { description: "x" } }] }, "tools[0].function.name");
   await rejects({ ...ok, tools: [{ type: "function", function: { name: "" } }] }, "tools[0].function.name");
+  // A key beside `function` (OpenAI's `strict` put one level too high) is refused, not dropped.
+  await rejects({ ...ok, tools: [{ type: "function", strict: true, function: { name: "f" } }] }, "tools[0].strict");
 });
 
 test("000-49 a function with strict omitted runs as strict: false", async () => {

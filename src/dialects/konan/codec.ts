@@ -34,16 +34,19 @@ function messageToKonan(m: Obj): Obj {
   return rest;
 }
 
-/** A delta's `content` is a string in Konan's reference: the opening chunk's null (OpenAI's) is "". */
-function deltaToKonan(d: Obj): Obj {
-  return d.content === null ? { ...d, content: "" } : d;
+/**
+ * `content` is a string in Konan's reference (2.1.3, 2.1.4): OpenAI's null (a stream's opening
+ * chunk, an answer that is only tool calls) is "", streamed or not.
+ */
+function contentToKonan(m: Obj): Obj {
+  return m.content === null ? { ...m, content: "" } : m;
 }
 
 /** The chat.completion object in Konan's field set. */
 export function completionToKonan(c: Obj): Obj {
   const choices = (c.choices as Obj[]).map((ch) => ({
     index: ch.index,
-    message: messageToKonan(ch.message as Obj),
+    message: contentToKonan(messageToKonan(ch.message as Obj)),
     finish_reason: finishReason(ch.finish_reason),
   }));
   return { id: c.id, object: c.object, created: c.created, model: c.model, choices, usage: usageToKonan(c.usage as Obj | undefined) };
@@ -53,7 +56,7 @@ export function completionToKonan(c: Obj): Obj {
 export function chunkToKonan(c: Obj): Obj {
   const choices = (c.choices as Obj[]).map((ch) => ({
     index: ch.index,
-    delta: deltaToKonan(messageToKonan(ch.delta as Obj)),
+    delta: contentToKonan(messageToKonan(ch.delta as Obj)),
     finish_reason: finishReason(ch.finish_reason),
   }));
   return { id: c.id, object: c.object, created: c.created, model: c.model, choices, usage: usageToKonan(c.usage as Obj | null) };
@@ -95,7 +98,10 @@ export function konanCodec(body: KonanChatRequest): ChatCodec {
   };
 }
 
-/** What a Responses object repeats of the request, in the Responses API's names. */
+/**
+ * What a Responses object repeats of the request, in the Responses API's names: every field OpenAI's
+ * Response object has, those Konan has no request field for at the value this server runs them with.
+ */
 function echo(body: KonanChatRequest): Obj {
   const rf = body.response_format;
   const format =
@@ -114,14 +120,25 @@ function echo(body: KonanChatRequest): Obj {
       strict: t.function.strict === true,
     })),
     tool_choice: "auto",
+    parallel_tool_calls: true,
+    max_tool_calls: null,
     temperature: body.temperature ?? KONAN_SAMPLING_DEFAULTS.temperature,
     top_p: body.top_p ?? KONAN_SAMPLING_DEFAULTS.topP,
+    top_logprobs: 0,
     max_output_tokens: konanCompletionCap(body),
+    previous_response_id: null,
+    conversation: null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null },
-    text: { format },
+    text: { format, verbosity: "medium" },
+    truncation: "disabled",
     metadata: body.metadata ?? {},
     store: body.metadata != null,
+    background: false,
+    service_tier: "default",
     user: body.user ?? null,
+    safety_identifier: null,
+    prompt_cache_key: null,
+    prompt_cache_retention: null,
   };
 }
 

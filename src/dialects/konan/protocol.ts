@@ -49,9 +49,10 @@ export const konanChatRequest = z.object({
   stream: z.boolean().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   tools: listOf(
-    z.object({
+    // Strict at both levels: a misspelt or misplaced key (`strcit`, a `strict` beside `function`)
+    // would otherwise be dropped without a word.
+    z.strictObject({
       type: z.literal("function"),
-      // Strict: a misspelt key (`strcit`) would otherwise be dropped without a word.
       function: z.strictObject({
         name: z.string().min(1),
         description: z.string().optional(),

@@ -25,7 +25,7 @@ export interface ChatCodec {
   idPrefix?: string;
   /** Usage rides on the chunk that carries the last finish_reason (every earlier chunk has `usage: null`). */
   usageOnFinishChunk?: boolean;
-  /** Reshapes the chat.completion object (a vendor's field set); what is stored is the reshaped object. */
+  /** Reshapes the chat.completion object (a vendor's field set); what is stored keeps OpenAI's shape. */
   completionToWire?: (completion: Record<string, unknown>) => Record<string, unknown>;
   /** Reshapes each chat.completion.chunk before it is sent. */
   chunkToWire?: (chunk: Record<string, unknown>) => Record<string, unknown>;

@@ -50,7 +50,9 @@ export async function chatCompletion(
   const kept =
     storage && body.store === true
       ? keepWhenDone(answered, async (all) => {
-          const completion = (await render(replay(all))) as Parameters<typeof storeChatCompletion>[2];
+          // Kept in OpenAI's shape whatever the dialect answered in: stored completions are read
+          // back through OpenAI's /v1/chat/completions routes.
+          const completion = (await renderChatCompletion(meta, replay(all), withLogprobs)) as Parameters<typeof storeChatCompletion>[2];
           const messages = body.messages.map((m) => ({ ...m }) as Record<string, unknown>);
           await storeChatCompletion(storage, storeNamespace(env.ctx.apiKey), completion, messages, body.metadata);
         })
