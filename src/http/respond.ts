@@ -4,7 +4,7 @@ import type { GenerationService } from "../core/generation-service.ts";
 import { requestKey } from "./access.ts";
 import { abortOnDisconnect } from "./client-abort.ts";
 import { internalId } from "./internal-id.ts";
-import { respondWithSse, type SseWriter } from "./sse.ts";
+import { respondWithSse, type SseErrorEvent, type SseWriter } from "./sse.ts";
 
 /** What a route body needs besides the parsed request: the service, who is asking, and when to stop. */
 export interface RouteEnv {
@@ -22,7 +22,7 @@ export type RouteResult =
       headers?: Record<string, string>;
       write: (sse: SseWriter) => Promise<void>;
       /** The final event for an error after the stream began, in the dialect's shape. */
-      errorEvent: (err: unknown) => { event?: string; data: unknown };
+      errorEvent: (err: unknown) => SseErrorEvent;
     };
 
 /** The route environment of an HTTP request. */

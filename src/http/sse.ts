@@ -67,6 +67,14 @@ export class SseWriter {
   }
 }
 
+/** What a stream that fails after it began ends with: the error, then whatever the dialect's streams always end with. */
+export interface SseErrorEvent {
+  event?: string;
+  data: unknown;
+  /** Data events written after the error (a dialect whose every stream ends with `data: [DONE]`). */
+  after?: unknown[];
+}
+
 /**
  * Takes over the response for a stream. Once headers are sent an error can no longer change the
  * status, so it is reported as a final data event in the dialect's error shape.
@@ -75,7 +83,7 @@ export async function respondWithSse(
   reply: { hijack(): void; raw: ServerResponse; server?: { sendTimeoutMs?: number } },
   signal: AbortSignal,
   write: (sse: SseWriter) => Promise<void>,
-  errorEvent: (err: unknown) => { event?: string; data: unknown },
+  errorEvent: (err: unknown) => SseErrorEvent,
   headers: Record<string, string> = {},
   requestId?: string,
 ): Promise<void> {
@@ -88,6 +96,7 @@ export async function respondWithSse(
     if (!signal.aborted) {
       const ev = errorEvent(requestId === undefined ? err : withRequestId(err, requestId));
       await (ev.event ? sse.event(ev.event, ev.data) : sse.data(ev.data));
+      for (const data of ev.after ?? []) await sse.data(data);
     }
   } finally {
     sse.end();

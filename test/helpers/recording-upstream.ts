@@ -32,6 +32,8 @@ export async function recordingUpstream(
     contextSize?: number;
     /** The finish reason its answers end with ("stop" by default). */
     finishReason?: string;
+    /** The usage its streams end with (prompt 42, completion 5 by default). */
+    usage?: Record<string, unknown>;
     /** Answer chat requests with a head and then nothing (an upstream still prefilling) until the router closes them. */
     hold?: boolean;
   } = {},
@@ -67,7 +69,7 @@ export async function recordingUpstream(
         res.write(chunk({ role: "assistant", content: "" }, null));
         res.write(chunk({ content: RECORDED_ANSWER }, null));
         res.write(chunk({}, opts.finishReason ?? "stop"));
-        res.write(chunk(undefined, null, { prompt_tokens: 42, completion_tokens: 5, total_tokens: 47 }));
+        res.write(chunk(undefined, null, opts.usage ?? { prompt_tokens: 42, completion_tokens: 5, total_tokens: 47 }));
         res.end("data: [DONE]\n\n");
         return;
       }

@@ -47,10 +47,22 @@ test("an error event before output: a 4xx is the client's refusal naming its fie
 });
 
 test("a finish reason the engine contract knows is kept, content_filter included; others read as stop", () => {
-  for (const [given, kept] of [["length", "length"], ["content_filter", "content_filter"], ["abort", "stop"], ["function_call", "stop"]] as const) {
+  for (const [given, kept] of [["length", "length"], ["content_filter", "content_filter"], ["function_call", "stop"]] as const) {
     const out = readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given)]);
     assert.deepEqual(out.at(-1), { kind: "end", reason: kept });
   }
+  // An answer the upstream gave up for lack of capacity (DeepSeek's insufficient_system_resource,
+  // vLLM's abort) is no finished answer: the shortage dialects report in their own terms.
+  for (const given of ["insufficient_system_resource", "abort"])
+    assert.throws(
+      () => readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given)]),
+      (e: unknown) => e instanceof ApiError && e.status === 503 && e.reason === "overloaded",
+    );
+});
+
+test("cache hits an upstream counts only DeepSeek's way (prompt_cache_hit_tokens) are kept", () => {
+  const out = readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, "stop"), { choices: [], usage: { prompt_tokens: 40, completion_tokens: 1, prompt_cache_hit_tokens: 32, prompt_cache_miss_tokens: 8 } }]);
+  assert.deepEqual(out.find((c) => c.kind === "cached"), { kind: "cached", tokens: 32 });
 });
 
 test("an upstream's refusal keeps the exact place it names, which the dialect names back in its own terms", () => {

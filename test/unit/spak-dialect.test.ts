@@ -7,7 +7,7 @@ import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import type { GenerationRequest, ModelDescription, TokenLogprob } from "../../src/core/types.ts";
 import { THINKING_BUDGET } from "../../src/dialects/spak/to-canonical.ts";
-import { sseData } from "../helpers/scripted-app.ts";
+import { scriptedApp, sseData } from "../helpers/scripted-app.ts";
 import { ScriptedEngine, type ScriptedEngineOptions } from "../helpers/scripted-engine.ts";
 import { testStore } from "../helpers/test-store.ts";
 
@@ -101,6 +101,18 @@ describe("validation", () => {
   test("003-05 a model that is not served is rejected with 400 naming model", async () => {
     await refused({ model: "gpt-4o" }, "model");
     await refused({ model: "spak-aster-v1-moe" }, "model");
+  });
+
+  test("on a server that does not serve the API's model, a request for it is 404 model_not_found, as on every other route", async () => {
+    const other = await scriptedApp();
+    try {
+      const r = await post(ok, {}, other.app);
+      assert.equal(r.status, 404, r.body);
+      assert.equal(r.json.error.code, "model_not_found");
+      assert.equal(r.json.error.param, "model");
+    } finally {
+      await other.app.close();
+    }
   });
 
   test("003-06 a system message needs role and content; name is optional", async () => {
@@ -206,6 +218,14 @@ describe("validation", () => {
 
   test("003-36 with tools, tool_choice defaults to auto", async () => {
     assert.equal((await canonical({ tools: [fn("f")] })).toolChoice, "auto");
+    // A key of its own in a named choice, or a schema beside a text format, is refused, not dropped.
+    const extra = await post({ ...ok, tools: [fn("f")], tool_choice: { type: "function", function: { name: "f" }, x: 1 } });
+    assert.equal(extra.status, 400, extra.body);
+    assert.match(extra.json.error.param, /^tool_choice/);
+    assert.match(extra.json.error.message, /'x'|"x"|\bx\b/);
+    const format = await post({ ...ok, response_format: { type: "text", json_schema: { name: "s" } } });
+    assert.equal(format.status, 400, format.body);
+    assert.match(format.json.error.param, /^response_format/);
     assert.deepEqual((await canonical({ tools: [fn("f")], tool_choice: { type: "function", function: { name: "f" } } })).toolChoice, { name: "f" });
     await refused({ tools: [fn("f")], tool_choice: { type: "function", function: { name: "g" } } }, "tool_choice");
   });
@@ -486,6 +506,21 @@ describe("insufficient_system_resource", () => {
       assert.equal(usage.prompt_tokens, usage.prompt_cache_hit_tokens + usage.prompt_cache_miss_tokens);
       assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
       await slow.app.close();
+    }
+  });
+
+  test("003-25 a stream that fails midway still ends with the usage chunk and data: [DONE], after the error", async () => {
+    const broken = await spakApp({ script: () => [{ kind: "text", text: "Hel", tokens: 1 }, new Error("the engine broke")] });
+    try {
+      const r = await post({ ...ok, stream: true, stream_options: { include_usage: true } }, {}, broken.app);
+      const events = sseData(r.body) as any[];
+      assert.equal(events.at(-1), "[DONE]", r.body);
+      assert.deepEqual(events.at(-2).choices, []);
+      assert.equal(events.at(-2).usage.completion_tokens, 1);
+      assert.equal(typeof events.at(-3).error.message, "string", r.body);
+      assert.ok(r.body.includes('"content":"Hel"'), r.body);
+    } finally {
+      await broken.app.close();
     }
   });
 

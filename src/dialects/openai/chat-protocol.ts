@@ -134,8 +134,8 @@ const customTool = z.strictObject({
 const chatTools = listOf(z.discriminatedUnion("type", [functionTool, customTool]), { max: 128 });
 export type ChatTool = z.infer<typeof chatTools>[number];
 
-const namedToolChoice = z.object({ type: z.literal("function"), function: z.strictObject({ name: z.string().min(1) }) });
-const namedCustomChoice = z.object({ type: z.literal("custom"), custom: z.strictObject({ name: z.string().min(1) }) });
+const namedToolChoice = z.strictObject({ type: z.literal("function"), function: z.strictObject({ name: z.string().min(1) }) });
+const namedCustomChoice = z.strictObject({ type: z.literal("custom"), custom: z.strictObject({ name: z.string().min(1) }) });
 export const toolChoice = z.union([z.enum(["none", "auto", "required"]), namedToolChoice]);
 
 /**
@@ -143,9 +143,9 @@ export const toolChoice = z.union([z.enum(["none", "auto", "required"]), namedTo
  * the request's (`required`: it must call one of them). The full list stays in the prompt, so it
  * is the same prompt, and the same cached prefix, whichever subset a turn allows.
  */
-const allowedToolsChoice = z.object({
+const allowedToolsChoice = z.strictObject({
   type: z.literal("allowed_tools"),
-  allowed_tools: z.object({
+  allowed_tools: z.strictObject({
     mode: z.enum(["auto", "required"]),
     tools: listOf(z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice]), { min: 1 }),
   }),

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { badRequest, withWireParam } from "../../core/errors.ts";
+import { ApiError, badRequest, withWireParam } from "../../core/errors.ts";
 import { newId } from "../../core/ids.ts";
 import { afterFirstEvent, failingWith } from "../../core/stream-head.ts";
 import type { GenerationEvent, ModelDescription } from "../../core/types.ts";
@@ -8,7 +8,7 @@ import { spakErrorEvent } from "./errors.ts";
 import { spakFieldNames } from "./field-names.ts";
 import { SPAK_MODEL, type SpakChatRequest } from "./protocol.ts";
 import { spakToCanonical } from "./to-canonical.ts";
-import { isResourceShortage, renderSpakCompletion, streamSpakCompletion } from "./to-wire.ts";
+import { isResourceShortage, renderSpakCompletion, spakUsageChunk, streamSpakCompletion } from "./to-wire.ts";
 
 /**
  * The backend configuration a response was made with: the model file and the engine build (see
@@ -34,7 +34,8 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
   // their own dialects' routes, not under this one's name.
   if (body.model !== SPAK_MODEL) throw badRequest(`'model' must be '${SPAK_MODEL}', the only model of this API; got ${quoted(body.model)}.`, "model", "invalid_value");
   const served = env.service.registry.list().find((m) => m.id === body.model);
-  if (!served) throw badRequest(`The model '${SPAK_MODEL}' is not served here; the operator serves a model under that name.`, "model", "model_not_found");
+  if (!served)
+    throw new ApiError(404, `The model '${SPAK_MODEL}' is not served here; the operator serves a model under that name.`, { param: "model", code: "model_not_found" });
   const description = served.engine?.describe();
   const { request, namespace, thinking } = spakToCanonical(body, { userAgent: info.userAgent, modelThinks: description?.reasoning });
   const ctx = { ...env.ctx, namespace };
@@ -62,6 +63,8 @@ export async function spakChatCompletion(body: SpakChatRequest, env: RouteEnv, i
   return {
     kind: "sse",
     write: (sse) => streamSpakCompletion(sse, meta, events, includeUsage),
-    errorEvent: (err) => spakErrorEvent(err),
+    // Every stream ends with data: [DONE] (003-25), after the usage chunk when asked for (003-27):
+    // one that failed midway too, as its clients read to that line.
+    errorEvent: (err) => ({ ...spakErrorEvent(err), after: [...(includeUsage ? [spakUsageChunk(meta)] : []), "[DONE]"] }),
   };
 }

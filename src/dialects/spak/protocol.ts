@@ -52,7 +52,7 @@ export const spakChatRequest = z.object({
   // Not in the reference, but what newer OpenAI clients (langchain-openai among them) send for the
   // cap: dropped, it would leave their answers to run to the end of the context. Taken as an alias.
   max_completion_tokens: z.int().min(1).nullish(),
-  response_format: z.object({ type: z.enum(["text", "json_object"]) }).nullish(),
+  response_format: z.strictObject({ type: z.enum(["text", "json_object"]) }).nullish(),
   stop: z.union([z.string(), listOf(z.string(), { max: 16 })]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional() }).nullish(),

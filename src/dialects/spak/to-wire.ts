@@ -105,6 +105,19 @@ export async function renderSpakCompletion(meta: SpakMeta, events: AsyncIterable
 }
 export type SpakCompletion = Awaited<ReturnType<typeof renderSpakCompletion>>;
 
+/** The chunk with `choices: []` that carries a stream's usage (include_usage), as spent so far. */
+export function spakUsageChunk(meta: SpakMeta) {
+  return {
+    id: meta.id,
+    object: "chat.completion.chunk",
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: meta.systemFingerprint,
+    choices: [],
+    usage: spakUsage(interruptedUsage(meta)),
+  };
+}
+
 /**
  * chat.completion.chunk events: a role delta, reasoning_content and content deltas, tool-call
  * deltas, a final delta with finish_reason; with include_usage, every chunk has `usage: null` and one

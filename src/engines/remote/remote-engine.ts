@@ -669,8 +669,11 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       } catch (err) {
         if (signal.aborted) throw signal.reason;
         if (err instanceof ApiError) {
-          // The client's fault (a 4xx the upstream gave): the replica is fine.
+          // The client's fault (a 4xx the upstream gave), or the upstream giving up an answer for
+          // lack of capacity: the replica is fine. What it answered before giving up goes out
+          // first, as a stream would have shown it (a dialect reports the shortage after it).
           lease.success();
+          if (held && err.reason === "overloaded") for (const c of held) yield c;
           throw err;
         }
         const failure = asFailure(err);

@@ -209,7 +209,7 @@ export interface StreamTotals {
   completionTokens?: number;
   cachedTokens?: number;
   reasoningTokens?: number;
-  finish?: "stop" | "length" | "tool_calls" | "content_filter";
+  finish?: "stop" | "length" | "tool_calls" | "content_filter" | "shortage";
 }
 
 /**
@@ -373,7 +373,8 @@ export class ChunkReader {
     if (prompt !== undefined) this.totals.promptTokens = prompt;
     const completion = tokenCount(u.completion_tokens);
     if (completion !== undefined) this.totals.completionTokens = completion;
-    const cached = tokenCount(u.prompt_tokens_details?.cached_tokens);
+    // DeepSeek-style upstreams count cache hits in prompt_cache_hit_tokens instead.
+    const cached = tokenCount(u.prompt_tokens_details?.cached_tokens) ?? tokenCount(u.prompt_cache_hit_tokens);
     if (cached !== undefined) this.totals.cachedTokens = cached;
     const reasoning = tokenCount(u.completion_tokens_details?.reasoning_tokens);
     if (reasoning !== undefined) this.totals.reasoningTokens = reasoning;
@@ -386,6 +387,15 @@ export class ChunkReader {
     // [DONE], or of chunks without choices, is a broken replica, not an empty answer.
     if (!this.sawChoice) throw new UpstreamStreamError("the upstream's stream ended without any choice in it");
     const t = this.totals;
+    // The upstream could not finish the answer for lack of capacity: not a complete answer ending in
+    // "stop", but the shortage a dialect with a finish reason for it reports (SpAk's
+    // insufficient_system_resource) and others answer as a 503 or a mid-stream error.
+    if (t.finish === "shortage")
+      throw new ApiError(503, "The upstream ran out of capacity before the answer was complete; retry later.", {
+        code: "upstream_overloaded",
+        reason: "overloaded",
+        headers: { "retry-after": "1" },
+      });
     const out: EngineChunk[] = [];
     // Cached tokens are part of the prompt: a broken upstream's larger count would reach the usage
     // (cached_tokens 50 of a 5-token prompt) and the ledger as it came.
@@ -542,6 +552,12 @@ function isClientFault(error: any): boolean {
  * output) is passed on as itself, so each dialect can say so its own way; anything unknown (vLLM's
  * `abort`, the legacy `function_call`) reads as a plain stop.
  */
-function finishReasonOf(reason: string): "stop" | "length" | "tool_calls" | "content_filter" {
+/**
+ * An upstream's finish reason in canonical terms. DeepSeek-style upstreams end an answer they had to
+ * give up for lack of capacity with `insufficient_system_resource`, vLLM one its engine aborted with
+ * `abort`: neither is a finished answer.
+ */
+function finishReasonOf(reason: string): NonNullable<StreamTotals["finish"]> {
+  if (reason === "insufficient_system_resource" || reason === "abort") return "shortage";
   return reason === "length" || reason === "tool_calls" || reason === "content_filter" ? reason : "stop";
 }
