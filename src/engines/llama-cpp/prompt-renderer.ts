@@ -33,6 +33,7 @@ import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
 import { tokenizeRawText } from "./raw-text.ts";
+import { MarkerBreaker } from "./marker-text.ts";
 import { leavesOutEmptySystem, mergeSystemMessages, systemMergingWrapper, withoutEmptyLeadingSystem } from "./system-messages.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
 
@@ -205,7 +206,7 @@ export class PromptRenderer {
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }
     let wrapper = this.harmony?.wrapperFor(req.reasoning?.effort) ?? this.wrapper;
-    if (wrapper instanceof JinjaTemplateChatWrapper) this.refuseControlText(req);
+    if (wrapper instanceof JinjaTemplateChatWrapper || this.harmony) this.refuseControlText(req);
     const { state, wrapper: renderedBy } = this.renderChat(wrapper, prompt.messages, thinkingSwitch(req), functions);
     wrapper = renderedBy;
     const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
@@ -226,7 +227,7 @@ export class PromptRenderer {
     }
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
-    return { tokens: text.tokenize(this.tokenizer), stopTokens, formatStops, openTurn };
+    return { tokens: this.markers.tokenize(text, this.tokenizer), stopTokens, formatStops, openTurn };
   }
 
   /**
@@ -237,7 +238,7 @@ export class PromptRenderer {
    */
   private renderChat(wrapper: ChatWrapper, messages: Message[], thinking: ThinkingSwitch, functions: ChatModelFunctions | undefined) {
     if (this.inlineReasoning) messages = this.inlineReasoning.apply(messages);
-    messages = withTrimmedTexts(messages, this.trimmed);
+    messages = this.markers.breakMessages(withTrimmedTexts(messages, this.trimmed));
     let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
     if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
     if (this.leavesOutEmptySystem) history = withoutEmptyLeadingSystem(history);
@@ -320,11 +321,30 @@ export class PromptRenderer {
       });
   }
 
-  /** A pattern matching the text of any of the vocabulary's control tokens (built on first use). */
+  /**
+   * The markers llama.cpp finds even in text it tokenizes without special parsing (user-defined
+   * tokens such as Qwen 3's `<think>`), kept out of message texts (marker-text.ts). Built on first use.
+   */
+  private get markers(): MarkerBreaker {
+    if (this.markerBreaker) return this.markerBreaker;
+    const meta = this.vocabMeta;
+    this.markerBreaker = MarkerBreaker.of(this.tokenizer, meta?.tokens, meta?.token_type);
+    return this.markerBreaker;
+  }
+  private markerBreaker: MarkerBreaker | undefined;
+
+  private get vocabMeta() {
+    return this.model.fileInfo.metadata?.tokenizer?.ggml as { tokens?: readonly string[]; token_type?: readonly number[] } | undefined;
+  }
+
+  /**
+   * A pattern matching the text of any of the vocabulary's control tokens, and of the markers found
+   * in plain text (built on first use).
+   */
   private get controlText(): RegExp | undefined {
     if (this.controlPattern !== null) return this.controlPattern;
-    const meta = this.model.fileInfo.metadata?.tokenizer?.ggml as { tokens?: readonly string[]; token_type?: readonly number[] } | undefined;
-    const texts = new Set<string>();
+    const meta = this.vocabMeta;
+    const texts = new Set<string>(this.markers.markers);
     meta?.tokens?.forEach((text, id) => {
       if (meta.token_type?.[id] === CONTROL_TOKEN && text.length > 1) texts.add(text);
     });

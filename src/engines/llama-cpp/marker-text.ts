@@ -1,0 +1,102 @@
+import { randomBytes } from "node:crypto";
+import { type LlamaText, SpecialToken, SpecialTokensText, type Token, type Tokenizer } from "node-llama-cpp";
+import type { Message } from "../../core/types.ts";
+
+/**
+ * Keeps a message's text from turning into the markers that structure a prompt.
+ *
+ * node-llama-cpp tokenizes message contents without special-token parsing, so a control token's
+ * text typed by a user (`<|im_end|>`) stays text. But llama.cpp matches a vocabulary's
+ * user-defined tokens in any text, special parsing or not, and those include real structure: Qwen
+ * 3's `<think>`, `</think>` and `<tool_call>`, and gpt-oss's `<|start|>`, `<|message|>`,
+ * `<|channel|>` and `<|end|>` (llama.cpp's loader turns those into user-defined tokens). A user
+ * message holding `<|end|><|start|>developer<|message|>…` then became a developer turn of its own.
+ *
+ * Such a marker in a message's text is cut after its first character with a break the renderer
+ * keeps apart when it tokenizes: the two sides are tokenized separately, so the marker's text
+ * becomes ordinary text tokens and never the marker. Text without a marker tokenizes as before.
+ * The break is a random run of private-use characters, made per renderer, so no client can type
+ * it. A break that ends up in template text (a template that takes a message's text as its own)
+ * is dropped, leaving what was there before.
+ */
+export class MarkerBreaker {
+  /** Marker texts, longest first, as one pattern; undefined when the vocabulary has none. */
+  private readonly pattern: RegExp | undefined;
+  private readonly brk: string;
+
+  private constructor(readonly markers: readonly string[]) {
+    const sorted = [...new Set(markers)].sort((a, b) => b.length - a.length).map(escapeRegExp);
+    this.pattern = sorted.length > 0 ? new RegExp(sorted.join("|"), "g") : undefined;
+    this.brk = Array.from(randomBytes(8), (b) => String.fromCharCode(0xe000 + b)).join("");
+  }
+
+  /**
+   * The markers of a vocabulary: control and user-defined tokens that look like markers (no
+   * whitespace; an angle or square bracket, or a bar) and that llama.cpp finds in plain text,
+   * checked by tokenizing each one's text without special parsing.
+   */
+  static of(tokenizer: Tokenizer, tokens: readonly string[] | undefined, types: readonly number[] | undefined): MarkerBreaker {
+    const markers: string[] = [];
+    tokens?.forEach((text, id) => {
+      const type = types?.[id];
+      if ((type !== CONTROL_TOKEN && type !== USER_DEFINED_TOKEN) || text.length < 2 || /\s/.test(text) || !/[<>[\]|｜]/.test(text)) return;
+      const plain = tokenizer(text, false, "trimLeadingSpace");
+      if (plain.length === 1 && plain[0] === id) markers.push(text);
+    });
+    return new MarkerBreaker(markers);
+  }
+
+  /** The text with each marker broken after its first character. */
+  breakText(text: string): string {
+    if (!this.pattern || text === "") return text;
+    return text.replace(this.pattern, (m) => m.slice(0, 1) + this.brk + m.slice(1));
+  }
+
+  /** The messages with their texts' markers broken (their other fields go to templates as they are). */
+  breakMessages(messages: Message[]): Message[] {
+    if (!this.pattern) return messages;
+    return messages.map((m) => {
+      const content = this.breakText(m.content);
+      return content === m.content ? m : { ...m, content };
+    });
+  }
+
+  /**
+   * The text's tokens as LlamaText.tokenize gives them, except that plain text is tokenized apart
+   * at each break (and a break in template text is dropped).
+   */
+  tokenize(text: LlamaText, tokenizer: Tokenizer): Token[] {
+    if (!this.pattern) return text.tokenize(tokenizer);
+    const out: Token[] = [];
+    let plain = "";
+    // As LlamaText.tokenize does: the first text of the prompt keeps its leading space, later ones not.
+    const flush = () => {
+      const pieces = plain.split(this.brk);
+      for (const piece of pieces) {
+        if (piece === "") continue;
+        for (const t of tokenizer(piece, false, out.length > 0 ? "trimLeadingSpace" : undefined)) out.push(t);
+      }
+      plain = "";
+    };
+    for (const value of text.values) {
+      if (value instanceof SpecialToken) {
+        flush();
+        for (const t of value.tokenize(tokenizer)) out.push(t);
+      } else if (value instanceof SpecialTokensText) {
+        flush();
+        const special = new SpecialTokensText(value.value.split(this.brk).join(""));
+        for (const t of special.tokenize(tokenizer, out.length > 0)) out.push(t);
+      } else plain += value;
+    }
+    flush();
+    return out;
+  }
+}
+
+/** llama.cpp's token types (tokenizer.ggml.token_type). */
+const CONTROL_TOKEN = 3;
+const USER_DEFINED_TOKEN = 4;
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
