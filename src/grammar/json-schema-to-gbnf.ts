@@ -65,7 +65,8 @@
 //   consts, as discriminated unions have); otherwise strict mode refuses the schema.
 // - Enum values and consts are written in one spelling each (JSON.stringify).
 // - `minProperties` with additional properties allowed: at most one additional property counts
-//   towards the minimum (two generated keys could be equal, and JSON.parse keeps one).
+//   towards the minimum (two generated keys could be equal, and JSON.parse keeps one); a minimum
+//   that needs more is relaxed to that (strict: refused as not enforceable).
 //
 // Accepted because always true: `propertyNames` that every JSON key satisfies (`true`, `{}`,
 // `{type: "string"}` as z.record(z.string(), X) emits), formats that do not constrain syntax
@@ -776,9 +777,11 @@ class Converter {
       }
     }
     const addl: unknown[] = restricting.map((p) => p.schema.additionalProperties);
+    mergeArrayPositions(expanded, acc);
     for (const { schema, path: p } of expanded) {
       for (const [key, value] of Object.entries(schema)) {
         if (isAnnotation(key) || key === "$defs" || key === "definitions" || key === "additionalProperties") continue;
+        if (key === "items" || key === "prefixItems") continue;
         if (!(has(acc, key))) {
           acc[key] = value;
           continue;
@@ -808,10 +811,6 @@ class Converter {
           case "required":
             if (!Array.isArray(prev) || !Array.isArray(value)) throw new UnsupportedSchemaError(where, "required must be an array");
             acc.required = [...new Set([...prev, ...value])];
-            break;
-          case "items":
-            if (Array.isArray(prev) || Array.isArray(value)) throw new UnsupportedSchemaError(where, "cannot merge tuple-form items");
-            acc.items = { allOf: [prev, value] };
             break;
           case "minLength": case "minItems": case "minProperties": case "minimum":
             acc[key] = Math.max(Number(prev), Number(value));
@@ -1279,7 +1278,7 @@ class Converter {
       }
       entries.push({ name, req, value: this.visit(sub, p, new Set()) });
     }
-    const minP = this.nonNegativeInt(s, "minProperties", path) ?? 0;
+    let minP = this.nonNegativeInt(s, "minProperties", path) ?? 0;
     const maxP = this.nonNegativeInt(s, "maxProperties", path);
     const addl = s.additionalProperties;
     // The value of a property the schema does not declare (null: none is allowed).
@@ -1300,6 +1299,14 @@ class Converter {
     const addlKv = !generateAdditional ? null : this.b.rule(hintOf(path, "additional-kv"), seq(this.keyExcluding(excluded), ws, '":"', ws, addlValue!));
     const n = kvs.length;
     const requiredCount = kvs.filter((k) => k.req).length;
+    // At most one additional property counts towards minProperties (see the header): an object
+    // that needs more of them (pydantic's Dict[str, int] with min_length=2) exists, but the grammar
+    // cannot keep their keys apart. Not enforced past that (strict: refused), rather than called
+    // unsatisfiable.
+    if (addlKv !== null && minP > n + 1 && (maxP === undefined || maxP >= minP)) {
+      this.relax(join(path, "minProperties"), `minProperties ${minP} needs ${minP - n} properties besides the declared ones, and only one of them can be enforced (two generated keys could be equal)`);
+      minP = n + 1;
+    }
 
     const counting = minP > requiredCount || (maxP !== undefined && (addlKv !== null || maxP < n));
     const hint = hintOf(path, "members");
@@ -1682,4 +1689,53 @@ export function schemaCacheKey(schema: unknown, opts?: JsonSchemaToGbnfOptions):
     stableStringify(schema, new Set()) +
     (opts ? `|ws=${opts.maxWhitespace ?? 2}|strict=${opts.strict ?? true}|limits=${stableStringify(opts.limits ?? {}, new Set())}` : "");
   return createHash("sha256").update(text).digest("hex");
+}
+
+/**
+ * The element schemas of parts that must all hold, merged position by position. A part's `items`
+ * holds for every element past its own `prefixItems` (all of them when it has none), so a part's
+ * `items` beside another's `prefixItems` constrains that prefix too: merged key by key, the first
+ * part's `items` would hold only past the other's prefix, and answers broke it (a string where
+ * every element had to be an integer). Position j of the merge must satisfy each part's schema for
+ * j; past the longest prefix, every part's `items`. A position no element may take (`false`) ends
+ * the array there.
+ */
+function mergeArrayPositions(parts: ReadonlyArray<{ schema: Schema; path: string }>, acc: Schema): void {
+  const shaped = parts.filter((p) => p.schema.items !== undefined || p.schema.prefixItems !== undefined);
+  if (shaped.length === 0) return;
+  for (const p of shaped) {
+    if (Array.isArray(p.schema.items)) throw new UnsupportedSchemaError(join(p.path, "items"), "cannot merge tuple-form items");
+    if (p.schema.prefixItems !== undefined && !Array.isArray(p.schema.prefixItems)) throw new UnsupportedSchemaError(join(p.path, "prefixItems"), "must be an array");
+  }
+  if (shaped.length === 1) {
+    const only = shaped[0].schema;
+    if (only.prefixItems !== undefined) acc.prefixItems = only.prefixItems;
+    if (only.items !== undefined) acc.items = only.items;
+    return;
+  }
+  const all = (schemas: unknown[]): unknown => {
+    const kept = schemas.filter((x) => x !== true && !(isObject(x) && Object.keys(x).length === 0));
+    if (kept.some((x) => x === false)) return false;
+    return kept.length === 0 ? {} : kept.length === 1 ? kept[0] : { allOf: kept };
+  };
+  const longest = Math.max(0, ...shaped.map((p) => (Array.isArray(p.schema.prefixItems) ? p.schema.prefixItems.length : 0)));
+  const prefix: unknown[] = [];
+  let closed = false;
+  for (let j = 0; j < longest; j++) {
+    const at = all(
+      shaped.map((p) => {
+        const own = Array.isArray(p.schema.prefixItems) ? p.schema.prefixItems : [];
+        return j < own.length ? own[j] : (p.schema.items ?? true);
+      }),
+    );
+    if (at === false) {
+      closed = true;
+      break;
+    }
+    prefix.push(at);
+  }
+  const rest = closed ? false : all(shaped.map((p) => p.schema.items ?? true));
+  if (prefix.length > 0) acc.prefixItems = prefix;
+  if (rest === false) acc.items = false;
+  else if (!(isObject(rest) && Object.keys(rest).length === 0)) acc.items = rest;
 }

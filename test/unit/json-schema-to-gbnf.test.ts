@@ -221,6 +221,15 @@ describe("grammar text", () => {
     await assertAccepts(s, ['{"a":1}', '{"c":1}', '{"a":1,"c":1}', '{"b":1,"c":1}'], ["{}", '{"a":1,"b":1,"c":1}']);
     await assertAccepts({ type: "object", properties: { a: { const: 1 } }, required: ["a"], maxProperties: 2, additionalProperties: true }, ['{"a":1}', '{"a":1,"x":2}'], ['{"a":1,"x":2,"y":3}']);
     await assertAccepts({ type: "object", minProperties: 1, maxProperties: 1 }, ['{"x":2}'], ["{}", '{"x":2,"y":3}']);
+    // pydantic's Dict[str, int] = Field(min_length=2): satisfiable, but only one generated key can be
+    // counted. Not called unsatisfiable: refused as not enforceable when strict, relaxed otherwise.
+    const dict = { type: "object", additionalProperties: { type: "integer" }, minProperties: 2, maxProperties: 4 };
+    assert.throws(
+      () => compileJsonSchema(dict, { strict: true }),
+      (e: unknown) => e instanceof UnsupportedSchemaError && e.path === "minProperties" && !/no object satisfies/.test(e.message) && /only one/.test(e.message),
+    );
+    const relaxed = compileJsonSchema(dict, { strict: false });
+    assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["minProperties"]);
   });
 
   test("integer ranges are exact (digit-range construction)", async () => {
@@ -670,6 +679,36 @@ describe("grammar text", () => {
     // Reached without consuming input, it is still refused as left recursion, not looped on.
     const left = { $defs: { a: { anyOf: [{ $ref: "#/$defs/a", maxProperties: 1 }, { type: "null" }] } }, $ref: "#/$defs/a" };
     assert.throws(() => compileJsonSchema(left), /recursive reference #\/\$defs\/a/);
+  });
+
+  test("merged parts: one part's items holds for every element, another part's prefix included", async () => {
+    // Every element an integer 0–5, at most 3; the first 1, the second at least 3.
+    await assertAccepts(
+      { allOf: [{ type: "array", items: { type: "integer", minimum: 0, maximum: 5 }, maxItems: 3 }, { prefixItems: [{ const: 1 }, { minimum: 3 }] }] },
+      ["[]", "[1]", "[1,3]", "[1,5,0]"],
+      ["[1,2]", "[2]", '[1,"a"]', "[1,3,9]"],
+    );
+    // The second element a string where every element is an integer: refused, naming the position
+    // (an answer held to the prefix alone broke the items).
+    assert.throws(
+      () => compileJsonSchema({ allOf: [{ type: "array", items: { type: "integer" } }, { prefixItems: [{ const: 1 }, { type: "string" }] }] }),
+      (e: unknown) => e instanceof UnsupportedSchemaError && e.path.startsWith("prefixItems.1"),
+    );
+    // items: false beside a prefix, through $ref and beside anyOf: no element at all.
+    await assertAccepts({ $defs: { X: { items: false } }, $ref: "#/$defs/X", prefixItems: [{ const: 1 }] }, ["[]"], ["[1]"]);
+    await assertAccepts({ items: false, anyOf: [{ prefixItems: [{ const: 1 }] }, { type: "boolean" }] }, ["[]", "true"], ["[1]"]);
+    // A prefix from a $ref, items beside it: the items hold for the prefix's element too.
+    await assertAccepts(
+      { $defs: { X: { prefixItems: [{ minimum: 5 }] } }, $ref: "#/$defs/X", type: "array", items: { type: "integer" }, maxItems: 3 },
+      ["[5]", "[5,1,2]", "[]"],
+      ["[1]", '["a"]', "[5.5]", '[5,"b"]'],
+    );
+    // Two prefixes: each position holds both parts' schemas.
+    await assertAccepts(
+      { allOf: [{ type: "array", prefixItems: [{ type: "integer" }], items: { type: "integer", maximum: 3 }, maxItems: 3 }, { prefixItems: [{ minimum: 2 }, { minimum: 1 }] }] },
+      ["[2]", "[2,1]", "[9,3,0]"],
+      ["[1]", "[2,0]", "[2,4]"],
+    );
   });
 
   test("empty schema and true allow any JSON value; json_object allows any object", async () => {
