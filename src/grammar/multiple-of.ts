@@ -209,11 +209,16 @@ export function multiplesDfa(step: number, lower: Bound | undefined, upper: Boun
   const cap = d === 0 ? SAFE_INTEGER : SHORT_NON_INTEGER;
   let lowN = lower ? scaledBound(lower, d, true) : -cap;
   let highN = upper ? scaledBound(upper, d, false) : cap;
+  // No multiple at all between the bounds as given (an absent bound is no limit): unsatisfiable.
+  if (lower && upper && ceilDiv(lowN, p) > floorDiv(highN, p)) return null;
   if (lowN < -cap) lowN = -cap;
   if (highN > cap) highN = cap;
   const kLo = ceilDiv(lowN, p);
   const kHi = floorDiv(highN, p);
-  if (kLo > kHi) return null;
+  // Multiples there are, but only past the digits an answer is written with (2^53 for integers,
+  // 15 significant digits otherwise): not enforceable, which is not the same as unsatisfiable.
+  if (kLo > kHi)
+    throw new AutomatonLimitError(`multipleOf ${step}: every multiple within these bounds has more digits than an answer is written with (${d === 0 ? "integers up to 2^53" : "15 significant digits"})`);
   try {
     return generalDfa(step, p, d, kLo, kHi, maxStates);
   } catch (e) {

@@ -232,6 +232,20 @@ describe("grammar text", () => {
     assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["minProperties"]);
   });
 
+  test("multipleOf whose multiples within the bounds all have more digits than an answer is written with: not enforceable, not unsatisfiable", () => {
+    for (const schema of [{ type: "number", multipleOf: 0.01, minimum: 1e13 }, { type: "number", multipleOf: 0.01, maximum: -1e13 }]) {
+      assert.throws(
+        () => compileJsonSchema(schema, { strict: true }),
+        (e: unknown) => e instanceof UnsupportedSchemaError && e.path === "multipleOf" && !/no number/.test(e.message),
+        JSON.stringify(schema),
+      );
+      assert.deepEqual(compileJsonSchema(schema, { strict: false }).relaxed.map((r) => r.path), ["multipleOf"]);
+    }
+    // Bounds with no multiple between them are still unsatisfiable, strict or not.
+    for (const strict of [true, false])
+      assert.throws(() => compileJsonSchema({ type: "number", multipleOf: 0.01, minimum: 0.011, maximum: 0.019 }, { strict }), /no number that is a multiple of 0.01/);
+  });
+
   test("integer ranges are exact (digit-range construction)", async () => {
     const cases: Array<[number | undefined, number | undefined]> = [[0, 255], [-10, 10], [1, undefined], [undefined, 100], [-1234, -17], [7, 7], [99, 1001], [-5, 0]];
     for (const [lo, hi] of cases) {
