@@ -1,3 +1,20 @@
+/** A stretch of the input (offsets count characters pushed since the start) and the part it went to. */
+export interface SplitSpan {
+  part: "reasoning" | "content";
+  start: number;
+  end: number;
+}
+
+export interface SplitResult {
+  reasoning: string;
+  content: string;
+  /**
+   * Where the text released by this call came from in the input, in order. Input in no span is
+   * markers and their layout: it is in neither part (so the tokens that wrote it belong to neither).
+   */
+  spans: SplitSpan[];
+}
+
 /**
  * Separates a thinking section from the answer in generated text, incrementally. Markers are the
  * template's (e.g. "<think>" and "</think>"); text that might be the start of a marker is held back
@@ -13,6 +30,8 @@ export class ReasoningSplitter {
   private trimOpening = false;
 
   private readonly closers: string[];
+  /** Offset in the input of `pending`'s first character: everything before it is resolved. */
+  private base = 0;
 
   constructor(
     private readonly open: string,
@@ -34,22 +53,38 @@ export class ReasoningSplitter {
     return this.done;
   }
 
-  push(text: string): { reasoning: string; content: string } {
+  /** How much of the input is settled (released to a part, or dropped as a marker); the rest is held. */
+  get resolved(): number {
+    return this.base;
+  }
+
+  push(text: string): SplitResult {
     this.pending += text;
     let reasoning = "";
     let content = "";
+    let spans: SplitSpan[] = [];
+    const take = (part: SplitSpan["part"], length: number) => {
+      if (length > 0) spans.push({ part, start: this.base, end: this.base + length });
+      this.base += length;
+    };
+    const dropNewlines = () => {
+      const newlines = /^\n*/.exec(this.pending)![0].length;
+      this.pending = this.pending.slice(newlines);
+      this.base += newlines;
+    };
     for (;;) {
       if (this.done) {
         if (this.trimNewlines) {
-          this.pending = this.pending.replace(/^\n+/, "");
+          dropNewlines();
           if (this.pending) this.trimNewlines = false;
         }
         content += this.pending;
+        take("content", this.pending.length);
         this.pending = "";
         break;
       }
       if (this.inside && this.trimOpening) {
-        this.pending = this.pending.replace(/^\n+/, "");
+        dropNewlines();
         if (this.pending) this.trimOpening = false;
       }
       const markers = this.inside ? this.closers : [this.open];
@@ -58,7 +93,9 @@ export class ReasoningSplitter {
         const before = this.pending.slice(0, at);
         if (this.inside) reasoning += before;
         else content += before;
+        take(this.inside ? "reasoning" : "content", at);
         this.pending = this.pending.slice(at + marker.length);
+        this.base += marker.length;
         if (this.inside) {
           this.inside = false;
           // One thinking section per answer; a later "<think>" is just text.
@@ -68,9 +105,12 @@ export class ReasoningSplitter {
           // The open marker only counts at the very start of the answer.
           if (before.trim() !== "" || content.trim() !== "") {
             content += marker;
+            spans.push({ part: "content", start: this.base - marker.length, end: this.base });
             this.done = true;
           } else {
+            // The blank space before the opening marker is dropped with it.
             content = "";
+            spans = spans.filter((s) => s.part !== "content");
             this.inside = true;
             this.trimOpening = true;
           }
@@ -82,16 +122,20 @@ export class ReasoningSplitter {
       this.pending = this.pending.slice(this.pending.length - hold);
       if (this.inside) reasoning += ready;
       else content += ready;
+      take(this.inside ? "reasoning" : "content", ready.length);
       if (!this.inside && ready.trim() !== "") this.done = true;
       break;
     }
-    return { reasoning, content };
+    return { reasoning, content, spans };
   }
 
-  flush(): { reasoning: string; content: string } {
+  flush(): SplitResult {
     const rest = this.pending;
+    const part = this.inside ? "reasoning" : "content";
+    const spans: SplitSpan[] = rest ? [{ part, start: this.base, end: this.base + rest.length }] : [];
+    this.base += rest.length;
     this.pending = "";
-    return this.inside ? { reasoning: rest, content: "" } : { reasoning: "", content: rest };
+    return { reasoning: this.inside ? rest : "", content: this.inside ? "" : rest, spans };
   }
 }
 

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import { Ajv } from "ajv";
 import { ensureFixtureModel, HARMONY_SPEC, HARMONY_TOKENS } from "../fixtures/models.ts";
 import { type ChatBody, type ClientChatStreamParams, functionOf, plinthChunk } from "../helpers/requests.ts";
+import { logprobParts } from "../helpers/logprob-parts.ts";
 import { startTestServer, useTestServer } from "../helpers/server.ts";
 
 const s = useTestServer({}, { harmony: true });
@@ -52,6 +53,11 @@ test("the analysis channel is the reasoning, the final channel the answer; no ma
   }
   assert.equal(reasoning, m.reasoning_content);
   assert.equal(content, m.content);
+});
+
+test("the <|end|> that closes the analysis message is not listed in the reasoning's logprobs", async () => {
+  const parts = await logprobParts(s.http, { ...base, max_tokens: 4, temperature: 0, logit_bias: { [HARMONY_TOKENS.end]: 100 } });
+  assert.deepEqual(parts.reasoning, { text: "", tokens: [] });
 });
 
 test("the model's own <|end|> closes the analysis message; after the final header it ends the answer", async () => {

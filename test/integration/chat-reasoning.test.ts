@@ -2,6 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { EXTRA_TOKENS, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import type { ChatBody, ChatMessageBody } from "../helpers/requests.ts";
+import { logprobParts } from "../helpers/logprob-parts.ts";
 import { useTestServer } from "../helpers/server.ts";
 
 const s = useTestServer({}, { think: true });
@@ -139,6 +140,12 @@ test("logprobs split into reasoning_content and content entries", async () => {
   assert.ok(lp.reasoning_content!.length >= 6);
   assert.ok(lp.content.length > 0);
   assert.equal(lp.content.map((e) => e.token).join("").trim(), r.choices[0].message.content!.trim());
+});
+
+test("the </think> that closes the section is in neither part's logprobs; a later one is answer text and listed", async () => {
+  const parts = await logprobParts(s.http, { model: "think", messages: [{ role: "user", content: "Hi" }], max_tokens: 4, temperature: 0, logit_bias: { [EXTRA_TOKENS.thinkClose]: 100 } });
+  assert.deepEqual(parts.reasoning, { text: "", tokens: [] });
+  assert.deepEqual(parts.content, { text: "</think>".repeat(3), tokens: Array(3).fill("</think>") });
 });
 
 test("reasoning control on a model without a thinking section is refused by name", async () => {

@@ -3,6 +3,7 @@ import { after, before, test } from "node:test";
 import { EXTRA_TOKENS, ensureFixtureModel, type FixtureSpec, TINY_SPEC } from "../fixtures/models.ts";
 import { GLM_4_6_TEMPLATE, GLM_4_7_TEMPLATE, MINIMAX_M2_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
+import { logprobParts } from "../helpers/logprob-parts.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 
@@ -232,6 +233,25 @@ test("glm46: the model's own <think> opens the reasoning (thinking on); with thi
     assert.equal(c.message.content, "<think>".repeat(6));
     assert.equal(r.usage!.prompt_tokens, prompt.tokens.length);
   }
+});
+
+test("glm46: the <think> the model opens its section with is in neither part's logprobs, streamed or not, nor an answer of its own on the Responses API", async () => {
+  const bias = { [EXTRA_TOKENS.thinkOpen]: 100, [EXTRA_TOKENS.thinkClose]: -100 };
+  const parts = await logprobParts(server.http, { model: "glm46", messages: [SYSTEM, QUESTION], max_tokens: 6, temperature: 0, logit_bias: bias });
+  // Six tokens: the opening marker, then five more "<think>" that are thinking text.
+  assert.deepEqual(parts.reasoning, { text: "<think>".repeat(5), tokens: Array(5).fill("<think>") });
+  assert.deepEqual(parts.content, { text: "", tokens: [] });
+  const r = await server.http.postRaw("/v1/responses", {
+    model: "glm46",
+    input: "What is the weather in Paris?",
+    max_output_tokens: 6,
+    temperature: 0,
+    top_logprobs: 1,
+    include: ["message.output_text.logprobs"],
+    logit_bias: bias,
+  });
+  assert.equal(r.status, 200, r.text);
+  assert.deepEqual((r.json as { output: Array<{ type: string }> }).output.map((o) => o.type), ["reasoning"], r.text.slice(0, 1500));
 });
 
 test("glm46: a forced call after a thinking section Plinth closed at its budget is named (the blank line after the closing marker went into the name)", async () => {

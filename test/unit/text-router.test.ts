@@ -227,12 +227,65 @@ test("logprobs ride along with the text of their token", () => {
   const router = new TextRouter({ reasoning: THINK });
   const lp = { token: "a", bytes: [97], logprob: -0.5, top: [] };
   assert.deepEqual(drain(router.push("a", 1, lp)).chunks, [{ kind: "text", channel: "reasoning", text: "a", tokens: 1, logprobs: [lp] }]);
-  // Answer text that arrives with the closing marker carries no token of its own.
+  // Answer text that arrives with the closing marker carries no token of its own (the token is
+  // counted as thinking), but the token's entry is listed with the answer, where its only text is.
   assert.deepEqual(drain(router.push("</think>b", 1, lp)).chunks, [
-    { kind: "text", channel: "reasoning", text: "", tokens: 1, logprobs: [lp] },
+    { kind: "text", channel: "reasoning", text: "", tokens: 1 },
     { kind: "usage", reasoningTokens: 2 },
-    { kind: "text", text: "b", tokens: 0 },
+    { kind: "text", text: "b", tokens: 0, logprobs: [lp] },
   ]);
+});
+
+/** Routes each piece as one token with a logprob entry spelling it; returns each part's text and the text its entries' bytes spell. */
+function routeWithLogprobs(setup: RouterSetup, pieces: string[]) {
+  const router = new TextRouter(setup);
+  router.start();
+  const entry = (piece: string) => ({ token: piece, bytes: [...Buffer.from(piece)], logprob: -1, top: [] });
+  const chunks = [...pieces.flatMap((p) => drain(router.push(p, 1, entry(p))).chunks), ...drain(router.finish("stop")).chunks];
+  const part = (channel?: "reasoning") => {
+    const texts = chunks.filter((c) => c.kind === "text" && c.channel === channel) as Array<Extract<EngineChunk, { kind: "text" }>>;
+    const logprobs = texts.flatMap((c) => c.logprobs ?? []);
+    return { text: texts.map((c) => c.text).join(""), bytes: Buffer.from(logprobs.flatMap((l) => l.bytes)).toString(), tokens: logprobs.map((l) => l.token) };
+  };
+  return { reasoning: part("reasoning"), answer: part(), chunks };
+}
+
+test("thinking markers the model writes are listed in neither part's logprobs, so each part's bytes spell its text", () => {
+  // The model opens the section itself (Qwen 3, GLM 4.6, Kimi K2 Thinking), closes it, then writes a
+  // later "<think>", which is answer text.
+  const opened = routeWithLogprobs({ reasoning: { ...THINK, startsInside: false } }, ["<think>", "all", "</think>", "<think>", " people"]);
+  assert.deepEqual(opened.reasoning, { text: "all", bytes: "all", tokens: ["all"] });
+  assert.deepEqual(opened.answer, { text: "<think> people", bytes: "<think> people", tokens: ["<think>", " people"] });
+
+  // An opening marker alone: no answer text, so no answer entries, and no empty answer part either.
+  const alone = routeWithLogprobs({ reasoning: { ...THINK, startsInside: false } }, ["<think>"]);
+  assert.deepEqual(alone.answer, { text: "", bytes: "", tokens: [] });
+  assert.deepEqual(alone.reasoning, { text: "", bytes: "", tokens: [] });
+  assert.ok(alone.chunks.every((c) => !("logprobs" in c)));
+
+  // A closing marker alone (gpt-oss's <|end|> right away): no thinking text, no thinking entries.
+  const closed = routeWithLogprobs({ reasoning: { open: "<|channel|>analysis<|message|>", close: ["<|end|>"], startsInside: true } }, ["<|end|>", "x"]);
+  assert.deepEqual(closed.reasoning, { text: "", bytes: "", tokens: [] });
+  assert.deepEqual(closed.answer, { text: "x", bytes: "x", tokens: ["x"] });
+});
+
+test("the layout around a marker is in neither part's logprobs; held text that is not a marker keeps its entries", () => {
+  // "\n" is held as the possible start of "\n</think>", which it turns out to be; the blank line after
+  // the marker is layout too.
+  const layout = routeWithLogprobs({ reasoning: THINK }, ["a", "\n", "</think>", "\n\n", "b"]);
+  assert.deepEqual(layout.reasoning, { text: "a", bytes: "a", tokens: ["a"] });
+  assert.deepEqual(layout.answer, { text: "b", bytes: "b", tokens: ["b"] });
+  // Held the same way, but no marker follows: the newline is thinking, listed in order.
+  const held = routeWithLogprobs({ reasoning: THINK }, ["a", "\n", "</th", "e", "</think>", "b"]);
+  assert.deepEqual(held.reasoning, { text: "a\n</the", bytes: "a\n</the", tokens: ["a", "\n", "</th", "e"] });
+  assert.deepEqual(held.answer, { text: "b", bytes: "b", tokens: ["b"] });
+  // Still held when the generation ends: released as thinking, entries and all.
+  const cut = routeWithLogprobs({ reasoning: THINK }, ["a", "\n</th"]);
+  assert.deepEqual(cut.reasoning, { text: "a\n</th", bytes: "a\n</th", tokens: ["a", "\n</th"] });
+  // Blank space before a model-written opening marker, in the marker's token, goes with the marker.
+  const spaced = routeWithLogprobs({ reasoning: { ...THINK, startsInside: false } }, ["\n<think>", "x", "</think>", "y"]);
+  assert.deepEqual(spaced.reasoning, { text: "x", bytes: "x", tokens: ["x"] });
+  assert.deepEqual(spaced.answer, { text: "y", bytes: "y", tokens: ["y"] });
 });
 
 test("header filter: drops the header, passes other text, and releases a partial header on flush", () => {

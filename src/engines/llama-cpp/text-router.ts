@@ -1,4 +1,4 @@
-import { ReasoningSplitter } from "../../core/reasoning-splitter.ts";
+import { ReasoningSplitter, type SplitSpan } from "../../core/reasoning-splitter.ts";
 import { StopMatcher } from "../../core/stop-matcher.ts";
 import type { TokenLogprob } from "../../core/types.ts";
 import type { EngineChunk } from "../../core/engine.ts";
@@ -82,6 +82,14 @@ export class TextRouter {
    */
   private openingPending = false;
   private thoughtTokens = 0;
+  /** Characters of token text given to the splitter so far. */
+  private splitOffset = 0;
+  /**
+   * Logprob entries of tokens the splitter has not placed yet, in order (see `placeLogprobs`).
+   * `part`: where the token's first released character went; `standing`: the part a token without
+   * text (a control token, the first bytes of a split character) is filed under.
+   */
+  private unplaced: Array<{ start: number; end: number; logprob: TokenLogprob; part?: SplitSpan["part"]; standing: SplitSpan["part"] }> = [];
 
   constructor(private readonly setup: RouterSetup) {
     const { reasoning, tools } = setup;
@@ -146,20 +154,47 @@ export class TextRouter {
       return actions;
     }
     const wasThinking = splitter.thinking;
+    const start = this.splitOffset;
+    this.splitOffset += text.length;
+    if (logprob) this.unplaced.push({ start, end: this.splitOffset, logprob, standing: wasThinking ? "reasoning" : "content" });
     const part = splitter.push(text);
-    if (wasThinking || part.reasoning) {
-      if (!forcedClose) this.thoughtTokens += tokens;
-      yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens, ...logprobs };
+    const placed = this.placeLogprobs(part.spans, splitter.resolved);
+    const thought = wasThinking || part.reasoning !== "";
+    if (thought || placed.reasoning) {
+      if (thought && !forcedClose) this.thoughtTokens += tokens;
+      yield { kind: "text", channel: "reasoning", text: part.reasoning, tokens: thought ? tokens : 0, ...withLogprobs(placed.reasoning) };
       if (wasThinking && !splitter.thinking) {
         // Reported now: a stop string in the answer can end the generation before `finish` runs.
         yield { kind: "usage", reasoningTokens: this.thoughtTokens };
         this.answerStarts(true, actions);
       }
-      if (part.content) yield* this.content(part.content, 0, {}, heldBefore, actions);
-    } else {
-      yield* this.content(part.content, tokens, logprobs, heldBefore, actions);
     }
+    if (!thought) yield* this.content(part.content, tokens, withLogprobs(placed.content), heldBefore, actions);
+    else if (part.content || placed.content) yield* this.content(part.content, 0, withLogprobs(placed.content), heldBefore, actions);
     return actions;
+  }
+
+  /**
+   * Files the logprob entries of routed tokens under the part their text went to, once the splitter
+   * has placed it: a token counts where its first character landed, and a token whose text the
+   * splitter dropped whole (a thinking marker, the layout around one) is in neither part, as its
+   * text is in neither; listing it would put bytes into a part's logprobs that its text lacks. A
+   * token without text goes where it stood, unless a token before it is still held (order is kept).
+   */
+  private placeLogprobs(spans: SplitSpan[], resolved: number): { reasoning?: TokenLogprob[]; content?: TokenLogprob[] } {
+    for (const t of this.unplaced) {
+      if (t.part || t.end === t.start) continue;
+      t.part = spans.find((s) => s.start < t.end && s.end > t.start)?.part;
+    }
+    const out: { reasoning?: TokenLogprob[]; content?: TokenLogprob[] } = {};
+    while (this.unplaced.length > 0) {
+      const t = this.unplaced[0];
+      if (!t.part && t.end > resolved) break; // still held: it may yet turn out to be text
+      this.unplaced.shift();
+      const part = t.end === t.start ? t.standing : t.part;
+      if (part) (out[part] ??= []).push(t.logprob);
+    }
+    return out;
   }
 
   /** The chunk that accounts for `count` tokens the engine wrote into the sequence itself. */
@@ -177,8 +212,9 @@ export class TextRouter {
     const actions: RouterAction[] = [];
     if (this.splitter) {
       const rest = this.splitter.flush();
-      if (rest.reasoning) yield { kind: "text", channel: "reasoning", text: rest.reasoning, tokens: 0 };
-      if (rest.content) yield* this.content(rest.content, 0, {}, 0, actions);
+      const placed = this.placeLogprobs(rest.spans, Infinity);
+      if (rest.reasoning || placed.reasoning) yield { kind: "text", channel: "reasoning", text: rest.reasoning, tokens: 0, ...withLogprobs(placed.reasoning) };
+      if (rest.content || placed.content) yield* this.content(rest.content, 0, withLogprobs(placed.content), 0, actions);
     }
     if (this.header && !this.parser) {
       const held = this.header.flush();
@@ -260,6 +296,8 @@ export class TextRouter {
     if (!counted && tokens > 0) yield { kind: "tool-call-arguments", index: 0, text: "", tokens };
   }
 }
+
+const withLogprobs = (logprobs: TokenLogprob[] | undefined) => (logprobs ? { logprobs } : {});
 
 /**
  * Drops a fixed header from the start of the answer (e.g. gpt-oss's "<|channel|>final<|message|>")
