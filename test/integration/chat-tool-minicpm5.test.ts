@@ -3,6 +3,7 @@ import { after, before, test } from "node:test";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
 import { MINICPM5_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
+import { logprobParts } from "../helpers/logprob-parts.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
 import { assertConversationContinues, CLOCK_SCHEMA, streamedCalls, toolCallChecker, WEATHER_AND_CLOCK, WEATHER_SCHEMA } from "../helpers/tool-calls.ts";
 
@@ -57,6 +58,15 @@ test("minicpm5: a forced call (required, named) is written parameter by paramete
   assert.equal(stream.content, "");
   assert.equal(stream.finish, "tool_calls");
   assert.deepEqual(stream.calls.map((c) => [c.name, c.arguments]), whole.message.tool_calls!.map((c) => [c.function.name, c.function.arguments]));
+});
+
+test("minicpm5: a section Plinth closes at its budget holds what the model wrote, not the newline of the closing layout", async () => {
+  // MiniCPM5 closes with "\n</think>\n\n": its first newline is layout, not thinking.
+  const body = { model: "minicpm5", messages: [SYSTEM, QUESTION], max_tokens: 24, temperature: 0, thinking_token_budget: 3 };
+  const parts = await logprobParts(server.http, body);
+  assert.equal(parts.reasoning.tokens.length, 3, JSON.stringify(parts));
+  assert.equal(parts.reasoning.text, parts.reasoning.tokens.join(""));
+  assert.ok(parts.content.text.length > 0, "the answer goes on after the forced close");
 });
 
 test("minicpm5: a call Plinth returned goes back with its result, and the conversation continues", async () => {

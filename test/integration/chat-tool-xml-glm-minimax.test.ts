@@ -268,6 +268,18 @@ test("glm46: a forced call after a thinking section Plinth closed at its budget 
   }
 });
 
+test("minimax: a section Plinth closes at its budget holds what the model wrote, not the newline of the closing layout", async () => {
+  // MiniMax-M2 closes with "\n</think>\n\n": its first newline is layout, not thinking.
+  const body = { model: "minimax", messages: [SYSTEM, QUESTION], max_tokens: 12, temperature: 0, thinking_token_budget: 3, logit_bias: { [EXTRA_TOKENS.thinkClose]: -100 } };
+  const parts = await logprobParts(server.http, body);
+  assert.equal(parts.reasoning.tokens.length, 3, JSON.stringify(parts));
+  assert.equal(parts.reasoning.text, parts.reasoning.tokens.join(""));
+  assert.ok(parts.content.text.length > 0, "the answer goes on after the forced close");
+  const stream = await server.http.chatStream(body);
+  const deltas = stream.chunks.flatMap((c) => c.choices.map((x) => x.delta.reasoning_content).filter((d) => d !== undefined));
+  assert.ok(deltas.every((d) => d.trim() !== ""), `no reasoning delta of layout alone: ${JSON.stringify(deltas)}`);
+});
+
 test("glm47: tools, a call's arguments as <arg_key>/<arg_value> pairs with nothing between the tags, and the results render as llama-server renders them (thinking off)", async () => {
   const tools =
     "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" +

@@ -491,7 +491,12 @@ export class PromptRenderer {
       answerOpening,
       plan: {
         open: prefix.toString().trim(),
-        close: [...new Set([suffix.toString(), suffix.toString().trim()])],
+        // The marker with the newline the template puts before it ("\n</think>"), so that newline
+        // is not thinking; but not with the newlines after it ("\n</think>\n\n"): the closing
+        // comes a token at a time ("\n", "</think>", "\n\n", as the forced close writes it), and
+        // while the trailing newlines are still to come the plain "</think>" matched first, leaving
+        // the leading newline in the thinking. The splitter drops newlines after a marker anyway.
+        close: [...new Set([suffix.toString().replace(/\n+$/, ""), suffix.toString().trim()])],
         startsInside,
         closedInPrompt,
         budget: req.reasoning?.budgetTokens,
