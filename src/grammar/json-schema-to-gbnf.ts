@@ -638,9 +638,10 @@ class Converter {
    * A grammar can let a value through one branch or another, not require that exactly one branch
    * matches it. So `oneOf` is generated as `anyOf`, which is the same thing only when no value can
    * match two branches. That is checked here, conservatively: two branches are disjoint when their
-   * JSON types cannot meet, when their const/enum values have none in common, or when both require
+   * JSON types cannot meet, when their const/enum values have none in common, when both require
    * a property whose const/enum values have none in common (the discriminated unions pydantic and
-   * zod emit). Otherwise strict mode refuses the schema and relaxed mode reports the keyword.
+   * zod emit), or when one admits only closed objects without a key the other's objects must have.
+   * Otherwise strict mode refuses the schema and relaxed mode reports the keyword.
    */
   private checkExclusive(branches: unknown[], path: string): void {
     const facts = branches.map((b) => this.branchFacts(b, path));
@@ -696,6 +697,12 @@ class Converter {
         const v = constValues(this.followRef(props[k], path, depth + 1));
         if (v) (facts.tags ??= new Map()).set(k, v);
       }
+    }
+    if (objectsOnly) {
+      facts.required = new Set(required);
+      // A closed object (no other keys, none by pattern) has only its declared, not-false keys.
+      if (target.additionalProperties === false && target.patternProperties === undefined)
+        facts.allowed = new Set(Object.entries(props ?? {}).filter(([, sub]) => sub !== false).map(([k]) => k));
     }
     return facts;
   }
@@ -1524,10 +1531,18 @@ interface BranchFacts {
   values?: unknown[];
   /** Required properties limited to const/enum values. */
   tags?: Map<string, unknown[]>;
+  /** Set when it admits objects only: the properties every value has. */
+  required?: Set<string>;
+  /** Set when it admits only objects with no keys but these (additionalProperties: false). */
+  allowed?: Set<string>;
 }
 
 function disjointFacts(a: BranchFacts, b: BranchFacts): boolean {
   if (a.types && b.types && ![...a.types].some((t) => b.types!.has(t))) return true;
+  // Objects that must have a key the other branch's closed objects cannot have (zod's z.xor of
+  // strict objects with different keys).
+  const excludes = (closed: BranchFacts, other: BranchFacts) => closed.allowed !== undefined && [...(other.required ?? [])].some((k) => !closed.allowed!.has(k));
+  if (excludes(a, b) || excludes(b, a)) return true;
   if (a.values && b.values && !sharesValue(a.values, b.values)) return true;
   for (const [k, va] of a.tags ?? []) {
     const vb = b.tags?.get(k);

@@ -608,6 +608,12 @@ describe("grammar text", () => {
     // Relaxed (not strict), an overlapping oneOf compiles as anyOf and says so.
     const relaxed = compileJsonSchema({ oneOf: [{ type: "number" }, { type: "integer" }] }, { strict: false });
     assert.deepEqual(relaxed.relaxed.map((r) => r.path), ["oneOf"]);
+    // Closed objects that each require a key the other cannot have (zod's z.xor of strict objects).
+    const onlyA = { type: "object", properties: { a: { type: "string" } }, required: ["a"], additionalProperties: false };
+    const onlyB = { type: "object", properties: { b: { type: "integer" } }, required: ["b"], additionalProperties: false };
+    await assertAccepts({ oneOf: [onlyA, onlyB] }, ['{"a":"x"}', '{"b":1}'], ['{"a":"x","b":1}', "{}"]);
+    // A key both may have ({"a": "x"} matches both here): still refused.
+    assert.throws(() => compileJsonSchema({ oneOf: [onlyA, { type: "object", properties: { a: {} }, required: ["a"] }] }), /branches 0 and 1 can match the same value/);
   });
 
   test("a prefix-factored enum matches exactly its values, for any set of values (fast-check, llama.cpp's grammar engine)", async () => {
