@@ -1149,7 +1149,8 @@ class Converter {
             for (const p of parts) if (p.key === "pattern") p.lang = langOfRegex(this.parsePatternAt(patternTexts[i++], join(path, "pattern"), true)!);
             continue;
           }
-          throw new UnsupportedSchemaError(join(path, parts[parts.length - 1].key), `no string satisfies ${parts.map((p) => p.key).join(" and ")} together`);
+          const keys = parts.map((p) => p.key);
+          throw new UnsupportedSchemaError(join(path, keys[keys.length - 1]), keys.length === 1 ? `no string satisfies ${keys[0]}` : `no string satisfies ${keys.join(" and ")} together`);
         }
         return quoted(dfaToGbnf(this.b, dfa, hint)!);
       } catch (e) {

@@ -803,6 +803,8 @@ describe("grammar text", () => {
         `${JSON.stringify(schema)} should fail at ${path}`,
       );
     }
+    // A pattern no string matches says so in a sentence (it read "satisfies pattern together").
+    assert.throws(() => jsonSchemaToGbnf({ type: "string", pattern: "(?=a)b" }), (e: unknown) => e instanceof UnsupportedSchemaError && e.message.endsWith("no string satisfies pattern"));
     // Things that look alike but are fine.
     for (const ok of [
       { type: "array", uniqueItems: false },
