@@ -52,10 +52,16 @@ export class MarkerBreaker {
     return text.replace(this.pattern, (m) => m.slice(0, 1) + this.brk + m.slice(1));
   }
 
-  /** The messages with their texts' markers broken (their other fields go to templates as they are). */
+  /**
+   * The messages with their texts' markers broken (their other fields go to templates as they are).
+   * A closing assistant message the answer continues (a prefill) is the caller's own words in the
+   * model's voice, often a marker to continue from (`<think>\n`): kept as written.
+   */
   breakMessages(messages: Message[]): Message[] {
     if (!this.pattern) return messages;
-    return messages.map((m) => {
+    const last = messages.length - 1;
+    return messages.map((m, i) => {
+      if (i === last && m.role === "assistant") return m;
       const content = this.breakText(m.content);
       return content === m.content ? m : { ...m, content };
     });
