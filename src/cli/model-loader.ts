@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { statSync } from "node:fs";
 import { freemem } from "node:os";
 import { type EngineFactories, ModelFileRefused, type ModelSpec } from "../core/engine-factory.ts";
@@ -39,7 +40,10 @@ export class RuntimeModelLoader implements ModelLoader {
   }
 
   sourceOf(id: string): string | undefined {
-    if (this.startup.has(id)) return undefined;
+    return this.startup.has(id) ? undefined : this.servedFrom(id);
+  }
+
+  servedFrom(id: string): string | undefined {
     const src = this.specs.get(id)?.source as ModelSource | undefined;
     if (src?.kind === "file") return src.path;
     if (src?.kind === "hf") return formatHfRef(src);
@@ -71,25 +75,28 @@ export class RuntimeModelLoader implements ModelLoader {
   }
 
   /**
-   * A source loaded with no name given, for a caller that needs it served whatever its id: under
-   * the id the source gives, as always; when another source holds that id (two versions of
-   * `model.gguf` in different folders), the model an earlier such load made from this source, else
-   * the first free `id-2`, `id-3`…
+   * A source loaded with no name given, for a caller that needs it served whatever its id: a model
+   * already loaded at run time from that source (one load per file), else under the id the source
+   * gives or, when another source holds that id (two versions of `model.gguf` in different
+   * folders), under that id and a short hash of the source, so the id is the same after a restart
+   * whatever order models load in. The models the server started with are not shared this way: a
+   * path names a copy of its own (an endpoint may scale it to zero).
    */
   private uniqueSpec(spec: ModelSpec): ModelSpec {
+    const renamed = (id: string) => ({ ...spec, id, source: { ...(spec.source as ModelSource), id } });
+    for (const [id, known] of this.specs) {
+      const m = this.registry.get(id);
+      if (!this.startup.has(id) && m && m.status !== "failed" && sameSource(known.source, spec.source)) return renamed(id);
+    }
     const taken = (id: string) => {
       const m = this.registry.get(id);
       return m !== undefined && m.status !== "failed" && !sameSource(this.specs.get(id)?.source, spec.source);
     };
     if (!taken(spec.id)) return spec;
-    const renamed = (id: string) => ({ ...spec, id, source: { ...(spec.source as ModelSource), id } });
-    for (const [id, known] of this.specs) {
-      const m = this.registry.get(id);
-      if (id.startsWith(`${spec.id}-`) && m && m.status !== "failed" && sameSource(known.source, spec.source)) return renamed(id);
-    }
-    let n = 2;
-    while (taken(`${spec.id}-${n}`)) n++;
-    return renamed(`${spec.id}-${n}`);
+    const { id: _id, ...where } = spec.source as ModelSource;
+    const hash = createHash("sha256").update(JSON.stringify(where)).digest("hex");
+    for (let n = 8; n <= hash.length; n += 4) if (!taken(`${spec.id}-${hash.slice(0, n)}`)) return renamed(`${spec.id}-${hash.slice(0, n)}`);
+    throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
   }
 
   async check(source: string): Promise<void> {

@@ -18,6 +18,8 @@ export interface ModelLoader {
    * with (the command line serves them again) and for models it does not know.
    */
   sourceOf(id: string): string | undefined;
+  /** The source of any model the loader knows, those the server started with included. */
+  servedFrom(id: string): string | undefined;
   /**
    * Refuses (ApiError 400 naming `source`) a source that can never load, without loading it: not a
    * .gguf path or hf: reference, or a file that is missing, not a regular file or not a well-formed

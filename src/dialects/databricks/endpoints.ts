@@ -651,9 +651,16 @@ export class EndpointManager {
    * path or hub reference, under the id it gives unless another file holds that id (two versions of
    * \`model.gguf\` side by side in an A/B split), and shared with whatever already serves that file.
    */
-  private loadEntity(ep: Endpoint, entityName: string): Promise<string> {
+  private async loadEntity(ep: Endpoint, entityName: string): Promise<string> {
     const source = ep.sources[entityName];
-    if (!this.registry.has(entityName) && typeof source === "string") return this.loader!.load(source, { name: entityName });
+    if (typeof source === "string") {
+      if (!this.registry.has(entityName)) return this.loader!.load(source, { name: entityName });
+      // The id now names another file (a restart with another --model under that name): the
+      // endpoint does not switch models without a word.
+      const now = this.loader!.servedFrom(entityName);
+      if (now !== undefined && now !== source)
+        throw new Error(`the model '${entityName}' is now served from '${now}', not from '${source}' as when this endpoint was configured`);
+    }
     return this.loader!.load(entityName, { unique: true });
   }
 
