@@ -1708,6 +1708,22 @@ export function schemaCacheKey(schema: unknown, opts?: JsonSchemaToGbnfOptions):
 }
 
 /**
+ * Whether values of some JSON type can satisfy every one of these schemas' `type`s ("integer" is a
+ * "number"). No type in common makes an array position no element can take, which ends the array
+ * there rather than refuse the schema (`[]` still satisfies it).
+ */
+function typesMeet(schemas: unknown[]): boolean {
+  let common: Set<string> | undefined;
+  for (const x of schemas) {
+    if (!isObject(x) || x.type === undefined) continue;
+    const own = (Array.isArray(x.type) ? x.type : [x.type]).filter((t): t is string => typeof t === "string");
+    const widened = new Set(own.flatMap((t) => (t === "number" ? ["number", "integer"] : [t])));
+    common = common === undefined ? widened : new Set([...common].filter((t) => widened.has(t)));
+  }
+  return common === undefined || common.size > 0;
+}
+
+/**
  * The element schemas of parts that must all hold, merged position by position. A part's `items`
  * holds for every element past its own `prefixItems` (all of them when it has none), so a part's
  * `items` beside another's `prefixItems` constrains that prefix too: merged key by key, the first
@@ -1731,7 +1747,7 @@ function mergeArrayPositions(parts: ReadonlyArray<{ schema: Schema; path: string
   }
   const all = (schemas: unknown[]): unknown => {
     const kept = schemas.filter((x) => x !== true && !(isObject(x) && Object.keys(x).length === 0));
-    if (kept.some((x) => x === false)) return false;
+    if (kept.some((x) => x === false) || !typesMeet(kept)) return false;
     return kept.length === 0 ? {} : kept.length === 1 ? kept[0] : { allOf: kept };
   };
   const longest = Math.max(0, ...shaped.map((p) => (Array.isArray(p.schema.prefixItems) ? p.schema.prefixItems.length : 0)));
