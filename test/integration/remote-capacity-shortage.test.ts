@@ -12,9 +12,11 @@ import { postJson, startTestServer, type TestServer } from "../helpers/server.ts
 // model counts cache hits only DeepSeek's way.
 let short: RecordingUpstream;
 let cached: RecordingUpstream;
+let normal: RecordingUpstream;
 let s: TestServer;
 before(async () => {
   short = await recordingUpstream("short-upstream", { finishReason: "insufficient_system_resource" });
+  normal = await recordingUpstream("short-upstream");
   cached = await recordingUpstream("cached-upstream", {
     usage: { prompt_tokens: 40, completion_tokens: 5, total_tokens: 45, prompt_cache_hit_tokens: 32, prompt_cache_miss_tokens: 8 },
   });
@@ -23,6 +25,8 @@ before(async () => {
       { name: "SpAk-Aster-V1-MOE", url: [short.url], model: "short-upstream" },
       { name: "short", url: [short.url], model: "short-upstream" },
       { name: "cached", url: [cached.url], model: "cached-upstream" },
+      // One replica out of room, one not.
+      { name: "mixed", url: [short.url, normal.url], model: "short-upstream" },
     ],
     "health-interval": "0",
   });
@@ -31,6 +35,7 @@ after(async () => {
   await s?.close();
   await short?.close();
   await cached?.close();
+  await normal?.close();
 });
 
 const messages = [{ role: "user", content: "Say something." }];
@@ -42,6 +47,9 @@ test("003-56 an upstream's insufficient_system_resource stays that finish reason
   assert.equal(json.status, 200, json.text);
   assert.equal(json.json.choices[0].finish_reason, "insufficient_system_resource");
   assert.equal(json.json.choices[0].message.content, RECORDED_ANSWER);
+  // The prompt the upstream counted for the answer it gave up (its usage chunk says 42), not 0.
+  assert.equal(json.json.usage.prompt_tokens, 42);
+  assert.ok(json.json.usage.completion_tokens >= 1, JSON.stringify(json.json.usage));
   const stream = await postJson(`${s.url}/chat/completions`, { ...body, stream: true });
   assert.equal(stream.status, 200, stream.text);
   assert.deepEqual(finishes(stream.text), ["insufficient_system_resource"]);
@@ -64,4 +72,13 @@ test("cache hits an upstream counts only as prompt_cache_hit_tokens reach the us
   assert.equal(openai.status, 200, openai.text);
   assert.equal(openai.json.usage.prompt_tokens, 40);
   assert.equal(openai.json.usage.prompt_tokens_details.cached_tokens, 32);
+});
+
+test("an answer given up for lack of capacity, before any of it reached the client, is tried on another replica", async () => {
+  for (let i = 0; i < 6; i++) {
+    const r = await postJson(`${s.url}/v1/chat/completions`, { model: "mixed", messages, max_tokens: 20 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.choices[0].finish_reason, "stop");
+    assert.equal(r.json.choices[0].message.content, RECORDED_ANSWER);
+  }
 });

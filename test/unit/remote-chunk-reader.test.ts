@@ -1,7 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { EngineChunk } from "../../src/core/engine.ts";
-import { ChunkReader, refusedByUpstream, UpstreamStreamError } from "../../src/engines/remote/wire.ts";
+import { ChunkReader, refusedByUpstream, UpstreamShortage, UpstreamStreamError } from "../../src/engines/remote/wire.ts";
 import { chatFieldNames, completionFieldNames } from "../../src/dialects/openai/field-names.ts";
 import { ApiError } from "../../src/core/errors.ts";
 
@@ -52,11 +52,11 @@ test("a finish reason the engine contract knows is kept, content_filter included
     assert.deepEqual(out.at(-1), { kind: "end", reason: kept });
   }
   // An answer the upstream gave up for lack of capacity (DeepSeek's insufficient_system_resource,
-  // vLLM's abort) is no finished answer: the shortage dialects report in their own terms.
+  // vLLM's abort) is no finished answer: a replica out of room, with the counts it sent.
   for (const given of ["insufficient_system_resource", "abort"])
     assert.throws(
-      () => readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given)]),
-      (e: unknown) => e instanceof ApiError && e.status === 503 && e.reason === "overloaded",
+      () => readAll(new ChunkReader("chat", "m"), [chunk({ content: "x" }, given), { choices: [], usage: { prompt_tokens: 10, completion_tokens: 3 } }]),
+      (e: unknown) => e instanceof UpstreamShortage && e.status === 503 && e.usage.some((c) => c.kind === "usage" && c.promptTokens === 10),
     );
 });
 

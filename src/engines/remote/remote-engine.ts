@@ -13,7 +13,7 @@ import { type Lease, NoReplica, type Replica, ReplicaPool, ReplicaWaitTimeout } 
 import { learnReplicaSlots } from "./replica-slots.ts";
 import { queueTimeout } from "../../core/scheduler.ts";
 import type { RemoteSource } from "./source.ts";
-import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, tokenCount, toolsToUpstream, UpstreamStreamError } from "./wire.ts";
+import { chatBody, ChunkReader, completionBody, contextLength, messagesToUpstream, refuseInexpressible, refusedByUpstream, shortageMidAnswer, tokenCount, toolsToUpstream, UpstreamShortage, UpstreamStreamError } from "./wire.ts";
 
 /** The response header that names the replica(s) that served a request. */
 export const UPSTREAM_HEADER = "x-plinth-upstream";
@@ -598,6 +598,8 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // The first choice takes the request opened while preparing (same seed, same budget).
     let opened = prep.opened?.seed === seed ? prep.opened : undefined;
     if (opened) prep.opened = undefined;
+    /** What the last replica answered before it gave the answer up for lack of capacity. */
+    let shortage: EngineChunk[] | undefined;
     for (;;) {
       let lease: Lease;
       let reader: ChunkReader;
@@ -616,7 +618,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         // One queue timeout for the whole wait: what the choice already waited for the core's
         // slot counts (two limits in a row let a request wait twice as long).
         const limit = this.source.queueTimeoutMs > 0 ? Math.max(1, this.source.queueTimeoutMs - (run.waitedMs ?? 0)) : 0;
-        lease = await this.waitForSlot(prep, tried, signal, made === 0 ? prep.prefer : undefined, limit, last);
+        try {
+          lease = await this.waitForSlot(prep, tried, signal, made === 0 ? prep.prefer : undefined, limit, last);
+        } catch (err) {
+          // No replica left after one that gave up for lack of capacity: its answer, then the shortage.
+          if (!shortage || signal.aborted) throw err;
+          for (const c of shortage) yield c;
+          throw shortageMidAnswer(this.id);
+        }
         made++;
         this.noteReplica(prep, seed, lease.replica);
         reader = new ChunkReader(prep.mode, this.id);
@@ -669,18 +678,25 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       } catch (err) {
         if (signal.aborted) throw signal.reason;
         if (err instanceof ApiError) {
-          // The client's fault (a 4xx the upstream gave), or the upstream giving up an answer for
-          // lack of capacity: the replica is fine. What it answered before giving up goes out
-          // first, as a stream would have shown it (a dialect reports the shortage after it).
+          // The client's fault (a 4xx the upstream gave): the replica is fine.
           lease.success();
-          if (held && err.reason === "overloaded") for (const c of held) yield c;
           throw err;
         }
         const failure = asFailure(err);
         lease.failure();
+        if (failure instanceof UpstreamShortage && ((reader.sawOutput && !held) || made >= this.source.attempts)) {
+          // Given up after output reached the client, or by the last replica there was to try: what
+          // it answered and counted goes out, then the shortage (SpAk's finish reason; a 503 or
+          // mid-stream error elsewhere).
+          for (const c of held ?? []) yield c;
+          for (const c of failure.usage) yield c;
+          throw shortageMidAnswer(this.id);
+        }
         if (reader.sawOutput && !held) throw brokeMidStream(this.id, failure);
         tried.add(lease.replica);
         last = failure;
+        // Kept in case no other replica is left to try: then this one's answer is the answer.
+        shortage = failure instanceof UpstreamShortage ? [...(held ?? []), ...failure.usage] : undefined;
         if (made >= this.source.attempts) throw unavailable(this.id, last);
         await backoff(made - 1, signal);
       } finally {

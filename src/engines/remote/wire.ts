@@ -3,7 +3,7 @@ import type { EngineChunk } from "../../core/engine.ts";
 import { ApiError, invalidField } from "../../core/errors.ts";
 import { imagesIn } from "../../core/content-parts.ts";
 import type { ContentPart, GenerationRequest, Message, TokenLogprob } from "../../core/types.ts";
-import { isTooLargeInput } from "./http.ts";
+import { isTooLargeInput, UpstreamFailure } from "./http.ts";
 
 /**
  * The upstream's OpenAI-compatible HTTP, and only that: canonical requests become request bodies
@@ -387,15 +387,6 @@ export class ChunkReader {
     // [DONE], or of chunks without choices, is a broken replica, not an empty answer.
     if (!this.sawChoice) throw new UpstreamStreamError("the upstream's stream ended without any choice in it");
     const t = this.totals;
-    // The upstream could not finish the answer for lack of capacity: not a complete answer ending in
-    // "stop", but the shortage a dialect with a finish reason for it reports (SpAk's
-    // insufficient_system_resource) and others answer as a 503 or a mid-stream error.
-    if (t.finish === "shortage")
-      throw new ApiError(503, "The upstream ran out of capacity before the answer was complete; retry later.", {
-        code: "upstream_overloaded",
-        reason: "overloaded",
-        headers: { "retry-after": "1" },
-      });
     const out: EngineChunk[] = [];
     // Cached tokens are part of the prompt: a broken upstream's larger count would reach the usage
     // (cached_tokens 50 of a 5-token prompt) and the ledger as it came.
@@ -403,6 +394,10 @@ export class ChunkReader {
     if (cached) out.push({ kind: "cached", tokens: cached });
     if (t.completionTokens !== undefined || t.promptTokens !== undefined)
       out.push({ kind: "usage", completionTokens: t.completionTokens, reasoningTokens: t.reasoningTokens, promptTokens: t.promptTokens });
+    // The upstream could not finish the answer for lack of capacity: not a complete answer ending in
+    // "stop", but a replica out of room, as one answering 503 is (another is tried while the client
+    // has seen nothing); its counts go with it.
+    if (t.finish === "shortage") throw new UpstreamShortage(out);
     out.push({ kind: "end", reason: t.finish ?? "stop" });
     return out;
   }
@@ -428,6 +423,27 @@ export function contextLength(v: unknown): number | undefined {
 
 /** The upstream's stream was not what the protocol promises (bad JSON, an error event). */
 export class UpstreamStreamError extends Error {}
+
+/**
+ * An upstream that gave an answer up for lack of capacity (DeepSeek's insufficient_system_resource,
+ * vLLM's abort): failed over like a 503 while nothing reached the client; after output, the
+ * shortage that dialects with a finish reason for it report (SpAk), with `usage`, the upstream's
+ * counts for what it did.
+ */
+export class UpstreamShortage extends UpstreamFailure {
+  constructor(readonly usage: EngineChunk[]) {
+    super("status", "the upstream gave the answer up for lack of capacity", 503);
+  }
+}
+
+/** A shortage after output had reached the client: the dialect's own form of "out of capacity". */
+export function shortageMidAnswer(name: string): ApiError {
+  return new ApiError(503, `The upstream serving '${name}' ran out of capacity before the answer was complete; retry later.`, {
+    code: "upstream_overloaded",
+    reason: "overloaded",
+    headers: { "retry-after": "1" },
+  });
+}
 
 /**
  * The canonical field an upstream's wire parameter stands for; undefined when there is none. A path
