@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { statSync } from "node:fs";
+import { realpathSync, statSync } from "node:fs";
+import path from "node:path";
 import { freemem } from "node:os";
 import { type EngineFactories, ModelFileRefused, type ModelSpec } from "../core/engine-factory.ts";
 import { ApiError, badRequest } from "../core/errors.ts";
@@ -69,7 +70,10 @@ export class RuntimeModelLoader implements ModelLoader {
     if (existing && existing.status !== "unloaded" && existing.status !== "failed") {
       const same = sameSource(this.specs.get(spec.id)?.source, spec.source);
       if (!same) throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
-      return existing.status === "ready" ? Promise.resolve(spec.id) : (this.pending.get(spec.id)?.job ?? Promise.resolve(spec.id));
+      if (existing.status === "ready") return spec.id;
+      // Still loading: by this loader, or by the server's own start (an endpoint restored while the
+      // model it shares with the command line is not up yet).
+      return this.pending.get(spec.id)?.job ?? this.whenLoaded(spec.id);
     }
     return this.start(spec.id, () => spec);
   }
@@ -82,19 +86,21 @@ export class RuntimeModelLoader implements ModelLoader {
    * whatever order models load in. The models the server started with are not shared this way: a
    * path names a copy of its own (an endpoint may scale it to zero).
    */
-  private uniqueSpec(spec: ModelSpec): ModelSpec {
-    const renamed = (id: string) => ({ ...spec, id, source: { ...(spec.source as ModelSource), id } });
+  private uniqueSpec(given: ModelSpec): ModelSpec {
+    const renamed = (id: string) => ({ ...given, id, source: { ...(given.source as ModelSource), id } });
     for (const [id, known] of this.specs) {
       const m = this.registry.get(id);
-      if (!this.startup.has(id) && m && m.status !== "failed" && sameSource(known.source, spec.source)) return renamed(id);
+      if (!this.startup.has(id) && m && m.status !== "failed" && sameSource(known.source, given.source)) return renamed(id);
     }
+    // Named after the file itself, not after the link or spelling that reached it: one file, one id.
+    const real = sourceIdentity(given.source);
+    const spec = real.kind === "file" ? renamed(path.basename(String(real.path)).replace(/\.gguf$/i, "") || given.id) : given;
     const taken = (id: string) => {
       const m = this.registry.get(id);
       return m !== undefined && m.status !== "failed" && !sameSource(this.specs.get(id)?.source, spec.source);
     };
     if (!taken(spec.id)) return spec;
-    const { id: _id, ...where } = spec.source as ModelSource;
-    const hash = createHash("sha256").update(JSON.stringify(where)).digest("hex");
+    const hash = createHash("sha256").update(JSON.stringify(sourceIdentity(spec.source))).digest("hex");
     for (let n = 8; n <= hash.length; n += 4) if (!taken(`${spec.id}-${hash.slice(0, n)}`)) return renamed(`${spec.id}-${hash.slice(0, n)}`);
     throw new ApiError(409, `A model named '${spec.id}' is already served from another source.`, { param: "name" });
   }
@@ -220,9 +226,23 @@ export class RuntimeModelLoader implements ModelLoader {
 /** Whether two sources name the same file or hub file, whatever id each was given. */
 function sameSource(a: unknown, b: unknown): boolean {
   if (!a || !b) return false;
-  const { id: _a, ...restA } = a as ModelSource;
-  const { id: _b, ...restB } = b as ModelSource;
-  return JSON.stringify(restA) === JSON.stringify(restB);
+  return JSON.stringify(sourceIdentity(a)) === JSON.stringify(sourceIdentity(b));
+}
+
+/**
+ * A source without its id, a file by its real path: `a/../a/model.gguf`, a link to it and a path
+ * relative to the working directory are one file, loaded once.
+ */
+function sourceIdentity(source: unknown): Record<string, unknown> {
+  const { id: _id, ...rest } = source as ModelSource;
+  if (rest.kind !== "file") return rest;
+  let real = path.resolve(rest.path);
+  try {
+    real = realpathSync(real);
+  } catch {
+    // A file that is not there (yet): its resolved path.
+  }
+  return { ...rest, path: real };
 }
 
 const mib = (bytes: number) => Math.round(bytes / 2 ** 20);

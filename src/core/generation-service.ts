@@ -526,7 +526,12 @@ class BatchRun {
             continue;
           case "usage":
             if (chunk.reasoningTokens !== undefined) counts.reasoningTokens = chunk.reasoningTokens;
-            if (chunk.completionTokens !== undefined) counts.completionTokens = chunk.completionTokens;
+            if (chunk.completionTokens !== undefined) {
+              // The engine's own count stands for the chunks counted so far, in the run's total too
+              // (what a request that then fails is booked with).
+              this.generatedTokens += chunk.completionTokens - counts.completionTokens;
+              counts.completionTokens = chunk.completionTokens;
+            }
             if (chunk.promptTokens !== undefined && seedOffset === 0) this.reportedPrompt.set(Math.floor(choice / req.n), chunk.promptTokens);
             continue;
           case "prompt":

@@ -32,6 +32,8 @@ export async function recordingUpstream(
     contextSize?: number;
     /** The finish reason its answers end with ("stop" by default). */
     finishReason?: string;
+    /** Send no text: the stream ends without output (with `finishReason`). */
+    silent?: boolean;
     /** The usage its streams end with (prompt 42, completion 5 by default). */
     usage?: Record<string, unknown>;
     /** Answer chat requests with a head and then nothing (an upstream still prefilling) until the router closes them. */
@@ -67,7 +69,7 @@ export async function recordingUpstream(
           `data: ${JSON.stringify({ id: "chatcmpl-rec", object: "chat.completion.chunk", created: 0, model, choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
         res.writeHead(200, { "content-type": "text/event-stream" });
         res.write(chunk({ role: "assistant", content: "" }, null));
-        res.write(chunk({ content: RECORDED_ANSWER }, null));
+        if (!opts.silent) res.write(chunk({ content: RECORDED_ANSWER }, null));
         res.write(chunk({}, opts.finishReason ?? "stop"));
         res.write(chunk(undefined, null, opts.usage ?? { prompt_tokens: 42, completion_tokens: 5, total_tokens: 47 }));
         res.end("data: [DONE]\n\n");

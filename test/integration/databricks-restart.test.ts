@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import Database from "better-sqlite3";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -139,11 +139,22 @@ test("two model files of one file name serve side by side in an A/B split; an en
     traffic_config: { routes: [{ served_model_name: "v1", traffic_percentage: 50 }, { served_model_name: "v2", traffic_percentage: 50 }] },
   };
   assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "versions", config: ab })).status, 200);
+  await waitForEndpoint(s!, "versions");
+  // The same two files by other spellings (a detour through "..", a link): the same two models.
+  const link = path.join(dataDir, "v2-link.gguf");
+  symlinkSync(versions[1], link);
+  const aliases = {
+    served_entities: [
+      { name: "one", entity_name: path.join(dataDir, "v2", "..", "v1", "model.gguf") },
+      { name: "two", entity_name: link },
+    ],
+    traffic_config: { routes: [{ served_model_name: "one", traffic_percentage: 50 }, { served_model_name: "two", traffic_percentage: 50 }] },
+  };
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "aliases", config: aliases })).status, 200);
   // A model loaded through the admin route, named by its id in an endpoint.
   const loaded = await dbx(s!, "POST", "/api/2.0/plinth/models", { source: runtimeFile, name: "later" });
   assert.equal(loaded.status, 200, loaded.text);
   assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "onlater", config: single("l", "later") })).status, 200);
-  let firstIds: string[] = [];
   for (let round = 0; round < 2; round++) {
     await waitForEndpoint(s!, "versions");
     for (const entity of ["v1", "v2"]) {
@@ -152,11 +163,12 @@ test("two model files of one file name serve side by side in an A/B split; an en
       assert.equal(r.headers.get("served-model-name"), entity);
     }
     const listed: string[] = (await dbx(s!, "GET", "/api/2.0/plinth/models")).json.models.map((m: any) => m.name);
-    // One load per file, under ids that stay put across the restart.
+    // One load per file, each named after the file itself (the second with its path's hash).
     const versionsIds = listed.filter((m) => m === "model" || /^model-[0-9a-f]{8}$/.test(m)).sort();
     assert.equal(versionsIds.length, 2, listed.join());
-    if (round === 0) firstIds = versionsIds;
-    else assert.deepEqual(versionsIds, firstIds);
+    const aliased = await waitForEndpoint(s!, "aliases");
+    assert.ok(!listed.some((m) => /link/.test(m)), listed.join());
+    assert.deepEqual(aliased.config.served_entities.map((e: any) => e.model).sort(), versionsIds);
     const later = await waitForEndpoint(s!, "onlater");
     // Where the model came from is the store's business: the config reads as it was sent.
     assert.deepEqual(later.config.served_entities.map((e: any) => e.entity_name), ["later"]);

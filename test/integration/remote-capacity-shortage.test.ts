@@ -13,10 +13,12 @@ import { postJson, startTestServer, type TestServer } from "../helpers/server.ts
 let short: RecordingUpstream;
 let cached: RecordingUpstream;
 let normal: RecordingUpstream;
+let silent: RecordingUpstream;
 let s: TestServer;
 before(async () => {
   short = await recordingUpstream("short-upstream", { finishReason: "insufficient_system_resource" });
   normal = await recordingUpstream("short-upstream");
+  silent = await recordingUpstream("silent-upstream", { finishReason: "insufficient_system_resource", silent: true });
   cached = await recordingUpstream("cached-upstream", {
     usage: { prompt_tokens: 40, completion_tokens: 5, total_tokens: 45, prompt_cache_hit_tokens: 32, prompt_cache_miss_tokens: 8 },
   });
@@ -27,6 +29,8 @@ before(async () => {
       { name: "cached", url: [cached.url], model: "cached-upstream" },
       // One replica out of room, one not.
       { name: "mixed", url: [short.url, normal.url], model: "short-upstream" },
+      // Gives every answer up before any text.
+      { name: "silent", url: [silent.url], model: "silent-upstream" },
     ],
     "health-interval": "0",
   });
@@ -36,6 +40,7 @@ after(async () => {
   await short?.close();
   await cached?.close();
   await normal?.close();
+  await silent?.close();
 });
 
 const messages = [{ role: "user", content: "Say something." }];
@@ -47,9 +52,9 @@ test("003-56 an upstream's insufficient_system_resource stays that finish reason
   assert.equal(json.status, 200, json.text);
   assert.equal(json.json.choices[0].finish_reason, "insufficient_system_resource");
   assert.equal(json.json.choices[0].message.content, RECORDED_ANSWER);
-  // The prompt the upstream counted for the answer it gave up (its usage chunk says 42), not 0.
+  // What the upstream counted for the answer it gave up (its usage chunk: 42 prompt, 5 completion).
   assert.equal(json.json.usage.prompt_tokens, 42);
-  assert.ok(json.json.usage.completion_tokens >= 1, JSON.stringify(json.json.usage));
+  assert.equal(json.json.usage.completion_tokens, 5);
   const stream = await postJson(`${s.url}/chat/completions`, { ...body, stream: true });
   assert.equal(stream.status, 200, stream.text);
   assert.deepEqual(finishes(stream.text), ["insufficient_system_resource"]);
@@ -81,4 +86,10 @@ test("an answer given up for lack of capacity, before any of it reached the clie
     assert.equal(r.json.choices[0].finish_reason, "stop");
     assert.equal(r.json.choices[0].message.content, RECORDED_ANSWER);
   }
+});
+
+test("every replica giving up before any text is the shortage too, not a replica failure", async () => {
+  const openai = await postJson(`${s.url}/v1/chat/completions`, { model: "silent", messages, max_tokens: 20 });
+  assert.equal(openai.status, 503, openai.text);
+  assert.equal(openai.json.error.code, "upstream_overloaded");
 });

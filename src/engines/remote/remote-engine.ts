@@ -69,6 +69,8 @@ const COUNT_PAUSE_MS = 30_000;
 
 /** What a pool-wide failure looks like to the client: try again later. */
 function unavailable(name: string, last: UpstreamFailure | undefined): ApiError {
+  // The last replica tried gave the answer up for lack of capacity: that is what the client hears.
+  if (last instanceof UpstreamShortage) return shortageMidAnswer(name);
   if (last?.kind === "status" && last.status === 429)
     return new ApiError(429, `Every replica of '${name}' is overloaded; retry shortly.`, {
       code: "upstream_overloaded",
