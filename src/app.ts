@@ -62,7 +62,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   const app = createHttpServer({ ...opts, envelope: OPENAI_ENVELOPE, envelopesByPrefix });
   // A path the dialect's own plugin does not see (`//serving-endpoints/…`, `/serving-endpoints;x`)
   // still answers in that dialect's envelope.
-  installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true, notFoundEnvelope: (url) => envelopeForUrl(url, envelopesByPrefix, OPENAI_ENVELOPE) });
+  installErrorEnvelope(app, OPENAI_ENVELOPE, { notFound: true, envelopeForUrl: (url) => envelopeForUrl(url, envelopesByPrefix, OPENAI_ENVELOPE) });
   registerHealthRoute(app, service.registry, () => service.draining);
   opts.tracing?.install(app);
   opts.metrics?.install(app);

@@ -109,15 +109,17 @@ function clientError(err: Error & { code?: string }): ApiError {
  * Fastify's `frameworkErrors`: a URL the router cannot take apart (a bad percent-encoding such as
  * `%ZZ`, a path segment over the length limit), answered in `envelope` like any other error.
  */
-export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope) {
+export function frameworkErrorHandler(envelopeFor: (url: string | undefined) => ErrorEnvelope, feed: RefusalFeed) {
   return (err: Error, request: FastifyRequest, reply: FastifyReply): void => {
     const e = toApiError(err);
-    // No onRequest hook runs for these: the request id is named here.
+    // No hook runs for these, neither onRequest nor onResponse: the request id is named here, and
+    // the answer is reported as the ones written below Fastify are.
     void reply
       .status(e.status)
       .header("content-type", "application/json; charset=utf-8")
       .header("x-request-id", request.id)
       .send(envelopeFor(request.raw.url).render(e));
+    feed.emit({ status: e.status, code: e.code ?? e.type, method: methodOf(request.method), requestId: String(request.id) });
   };
 }
 
@@ -131,7 +133,7 @@ export function refuseConnect(server: Server, envelopeFor: (url: string | undefi
     const e = new ApiError(405, "CONNECT is not supported: this server is not a proxy.", { code: "method_not_allowed" });
     const body = JSON.stringify(envelopeFor(req.url?.startsWith("/") ? req.url : undefined).render(e));
     socket.on("error", () => {});
-    const requestId = newId("req_");
+    const requestId = clientRequestId(req);
     socket.end(
       `HTTP/1.1 405 ${STATUS_CODES[405]}\r\nContent-Type: application/json\r\nX-Request-Id: ${requestId}\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
@@ -151,7 +153,7 @@ export function answerExpectations(server: Server, envelopeFor: (url: string | u
       code: "expectation_failed",
     });
     const body = JSON.stringify(envelopeFor(req.url).render(e));
-    const requestId = newId("req_");
+    const requestId = clientRequestId(req);
     res.writeHead(417, {
       "content-type": "application/json; charset=utf-8",
       "content-length": Buffer.byteLength(body),
@@ -163,4 +165,15 @@ export function answerExpectations(server: Server, envelopeFor: (url: string | u
     // The body it meant to send is not read; the connection closes once the answer is out.
     req.resume();
   });
+}
+
+/** A request id a client may choose: up to 128 characters of letters, digits, '.', '_' and '-'. */
+export function isValidRequestId(id: string): boolean {
+  return /^[A-Za-z0-9._-]{1,128}$/.test(id);
+}
+
+/** The request id of a request whose headers were read: the client's own when valid, as for every other answer. */
+function clientRequestId(req: IncomingMessage): string {
+  const given = req.headers["x-request-id"];
+  return typeof given === "string" && isValidRequestId(given) ? given : newId("req_");
 }

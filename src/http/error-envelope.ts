@@ -37,10 +37,13 @@ export function notFoundCode(request: FastifyRequest): string | undefined {
  */
 export function installErrorEnvelope(
   scope: FastifyInstance,
-  envelope: ErrorEnvelope,
-  opts: { notFound: boolean; notFoundEnvelope?: (url: string) => ErrorEnvelope },
+  scopeEnvelope: ErrorEnvelope,
+  opts: { notFound: boolean; envelopeForUrl?: (url: string) => ErrorEnvelope },
 ): void {
   scope.setErrorHandler((err, request, reply) => {
+    // At the root, a request no route took was refused by a hook (a missing key, a key's limit):
+    // it answers in the envelope of the dialect whose prefix its path falls under, as its 404 does.
+    const envelope = (request.routeOptions.url === undefined ? opts.envelopeForUrl?.(request.url) : undefined) ?? scopeEnvelope;
     const apiError = quoteRequestId(asWireError(err, envelope.fieldNames, request.body), String(request.id));
     // A 503 is the server saying it cannot take the request now (draining, overloaded, a model still
     // loading): a line at warn level with its code. During a drain every new request gets one, and a
@@ -65,7 +68,7 @@ export function installErrorEnvelope(
           : new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
       if (e.status === 404) noRouteErrors.add(e);
       if (e.code) notFoundCodes.set(request, e.code);
-      void reply.status(e.status).headers(e.headers).send((opts.notFoundEnvelope?.(request.url) ?? envelope).render(e));
+      void reply.status(e.status).headers(e.headers).send((opts.envelopeForUrl?.(request.url) ?? scopeEnvelope).render(e));
     });
   }
 }

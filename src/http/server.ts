@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance, LogController } from "fastify";
 import { newId } from "../core/ids.ts";
 import { installBodyHandling } from "./body.ts";
-import { answerExpectations, clientErrorHandler, frameworkErrorHandler, RefusalFeed, refuseConnect } from "./client-error.ts";
+import { answerExpectations, clientErrorHandler, frameworkErrorHandler, isValidRequestId, RefusalFeed, refuseConnect } from "./client-error.ts";
 import type { ErrorEnvelope } from "./error-envelope.ts";
 import { installGuards } from "./guards.ts";
 import { MAX_PATH_SEGMENT } from "./path-segments.ts";
@@ -58,11 +58,6 @@ export const HTTP_DEFAULTS = {
   sendTimeoutMs: 30_000,
   maxConnections: 512,
 };
-
-/** A request id a client may choose: up to 128 characters of letters, digits, '.', '_' and '-'. */
-export function isValidRequestId(id: string): boolean {
-  return /^[A-Za-z0-9._-]{1,128}$/.test(id);
-}
 
 /**
  * The envelope of the dialect whose prefix `url` falls under, else `fallback`. Only the path counts,
@@ -121,7 +116,7 @@ export function createHttpServer(opts: HttpOptions): FastifyInstance {
     // Model ids can be long; a longer path segment is a 414 in the envelope.
     routerOptions: { maxParamLength: MAX_PATH_SEGMENT },
     clientErrorHandler: clientErrorHandler(envelopeFor, refusals),
-    frameworkErrors: frameworkErrorHandler(envelopeFor),
+    frameworkErrors: frameworkErrorHandler(envelopeFor, refusals),
   });
   // Read by every stream's writer (respondWithSse), in whichever plugin its route lives.
   app.decorate("sendTimeoutMs", opts.sendTimeoutMs ?? HTTP_DEFAULTS.sendTimeoutMs);

@@ -94,7 +94,7 @@ export async function respondWithSse(
     await write(sse);
   } catch (err) {
     if (!signal.aborted) {
-      const ev = errorEvent(requestId === undefined ? err : withRequestId(err, requestId));
+      const ev = errorEvent(requestId === undefined ? err : quoteServerFailure(err, requestId));
       await (ev.event ? sse.event(ev.event, ev.data) : sse.data(ev.data));
       for (const data of ev.after ?? []) await sse.data(data);
     }
@@ -104,7 +104,7 @@ export async function respondWithSse(
 }
 
 /** A server-side failure carries the request id in its message (see quoteRequestId); others stay as thrown. */
-function withRequestId(err: unknown, requestId: string): unknown {
+export function quoteServerFailure(err: unknown, requestId: string): unknown {
   const e = toApiError(err);
   return e.status >= 500 ? quoteRequestId(e, requestId) : err;
 }

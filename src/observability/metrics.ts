@@ -238,11 +238,23 @@ export class PlinthMetrics {
     });
 
     const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name: `${name}_total`, help, labelNames, registers });
+    // A model's counters exist from the moment it is served, at 0, as vLLM's do: a panel or an
+    // alert built on them reads 0 before the first request, not "no data".
+    const modelCounter = (name: string, help: string) =>
+      new Counter<"model_name">({
+        name: `${name}_total`,
+        help,
+        labelNames: ["model_name"],
+        registers,
+        collect() {
+          for (const m of models.list()) this.inc({ model_name: m.id }, 0);
+        },
+      });
     const histogram = (name: string, help: string, buckets: number[]) =>
       new Histogram<"model_name">({ name, help, labelNames: ["model_name"], buckets, registers });
 
-    this.promptTokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed (cached ones included).", ["model_name"]);
-    this.generationTokens = counter("vllm:generation_tokens", "Number of generation tokens processed.", ["model_name"]);
+    this.promptTokens = modelCounter("vllm:prompt_tokens", "Number of prefill tokens processed (cached ones included).");
+    this.generationTokens = modelCounter("vllm:generation_tokens", "Number of generation tokens processed.");
     this.success = counter("vllm:request_success", "Count of successfully processed requests.", ["model_name", "finished_reason"]);
     this.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS);
     this.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS);
@@ -257,9 +269,9 @@ export class PlinthMetrics {
     this.paramsMaxTokens = histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter (what the context leaves when it is not sent).", tokenBuckets());
     // A running request keeps its sequence until it ends: nothing is ever preempted, so this stays 0.
     // It is exported so that vLLM dashboards and alerts on it read 0 rather than "no data".
-    this.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions (Plinth never preempts a running request).", ["model_name"]);
-    this.prefixQueries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.", ["model_name"]);
-    this.prefixHits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in prompt tokens reused from a cache.", ["model_name"]);
+    this.preemptions = modelCounter("vllm:num_preemptions", "Cumulative number of preemptions (Plinth never preempts a running request).");
+    this.prefixQueries = modelCounter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.");
+    this.prefixHits = modelCounter("vllm:prefix_cache_hits", "Prefix cache hits, in prompt tokens reused from a cache.");
     this.failures = counter("plinth_generation_failures", "Admitted generation requests that ended in an error (client disconnects included), by error code.", ["model_name", "code"]);
     this.httpRequests = counter("plinth_http_requests", "HTTP requests answered, by dialect, route pattern, method and status code.", ["dialect", "route", "method", "status"]);
     this.rateLimited = counter("plinth_rate_limited_requests", "Requests refused with 429, by reason (the error code).", ["dialect", "reason"]);

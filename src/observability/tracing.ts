@@ -1,6 +1,7 @@
 import type { Context, Span, Tracer } from "@opentelemetry/api";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GenerationHooks } from "../core/context.ts";
+import type { Refusal } from "../http/client-error.ts";
 import { internalId } from "../http/internal-id.ts";
 import { dialectOf } from "./metrics.ts";
 
@@ -30,6 +31,8 @@ const ABANDONED_SPAN_WAIT_MS = 30_000;
 export class Tracing {
   /** Open spans by internal id (see http/internal-id.ts). */
   private readonly live = new Map<string, Traced>();
+  /** Requests whose span this class's onRequest hook opened (whether or not it has ended since). */
+  private readonly opened = new WeakSet<FastifyRequest>();
 
   private constructor(
     private readonly api: typeof import("@opentelemetry/api"),
@@ -66,6 +69,7 @@ export class Tracing {
   /** The request spans: opened as a request is routed, closed as its response ends. */
   install(app: FastifyInstance): void {
     const { api } = this;
+    app.refusals?.on((r) => this.refused(r));
     app.addHook("onRequest", async (request, reply) => {
       const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
       const route = request.routeOptions.url ?? "unmatched";
@@ -83,6 +87,7 @@ export class Tracing {
         },
         parent,
       );
+      this.opened.add(request);
       // Kept by internal id: the request id may be a client's x-request-id that another request shares.
       this.live.set(internalId(request), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [], running: 0 });
       // A client that goes away before the response ends (a cancelled stream) never reaches
@@ -93,13 +98,59 @@ export class Tracing {
     });
     app.addHook("onResponse", async (request, reply) => {
       const t = this.live.get(internalId(request));
-      if (!t) return;
+      if (!t) {
+        // Answered by a hook that runs before this one (the Host and CORS guards): its span covers
+        // the request from its arrival all the same.
+        if (!this.opened.has(request)) this.answeredEarly(request, reply.statusCode, Date.now() - reply.elapsedTime);
+        return;
+      }
       this.live.delete(internalId(request));
       this.endPhase(t);
       t.span.setAttribute("http.response.status_code", reply.statusCode);
       if (reply.statusCode >= 500) t.span.setStatus({ code: api.SpanStatusCode.ERROR });
       t.span.end();
     });
+  }
+
+  /** The span of a request answered before this class's hook saw it: opened and ended at once. */
+  private answeredEarly(request: FastifyRequest, status: number, startTime: number): void {
+    const { api } = this;
+    const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
+    const route = request.routeOptions.url ?? "unmatched";
+    const span = this.tracer.startSpan(
+      `${request.method} ${route}`,
+      {
+        kind: api.SpanKind.SERVER,
+        startTime,
+        attributes: {
+          "http.request.method": request.method,
+          "http.route": route,
+          "url.path": request.url.split("?")[0].slice(0, 200),
+          "plinth.request_id": String(request.id),
+          "plinth.dialect": dialectOf(route),
+          "http.response.status_code": status,
+        },
+      },
+      parent,
+    );
+    if (status >= 500) span.setStatus({ code: api.SpanStatusCode.ERROR });
+    span.end();
+  }
+
+  /** An answer written below Fastify (client-error.ts): a span of its own, with what is known of it. */
+  private refused(r: Refusal): void {
+    const span = this.tracer.startSpan(`${r.method} unmatched`, {
+      kind: this.api.SpanKind.SERVER,
+      attributes: {
+        "http.request.method": r.method,
+        "http.route": "unmatched",
+        "plinth.request_id": r.requestId,
+        "plinth.dialect": "none",
+        "http.response.status_code": r.status,
+        "error.type": r.code,
+      },
+    });
+    span.end();
   }
 
   /**
@@ -157,16 +208,15 @@ export class Tracing {
         const t = this.live.get(ctx.internalId);
         if (!t) return;
         this.endPhase(t);
-        // A generation its client cancelled is booked with what it had used, as in the ledger.
-        const used = outcome.usage ?? (t.abandoned ? outcome.spent : undefined);
-        if (used) {
-          t.span.setAttributes({
-            "gen_ai.usage.input_tokens": used.promptTokens,
-            "gen_ai.usage.output_tokens": used.completionTokens,
-            "gen_ai.usage.cache_read.input_tokens": used.cachedTokens,
-            "gen_ai.response.finish_reasons": t.finishReasons,
-          });
-        }
+        // A generation that failed or was cancelled is booked with what it had used, as in the
+        // ledger and the request log.
+        const used = outcome.usage ?? outcome.spent;
+        t.span.setAttributes({
+          "gen_ai.usage.input_tokens": used.promptTokens,
+          "gen_ai.usage.output_tokens": used.completionTokens,
+          "gen_ai.usage.cache_read.input_tokens": used.cachedTokens,
+          "gen_ai.response.finish_reasons": t.finishReasons,
+        });
         if (!outcome.usage && !t.abandoned) {
           t.span.recordException(outcome.error instanceof Error ? outcome.error : String(outcome.error));
           t.span.setStatus({ code: this.api.SpanStatusCode.ERROR });
@@ -176,7 +226,12 @@ export class Tracing {
       },
       embedded: (ctx, info) => {
         const t = this.live.get(ctx.internalId);
-        t?.span.setAttributes({ "gen_ai.operation.name": "embeddings", "gen_ai.request.model": info.model, "gen_ai.usage.input_tokens": info.tokens });
+        t?.span.setAttributes({
+          "gen_ai.operation.name": "embeddings",
+          "gen_ai.system": "plinth",
+          "gen_ai.request.model": info.model,
+          "gen_ai.usage.input_tokens": info.tokens,
+        });
       },
     };
   }

@@ -18,6 +18,15 @@ async function scrape(): Promise<Exposition> {
   return parsePrometheus(await res.text());
 }
 
+test("a served model's counters exist at 0 before its first request", async () => {
+  const first = await scrape();
+  for (const name of ["vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total"]) {
+    const series = first.samples.filter((x) => x.name === name && x.labels.model_name === "tiny");
+    assert.equal(series.length, 1, name);
+    assert.equal(series[0].value, 0, name);
+  }
+});
+
 test("after a known sequence of requests the counters and histogram counts equal what was sent", async () => {
   const before = await scrape();
   const base = (name: string, match: Record<string, string> = M) => sum(before, name, match);
@@ -165,14 +174,17 @@ test("answers written before any route is known (headers too large, an Expect he
     await exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n"),
     await exchange("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
     await exchange("GARBAGE\r\n\r\n"),
+    // A URL the router cannot decode: Fastify answers it before any hook runs.
+    await exchange("GET /v1/models/%ZZ HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"),
   ];
-  assert.deepEqual(answers.map((a) => Number(a.split(" ")[1])), [431, 417, 405, 400]);
+  assert.deepEqual(answers.map((a) => Number(a.split(" ")[1])), [431, 417, 405, 400, 400]);
   const after = await scrape();
   const delta = (name: string, match: Record<string, string>) => sum(after, name, match) - sum(before, name, match);
   assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "GET", status: "431" }), 1);
   assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "POST", status: "417" }), 1);
   assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "CONNECT", status: "405" }), 1);
   assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "other", status: "400" }), 1);
+  assert.equal(delta("plinth_http_requests_total", { dialect: "none", route: "unmatched", method: "GET", status: "400" }), 1);
   assert.equal(delta("plinth_rejected_requests_total", { dialect: "none", status: "431", code: "request_header_fields_too_large" }), 1);
   assert.equal(delta("plinth_rejected_requests_total", { dialect: "none", status: "417", code: "expectation_failed" }), 1);
 });

@@ -140,6 +140,13 @@ describe("authentication", () => {
     const dbx = await call("POST", "/serving-endpoints/tiny/invocations", { messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
     assert.equal(dbx.status, 401, dbx.text);
     assert.equal(dbx.json.error_code, "UNAUTHENTICATED");
+    // A path under Databricks' prefixes that no route has is refused in that envelope too (its 404
+    // with a key already was; the 401 without one was OpenAI's).
+    for (const path of ["/api/2.0/nope", "/serving-endpoints;x", "//serving-endpoints/tiny/invocations"]) {
+      const unrouted = await call("POST", path, {});
+      assert.equal(unrouted.status, 401, unrouted.text);
+      assert.equal(unrouted.json.error_code, "UNAUTHENTICATED", `${path}: ${unrouted.text}`);
+    }
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(revoked.key))).json.error.message, /revoked/);
     assert.match((await call("POST", "/v1/chat/completions", chatBody(), bearer(expired.key))).json.error.message, /expired/);
     assert.equal((await call("GET", "/health", undefined)).status, 200);

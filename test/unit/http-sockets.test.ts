@@ -225,6 +225,8 @@ describe("requests Node refuses before routing answer in the envelope", () => {
       assert.match(answer.body.error.message, /CONNECT/);
       assert.ok(answer.requestId);
     }
+    const mine = responses((await rawExchange(s.port, ["CONNECT /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: mine-connect\r\n\r\n"])).text);
+    assert.equal(mine[0].requestId, "mine-connect");
     const databricks = await rawExchange(s.port, ["CONNECT /serving-endpoints/x/invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]);
     const [d] = responses(databricks.text);
     assert.equal(d.status, 405);
@@ -234,12 +236,13 @@ describe("requests Node refuses before routing answer in the envelope", () => {
   test("an Expect other than 100-continue is a 417 envelope naming it, in the route's dialect", async () => {
     const body = JSON.stringify(ok);
     const r = await rawExchange(s.port, [
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\nX-Request-Id: mine-417\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
     ]);
     const [answer] = responses(r.text);
     assertEnvelope(answer.body, 417, answer.status);
     assert.match(answer.body.error.message, /200-ok/);
-    assert.ok(answer.requestId);
+    // The headers were read: the client's own id names the answer, as on every other route.
+    assert.equal(answer.requestId, "mine-417");
     const databricks = await rawExchange(s.port, [`POST /serving-endpoints/x/invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: nothing\r\nContent-Length: 2\r\n\r\n{}`]);
     const [d] = responses(databricks.text);
     assert.equal(d.status, 417);

@@ -309,8 +309,11 @@ test("000-31 the chunk with the final finish_reason carries usage, earlier chunk
 
 test("000-32 an error mid-stream is a chunk with finish_reason error whose delta.content holds the code and message, then [DONE]", async () => {
   script = () => [{ kind: "text", text: "Hel", tokens: 1 }, new ApiError(503, "The model was unloaded.", { code: "model_unloaded" })];
-  const { events } = await stream(ok);
+  const answered = await post({ ...ok, stream: true });
+  const events = sseData(answered.body);
   script = undefined;
+  // A failure of the server's quotes the request id the answer was sent under, as every 5xx does.
+  assert.ok(JSON.stringify(events.at(-2)).includes(`(request id: ${answered.headers["x-request-id"]})`), JSON.stringify(events.at(-2)));
   assert.equal(events.at(-1), "[DONE]");
   const err = events.at(-2) as Obj;
   assert.equal(err.object, "chat.completion.chunk");

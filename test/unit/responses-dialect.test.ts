@@ -403,6 +403,10 @@ test("a failure after the stream began: an error event, then response.failed, st
   // The response's error.code is one of OpenAI's (ResponseErrorCode); the error event keeps Plinth's own.
   assert.equal(failed.error.code, "server_error");
   assert.equal(events.at(-2)!.code, "internal_error");
+  // A failure of the server's quotes the request id, in the event and in the stored object.
+  const quoted = `(request id: ${r.headers["x-request-id"]})`;
+  assert.ok(failed.error.message.includes(quoted), failed.error.message);
+  assert.ok(events.at(-2)!.message.includes(quoted), events.at(-2)!.message);
   assert.equal(failed.output[0].status, "incomplete");
   // The open message is closed before the error, as incomplete (never completed), as a cut by the
   // token budget closes it; the item in response.failed is the same.

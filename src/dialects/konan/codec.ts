@@ -154,5 +154,5 @@ async function respondAsResponse(body: KonanChatRequest, { env, meta, events }: 
       { logprobs: false, summary: false, customTools: new Set() },
       emit,
     );
-  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal, undefined, undefined, { inBandStreamErrors: true });
+  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal, undefined, undefined, { inBandStreamErrors: true, requestId: env.ctx.requestId });
 }

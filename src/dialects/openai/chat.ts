@@ -3,6 +3,7 @@ import { newId } from "../../core/ids.ts";
 import { afterFirstEvent } from "../../core/stream-head.ts";
 import type { GenerationEvent } from "../../core/types.ts";
 import type { RouteEnv, RouteResult } from "../../http/respond.ts";
+import { quoteServerFailure } from "../../http/sse.ts";
 import { type ChatCodec, OPENAI_CHAT_CODEC } from "./chat-codec.ts";
 import type { ChatCompletionRequest } from "./chat-protocol.ts";
 import { chatToCanonical, customToolNames } from "./chat-to-canonical.ts";
@@ -77,7 +78,8 @@ export async function chatCompletion(
             if (env.signal.aborted) throw err;
             // What the ledger books: a request that never got a sequence (it timed out waiting)
             // evaluated nothing, so its prompt counts 0, not the prompt it would have run.
-            for (const data of streamError(err, meta, names, started.spent())) await sse.data(data);
+            // A failure of the server's quotes the request id, as respondWithSse's error events do.
+            for (const data of streamError(quoteServerFailure(err, env.ctx.requestId), meta, names, started.spent())) await sse.data(data);
             await sse.data("[DONE]");
           }
         },

@@ -214,7 +214,7 @@ async function answerTurn(body: CreateResponseRequest, env: RouteEnv, deps: Resp
   }
 
   const started = await startWithTruncation(env.service, ctx, request, env.signal, body.truncation === "auto", fieldName);
-  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, undefined, started.spent);
+  return respondWithBuilder(body.stream === true, builderFor, started.events, env.signal, undefined, started.spent, { requestId: ctx.requestId });
 }
 
 interface BackgroundSetup {
@@ -264,7 +264,7 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
       run.end();
     }
   };
-  const result = await respondWithBuilder(body.stream === true, s.builderFor, started.events, signal, finish, started.spent);
+  const result = await respondWithBuilder(body.stream === true, s.builderFor, started.events, signal, finish, started.spent, { requestId: env.ctx.requestId });
   if (result.kind !== "sse") return result;
   return {
     ...result,
@@ -339,7 +339,7 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
   void (async () => {
     try {
       if (!started.running) markRunning();
-      await drive(generation, builder, run.abort.signal, undefined, started.spent, { shutdownCancels: true });
+      await drive(generation, builder, run.abort.signal, undefined, started.spent, { shutdownCancels: true, requestId: env.ctx.requestId });
     } finally {
       clearInterval(timer);
       await flushEvents().catch(() => {});

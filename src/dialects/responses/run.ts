@@ -1,5 +1,5 @@
 import type { RequestContext } from "../../core/context.ts";
-import { ApiError, type FieldNamer, isClientClosed, withWireParam } from "../../core/errors.ts";
+import { ApiError, type FieldNamer, isClientClosed, quoteRequestId, withWireParam } from "../../core/errors.ts";
 import type { GenerationService, StartedGeneration } from "../../core/generation-service.ts";
 import { afterFirstEvent, failingWith } from "../../core/stream-head.ts";
 import type { GenerationRequest, Message, Usage } from "../../core/types.ts";
@@ -148,7 +148,7 @@ export async function drive(
   signal: AbortSignal,
   each: () => Promise<void> = async () => {},
   spent?: () => Usage,
-  opts: { shutdownCancels?: boolean } = {},
+  opts: { shutdownCancels?: boolean; requestId?: string } = {},
 ): Promise<ApiError | undefined> {
   try {
     for await (const ev of events) {
@@ -166,7 +166,9 @@ export async function drive(
       builder.cancel(spent?.());
       return undefined;
     }
-    const e = asWireError(err, responsesFieldName);
+    // A failure of the server's quotes the request id (as every 5xx does), the stored object's too.
+    const wire = asWireError(err, responsesFieldName);
+    const e = opts.requestId === undefined ? wire : quoteRequestId(wire, opts.requestId);
     // A failure after tokens were generated was booked with them: the object says so as well.
     builder.fail(e.code ?? "server_error", e.message, e.param, spent?.());
     return e;
@@ -187,9 +189,9 @@ export function respondWithBuilder(
   signal: AbortSignal,
   done: (builder: ResponseBuilder) => Promise<void> = async () => {},
   spent?: () => Usage,
-  opts: { inBandStreamErrors?: boolean } = {},
+  opts: { inBandStreamErrors?: boolean; requestId?: string } = {},
 ): Promise<RouteResult> {
-  const answer: BuilderAnswer = { builderFor, signal, done, spent };
+  const answer: BuilderAnswer = { builderFor, signal, done, spent, requestId: opts.requestId };
   if (stream && opts.inBandStreamErrors) return Promise.resolve(streamAnswer(answer, events));
   if (stream) return heldStream(answer, events);
   return jsonAnswer(answer, events);
@@ -201,6 +203,8 @@ interface BuilderAnswer {
   signal: AbortSignal;
   done: (builder: ResponseBuilder) => Promise<void>;
   spent?: () => Usage;
+  /** Quoted in the message of a failure of the server's. */
+  requestId?: string;
 }
 
 /**
@@ -221,10 +225,10 @@ async function heldStream(answer: BuilderAnswer, events: AsyncIterable<Generatio
   return streamAnswer(answer, held);
 }
 
-async function jsonAnswer({ builderFor, signal, done, spent }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): Promise<RouteResult> {
+async function jsonAnswer({ builderFor, signal, done, spent, requestId }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): Promise<RouteResult> {
   const builder = builderFor();
   builder.start("in_progress");
-  const failure = await drive(events, builder, signal, undefined, spent);
+  const failure = await drive(events, builder, signal, undefined, spent, { requestId });
   await done(builder);
   const snapshot = builder.snapshot();
   // Nothing was sent yet, so the failure keeps its own status: a request that waited past the
@@ -237,7 +241,7 @@ async function jsonAnswer({ builderFor, signal, done, spent }: BuilderAnswer, ev
   return { kind: "json" as const, body: snapshot };
 }
 
-function streamAnswer({ builderFor, signal, done, spent }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): RouteResult {
+function streamAnswer({ builderFor, signal, done, spent, requestId }: BuilderAnswer, events: AsyncIterable<GenerationEvent>): RouteResult {
   // The stream's builder, for the sequence number of an error event written after a failure.
   let current: ResponseBuilder | undefined;
   return {
@@ -252,7 +256,7 @@ function streamAnswer({ builderFor, signal, done, spent }: BuilderAnswer, events
       builder.start("in_progress");
       await flush();
       try {
-        await drive(events, builder, signal, flush, spent);
+        await drive(events, builder, signal, flush, spent, { requestId });
       } finally {
         await done(builder);
       }
