@@ -491,9 +491,18 @@ export class PlinthMetrics {
     });
     app.get("/metrics", async (_request, reply) => {
       const text = await this.registry.metrics();
-      return reply.type(this.registry.contentType).send(text);
+      return reply.type(this.registry.contentType).send(spellNaN(text));
     });
   }
+}
+
+/**
+ * prom-client (15.1) writes a value that is not a number as `Nan`; the exposition formats spell it
+ * `NaN` (Prometheus reads any case, an OpenMetrics parser does not). The event loop's mean lag is
+ * one such value when two scrapes come within milliseconds of each other.
+ */
+export function spellNaN(exposition: string): string {
+  return exposition.replace(/ Nan$/gm, " NaN");
 }
 
 /** An error's code for labels: its own, else its type (`invalid_request_error`, …). */

@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import type { RequestContext } from "../../src/core/context.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
-import { PlinthMetrics } from "../../src/observability/metrics.ts";
+import { PlinthMetrics, spellNaN } from "../../src/observability/metrics.ts";
 
 test("time to first token counts from when the request came in, not from its admission after the engine prepared it", async () => {
   // A remote engine's preparation waits for the upstream's first token: counted from admission, a
@@ -42,4 +42,13 @@ test("vLLM's per-request phase and parameter histograms: n and max_tokens per re
   const inference = read("vllm:request_inference_time_seconds_sum");
   assert.ok(Math.abs(inference - read("vllm:request_prefill_time_seconds_sum") - read("vllm:request_decode_time_seconds_sum")) < 0.002, `${inference}`);
   assert.equal(read("vllm:num_preemptions_total"), 0);
+});
+
+test("a value that is not a number is spelled NaN in the exposition (prom-client writes Nan)", async () => {
+  const metrics = new PlinthMetrics(new ModelRegistry(4), { defaultMetrics: false });
+  const { Gauge } = await import("prom-client");
+  new Gauge({ name: "test_not_a_number", help: "a gauge set to NaN", registers: [metrics.registry] }).set(NaN);
+  const raw = await metrics.registry.metrics();
+  assert.match(raw, /^test_not_a_number Nan$/m, "prom-client's own spelling (if it changes, spellNaN can go)");
+  assert.match(spellNaN(raw), /^test_not_a_number NaN$/m);
 });
