@@ -307,6 +307,31 @@ test("truncation auto drops exactly the oldest turns that must go, found without
   assert.ok(s.engine.prepared.length - before <= 2, `${s.engine.prepared.length - before} prompts prepared`);
 });
 
+test("truncation auto leaves room for max_output_tokens: turns go until the budget fits, not only the prompt", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const CONTEXT = 300; // the scripted model's
+  const turns = Array.from({ length: 8 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `${i}`.padEnd(20, "x") }));
+  const input = [...turns, { role: "user", content: "the question" }];
+  // The prompt alone fits; with the budget below it does not, though the budget alone would.
+  const alone = await post({ model: "m", input, instructions: "Be brief." }, "/v1/responses/input_tokens");
+  assert.equal(alone.statusCode, 200, alone.body);
+  const budget = CONTEXT - alone.json().input_tokens + 20;
+  assert.ok(budget > 20 && budget < CONTEXT - 60, alone.body);
+  const refused = await post({ model: "m", input, instructions: "Be brief.", max_output_tokens: budget, store: false });
+  assert.equal(refused.statusCode, 400, refused.body);
+  assert.equal(refused.json().error.param, "max_output_tokens");
+  const r = await post({ model: "m", input, instructions: "Be brief.", max_output_tokens: budget, truncation: "auto", store: false });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.ok(r.json().usage.input_tokens + budget <= CONTEXT, r.body);
+  const seen = s.engine.prepared.at(-1)!.prompt as { kind: "chat"; messages: Array<{ role: string; content: string }> };
+  assert.equal(seen.messages.at(-1)!.content, "the question");
+  assert.ok(seen.messages.length < input.length + 1, "some turns went");
+  // A budget the context cannot hold even with every droppable turn gone is still refused, naming it.
+  const never = await post({ model: "m", input, instructions: "Be brief.", max_output_tokens: CONTEXT, truncation: "auto", store: false });
+  assert.equal(never.statusCode, 400, never.body);
+  assert.equal(never.json().error.param, "max_output_tokens");
+});
+
 test("the stream has OpenAI's events for reasoning, text, a function call and a custom tool call; the JSON body is its last response", async () => {
   script = EVERYTHING;
   const body = { model: "m", input: "go", tools: TOOLS, reasoning: { summary: "auto" } };

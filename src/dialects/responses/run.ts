@@ -67,9 +67,18 @@ async function withTruncation<T>(
   }
 }
 
-const isPromptOverflow = (err: unknown) => err instanceof ApiError && err.code === "context_length_exceeded" && err.field === "prompt";
+/**
+ * The prompt leaves the answer no room: it overflows the context, or leaves less than the output
+ * budget the request asked for (every agent framework sends one, so a long session met the budget's
+ * refusal, not the overflow, and nothing was dropped).
+ */
+const isPromptOverflow = (err: unknown) =>
+  err instanceof ApiError && err.code === "context_length_exceeded" && (err.field === "prompt" || err.field === "maxTokens");
 
-/** The request with the fewest oldest turns dropped whose prompt fits the context (at least one dropped). */
+/**
+ * The request with the fewest oldest turns dropped whose prompt fits the context with room for its
+ * output budget, when it has one (at least one turn dropped).
+ */
 async function fewestTurnsDropped(service: GenerationService, req: GenerationRequest): Promise<GenerationRequest | undefined> {
   const most = droppableTurns(req);
   if (most === 0) return undefined;
@@ -79,7 +88,7 @@ async function fewestTurnsDropped(service: GenerationService, req: GenerationReq
     const shorter = withoutOldestTurns(req, k)!;
     try {
       const { tokens, contextSize } = await service.tokenize(req.model, shorter.prompt, false, extras);
-      return tokens.length < contextSize;
+      return tokens.length + (req.maxTokens ?? 1) <= contextSize;
     } catch (err) {
       if (isPromptOverflow(err)) return false;
       throw err;
