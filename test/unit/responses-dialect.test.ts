@@ -71,6 +71,18 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
     400,
     "input[1].output[0].text",
   ],
+  // OpenAI takes an image in a function call's output; here a tool result is text (the refusal says so).
+  [
+    "an image in a function call's output",
+    {
+      input: [
+        { type: "function_call", call_id: "c1", name: "f", arguments: "{}" },
+        { type: "function_call_output", call_id: "c1", output: [{ type: "input_image", image_url: "data:image/png;base64,iVBORw0KGgo=" }] },
+      ],
+    },
+    400,
+    "input[1].output[0]",
+  ],
   ["background without store", { background: true, store: false }, 400, "background"],
   ["top_logprobs without include", { top_logprobs: 3 }, 400, "top_logprobs"],
   ["an include Plinth cannot fill", { include: ["file_search_call.results"] }, 400, "include"],
@@ -171,6 +183,7 @@ for (const [name, extra, status, param] of refusals) {
     assert.equal(r.statusCode, status, r.body);
     assert.equal(r.json().error.param, param, r.body);
     assert.ok(!r.json().error.message.includes("{field}"), r.json().error.message);
+    if (name.includes("function call's output")) assert.match(r.json().error.message, /output .*text/, r.json().error.message);
   });
 }
 

@@ -352,7 +352,7 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
         const called = callNames.get(o.call_id);
         if (i >= ownFrom && o.name != null && called !== undefined && called !== o.name)
           throw badRequest(`input[${i - ownFrom}] names the tool '${o.name}', but its call ${o.call_id} is to '${called}'.`, `input[${i - ownFrom}].name`);
-        const output = (at: string) => (typeof o.output === "string" ? o.output : flattenContent(o.output, at));
+        const output = (at: string) => (typeof o.output === "string" ? o.output : flattenContent(o.output, at, IN_TOOL_OUTPUT));
         const content = i >= ownFrom ? output(`input[${i - ownFrom}].output`) : earlierContent(item, () => output(`item '${String((item as { id?: unknown }).id)}' output`), earlier);
         out.push({ role: "tool", content, toolCallId: o.call_id });
         return;
@@ -368,15 +368,23 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
 
 type WirePart = { type: string; text?: unknown; refusal?: unknown };
 
-function flattenContent(content: string | WirePart[], param: string): string {
+/**
+ * Why an image part cannot be where it is. OpenAI takes images in a function call's output too, but
+ * a tool result reaches the model as text here (as Chat Completions' tool messages, which an
+ * upstream is sent, hold text only).
+ */
+const IN_MESSAGE = "images belong in user messages";
+const IN_TOOL_OUTPUT = "a function call's output reaches the model as text on this server, so it can hold text parts only (send the image in a user message)";
+
+function flattenContent(content: string | WirePart[], param: string, imageRefusal = IN_MESSAGE): string {
   if (typeof content === "string") return content;
-  return content.map((part, j) => textOf(part, `${param}[${j}]`)).join("\n");
+  return content.map((part, j) => textOf(part, `${param}[${j}]`, imageRefusal)).join("\n");
 }
 
-function textOf(part: WirePart, at: string): string {
+function textOf(part: WirePart, at: string, imageRefusal: string): string {
   if ((part.type === "input_text" || part.type === "output_text") && typeof part.text === "string") return part.text;
   if (part.type === "refusal" && typeof part.refusal === "string") return part.refusal;
-  if (part.type === "input_image") throw badRequest(`${at} is an image; images belong in user messages.`, at);
+  if (part.type === "input_image") throw badRequest(`${at} is an image; ${imageRefusal}.`, at);
   throw badRequest(`${at} has type '${part.type}'; this server takes text and input_image parts only.`, `${at}.type`);
 }
 
@@ -421,13 +429,13 @@ export function checkItemContent(item: Record<string, unknown>, at: string): voi
   if (type === "message" && (typeof item.content === "string" || Array.isArray(item.content)))
     messageContent(item.role as string, item.content as string | WirePart[], `${at}.content`);
   if ((type === "function_call_output" || type === "custom_tool_call_output") && Array.isArray(item.output))
-    flattenContent(item.output as WirePart[], `${at}.output`);
+    flattenContent(item.output as WirePart[], `${at}.output`, IN_TOOL_OUTPUT);
 }
 
 /** A user message's text and images; whether the model can read the images is the engine's call. */
 function userContent(content: string | WirePart[], param: string): Pick<Message, "content" | "parts"> {
   if (typeof content === "string") return { content };
-  return withParts(content.map((part, j): ContentPart => (part.type === "input_image" ? inputImage(part, `${param}[${j}]`) : { type: "text", text: textOf(part, `${param}[${j}]`) })));
+  return withParts(content.map((part, j): ContentPart => (part.type === "input_image" ? inputImage(part, `${param}[${j}]`) : { type: "text", text: textOf(part, `${param}[${j}]`, IN_MESSAGE) })));
 }
 
 const DETAILS = ["auto", "low", "high"];
