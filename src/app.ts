@@ -70,7 +70,9 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   // On the root, so the key check covers every dialect registered below (and any added later); a
   // refusal is rendered by the error handler of the route's own dialect.
   opts.tenancy?.install(app);
-  if (opts.admin) void app.register(adminPlugin, { prefix: "/admin", ...opts.admin, envelope: OPENAI_ENVELOPE });
+  // A key revoked through the admin API ends the requests it still runs at once.
+  const revoked = (id: string) => opts.tenancy?.endKey(id, "revoked");
+  if (opts.admin) void app.register(adminPlugin, { prefix: "/admin", ...opts.admin, envelope: OPENAI_ENVELOPE, revoked });
 
   const runs = new BackgroundRuns();
   app.addHook("onClose", () => runs.stopAll());

@@ -131,6 +131,7 @@ export async function keysCommand(argv: string[], out: NodeJS.WritableStream = p
           k.id, k.name, `${k.prefix}…`, k.state, day(k.created_at), day(k.expires_at), k.models ? k.models.join(",") : "all",
           dash(k.rpm), dash(k.tpm), dash(k.max_concurrency), dash(k.budget_tokens), String(k.used_tokens),
         ]),
+        { 1: NAME_WIDTH, 6: MODELS_WIDTH },
       ),
     );
     return 0;
@@ -182,9 +183,24 @@ export async function usageCommand(argv: string[], out: NodeJS.WritableStream = 
   return 0;
 }
 
-/** Columns padded to their widest cell. */
-function table(head: string[], rows: string[][]): string {
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join("  ").trimEnd();
-  return `${[line(head), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`;
+/**
+ * Columns padded to their widest cell. A column with a most width (`caps`, by index) has longer
+ * cells cut to it with an ellipsis: one 200-character key name padded every row of the table to
+ * its length. `--json` keeps every value whole.
+ */
+function table(head: string[], rows: string[][], caps: Record<number, number> = {}): string {
+  const cells = rows.map((r) => r.map((c, i) => (caps[i] === undefined ? c : cut(c, caps[i]))));
+  const widths = head.map((h, i) => Math.max(h.length, ...cells.map((r) => [...r[i]].length)));
+  const line = (row: string[]) => row.map((c, i) => c + " ".repeat(widths[i] - [...c].length)).join("  ").trimEnd();
+  return `${[line(head), line(widths.map((w) => "-".repeat(w))), ...cells.map(line)].join("\n")}\n`;
 }
+
+/** `text` in at most `max` characters (code points, so no emoji is split), the last an ellipsis when cut. */
+function cut(text: string, max: number): string {
+  const chars = [...text];
+  return chars.length <= max ? text : `${chars.slice(0, max - 1).join("")}…`;
+}
+
+/** Widths of `plinth keys list`'s free-text columns: a name, and the models (a list of any length). */
+const NAME_WIDTH = 32;
+const MODELS_WIDTH = 40;

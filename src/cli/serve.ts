@@ -137,6 +137,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   service.setGate(tenancy.gate());
   service.addHooks(tenancy.hooks());
   const closeTenancy = () => {
+    tenancy.close();
     ledger.close();
     tenancyStore.close();
   };

@@ -80,6 +80,12 @@ export interface AdmissionGate {
    * prompt must then be counted before admission, even where counting costs an engine a round trip.
    */
   countsTokens?(ctx: RequestContext): boolean;
+  /**
+   * A signal that ends the request when the gate withdraws its admission while it runs (its API key
+   * revoked or expired); its reason is the error the request ends with. Undefined: only the client
+   * (and a shutdown) end it.
+   */
+  stopSignal?(ctx: RequestContext): AbortSignal | undefined;
   admit(ctx: RequestContext, req: AdmissionRequest): Promise<AdmissionTicket | undefined> | AdmissionTicket | undefined;
 }
 

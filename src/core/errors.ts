@@ -11,6 +11,8 @@
 export type ErrorType =
   | "invalid_request_error"
   | "rate_limit_error"
+  /** A spent quota (an API key's token budget): OpenAI's type, a 429 like a rate limit. */
+  | "insufficient_quota"
   | "service_unavailable_error"
   | "server_error";
 

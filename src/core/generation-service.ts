@@ -65,6 +65,16 @@ export class GenerationService {
     this.gate = gate;
   }
 
+  /**
+   * The client's signal joined with the gate's for this request (its key revoked while it runs):
+   * either one ends it, the gate's with its reason as the request's error, which each dialect
+   * renders as any failure (mid-stream in its own form).
+   */
+  private withGateStop(ctx: RequestContext, signal: AbortSignal): AbortSignal {
+    const stop = this.gate?.stopSignal?.(ctx);
+    return stop ? AbortSignal.any([signal, stop]) : signal;
+  }
+
   /** Throws the gate's refusal (403 naming `model`) when the request's key may not use the model. */
   authorize(ctx: RequestContext, model: string): void {
     this.gate?.authorize(ctx, model);
@@ -90,12 +100,13 @@ export class GenerationService {
    * over the batch: request r's choice j is r * n + j. Errors about request r of a batch of several
    * name their field under `batch[r].`.
    */
-  async startBatch(ctx: RequestContext, batch: GenerationRequest[], signal: AbortSignal): Promise<StartedGeneration> {
+  async startBatch(ctx: RequestContext, batch: GenerationRequest[], clientSignal: AbortSignal): Promise<StartedGeneration> {
     if (this.stopping) throw shuttingDown();
     const receivedAt = performance.now();
     // The key's model list first: a key limited to some models learns nothing about the others (a
     // 404 for an unknown one and a 403 for a known one told them apart).
     this.gate?.authorize(ctx, batch[0].model);
+    const signal = this.withGateStop(ctx, clientSignal);
     const { engine, scheduler } = this.registry.resolve(batch[0].model);
     const reqs = batch.map((r) => ({ ...r, isolationKey: keyedNamespace(ctx.apiKey, ctx.namespace) }));
     const prepared: Array<{ prep: PreparedGeneration; maxTokens: number }> = [];
@@ -277,8 +288,9 @@ export class GenerationService {
   }
 
   /** Embeddings share the registry and the request context, not the generation schedulers. */
-  async embed(ctx: RequestContext, req: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+  async embed(ctx: RequestContext, req: EmbeddingRequest, clientSignal: AbortSignal): Promise<EmbeddingResult> {
     if (this.stopping) throw shuttingDown();
+    const signal = this.withGateStop(ctx, clientSignal);
     const stop = new AbortController();
     const onAbort = () => stop.abort(signal.reason);
     if (signal.aborted) onAbort();

@@ -1,8 +1,9 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { ApiError } from "../core/errors.ts";
 import { type ErrorEnvelope, installErrorEnvelope } from "../http/error-envelope.ts";
+import { PROTO_HOLDERS } from "../http/proto-keys.ts";
 import type { TenancyStore, UsageGroup } from "../store/tenancy-store.ts";
 import { createManagedKey, keyToJson, presentedKey } from "./keys.ts";
 
@@ -11,6 +12,8 @@ export interface AdminOptions {
   /** The admin key; none: the admin API answers 403 to everything. */
   adminKey: string | undefined;
   envelope: ErrorEnvelope;
+  /** Told of each key revoked here, once it is stored: the key's requests still running are ended. */
+  revoked?: (id: string) => void;
 }
 
 const limit = z.int().min(1).nullable().optional();
@@ -27,19 +30,66 @@ const LINE_BREAKING = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
  */
 const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
 
+/**
+ * Characters that show nothing, or nothing of their own: format characters (zero-width spaces and
+ * joiners, the soft hyphen, tags), the code points Unicode says renderers ignore (variation
+ * selectors, Hangul fillers), private-use and unassigned code points, and lone surrogates. Any of
+ * them lets two names that differ display alike ("ali\u200bce" reads as "alice").
+ */
+const INVISIBLE = /[\p{Cf}\p{Default_Ignorable_Code_Point}\p{Co}\p{Cn}\p{Cs}]/u;
+
+/** The first invisible character of a value, as "U+200B", for a message that says which. */
+function invisibleIn(value: string): string | undefined {
+  const found = INVISIBLE.exec(value)?.[0];
+  return found === undefined ? undefined : `U+${found.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
+}
+
+/**
+ * What every name of a key's record must be: shown in logs, tables and the console, one line in
+ * which what is seen is what is stored. `what` begins the messages ("It", "A model name").
+ */
+function printable(schema: z.ZodString, what: string) {
+  return schema
+    .refine((v) => !LINE_BREAKING.test(v), `${what} must not contain control characters or line breaks (such as a newline or U+2028).`)
+    .refine((v) => !BIDI_CONTROLS.test(v), `${what} must not contain bidirectional control characters (such as U+202E), which make a name display as another.`)
+    .check((ctx) => {
+      const found = invisibleIn(ctx.value);
+      if (found === undefined) return;
+      ctx.issues.push({
+        code: "custom",
+        input: ctx.value,
+        message: `${what} must not contain invisible or format characters (found ${found}), which let two different names display alike.`,
+      });
+    });
+}
+
 /** A key's name: shown in logs (`key_name`), `plinth keys list` and the console, so one printable line. */
-export const keyName = z
-  .string()
-  // Before the trim, so that a name of spaces is told so (after it, the length message counted them).
-  .refine((v) => v.trim() !== "", { message: "It must not be empty or only whitespace.", abort: true })
-  .trim()
-  .max(200)
-  .refine((v) => !LINE_BREAKING.test(v), "It must not contain control characters or line breaks (such as a newline or U+2028).")
-  .refine((v) => !BIDI_CONTROLS.test(v), "It must not contain bidirectional control characters (such as U+202E), which make a name display as another.");
+export const keyName = printable(
+  z
+    .string()
+    // Before the trim, so that a name of spaces is told so (after it, the length message counted them).
+    .refine((v) => v.trim() !== "", { message: "It must not be empty or only whitespace.", abort: true })
+    .trim()
+    .max(200),
+  "It",
+);
+
+/**
+ * One model a key may use. Compared exactly with the names requests give, so whitespace at either
+ * end (invisible in a list) would make an entry that never matches.
+ */
+const keyModel = printable(
+  z
+    .string()
+    .min(1)
+    .max(200)
+    .refine((v) => v.trim() === v, "A model name must not begin or end with whitespace."),
+  "A model name",
+);
 
 /** The models a key may use. Shared with `plinth keys create`, which writes to the same store. */
 export const keyModels = z
-  .array(z.string().min(1).max(200).refine((v) => !LINE_BREAKING.test(v), "A model name must not contain control characters or line breaks."))
+  .array(keyModel)
   .min(1)
   .max(MAX_KEY_MODELS)
   .refine((v) => new Set(v).size === v.length, "A model is named twice.");
@@ -56,8 +106,12 @@ export const createKeyRequest = z.strictObject({
   expires_at: z.union([z.int().min(0), z.string().min(1)]).nullable().optional(),
 });
 
-/** GET /admin/keys takes no parameters (every key fits one answer); an unknown one is a 400, as elsewhere. */
-export const listKeysQuery = z.strictObject({});
+/**
+ * The query of every admin route but GET /admin/usage: none (every key fits one answer, a create's
+ * settings are its body). A parameter there is a 400 naming it, never dropped: `POST
+ * /admin/keys?models=tiny` made a key for every model, `DELETE /admin/keys/ID?dry_run=true` revoked.
+ */
+export const noQuery = z.strictObject({});
 
 export const usageQuery = z.strictObject({
   from: z.string().min(1).optional(),
@@ -126,6 +180,37 @@ export function usageReport(store: TenancyStore, q: z.infer<typeof usageQuery>) 
   return { object: "list", group_by: groupBy, from: Math.floor(from / 1000), to: Math.floor(to / 1000), data };
 }
 
+/**
+ * Routes that read only their path and query take no body: a field there is a 400 naming it, as an
+ * unknown field of a create is, not ignored (a client sending one expects it to be read). An empty
+ * object is no field, so clients that always send `{}` still work.
+ */
+function takesNoBody(request: FastifyRequest): void {
+  const body = request.body;
+  // A GET's body is never parsed (nor read), so it cannot be looked into: any is refused.
+  if (body === undefined && hasContent(request.headers)) throw new ApiError(400, `A ${request.method} request takes no body; send none.`, { code: "invalid_request" });
+  if (body === undefined || body === null) return;
+  if (typeof body !== "object" || Array.isArray(body))
+    throw new ApiError(400, "This request takes no body; send none (or an empty JSON object).", { code: "invalid_request" });
+  // The body parser drops a "__proto__" key and notes where (it is still a field that was sent).
+  const keys = PROTO_HOLDERS.has(body) ? ["__proto__", ...Object.keys(body)] : Object.keys(body);
+  if (keys.length === 0) return;
+  const param = keys[0].length > 64 ? `${keys[0].slice(0, 64)}…` : keys[0];
+  throw new ApiError(400, `Invalid '${param}': this request takes no body.`, { param, code: "unknown_field" });
+}
+
+/** Whether a request's headers announce a body (a Content-Length of 0 announces none). */
+function hasContent(headers: FastifyRequest["headers"]): boolean {
+  const length = headers["content-length"];
+  return headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
+}
+
+/** The query and body checks of a route that reads neither: GET and DELETE of a key, and the list. */
+function readsOnlyPath(request: FastifyRequest): void {
+  noQuery.parse(request.query ?? {});
+  takesNoBody(request);
+}
+
 const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
 
 /**
@@ -133,7 +218,7 @@ const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
  * usage. Every call needs the admin key (`--admin-key`), as a Bearer token or in `x-api-key`; it
  * is a separate secret from the API keys, which cannot call it.
  */
-export async function adminPlugin(scope: FastifyInstance, { store, adminKey, envelope }: AdminOptions): Promise<void> {
+export async function adminPlugin(scope: FastifyInstance, { store, adminKey, envelope, revoked }: AdminOptions): Promise<void> {
   installErrorEnvelope(scope, envelope, { notFound: true });
   // A created key is in its answer (once), and the lists name every key and its use: no browser or
   // proxy cache may keep them (the console shows them; RFC 9111 no-store). Errors included.
@@ -146,7 +231,7 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
     if (expected === undefined) {
       throw new ApiError(403, "The admin API is off; start the server with --admin-key to use it.", { code: "admin_api_disabled" });
     }
-    const given = presentedKey(request.headers);
+    const given = presentedKey(request).key;
     if (given === undefined || !timingSafeEqual(digest(given), expected)) {
       throw new ApiError(401, "The admin API needs the admin key (--admin-key) as 'Authorization: Bearer KEY' or 'x-api-key'.", {
         code: "invalid_api_key",
@@ -155,9 +240,11 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
     }
   });
 
-  // Unknown fields are a 400 here, "__proto__" included (the body parser drops that key).
+  // Unknown fields are a 400 here, "__proto__" included (the body parser drops that key), and so are
+  // query parameters no route reads and bodies on routes that read none.
 
   scope.post("/keys", async (request, reply) => {
+    noQuery.parse(request.query ?? {});
     const body = createKeyRequest.parse(request.body);
     const expiresAt = body.expires_at == null ? null : parseTime(body.expires_at, "expires_at");
     // A key born expired is refused from its first request: a mistake (a bare date is that day's
@@ -180,19 +267,27 @@ export async function adminPlugin(scope: FastifyInstance, { store, adminKey, env
     return reply.status(201).send({ ...keyToJson(record), key });
   });
   scope.get("/keys", async (request) => {
-    listKeysQuery.parse(request.query ?? {});
+    readsOnlyPath(request);
     return { object: "list", data: store.listKeys().map((r) => keyToJson(r)) };
   });
   scope.get<{ Params: { id: string } }>("/keys/:id", async (request) => {
+    readsOnlyPath(request);
     const record = store.keyById(request.params.id);
     if (!record) throw noKey(request.params.id);
     return keyToJson(record);
   });
   scope.delete<{ Params: { id: string } }>("/keys/:id", async (request) => {
+    readsOnlyPath(request);
     if (!store.revokeKey(request.params.id, Date.now())) throw noKey(request.params.id);
+    // Revoked means unusable now, for what the key already started too (README: effective at once).
+    revoked?.(request.params.id);
     return keyToJson(store.keyById(request.params.id)!);
   });
-  scope.get("/usage", async (request) => usageReport(store, usageQuery.parse(request.query ?? {})));
+  scope.get("/usage", async (request) => {
+    const query = usageQuery.parse(request.query ?? {});
+    takesNoBody(request);
+    return usageReport(store, query);
+  });
 }
 
 const noKey = (id: string) => new ApiError(404, `No API key with id '${id}' exists.`, { code: "not_found" });

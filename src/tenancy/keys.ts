@@ -1,4 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { ApiError } from "../core/errors.ts";
 import type { KeyRecord, TenancyStore } from "../store/tenancy-store.ts";
 
 /** What a managed key looks like: `pk-` and 32 random bytes in base64url (43 characters). */
@@ -46,7 +47,10 @@ export interface Principal {
   usedTokens: number;
 }
 
-export type KeyCheck = { ok: true; principal: Principal } | { ok: false; reason: "missing" | "unknown" | "revoked" | "expired" };
+/** Why a key stopped being valid while requests of it ran. */
+export type KeyEnd = "revoked" | "expired";
+
+export type KeyCheck = { ok: true; principal: Principal } | { ok: false; reason: "missing" | "scheme" | "unknown" | KeyEnd };
 
 /**
  * Every key the server accepts: the ones given on the command line (kept as hashes in memory, with
@@ -80,9 +84,25 @@ export class KeyRing {
     if (staticMatch) return { ok: true, principal: { id: staticMatch.id, name: "--api-key", models: null, limits: NO_LIMITS, usedTokens: 0 } };
     const record = this.store?.keyByHash(hash);
     if (!record) return { ok: false, reason: "unknown" };
-    if (record.revokedAt !== null) return { ok: false, reason: "revoked" };
-    if (record.expiresAt !== null && record.expiresAt <= this.now()) return { ok: false, reason: "expired" };
-    return { ok: true, principal: principalOf(record) };
+    const ended = this.endOf(record);
+    return ended ? { ok: false, reason: ended } : { ok: true, principal: principalOf(record) };
+  }
+
+  /**
+   * Whether a key that was valid when its requests began has stopped being so: "revoked" or
+   * "expired", read from the store (the CLI may have revoked it from another process). Undefined
+   * while it is valid, and for a key given on the command line, valid while the server runs.
+   */
+  standing(id: string): KeyEnd | undefined {
+    if (this.statics.some((s) => s.id === id)) return undefined;
+    const record = this.store?.keyById(id);
+    return record && this.endOf(record);
+  }
+
+  private endOf(record: KeyRecord): KeyEnd | undefined {
+    if (record.revokedAt !== null) return "revoked";
+    if (record.expiresAt !== null && record.expiresAt <= this.now()) return "expired";
+    return undefined;
   }
 }
 
@@ -96,17 +116,58 @@ export function principalOf(record: KeyRecord): Principal {
   };
 }
 
-/** The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`. */
-export function presentedKey(headers: Record<string, string | string[] | undefined>): string | undefined {
-  const auth = headers.authorization;
-  if (typeof auth === "string") {
-    // Everything after the scheme is the key: "Bearer KEY extra" is a wrong key (401 "not valid"),
-    // not a missing one.
-    const m = /^Bearer\s+(\S.*?)\s*$/i.exec(auth);
-    if (m) return m[1];
+/** Where a request's credential is read from (a Fastify request is one): its headers, and the raw list that keeps duplicates. */
+export interface CredentialSource {
+  headers: Record<string, string | string[] | undefined>;
+  /** `rawHeaders`: name, value, name, value…, as received; absent: duplicates are not checked. */
+  raw?: { rawHeaders: readonly string[] };
+}
+
+/**
+ * The key a request presents (`Authorization: Bearer KEY`, else `x-api-key: KEY`), or why there is
+ * none: no credential at all, or an Authorization header of another scheme (`Basic …`, `Token KEY`,
+ * a bare key), which is told apart so that its sender learns to write `Bearer`.
+ */
+export type Presented = { key: string } | { key: undefined; why: "missing" | "scheme" };
+
+/** Header names that carry a key. */
+const CREDENTIAL_HEADERS = ["authorization", "x-api-key"] as const;
+
+/**
+ * Reads the request's key. Throws a 400 when it carries more than one: two Authorization headers
+ * (Node keeps only the first, while a proxy in front may have checked the other), two x-api-key
+ * headers, or a Bearer key and an x-api-key that differ. Which one counts would be a guess, as it
+ * is for a duplicated Host header, which is refused for the same reason.
+ */
+export function presentedKey(request: CredentialSource): Presented {
+  const { headers } = request;
+  const rawHeaders = request.raw?.rawHeaders ?? [];
+  for (const name of CREDENTIAL_HEADERS) {
+    if (headerCount(rawHeaders, name) > 1) throw severalCredentials(`two ${name === "authorization" ? "Authorization" : "x-api-key"} headers`);
   }
-  const x = headers["x-api-key"];
-  return typeof x === "string" && x.trim() !== "" ? x.trim() : undefined;
+  const auth = typeof headers.authorization === "string" ? headers.authorization : undefined;
+  // Everything after the scheme is the key: "Bearer KEY extra" is a wrong key (401 "not valid"),
+  // not a missing one.
+  const bearer = auth === undefined ? undefined : /^Bearer\s+(\S.*?)\s*$/i.exec(auth)?.[1];
+  const x = typeof headers["x-api-key"] === "string" && headers["x-api-key"].trim() !== "" ? headers["x-api-key"].trim() : undefined;
+  if (bearer !== undefined && x !== undefined && bearer !== x) throw severalCredentials("a Bearer key and an x-api-key that differ");
+  const key = bearer ?? x;
+  if (key !== undefined) return { key };
+  // An Authorization header of another scheme, or a bare key: not Bearer ("Bearer" alone is missing its key).
+  return { key: undefined, why: auth !== undefined && auth.trim() !== "" && !/^Bearer\s*$/i.test(auth) ? "scheme" : "missing" };
+}
+
+/** How many times a header was received (names compared case-insensitively). */
+function headerCount(raw: readonly string[], name: string): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === name.length && raw[i].toLowerCase() === name) n++;
+  return n;
+}
+
+function severalCredentials(what: string): ApiError {
+  return new ApiError(400, `The request carries more than one credential (${what}); send one key, as 'Authorization: Bearer KEY' or in 'x-api-key'.`, {
+    code: "invalid_request",
+  });
 }
 
 /** What a key's owner may set when creating one. */

@@ -90,19 +90,19 @@ export class InProcessLimiter implements Limiter {
       return refuse({
         limit: "requests",
         retryAfterMs: Math.max(1, s.requests[0] + this.windowMs - now),
-        message: `Rate limit reached for this API key: ${rpm} requests per ${this.windowWords()}.`,
+        message: `Rate limit reached for this API key: ${count(rpm, "request")} per ${this.windowWords()}.`,
       });
     }
     if (concurrent && maxConcurrency !== null && s.active >= maxConcurrency) {
       return refuse({
         limit: "concurrency",
         retryAfterMs: 1000,
-        message: `This API key already has ${s.active} requests running, its limit; retry when one has finished.`,
+        message: `This API key already has ${count(s.active, "request")} running, its limit; retry when ${s.active === 1 ? "it has" : "one has"} finished.`,
       });
     }
     // A spent budget refuses what could spend more; reads still answer.
     if (concurrent && budgetTokens !== null && this.budgetLeft(key, s) <= 0) {
-      return refuse({ limit: "budget", retryAfterMs: null, message: `This API key has used its budget of ${budgetTokens} tokens.` });
+      return refuse({ limit: "budget", retryAfterMs: null, message: `This API key has used its budget of ${count(budgetTokens, "token")}.` });
     }
     s.requests.push(now);
     if (concurrent) s.active++;
@@ -127,21 +127,21 @@ export class InProcessLimiter implements Limiter {
       return refuse({
         limit: "tokens",
         retryAfterMs: null,
-        message: `This request needs up to ${tokens} tokens (${generates ? "its prompt and max tokens" : "its input"}), more than this API key's ${tpm} tokens per ${this.windowWords()}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
+        message: `This request needs up to ${count(tokens, "token")} (${generates ? "its prompt and max tokens" : "its input"}), more than this API key's ${count(tpm, "token")} per ${this.windowWords()}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
       });
     }
     if (tpm !== null && s.tokenSum + tokens > tpm) {
       return refuse({
         limit: "tokens",
         retryAfterMs: Math.max(1, this.timeUntilFree(s, s.tokenSum + tokens - tpm, now)),
-        message: `Rate limit reached for this API key: ${tpm} tokens per ${this.windowWords()}; used ${s.tokenSum}, requested ${tokens}.`,
+        message: `Rate limit reached for this API key: ${count(tpm, "token")} per ${this.windowWords()}; used ${s.tokenSum}, requested ${tokens}.`,
       });
     }
     if (budgetTokens !== null && tokens > this.budgetLeft(key, s)) {
       return refuse({
         limit: "budget",
         retryAfterMs: null,
-        message: `This request needs up to ${tokens} tokens, more than the ${Math.max(0, this.budgetLeft(key, s))} left of this API key's budget of ${budgetTokens}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
+        message: `This request needs up to ${count(tokens, "token")}, more than the ${Math.max(0, this.budgetLeft(key, s))} left of this API key's budget of ${budgetTokens}; ${generates ? "lower max_tokens or send less input" : "send less input"}.`,
       });
     }
     const entry: TokenEntry = { at: now, tokens, expired: false };
@@ -230,6 +230,11 @@ export class InProcessLimiter implements Limiter {
   private windowWords(): string {
     return this.windowMs === 60_000 ? "minute" : `${this.windowMs / 1000} s`;
   }
+}
+
+/** "1 request", "2 requests": the limits' messages name counts the user set, 1 included. */
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
 }
 
 /** A duration the way OpenAI's reset headers write it: `20ms`, `1.5s`, `6m0s`. */

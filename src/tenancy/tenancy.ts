@@ -5,7 +5,7 @@ import { ApiError } from "../core/errors.ts";
 import { setRequestKey } from "../http/access.ts";
 import { internalId } from "../http/internal-id.ts";
 import { dialectOf } from "../observability/metrics.ts";
-import { type KeyCheck, type KeyRing, type Principal, presentedKey } from "./keys.ts";
+import { type KeyCheck, type KeyEnd, type KeyRing, type Principal, presentedKey } from "./keys.ts";
 import type { LedgerWriter } from "./ledger.ts";
 import { type Decision, type Lease, type Limiter, rateHeaders, type Refusal, type RateState } from "./limiter.ts";
 
@@ -29,6 +29,13 @@ export interface TenancyOptions {
    */
   knownModel?: (name: string) => boolean;
 }
+
+/**
+ * How often the keys of requests still running are read again, to end those of a key revoked from
+ * another process (`plinth keys revoke`) or past its expiry. A revocation through the admin API
+ * ends them at once.
+ */
+const RECHECK_MS = 1000;
 
 /** Routes that change what the server serves (any method but GET under these prefixes). */
 const CONTROL_PLANE = ["/api/2.0/serving-endpoints", "/api/2.0/plinth/"];
@@ -56,6 +63,11 @@ interface Tracked {
   /** Generations admitted and not yet finished (a background response outlives its HTTP request). */
   running: number;
   status: number | undefined;
+  /**
+   * Aborted when the request's key stops being valid while it runs (revoked, expired), with the
+   * error it ends with; the generation service listens to it (the gate's `stopSignal`).
+   */
+  stop: AbortController | undefined;
 }
 
 /**
@@ -72,6 +84,8 @@ interface Tracked {
 export class Tenancy {
   /** By internal id, never by request id: two requests may send the same x-request-id. */
   private readonly tracked = new Map<string, Tracked>();
+  /** Rereads the keys of running requests (see RECHECK_MS) while any request of a key is tracked. */
+  private rechecking: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: TenancyOptions) {}
 
@@ -100,11 +114,11 @@ export class Tenancy {
         if (this.isAdmin(request)) return;
         // Who is asking decides the status: no key or a bad one is a 401 (authenticate, with the
         // admin key), a good API key a 403 (known, but not allowed to change this).
-        const known = this.opts.keys.check(presentedKey(request.headers)).ok;
+        const known = this.checkKey(request).ok;
         throw controlPlaneRefusal(this.opts.adminKey !== undefined, known);
       }
       if (required) {
-        const check = this.opts.keys.check(presentedKey(request.headers));
+        const check = this.checkKey(request);
         if (!check.ok) {
           // The operator's key reads what it may change (endpoint states after a change of its own)
           // and the metrics; as for its changes, no limits and no ledger row.
@@ -130,8 +144,14 @@ export class Tenancy {
     });
   }
 
+  /** The request's key checked; a request carrying two keys is a 400 (see presentedKey). */
+  private checkKey(request: FastifyRequest): KeyCheck {
+    const presented = presentedKey(request);
+    return presented.key === undefined ? { ok: false, reason: presented.why } : this.opts.keys.check(presented.key);
+  }
+
   private isAdmin(request: FastifyRequest): boolean {
-    const given = presentedKey(request.headers);
+    const given = presentedKey(request).key;
     if (this.opts.adminKey === undefined || given === undefined) return false;
     const a = createHash("sha256").update(given, "utf8").digest();
     const b = createHash("sha256").update(this.opts.adminKey, "utf8").digest();
@@ -158,8 +178,10 @@ export class Tenancy {
       ttftMs: null,
       running: 0,
       status: undefined,
+      stop: principal ? new AbortController() : undefined,
     };
     this.tracked.set(t.internalId, t);
+    if (principal) this.watchKeys();
     reply.raw.once("close", () => {
       // A client that left before anything was sent is booked as nginx's 499 (client closed request).
       t.status = reply.raw.headersSent ? reply.raw.statusCode : 499;
@@ -215,11 +237,15 @@ export class Tenancy {
   gate(): AdmissionGate {
     return {
       authorize: (ctx: RequestContext, model: string) => {
-        const p = this.tracked.get(ctx.internalId)?.principal;
+        const t = this.tracked.get(ctx.internalId);
+        // A request whose key was revoked after it arrived (while its body was read) starts nothing.
+        if (t?.stop?.signal.aborted) throw t.stop.signal.reason;
+        const p = t?.principal;
         if (p?.models && !p.models.includes(model)) {
           throw new ApiError(403, `This API key may not use the model '${model}'.`, { field: "model", code: "model_not_allowed" });
         }
       },
+      stopSignal: (ctx: RequestContext) => this.tracked.get(ctx.internalId)?.stop?.signal,
       countsTokens: (ctx: RequestContext) => {
         const p = this.tracked.get(ctx.internalId)?.principal;
         return p !== undefined && (p.limits.tpm !== null || p.limits.budgetTokens !== null);
@@ -235,6 +261,46 @@ export class Tenancy {
         return (used: number) => decision.value.settle(used);
       },
     };
+  }
+
+  /**
+   * Ends every request of the key still running: streams, JSON requests, background responses
+   * (whose runs outlive their HTTP requests). A revoked or expired key is unusable at once, for
+   * what it already started too. Each ends as a failed generation does, in its dialect's form (a
+   * stream's error event, a background response `failed`), and is booked with what it had used.
+   */
+  endKey(id: string, why: KeyEnd): void {
+    for (const t of this.tracked.values()) {
+      if (t.principal?.id === id && t.stop && !t.stop.signal.aborted) t.stop.abort(keyEnded(why));
+    }
+  }
+
+  /** Stops rereading keys (the server is closing). */
+  close(): void {
+    clearInterval(this.rechecking);
+    this.rechecking = undefined;
+  }
+
+  private watchKeys(): void {
+    if (this.rechecking) return;
+    this.rechecking = setInterval(() => this.recheckKeys(), RECHECK_MS);
+    this.rechecking.unref();
+  }
+
+  /** Ends the requests of keys revoked elsewhere or expired since; stops once no request of a key runs. */
+  private recheckKeys(): void {
+    const ids = new Set<string>();
+    for (const t of this.tracked.values()) if (t.principal && t.stop && !t.stop.signal.aborted) ids.add(t.principal.id);
+    if (ids.size === 0) return this.close();
+    for (const id of ids) {
+      let why: KeyEnd | undefined;
+      try {
+        why = this.opts.keys.standing(id);
+      } catch {
+        return; // the store is closing with the server; its requests are being ended anyway
+      }
+      if (why) this.endKey(id, why);
+    }
   }
 
   /** Generation hooks that gather each request's usage for the ledger. */
@@ -283,6 +349,7 @@ const modelOf = (body: unknown): string | null => {
 
 const REASONS: Record<Exclude<KeyCheck, { ok: true }>["reason"], string> = {
   missing: "No API key was given. Send it as 'Authorization: Bearer KEY' or in the 'x-api-key' header.",
+  scheme: "The Authorization header does not use the Bearer scheme. Send the key as 'Authorization: Bearer KEY' or in the 'x-api-key' header.",
   unknown: "The API key is not valid.",
   revoked: "The API key has been revoked.",
   expired: "The API key has expired.",
@@ -306,6 +373,12 @@ function unauthorized(check: Exclude<KeyCheck, { ok: true }>): ApiError {
   return new ApiError(401, REASONS[check.reason], { code: "invalid_api_key", headers: { "www-authenticate": WWW_AUTHENTICATE } });
 }
 
+/** What a request still running gets when its key stops being valid: the 401 a new request would get, saying when. */
+function keyEnded(why: KeyEnd): ApiError {
+  const message = why === "revoked" ? "The API key was revoked while this request ran." : "The API key expired while this request ran.";
+  return new ApiError(401, message, { code: "invalid_api_key", headers: { "www-authenticate": WWW_AUTHENTICATE } });
+}
+
 /** What every 401 says it wants (RFC 9110): a Bearer token. */
 const WWW_AUTHENTICATE = 'Bearer realm="plinth"';
 
@@ -321,9 +394,11 @@ function limitError(refusal: Refusal, state: RateState): ApiError {
     headers["retry-after"] = String(Math.max(1, Math.ceil(refusal.retryAfterMs / 1000)));
     headers["retry-after-ms"] = String(Math.ceil(refusal.retryAfterMs));
   }
-  const code = refusal.limit === "budget" ? "insufficient_quota" : "rate_limit_exceeded";
+  // A spent budget is OpenAI's "insufficient_quota" in both type and code (a 429 all the same), so a
+  // client that tells a quota from a rate limit by either field tells them apart here too.
+  const [type, code] = refusal.limit === "budget" ? (["insufficient_quota", "insufficient_quota"] as const) : (["rate_limit_error", "rate_limit_exceeded"] as const);
   // The reason tells metrics which of the key's limits it was (to clients, a full queue reads the same).
-  return new ApiError(429, refusal.message, { code, headers, reason: `key_${refusal.limit}` });
+  return new ApiError(429, refusal.message, { type, code, headers, reason: `key_${refusal.limit}` });
 }
 
 /** On the raw response, so they reach JSON answers, error envelopes and event streams alike. */

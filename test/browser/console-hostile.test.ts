@@ -204,11 +204,11 @@ test("a server that fails (down, a proxy's page, a rate limit, a stream cut or l
     route.fulfill({
       status: 429,
       headers: { "content-type": "application/json", "retry-after": "7" },
-      body: JSON.stringify({ error: { message: "Rate limit reached for this API key: 1 requests per minute.", type: "rate_limit_error", code: "rate_limit_exceeded" } }),
+      body: JSON.stringify({ error: { message: "Rate limit reached for this API key: 1 request per minute.", type: "rate_limit_error", code: "rate_limit_exceeded" } }),
     }),
   );
   await send(page, "Too fast");
-  assert.equal((await lastAnswer(page)).error, "Rate limit reached for this API key: 1 requests per minute. Try again in 7 s.");
+  assert.equal((await lastAnswer(page)).error, "Rate limit reached for this API key: 1 request per minute. Try again in 7 s.");
 
   await answerChats(page, (route) =>
     route.fulfill({ status: 401, headers: { "content-type": "application/json" }, body: JSON.stringify({ error: { message: "The API key is not valid.", code: "invalid_api_key" } }) }),

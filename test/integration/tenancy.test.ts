@@ -80,6 +80,22 @@ async function call(method: string, route: string, body: unknown, headers: Recor
 
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 
+/** A request with headers exactly as listed (name, value, name, value…): repeated ones stay repeated. */
+function rawCall(method: string, route: string, rawHeaders: string[], body?: unknown): Promise<{ status: number; json: Obj; text: string }> {
+  const url = new URL(`${server.url}${route}`);
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const headers = ["host", url.host, ...rawHeaders, ...(payload ? ["content-type", "application/json", "content-length", String(payload.length)] : [])];
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers }, (res) => {
+      let text = "";
+      res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text), text }));
+    });
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
 /** Waits until an asynchronous check holds (ledger rows are committed every 200 ms). */
 async function until(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
   const start = Date.now();
@@ -165,6 +181,37 @@ describe("authentication", () => {
       assert.equal(a.status, 200, `${route}: ${a.text}`);
       const b = await call(method, route, body, { "x-api-key": STATIC_KEY });
       assert.equal(b.status, 200, `${route}: ${b.text}`);
+    }
+  });
+
+  test("a request carrying more than one key is a 400 in its dialect's envelope; a key of another scheme is told so", async () => {
+    const k = await createKey({ name: "two keys" });
+    const cases: Array<[string, string[]]> = [
+      ["two Authorization headers", ["authorization", `Bearer ${k.key}`, "Authorization", "Bearer pk-other"]],
+      // Node keeps the first Authorization: a valid key second was ignored, a valid key first won.
+      ["two Authorization headers, the valid one second", ["Authorization", "Bearer pk-other", "authorization", `Bearer ${k.key}`]],
+      ["two x-api-key headers", ["x-api-key", k.key, "x-api-key", "pk-other"]],
+      ["a Bearer key and an x-api-key that differ", ["authorization", `Bearer ${k.key}`, "x-api-key", STATIC_KEY]],
+    ];
+    for (const [what, headers] of cases) {
+      const r = await rawCall("POST", "/v1/chat/completions", headers, chatBody());
+      assert.equal(r.status, 400, `${what}: ${r.text}`);
+      assert.match(r.json.error.message, /more than one credential/, what);
+      const dbx = await rawCall("POST", "/serving-endpoints/tiny/invocations", headers, { messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+      assert.equal(dbx.status, 400, `${what}: ${dbx.text}`);
+      assert.match(dbx.json.message, /more than one credential/, `${what}, in Databricks' envelope`);
+      // The admin API reads its key the same way.
+      const asAdmin = await rawCall("GET", "/admin/keys", ["authorization", `Bearer ${ADMIN}`, "authorization", "Bearer pk-other"]);
+      assert.equal(asAdmin.status, 400, asAdmin.text);
+    }
+    // One key, in both headers: one credential.
+    assert.equal((await rawCall("POST", "/v1/chat/completions", ["authorization", `Bearer ${k.key}`, "x-api-key", k.key], chatBody())).status, 200);
+    // A key sent with another scheme (or none) is not "no key": the message names the scheme.
+    for (const authorization of ["Basic dXNlcjpwYXNz", `Token ${k.key}`, k.key]) {
+      const r = await call("POST", "/v1/chat/completions", chatBody(), { authorization });
+      assert.equal(r.status, 401, r.text);
+      assert.match(r.json.error.message, /does not use the Bearer scheme/, authorization);
+      assert.doesNotMatch(r.json.error.message, /No API key was given/);
     }
   });
 
@@ -290,6 +337,15 @@ describe("admin API input", () => {
       // Bidirectional controls: invisible, and they reorder how the rest of the name is shown.
       [{ name: "admin\u202e\u2066 ecilA" }, "name"],
       [{ name: "a\u200fb" }, "name"],
+      // Invisible characters: "ali\u200bce" displayed as "alice"; the same rules hold for model names.
+      [{ name: "ali\u200bce" }, "name"],
+      [{ name: "alice\u2060" }, "name"],
+      [{ name: "soft\u00adhyphen" }, "name"],
+      [{ name: "a\ufe0f" }, "name"],
+      [{ name: "hangul\u3164filler" }, "name"],
+      [{ name: "x", models: ["tiny\u202e"] }, "models[0]"],
+      [{ name: "x", models: ["tiny", "ti\u200bny"] }, "models[1]"],
+      [{ name: "x", models: [" tiny"] }, "models[0]"],
       [{ name: "x", models: ["tiny\n"] }, "models[0]"],
       [{ name: "x", models: ["tiny", "tiny"] }, "models"],
     ];
@@ -326,6 +382,40 @@ describe("admin API input", () => {
     const odd = await admin("GET", `/keys/${encodeURIComponent("'; DROP TABLE api_keys;--\u202e😀")}`);
     assert.equal(odd.status, 404, odd.text);
     assert.equal((await admin("GET", "/keys")).status, 200);
+  });
+});
+
+describe("admin API query parameters and bodies", () => {
+  test("every admin route refuses a query parameter it does not read and a body where it reads none", async () => {
+    const k = await createKey({ name: "admin strict" });
+    // Each of these was answered as if the parameter or body were not there: a key for every model,
+    // a revocation despite dry_run.
+    const refusals: Array<[string, string, unknown, string | null]> = [
+      ["POST", "/keys?models=tiny&rpm=1", { name: "q" }, "models"],
+      ["GET", "/keys?limit=5", undefined, "limit"],
+      ["GET", `/keys/${k.id}?foo=1`, undefined, "foo"],
+      ["DELETE", `/keys/${k.id}?dry_run=true`, undefined, "dry_run"],
+      ["GET", "/usage?group_by=key&foo=1", undefined, "foo"],
+      ["DELETE", `/keys/${k.id}`, { reason: "left" }, "reason"],
+      ["DELETE", `/keys/${k.id}`, [1], null],
+      ["GET", `/keys/${k.id}`, { a: 1 }, null],
+      ["GET", "/keys", { a: 1 }, null],
+      ["GET", "/usage", { group_by: "model" }, null],
+    ];
+    // fetch() sends no body with a GET: those go out as raw requests.
+    const send = (method: string, route: string, body: unknown) =>
+      method === "GET" && body !== undefined ? rawCall(method, `/admin${route}`, ["authorization", `Bearer ${ADMIN}`], body) : admin(method, route, body);
+    for (const [method, route, body, param] of refusals) {
+      const r = await send(method, route, body);
+      assert.equal(r.status, 400, `${method} ${route} ${JSON.stringify(body)}: ${r.text}`);
+      assert.equal(r.json.error.param, param, `${method} ${route}`);
+    }
+    assert.equal((await admin("GET", "/keys")).json.data.some((key: Obj) => key.name === "q"), false, "nothing was created");
+    assert.equal((await admin("GET", `/keys/${k.id}`)).json.state, "active", "nothing was revoked");
+    // A GET's body is not read, so any is refused, `{}` included; on a DELETE an empty JSON object
+    // is no field, so clients that always send one still work.
+    assert.equal((await send("GET", "/usage", {})).status, 400);
+    assert.equal((await admin("DELETE", `/keys/${k.id}`, {})).json.state, "revoked");
   });
 });
 
@@ -505,7 +595,7 @@ describe("limits", () => {
     await waitFor(() => server.registry.resolve("tiny").scheduler.busy === 1);
     const second = await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key));
     assert.equal(second.status, 429, second.text);
-    assert.match(second.json.error.message, /running/);
+    assert.match(second.json.error.message, /already has 1 request running/);
     assert.equal((await long).status, 200);
     await new Promise((r) => setTimeout(r, 20));
     assert.equal((await call("POST", "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, bearer(k.key))).status, 200);
@@ -550,6 +640,8 @@ describe("limits", () => {
     assert.ok(refused, "the budget ran out");
     assert.equal(refused.status, 429);
     assert.equal(refused.json.error.code, "insufficient_quota");
+    // OpenAI's own answer for a spent quota: both type and code say so.
+    assert.equal(refused.json.error.type, "insufficient_quota");
     assert.equal(refused.headers.get("x-should-retry"), "false");
     assert.ok(spent <= 120 && spent > 60, `spent ${spent}`);
     // Reads still answer: the key can see its models, it just cannot spend more.
@@ -698,6 +790,98 @@ describe("request ids chosen by clients", () => {
     assert.equal(JSON.parse(r.text).error.code, "model_not_allowed");
     const rows = await ledgerRows([limited.id, open.id], 2);
     assert.deepEqual(rows.map((row) => [row.key_id, row.status]).sort(), [[limited.id, 403], [open.id, 200]].sort());
+  });
+});
+
+describe("a key revoked while its requests run", () => {
+  /** The key's one ledger row, once it is written. */
+  async function ledgerRow(keyId: string): Promise<Obj> {
+    let row: Obj | undefined;
+    await until(async () => (row = (await admin("GET", "/usage?group_by=key")).json.data.find((r: Obj) => r.key === keyId)) !== undefined);
+    return row!;
+  }
+
+  test("its stream ends at once with an error event, its JSON request with a 401, each booked with what it used", async () => {
+    const streamed = await createKey({ name: "revoked midstream" });
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...bearer(streamed.key) },
+      body: JSON.stringify(chatBody({ max_tokens: 400, logit_bias: NO_EOG, stream: true })),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    let revoked = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      if (!revoked && text.includes('"content":')) {
+        revoked = true;
+        assert.equal((await admin("DELETE", `/keys/${streamed.id}`)).json.state, "revoked");
+      }
+    }
+    const events = text.split("\n\n").filter((b) => b.startsWith("data: ")).map((b) => b.slice(6));
+    const last = JSON.parse(events.at(-1)!) as Obj;
+    assert.equal(last.error?.code, "invalid_api_key", events.at(-1));
+    assert.match(last.error.message, /revoked while this request ran/);
+    const pieces = events.filter((e) => e.includes('"content":')).length;
+    assert.ok(pieces < 400, `the stream ran on after the revocation (${pieces} pieces)`);
+    const row = await ledgerRow(streamed.id);
+    assert.ok(row.completion_tokens > 0 && row.completion_tokens < 400, JSON.stringify(row));
+
+    const waiting = await createKey({ name: "revoked while answering" });
+    const answer = call("POST", "/v1/chat/completions", chatBody({ max_tokens: 400, logit_bias: NO_EOG }), bearer(waiting.key));
+    await waitFor(() => server.registry.resolve("tiny").scheduler.busy === 1);
+    await admin("DELETE", `/keys/${waiting.id}`);
+    const r = await answer;
+    assert.equal(r.status, 401, r.text);
+    assert.equal(r.json.error.code, "invalid_api_key");
+    assert.match(r.json.error.message, /revoked while this request ran/);
+    const booked = await ledgerRow(waiting.id);
+    assert.ok(booked.completion_tokens < 400, JSON.stringify(booked));
+  });
+
+  test("its background response fails, saying why, booked with what it used", async () => {
+    const k = await createKey({ name: "revoked in the background", max_concurrency: 1 });
+    const created = await call("POST", "/v1/responses", { model: "tiny", input: "Write a long story", max_output_tokens: 400, background: true, logit_bias: NO_EOG }, bearer(k.key));
+    assert.equal(created.status, 200, created.text);
+    // Followed as its stream until it has generated, then revoked: the stream ends with the run.
+    const tail = await fetch(`${server.url}/v1/responses/${created.json.id}?stream=true`, { headers: bearer(k.key) });
+    assert.equal(tail.status, 200);
+    const reader = tail.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    let revoked = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      if (!revoked && text.includes("response.output_text.delta")) {
+        revoked = true;
+        await admin("DELETE", `/keys/${k.id}`);
+      }
+    }
+    assert.ok(revoked, "it generated");
+    assert.match(text, /event: response\.failed/);
+    // The key can read nothing now (not even its own response), so the store is read directly.
+    const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true, fileMustExist: true });
+    let stored: Obj | undefined;
+    try {
+      await until(() => {
+        const row = db.prepare("SELECT status, body FROM responses WHERE id = ?").get(created.json.id) as { status: string; body: string } | undefined;
+        stored = row && row.status !== "queued" && row.status !== "in_progress" ? JSON.parse(row.body) : undefined;
+        return stored !== undefined;
+      });
+    } finally {
+      db.close();
+    }
+    assert.equal(stored!.status, "failed", JSON.stringify(stored));
+    assert.match(stored!.error.message, /revoked while this request ran/);
+    assert.ok(stored!.usage.output_tokens > 0 && stored!.usage.output_tokens < 400, JSON.stringify(stored!.usage));
+    const row = await ledgerRow(k.id);
+    assert.equal(row.completion_tokens, stored!.usage.output_tokens);
   });
 });
 

@@ -10,8 +10,16 @@ import { loadConfig } from "../../src/config/load.ts";
 import { keyedNamespace, keyedStoreNamespace } from "../../src/core/context.ts";
 import { openSqliteStore } from "../../src/store/sqlite-store.ts";
 import { TenancyStore } from "../../src/store/tenancy-store.ts";
+import { buildApp } from "../../src/app.ts";
+import { ApiError } from "../../src/core/errors.ts";
+import { GenerationService } from "../../src/core/generation-service.ts";
+import { ModelRegistry } from "../../src/core/registry.ts";
 import { createManagedKey, hashKey, KeyRing, presentedKey, type Principal } from "../../src/tenancy/keys.ts";
 import { formatReset, InProcessLimiter, rateHeaders } from "../../src/tenancy/limiter.ts";
+import { Tenancy } from "../../src/tenancy/tenancy.ts";
+import { ScriptedEngine } from "../helpers/scripted-engine.ts";
+import { sseData } from "../helpers/scripted-app.ts";
+import { testStore } from "../helpers/test-store.ts";
 
 const principal = (limits: Partial<Principal["limits"]>, usedTokens = 0): Principal => ({
   id: "key_test",
@@ -78,6 +86,26 @@ test("a refusal's advice fits the request: embeddings have no max_tokens to lowe
   assert.ok(!spent.ok && spent.refusal.limit === "budget" && !spent.refusal.message.includes("max_tokens"));
 });
 
+test("a limit of one is counted in the singular: 1 request per minute, 1 request running, 1 token", () => {
+  const limiter = new InProcessLimiter();
+  const key = principal({ rpm: 1, maxConcurrency: 1 });
+  assert.equal(limiter.begin(key).ok, true);
+  const rate = limiter.begin(key);
+  assert.ok(!rate.ok && rate.refusal.message === "Rate limit reached for this API key: 1 request per minute.", !rate.ok ? rate.refusal.message : "");
+  // The first request holds the key's one place.
+  const second = limiter.begin(principal({ maxConcurrency: 1 }));
+  assert.ok(!second.ok && /already has 1 request running, its limit; retry when it has finished\.$/.test(second.refusal.message), !second.ok ? second.refusal.message : "");
+  const tokens = new InProcessLimiter().reserve(principal({ tpm: 1 }), 2);
+  assert.ok(!tokens.ok && /up to 2 tokens .* this API key's 1 token per minute/.test(tokens.refusal.message), !tokens.ok ? tokens.refusal.message : "");
+  const spent = new InProcessLimiter().begin(principal({ budgetTokens: 1 }, 1));
+  assert.ok(!spent.ok && spent.refusal.message === "This API key has used its budget of 1 token.", !spent.ok ? spent.refusal.message : "");
+  const many = new InProcessLimiter();
+  many.begin(principal({ rpm: 2 }));
+  many.begin(principal({ rpm: 2 }));
+  const two = many.begin(principal({ rpm: 2 }));
+  assert.ok(!two.ok && /: 2 requests per minute\.$/.test(two.refusal.message));
+});
+
 test("concurrency leases and the budget (which starts from what the store says was used)", () => {
   const limiter = new InProcessLimiter();
   const key = principal({ maxConcurrency: 1, budgetTokens: 100 }, 40);
@@ -115,13 +143,31 @@ test("reset durations and headers are written the way OpenAI writes them", () =>
 });
 
 test("keys: presented as Bearer or x-api-key; static and managed keys checked; only hashes stored", async () => {
-  assert.equal(presentedKey({ authorization: "Bearer abc" }), "abc");
-  assert.equal(presentedKey({ authorization: "bearer  abc " }), "abc");
-  assert.equal(presentedKey({ "x-api-key": "xyz" }), "xyz");
-  assert.equal(presentedKey({ authorization: "Basic abc" }), undefined);
+  const given = (headers: Record<string, string>) => presentedKey({ headers });
+  assert.deepEqual(given({ authorization: "Bearer abc" }), { key: "abc" });
+  assert.deepEqual(given({ authorization: "bearer  abc " }), { key: "abc" });
+  assert.deepEqual(given({ "x-api-key": "xyz" }), { key: "xyz" });
   // Something after the key makes a wrong key, not a missing one.
-  assert.equal(presentedKey({ authorization: "Bearer abc extra" }), "abc extra");
-  assert.equal(presentedKey({}), undefined);
+  assert.deepEqual(given({ authorization: "Bearer abc extra" }), { key: "abc extra" });
+  assert.deepEqual(given({}), { key: undefined, why: "missing" });
+  assert.deepEqual(given({ authorization: "Bearer " }), { key: undefined, why: "missing" });
+  // Another scheme, or a key with none, is told as such, not as no key at all.
+  for (const authorization of ["Basic abc", "Token pk-abc", "pk-abc"]) assert.deepEqual(given({ authorization }), { key: undefined, why: "scheme" }, authorization);
+  // A proxy's Basic credential beside the key in x-api-key: the key counts.
+  assert.deepEqual(given({ authorization: "Basic abc", "x-api-key": "xyz" }), { key: "xyz" });
+  // More than one credential: Node keeps the first Authorization (and joins x-api-keys), while a
+  // proxy in front may have read another, so which one counts is not guessed.
+  const raw = (...rawHeaders: string[]) => {
+    const headers: Record<string, string> = {};
+    for (let i = 0; i < rawHeaders.length; i += 2) headers[rawHeaders[i].toLowerCase()] ??= rawHeaders[i + 1];
+    return presentedKey({ headers, raw: { rawHeaders } });
+  };
+  const several = (err: unknown) => err instanceof ApiError && err.status === 400 && /more than one credential/.test(err.message);
+  assert.throws(() => raw("Authorization", "Bearer abc", "authorization", "Bearer xyz"), several);
+  assert.throws(() => raw("Authorization", "Bearer abc", "Authorization", "Bearer abc"), several, "twice, even the same");
+  assert.throws(() => raw("X-Api-Key", "abc", "x-api-key", "xyz"), several);
+  assert.throws(() => raw("Authorization", "Bearer abc", "x-api-key", "xyz"), several, "a Bearer key and an x-api-key that differ");
+  assert.deepEqual(raw("Authorization", "Bearer abc", "x-api-key", "abc"), { key: "abc" }, "the same key in both headers is one credential");
 
   const dir = mkdtempSync(path.join(tmpdir(), "plinth-keys-"));
   const main = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
@@ -141,9 +187,15 @@ test("keys: presented as Bearer or x-api-key; static and managed keys checked; o
     assert.equal(st.ok && st.principal.id.startsWith("static-"), true);
     assert.deepEqual(ring.check("nope"), { ok: false, reason: "unknown" });
     assert.deepEqual(ring.check(undefined), { ok: false, reason: "missing" });
+    // What the tenancy layer rereads for requests still running: a key given on the command line
+    // stays valid; a managed one ends when it expires or is revoked (from any process).
+    assert.equal(ring.standing(record.id), undefined);
+    assert.equal(st.ok && ring.standing(st.principal.id), undefined);
     now += 1000;
     assert.deepEqual(ring.check(key), { ok: false, reason: "expired" });
+    assert.equal(ring.standing(record.id), "expired");
     assert.equal(store.revokeKey(record.id, now), true);
+    assert.equal(ring.standing(record.id), "revoked");
     assert.equal(store.revokeKey("key_missing", now), false);
   } finally {
     store.close();
@@ -243,7 +295,20 @@ test("plinth keys create/list/revoke and plinth usage work on the data directory
     await assert.rejects(keysCommand(["create", "--name", "x".repeat(201), "--data-dir", dir], out), /--name/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--models", "a,a", "--data-dir", dir], out), /--models: A model is named twice/);
     await assert.rejects(keysCommand(["create", "--name", "x", "--rpm", "99999999999999999999", "--data-dir", dir], out), /--rpm/);
+    // Invisible characters make two names that differ display alike ("ali\u200bce" reads "alice").
+    await assert.rejects(keysCommand(["create", "--name", "ali\u200bce", "--data-dir", dir], out), /--name: .*invisible or format characters \(found U\+200B\)/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--models", "ti\u202eny", "--data-dir", dir], out), /--models: .*bidirectional/);
+    await assert.rejects(keysCommand(["create", "--name", "x", "--models", "ti\u2060ny", "--data-dir", dir], out), /--models: .*U\+2060/);
     assert.equal(JSON.parse(await run(keysCommand, ["list", "--json"])).length, 1, "nothing refused was created");
+    // A long name is cut in the table (every row was padded to its 200 characters), whole in JSON.
+    const long = `${"n".repeat(150)}😀${"m".repeat(49)}`;
+    await run(keysCommand, ["create", "--name", long, "--models", Array.from({ length: 30 }, (_, i) => `model-${i}`).join(","), "--json"]);
+    const rows = (await run(keysCommand, ["list"])).trimEnd().split("\n");
+    const widest = Math.max(...rows.map((r) => [...r].length));
+    assert.ok(widest < 200, `the table is ${widest} characters wide`);
+    assert.match(rows.find((r) => r.includes("nnnn"))!, / n{31}… /);
+    assert.match(rows.find((r) => r.includes("nnnn"))!, / model-0,model-1,.{23}… /);
+    assert.equal(JSON.parse(await run(keysCommand, ["list", "--json"]))[1].name, long);
     await assert.rejects(usageCommand(["--group-by", "week", "--data-dir", dir], out), /--group-by/);
     const usage = JSON.parse(await run(usageCommand, ["--group-by", "day", "--json"]));
     assert.deepEqual([usage.group_by, usage.data], ["day", []]);
@@ -264,4 +329,75 @@ test("a key given with --api-key goes by an id keyed with the server's secret, n
   assert.notEqual(id, `static-${createHash("sha256").update("sk-weak-key").digest("hex").slice(0, 12)}`);
   assert.equal(staticKeyId("sk-weak-key", secret), id, "stable for the same data directory");
   assert.notEqual(staticKeyId("sk-weak-key", Buffer.alloc(32, 8)), id);
+});
+
+/**
+ * The real app over a scripted engine that answers slowly (400 tokens, 10 ms apart), with managed
+ * keys in a store of its own: what a key's requests do when the key stops being valid while they run.
+ */
+async function keyedApp() {
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-key-end-"));
+  const main = openSqliteStore({ dataDir: dir, ttlSeconds: 0 });
+  const keys = new TenancyStore(dir);
+  const registry = new ModelRegistry(8, 0);
+  const engine = new ScriptedEngine({
+    contextSize: 1024,
+    delayMs: 10,
+    script: () => [...Array.from({ length: 400 }, () => ({ kind: "text" as const, text: "a", tokens: 1 })), { kind: "end" as const, reason: "length" as const }],
+  });
+  registry.register(engine.id);
+  registry.ready(engine);
+  const service = new GenerationService(registry);
+  const tenancy = new Tenancy({ keys: new KeyRing([], keys), limiter: new InProcessLimiter(), metricsNeedKey: true });
+  service.setGate(tenancy.gate());
+  service.addHooks(tenancy.hooks());
+  const { store, sealer, dispose } = testStore();
+  const app = buildApp(service, { bodyLimit: 1 << 20, store, sealer, tenancy, admin: { store: keys, adminKey: "admin-key-for-tests" } });
+  await app.ready();
+  return {
+    app,
+    keys,
+    close: async () => {
+      await app.close();
+      tenancy.close();
+      keys.close();
+      await main.close();
+      await dispose();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+test("a key revoked from another process, or expiring, ends the requests it still runs within about a second", async () => {
+  const { app, keys, close } = await keyedApp();
+  try {
+    const chat = (key: string, stream: boolean) =>
+      app.inject({
+        method: "POST",
+        url: "/v1/chat/completions",
+        headers: { authorization: `Bearer ${key}` },
+        payload: { model: "scripted", messages: [{ role: "user", content: "hi" }], max_tokens: 400, stream },
+      });
+    // Revoked in the store only, as `plinth keys revoke` does from its own process: the server is not told.
+    const revoked = createManagedKey(keys, { name: "revoked elsewhere" });
+    const t0 = Date.now();
+    const answer = chat(revoked.key, false);
+    setTimeout(() => keys.revokeKey(revoked.record.id, Date.now()), 300);
+    const r = await answer;
+    assert.equal(r.statusCode, 401, r.body);
+    assert.equal(r.json().error.code, "invalid_api_key");
+    assert.match(r.json().error.message, /revoked while this request ran/);
+    assert.ok(Date.now() - t0 < 3000, `ended ${Date.now() - t0} ms after it began (it would run 4 s)`);
+
+    // Expiry ends a stream as revocation does: an error event in the dialect's form, after what it had sent.
+    const expiring = createManagedKey(keys, { name: "expiring", expiresAt: Date.now() + 400 });
+    const s = await chat(expiring.key, true);
+    assert.equal(s.statusCode, 200);
+    const events = sseData(s.body) as Array<Record<string, any>>;
+    assert.ok(events.some((e) => e.choices?.[0]?.delta?.content === "a"), "it had begun");
+    assert.match(events.at(-1)?.error?.message ?? "", /expired while this request ran/, JSON.stringify(events.at(-1)));
+    assert.ok(events.filter((e) => e.choices?.[0]?.delta?.content).length < 400);
+  } finally {
+    await close();
+  }
 });
