@@ -87,6 +87,27 @@ test("an update under way when the server stopped goes on after the restart, and
   await stop();
 });
 
+test("an endpoint whose first config had not loaded when the server stopped comes back with it as version 1", async () => {
+  await start();
+  assert.equal((await dbx(s!, "POST", "/api/2.0/serving-endpoints", { name: "fresh", config: single("only", "tiny") })).status, 200);
+  await waitForEndpoint(s!, "fresh");
+  await stop();
+  // As the create left it before its entities loaded: the config only pending, none serving.
+  const db = new Database(path.join(dataDir, DB_FILE));
+  try {
+    const row = db.prepare<[string], { body: string }>("SELECT body FROM serving_endpoints WHERE name = ?").get("fresh")!;
+    const { config, config_version: _, ...rest } = JSON.parse(row.body);
+    db.prepare("UPDATE serving_endpoints SET body = ? WHERE name = ?").run(JSON.stringify({ ...rest, pending_config: config }), "fresh");
+  } finally {
+    db.close();
+  }
+  await start();
+  const ep = await waitForEndpoint(s!, "fresh", (e) => e.state.ready === "READY" && e.state.config_update === "NOT_UPDATING");
+  assert.equal(ep.config.config_version, 1, JSON.stringify(ep));
+  assert.equal(ep.config.served_entities[0].name, "only");
+  await stop();
+});
+
 test("a serving config that no longer loads after a restart stays stored; the update under way still serves when it loads", async () => {
   // The serving entity is a model file of its own, removed while the server is down.
   const copy = path.join(dataDir, "gone.gguf");

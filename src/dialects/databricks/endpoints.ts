@@ -254,7 +254,10 @@ export class EndpointManager {
       // A failed update is still failed after a restart: the config that serves is loaded again,
       // and the endpoint keeps saying UPDATE_FAILED and why until the next update.
       ep.failure = b.failure;
-      const version = b.config_version ?? 1;
+      // The version of the config that served (stored with it). An endpoint stored before any
+      // config of it served (created just before the server stopped) has none: its first config
+      // is version 1, as it would have been had the server kept running.
+      const version = b.config ? (b.config_version ?? 1) : 0;
       // An update the server stopped in the middle of goes on after the serving config is back,
       // as it did before: if the update then fails, the old config still serves.
       const next = b.pending_config ? { config: b.pending_config, version: version + 1 } : undefined;
