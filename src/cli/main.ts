@@ -73,7 +73,14 @@ async function main(argv: string[]): Promise<number> {
     if (stopping) process.exit(1);
     stopping = true;
     process.stderr.write(`plinth: shutting down (running requests get up to ${config["drain-timeout"]} s)\n`);
-    await server.shutdown(config["drain-timeout"] * 1000);
+    try {
+      await server.shutdown(config["drain-timeout"] * 1000);
+    } catch (err) {
+      // Every step of the shutdown has run (the data directory is released whatever failed before
+      // it); what failed is said in one line and the exit status, and the process still ends.
+      process.stderr.write(`plinth: stopped, but not cleanly: ${(err as Error)?.message ?? String(err)}\n`);
+      process.exit(1);
+    }
     process.exit(0);
   };
   process.on("SIGINT", stop);
@@ -89,7 +96,7 @@ async function main(argv: string[]): Promise<number> {
   if (models.length > 0 && failed.length === models.length) {
     process.stderr.write(`plinth: no model could be loaded; exiting\n`);
     stopping = true; // a signal from here on exits at once rather than closing a second time
-    await server.close();
+    await server.close().catch((err) => process.stderr.write(`plinth: stopped, but not cleanly: ${(err as Error)?.message ?? String(err)}\n`));
     return 1;
   }
   if (failed.length > 0)

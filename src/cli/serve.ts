@@ -1,6 +1,6 @@
 import { availableParallelism } from "node:os";
 import { buildApp } from "../app.ts";
-import { lockDataDir, openDataFile, prepareDataDir } from "../config/data-dir.ts";
+import { lockDataDir, openDataFile, openSecretKeyFile, prepareDataDir, storeFileError } from "../config/data-dir.ts";
 import { modelSpecs, upstreamSpecs } from "../config/models.ts";
 import type { PlinthConfig } from "../config/schema.ts";
 import { EngineFactories } from "../core/engine-factory.ts";
@@ -8,7 +8,7 @@ import { GenerationService } from "../core/generation-service.ts";
 import { ModelRegistry } from "../core/registry.ts";
 import { checkLlamaCppSource, llamaCppFactory } from "../engines/llama-cpp/factory.ts";
 import { remoteFactory } from "../engines/remote/factory.ts";
-import { loadOrCreateSecretKey, openText, sealText } from "../store/secret-key.ts";
+import { loadOrCreateSecretKey, openText, SECRET_KEY_FILE, sealText } from "../store/secret-key.ts";
 import { DB_FILE, openSqliteStore, type SqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
 import { KeyRing, staticKeyId, staticKeyIdBefore } from "../tenancy/keys.ts";
@@ -101,22 +101,47 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     throw new Error("--admin-key is also one of the API keys (--api-key or --api-key-file): give the admin API a key of its own");
   prepareDataDir(config["data-dir"]);
   const unlockDataDir = lockDataDir(config["data-dir"]);
-  let store: Awaited<ReturnType<typeof openSqliteStore>>;
-  let tenancyStore: TenancyStore;
+  // What a start that fails part way has to give back, in the order it is given back (the data
+  // directory last, once nothing of it is open any more).
+  const undo: ShutdownStep[] = [["releasing the data directory", unlockDataDir]];
+  if (tracing) undo.unshift(["flushing traces", () => tracing.shutdown()]);
   try {
-    store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
-    tenancyStore = new TenancyStore(config["data-dir"]);
+    return await serveLocked(config, hooks, { log, specs, engines, registry, service, tracing, staticKeys, unlockDataDir }, undo);
   } catch (err) {
-    unlockDataDir();
-    throw err;
+    // The start's own failure is what the operator needs to read; giving back is best effort.
+    await runEveryStep(undo).catch(() => {});
+    // A store file that a first read finds damaged (a page failAbandonedRuns reads), or a disk that
+    // is full when a start-up write is made, is said naming the file.
+    throw storeFileError(config["data-dir"], DB_FILE, err, true);
   }
-  const key = loadOrCreateSecretKey(config["data-dir"]);
+}
+
+/** What serve() made before it took the data directory. */
+interface Started {
+  log: (line: string) => void;
+  specs: ReturnType<typeof modelSpecs | typeof upstreamSpecs>;
+  engines: EngineFactories;
+  registry: ModelRegistry;
+  service: GenerationService;
+  tracing: Tracing | undefined;
+  staticKeys: string[];
+  unlockDataDir: () => void;
+}
+
+/**
+ * The rest of serve(), once the data directory is this server's. Everything it opens is put at the
+ * front of `undo`, so that a failure before it serves gives it all back.
+ */
+async function serveLocked(config: PlinthConfig, hooks: ServeHooks, started: Started, undo: ShutdownStep[]): Promise<RunningServer> {
+  const { log, specs, engines, registry, service, tracing, staticKeys, unlockDataDir } = started;
+  const store = openDataFile(config["data-dir"], DB_FILE, () => openSqliteStore({ dataDir: config["data-dir"], ttlSeconds: Math.round(config["store-ttl"] * 86_400) }));
+  undo.unshift(["closing the store", () => store.close()]);
+  const tenancyStore = new TenancyStore(config["data-dir"]);
+  undo.unshift(["closing the key store", () => tenancyStore.close()]);
+  const key = openSecretKeyFile(config["data-dir"], SECRET_KEY_FILE, () => loadOrCreateSecretKey(config["data-dir"]));
   const keys = new KeyRing(staticKeys, tenancyStore, undefined, key);
   carryStaticKeyObjects(staticKeys, key, store, tenancyStore);
   if (!keys.required && !isLoopback(config.host) && !config["no-auth"]) {
-    tenancyStore.close();
-    await store.close();
-    unlockDataDir();
     throw new Error(
       `refusing to listen on ${config.host} with no API key: anyone who reaches that address could use every model. ` +
         "Give keys (--api-key, or create one with 'plinth keys create'), listen on 127.0.0.1, or pass --no-auth to serve openly anyway.",
@@ -126,6 +151,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   // With --ledger off the writer keeps no rows but still charges keys' tokens, so budgets hold
   // across restarts.
   const ledger = new LedgerWriter(tenancyStore, { retentionMs: config["ledger-retention"] * 86_400_000, keepRows: config.ledger });
+  undo.unshift(["writing the usage ledger", () => ledger.close()]);
   const tenancy = new Tenancy({
     keys,
     limiter: new InProcessLimiter(config["rate-window"] * 1000),
@@ -136,11 +162,7 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   });
   service.setGate(tenancy.gate());
   service.addHooks(tenancy.hooks());
-  const closeTenancy = () => {
-    tenancy.close();
-    ledger.close();
-    tenancyStore.close();
-  };
+  undo.unshift(["stopping the key checks", () => tenancy.close()]);
   const metrics = new PlinthMetrics(registry, { store });
   observeService(service, metrics);
   const sealer = {
@@ -172,15 +194,10 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
     maxConnections: config["max-connections"],
     ui: config.ui,
   });
-  try {
-    await app.listen({ host: config.host, port: config.port });
-  } catch (err) {
-    // Not serving after all (the port taken, say): the data directory is free for another start.
-    closeTenancy();
-    await store.close();
-    unlockDataDir();
-    throw err;
-  }
+  // Not serving after all (the port taken, a store that fails its first reads): serve() gives back
+  // what is open, and the data directory is free for another start.
+  undo.unshift(["stopping the HTTP server", () => app.close()]);
+  await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
@@ -200,15 +217,20 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
   const close = async (graceMs?: number) => {
     const closing = app.close();
     const timer = graceMs === undefined ? undefined : setTimeout(() => app.server.closeAllConnections(), graceMs);
-    await closing;
-    clearTimeout(timer);
-    await loading.stop();
-    await registry.dispose();
-    closeTenancy();
-    await store.close();
-    unlockDataDir();
-    await tracing?.shutdown();
-    await schemaCompiler.release();
+    // Every step runs whatever an earlier one did: a store that cannot be written (a full disk)
+    // once left the data directory locked and the process running after a SIGTERM.
+    await runEveryStep([
+      ["stopping the HTTP server", () => closing.finally(() => clearTimeout(timer))],
+      ["stopping the model loads", () => loading.stop()],
+      ["unloading the models", () => registry.dispose()],
+      ["stopping the key checks", () => tenancy.close()],
+      ["writing the usage ledger", () => ledger.close()],
+      ["closing the key store", () => tenancyStore.close()],
+      ["closing the store", () => store.close()],
+      ["releasing the data directory", unlockDataDir],
+      ["flushing traces", () => tracing?.shutdown()],
+      ["stopping the schema compiler", () => schemaCompiler.release()],
+    ]);
   };
 
   return {
@@ -226,6 +248,25 @@ export async function serve(config: PlinthConfig, hooks: ServeHooks = {}): Promi
       await close(Math.max(deadline - Date.now(), CLOSE_GRACE_MS));
     },
   };
+}
+
+/** One step of giving back what a server holds, with what it does in words (for the failure's message). */
+type ShutdownStep = [what: string, step: () => unknown];
+
+/**
+ * Runs every step in order, each whether or not one before it failed, then throws one error that
+ * names each step that failed and why.
+ */
+export async function runEveryStep(steps: readonly ShutdownStep[]): Promise<void> {
+  const failed: string[] = [];
+  for (const [what, step] of steps) {
+    try {
+      await step();
+    } catch (err) {
+      failed.push(`${what} failed: ${(err as Error)?.message ?? String(err)}`);
+    }
+  }
+  if (failed.length > 0) throw new Error(failed.join("; "));
 }
 
 /**

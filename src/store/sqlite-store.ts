@@ -448,6 +448,24 @@ export class SqliteStore implements Store {
     })();
   }
 
+  /**
+   * Caps the database at its present size plus `pages` more pages (SQLite's max_page_count on this
+   * connection), or lifts the cap (undefined). A write that needs more fails with SQLITE_FULL, as
+   * on a full disk: what the server does when its disk fills up is tested with it, without a file
+   * system of its own.
+   */
+  limitGrowth(pages: number | undefined): void {
+    const now = this.#db.pragma("page_count", { simple: true }) as number;
+    // 1073741823 is SQLite's own default maximum.
+    this.#db.pragma(`max_page_count = ${pages === undefined ? 1073741823 : now + Math.max(0, Math.floor(pages))}`);
+  }
+
+  /**
+   * Closes the database, best effort: `optimize` (statistics for the query planner) is an extra
+   * that a full disk or a damaged file makes fail, and such a failure must not keep the connection
+   * open, nor stop a shutdown from going on to release the data directory. Only a failure of the
+   * close itself is passed on.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -455,10 +473,12 @@ export class SqliteStore implements Store {
     this.#sweeper = undefined;
     try {
       this.#db.pragma("optimize");
-    } finally {
-      // The last connection to close checkpoints the WAL into the database file and removes it.
-      this.#db.close();
+    } catch {
+      // Statistics only; the next open's queries work without them.
     }
+    // The last connection to close checkpoints the WAL into the database file and removes it (a
+    // checkpoint that fails for want of space leaves the WAL, which the next open replays).
+    this.#db.close();
   }
 
   // -------------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 import assert from "../helpers/assert.ts";
 import { execFile, spawn } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import Database from "better-sqlite3";
+import { chmodSync, chownSync, closeSync, mkdirSync, mkdtempSync, openSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { childServerUrl } from "../helpers/child-server.ts";
+import { DB_FILE, openSqliteStore } from "../../src/store/sqlite-store.ts";
 
 // The command line as a user meets it: the real CLI in a child process, its exit code and what it
 // prints. A mistake in the invocation must say what is wrong in a line or two, never a bare errno.
@@ -246,4 +248,74 @@ test("a second server on a data directory in use is refused naming it; the first
   } finally {
     again.kill("SIGKILL");
   }
+});
+
+const serveIn = (dataDir: string) => plinth(["serve", "--port", "0", "--data-dir", dataDir]);
+/** A start refused with one line on stderr. */
+const refusedInOneLine = (r: Run) => {
+  assert.equal(r.code, 1, r.stderr);
+  assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+};
+
+test("a lock file that cannot serve (a directory, another program's file) is refused in one line naming it and what to do", async () => {
+  const asDirectory = scratch();
+  mkdirSync(path.join(asDirectory, "server.lock"));
+  const stale = scratch();
+  writeFileSync(path.join(stale, "server.lock"), "not a lock\n".repeat(300));
+  const [a, b] = await Promise.all([serveIn(asDirectory), serveIn(stale)]);
+  refusedInOneLine(a);
+  assert.ok(a.stderr.includes(path.join(asDirectory, "server.lock")), a.stderr);
+  assert.match(a.stderr, /is a directory; remove it/);
+  assert.doesNotMatch(a.stderr, /unable to open database file/);
+  refusedInOneLine(b);
+  assert.ok(b.stderr.includes(path.join(stale, "server.lock")), b.stderr);
+  assert.match(b.stderr, /delete it/);
+  assert.doesNotMatch(b.stderr, /file is not a database/);
+});
+
+test("a secret key that is a directory, and a store page found damaged at start, are refused in one line naming the file and what to do", async () => {
+  const keyAsDirectory = scratch();
+  mkdirSync(path.join(keyAsDirectory, "secret.key"));
+  // A store whose responses table's page is overwritten: the first read of it at start (the runs a
+  // killed server left) finds it damaged.
+  const damaged = scratch();
+  const store = openSqliteStore({ dataDir: damaged, ttlSeconds: 0 });
+  await store.responses.create("", { id: "resp_1", status: "in_progress", model: "m", body: {}, inputItems: [] });
+  await store.close();
+  const file = path.join(damaged, DB_FILE);
+  const db = new Database(file);
+  const root = db.prepare("SELECT rootpage FROM sqlite_master WHERE name = 'responses'").pluck().get() as number;
+  const pageSize = db.pragma("page_size", { simple: true }) as number;
+  db.close();
+  const fd = openSync(file, "r+");
+  writeSync(fd, Buffer.alloc(pageSize, "x"), 0, pageSize, (root - 1) * pageSize);
+  closeSync(fd);
+
+  const [c, d] = await Promise.all([serveIn(keyAsDirectory), serveIn(damaged)]);
+  refusedInOneLine(c);
+  assert.ok(c.stderr.includes(`the secret key ${path.join(keyAsDirectory, "secret.key")}`), c.stderr);
+  assert.match(c.stderr, /it is a directory; move it away/);
+  assert.doesNotMatch(c.stderr, /EISDIR/);
+  refusedInOneLine(d);
+  assert.ok(d.stderr.includes(`the store ${file}`), d.stderr);
+  assert.match(d.stderr, /damaged .*restore it from a backup/);
+});
+
+test("a secret key this user may not read is refused naming it, not as a bare EACCES", async (t) => {
+  const dataDir = scratch();
+  const key = path.join(dataDir, "secret.key");
+  writeFileSync(key, Buffer.alloc(32, 1), { mode: 0o600 });
+  // Root reads any file: as root the CLI runs as nobody, who owns the directory but not the key.
+  const root = process.getuid?.() === 0;
+  if (root) chownSync(dataDir, 65534, 65534);
+  else chmodSync(key, 0o000);
+  const asUser = root ? 65534 : undefined;
+  if (asUser !== undefined && (await plinth(["--help"], { asUser })).code !== 0) {
+    t.skip("running as root, and the CLI cannot run as another user here");
+    return;
+  }
+  const r = await plinth(["serve", "--port", "0", "--data-dir", dataDir], { asUser });
+  assert.equal(r.code, 1, r.stderr);
+  assert.ok(r.stderr.includes(`the secret key ${key}: permission denied`), r.stderr);
+  assert.doesNotMatch(r.stderr, /EACCES/);
 });

@@ -3,14 +3,16 @@ import { test } from "node:test";
 import { NO_EOG, startTestServer } from "../helpers/server.ts";
 import { ensureFixtureModel } from "../fixtures/models.ts";
 import { spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { type AddressInfo, connect } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { childServerUrl } from "../helpers/child-server.ts";
 
 const MAIN = fileURLToPath(new URL("../../src/cli/main.ts", import.meta.url));
+const STORE = fileURLToPath(new URL("../../src/store/sqlite-store.ts", import.meta.url));
 
 // Graceful shutdown on the real server: running streams in three dialects are given the drain
 // time, then ended in each dialect's own mid-stream form; new requests meanwhile get 503 with
@@ -182,4 +184,41 @@ test("a client that never finishes its request head or body does not hold the sh
   for (const socket of halfSent) socket.destroy();
   await stopped;
   assert.ok(inTime, "the shutdown was still waiting for the half-sent requests 5 s later");
+});
+
+test("SIGTERM when a step of the shutdown fails (the store on a full disk) still runs the others and exits, saying why in one line", async () => {
+  // The store's close is made to fail as on a full disk, after it has closed the file; before,
+  // that rejection skipped releasing the data directory and the exit, and the process lived on.
+  const dir = mkdtempSync(path.join(tmpdir(), "plinth-term-full-"));
+  const preload = path.join(dir, "failing-close.mjs");
+  writeFileSync(
+    preload,
+    `import { SqliteStore } from ${JSON.stringify(pathToFileURL(STORE).href)};
+const close = SqliteStore.prototype.close;
+SqliteStore.prototype.close = async function () {
+  await close.call(this);
+  throw Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" });
+};
+`,
+  );
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", "--import", preload, MAIN, "serve", "--model", `tiny=${await ensureFixtureModel()}`, "--ctx-size", "256",
+      "--port", "0", "--threads", "1", "--log-level", "silent", "--data-dir", path.join(dir, "data")],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  const exited = new Promise<number | string | null>((r) => child.once("exit", (code, signal) => r(code ?? signal)));
+  try {
+    let log = "";
+    child.stderr!.on("data", (d: Buffer) => (log += d.toString()));
+    await childServerUrl(child);
+    child.kill("SIGTERM");
+    const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r("still running"), 10_000))]);
+    assert.equal(code, 1, log);
+    const lines = log.split("\n").filter((l) => /not cleanly/.test(l));
+    assert.equal(lines.length, 1, log);
+    assert.match(lines[0], /closing the store failed: database or disk is full/);
+  } finally {
+    child.kill("SIGKILL");
+  }
 });

@@ -96,3 +96,25 @@ test("writes whose calls returned survive kill -9 of the writing process", async
   }
   assert.equal(existsSync(wal), false, "a clean close checkpoints and removes the WAL");
 });
+
+test("on a full disk writes fail with SQLITE_FULL, and close still closes (its optimize step failing does not stop it)", async () => {
+  const dataDir = join(root, "full");
+  const store = openSqliteStore({ dataDir, ttlSeconds: 0 });
+  // Enough rows, read through an index, that `optimize` wants to write statistics on close.
+  for (let i = 0; i < 300; i++) await store.chatCompletions.create("ns", { id: `c${i}`, model: "m", metadata: { i: String(i % 7) }, body: { text: "x".repeat(200) }, messages: [] });
+  for (let i = 0; i < 5; i++) await store.chatCompletions.list("ns", { limit: 5, order: "desc" });
+  store.limitGrowth(0);
+  await assert.rejects(
+    store.chatCompletions.create("ns", { id: "big", model: "m", body: { text: "x".repeat(100_000) }, messages: [] }),
+    (err: { code?: string }) => err.code === "SQLITE_FULL",
+  );
+  await store.close();
+  assert.equal(store.sizeBytes(), 0, "closed");
+  // The file is whole: it opens again and has what was written before the disk filled up.
+  const again = openSqliteStore({ dataDir, ttlSeconds: 0 });
+  try {
+    assert.equal((await again.chatCompletions.get("ns", "c299"))?.id, "c299");
+  } finally {
+    await again.close();
+  }
+});
