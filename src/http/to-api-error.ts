@@ -33,7 +33,43 @@ export function toApiError(err: unknown, body?: unknown): ApiError {
   }
   if (typeof e.statusCode === "number" && e.statusCode >= 400 && e.statusCode < 500)
     return new ApiError(e.statusCode, e.message ?? "Bad request.");
+  const store = storeUnavailable(e.code, e.message);
+  if (store) return store;
   return new ApiError(500, "The server failed while handling this request.", { code: "internal_error" });
+}
+
+/**
+ * What SQLite says when the store cannot be used for a while (a full disk, an I/O error, a file
+ * made read-only, a lock another process held past the busy timeout), by the start of its code
+ * (better-sqlite3 reports extended codes such as SQLITE_IOERR_WRITE). None of these is the
+ * request's fault or a bug; the same request may well succeed once the operator has made room.
+ */
+const STORE_UNAVAILABLE: Array<[prefix: string, why: string]> = [
+  ["SQLITE_FULL", "its disk is full"],
+  ["SQLITE_IOERR", "the disk reported an I/O error"],
+  ["SQLITE_READONLY", "its database file cannot be written"],
+  ["SQLITE_BUSY", "another process holds its database locked"],
+  ["SQLITE_LOCKED", "another process holds its database locked"],
+  ["SQLITE_CANTOPEN", "a file it needs cannot be opened"],
+];
+
+/** How long a client is told to wait before it tries again: an operator has to act first. */
+const STORE_RETRY_AFTER_S = "30";
+
+/**
+ * A 503 `store_unavailable` for an error of the store that waiting may cure; undefined for any
+ * other error. Every route's failure comes through toApiError, so every dialect answers it in its
+ * own envelope (and a stream ends with its own error event) without a route knowing about SQLite.
+ * SQLite's own words stay in the message: the request log keeps only the message of a 503.
+ */
+function storeUnavailable(code: string | undefined, message: string | undefined): ApiError | undefined {
+  if (typeof code !== "string") return undefined;
+  const known = STORE_UNAVAILABLE.find(([prefix]) => code === prefix || code.startsWith(`${prefix}_`));
+  if (!known) return undefined;
+  return new ApiError(503, `The server cannot use its store now (${known[1]}: ${message ?? code}); try again later.`, {
+    code: "store_unavailable",
+    headers: { "retry-after": STORE_RETRY_AFTER_S },
+  });
 }
 
 function fromZod(err: z.ZodError, body: unknown): ApiError {

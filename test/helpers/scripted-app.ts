@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { buildApp } from "../../src/app.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
+import type { SqliteStore } from "../../src/store/sqlite-store.ts";
 import { ScriptedEngine, type ScriptedEngineOptions } from "./scripted-engine.ts";
 import { testStore } from "./test-store.ts";
 
@@ -10,13 +11,17 @@ export interface ScriptedApp {
   engine: ScriptedEngine;
   service: GenerationService;
   registry: ModelRegistry;
+  /** The app's store (a real SQLite file): `store.limitGrowth(0)` makes it a full disk. */
+  store: SqliteStore;
 }
 
 /**
  * The real HTTP app (every dialect, the generation service, the scheduler) over a scripted engine,
  * driven with Fastify's `inject()`: no socket, no model, milliseconds per request.
  */
-export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number; corsOrigins?: readonly string[] } = {}): Promise<ScriptedApp> {
+export async function scriptedApp(
+  opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number; corsOrigins?: readonly string[] } = {},
+): Promise<ScriptedApp> {
   const registry = new ModelRegistry(opts.maxQueue ?? 8, opts.queueTimeoutMs ?? 0);
   const engine = new ScriptedEngine(opts);
   registry.register(engine.id);
@@ -26,7 +31,7 @@ export async function scriptedApp(opts: ScriptedEngineOptions & { maxQueue?: num
   const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer, corsOrigins: opts.corsOrigins });
   app.addHook("onClose", dispose);
   await app.ready();
-  return { app, engine, service, registry };
+  return { app, engine, service, registry, store };
 }
 
 /** The data payloads of an SSE body, in order (`[DONE]` included as a string). */

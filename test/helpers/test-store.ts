@@ -21,3 +21,33 @@ export function testStore(): { store: SqliteStore; sealer: Sealer; dataDir: stri
     },
   };
 }
+
+/**
+ * Makes the store a full disk: its growth capped (SqliteStore.limitGrowth) and the room left in the
+ * pages each kind of object is appended to taken by filler rows (namespace "filler"), so that the
+ * next write of a response, its events or a chat completion fails with SQLite's own SQLITE_FULL.
+ * The returned function frees the disk again (the fillers stay).
+ */
+export async function fillStore(store: SqliteStore): Promise<() => void> {
+  await store.responses.create("filler", { id: "resp_filler", status: "completed", model: "m", body: {}, inputItems: [] });
+  store.limitGrowth(0);
+  let n = 0;
+  const writers: Array<(text: string) => Promise<unknown>> = [
+    (x) => store.chatCompletions.create("filler", { id: `filler-${n++}`, model: "m", body: { x }, messages: [] }),
+    (x) => store.responses.create("filler", { id: `resp_filler_${n++}`, status: "completed", model: "m", body: { x }, inputItems: [] }),
+    (x) => store.responseEvents.appendMany("filler", "resp_filler", [{ sequenceNumber: n++, event: { x } }]),
+  ];
+  for (const write of writers) {
+    for (const size of [200_000, 20_000, 2_000, 200, 20, 1]) {
+      for (;;) {
+        try {
+          await write("y".repeat(size));
+        } catch (err) {
+          if ((err as { code?: string }).code !== "SQLITE_FULL") throw err;
+          break;
+        }
+      }
+    }
+  }
+  return () => store.limitGrowth(undefined);
+}

@@ -3,6 +3,7 @@ import { after, before, test } from "node:test";
 import type { AddressInfo } from "node:net";
 import OpenAI from "openai";
 import { scriptedApp, sseData, type ScriptedApp } from "../helpers/scripted-app.ts";
+import { fillStore } from "../helpers/test-store.ts";
 
 // Stored Chat Completions (store: true, metadata, list/retrieve/update/delete/messages) through the
 // real app over the scripted engine, on a real socket so the official openai client can drive it.
@@ -207,4 +208,42 @@ test("a bad list cursor or limit → 400 naming the field", async () => {
     assert.equal(f.status, 400, filter);
     assert.match((await f.json()).error.message, /metadata\[key\]=value/, filter);
   }
+});
+
+test("a completion the store cannot keep (a full disk) is a 503 store_unavailable, streamed or not, in each dialect's envelope; kept again once there is room", async () => {
+  const free = await fillStore(s.store);
+  try {
+    // Not streamed: nothing was sent yet, so the request fails rather than answering 200 with a
+    // completion that GET would never find.
+    const plain = await post("/v1/chat/completions", { model: "tiny", messages, store: true });
+    assert.equal(plain.status, 503, plain.text);
+    const error = JSON.parse(plain.text).error;
+    assert.equal(error.code, "store_unavailable");
+    assert.match(error.message, /store/);
+    assert.match(error.message, /full/);
+    const raw = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", messages, store: true }) });
+    assert.equal(raw.status, 503);
+    assert.ok(Number(raw.headers.get("retry-after")) >= 1);
+    await raw.text();
+    // Streamed: the text went out, but no finish chunk says the answer is complete; the stream ends
+    // with OpenAI's error event (and [DONE]) instead.
+    const streamed = await post("/v1/chat/completions", { model: "tiny", messages, store: true, stream: true, stream_options: { include_usage: true } });
+    assert.equal(streamed.status, 200);
+    const chunks = sseData(streamed.text);
+    const failure = chunks.find((c) => typeof c === "object" && c !== null && "error" in c) as { error: { code: string } } | undefined;
+    assert.equal(failure?.error.code, "store_unavailable", streamed.text);
+    assert.ok(!/"finish_reason":"stop"/.test(streamed.text), streamed.text);
+    const id = (chunks[0] as { id: string }).id;
+    assert.equal((await fetch(`${base}/v1/chat/completions/${id}`)).status, 404);
+    // Konan's envelope (a completion with metadata is stored there).
+    const konan = await post("/v3/chat/completions", { model: "tiny", messages, metadata: { k: "v" } });
+    assert.equal(konan.status, 503, konan.text);
+    assert.match(konan.text, /store_unavailable/);
+    // Not storing is not refused.
+    assert.equal((await post("/v1/chat/completions", { model: "tiny", messages })).status, 200);
+  } finally {
+    free();
+  }
+  const kept = await client.chat.completions.create({ model: "tiny", messages, store: true });
+  assert.equal((await client.chat.completions.retrieve(kept.id)).id, kept.id);
 });

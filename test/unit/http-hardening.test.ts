@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { connect } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
+import Database from "better-sqlite3";
 import type { FastifyInstance } from "fastify";
 import { buildApp, type AppOptions } from "../../src/app.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
@@ -393,6 +394,22 @@ describe("validation messages say what is wrong with the field that was sent", (
   test("a SyntaxError that is not the body's (a bad regex, say) is never reported as invalid JSON", () => {
     const e = toApiError(new SyntaxError("Invalid regular expression: /(/: Unterminated group"));
     assert.ok(!/JSON/.test(e.message), e.message);
+  });
+
+  test("a store that cannot be used now (full disk, I/O error, read-only, locked) is a 503 store_unavailable with Retry-After; other SQLite failures stay 500s", () => {
+    for (const [code, message] of [
+      ["SQLITE_FULL", "database or disk is full"],
+      ["SQLITE_IOERR_WRITE", "disk I/O error"],
+      ["SQLITE_READONLY_DBMOVED", "attempt to write a readonly database"],
+      ["SQLITE_BUSY", "database is locked"],
+    ]) {
+      const e = toApiError(new Database.SqliteError(message, code));
+      assert.deepEqual([e.status, e.code, e.type], [503, "store_unavailable", "service_unavailable_error"], code);
+      assert.ok(Number(e.headers["retry-after"]) >= 1, code);
+      assert.match(e.message, /store/);
+      assert.ok(e.message.includes(message), e.message);
+    }
+    for (const code of ["SQLITE_CONSTRAINT", "SQLITE_ERROR", "SQLITE_FULLNESS"]) assert.equal(toApiError(new Database.SqliteError("x", code)).status, 500, code);
   });
 });
 

@@ -90,16 +90,25 @@ export async function chatCompletion(
 
 /**
  * The events, passed through and kept; once they have all been read (the answer is complete),
- * `done` gets them. A stream the client left, or a failed one, never reaches `done`. A failure to
- * keep the answer is reported, not passed on to a client whose answer is already complete.
+ * `done` gets them. A stream the client left, or a failed one, never reaches `done`.
+ *
+ * The answer's end (each choice's `finish`, then the usage) is held back until `done` has stored
+ * it: `store: true` promises a completion that can be read back, so a failure to store it (a full
+ * disk) fails the request instead of being a warning in the server's log. Nothing has said the
+ * answer finished by then: an answer not streamed is that failure (503 `store_unavailable` for a
+ * store that cannot be written now), and a stream ends with the dialect's error event in place of
+ * its finish chunk.
  */
 async function* keepWhenDone(events: AsyncIterable<GenerationEvent>, done: (all: GenerationEvent[]) => Promise<void>): AsyncGenerator<GenerationEvent> {
   const all: GenerationEvent[] = [];
+  const ending: GenerationEvent[] = [];
   for await (const ev of events) {
     all.push(ev);
-    yield ev;
+    if (ev.type === "finish" || ev.type === "usage") ending.push(ev);
+    else yield ev;
   }
-  await done(all).catch((err) => process.emitWarning(`storing a chat completion failed: ${(err as Error).message}`));
+  await done(all);
+  yield* ending;
 }
 
 async function* withoutReasoning(events: AsyncIterable<GenerationEvent>): AsyncGenerator<GenerationEvent> {
