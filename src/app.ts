@@ -5,6 +5,7 @@ import { openAIPlugin, tokenizerPlugin } from "./dialects/openai/plugin.ts";
 import { invocationsPlugin } from "./dialects/openai/invocations.ts";
 import { konanPlugin } from "./dialects/konan/plugin.ts";
 import { BackgroundRuns } from "./dialects/responses/background.ts";
+import type { StoreRetryPolicy } from "./dialects/responses/store-writes.ts";
 import { ConversationClaims } from "./dialects/responses/claims.ts";
 import { responsesPlugin } from "./dialects/responses/plugin.ts";
 import { spakPlugin } from "./dialects/spak/plugin.ts";
@@ -45,6 +46,8 @@ export interface AppOptions extends Omit<HttpOptions, "envelope"> {
   loader?: ModelLoader;
   /** Databricks serving endpoints: a seed for the traffic split, and the scale-to-zero idle time. */
   databricks?: { routeSeed?: number; scaleToZeroAfterMs?: number };
+  /** How a stored response's writes that the store refused are tried again (default: STORE_RETRY). */
+  storeRetry?: StoreRetryPolicy;
 }
 
 /**
@@ -78,7 +81,7 @@ export function buildApp(service: GenerationService, opts: AppOptions): FastifyI
   app.addHook("onClose", () => runs.stopAll());
 
   void app.register(openAIPlugin, { prefix: "/v1", service, store: opts.store });
-  void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs, claims: new ConversationClaims() } });
+  void app.register(responsesPlugin, { prefix: "/v1", service, deps: { store: opts.store, sealer: opts.sealer, runs, claims: new ConversationClaims(), storeRetry: opts.storeRetry } });
   void app.register(tokenizerPlugin, { service });
   void app.register(invocationsPlugin, { service, store: opts.store });
   void app.register(konanPlugin, { prefix: "/v3", service, store: opts.store });

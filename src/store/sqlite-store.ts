@@ -605,6 +605,10 @@ export class SqliteStore implements Store {
       `SELECT sequence_number, event FROM response_events
        WHERE namespace = ? AND response_id = ? AND sequence_number > ? ORDER BY sequence_number`,
     );
+    const selectLast = db.prepare<[string, string], { sequence_number: number; event: string }>(
+      `SELECT sequence_number, event FROM response_events
+       WHERE namespace = ? AND response_id = ? ORDER BY sequence_number DESC LIMIT 1`,
+    );
     const appendMany = db.transaction((namespace: string, responseId: string, events: StoredEvent[]) => {
       if (!exists.get(namespace, responseId)) return false;
       for (const e of events) insert.run(namespace, responseId, e.sequenceNumber, json(e.event), namespace, responseId);
@@ -619,6 +623,10 @@ export class SqliteStore implements Store {
       list: async (namespace, responseId, afterSequence = -Infinity) => {
         if (!exists.get(namespace, responseId)) return undefined;
         return select.all(namespace, responseId, afterSequence).map((row) => ({ sequenceNumber: row.sequence_number, event: parse<JsonObject>(row.event) }));
+      },
+      last: async (namespace, responseId) => {
+        const row = selectLast.get(namespace, responseId);
+        return row && { sequenceNumber: row.sequence_number, event: parse<JsonObject>(row.event) };
       },
     };
   }

@@ -125,6 +125,8 @@ export interface ResponseEventStore {
   appendMany(namespace: string, responseId: string, events: StoredEvent[]): Promise<boolean>;
   /** Events with sequence number > afterSequence (all when omitted), ascending. Undefined: response not found. */
   list(namespace: string, responseId: string, afterSequence?: number): Promise<StoredEvent[] | undefined>;
+  /** The event with the highest sequence number; undefined when there is none (or no such response). */
+  last(namespace: string, responseId: string): Promise<StoredEvent | undefined>;
 }
 
 // ---------------------------------------------------------------------------------------------

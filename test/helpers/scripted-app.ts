@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { buildApp } from "../../src/app.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
+import type { StoreRetryPolicy } from "../../src/dialects/responses/store-writes.ts";
 import type { SqliteStore } from "../../src/store/sqlite-store.ts";
 import { ScriptedEngine, type ScriptedEngineOptions } from "./scripted-engine.ts";
 import { testStore } from "./test-store.ts";
@@ -20,7 +21,7 @@ export interface ScriptedApp {
  * driven with Fastify's `inject()`: no socket, no model, milliseconds per request.
  */
 export async function scriptedApp(
-  opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number; corsOrigins?: readonly string[] } = {},
+  opts: ScriptedEngineOptions & { maxQueue?: number; bodyLimit?: number; queueTimeoutMs?: number; corsOrigins?: readonly string[]; storeRetry?: StoreRetryPolicy } = {},
 ): Promise<ScriptedApp> {
   const registry = new ModelRegistry(opts.maxQueue ?? 8, opts.queueTimeoutMs ?? 0);
   const engine = new ScriptedEngine(opts);
@@ -28,7 +29,7 @@ export async function scriptedApp(
   registry.ready(engine);
   const service = new GenerationService(registry);
   const { store, sealer, dispose } = testStore();
-  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer, corsOrigins: opts.corsOrigins });
+  const app = buildApp(service, { bodyLimit: opts.bodyLimit ?? 1024 * 1024, store, sealer, corsOrigins: opts.corsOrigins, storeRetry: opts.storeRetry });
   app.addHook("onClose", dispose);
   await app.ready();
   return { app, engine, service, registry, store };

@@ -25,9 +25,27 @@ test("a background response its killed server left running is failed at the next
   let second: Awaited<ReturnType<typeof startTestServer>> | undefined;
   try {
     const url = await childServerUrl(child);
-    const created = await postJson(`${url}/v1/responses`, { model: "tiny", input: "Tell a very long story.", background: true, max_output_tokens: 3000, temperature: 0, logit_bias: NO_END });
-    assert.equal(created.status, 200, created.text);
-    const id = created.json.id as string;
+    // Created streaming, so that a client reads the events as they happen: it sees events the
+    // killed server had not stored yet (they are written every 100 ms).
+    const created = await fetch(`${url}/v1/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "tiny", input: "Tell a very long story.", background: true, stream: true, max_output_tokens: 3000, temperature: 0, logit_bias: NO_END }),
+    });
+    assert.equal(created.status, 200);
+    let id = "";
+    let lastSeen = -1;
+    let text = "";
+    const reading = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of created.body!) {
+        text += decoder.decode(chunk, { stream: true });
+        for (const m of text.matchAll(/"sequence_number":(\d+)/g)) lastSeen = Math.max(lastSeen, Number(m[1]));
+        id ||= /"id":"(resp_[^"]+)"/.exec(text)?.[1] ?? "";
+      }
+    })().catch(() => {});
+    for (let i = 0; i < 100 && id === ""; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(id, text);
     // Running, with events stored (they are written every 100 ms).
     for (let i = 0; i < 100; i++) {
       const now = await fetch(`${url}/v1/responses/${id}`).then((r) => r.json() as Promise<{ status: string }>);
@@ -41,6 +59,8 @@ test("a background response its killed server left running is failed at the next
     assert.equal(early.json.error.param, "previous_response_id");
     child.kill("SIGKILL");
     await new Promise((r) => child.once("exit", r));
+    await reading;
+    assert.ok(lastSeen > 2, `the client saw events up to ${lastSeen}`);
 
     second = await startTestServer({ "data-dir": dataDir });
     const after = await second.client.responses.retrieve(id);
@@ -53,6 +73,15 @@ test("a background response its killed server left running is failed at the next
     assert.equal(events.at(-1)!.type, "response.failed");
     assert.equal(events.at(-2)!.type, "error");
     events.forEach((e, i) => assert.equal(e.sequence_number, events[0].sequence_number + i));
+    // Resumed from the last event the live client received (which the killed server may never
+    // have stored), or from past anything stored: the stream still ends with the failure, numbered
+    // after where it was resumed from.
+    for (const after of [lastSeen, events.at(-1)!.sequence_number + 5]) {
+      const body: string = await (await fetch(`${second.url}/v1/responses/${id}?stream=true&starting_after=${after}`)).text();
+      const tail = sseEvents(body).map((e) => e.data as { type: string; sequence_number: number });
+      assert.deepEqual(tail.slice(-2).map((e) => e.type), ["error", "response.failed"], `resumed after ${after}`);
+      tail.forEach((e, i) => assert.equal(e.sequence_number, after + 1 + i));
+    }
     assert.equal((await second.client.responses.cancel(id)).status, "failed");
     // Over, so a new turn may continue from it.
     const next = await postJson(`${second.url}/v1/responses`, { model: "tiny", previous_response_id: id, input: "next", max_output_tokens: 2 });

@@ -2,6 +2,9 @@ import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import type { EngineChunk } from "../../src/core/engine.ts";
 import { scriptedApp, sseEvents, type ScriptedApp } from "../helpers/scripted-app.ts";
+import { fillStore } from "../helpers/test-store.ts";
+import { BackgroundRuns } from "../../src/dialects/responses/background.ts";
+import { failAbandonedRuns, type ResponsesDeps } from "../../src/dialects/responses/responses.ts";
 
 // The Responses dialect over the SCRIPTED engine (no model) and a real SQLite store: refusals, the
 // event stream's shape for every kind of output item, and the non-streamed body as the drained
@@ -860,4 +863,121 @@ test("input_tokens takes OpenAI's TokenCountsBody only: a create's other fields 
   );
   assert.equal(counted.statusCode, 200, counted.body);
   assert.ok(counted.json().input_tokens > 0, counted.body);
+});
+
+// A store that cannot be written for a while (a full disk: SQLite's own SQLITE_FULL, from a store
+// whose growth is capped) while stored responses run. Each test has an app of its own, whose
+// scripted model writes 40 pieces of text 10 ms apart, so the disk fills up while it runs.
+
+const PIECES = Array.from({ length: 40 }, (_, i) => `${"w".repeat(150)}${i} `);
+const slowApp = (giveUpAfterMs = 10_000) =>
+  scriptedApp({
+    id: "m",
+    contextSize: 20_000,
+    delayMs: 10,
+    script: () => [...PIECES.map((text): EngineChunk => ({ kind: "text", text, tokens: 1 })), { kind: "end", reason: "stop" }],
+    storeRetry: { firstDelayMs: 20, maxDelayMs: 50, giveUpAfterMs },
+  });
+
+/** Polls until `check` holds (a few seconds at most). */
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** The process warnings that name `id`, from now until `stop()`. */
+function warningsAbout(): { of: (id: string) => string[]; stop: () => void } {
+  const seen: string[] = [];
+  const listener = (w: Error) => seen.push(w.message);
+  process.on("warning", listener);
+  return { of: (id) => seen.filter((m) => m.includes(id)), stop: () => process.off("warning", listener) };
+}
+
+test("a background run whose store fills up keeps its events and writes them all, in order, once there is room; one warning, not one per write", async () => {
+  const a = await slowApp();
+  const warnings = warningsAbout();
+  try {
+    const created = await a.app.inject({ method: "POST", url: "/v1/responses", payload: { model: "m", input: "go", background: true } });
+    assert.equal(created.statusCode, 200, created.body);
+    const id = created.json().id as string;
+    const free = await fillStore(a.store);
+    // Over while its end is not stored: polling says so, and a resumed stream ends (from memory).
+    await until(async () => (await a.app.inject({ method: "GET", url: `/v1/responses/${id}` })).json().status === "completed", "the run to end");
+    assert.equal((await a.store.responses.get("", id))?.status, "in_progress", "the store is behind while it is full");
+    const live = sseEvents((await a.app.inject({ method: "GET", url: `/v1/responses/${id}?stream=true` })).body);
+    assert.equal(live.at(-1)?.event, "response.completed");
+    await new Promise((r) => setTimeout(r, 150));
+    free();
+    await until(async () => (await a.store.responses.get("", id))?.status === "completed", "the end to be stored");
+    // Every event is in the store, numbered without a gap, and the text is whole.
+    const events = sseEvents((await a.app.inject({ method: "GET", url: `/v1/responses/${id}?stream=true` })).body).map((e) => e.data as Record<string, any>);
+    events.forEach((e, i) => assert.equal(e.sequence_number, i));
+    assert.equal(events.at(-1)!.type, "response.completed");
+    const text = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+    assert.equal(text, PIECES.join(""));
+    // Said once when the writes began to fail and once when they went through, however many tries.
+    assert.equal(warnings.of(id).length, 2, warnings.of(id).join("\n"));
+  } finally {
+    warnings.stop();
+    await a.app.close();
+  }
+});
+
+test("a stored response whose end cannot be stored yet is still answered; it reads as it ended, and is stored once there is room", async () => {
+  const a = await slowApp();
+  const warnings = warningsAbout();
+  try {
+    const answer = a.app.inject({ method: "POST", url: "/v1/responses", payload: { model: "m", input: "go" } });
+    let id = "";
+    await until(async () => {
+      id = (await a.store.responses.withStatus(["in_progress"])).find((r) => r.namespace === "")?.id ?? "";
+      return id !== "";
+    }, "the response to be stored at its start");
+    const free = await fillStore(a.store);
+    const r = await answer;
+    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(r.json().status, "completed");
+    assert.equal(r.json().output[0].content[0].text, PIECES.join(""));
+    assert.equal((await a.store.responses.get("", id))?.status, "in_progress");
+    assert.equal((await a.app.inject({ method: "GET", url: `/v1/responses/${id}` })).json().status, "completed");
+    free();
+    await until(async () => (await a.store.responses.get("", id))?.status === "completed", "the end to be stored");
+    const next = await a.app.inject({ method: "POST", url: "/v1/responses", payload: { model: "m", input: "and?", previous_response_id: id } });
+    assert.equal(next.statusCode, 200, next.body);
+    assert.ok(warnings.of(id).length <= 2, warnings.of(id).join("\n"));
+  } finally {
+    warnings.stop();
+    await a.app.close();
+  }
+});
+
+test("a run whose end can never be stored gives up after its time: the store's state is read, streams end, and the next start fails it; a resumed stream then ends with error and response.failed", async () => {
+  const a = await slowApp(300);
+  const warnings = warningsAbout();
+  try {
+    const created = await a.app.inject({ method: "POST", url: "/v1/responses", payload: { model: "m", input: "go", background: true } });
+    const id = created.json().id as string;
+    const free = await fillStore(a.store);
+    await until(async () => warnings.of(id).some((w) => /given up/.test(w)), "the writes to be given up");
+    // The run is over: what the store has is read, and a resumed stream ends at once.
+    const stored = (await a.app.inject({ method: "GET", url: `/v1/responses/${id}` })).json();
+    assert.ok(stored.status === "queued" || stored.status === "in_progress", stored.status);
+    const resumed = await a.app.inject({ method: "GET", url: `/v1/responses/${id}?stream=true` });
+    assert.equal(resumed.statusCode, 200);
+    assert.equal((await a.app.inject({ method: "POST", url: `/v1/responses/${id}/cancel` })).statusCode, 200);
+    // A start on this store marks it failed; its stream's end is then made for any resume, even
+    // from past the events that were stored (a client had them from memory).
+    free();
+    assert.equal(await failAbandonedRuns({ store: a.store, runs: new BackgroundRuns() } as unknown as ResponsesDeps), 1);
+    assert.equal((await a.app.inject({ method: "GET", url: `/v1/responses/${id}` })).json().status, "failed");
+    const ending = sseEvents((await a.app.inject({ method: "GET", url: `/v1/responses/${id}?stream=true&starting_after=1000` })).body).map((e) => e.data as Record<string, any>);
+    assert.deepEqual(ending.map((e) => [e.type, e.sequence_number]), [["error", 1001], ["response.failed", 1002]]);
+    assert.equal(ending[1].response.status, "failed");
+  } finally {
+    warnings.stop();
+    await a.app.close();
+  }
 });

@@ -1,4 +1,5 @@
 import { ApiError } from "../../core/errors.ts";
+import type { JsonObject } from "../../store/store.ts";
 import type { ResponseEvent } from "./to-wire.ts";
 
 /**
@@ -32,7 +33,11 @@ export class BackgroundRuns {
     return this.runs.get(id);
   }
 
-  /** Cancels every run (server shutdown) and waits for them to record it. */
+  /**
+   * Cancels every run (server shutdown) and waits for them to record it. A run whose store cannot
+   * be written now tries once more and gives up (see Run.stopWrites): a shutdown does not wait for
+   * a disk to be freed.
+   */
   async stopAll(): Promise<void> {
     const all = [...this.runs.values()];
     for (const r of all) r.stop("shutdown");
@@ -41,10 +46,16 @@ export class BackgroundRuns {
 }
 
 /** The stream events that end a response: after one of them a stream has said how it ended. */
-const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed"]);
+export const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed"]);
 
 export class Run {
   readonly abort = new AbortController();
+  /**
+   * Aborted when what the run has left to store should no longer wait for a store that cannot be
+   * written: on a delete (the response goes anyway) and on a shutdown (one last try). Not on a
+   * cancel: the cancelled response must still be stored as such.
+   */
+  readonly stopWrites = new AbortController();
   /** Who stopped the run, if anyone did. */
   private stoppedBy: keyof typeof stopReason | undefined;
   private readonly listeners = new Set<(ev: ResponseEvent | null) => void>();
@@ -56,13 +67,42 @@ export class Run {
    */
   private readonly log: ResponseEvent[] = [];
   private ended = false;
+  /** The response as the generation left it (see `settle`). */
+  private last: JsonObject | undefined;
+  private settled!: () => void;
+  /** Resolves once the generation has ended and the response's last state is known (`final`). */
+  readonly over = new Promise<void>((resolve) => (this.settled = resolve));
   private finish!: () => void;
+  /** Resolves once the run has ended and what it had to store is stored (or given up on). */
   readonly done = new Promise<void>((resolve) => (this.finish = resolve));
 
   /** Stops the run, with the reason its generation ends with. A delete outranks a cancel it overtakes: the response is gone either way. */
   stop(why: keyof typeof stopReason): void {
     if (this.stoppedBy !== "deleted") this.stoppedBy = why;
+    if (why !== "cancelled") this.stopWrites.abort();
     this.abort.abort(stopReason[why]());
+  }
+
+  /**
+   * The response as its run ended, from when its generation ended until the run is over: the store
+   * may not have it yet (a write waiting for a full disk), and reads of this process then say how it
+   * ended rather than the `in_progress` stored before. Undefined while it still runs.
+   */
+  get final(): JsonObject | undefined {
+    return this.last;
+  }
+
+  /**
+   * The generation has ended with `final`: streams tailing the run end now (their last events are
+   * all in the log), while the run stays registered until what it stores is written (`end`).
+   */
+  settle(final?: JsonObject): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.last = final;
+    for (const l of this.listeners) l(null);
+    this.listeners.clear();
+    this.settled();
   }
 
   /**
@@ -100,10 +140,9 @@ export class Run {
     return { earlier, unsubscribe: () => this.listeners.delete(listener) };
   }
 
+  /** The run is over: it leaves the registry, and its response is read from the store alone. */
   end(): void {
-    this.ended = true;
-    for (const l of this.listeners) l(null);
-    this.listeners.clear();
+    this.settle(this.last);
     this.finish();
   }
 }

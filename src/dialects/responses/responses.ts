@@ -5,29 +5,44 @@ import type { SseWriter } from "../../http/sse.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
-import type { BackgroundRuns } from "./background.ts";
+import { type BackgroundRuns, type Run, TERMINAL } from "./background.ts";
 import type { ConversationClaims } from "./claims.ts";
 import { echoSettings } from "./echo.ts";
 import type { CreateResponseRequest, InputItem, InputTokensRequest, IncludeQuery, ListQuery } from "./protocol.ts";
 import { withObfuscation } from "./obfuscation.ts";
 import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation } from "./run.ts";
-import type { JsonObject, Store } from "../../store/store.ts";
+import type { JsonObject, ResponseRecord, Store, StoredEvent } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
 import { itemToWire, readInclude, responseWithInclude } from "./items.ts";
+import { EventWriter, isStoreUnavailable, STORE_RETRY, type StoreRetryPolicy, StoreTrouble, writeWithRetry } from "./store-writes.ts";
 
 export interface ResponsesDeps {
   store: Store;
   sealer: Sealer;
   runs: BackgroundRuns;
   claims: ConversationClaims;
+  /** How a run's writes that the store refused are tried again (default STORE_RETRY). */
+  storeRetry?: StoreRetryPolicy;
 }
 
 type Item = Record<string, unknown>;
 
 const notFound = (what: string, id: string, param: string | null = null) =>
   new ApiError(404, `No ${what} with id '${id}' exists here.`, { param, code: "not_found" });
+
+/**
+ * A stored response as it stands. A run of this process whose generation has ended, but whose end
+ * the store has not taken yet (it cannot be written now: a full disk), is read as it ended, not as
+ * the `in_progress` stored before it: polling, a cancel and a turn continuing from it then see it
+ * over, as its own client did.
+ */
+async function currentResponse(deps: ResponsesDeps, ns: string, id: string): Promise<ResponseRecord | undefined> {
+  const stored = await deps.store.responses.get(ns, id);
+  const final = stored && deps.runs.get(id)?.final;
+  return final ? { ...stored, status: final.status as string, body: final } : stored;
+}
 
 /** The namespace a Responses request's prompt cache is isolated in: its end-user fields and vLLM's cache_salt. */
 export const responsesNamespace = (body: { user?: string | null; safety_identifier?: string | null; cache_salt?: string | null }) =>
@@ -61,7 +76,7 @@ async function resolveInput(body: CreateResponseRequest, ns: string, deps: Respo
   let earlier: Item[] = [];
   let conversationId: string | undefined;
   if (body.previous_response_id) {
-    const prev = await deps.store.responses.get(ns, body.previous_response_id);
+    const prev = await currentResponse(deps, ns, body.previous_response_id);
     // OpenAI answers a 400 with its own code here (not the 404 of GET /v1/responses/{id}), and clients
     // that start a conversation afresh when the response has expired look for that code.
     if (!prev)
@@ -258,11 +273,22 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
   let ended: ResponseBuilder["status"] | undefined;
   const finish = async (builder: ResponseBuilder) => {
     ended = builder.status;
+    run.settle(builder.snapshot());
     try {
       await s.persist(builder, true);
-    } finally {
-      run.end();
+    } catch (err) {
+      if (!isStoreUnavailable(err)) {
+        run.end();
+        throw err;
+      }
+      // The answer is whole, so its client gets it; the store gets it once it takes writes again,
+      // and until then this process reads the response as it ended (see currentResponse).
+      const trouble = new StoreTrouble(id);
+      trouble.failed(err);
+      void storeEnd(run, id, () => s.persist(builder, true), deps, trouble);
+      return;
     }
+    run.end();
   };
   const result = await respondWithBuilder(body.stream === true, s.builderFor, started.events, signal, finish, started.spent, { requestId: env.ctx.requestId });
   if (result.kind !== "sse") return result;
@@ -285,13 +311,17 @@ async function startStored(body: CreateResponseRequest, env: RouteEnv, deps: Res
  * from any sequence number; `cancel` aborts it.
  */
 async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps: ResponsesDeps, s: BackgroundSetup): Promise<RouteResult> {
-  const events: Array<{ sequence: number; event: ResponseEvent }> = [];
-  let run: ReturnType<BackgroundRuns["add"]> | undefined;
+  let run: Run | undefined;
+  let writer: EventWriter | undefined;
   const builder = s.builderFor((e) => {
-    events.push({ sequence: e.sequence_number, event: e });
+    writer?.push({ sequenceNumber: e.sequence_number, event: e as unknown as JsonObject });
     run?.publish(e);
   });
   const id = builder.snapshot().id as string;
+  const trouble = new StoreTrouble(id);
+  // Events are written in batches (one transaction each), not one write per token.
+  writer = new EventWriter((batch) => deps.store.responseEvents.appendMany(s.ns, id, batch), deps.storeRetry ?? STORE_RETRY, trouble);
+  const events = writer;
   run = deps.runs.add(id);
   void run.done.then(s.release);
   const started = await startWithTruncation(env.service, s.ctx, s.request, run.abort.signal, body.truncation === "auto", s.fieldName).catch((err) => {
@@ -308,17 +338,10 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
     run.end();
     throw err;
   }
-  // Events are written in batches (one transaction each), not one write per token.
-  let writing = Promise.resolve();
-  const flushEvents = () => {
-    if (events.length === 0) return writing;
-    const batch = events.splice(0).map((e) => ({ sequenceNumber: e.sequence, event: e.event as unknown as JsonObject }));
-    writing = writing.then(() => deps.store.responseEvents.appendMany(s.ns, id, batch).then(() => {}));
-    return writing;
-  };
-  await flushEvents();
+  await events.flush();
   const queued = builder.snapshot();
-  const timer = setInterval(flushEvents, 100);
+  // A flush never rejects: a batch the store refused waits in memory for the next one.
+  const timer = setInterval(() => void events.flush(), 100);
   timer.unref();
   // Queued until the run has a sequence of the model (it may wait behind others for one), then in
   // progress: when the generation says it started, or at its first event, whichever comes first.
@@ -336,21 +359,46 @@ async function startBackground(body: CreateResponseRequest, env: RouteEnv, deps:
       yield ev;
     }
   })();
+  const background = run;
   void (async () => {
     try {
       if (!started.running) markRunning();
-      await drive(generation, builder, run.abort.signal, undefined, started.spent, { shutdownCancels: true, requestId: env.ctx.requestId });
+      await drive(generation, builder, background.abort.signal, undefined, started.spent, { shutdownCancels: true, requestId: env.ctx.requestId });
     } finally {
       clearInterval(timer);
-      await flushEvents().catch(() => {});
-      await runningWritten;
-      await s.persist(builder, true).catch((err) => process.emitWarning(`storing response ${id} failed: ${(err as Error).message}`));
-      run.end();
+      background.settle(builder.snapshot());
+      // Its events first: a finished response's resumed stream is read from the store, which must
+      // hold all of them by the time it says the response has ended.
+      await storeEnd(
+        background,
+        id,
+        async () => {
+          await events.writeAll();
+          await runningWritten;
+          await s.persist(builder, true);
+        },
+        deps,
+        trouble,
+      );
     }
   })();
 
   if (!body.stream) return { kind: "json", body: queued };
   return { kind: "sse", write: (sse) => replay(sse, deps, s.ns, id, -1), errorEvent: () => ({ data: null }) };
+}
+
+/**
+ * Writes what a finished run has left to store (see writeWithRetry: a store that cannot be written
+ * now is tried again for a bounded time), then ends the run, which gives back its conversation and
+ * leaves the response to the store. Never rejects.
+ */
+async function storeEnd(run: Run, id: string, write: () => Promise<void>, deps: ResponsesDeps, trouble: StoreTrouble): Promise<void> {
+  const failure = await writeWithRetry(write, deps.storeRetry ?? STORE_RETRY, run.stopWrites.signal, trouble);
+  if (failure !== undefined) {
+    if (isStoreUnavailable(failure)) trouble.gaveUp(failure);
+    else process.emitWarning(`storing response ${id} failed: ${(failure as Error)?.message ?? String(failure)}`);
+  }
+  run.end();
 }
 
 /**
@@ -362,6 +410,12 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
   if (!run) {
     for (const { event } of (await deps.store.responseEvents.list(ns, id, after)) ?? []) {
       await sse.event(event.type as string, event);
+      if (sse.closed) return;
+    }
+    const stored = await deps.store.responses.get(ns, id);
+    const ending = stored ? storedStreamEnding(stored, await deps.store.responseEvents.last(ns, id), after) : [];
+    for (const event of ending) {
+      await sse.event(event.type, event);
       if (sse.closed) return;
     }
     return;
@@ -395,6 +449,38 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
   }
 }
 
+/**
+ * The events that end a finished response's stream when the store does not hold them, numbered
+ * after both the last stored event and `after`. A run its killed server left is marked failed at
+ * the next start (failAbandonedRuns), and its stream's end cannot be numbered then: the killed
+ * server may have sent its clients events past the last one it stored (events are stored every
+ * 100 ms), so a client resuming from the last event it received would find nothing after it. The
+ * end is therefore made when a stream is read, after whatever the client names: a resumed stream
+ * of a finished response always ends with the events that say how it ended.
+ */
+function storedStreamEnding(stored: ResponseRecord, last: StoredEvent | undefined, after: number): ResponseEvent[] {
+  if (last && TERMINAL.has(last.event.type as string)) return [];
+  let next = Math.max(after, last?.sequenceNumber ?? -1) + 1;
+  const body = stored.body;
+  switch (stored.status) {
+    case "completed":
+      return [{ type: "response.completed", sequence_number: next, response: body }];
+    case "incomplete":
+      return [{ type: "response.incomplete", sequence_number: next, response: body }];
+    case "failed": {
+      const error = (body.error ?? {}) as { code?: string; message?: string };
+      return [
+        { type: "error", sequence_number: next++, code: error.code ?? "server_error", message: error.message ?? "The response failed.", param: null },
+        { type: "response.failed", sequence_number: next, response: body },
+      ];
+    }
+    default:
+      // Cancelled: OpenAI's stream of a cancelled response just ends. Still queued or in progress
+      // with no run here: its end was never stored (see failAbandonedRuns).
+      return [];
+  }
+}
+
 /** GET /v1/responses/{id}, with `?stream=true&starting_after=N` to resume a background stream. */
 export async function retrieveResponse(
   id: string,
@@ -403,7 +489,7 @@ export async function retrieveResponse(
   deps: ResponsesDeps,
 ): Promise<RouteResult> {
   const include = readInclude(query, deps.sealer);
-  const stored = await deps.store.responses.get(ns, id);
+  const stored = await currentResponse(deps, ns, id);
   if (!stored) throw notFound("response", id);
   if (query.stream !== "true") {
     if (query.starting_after !== undefined) throw badRequest("starting_after applies to a stream: it needs stream=true.", "starting_after");
@@ -441,11 +527,12 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
   const run = deps.runs.get(id);
   if (run) {
     run.stop("cancelled");
-    await run.done;
+    // Not until it is stored: a store that cannot be written now would hold the answer for as long.
+    await run.over;
   }
   // Read again for the object as the run left it; a DELETE that came meanwhile (it stops the same
   // run, and removes the row once the run has ended) leaves nothing to answer with but its 404.
-  const after = await deps.store.responses.get(ns, id);
+  const after = await currentResponse(deps, ns, id);
   if (!after) throw notFound("response", id);
   return { kind: "json", body: after.body };
 }
@@ -453,10 +540,11 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
 /**
  * Background responses that a stopped process left running (killed, or crashed: a graceful shutdown
  * ends its runs first) can never finish, and stayed `in_progress` for good, with a resumed stream
- * that never ended. Run once at start, before any request: each is marked failed, and its stored
- * stream gets the `error` and `response.failed` events that end it, so polling, resuming, cancelling
- * and chaining all see it over. One server per data directory: a second live server on the same
- * store would take the first one's running responses for abandoned ones.
+ * that never ended. Run once at start, before any request: each is marked failed, so polling,
+ * resuming, cancelling and chaining all see it over. Its stream's `error` and `response.failed`
+ * are not stored: they are made when a stream is read, numbered after what the client names (see
+ * storedStreamEnding). One server per data directory: a second live server on the same store would
+ * take the first one's running responses for abandoned ones.
  */
 export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
   const left = await deps.store.responses.withStatus(["queued", "in_progress"]);
@@ -467,13 +555,6 @@ export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
     if (!stored) continue;
     const message = "The server stopped while this response was running, so it did not finish; create it again.";
     const body = { ...stored.body, status: "failed", error: { code: "server_error", message }, incomplete_details: null };
-    if (stored.background) {
-      const last = ((await deps.store.responseEvents.list(namespace, id, -1)) ?? []).at(-1)?.sequenceNumber ?? -1;
-      await deps.store.responseEvents.appendMany(namespace, id, [
-        { sequenceNumber: last + 1, event: { type: "error", sequence_number: last + 1, code: "server_error", message, param: null } },
-        { sequenceNumber: last + 2, event: { type: "response.failed", sequence_number: last + 2, response: body } },
-      ]);
-    }
     await deps.store.responses.update(namespace, id, { status: "failed", body });
     failed++;
   }
