@@ -61,11 +61,18 @@ export class LedgerWriter {
     try {
       if (this.keepsRows) this.store.insertUsage(batch);
       else this.store.chargeKeys(batch);
+      if (this.failing) process.emitWarning("usage ledger writes go through again");
+      this.failing = false;
     } catch (err) {
-      process.emitWarning(`usage ledger write failed (will retry): ${(err as Error).message}`);
+      // Said once per outage, not at every flush: a full disk made it a warning every 200 ms.
+      if (!this.failing) process.emitWarning(`usage ledger write failed (rows are kept and written again): ${(err as Error).message}`);
+      this.failing = true;
       this.rows = [...batch, ...this.rows].slice(-MAX_PENDING);
     }
   }
+
+  /** Whether the last write failed (its rows wait for the next flush). */
+  private failing = false;
 
   close(): void {
     if (this.closed) return;

@@ -15,6 +15,7 @@ import { ApiError } from "../../src/core/errors.ts";
 import { GenerationService } from "../../src/core/generation-service.ts";
 import { ModelRegistry } from "../../src/core/registry.ts";
 import { createManagedKey, hashKey, KeyRing, presentedKey, type Principal } from "../../src/tenancy/keys.ts";
+import { LedgerWriter } from "../../src/tenancy/ledger.ts";
 import { formatReset, InProcessLimiter, rateHeaders } from "../../src/tenancy/limiter.ts";
 import { Tenancy } from "../../src/tenancy/tenancy.ts";
 import { ScriptedEngine } from "../helpers/scripted-engine.ts";
@@ -228,6 +229,41 @@ test("the ledger store: batched rows charge their keys, group by key, model and 
     await main.close();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("the ledger writer keeps rows its store refuses (a full disk) and writes them later, in order; one warning per outage, not per flush", async () => {
+  const written: string[] = [];
+  let full = true;
+  const store = {
+    insertUsage: (rows: Array<{ requestId: string }>) => {
+      if (full) throw Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" });
+      written.push(...rows.map((r) => r.requestId));
+    },
+  } as unknown as TenancyStore;
+  const warnings: string[] = [];
+  const listener = (w: Error) => warnings.push(w.message);
+  process.on("warning", listener);
+  const ledger = new LedgerWriter(store, { intervalMs: 60_000 });
+  try {
+    const row = (n: number) => ({ at: n, requestId: `req_${n}`, keyId: null, namespace: null, dialect: "openai", method: "POST", endpoint: "/v1/chat/completions", model: "m",
+      promptTokens: 1, cachedTokens: 0, completionTokens: 1, reasoningTokens: 0, status: 200, ttftMs: null, durationMs: 1 });
+    for (let n = 0; n < 5; n++) {
+      ledger.write(row(n));
+      ledger.flush();
+    }
+    assert.deepEqual(written, []);
+    full = false;
+    ledger.flush();
+    assert.deepEqual(written, ["req_0", "req_1", "req_2", "req_3", "req_4"]);
+  } finally {
+    ledger.close();
+    // Warnings are emitted on the next tick.
+    await new Promise((r) => setImmediate(r));
+    process.off("warning", listener);
+  }
+  const ours = warnings.filter((w) => /usage ledger/.test(w));
+  assert.equal(ours.length, 2, ours.join("\n"));
+  assert.match(ours[0], /database or disk is full/);
 });
 
 test("the key joins the isolation namespace; without a key it is unchanged", () => {
