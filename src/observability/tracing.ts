@@ -71,22 +71,7 @@ export class Tracing {
     const { api } = this;
     app.refusals?.on((r) => this.refused(r));
     app.addHook("onRequest", async (request, reply) => {
-      const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
-      const route = request.routeOptions.url ?? "unmatched";
-      const span = this.tracer.startSpan(
-        `${request.method} ${route}`,
-        {
-          kind: api.SpanKind.SERVER,
-          attributes: {
-            "http.request.method": request.method,
-            "http.route": route,
-            "url.path": request.url.split("?")[0].slice(0, 200),
-            "plinth.request_id": String(request.id),
-            "plinth.dialect": dialectOf(route),
-          },
-        },
-        parent,
-      );
+      const { span, parent } = this.openRequestSpan(request);
       this.opened.add(request);
       // Kept by internal id: the request id may be a client's x-request-id that another request shares.
       this.live.set(internalId(request), { span, ctx: api.trace.setSpan(parent, span), finishReasons: [], running: 0 });
@@ -112,8 +97,8 @@ export class Tracing {
     });
   }
 
-  /** The span of a request answered before this class's hook saw it: opened and ended at once. */
-  private answeredEarly(request: FastifyRequest, status: number, startTime: number): void {
+  /** A request's SERVER span, its parent taken from the request's `traceparent`. */
+  private openRequestSpan(request: FastifyRequest, startTime?: number): { span: Span; parent: Context } {
     const { api } = this;
     const parent = this.propagator.extract(api.ROOT_CONTEXT, request.headers, api.defaultTextMapGetter);
     const route = request.routeOptions.url ?? "unmatched";
@@ -128,12 +113,18 @@ export class Tracing {
           "url.path": request.url.split("?")[0].slice(0, 200),
           "plinth.request_id": String(request.id),
           "plinth.dialect": dialectOf(route),
-          "http.response.status_code": status,
         },
       },
       parent,
     );
-    if (status >= 500) span.setStatus({ code: api.SpanStatusCode.ERROR });
+    return { span, parent };
+  }
+
+  /** The span of a request answered before this class's hook saw it: opened and ended at once. */
+  private answeredEarly(request: FastifyRequest, status: number, startTime: number): void {
+    const { span } = this.openRequestSpan(request, startTime);
+    span.setAttribute("http.response.status_code", status);
+    if (status >= 500) span.setStatus({ code: this.api.SpanStatusCode.ERROR });
     span.end();
   }
 

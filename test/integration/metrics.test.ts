@@ -1,5 +1,5 @@
 import assert from "../helpers/assert.ts";
-import { connect } from "node:net";
+import { rawHttp } from "../helpers/raw-http.ts";
 import { test } from "node:test";
 import { parsePrometheus, sum, type Exposition } from "../helpers/prometheus.ts";
 import type { ChatBody } from "../helpers/requests.ts";
@@ -158,16 +158,7 @@ test("answers for a path no route takes are labelled with their error codes: not
 
 test("answers written before any route is known (headers too large, an Expect header, CONNECT, not HTTP) are counted", async () => {
   const { port } = new URL(s.url);
-  // One raw exchange: what the server answers before it closes the connection.
-  const exchange = (text: string) =>
-    new Promise<string>((resolve, reject) => {
-      const socket = connect(Number(port), "127.0.0.1", () => socket.write(text));
-      let got = "";
-      socket.on("data", (d) => (got += d.toString("latin1")));
-      socket.on("close", () => resolve(got));
-      socket.on("error", reject);
-      socket.setTimeout(5_000, () => socket.destroy());
-    });
+  const exchange = (text: string) => rawHttp(port, text);
   const before = await scrape();
   const answers = [
     await exchange(`GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: ${"x".repeat(20_000)}\r\n\r\n`),

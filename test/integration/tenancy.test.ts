@@ -809,19 +809,9 @@ describe("a key revoked while its requests run", () => {
       body: JSON.stringify(chatBody({ max_tokens: 400, logit_bias: NO_EOG, stream: true })),
     });
     assert.equal(res.status, 200);
-    const reader = res.body!.getReader();
-    const decoder = new TextDecoder();
-    let text = "";
-    let revoked = false;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value, { stream: true });
-      if (!revoked && text.includes('"content":')) {
-        revoked = true;
-        assert.equal((await admin("DELETE", `/keys/${streamed.id}`)).json.state, "revoked");
-      }
-    }
+    const text = await readAll(res, '"content":', async () => {
+      assert.equal((await admin("DELETE", `/keys/${streamed.id}`)).json.state, "revoked");
+    });
     const events = text.split("\n\n").filter((b) => b.startsWith("data: ")).map((b) => b.slice(6));
     const last = JSON.parse(events.at(-1)!) as Obj;
     assert.equal(last.error?.code, "invalid_api_key", events.at(-1));
@@ -850,19 +840,11 @@ describe("a key revoked while its requests run", () => {
     // Followed as its stream until it has generated, then revoked: the stream ends with the run.
     const tail = await fetch(`${server.url}/v1/responses/${created.json.id}?stream=true`, { headers: bearer(k.key) });
     assert.equal(tail.status, 200);
-    const reader = tail.body!.getReader();
-    const decoder = new TextDecoder();
-    let text = "";
     let revoked = false;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value, { stream: true });
-      if (!revoked && text.includes("response.output_text.delta")) {
-        revoked = true;
-        await admin("DELETE", `/keys/${k.id}`);
-      }
-    }
+    const text = await readAll(tail, "response.output_text.delta", async () => {
+      revoked = true;
+      await admin("DELETE", `/keys/${k.id}`);
+    });
     assert.ok(revoked, "it generated");
     assert.match(text, /event: response\.failed/);
     // The key can read nothing now (not even its own response), so the store is read directly.
@@ -1024,3 +1006,20 @@ describe("usage ledger", () => {
     );
   });
 });
+
+/** Reads a streamed answer to its end; `once` runs (awaited) the first time the text so far holds `marker`. */
+async function readAll(res: Response, marker: string, once: () => Promise<void>): Promise<string> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  let seen = false;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return text;
+    text += decoder.decode(value, { stream: true });
+    if (!seen && text.includes(marker)) {
+      seen = true;
+      await once();
+    }
+  }
+}

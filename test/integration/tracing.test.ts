@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { createServer, type Server } from "node:http";
-import { type AddressInfo, connect } from "node:net";
+import type { AddressInfo } from "node:net";
+import { rawHttp } from "../helpers/raw-http.ts";
 import { after, before, test } from "node:test";
 import { NO_EOG, startTestServer, streamThenCancel, type TestServer, waitFor } from "../helpers/server.ts";
 
@@ -108,29 +109,16 @@ test("the operation is named by what is generated, whatever the dialect: chat, o
   }
 });
 
-/** Writes one raw request and reads the answer until the server closes the connection. */
-function rawRequest(url: string, text: string): Promise<string> {
-  const { port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), "127.0.0.1", () => socket.write(text));
-    let got = "";
-    socket.on("data", (d) => (got += d.toString("latin1")));
-    socket.on("close", () => resolve(got));
-    socket.on("error", reject);
-    socket.setTimeout(5_000, () => socket.destroy());
-  });
-}
-
 test("requests answered before the tracing hook ran (a Host refusal, an undecodable URL) still get a span", async () => {
   const traceId = "9cf92f3577b34da6a3ce929d0e0e473b";
   // The Host guard answers in an onRequest hook installed before the tracing one.
-  const host = await rawRequest(
-    s.url,
+  const host = await rawHttp(
+    new URL(s.url).port,
     `GET /v1/models HTTP/1.1\r\nHost: evil.example\r\ntraceparent: 00-${traceId}-00f067aa0ba902ba-01\r\nX-Request-Id: host-refused\r\nConnection: close\r\n\r\n`,
   );
   assert.match(host, /^HTTP\/1\.1 403 /);
   // Fastify answers a URL it cannot decode without running any hook.
-  const url = await rawRequest(s.url, "GET /v1/models/%ZZ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: bad-url\r\nConnection: close\r\n\r\n");
+  const url = await rawHttp(new URL(s.url).port, "GET /v1/models/%ZZ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: bad-url\r\nConnection: close\r\n\r\n");
   assert.match(url, /^HTTP\/1\.1 400 /);
   await waitFor(() => spans.some((sp) => attr(sp, "plinth.request_id") === "host-refused") && spans.some((sp) => attr(sp, "plinth.request_id") === "bad-url"), 15_000);
   const refused = spans.find((sp) => attr(sp, "plinth.request_id") === "host-refused")!;
