@@ -176,6 +176,28 @@ test("echo + logprobs covers the prompt too, in one pass; the first prompt token
   assert.deepEqual(scored.choices[0].logprobs!.token_logprobs.slice(1), lp.token_logprobs.slice(1, tok.json.count));
 });
 
+test("echo + logprobs with n: the prompt is scored once and every choice carries the same prompt logprobs", async () => {
+  const prompt = "Once upon a time there was a king";
+  const count = (await s.http.post("/tokenize", { model: "tiny", prompt })).json.count as number;
+  const one = await complete({ prompt, echo: true, logprobs: 2, max_tokens: 4, temperature: 0, logit_bias: NO_EOG });
+  const three = await complete({ prompt, echo: true, logprobs: 2, max_tokens: 4, n: 3, temperature: 0, logit_bias: NO_EOG });
+  assert.equal(three.choices.length, 3);
+  const promptPart = (c: (typeof one.choices)[number]) => ({
+    tokens: c.logprobs!.tokens.slice(0, count),
+    token_logprobs: c.logprobs!.token_logprobs.slice(0, count),
+    top_logprobs: c.logprobs!.top_logprobs.slice(0, count),
+  });
+  for (const c of three.choices) {
+    assert.deepEqual(promptPart(c), promptPart(one.choices[0]));
+    // The choices that took the scores still read the prompt themselves: greedy, they answer as one does.
+    assert.equal(c.text, one.choices[0].text);
+    // (to within the float noise of a batch of three against one alone)
+    const generated = c.logprobs!.token_logprobs.slice(count);
+    one.choices[0].logprobs!.token_logprobs.slice(count).forEach((v, i) => assert.ok(Math.abs((generated[i] ?? 0) - (v ?? 0)) < 1e-4, `${generated[i]} vs ${v}`));
+  }
+  assert.equal(three.usage!.prompt_tokens, one.usage!.prompt_tokens);
+});
+
 test("/detokenize takes no more ids than the model's context holds (millions held every request for seconds)", async () => {
   const { max_model_len } = (await s.http.post("/tokenize", { model: "tiny", prompt: "hi" })).json as { max_model_len: number };
   assert.ok(max_model_len > 0);

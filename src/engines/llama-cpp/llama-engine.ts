@@ -66,6 +66,9 @@ export interface LlamaEngineOptions {
   signal?: AbortSignal;
 }
 
+/** The prompt's logprobs of a request with echo and logprobs, scored once for all its choices (see generate). */
+const promptScores = new WeakMap<LlamaPrepared, Promise<Awaited<ReturnType<typeof promptLogprobs>>>>();
+
 export interface LlamaPrepared extends PreparedGeneration {
   tokens: Token[];
   /** Tokens that end a turn in this prompt format, besides the model's end-of-generation tokens. */
@@ -343,10 +346,26 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
         else {
           // Decoding the prompt for its logprobs goes through the gate, which must not wait for us.
           joined?.();
-          let logprobs = await promptLogprobs(sequence, input, prepared.logprobs, this.pieces, signal, prepared.echoEnds);
-          if (typeof prepared.echoSpelling === "number") logprobs = logprobs.slice(0, prepared.echoSpelling);
-          else if (prepared.echoSpelling === "text") logprobs = spellAlongText(logprobs, prepared.echo, input, this.pieces);
-          if (input.length > 1) input = input.slice(-1);
+          // The prompt's logprobs are the same for every choice of the request: the first choice
+          // scores it (on its own sequence, which is then evaluated), the others take its answer
+          // and read the prompt as any prompt. Scored once per choice, n = 36 over a long prompt
+          // took minutes and a gigabyte, and held the decode thread from every other request.
+          let scoring = promptScores.get(prepared);
+          const first = scoring === undefined;
+          if (scoring === undefined) {
+            const echo = prepared.echo;
+            const scored = input;
+            scoring = promptLogprobs(sequence, scored, prepared.logprobs, this.pieces, signal, prepared.echoEnds).then((logprobs) =>
+              typeof prepared.echoSpelling === "number"
+                ? logprobs.slice(0, prepared.echoSpelling)
+                : prepared.echoSpelling === "text"
+                  ? spellAlongText(logprobs, echo, scored, this.pieces)
+                  : logprobs,
+            );
+            promptScores.set(prepared, scoring);
+          }
+          const logprobs = await scoring;
+          if (first && input.length > 1) input = input.slice(-1);
           yield { kind: "prompt", text: prepared.echo, logprobs };
         }
       }
