@@ -1,4 +1,6 @@
 import type { LlamaContext } from "node-llama-cpp";
+import { isSplittable, type DecodeItem } from "./decode-item.ts";
+import { decodeShare } from "./decode-share.ts";
 
 // Keeps a context's generating sequences in one decode per step.
 //
@@ -24,25 +26,6 @@ import type { LlamaContext } from "node-llama-cpp";
 // through which every sequence's decode passes. Without it the gate stands aside.
 
 type DecodeTokens = (...args: unknown[]) => Promise<unknown>;
-
-/** A decode as node-llama-cpp 3.21.1 queues it (the fields a prompt piece needs). */
-interface DecodeItem {
-  sequenceId: number;
-  tokens: readonly number[];
-  logits: readonly unknown[];
-  firstTokenSequenceIndex: number;
-}
-
-function isSplittable(item: unknown): item is DecodeItem {
-  const i = item as Partial<DecodeItem> | undefined;
-  return (
-    typeof i?.sequenceId === "number" &&
-    typeof i.firstTokenSequenceIndex === "number" &&
-    Array.isArray(i.tokens) &&
-    Array.isArray(i.logits) &&
-    i.logits.length === i.tokens.length
-  );
-}
 
 interface Held {
   sequenceId: number;
@@ -191,10 +174,12 @@ export class BatchGate {
           this.tokensInFlight++;
         }
         const settle = () => {
+          decodeShare.generationEnded();
           if (!step) return;
           this.inFlight--;
           this.tokensInFlight--;
         };
+        decodeShare.generationStarted();
         original.apply(this.context, args).then(
           (value) => {
             settle();
@@ -247,9 +232,11 @@ export class BatchGate {
           const generating = this.stepGenerating;
           const promptTokens = this.stepPromptTokens;
           this.inFlight++;
+          decodeShare.generationStarted();
           original.apply(this.context, [piece, ...rest]).then(
             (value) => {
               this.inFlight--;
+              decodeShare.generationEnded();
               this.observePrompt(performance.now() - started, generating, promptTokens);
               if (Array.isArray(value)) for (const v of value) results.push(v);
               offset += n;
@@ -259,6 +246,7 @@ export class BatchGate {
             },
             (err: unknown) => {
               this.inFlight--;
+              decodeShare.generationEnded();
               reject(err);
               this.check();
             },

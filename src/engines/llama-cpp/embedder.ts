@@ -1,6 +1,7 @@
-import { type LlamaEmbeddingContext, type LlamaModel, LlamaVocabularyType, type Token } from "node-llama-cpp";
+import { type LlamaContext, type LlamaEmbeddingContext, type LlamaModel, LlamaVocabularyType, type Token } from "node-llama-cpp";
 import { ApiError } from "../../core/errors.ts";
 import type { EmbedInput, Embedder, EmbeddingInfo, EmbeddingPooling } from "../../core/engine.ts";
+import { shareEmbeddingDecodes } from "./decode-share.ts";
 import { tokenizeRawText } from "./raw-text.ts";
 import { PromptBound } from "./prompt-bound.ts";
 
@@ -127,16 +128,19 @@ export class LlamaEmbedder implements Embedder {
     const contexts: LlamaEmbeddingContext[] = [];
     try {
       for (let i = 0; i < this.opts.contexts; i++) {
-        contexts.push(
-          await this.model.createEmbeddingContext({
-            contextSize: this.opts.contextSize,
-            // Pooled (and non-causal) models need a whole input in one batch; a last-token model can
-            // take a long input in several.
-            batchSize: this.info.poolingDeclared || this.info.embeddingOnly ? this.opts.contextSize : undefined,
-            // Always explicit: the library's default is 6 threads, whatever the machine has.
-            threads: this.opts.threads,
-          }),
-        );
+        const context = await this.model.createEmbeddingContext({
+          contextSize: this.opts.contextSize,
+          // Pooled (and non-causal) models need a whole input in one batch; a last-token model can
+          // take a long input in several.
+          batchSize: this.info.poolingDeclared || this.info.embeddingOnly ? this.opts.contextSize : undefined,
+          // Always explicit: the library's default is 6 threads, whatever the machine has.
+          threads: this.opts.threads,
+        });
+        contexts.push(context);
+        // Embedding inputs take turns with generation (decode-share.ts); a pooled or non-causal
+        // model's input is read in one batch and cannot be cut.
+        const llamaContext = (context as unknown as { _llamaContext?: LlamaContext })._llamaContext;
+        if (llamaContext) shareEmbeddingDecodes(llamaContext, !(this.info.poolingDeclared || this.info.embeddingOnly));
       }
     } catch (err) {
       await Promise.all(contexts.map((c) => c.dispose()));

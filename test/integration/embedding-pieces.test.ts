@@ -1,0 +1,92 @@
+// Embedding inputs read in pieces while generation runs (decode-share.ts), on the real tiny model:
+// the pieces must add up to the same vector the input gets in whole batches, and they must really be
+// pieces (counted at the decode).
+import assert from "../helpers/assert.ts";
+import { after, before, test } from "node:test";
+import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
+import { decodeShare, EMBED_PIECE } from "../../src/engines/llama-cpp/decode-share.ts";
+import { embeddingTraits, LlamaEmbedder } from "../../src/engines/llama-cpp/embedder.ts";
+import { getRuntime } from "../../src/engines/llama-cpp/runtime.ts";
+import { ensureFixtureModel, TINY_SPEC } from "../fixtures/models.ts";
+
+let model: LlamaModel;
+let embedder: LlamaEmbedder;
+/** Decodes made by the embedding contexts, each with its token count. */
+const decodes: number[] = [];
+
+before(async () => {
+  const path = await ensureFixtureModel(TINY_SPEC);
+  const llama = await getRuntime({ gpu: "off", threads: 1 });
+  model = await llama.loadModel({ modelPath: path });
+  // Counts each decode of the embedding contexts as the embedder creates them.
+  const create = model.createEmbeddingContext.bind(model);
+  model.createEmbeddingContext = async (options) => {
+    const context = await create(options);
+    const inner = (context as unknown as { _llamaContext: LlamaContext & { _ctx: { addToBatch: (...a: unknown[]) => unknown } } })._llamaContext;
+    const addon = inner._ctx;
+    const add = addon.addToBatch.bind(addon);
+    // The addon's methods are read-only on its prototype; an own property shadows them.
+    Object.defineProperty(addon, "addToBatch", {
+      configurable: true,
+      value: (...args: unknown[]) => {
+        decodes.push((args[2] as Uint32Array).length);
+        return add(...args);
+      },
+    });
+    return context;
+  };
+  const created = LlamaEmbedder.create(model, { contexts: 1, contextSize: 2048, threads: 1 }, embeddingTraits(model), Number.MAX_SAFE_INTEGER /* ids are not checked here */);
+  assert.ok(created);
+  embedder = created;
+});
+
+after(async () => {
+  await embedder?.dispose();
+  await model?.dispose();
+});
+
+const text = Array.from({ length: 300 }, (_, i) => `word${i % 37}`).join(" ");
+
+async function embedCounting(tokens: number[]): Promise<{ vector: Float32Array; pieces: number[] }> {
+  decodes.length = 0;
+  const vector = await embedder.embed(tokens, 0, new AbortController().signal);
+  return { vector, pieces: decodes.slice() };
+}
+
+test("an input read in pieces beside generation embeds as it does in whole batches", async () => {
+  const tokens = await embedder.tokenize({ kind: "text", text });
+  assert.ok(tokens.length > 2 * EMBED_PIECE, `the input is ${tokens.length} tokens`);
+  assert.ok(tokens.length < 2048);
+
+  const whole = await embedCounting(tokens as Token[]);
+  // node-llama-cpp's own batches of 512.
+  assert.deepEqual(whole.pieces, Array.from({ length: Math.ceil(tokens.length / 512) }, (_, i) => Math.min(512, tokens.length - 512 * i)));
+
+  // Generation running (a decode of it in flight) for the whole embedding.
+  decodeShare.generationStarted();
+  let beside: { vector: Float32Array; pieces: number[] };
+  try {
+    beside = await embedCounting(tokens as Token[]);
+  } finally {
+    decodeShare.generationEnded();
+  }
+  assert.deepEqual(
+    beside.pieces,
+    Array.from({ length: Math.ceil(tokens.length / EMBED_PIECE) }, (_, i) => Math.min(EMBED_PIECE, tokens.length - EMBED_PIECE * i)),
+  );
+  assert.equal(beside.vector.length, whole.vector.length);
+  // Not bit for bit: a long input's vector moves in the last digits from one run to the next even in
+  // whole batches (cosine ~0.999995 between two such runs here), as batch shapes change the order of
+  // the sums.
+  let dot = 0;
+  let a = 0;
+  let b = 0;
+  for (let i = 0; i < whole.vector.length; i++) {
+    dot += whole.vector[i] * beside.vector[i];
+    a += whole.vector[i] ** 2;
+    b += beside.vector[i] ** 2;
+  }
+  assert.ok(a > 0 && b > 0);
+  const cosine = dot / Math.sqrt(a * b);
+  assert.ok(cosine >= 0.9999, `cosine ${cosine}`);
+});
