@@ -52,5 +52,8 @@ test("echo + logprobs with a suffix lists the echoed prefix's tokens only, so te
       at += Array.from(t).length;
     });
     assert.equal(r.json.usage!.completion_tokens, maxTokens);
+    // The prefix's own tokens (and the BOS the model adds), not the FIM prefix token before them.
+    const prefix = await s.http.post("/tokenize", { model: "think", prompt: "def add(a, b):" });
+    assert.equal(logprobs.tokens.length - maxTokens, prefix.json.count, JSON.stringify(logprobs.tokens));
   }
 });

@@ -339,3 +339,13 @@ test("/tokenize counts an embedding model's text as /v1/embeddings does: [CLS] a
   const bare = await s.http.post("/tokenize", { model: "bert", prompt: text, add_special_tokens: false });
   assert.equal(bare.json.count, counted.json.count - 2);
 });
+
+test("/detokenize gives a BERT text back without the space llama.cpp puts before its first word", async () => {
+  for (const text of ["hello world", "hello world, and a little more", "a"]) {
+    const counted = await s.http.post("/tokenize", { model: "bert", prompt: text });
+    assert.equal(counted.status, 200, JSON.stringify(counted.json));
+    const back = await s.http.post("/detokenize", { model: "bert", tokens: counted.json.tokens });
+    assert.equal(back.status, 200, JSON.stringify(back.json));
+    assert.equal(back.json.prompt, text);
+  }
+});

@@ -75,3 +75,61 @@ test("a one-input request is not held behind a large batch: each input takes its
   await big;
   assert.deepEqual(order, ["small", "big"]);
 });
+
+/** A registry serving one scripted embedding engine "e" whose tokenizer costs `tokenizeMs` of CPU per input. */
+async function scriptedEmbeddings(tokenizeMs: number, minimumTokens?: (text: string) => number) {
+  const { ModelRegistry } = await import("../../src/core/registry.ts");
+  const { ScriptedEngine } = await import("../helpers/scripted-engine.ts");
+  const calls = { tokenize: 0 };
+  const embedder = {
+    info: { dimensions: 2, pooling: "mean" as const, poolingDeclared: true, maxInputTokens: 64, vocabularySize: 1000, slots: 2, embeddingOnly: false },
+    minimumTokens: (input: { kind: string; text?: string }) => (input.kind === "text" && minimumTokens ? minimumTokens(input.text ?? "") : 0),
+    tokenize: async () => {
+      calls.tokenize++;
+      const until = performance.now() + tokenizeMs;
+      while (performance.now() < until);
+      return [1, 2];
+    },
+    embed: async () => Float32Array.from([1, 0]),
+  };
+  class Embedding extends ScriptedEngine {
+    override readonly embeddings = embedder;
+  }
+  const registry = new ModelRegistry(64);
+  const engine = new Embedding({ id: "e" });
+  registry.register(engine.id);
+  registry.ready(engine);
+  return { registry, calls };
+}
+
+test("tokenizing a large request gives the event loop back every few milliseconds (scripted embedder)", async () => {
+  const { embed } = await import("../../src/core/embed.ts");
+  const { registry } = await scriptedEmbeddings(2);
+  // 100 inputs at 2 ms each: 200 ms of tokenizing. A timer due in 5 ms must not wait for all of it.
+  let timerAt = 0;
+  const started = performance.now();
+  setTimeout(() => (timerAt = performance.now() - started), 5);
+  const result = await embed(registry, { model: "e", inputs: Array.from({ length: 100 }, () => ({ kind: "text" as const, text: "x" })) }, new AbortController().signal);
+  const took = performance.now() - started;
+  assert.equal(result.vectors.length, 100);
+  assert.ok(timerAt > 0 && timerAt < took / 2, `the timer ran at ${Math.round(timerAt)} ms of ${Math.round(took)}`);
+});
+
+test("a client that leaves while its inputs are tokenized stops the tokenizing (scripted embedder)", async () => {
+  const { embed } = await import("../../src/core/embed.ts");
+  const { registry, calls } = await scriptedEmbeddings(2);
+  const gone = new AbortController();
+  setTimeout(() => gone.abort(new Error("client left")), 20);
+  await assert.rejects(embed(registry, { model: "e", inputs: Array.from({ length: 500 }, () => ({ kind: "text" as const, text: "x" })) }, gone.signal), /client left/);
+  assert.ok(calls.tokenize < 100, `${calls.tokenize} inputs tokenized`);
+});
+
+test("an input that can never fit is refused before any other input is tokenized (scripted embedder)", async () => {
+  const { embed } = await import("../../src/core/embed.ts");
+  const { ApiError } = await import("../../src/core/errors.ts");
+  const { registry, calls } = await scriptedEmbeddings(2, (text) => text.length);
+  const inputs = Array.from({ length: 50 }, () => ({ kind: "text" as const, text: "x" }));
+  inputs.push({ kind: "text", text: "y".repeat(100) });
+  await assert.rejects(embed(registry, { model: "e", inputs }, new AbortController().signal), (err: unknown) => err instanceof ApiError && err.status === 400 && err.field === "inputs[50]");
+  assert.equal(calls.tokenize, 0);
+});

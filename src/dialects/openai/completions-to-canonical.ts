@@ -12,6 +12,9 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
   const n = body.n ?? 1;
   if (body.best_of != null && body.best_of !== n)
     throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
+  // As OpenAI: best_of's candidates are chosen from once all are done, so they cannot be streamed.
+  if (body.best_of != null && body.best_of > 1 && body.stream)
+    throw badRequest("best_of cannot be streamed; send stream: false, or n instead of best_of.", "best_of");
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
   // vLLM's usage on every chunk; as on chat, only the final usage chunk is sent here.

@@ -84,11 +84,12 @@ export interface LlamaPrepared extends PreparedGeneration {
   echoEnds?: boolean;
   /**
    * How the echo's log-probability entries read along it: `text`, a text prompt as the client sent
-   * it (see echo-spelling.ts); a number, a fill-in-the-middle prompt whose echo is its prefix, spelled
-   * by that many leading tokens (the suffix and the FIM tokens after them are not in the echo);
-   * undefined, a token prompt, whose echo is spelled from its own tokens.
+   * it (see echo-spelling.ts); `fim`, a fill-in-the-middle prompt whose echo is its prefix, spelled
+   * by the tokens before `end` less the one at `marker` (the FIM prefix token: neither it nor the
+   * suffix and the FIM tokens after it are in the echo's text); undefined, a token prompt, whose
+   * echo is spelled from its own tokens.
    */
-  echoSpelling?: "text" | number;
+  echoSpelling?: "text" | { fim: { marker: number; end: number } };
   reasoning?: ReasoningPlan;
   tools?: ToolPlan;
   contentGrammar?: LlamaGrammar;
@@ -290,7 +291,12 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       logprobs: req.logprobs,
       echo: req.echo ? this.renderer.promptText(req.prompt, tokens, (t) => this.textOf(t, req.maxTokens === 0)) : undefined,
       echoEnds: req.maxTokens === 0,
-      echoSpelling: req.prompt.kind === "text" ? "text" : req.prompt.kind === "infill" ? tokens.indexOf(this.model.tokens.infill.suffix!) : undefined,
+      echoSpelling:
+        req.prompt.kind === "text"
+          ? "text"
+          : req.prompt.kind === "infill"
+            ? { fim: { marker: tokens.indexOf(this.model.tokens.infill.prefix!), end: tokens.indexOf(this.model.tokens.infill.suffix!) } }
+            : undefined,
       reasoning: reasoning?.plan,
       tools: constraints.tools,
       contentGrammar: constraints.contentGrammar,
@@ -355,10 +361,11 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
           if (scoring === undefined) {
             const echo = prepared.echo;
             const scored = input;
+            const spelling = prepared.echoSpelling;
             scoring = promptLogprobs(sequence, scored, prepared.logprobs, this.pieces, signal, prepared.echoEnds).then((logprobs) =>
-              typeof prepared.echoSpelling === "number"
-                ? logprobs.slice(0, prepared.echoSpelling)
-                : prepared.echoSpelling === "text"
+              typeof spelling === "object"
+                ? logprobs.slice(0, spelling.fim.end).filter((_, i) => i !== spelling.fim.marker)
+                : spelling === "text"
                   ? spellAlongText(logprobs, echo, scored, this.pieces)
                   : logprobs,
             );
@@ -504,7 +511,9 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
    * llama.cpp's detokenizer for vocabularies TokenPieces cannot spell exactly.
    */
   private textOf(tokens: number[], flush: boolean): string {
-    return this.pieces.exact ? this.pieces.textOf(tokens, flush) : this.model.detokenize(tokens as Token[], false);
+    if (this.pieces.exact) return this.pieces.textOf(tokens, flush);
+    const text = this.model.detokenize(tokens as Token[], false);
+    return this.pieces.wordPiece && text.startsWith(" ") ? text.slice(1) : text;
   }
 
   async dispose(): Promise<void> {

@@ -68,6 +68,11 @@ export class TokenPieces {
    * its tokens as " ".
    */
   readonly readsMarkerAsSpace: boolean;
+  /**
+   * WordPiece (BERT): llama.cpp's detokenizer writes a space before every word that is not a `##`
+   * continuation, the first one included, so a text's tokens came back as " hello world".
+   */
+  readonly wordPiece: boolean;
 
   private readonly raw = new Map<number, number[]>();
   private readonly startCache = new Map<number, Piece>();
@@ -84,6 +89,7 @@ export class TokenPieces {
     this.exact = this.vocab !== undefined && (this.family === "llama" || this.family === "gpt2");
     this.stripsLeadingSpace = this.exact && this.family === "llama" && this.detectLeadingSpaceStrip(ggml?.add_space_prefix);
     this.readsMarkerAsSpace = this.exact && this.family === "llama";
+    this.wordPiece = this.family === "bert";
     if (!TokenPieces.shared.has(model)) TokenPieces.shared.set(model, this);
   }
 
