@@ -519,6 +519,12 @@ test("001-107 error_behavior truncate on a pay-per-token endpoint returns what f
   const r = await complete("tiny", { prompt: LONG, max_tokens: 3, error_behavior: "truncate" });
   assert.equal(r.status, 200, r.text);
   assert.ok(r.json.usage.prompt_tokens <= 1024, JSON.stringify(r.json.usage));
+  // Only what overflows goes: the prompt keeps (nearly) all the room the answer's budget leaves.
+  // (A quarter at a time, a prompt a few tokens over lost hundreds.)
+  assert.ok(r.json.usage.prompt_tokens >= 1024 - 3 - 8, JSON.stringify(r.json.usage));
+  const barely = await complete("tiny", { prompt: "word ".repeat(1024 - 3 - 1 - 2) + "word word word word", max_tokens: 3, error_behavior: "truncate" });
+  assert.equal(barely.status, 200, barely.text);
+  assert.ok(barely.json.usage.prompt_tokens >= 1024 - 3 - 8, JSON.stringify(barely.json.usage));
   const budget = await complete("tiny", { prompt: "a", max_tokens: 100_000, error_behavior: "truncate", stop: ["e", "a", "o", " "] });
   assert.equal(budget.status, 200, budget.text);
 });

@@ -59,6 +59,10 @@ test("001-56 scripted engine: a response that fails after it started has status 
   assert.ok(response.error.message.includes(`(request id: ${streamed.headers["x-request-id"]})`), response.error.message);
   assert.equal(typeof response.error.type, "string");
   assert.ok("param" in response.error);
+  // Usage is in the stream when asked for, a failed response's too: what it spent.
+  const counted = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi", stream: true, stream_options: { include_usage: true } });
+  const failed = sseEvents(counted.body).find((e) => e.event === "response.failed");
+  assert.equal((failed?.data as any)?.response.usage?.output_tokens, 1, counted.body);
   const plain = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi" });
   assert.equal(plain.statusCode, 500);
   assert.equal(plain.json().error_code, "INTERNAL_ERROR");

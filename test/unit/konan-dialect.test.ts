@@ -333,6 +333,18 @@ test("000-32 an error mid-stream is a chunk with finish_reason error whose delta
   assert.match((other.at(-2) as Obj).choices[0].delta.content, /^\w+: \S/);
 });
 
+test("output_parser responses: a stream that fails mid-way reports the usage spent on its response.failed", async () => {
+  script = () => [{ kind: "text", text: "Hel", tokens: 1 }, { kind: "text", text: "lo", tokens: 1 }, new Error("boom")];
+  const answered = await post({ ...ok, stream: true, output_parser: "responses" });
+  script = undefined;
+  const failed = sseEvents(answered.body).find((e) => e.event === "response.failed");
+  assert.ok(failed, answered.body);
+  const usage = (failed.data as Obj).response.usage;
+  assert.equal(usage?.output_tokens, 2, JSON.stringify(usage));
+  assert.ok(usage.input_tokens > 0);
+  assert.equal(usage.total_tokens, usage.input_tokens + 2);
+});
+
 test("000-33 delta.role is assistant on the first chunk", async () => {
   const chunks = (await stream(ok)).events as Obj[];
   assert.equal(chunks[0].choices[0].delta.role, "assistant");

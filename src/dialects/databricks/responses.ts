@@ -316,7 +316,7 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
       { reasons, usage: !streamed || body.stream_options?.include_usage === true },
     );
   const started = await startWithTruncation(env.service, { ...env.ctx }, request, env.signal, body.truncation === "auto", databricksNames(body, fieldName));
-  return respondWithBuilder(streamed, builderFor, started.events, env.signal, undefined, undefined, { requestId: env.ctx.requestId });
+  return respondWithBuilder(streamed, builderFor, started.events, env.signal, undefined, started.spent, { requestId: env.ctx.requestId });
 }
 
 /**

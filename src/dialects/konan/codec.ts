@@ -147,12 +147,12 @@ function echo(body: KonanChatRequest): Obj {
  * event stream, built by the Responses dialect's own builder. The object's id is the completion's,
  * so a stored completion (with metadata) is found under the id the client received.
  */
-async function respondAsResponse(body: KonanChatRequest, { env, meta, events }: ChatAnswer): Promise<RouteResult> {
+async function respondAsResponse(body: KonanChatRequest, { env, meta, events, spent }: ChatAnswer): Promise<RouteResult> {
   const builderFor = (emit?: (e: ResponseEvent) => void) =>
     new ResponseBuilder(
       { id: meta.id, createdAt: meta.created, model: meta.model, echo: echo(body) },
       { logprobs: false, summary: false, customTools: new Set() },
       emit,
     );
-  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal, undefined, undefined, { inBandStreamErrors: true, requestId: env.ctx.requestId });
+  return respondWithBuilder(body.stream === true, builderFor, events as AsyncIterable<GenerationEvent>, env.signal, undefined, spent, { inBandStreamErrors: true, requestId: env.ctx.requestId });
 }

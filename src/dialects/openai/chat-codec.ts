@@ -58,6 +58,8 @@ export interface ChatAnswer {
   meta: CompletionMeta;
   events: AsyncIterable<GenerationEvent>;
   names: FieldNamer;
+  /** What the generation has used so far (a failed answer reports it). */
+  spent: () => Usage;
 }
 
 export const OPENAI_CHAT_CODEC: ChatCodec = {

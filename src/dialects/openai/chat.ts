@@ -61,7 +61,7 @@ export async function chatCompletion(
   // A stream's head waits for its first event, so a failure before it keeps its own status.
   const events = body.stream && !codec.inBandStreamErrors ? await afterFirstEvent(kept).catch((err) => Promise.reject(withWireParam(err, names))) : kept;
 
-  const other = await codec.respond?.({ body, env, meta, events, names });
+  const other = await codec.respond?.({ body, env, meta, events, names, spent: started.spent });
   if (other) return other;
   if (!body.stream) return { kind: "json", body: await render(events) };
   const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true || body.usage?.include === true;
