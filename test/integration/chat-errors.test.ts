@@ -25,6 +25,7 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["reasoning control on a model without a thinking section", { ...ok, reasoning_effort: "high" }, 400, "reasoning_effort"],
   ["reasoning object on a model without a thinking section", { ...ok, reasoning: { budget_tokens: 5 } }, 400, "reasoning"],
   ["prompt longer than the context", { ...ok, messages: [{ role: "user", content: "word ".repeat(400) }] }, 400, "messages", "context_length_exceeded"],
+  ["one message that could never fit by itself", { ...ok, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "x".repeat(60_000) }] }, 400, "messages[1].content", "context_length_exceeded"],
   ["max_tokens that cannot fit", { ...ok, max_tokens: 250 }, 400, "max_tokens", "context_length_exceeded"],
   ["max_completion_tokens that cannot fit", { ...ok, max_tokens: undefined, max_completion_tokens: 5000 }, 400, "max_completion_tokens", "context_length_exceeded"],
 ];

@@ -635,3 +635,31 @@ test("vLLM's Responses extensions and the chat route's foreign fields: honoured 
     assert.equal(r.error?.param, param, r.text);
   }
 });
+
+test("a message that can never fit the context by itself is named: instructions, an input item, a tool output", async () => {
+  const huge = "x".repeat(2_000_000);
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ instructions: huge, input: "Hi" }, "instructions"],
+    [{ instructions: "Be brief.", input: huge }, "input"],
+    [{ input: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello" }, { role: "user", content: huge }] }, "input[2].content"],
+    [
+      {
+        tools: [WEATHER_TOOL],
+        input: [
+          { role: "user", content: "Weather?" },
+          { type: "function_call", call_id: "c1", name: "get_weather", arguments: '{"city":"Paris"}' },
+          { type: "function_call_output", call_id: "c1", output: huge },
+        ],
+      },
+      "input[2].output",
+    ],
+  ];
+  for (const [body, param] of cases) {
+    const started = performance.now();
+    const r = await s.http.postRaw("/v1/responses", { model: "tiny", max_output_tokens: 3, ...body });
+    assert.equal(r.status, 400, r.text.slice(0, 300));
+    assert.equal(r.error?.param, param, r.text.slice(0, 300));
+    assert.equal(r.error?.code, "context_length_exceeded");
+    assert.ok(performance.now() - started < 1000);
+  }
+});

@@ -104,6 +104,16 @@ function partFieldNamer(origins: Array<number | undefined>, body: CreateResponse
       const item = origins[Number(t[1])];
       return item === undefined ? elsewhere() : `input[${item}].call_id`;
     }
+    // A message's text: the instructions lead the messages; an input item's content otherwise.
+    const c = /^prompt\.messages\[(\d+)\]\.content$/.exec(field);
+    if (c) {
+      if (Number(c[1]) === 0 && body.instructions) return "instructions";
+      const item = origins[Number(c[1])];
+      if (item === undefined) return elsewhere();
+      if (typeof body.input === "string") return "input";
+      const type = (body.input?.[item] as { type?: string } | undefined)?.type;
+      return `input[${item}].${type === "function_call_output" || type === "custom_tool_call_output" ? "output" : "content"}`;
+    }
     const m = /^prompt\.messages\[(\d+)\]\.parts\[(\d+)\](.*)$/.exec(field);
     if (!m) return responsesFieldName(field);
     const item = origins[Number(m[1])];

@@ -47,6 +47,17 @@ export class PromptBound {
   /** Refuses, before tokenizing, a prompt (with its tools) that cannot fit in `contextSize` tokens. */
   check(prompt: PromptInput, contextSize: number, tools?: readonly ToolDefinition[]): void {
     if (prompt.kind === "chat" && tools?.length) refuseSprawlingTools(tools);
+    // One message that could never fit by itself is named (a Responses request's `instructions`
+    // was refused as its `input`).
+    if (prompt.kind === "chat" && this.minimumTokens(prompt) >= contextSize)
+      prompt.messages.forEach((m, i) => {
+        const least = Math.floor(Buffer.byteLength(m.content, "utf8") / this.longest);
+        if (least >= contextSize)
+          throw new ApiError(400, `This model's context is ${contextSize} tokens, but {field} alone is at least ${least} tokens.`, {
+            field: `prompt.messages[${i}].content`,
+            code: "context_length_exceeded",
+          });
+      });
     this.refuse(this.minimumTokens(prompt), contextSize);
     // Messages that fit with tools that do not: the tools are what is too long.
     if (prompt.kind === "chat" && tools?.length) this.refuse(this.minimumTokens(prompt, tools), contextSize, "tools");
