@@ -86,7 +86,9 @@ export class LlamaEmbedder implements Embedder {
 
   async tokenize(input: EmbedInput): Promise<number[]> {
     const tokens = (input.kind === "text" ? tokenizeRawText(this.model, input.text) : input.tokens.slice()) as Token[];
-    if (tokens.length === 0) return [];
+    // A text of nothing but what the tokenizer skips (WordPiece drops whitespace) is still embedded,
+    // as its begin and end tokens alone, as BERT's own tokenizer and OpenAI embed " ".
+    if (tokens.length === 0 && input.kind !== "text") return [];
     // The begin/end tokens LlamaEmbeddingContext adds when they are missing, added here already so
     // that the count (for the length limit and for usage) is the count actually embedded.
     const first = beginToken(this.model);
