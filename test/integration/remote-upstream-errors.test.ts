@@ -214,6 +214,8 @@ before(async () => {
       // One slot (as the upstream reports) on one replica, and on two.
       { name: "one", url: [url], model: "m1", tokenize: false },
       { name: "pair", url: [url, url2], model: "m1", tokenize: false },
+      // Declared not to think.
+      { name: "plain", url: [url], model: "m", tokenize: false, unsupported: ["reasoning"] },
     ],
     "health-interval": "0",
     "eject-after": "3",
@@ -558,6 +560,26 @@ test("thinking switched off (Konan's default, SpAk's disabled, enable_thinking: 
   } finally {
     answer = "ok";
   }
+});
+
+test("a model declared unsupported: [reasoning] answers a request for no thinking (as a local model that does not think does), sending no switch up; thinking asked for is refused", async () => {
+  const messages = [{ role: "user", content: "hi" }];
+  const asks: [string, Record<string, unknown>][] = [
+    ["/v1/chat/completions", { model: "plain", messages, max_tokens: 5, reasoning_effort: "none" }],
+    ["/v1/chat/completions", { model: "plain", messages, max_tokens: 5, chat_template_kwargs: { enable_thinking: false } }],
+    ["/v1/responses", { model: "plain", input: "hi", max_output_tokens: 16, reasoning: { effort: "none" } }],
+  ];
+  for (const [path, body] of asks) {
+    lastBody = undefined;
+    const res = await postJson(`${r.url}${path}`, body);
+    assert.equal(res.status, 200, `${path} ${JSON.stringify(body)}: ${res.text}`);
+    assert.ok(lastBody, "it reached the upstream");
+    assert.equal(lastBody.chat_template_kwargs, undefined, JSON.stringify(lastBody));
+    assert.equal(lastBody.reasoning_effort, undefined, JSON.stringify(lastBody));
+  }
+  const high = await postJson(`${r.url}/v1/chat/completions`, { model: "plain", messages, max_tokens: 5, reasoning_effort: "high" });
+  assert.equal(high.status, 400, high.text);
+  assert.equal(high.json.error.param, "reasoning_effort");
 });
 
 test("an upstream reporting more cached tokens than its prompt has is held to the prompt's count (chat, Responses)", async () => {

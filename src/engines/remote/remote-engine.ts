@@ -201,11 +201,14 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // Refused here rather than sent: the upstream's own answer is a 500 (llama-server), which would
     // count against a healthy replica.
     if (this.info.embedding?.only) throw embeddingOnlyModel(this.id);
+    // A model known not to think (a Plinth upstream said so, or the entry declares `unsupported:
+    // [reasoning]`), asked not to think, already does what was asked: the switch is not sent up at
+    // all, and is not refused as a reasoning control the upstream lacks (a local model that does not
+    // think answers such a request too).
+    if ((this.info.reasoning === false || this.unsupported.has("reasoning")) && asksNoThinking(request.reasoning)) request = { ...request, reasoning: undefined };
     refuseInexpressible(request, this.unsupported, this.id);
     // A Plinth upstream said the model does not think: refused here in the words a local model uses,
     // not passed up to come back as the upstream's refusal.
-    // Asked not to think, it already does what was asked: the switch is not sent up at all.
-    if (this.info.reasoning === false && asksNoThinking(request.reasoning)) request = { ...request, reasoning: undefined };
     if (this.info.reasoning === false && request.reasoning !== undefined && request.prompt.kind === "chat")
       throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning");
     // Checked now so that a schema or pattern a local model refuses as wrong (or too large) is the
