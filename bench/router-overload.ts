@@ -20,7 +20,9 @@ const NO_EOG = { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -
 const model = await ensureFixtureModel();
 const upstreams = await Promise.all([0, 1].map(() => startServerProcess(["--model", `tiny=${model}`, "--threads", "1", "--parallel", "4", "--ctx-size", "2048"])));
 const pool = `r=${upstreams.map((u) => u.url).join(",")}`;
-const common = ["--health-interval", "0", "--connect-timeout", T, "--first-token-timeout", T, "--eject-after", "3"];
+// The router that asks its replicas runs 8 at once and queues the rest in its own queue, whose bound
+// (--max-queue) is set past the burst so that it is queued, not refused (a 429), as the other router's is.
+const common = ["--health-interval", "0", "--connect-timeout", T, "--first-token-timeout", T, "--eject-after", "3", "--max-queue", String(Math.max(64, N))];
 const learned = await startServerProcess(["--upstream", pool, ...common]);
 const told = await startServerProcess(["--upstream", pool, "--upstream-slots", "64", ...common]);
 

@@ -92,6 +92,13 @@ export type EngineChunk =
 export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
   readonly id: string;
   readonly slots: number;
+  /**
+   * For an engine whose capacity changes while it runs (a remote model learns its replicas' slot
+   * counts, ejects replicas and takes them back): `listener` is told the generations it can run at
+   * once now, and how many when all of it is up (what one request's `n` is held to). The core's
+   * scheduler follows, so requests queue there, served fairly, rather than inside the engine.
+   */
+  onSlots?(listener: (running: number, nominal: number) => void): void;
   describe(): ModelDescription;
   /**
    * Renders and tokenizes the prompt and checks it against the model's limits. Throws ApiError.
@@ -108,9 +115,12 @@ export interface Engine<P extends PreparedGeneration = PreparedGeneration> {
    * again after it. `signal` is the client's: when it aborts, the work ends at once, and that is
    * neither the engine's failure nor a reason to try elsewhere. Engines that start nothing ahead of
    * `generate` (in-process ones) leave it out. Throws ApiError; what it opened is closed by
-   * `discard` when the request does not run after all.
+   * `discard` when the request does not run after all. `queued`: the request's first choice has no
+   * slot yet and will wait for one in the core's queue; the engine then only finishes what must be
+   * known before the response (the prompt count) and leaves the generation to `generate`, in its
+   * turn, so that a request waiting in the queue takes nothing a running one needs.
    */
-  open?(prepared: P, signal: AbortSignal): Promise<void>;
+  open?(prepared: P, signal: AbortSignal, queued?: boolean): Promise<void>;
   /**
    * A prepared request that will not run (refused at admission, a sibling in its batch refused, its
    * context check failed after `open`, or only measured): frees what `prepare` or `open` may hold,

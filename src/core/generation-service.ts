@@ -155,16 +155,24 @@ export class GenerationService {
     // key's limits or the queue refused has cost nothing but its preparation. The client's signal
     // ends the opening when it leaves. Still before the response starts, so what the engine refuses
     // here is a plain error too.
+    // Each request's first choice takes its slot before the engine opens it, when one is free now
+    // and nobody waits for one: a request that must queue opens nothing upstream until its turn, so
+    // it waits in this fair queue, not in the engine's own (a remote pool's, first come first served,
+    // where one user's burst held everyone else's requests behind it).
+    const firstSlots: Array<{ slot: number; release: () => void } | undefined> = [];
     if (engine.open) {
       let r = 0;
       try {
         for (; r < reqs.length; r++) {
-          await engine.open(prepared[r].prep, signal);
+          firstSlots[r] = scheduler.tryAcquire(fairnessKey(ctx), ctx.internalId);
+          await engine.open(prepared[r].prep, signal, firstSlots[r] === undefined);
           // The engine may have finished the prompt count beside the opening.
           prepared[r].maxTokens = checkContext(reqs[r], prepared[r].prep);
         }
       } catch (err) {
-        scheduler.withdraw(jobs);
+        const held = firstSlots.filter((h) => h !== undefined);
+        for (const h of held) h.release();
+        scheduler.withdraw(jobs - held.length);
         ticket?.(0);
         discardAll();
         throw reqs.length > 1 ? inBatch(err, r) : err;
@@ -192,7 +200,7 @@ export class GenerationService {
       };
     };
     reqs.forEach((req, r) => {
-      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j);
+      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j, j === 0 ? firstSlots[r] : undefined);
     });
     this.active.add(run);
     this.unread().add(run.channel);
@@ -469,8 +477,9 @@ class BatchRun {
     }
   }
 
-  choice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number): void {
-    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset);
+  /** `held`: the slot the choice already took (see startBatch), else it waits for one in its turn. */
+  choice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number, held?: { slot: number; release: () => void }): void {
+    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset, held);
     done.catch((err) => this.abort.abort(err));
     this.running.push(done);
   }
@@ -490,17 +499,17 @@ class BatchRun {
     return total;
   }
 
-  private async runChoice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number) {
+  private async runChoice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number, held?: { slot: number; release: () => void }) {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
     // The first choice is the one whose upstream request `open` may have opened.
     const onWait = seedOffset === 0 && engine.waiting ? () => engine.waiting!(prep) : undefined;
     const asked = Date.now();
-    const { slot, release } = await this.scheduler.acquire(signal, choose, this.queueKey, onWait, this.queueGroup).catch((err: unknown) => {
+    const { slot, release } = held ?? (await this.scheduler.acquire(signal, choose, this.queueKey, onWait, this.queueGroup).catch((err: unknown) => {
       engine.discard?.(prep);
       throw err;
-    });
+    }));
     const waitedMs = Date.now() - asked;
     this.started = true;
     this.onStarted();

@@ -40,11 +40,13 @@ export class ModelRegistry {
   }
 
   ready(engine: Engine): void {
+    const scheduler = new Scheduler(engine.slots, this.maxQueue, this.queueTimeoutMs);
+    engine.onSlots?.((running, nominal) => scheduler.resize(running, nominal));
     this.models.set(engine.id, {
       id: engine.id,
       status: "ready",
       engine,
-      scheduler: new Scheduler(engine.slots, this.maxQueue, this.queueTimeoutMs),
+      scheduler,
       embeddingScheduler: engine.embeddings ? new Scheduler(engine.embeddings.info.slots, this.maxQueue) : undefined,
     });
   }

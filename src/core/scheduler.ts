@@ -26,14 +26,42 @@ export class Scheduler {
    * otherwise timed out behind the first two on an idle server, every time it was retried.
    */
   private readonly serving = new Map<string, number>();
+  /** Slots handed out now (more than `slots` for a while after the engine's capacity shrank). */
+  private inUse = 0;
+  /** The number the next slot added by `resize` gets (slot numbers are never reused while held). */
+  private nextSlot: number;
+  private running: number;
+  private nominal: number;
 
   constructor(
-    readonly slots: number,
+    slots: number,
     readonly maxQueue: number,
     /** Longest a job may wait for a slot before it is refused (503, reason "overloaded"); 0: no limit. */
     readonly queueTimeoutMs = 0,
   ) {
     this.free = Array.from({ length: slots }, (_, i) => i);
+    this.nextSlot = slots;
+    this.running = slots;
+    this.nominal = slots;
+  }
+
+  /** Jobs that may run at once now. */
+  get slots(): number {
+    return this.running;
+  }
+
+  /**
+   * The engine's capacity changed while it runs (a remote model's replicas told their slot counts,
+   * or were ejected or taken back): `running` jobs may run at once from now on, and `nominal` is what
+   * it runs when all is well, which caps one request's jobs (see `capacity`), so that a replica out
+   * for a while does not turn a request that fits into a 400. New slots go to waiting jobs in their
+   * turn at once; jobs running past a smaller count finish, and their slots are not handed out again.
+   */
+  resize(running: number, nominal = running): void {
+    this.running = Math.max(0, Math.floor(running));
+    this.nominal = Math.max(0, Math.floor(nominal));
+    while (this.free.length > 0 && this.inUse + this.free.length > this.running) this.free.pop();
+    while (this.inUse + this.free.length < this.running) this.give(this.nextSlot++);
   }
 
   /** Whether a slot is handed out right now. */
@@ -42,7 +70,7 @@ export class Scheduler {
   }
 
   get busy(): number {
-    return this.slots - this.free.length;
+    return this.inUse;
   }
 
   get queued(): number {
@@ -55,7 +83,7 @@ export class Scheduler {
    * for as long as it ran; half leaves the rest of the queue to them.
    */
   get capacity(): number {
-    return this.slots + Math.floor(this.maxQueue / 2);
+    return this.nominal + Math.floor(this.maxQueue / 2);
   }
 
   /**
@@ -68,7 +96,7 @@ export class Scheduler {
     if (jobs > this.capacity) {
       throw invalidField(
         `{field} asks for ${jobs} generations at once, but one request may have at most ${this.capacity} on this model ` +
-          `(the ${this.slots} it runs at a time and half of its queue of ${this.maxQueue}); ask for at most ${this.capacity}.`,
+          `(the ${this.nominal} it runs at a time and half of its queue of ${this.maxQueue}); ask for at most ${this.capacity}.`,
         field,
         "too_many_choices",
       );
@@ -109,11 +137,30 @@ export class Scheduler {
       const picked = choose ? choose(this.free) : this.free[0];
       const at = this.free.indexOf(picked);
       slot = this.free.splice(at === -1 ? 0 : at, 1)[0];
+      this.inUse++;
       this.startServing(key, group);
     } else {
       onWait?.();
       slot = await this.enqueue(signal, key, group);
     }
+    return this.held(slot, group);
+  }
+
+  /**
+   * A slot for one of the jobs `admit` reserved, only if it is free now and nobody waits for one
+   * (as `acquire` would hand it out at once); undefined otherwise, and the job still calls `acquire`.
+   * For work that should start only once its slot is certain (a remote request opened upstream).
+   */
+  tryAcquire(key = "", group = ""): { slot: number; release: () => void } | undefined {
+    if (this.free.length === 0 || this.waitingCount > 0) return undefined;
+    if (this.reserved > 0) this.reserved--;
+    const slot = this.free.shift()!;
+    this.inUse++;
+    this.startServing(key, group);
+    return this.held(slot, group);
+  }
+
+  private held(slot: number, group: string): { slot: number; release: () => void } {
     let released = false;
     return {
       slot,
@@ -202,11 +249,19 @@ export class Scheduler {
     if (at !== -1) this.turns.splice(at, 1);
   }
 
+  /** A job is done with its slot: it is handed on (see `give`) unless the capacity shrank below it. */
+  private release(slot: number): void {
+    this.inUse--;
+    // Past a capacity that shrank while it ran: the slot goes.
+    if (this.inUse + this.free.length >= this.running) return;
+    this.give(slot);
+  }
+
   /**
-   * A freed slot goes to the next key in turn, to the next group in that key's turn, to that group's
+   * A free slot goes to the next key in turn, to the next group in that key's turn, to that group's
    * oldest job; the key and the group move to the back of their turns. No one waiting: back to the pool.
    */
-  private release(slot: number): void {
+  private give(slot: number): void {
     const key = this.turns.shift();
     if (key === undefined) {
       this.free.push(slot);
@@ -221,6 +276,7 @@ export class Scheduler {
     else kq.groups.delete(group);
     if (kq.order.length > 0) this.turns.push(key);
     else this.waiting.delete(key);
+    this.inUse++;
     next.grant(slot);
   }
 }

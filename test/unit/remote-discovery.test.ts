@@ -125,8 +125,8 @@ test("each replica's slot count is what it reports: a Plinth's model list `paral
   assert.equal(error, undefined);
   assert.equal(engine!.pool.replicas[0].slots, 3);
   assert.equal(engine!.describe().parallel, 3, "a router in front of this one is told the replicas' total");
-  // The core still admits the configured default per replica: the rest wait in the pool, not in a 429.
-  assert.equal(engine!.slots, 4);
+  // The core runs what the replicas run: the rest wait in its fair queue, not in the pool's.
+  assert.equal(engine!.slots, 3);
   assert.match(lines.find((l) => l.includes("ready"))!, /3 slots each \(as reported; 4 where not\)/);
   // llama-server (its model list has `meta.n_ctx`): /props.
   list = { data: [{ id: "m", owned_by: "llamacpp", meta: { n_ctx: 512 } }] };

@@ -2,7 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { loadConfig } from "../../src/config/load.ts";
 import { modelSpecs, upstreamSpecs } from "../../src/config/models.ts";
-import { ReplicaPool, ReplicaWaitTimeout } from "../../src/engines/remote/pool.ts";
+import { MAX_EJECT_MS, NoReplica, ReplicaPool, ReplicaWaitTimeout } from "../../src/engines/remote/pool.ts";
 
 const opts = { balance: "prefix" as const, slots: 8, ejectAfter: 2, ejectMs: 50, loadFactor: 1.25 };
 const urls = (n: number) => Array.from({ length: n }, (_, i) => new URL(`http://10.0.0.${i + 1}:8000/`));
@@ -168,4 +168,95 @@ test("only the half-open trial re-admits a replica: a request that was already r
   trial.success();
   trial.release();
   assert.equal(r.state, "up");
+});
+
+/** Fails `r` through leases until it is ejected (it must be up or half-open, with a free slot). */
+async function eject(pool: ReplicaPool, r = pool.replicas[0], cause?: { retryAfter?: number }): Promise<void> {
+  const signal = new AbortController().signal;
+  for (let i = 0; i < 10 && r.state !== "ejected"; i++) {
+    const l = await pool.acquire(undefined, new Set(), signal, r);
+    l.failure(cause);
+    l.release();
+  }
+  assert.equal(r.state, "ejected");
+}
+
+test("what the replicas run at once follows their state: an up replica its slots, one on its trial one, an ejected one none; all ejected, all of them", async () => {
+  const pool = new ReplicaPool(urls(3), { ...opts, slots: 4, ejectMs: 60_000 });
+  const [a, b, c] = pool.replicas;
+  let told = 0;
+  pool.onChange(() => told++);
+  assert.equal(pool.runningSlots, 12);
+  await eject(pool, a);
+  assert.ok(told >= 1, "an ejection is told");
+  assert.equal(pool.runningSlots, 8);
+  assert.equal(pool.totalSlots, 12, "the total stays what the replicas run when up");
+  // A passing check: half-open (one trial), then back.
+  pool.recordHealthy(a);
+  assert.equal(a.state, "half-open");
+  assert.equal(pool.runningSlots, 9);
+  pool.recordHealthy(a);
+  assert.equal(a.state, "up");
+  assert.equal(pool.runningSlots, 12);
+  // Every replica out: requests should meet the pool (and its "no replica") at once, not queue.
+  for (const r of [a, b, c]) await eject(pool, r);
+  assert.equal(pool.runningSlots, 12);
+  const before = told;
+  pool.setSlots(b, 2);
+  assert.equal(pool.totalSlots, 10);
+  assert.ok(told > before, "a learned count is told");
+});
+
+test("a passing health check takes an ejected replica back (half-open) at once, whatever its back-off; not before its own Retry-After", async () => {
+  const pool = new ReplicaPool(urls(1), { ...opts, ejectMs: 30_000 });
+  const [r] = pool.replicas;
+  await eject(pool);
+  assert.ok(r.retryAt - Date.now() > 20_000);
+  pool.recordHealthy(r);
+  assert.equal(r.state, "half-open", "before its ejection time is over");
+  // Its trial is the request that decides.
+  const trial = await pool.acquire(undefined, new Set(), new AbortController().signal);
+  trial.success();
+  trial.release();
+  assert.equal(r.state, "up");
+  // Ejected by 429s with Retry-After: 5 (seconds): a passing /health does not bring it back early.
+  await eject(pool, r, { retryAfter: 5 });
+  pool.recordHealthy(r);
+  assert.equal(r.state, "ejected");
+  assert.ok(r.notBefore - Date.now() > 4_000);
+});
+
+test("the back-off of failed trials is capped at MAX_EJECT_MS (it doubled 15 times: 45 h at --eject-time 5)", async () => {
+  const pool = new ReplicaPool(urls(1), { ...opts, ejectMs: 5_000 });
+  const [r] = pool.replicas;
+  await eject(pool);
+  for (let i = 0; i < 20; i++) {
+    // Its trial fails each time.
+    r.state = "half-open";
+    pool.recordFailure(r);
+  }
+  assert.equal(r.state, "ejected");
+  const left = r.retryAt - Date.now();
+  assert.ok(left <= MAX_EJECT_MS && left > MAX_EJECT_MS - 1_000, `${left} ms`);
+  // An eject time longer than the cap is kept as given.
+  const long = new ReplicaPool(urls(1), { ...opts, ejectMs: 120_000 });
+  await eject(long);
+  long.replicas[0].state = "half-open";
+  long.recordFailure(long.replicas[0]);
+  assert.ok(long.replicas[0].retryAt - Date.now() > 119_000);
+});
+
+test("no replica left: the answer says when one is due back (or may pass a health check) and what ejected it", async () => {
+  const pool = new ReplicaPool(urls(1), { ...opts, ejectMs: 8_000 });
+  const cause = { retryAfter: 3 };
+  await eject(pool, pool.replicas[0], cause);
+  const err = await pool.acquire(undefined, new Set(), new AbortController().signal).catch((e: unknown) => e);
+  assert.ok(err instanceof NoReplica);
+  assert.equal(err.ejectedBy, cause);
+  assert.ok(err.retryInMs! > 7_000 && err.retryInMs! <= 8_000, `${err.retryInMs}`);
+  // With active checks every 1 s, one may take it back sooner, though not before its Retry-After.
+  const checked = new ReplicaPool(urls(1), { ...opts, ejectMs: 8_000, healthMs: 1_000 });
+  await eject(checked, checked.replicas[0], cause);
+  const soon = checked.noReplica();
+  assert.ok(soon.retryInMs! > 2_000 && soon.retryInMs! <= 3_000, `${soon.retryInMs}`);
 });

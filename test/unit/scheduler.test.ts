@@ -165,3 +165,54 @@ test("siblings queued before their request got its first slot stop timing out on
   await assert.rejects(s.acquire(never, undefined, "b", undefined, "req"), (err: unknown) => err instanceof ApiError && err.code === "queue_timeout");
   hog2.release();
 });
+
+test("resize: new slots go to waiting jobs in their turn; past a smaller count, released slots are not handed out again", async () => {
+  const s = new Scheduler(2, 10);
+  const signal = new AbortController().signal;
+  s.admit(5);
+  const a = await s.acquire(signal);
+  const b = await s.acquire(signal);
+  const order: string[] = [];
+  const c = s.acquire(signal, undefined, "x").then((l) => (order.push("c"), l));
+  const d = s.acquire(signal, undefined, "y").then((l) => (order.push("d"), l));
+  const e = s.acquire(signal, undefined, "x").then((l) => (order.push("e"), l));
+  s.resize(4);
+  const [lc, ld] = await Promise.all([c, d]);
+  assert.deepEqual(order, ["c", "d"], "keys take turns for the new slots too");
+  assert.equal(s.busy, 4);
+  assert.equal(new Set([a.slot, b.slot, lc.slot, ld.slot]).size, 4, "each slot held once");
+  // Down to two: the four running finish; e runs only once fewer than two are held.
+  s.resize(2, 4);
+  a.release();
+  b.release();
+  await new Promise((res) => setImmediate(res));
+  assert.deepEqual(order, ["c", "d"]);
+  assert.equal(s.queued, 1);
+  lc.release();
+  await e;
+  assert.deepEqual(order, ["c", "d", "e"]);
+  assert.equal(s.busy, 2);
+  // One request's cap follows the count it runs when all is well, not the shrunk one.
+  assert.equal(s.capacity, 4 + 5);
+});
+
+test("tryAcquire takes a free slot only when nobody waits, and counts as one of the admitted jobs", async () => {
+  const s = new Scheduler(1, 4);
+  const signal = new AbortController().signal;
+  s.admit(1);
+  const first = s.tryAcquire("k", "g");
+  assert.ok(first);
+  s.admit(1);
+  assert.equal(s.tryAcquire("k", "h"), undefined, "no free slot");
+  const waiting = s.acquire(signal, undefined, "k", undefined, "h");
+  s.admit(1);
+  first!.release();
+  assert.equal(s.tryAcquire("k", "i"), undefined, "the freed slot went to the job that waited");
+  (await waiting).release();
+  assert.ok(s.tryAcquire("k", "i"));
+  // Three admitted, three taken: nothing is left reserved, so four more may wait (the queue's
+  // bound, with the one slot held), and not five.
+  s.admit(2);
+  s.admit(2);
+  assert.throws(() => s.admit(1), (e: unknown) => e instanceof ApiError && e.status === 429);
+});

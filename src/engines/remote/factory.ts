@@ -31,7 +31,7 @@ export function remoteFactory(): EngineFactory {
     const source = spec.source as RemoteSource;
     const pool = new ReplicaPool(
       source.urls.map(replicaBase),
-      { balance: source.balance, slots: source.slots, ejectAfter: source.ejectAfter, ejectMs: source.ejectMs, loadFactor: 1.25 },
+      { balance: source.balance, slots: source.slots, ejectAfter: source.ejectAfter, ejectMs: source.ejectMs, loadFactor: 1.25, healthMs: source.healthIntervalMs },
       log,
     );
     const headers: Record<string, string> = source.apiKey ? { authorization: `Bearer ${source.apiKey}` } : {};

@@ -9,8 +9,10 @@ import { createHash } from "node:crypto";
  *   `loadFactor` times the mean; when none qualifies it falls back to `least` (fewest outstanding
  *   requests). `round-robin` takes available replicas in turn.
  * - Health: `ejectAfter` consecutive failures eject a replica for `ejectMs` (doubling on each
- *   failed re-admission, up to 16 times); then it is half-open: one request (or a passing active
- *   check) decides whether it comes back. Active checks run every `healthIntervalMs`.
+ *   failed re-admission, up to MAX_EJECT_MS, or no less than the replica's own Retry-After); then it
+ *   is half-open: one request decides whether it comes back. A passing active check makes an ejected
+ *   replica half-open at once, and brings a half-open one back (the engine runs the checks, every
+ *   `healthIntervalMs`); neither before the replica's own Retry-After has passed.
  * - Slots: a replica runs at most `slots` requests at once; a request waits here for a free slot
  *   (up to `waitLimitMs`), not in the replica's own queue, where the router's timeouts would count
  *   the wait as the replica's failure and a request could not move to whichever replica frees first.
@@ -25,6 +27,16 @@ export interface PoolOptions {
   ejectAfter: number;
   ejectMs: number;
   loadFactor: number;
+  /** How often active checks run (0: none): a passing one takes an ejected replica back before its time. */
+  healthMs?: number;
+}
+
+/** The longest one ejection lasts, however often the replica failed its trials (unless `ejectMs` is longer). */
+export const MAX_EJECT_MS = 60_000;
+
+/** What a replica's failure may say of when to come back: an upstream's Retry-After, in seconds. */
+export interface FailureCause {
+  retryAfter?: number;
 }
 
 type State = "up" | "ejected" | "half-open";
@@ -37,6 +49,10 @@ export class Replica {
   retryAt = 0;
   /** Consecutive ejections, for the back-off of re-admission. */
   ejections = 0;
+  /** The failure that ejected it last (for the answer when no replica is left; see NoReplica). */
+  ejectedBy?: FailureCause;
+  /** Until when the replica itself asked not to be sent requests (its Retry-After; ms since epoch). */
+  notBefore = 0;
   /** Counters for metrics and tests. */
   served = 0;
   failed = 0;
@@ -62,7 +78,7 @@ export interface Lease {
   /** The request succeeded: clears the failure count, re-admits a half-open replica. */
   success(): void;
   /** The replica failed this request (not the client's fault): counts towards ejection. */
-  failure(): void;
+  failure(cause?: FailureCause): void;
   /** Gives the slot back (always call, after success or failure). */
   release(): void;
 }
@@ -87,6 +103,8 @@ export class ReplicaPool {
   private readonly queue: Waiter[] = [];
   /** Looks at the queue again now and then while it is not empty (an ejection's retry time passes without an event). */
   private poll?: NodeJS.Timeout;
+  /** Told whenever what the replicas can run at once may have changed (see runningSlots). */
+  private readonly listeners: Array<() => void> = [];
 
   /** Requests waiting in `acquire` for a replica slot. */
   get waitingCount(): number {
@@ -104,15 +122,40 @@ export class ReplicaPool {
     this.ring.sort((a, b) => a.point - b.point);
   }
 
+  /** What the replicas run at once when all are up. */
   get totalSlots(): number {
     return this.replicas.reduce((s, r) => s + r.slots, 0);
+  }
+
+  /**
+   * What the replicas can run at once now: an up replica its slots, one on (or due for) its trial
+   * one, an ejected one none. When no replica can run anything, every replica's slots: requests
+   * then meet the pool at once and are answered that no replica is left, rather than queueing for
+   * a replica that will not come back soon.
+   */
+  get runningSlots(): number {
+    const now = Date.now();
+    let n = 0;
+    for (const r of this.replicas) n += r.state === "up" ? r.slots : r.state === "half-open" || now >= r.retryAt ? 1 : 0;
+    return n > 0 ? n : this.totalSlots;
+  }
+
+  /** Calls `listener` whenever `runningSlots` or `totalSlots` may have changed. */
+  onChange(listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  private changed(): void {
+    for (const l of this.listeners) l();
   }
 
   /** What the replica says it runs at once; waiters look again when it has more room than assumed. */
   setSlots(r: Replica, slots: number): void {
     const more = slots > r.slots;
+    const same = slots === r.slots;
     r.slots = slots;
     if (more) this.wake();
+    if (!same) this.changed();
   }
 
   /** A replica may take a request now: up (or half-open with no trial running) and with a free slot. */
@@ -192,7 +235,7 @@ export class ReplicaPool {
       const r = this.pick(w, Date.now());
       if (r) return this.lease(r);
     }
-    if (this.serviceable(Date.now(), exclude).length === 0) throw new NoReplica();
+    if (this.serviceable(Date.now(), exclude).length === 0) throw this.noReplica();
     return new Promise<Lease>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const leave = () => {
@@ -243,7 +286,7 @@ export class ReplicaPool {
     for (const w of [...this.queue]) {
       const r = this.pick(w, now);
       if (r) w.resolve(this.lease(r));
-      else if (this.serviceable(now, w.exclude).length === 0) w.reject(new NoReplica());
+      else if (this.serviceable(now, w.exclude).length === 0) w.reject(this.noReplica());
     }
     if (this.queue.length === 0 && this.poll) {
       clearInterval(this.poll);
@@ -262,7 +305,7 @@ export class ReplicaPool {
     const serviceable = this.serviceable(now, exclude);
     const r = prefer && serviceable.includes(prefer) ? prefer : serviceable.length > 0 ? this.least(serviceable) : undefined;
     if (!r) return undefined;
-    return { replica: r, success: () => {}, failure: () => this.recordFailure(r), release: () => {} };
+    return { replica: r, success: () => {}, failure: (cause) => this.recordFailure(r, cause), release: () => {} };
   }
 
   /** A slot on the best replica if one is free now; never waits. */
@@ -288,13 +331,10 @@ export class ReplicaPool {
         if (r.state === "up") r.failures = 0;
         else if (trial && r.state === "half-open") {
           this.log(`plinth: upstream ${r.name} is back`);
-          r.state = "up";
-          r.failures = 0;
-          r.trial = false;
-          r.ejections = 0;
+          this.readmit(r);
         }
       },
-      failure: () => this.recordFailure(r),
+      failure: (cause) => this.recordFailure(r, cause),
       release: () => {
         if (released) return;
         released = true;
@@ -305,30 +345,81 @@ export class ReplicaPool {
     };
   }
 
-  recordFailure(r: Replica): void {
+  recordFailure(r: Replica, cause?: FailureCause): void {
+    const now = Date.now();
     r.failed++;
     r.failures++;
+    // The replica said when to come back (a 429's or 503's Retry-After): not before then.
+    if (cause?.retryAfter !== undefined) r.notBefore = Math.max(r.notBefore, now + cause.retryAfter * 1000);
     if (r.state === "half-open" || (r.state === "up" && r.failures >= this.opts.ejectAfter)) {
       r.ejections = Math.min(r.ejections + 1, 16);
       r.state = "ejected";
-      r.retryAt = Date.now() + this.opts.ejectMs * 2 ** (r.ejections - 1);
-      this.log(`plinth: upstream ${r.name} ejected after ${r.failures} failures; retried in ${r.retryAt - Date.now()} ms`);
+      r.ejectedBy = cause;
+      // Doubling on each failed trial, but never past MAX_EJECT_MS (2^15 × 5 s was 45 hours).
+      const backoff = Math.min(this.opts.ejectMs * 2 ** (r.ejections - 1), Math.max(this.opts.ejectMs, MAX_EJECT_MS));
+      r.retryAt = Math.max(now + backoff, r.notBefore);
+      this.log(`plinth: upstream ${r.name} ejected after ${r.failures} failures; retried in ${r.retryAt - now} ms`);
       // Waiters that hoped for this replica must look again (or give up).
       this.wake();
-      setTimeout(() => this.wake(), r.retryAt - Date.now() + 1).unref();
+      this.changed();
+      setTimeout(() => {
+        this.wake();
+        this.changed();
+      }, r.retryAt - now + 1).unref();
     }
   }
 
-  /** An active check passed: an up replica's failure count resets; an ejected one due for a trial comes back. */
+  /**
+   * An active check passed: an up replica's failure count resets; an ejected one is half-open at
+   * once (its next request is the trial), whatever its back-off; a half-open one (or one whose
+   * ejection time is over) is back. Not before the replica's own Retry-After has passed: a replica
+   * that answered 429 is usually healthy by its /health all along.
+   */
   recordHealthy(r: Replica): void {
+    const now = Date.now();
     if (r.state === "up") r.failures = 0;
-    else if (Date.now() >= r.retryAt) {
-      this.log(`plinth: upstream ${r.name} passed its health check and is back`);
-      r.state = "up";
-      r.failures = 0;
-      r.ejections = 0;
+    else if (now < r.notBefore) return;
+    else if (r.state === "ejected" && now < r.retryAt) {
+      this.log(`plinth: upstream ${r.name} passed its health check; trying one request`);
+      r.state = "half-open";
+      r.trial = false;
       this.wake();
+      this.changed();
+    } else {
+      this.log(`plinth: upstream ${r.name} passed its health check and is back`);
+      this.readmit(r);
     }
+  }
+
+  private readmit(r: Replica): void {
+    r.state = "up";
+    r.failures = 0;
+    r.trial = false;
+    r.ejections = 0;
+    r.ejectedBy = undefined;
+    this.wake();
+    this.changed();
+  }
+
+  /**
+   * No replica can take the request: with when one may again, as near as the pool knows (the
+   * soonest an ejected replica is due, or may pass an active check that takes it back), and what
+   * ejected that one.
+   */
+  noReplica(): NoReplica {
+    const now = Date.now();
+    let soonest: Replica | undefined;
+    let at = Infinity;
+    for (const r of this.replicas) {
+      if (r.state !== "ejected") continue;
+      const healthMs = this.opts.healthMs ?? 0;
+      const due = healthMs > 0 ? Math.min(r.retryAt, Math.max(r.notBefore, now + healthMs)) : r.retryAt;
+      if (due < at) {
+        at = due;
+        soonest = r;
+      }
+    }
+    return new NoReplica(soonest ? Math.max(0, at - now) : undefined, soonest?.ejectedBy);
   }
 
   private wake(): void {
@@ -345,7 +436,12 @@ export class ReplicaWaitTimeout extends Error {
 
 /** Every replica of the model is ejected (or was already tried by this request). */
 export class NoReplica extends Error {
-  constructor() {
+  constructor(
+    /** When an ejected replica may take requests again, in ms from now (none ejected: undefined). */
+    readonly retryInMs?: number,
+    /** The failure that ejected that replica. */
+    readonly ejectedBy?: FailureCause,
+  ) {
     super("no replica of this model is available");
   }
 }

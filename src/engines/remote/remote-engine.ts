@@ -67,30 +67,42 @@ interface Opened {
 /** How long prompts go uncounted after the upstream's tokenizer failed on every replica. */
 const COUNT_PAUSE_MS = 30_000;
 
-/** What a pool-wide failure looks like to the client: try again later. */
-function unavailable(name: string, last: UpstreamFailure | undefined): ApiError {
+/**
+ * What a pool-wide failure looks like to the client: try again later. `tried` is what the last
+ * replica this request tried answered; `gone`, when no replica was left to try, says when one may
+ * take requests again and what ejected it, which stands for `tried` when the request found every
+ * replica ejected and tried none.
+ */
+function unavailable(name: string, tried: UpstreamFailure | undefined, gone?: NoReplica): ApiError {
+  const last = tried ?? (gone?.ejectedBy instanceof UpstreamFailure ? gone.ejectedBy : undefined);
+  // When to ask again: the replica's own estimate for a request it just refused, else when the
+  // pool takes an ejected replica back (not the estimate a replica gave when it was ejected).
+  const goneS = gone?.retryInMs === undefined ? undefined : Math.max(1, Math.ceil(gone.retryInMs / 1000));
+  const retryAfter = (fallback: number) => String(tried?.retryAfter ?? goneS ?? last?.retryAfter ?? fallback);
   // The last replica tried gave the answer up for lack of capacity: that is what the client hears.
   if (last instanceof UpstreamShortage) return shortageMidAnswer(name);
   if (last?.kind === "status" && last.status === 429)
     return new ApiError(429, `Every replica of '${name}' is overloaded; retry shortly.`, {
       code: "upstream_overloaded",
       reason: "overloaded",
-      headers: { "retry-after": String(last.retryAfter ?? 1) },
+      headers: { "retry-after": retryAfter(1) },
     });
   if (last?.misconfigured)
     return new ApiError(502, `The upstream serving '${name}' refused this server's request (${last.message}); check its entry (URL, api key, model).`, {
       code: "upstream_misconfigured",
     });
   // Overloaded (a reason dialects with their own finish reasons report as such: SpAk answers a
-  // request cut short by it with insufficient_system_resource) only where the replicas said so or ran
-  // out of time. A replica that broke its stream, answered garbage or a 500, or could not be reached
-  // failed: that is an error, not a lack of capacity, and SpAk had answered it as an empty 200.
-  const capacity = !last || last.kind === "timeout" || (last.kind === "status" && last.status === 503);
+  // request cut short by it with insufficient_system_resource) only where the replicas said so. A
+  // replica that broke its stream, answered garbage or a 500, could not be reached, or went silent
+  // (a connect, first-token or idle timeout) failed: that is an error, not a lack of capacity, and
+  // SpAk had answered it as an empty 200 (a stalled stream's text dropped).
+  const capacity = !last || (last.kind === "status" && last.status === 503);
   const err = new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
     code: "upstream_unavailable",
     ...(capacity ? { reason: "overloaded" as const } : {}),
-    // The last replica's own estimate when it gave one (a 503 with Retry-After), else a short wait.
-    headers: { "retry-after": String(last?.retryAfter ?? 2) },
+    // The last replica's own estimate when it gave one (a 503 with Retry-After), else when an
+    // ejected replica is due back, else a short wait.
+    headers: { "retry-after": retryAfter(2) },
   });
   // The body the client is not shown, logged with the 503 (the error handler logs every 5xx).
   if (last?.detail) Object.assign(err, { upstream_body: last.detail });
@@ -125,7 +137,6 @@ const HEALTH_BODY_MS = 2_000;
  * applies stop strings and renders every dialect as for a local model.
  */
 export class RemoteEngine implements Engine<RemotePrepared> {
-  readonly slots: number;
   // No `idle`: an upstream stream the core stops reading just waits in its socket, holding up no
   // other request (its idle timer runs from each read).
   readonly embeddings?: Embedder;
@@ -161,18 +172,36 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       reasoning?: boolean;
     },
   ) {
-    // What the core admits: every replica's slots, and for replicas that report fewer than the
-    // configured default, the default still: those requests wait here for a replica slot (see
-    // ReplicaPool), as they would have waited in the replica's own queue, rather than being refused
-    // by this server's queue bound first.
-    this.slots = pool.replicas.reduce((s, r) => s + Math.max(r.slots, source.slots), 0);
     this.hasTokenize = source.tokenize ? undefined : false;
     this.unsupported = new Set([...source.unsupported, ...(info.lacks ?? [])]);
-    if (info.embedding) this.embeddings = new RemoteEmbedder(this, info.embedding, info.contextSize);
+    // Embeddings run on the upstream's own embedding contexts, beside its generation slots: as many
+    // at once as the configured (or default) count per replica (see `request`).
+    if (info.embedding) this.embeddings = new RemoteEmbedder(this, info.embedding, info.contextSize, pool.replicas.reduce((n, r) => n + Math.max(r.slots, source.slots), 0));
     if (source.healthIntervalMs > 0) {
       this.healthTimer = setInterval(() => void this.checkHealth(), source.healthIntervalMs);
       this.healthTimer.unref();
     }
+  }
+
+  /**
+   * What the core runs at once: what the replicas run at once now (see ReplicaPool.runningSlots),
+   * so that requests past it wait in the core's queue, where end users take turns and one
+   * request's `n` is capped, not in the pool's first-come-first-served wait for a replica slot.
+   */
+  get slots(): number {
+    return this.pool.runningSlots;
+  }
+
+  onSlots(listener: (running: number, nominal: number) => void): void {
+    let last = "";
+    const tell = () => {
+      const now = `${this.pool.runningSlots}/${this.pool.totalSlots}`;
+      if (now === last) return;
+      last = now;
+      listener(this.pool.runningSlots, this.pool.totalSlots);
+    };
+    this.pool.onChange(tell);
+    tell();
   }
 
   describe(): ModelDescription {
@@ -277,8 +306,18 @@ export class RemoteEngine implements Engine<RemotePrepared> {
    * `prepare` left for later running beside it. When the count says the request cannot fit, the
    * opened request is closed again and the core refuses it.
    */
-  async open(prep: RemotePrepared, signal: AbortSignal): Promise<void> {
+  async open(prep: RemotePrepared, signal: AbortSignal, queued = false): Promise<void> {
     signal.throwIfAborted();
+    if (queued) {
+      // It waits for its turn in the core's queue: nothing goes upstream to generate until then
+      // (`generate` opens it), and no replica slot is taken that a running request needs. Only the
+      // count, which decides whether it can run at all, is made now (it takes no replica slot).
+      if (prep.countInOpen) {
+        prep.countInOpen = false;
+        await this.count(prep, signal);
+      }
+      return;
+    }
     if (!prep.countInOpen) {
       prep.opened = await this.openStream(prep, signal);
       return;
@@ -371,12 +410,13 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           lease.release();
           throw err;
         }
-        lease.failure();
+        const failure = asFailure(err);
+        lease.failure(failure);
         lease.release();
         // The header names the replicas that serve, never one that failed.
         this.forgetReplica(prep, seed);
         tried.add(lease.replica);
-        failover.last = asFailure(err);
+        failover.last = failure;
         await backoff(attempt, signal);
       } finally {
         signal.removeEventListener("abort", onAbort);
@@ -396,7 +436,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     try {
       return await this.pool.acquire(prep.key, tried, signal, prefer, limitMs);
     } catch (err) {
-      if (err instanceof NoReplica) throw unavailable(this.id, last ?? prep.failover?.last);
+      if (err instanceof NoReplica) throw unavailable(this.id, last ?? prep.failover?.last, err);
       if (err instanceof ReplicaWaitTimeout) throw queueTimeout(this.source.queueTimeoutMs);
       throw err;
     } finally {
@@ -521,7 +561,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
       try {
         if (auxiliary) {
           lease = this.pool.peek(tried, attempt === 0 ? prefer : undefined);
-          if (!lease) throw new NoReplica();
+          if (!lease) throw this.pool.noReplica();
         } else {
           // Embeddings run on the upstream's own embedding contexts, beside its generation slots:
           // they are held to the configured (or default) count, not to the generation slots a
@@ -530,7 +570,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           lease = await this.pool.acquire(undefined, tried, signal, attempt === 0 ? prefer : undefined, this.source.queueTimeoutMs, atMost);
         }
       } catch (err) {
-        if (err instanceof NoReplica) throw unavailable(this.id, last);
+        if (err instanceof NoReplica) throw unavailable(this.id, last, err);
         if (err instanceof ReplicaWaitTimeout) throw queueTimeout(err.waitedMs);
         throw err;
       }
@@ -558,7 +598,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         if (!(err instanceof UpstreamFailure) || !err.retryable) throw err;
         // A failing tokenizer says as little about generation as a working one does: only the
         // replica's own work ejects it (a broken /tokenize ejected replicas that generated fine).
-        if (!auxiliary) lease.failure();
+        if (!auxiliary) lease.failure(err);
         tried.add(lease.replica);
         last = err;
         await backoff(attempt);
@@ -688,7 +728,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           throw err;
         }
         const failure = asFailure(err);
-        lease.failure();
+        lease.failure(failure);
         if (failure instanceof UpstreamShortage && ((reader.sawOutput && !held) || made >= this.source.attempts)) {
           // Given up after output reached the client, or by the last replica there was to try: what
           // it answered and counted goes out, then the shortage (SpAk's finish reason; a 503 or
@@ -886,6 +926,7 @@ class RemoteEmbedder implements Embedder {
     private readonly engine: RemoteEngine,
     embedding: RemoteEmbedding,
     contextSize: number | undefined,
+    slots: number,
   ) {
     const known = embedding.pooling === "cls" || embedding.pooling === "last" || embedding.pooling === "mean";
     this.info = {
@@ -894,7 +935,7 @@ class RemoteEmbedder implements Embedder {
       poolingDeclared: known ? (embedding.poolingDeclared ?? true) : false,
       maxInputTokens: embedding.maxInputTokens ?? contextSize ?? 2 ** 31 - 1,
       vocabularySize: 2 ** 31 - 1,
-      slots: engine.slots,
+      slots,
       embeddingOnly: embedding.only === true,
     };
   }
