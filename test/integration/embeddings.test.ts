@@ -356,7 +356,7 @@ test("a BERT text of whitespace only is embedded as [CLS] [SEP], counted the sam
   assert.equal(counted.json.count, 2);
   const embedded = await s.http.post("/v1/embeddings", { model: "bert", input: [" \n ", "hello"] });
   assert.equal(embedded.status, 200, JSON.stringify(embedded.json));
-  assertUnit(embedded.json.data[0].embedding);
-  assert.ok(distance(embedded.json.data[0].embedding, embedded.json.data[1].embedding) > 1e-3);
+  assertUnit(embedded.json.data[0].embedding as number[]);
+  assert.ok(distance(embedded.json.data[0].embedding as number[], embedded.json.data[1].embedding as number[]) > 1e-3);
   assert.equal(embedded.json.usage.prompt_tokens, 2 + (await s.http.post("/tokenize", { model: "bert", prompt: "hello" })).json.count);
 });
