@@ -116,7 +116,7 @@ export class RuntimeModelLoader implements ModelLoader {
     if (!/\.gguf$/i.test(source.trim()) && !source.trim().startsWith("hf:"))
       throw badRequest(`'${source}' is neither a served model nor a .gguf path or hf: reference.`, "source");
     try {
-      const parsed = parseModelArg(name ? `${name}=${source}` : source);
+      const parsed = parseModelArg(source, name);
       return { id: parsed.id, kind: parsed.kind, source: parsed, settings: this.settings };
     } catch (err) {
       throw badRequest(`'${source}' is neither a served model nor a model source: ${(err as Error).message}`, "source");

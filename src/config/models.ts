@@ -13,8 +13,9 @@ export function modelSpecs(config: PlinthConfig): Array<ModelSpec & { source: Mo
   const threads = config.threads === undefined ? undefined : Math.min(config.threads, availableParallelism());
   return entries.map((entry) => {
     const own: Partial<Exclude<ModelEntry, string>> = typeof entry === "string" ? {} : entry;
-    const arg = typeof entry === "string" ? entry : entry.name ? `${entry.name}=${entry.source}` : entry.source;
-    const source = parseModelArg(arg);
+    // An entry's own name is not joined to its source with "=": a name that reads as a path ("..",
+    // "/x") would turn into part of the path rather than be checked as a name.
+    const source = typeof entry === "string" ? parseModelArg(entry) : parseModelArg(entry.source, entry.name);
     const wrapper = own["chat-wrapper"] ?? config["chat-wrapper"];
     return {
       id: source.id,

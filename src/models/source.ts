@@ -24,22 +24,24 @@ const HUB_NAME = /^[A-Za-z0-9_.-]+$/;
 const GGUF_EXT = /\.gguf$/i;
 
 /**
- * Parses `[name=]<path | hf:owner/repo[@revision]/path/to/file.gguf>`.
+ * Parses `[name=]<path | hf:owner/repo[@revision]/path/to/file.gguf>`. With `name` given (a config
+ * file's `{name, source}`, the admin API's `name`), `arg` is the source alone: nothing in it is read
+ * as a name, and the name is never read as part of a path.
  */
-export function parseModelArg(arg: string): ModelSource {
+export function parseModelArg(arg: string, name?: string): ModelSource {
   const raw = arg.trim();
   if (raw === "") throw new ModelSourceError("empty --model value; expected a .gguf path or hf:owner/repo/file.gguf");
 
-  const { name, spec } = splitName(raw, arg);
+  const { name: named, spec } = name === undefined ? splitName(raw, arg) : { name: checkName(name.trim(), `${name}=${arg}`), spec: raw };
   if (spec === "") throw new ModelSourceError(`--model "${arg}" names a model but gives no path or hf: reference after "="`);
 
   if (spec.startsWith(HF_PREFIX)) {
     const ref = parseHfRef(spec.slice(HF_PREFIX.length), arg);
-    return { id: name ?? idFromFile(ref.file, arg), kind: "hf", ...ref };
+    return { id: named ?? idFromFile(ref.file, arg), kind: "hf", ...ref };
   }
 
   const filePath = expandHome(spec);
-  return { id: name ?? idFromFile(filePath, arg), kind: "file", path: filePath };
+  return { id: named ?? idFromFile(filePath, arg), kind: "file", path: filePath };
 }
 
 /** Canonical `hf:` spelling of a source, as a user would type it (revision shown only when not the default). */
@@ -56,11 +58,22 @@ function splitName(raw: string, arg: string): { name?: string; spec: string } {
   // the path when what comes before it reads as a path (absolute, ./ ../ or ~ relative, a Windows
   // separator), sits inside an hf: reference, or when the whole argument is a file that exists.
   // Other paths with "=" stay usable by writing "./".
-  if (/^(?:[/~]|\.{1,2}(?:[/\\]|$))/.test(prefix) || prefix.includes("\\") || prefix.startsWith(HF_PREFIX) || existsSync(expandHome(raw))) return { spec: raw };
-  const name = prefix.trim();
+  // A bare "." or ".." before the "=" is a name (refused below), not a folder: "../x.gguf" has its "/".
+  if (/^(?:[/~]|\.{1,2}[/\\])/.test(prefix) || prefix.includes("\\") || prefix.startsWith(HF_PREFIX) || existsSync(expandHome(raw))) return { spec: raw };
+  return { name: checkName(prefix.trim(), arg), spec: raw.slice(eq + 1).trim() };
+}
+
+/**
+ * A model name as given: not empty, no whitespace, and neither "." nor ".." (nor such a segment
+ * between its "/"s): clients and proxies fold those out of URL paths (`/v1/models/{name}`,
+ * `/api/2.0/plinth/models/{name}`), so such a model could be neither asked for nor unloaded.
+ */
+function checkName(name: string, arg: string): string {
   if (name === "") throw new ModelSourceError(`--model "${arg}" has an empty name before "="`);
   if (/\s/.test(name)) throw new ModelSourceError(`--model "${arg}": model name "${name}" must not contain whitespace`);
-  return { name, spec: raw.slice(eq + 1).trim() };
+  if (name.split("/").some((part) => part === "." || part === ".."))
+    throw new ModelSourceError(`--model "${arg}": a model cannot be named "${name}": "." and ".." (alone or between "/"s) are folded out of URL paths`);
+  return name;
 }
 
 function parseHfRef(rest: string, arg: string): { owner: string; repo: string; revision: string; file: string } {
@@ -102,7 +115,7 @@ function parseHfRef(rest: string, arg: string): { owner: string; repo: string; r
 function idFromFile(filePath: string, arg: string): string {
   const base = filePath.split(/[\\/]/).pop() ?? "";
   const id = base.replace(GGUF_EXT, "");
-  if (id === "") throw new ModelSourceError(`--model "${arg}": cannot derive a model name from "${filePath}"; use name=<path>`);
+  if (id === "" || id === "." || id === "..") throw new ModelSourceError(`--model "${arg}": cannot derive a model name from "${filePath}"; use name=<path>`);
   return id;
 }
 

@@ -89,6 +89,22 @@ test("the admin route refuses each unusable model file as a 400 naming `source`,
   assert.equal(health.status, 200, await health.text());
 });
 
+test("a model named '.' or '..' is a 400 naming `name`: such a name would be folded out of /api/2.0/plinth/models/{name}", async () => {
+  const source = await ensureFixtureModel();
+  for (const name of [".", ".."]) {
+    const r = await dbx(s, "POST", "/api/2.0/plinth/models", { source, name });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error_code, "INVALID_PARAMETER_VALUE", r.text);
+    assert.match(r.json.message, /\bname\b/, r.text);
+    assert.match(r.json.message, /not '\.' or '\.\.'/, r.text);
+    assert.doesNotMatch(r.json.message, /does not exist|source/, r.text);
+  }
+  // Dots inside a name are fine.
+  const dotted = await dbx(s, "POST", "/api/2.0/plinth/models", { source, name: "tiny.v2" });
+  assert.equal(dotted.status, 200, dotted.text);
+  assert.equal((await dbx(s, "DELETE", "/api/2.0/plinth/models/tiny.v2")).status, 200);
+});
+
 test("a serving endpoint whose entity is an unusable model file is refused as a 400 naming the entity, at once", async () => {
   for (const [what, name] of Object.entries(BAD)) {
     const entity_name = path.join(dir, name);

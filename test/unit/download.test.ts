@@ -9,6 +9,8 @@ import path from "node:path";
 
 import { DEFAULT_MODEL, ModelSourceError, parseModelArg, type ModelSource } from "../../src/models/source.ts";
 import { listCachedModels } from "../../src/models/cache-list.ts";
+import { modelSpecs } from "../../src/config/models.ts";
+import { configSchema } from "../../src/config/schema.ts";
 import { ModelDownloadError, resolveModelPath } from "../../src/models/download.ts";
 
 // ---- fixture data ----------------------------------------------------------------------
@@ -179,6 +181,12 @@ test("parseModelArg: malformed input", () => {
     ["hf:owner/repo/../m.gguf", /invalid file path/],
     ["hf:ow ner/repo/m.gguf", /invalid owner/],
     ["/models/.gguf", /cannot derive a model name/],
+    // "." and ".." are folded out of URL paths: a model so named could not be asked for or unloaded.
+    ["..=/abs/tiny.gguf", /cannot be named "\.\."/],
+    [".=/abs/tiny.gguf", /cannot be named "\."/],
+    ["org/..=/abs/tiny.gguf", /cannot be named "org\/\.\."/],
+    ["/models/..gguf", /cannot derive a model name/],
+    ["/models/...gguf", /cannot derive a model name/],
   ];
   for (const [arg, re] of bad) {
     assert.throws(() => parseModelArg(arg), (err: unknown) => {
@@ -189,6 +197,18 @@ test("parseModelArg: malformed input", () => {
   }
   // A name makes an id-less file acceptable.
   assert.equal(parseModelArg("x=/models/.gguf").kind, "file");
+  assert.equal(parseModelArg("/models/...gguf", "x").id, "x");
+});
+
+test("parseModelArg: a name given apart (a config file's {name, source}) is checked as a name, never read as a path", () => {
+  assert.deepEqual(parseModelArg("/abs/tiny.gguf", "chat"), { id: "chat", kind: "file", path: "/abs/tiny.gguf" });
+  // Joined with "=" these read as paths ("../=…", "/x=…"); apart they are names, and ".." is refused.
+  assert.throws(() => parseModelArg("/abs/tiny.gguf", ".."), /cannot be named "\.\."/);
+  assert.throws(() => parseModelArg("/abs/tiny.gguf", "."), /cannot be named "\."/);
+  assert.throws(() => parseModelArg("/abs/tiny.gguf", "my model"), /whitespace/);
+  assert.deepEqual(parseModelArg("a=b.gguf", "n"), { id: "n", kind: "file", path: "a=b.gguf" }, "the source is all path");
+  assert.deepEqual(modelSpecs(configSchema.parse({ model: [{ name: "named", source: "/abs/tiny.gguf" }] }))[0].source, { id: "named", kind: "file", path: "/abs/tiny.gguf" });
+  assert.throws(() => modelSpecs(configSchema.parse({ model: [{ name: "..", source: "/abs/tiny.gguf" }] })), /cannot be named "\.\."/);
 });
 
 // ---- resolveModelPath: local files ------------------------------------------------------

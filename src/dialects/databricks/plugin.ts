@@ -172,6 +172,12 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
 
 }
 
+// "." and ".." are left out, as from serving endpoints' entity names: clients and proxies fold them
+// out of the paths that name the model (/api/2.0/plinth/models/{name}, /serving-endpoints/{name}).
+const modelName = z
+  .string()
+  .regex(/^(?!\.\.?$)[A-Za-z0-9_.-]{1,63}$/, "model names are 1 to 63 letters, digits, '.', '_' or '-', and not '.' or '..'");
+
 /** Runtime model loading, a Plinth extension beside the control plane. */
 async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }: DatabricksPluginOptions): Promise<void> {
   installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
@@ -189,7 +195,7 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
     return { models: service.registry.list().filter((m) => service.mayUse(ctx, m.id)).map((m) => modelView(m.id)) };
   });
   scope.post("/", async (request) => {
-    const body = z.strictObject({ source: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_.-]{1,63}$/).optional() }).parse(request.body);
+    const body = z.strictObject({ source: z.string().min(1), name: modelName.optional() }).parse(request.body);
     // The model becomes a pay-per-token endpoint of its name; /serving-endpoints/{name} could then
     // mean either, so the name of a provisioned endpoint is taken, as a second endpoint's would be.
     if (body.name !== undefined && endpoints.isProvisioned(body.name))
