@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { after, before } from "node:test";
-import { type Browser, chromium, type Page } from "playwright-core";
+import { type Browser, type BrowserContextOptions, chromium, type Page } from "playwright-core";
 
 /**
  * The Chromium the browser tests drive: $PLINTH_CHROMIUM when set (a path that does not exist
@@ -26,9 +26,10 @@ if (!CHROMIUM) process.stderr.write(`browser tests skipped: ${NO_BROWSER}\n`);
 
 /**
  * Launches headless Chromium once for the file and gives each test a fresh page (its own context,
- * so local storage and IndexedDB start empty). Read it inside tests and hooks only.
+ * so local storage and IndexedDB start empty; `options` for that context, a time zone say). A
+ * second tab of the same browser is `page.context().newPage()`. Read it inside tests and hooks only.
  */
-export function useBrowser(): { page: () => Promise<Page> } {
+export function useBrowser(): { page: (options?: BrowserContextOptions) => Promise<Page> } {
   let browser: Browser | undefined;
   const pages: Page[] = [];
   before(async () => {
@@ -39,9 +40,9 @@ export function useBrowser(): { page: () => Promise<Page> } {
     await browser?.close();
   });
   return {
-    page: async () => {
+    page: async (options = {}) => {
       if (!browser) throw new Error("no browser (the test should have been skipped)");
-      const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+      const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
       const page = await context.newPage();
       page.setDefaultTimeout(15_000);
       pages.push(page);

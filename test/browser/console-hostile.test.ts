@@ -253,6 +253,94 @@ test("a server that fails (down, a proxy's page, a rate limit, a stream cut or l
   assert.deepEqual(problems, []);
 });
 
+test("a model list that failed as the page loaded is asked again: by Send (which never sends an empty model), on the window's focus and by a timer", { skip }, async () => {
+  const page = await browser.page();
+  const problems: string[] = [];
+  page.on("pageerror", (e) => problems.push(e.message));
+  await page.clock.install();
+  const down = (route: Route) => route.abort("connectionrefused");
+  await page.route("**/v1/models", down);
+  const lists: string[] = [];
+  const chats: string[] = [];
+  page.on("request", (r) => {
+    const path = new URL(r.url()).pathname;
+    if (path === "/v1/models") lists.push(path);
+    if (path === "/v1/chat/completions") chats.push(r.postData() ?? "");
+  });
+  await page.goto(`${s.url}/`);
+  await page.locator("body[data-ready=true]").waitFor();
+  await page.locator("#banner", { hasText: "Cannot list models" }).waitFor();
+  assert.equal(await page.locator("#model option").count(), 0);
+
+  // Still down: Send asks for the list, then says there is no model; nothing is sent, the message stays.
+  lists.length = 0;
+  await page.getByLabel("Message", { exact: true }).fill("Hello?");
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  await page.locator("#settings-error", { hasText: "No model to send to" }).waitFor();
+  assert.equal(lists.length, 1);
+  assert.deepEqual(chats, []);
+  assert.equal(await page.getByLabel("Message", { exact: true }).inputValue(), "Hello?");
+  assert.equal(await page.locator(".turn").count(), 0);
+
+  // Coming back to the window asks again.
+  lists.length = 0;
+  await page.evaluate(() => window.dispatchEvent(new Event("focus")));
+  await page.waitForTimeout(200);
+  assert.equal(lists.length, 1, "asked on focus");
+
+  // The server is back: a timer finds it, with nothing done on the page.
+  await page.unroute("**/v1/models", down);
+  await page.clock.runFor(6000);
+  await page.locator("#banner").waitFor({ state: "hidden" });
+  assert.equal(await page.locator("#model").inputValue(), "model:tiny");
+
+  // And Send sends to it once the list is there again, having asked for it.
+  await page.route("**/v1/models", down);
+  await page.reload();
+  await page.locator("body[data-ready=true]").waitFor();
+  await page.locator("#banner", { hasText: "Cannot list models" }).waitFor();
+  await page.unroute("**/v1/models", down);
+  await page.getByLabel("max tokens").fill("3");
+  await page.getByLabel("Message", { exact: true }).fill("Hello again?");
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  await page.locator(".turn-assistant .stats", { hasText: "finish:" }).waitFor();
+  assert.equal(JSON.parse(chats.at(-1) ?? "{}").model, "tiny");
+  assert.ok(await page.locator("#banner").isHidden());
+  assert.deepEqual(problems, []);
+});
+
+test("settings too large for local storage are said not to be kept, never an uncaught error", { skip }, async () => {
+  const { page, problems } = await open();
+  const system = page.getByLabel("System prompt");
+  const set = (text: string) => system.evaluate((e, t) => {
+    (e as HTMLTextAreaElement).value = t;
+    e.dispatchEvent(new Event("change", { bubbles: true }));
+  }, text);
+  await set("Be brief.");
+  assert.match((await page.evaluate(() => localStorage.getItem("plinth.settings"))) ?? "", /Be brief\./);
+  // Local storage filled almost to its quota (a few MB, which a 6 MB system prompt would pass alone;
+  // filled, a field of 200 KB does it, without the time a page takes to draw 6 MB in a text box).
+  await page.evaluate(() => {
+    for (let size = 6_000_000; size > 0; size -= 50_000) {
+      try {
+        localStorage.setItem("filler", "x".repeat(size));
+        return;
+      } catch {}
+    }
+  });
+  await set("x".repeat(200_000));
+  const note = page.locator("#settings-store-error");
+  await note.filter({ hasText: "These settings could not be kept in this browser" }).waitFor();
+  assert.ok(await note.isVisible());
+  assert.match((await page.evaluate(() => localStorage.getItem("plinth.settings"))) ?? "", /Be brief\./, "the last settings kept are still there");
+  // A size that fits is kept again, and the note goes.
+  await page.evaluate(() => localStorage.removeItem("filler"));
+  await set("Be briefer.");
+  await note.waitFor({ state: "hidden" });
+  assert.match((await page.evaluate(() => localStorage.getItem("plinth.settings"))) ?? "", /Be briefer\./);
+  assert.deepEqual(problems, []);
+});
+
 test("operator: metrics that fail are said under the charts, and the admin key's hint stays", { skip }, async () => {
   const { page } = await open();
   await page.route("**/metrics", (route) => route.fulfill({ status: 503, headers: { "content-type": "application/json" }, body: JSON.stringify({ error: { message: "Metrics are resting." } }) }));
@@ -392,4 +480,11 @@ test("keys: hostile and long names are text, the created key is never cached, a 
   assert.match((await page.locator("#keys-table tbody tr", { hasText: "<img" }).textContent()) ?? "", /active/);
   await assertInert(page);
   assert.deepEqual(problems, []);
+
+  // On a phone: the long name wraps, the tables stay within the screen, the page never scrolls sideways.
+  await page.setViewportSize({ width: 360, height: 740 });
+  await page.locator("#usage-table tbody tr").first().waitFor();
+  assert.equal(await page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"), 0, "no sideways scrolling");
+  const table = await page.locator("#keys-table").boundingBox();
+  assert.ok(table && table.width <= 360, `the keys table is ${table?.width} px wide`);
 });

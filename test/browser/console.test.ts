@@ -122,6 +122,92 @@ test("Stop ends an answer mid-stream and the page takes input again", { skip }, 
   assert.ok(words > 0 && words < 2000 * 3, `stopped early (${words} characters)`);
 });
 
+test("the next message is typed while an answer streams: no key is lost and none stops it; Escape, or Stop a Tab away, does", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 4000, extra: { logit_bias: NO_EOG } });
+  const box = page.getByLabel("Message", { exact: true });
+  const focused = () => page.evaluate(() => document.activeElement?.id);
+  await box.fill("Go on and on.");
+  await box.press("Enter");
+  await page.locator(".turn-assistant .content.streaming").filter({ hasText: /\S{3}/ }).waitFor();
+  // The focus stayed in the prompt (it went to Stop, whose first Space ended the answer).
+  await page.keyboard.type("and then what?");
+  assert.equal(await box.inputValue(), "and then what?");
+  assert.equal(await page.locator(".turn-assistant .content.streaming").count(), 1, "still streaming");
+  await page.keyboard.press("Escape");
+  assert.match(await finished(page), /finish: stopped/);
+  assert.equal(await box.inputValue(), "and then what?");
+  assert.equal(await focused(), "prompt");
+  // Sent as typed; Stop is the next Tab stop (Send is disabled meanwhile). Max tokens left to the
+  // server (the rest of the context), set without moving the focus.
+  await page.locator('#settings [name="max_tokens"]').evaluate((e) => ((e as HTMLInputElement).value = ""));
+  await page.keyboard.press("Enter");
+  await page.locator(".turn-assistant").nth(1).locator(".content.streaming").filter({ hasText: /\S{3}/ }).waitFor();
+  assert.equal(await page.locator(".turn-user .content").nth(1).textContent(), "and then what?");
+  await page.keyboard.press("Tab");
+  assert.equal(await focused(), "stop");
+  await page.keyboard.press("Enter");
+  assert.match(await finished(page), /finish: stopped/);
+  assert.equal(await focused(), "prompt", "back to the prompt once Stop is gone");
+});
+
+test("the conversation list keeps the keyboard focus while an answer streams and is saved", { skip }, async () => {
+  const page = await open();
+  await configure(page, { model: "tiny", maxTokens: 3, extra: { logit_bias: NO_EOG } });
+  await send(page, "An earlier chat");
+  await finished(page);
+  await page.getByRole("button", { name: "New chat" }).click();
+  await configure(page, { maxTokens: 4000 });
+  await send(page, "Go on and on.");
+  await page.locator(".turn-assistant .content.streaming").filter({ hasText: /\S{3}/ }).waitFor();
+  const label = () => page.evaluate(() => document.activeElement?.getAttribute("aria-label"));
+  await page.getByRole("button", { name: "Delete An earlier chat" }).focus();
+  // Saved (and listed) every 2 s while it streams, and once more when it ends: the rows are kept.
+  await page.waitForTimeout(2200);
+  assert.equal(await label(), "Delete An earlier chat");
+  await page.keyboard.press("Escape");
+  assert.match(await finished(page), /finish: stopped/);
+  await callModule(page, "playground.js", "renderList");
+  assert.equal(await label(), "Delete An earlier chat");
+  // Deleted from the keyboard: the focus goes to the row that is left.
+  await page.keyboard.press("Enter");
+  await page.getByRole("button", { name: "An earlier chat", exact: true }).waitFor({ state: "detached" });
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Go on and on.");
+  assert.equal(await page.locator("#conversation-list li").count(), 1);
+});
+
+test("one conversation in two tabs: neither overwrites the other's turns; the later save is kept as a new conversation, and said", { skip }, async () => {
+  const one = await open();
+  await configure(one, { model: "tiny", maxTokens: 3, extra: { logit_bias: NO_EOG } });
+  await send(one, "Shared start");
+  await finished(one);
+  // A second tab of the same browser (the same IndexedDB) goes on with it, then the first does.
+  const two = await one.context().newPage();
+  await two.goto(`${s.url}/`);
+  await two.locator("body[data-ready=true]").waitFor();
+  await two.getByRole("button", { name: "Shared start", exact: true }).click();
+  await configure(two, { model: "tiny", maxTokens: 3, extra: { logit_bias: NO_EOG } });
+  await send(two, "From tab two");
+  await finished(two);
+  await send(one, "From tab one");
+  await finished(one);
+  await one.locator("#save-status", { hasText: "changed in another tab" }).waitFor();
+  const threads = (await callModule(one, "store.js", "listConversations")).map((c: any) =>
+    c.messages.filter((t: any) => t.role === "user").map((t: any) => t.content).join(" / "),
+  );
+  assert.deepEqual(threads.sort(), ["Shared start / From tab one", "Shared start / From tab two"]);
+  // Each tab goes on with its own, saved where it is.
+  await send(one, "Again from one");
+  await finished(one);
+  await send(two, "Again from two");
+  await finished(two);
+  assert.equal(await two.locator("#save-status").textContent(), "");
+  const after = (await callModule(two, "store.js", "listConversations")).map((c: any) =>
+    c.messages.filter((t: any) => t.role === "user").map((t: any) => t.content).join(" / "),
+  );
+  assert.deepEqual(after.sort(), ["Shared start / From tab one / Again from one", "Shared start / From tab two / Again from two"]);
+});
+
 test("with n: 2 each choice is an answer of its own, not mixed into one", { skip }, async () => {
   const page = await open();
   await configure(page, { model: "tiny", maxTokens: 6, extra: { logit_bias: NO_EOG, n: 2 } });
@@ -361,9 +447,14 @@ test("side by side streams one prompt to two models next to each other", { skip 
   await page.getByRole("link", { name: "Side by side" }).click();
   await page.getByLabel("Model A").selectOption("tiny");
   await page.getByLabel("Model B").selectOption("think");
-  await page.getByLabel("Prompt", { exact: true }).fill("Say something.");
-  await page.getByRole("button", { name: "Send to both" }).click();
+  // From the keyboard, as in the playground: Enter sends (no new line), the focus stays in the prompt.
+  const prompt = page.getByLabel("Prompt", { exact: true });
+  const focused = () => page.evaluate(() => document.activeElement?.id);
+  await prompt.fill("Say something.");
+  await prompt.press("Enter");
   for (const col of ["#col-a", "#col-b"]) await page.locator(`${col} .stats`, { hasText: "finish: length" }).waitFor();
+  assert.equal(await prompt.inputValue(), "Say something.");
+  assert.equal(await focused(), "compare-prompt");
   assert.equal(await page.locator("#col-a-title").textContent(), "A · tiny");
   assert.equal(await page.locator("#col-b-title").textContent(), "B · think");
   for (const col of ["#col-a", "#col-b"]) {
@@ -373,6 +464,17 @@ test("side by side streams one prompt to two models next to each other", { skip 
     const reasoning = (await page.locator(`${col} .reasoning-text`).textContent()) ?? "";
     assert.ok(shown.length + reasoning.length > 0);
   }
+  // Enter on "Send to both" (disabled while both stream): the focus goes to the prompt, not to
+  // nowhere, and Escape stops both.
+  await page.locator('#settings [name="max_tokens"]').evaluate((e) => ((e as HTMLInputElement).value = "4000"));
+  await page.getByRole("button", { name: "Send to both" }).focus();
+  await page.keyboard.press("Enter");
+  await page.locator("#col-a .content.streaming").filter({ hasText: /\S{3}/ }).waitFor();
+  assert.equal(await focused(), "compare-prompt");
+  await page.keyboard.press("Escape");
+  for (const col of ["#col-a", "#col-b"]) await page.locator(`${col} .stats`, { hasText: "finish: stopped" }).waitFor();
+  assert.equal(await focused(), "compare-prompt");
+  assert.ok(await page.getByRole("button", { name: "Send to both" }).isEnabled());
 });
 
 test("on a narrow screen the playground is one column: the thread first, then the settings", { skip }, async () => {
@@ -383,8 +485,14 @@ test("on a narrow screen the playground is one column: the thread first, then th
   assert.ok(thread && settings);
   assert.ok(settings.y >= thread.y + thread.height - 1, "settings below the thread");
   assert.ok(settings.width > 300 && thread.width > 300, "both full width");
-  const overflow = await page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
-  assert.equal(overflow, 0, "no sideways scrolling");
+  const overflow = () => page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
+  assert.equal(await overflow(), 0, "no sideways scrolling");
+  // Nor on the operator's screen at 360 px: its tables scroll in their own boxes if they must.
+  await page.setViewportSize({ width: 360, height: 740 });
+  await page.getByRole("link", { name: "Operator" }).click();
+  await page.locator("#models-table tbody tr", { hasText: "tiny" }).waitFor();
+  await page.locator('#endpoints-table tr[data-endpoint="tiny"]').waitFor();
+  assert.equal(await overflow(), 0, "no sideways scrolling on the operator's screen");
 });
 
 test("the operator's view lists the models with their state and charts the metrics", { skip }, async () => {
@@ -642,6 +750,35 @@ test("save to server: the chat becomes a stored conversation, opens again by its
   await other.getByLabel("Open a saved conversation (id)").fill("conv_nope");
   await other.getByRole("button", { name: "Open", exact: true }).click();
   await other.locator("#save-status.error", { hasText: "conv_nope" }).waitFor();
+});
+
+test("keys & usage: the dates are this browser's days, sent as the instants they begin and end at", { skip }, async () => {
+  const page = await browser.page({ timezoneId: "Australia/Sydney" });
+  // 08:00 on 6 December in Sydney, still 5 December in UTC: today is the 6th here.
+  await page.clock.setFixedTime(new Date("2026-12-06T08:00:00+11:00"));
+  await page.goto(`${s.url}/#keys`);
+  await page.locator("body[data-ready=true]").waitFor();
+  const from = page.getByLabel("from", { exact: true });
+  const to = page.getByLabel("to", { exact: true });
+  assert.equal(await from.inputValue(), "2026-11-30");
+  assert.equal(await to.inputValue(), "2026-12-06");
+  await page.getByLabel("Admin key", { exact: true }).fill(ADMIN);
+  let asked = page.waitForResponse((r) => r.url().includes("/admin/usage?"));
+  await page.getByRole("button", { name: "Use", exact: true }).click();
+  let url = new URL((await asked).url());
+  assert.equal((await asked).status(), 200);
+  // Sydney's midnight of the first day to the midnight after the last (AEDT, UTC+11).
+  assert.equal(url.searchParams.get("from"), "2026-11-29T13:00:00.000Z");
+  assert.equal(url.searchParams.get("to"), "2026-12-06T13:00:00.000Z");
+  // One day, chosen: that day here, across a change of month.
+  await from.fill("2026-11-30");
+  await to.fill("2026-11-30");
+  asked = page.waitForResponse((r) => r.url().includes("/admin/usage?"));
+  await page.getByRole("button", { name: "Show" }).click();
+  url = new URL((await asked).url());
+  assert.equal((await asked).status(), 200);
+  assert.equal(url.searchParams.get("from"), "2026-11-29T13:00:00.000Z");
+  assert.equal(url.searchParams.get("to"), "2026-11-30T13:00:00.000Z");
 });
 
 // Last: once a key exists, the server asks every request for one.

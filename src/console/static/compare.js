@@ -3,6 +3,7 @@
 // that serving endpoints exist for), both answers streamed at once.
 
 import { AnswerStream, AnswerView } from "./answer.js";
+import { initComposer, setComposerBusy } from "./composer.js";
 import { jsonMode, requestBody, SettingsError } from "./settings.js";
 import { parseTarget, streamTo, targetLabel } from "./targets.js";
 
@@ -50,24 +51,49 @@ async function run(target, text, column, title, signal) {
   view.update(turn, { done: true });
 }
 
-export function initCompare() {
-  const stop = /** @type {HTMLButtonElement} */ ($("compare-stop"));
-  const send = /** @type {HTMLButtonElement} */ ($("compare-send"));
-  $("compare-form").addEventListener("submit", async (e) => {
+/**
+ * @param {{ reloadModels: () => Promise<unknown> }} opts `reloadModels` fills the pickers again from
+ *   the server (Send asks for the list again when a picker is empty)
+ */
+export function initCompare({ reloadModels }) {
+  /** @type {import("./composer.js").Composer} */
+  const composer = {
+    screen: $("screen-compare"),
+    form: /** @type {HTMLFormElement} */ ($("compare-form")),
+    prompt: /** @type {HTMLTextAreaElement} */ ($("compare-prompt")),
+    send: /** @type {HTMLButtonElement} */ ($("compare-send")),
+    stop: /** @type {HTMLButtonElement} */ ($("compare-stop")),
+    onStop: () => running?.abort(),
+  };
+  const picker = (/** @type {string} */ id) => /** @type {HTMLSelectElement} */ ($(id));
+  let asking = false;
+  composer.form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    const text = /** @type {HTMLTextAreaElement} */ ($("compare-prompt")).value.trim();
+    if (!composer.prompt.value.trim() || running || asking) return;
+    if (!picker("compare-a").value || !picker("compare-b").value) {
+      asking = true;
+      try {
+        await reloadModels();
+      } finally {
+        asking = false;
+      }
+    }
+    // Read after the wait: the prompt as it is now.
+    const text = composer.prompt.value.trim();
     if (!text || running) return;
-    const a = parseTarget(/** @type {HTMLSelectElement} */ ($("compare-a")).value);
-    const b = parseTarget(/** @type {HTMLSelectElement} */ ($("compare-b")).value);
+    const a = parseTarget(picker("compare-a").value);
+    const b = parseTarget(picker("compare-b").value);
     $("col-a-title").textContent = `A · ${targetLabel(a)}`;
     $("col-b-title").textContent = `B · ${targetLabel(b)}`;
     running = new AbortController();
-    send.disabled = true;
-    stop.hidden = false;
-    await Promise.all([run(a, text, $("col-a"), $("col-a-title"), running.signal), run(b, text, $("col-b"), $("col-b-title"), running.signal)]);
-    running = undefined;
-    send.disabled = false;
-    stop.hidden = true;
+    // As in the playground: the focus stays in the prompt, Stop is a Tab away, or Escape.
+    setComposerBusy(composer, true);
+    try {
+      await Promise.all([run(a, text, $("col-a"), $("col-a-title"), running.signal), run(b, text, $("col-b"), $("col-b-title"), running.signal)]);
+    } finally {
+      running = undefined;
+      setComposerBusy(composer, false);
+    }
   });
-  stop.addEventListener("click", () => running?.abort());
+  initComposer(composer);
 }

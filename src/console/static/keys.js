@@ -55,6 +55,15 @@ function status(text, error = false) {
 /** A date as YYYY-MM-DD in this browser's time zone, as the date inputs show it. @param {Date} d */
 const localDay = (d) => `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
 
+/**
+ * Midnight, in this browser's time zone, of the day `days` after a YYYY-MM-DD date.
+ * @param {string} date @param {number} days
+ */
+function dayStart(date, days) {
+  const [y, m, d] = date.split("-").map(Number);
+  return new Date(y, m - 1, d + days);
+}
+
 /** @param {Key} k */
 function limits(k) {
   const parts = [];
@@ -123,9 +132,10 @@ async function refreshUsage() {
   const params = new URLSearchParams({ group_by: String(data.get("group_by") ?? "model") });
   const from = String(data.get("from") ?? "");
   const to = String(data.get("to") ?? "");
-  if (from) params.set("from", from);
-  // The end date counts whole: up to the start of the next day.
-  if (to) params.set("to", new Date(Date.parse(to) + 86_400_000).toISOString());
+  // The dates are this browser's days: from the first one's midnight here to the end of the last
+  // (the next one's midnight), sent as instants. A bare date would be read as a UTC day.
+  if (from) params.set("from", dayStart(from, 0).toISOString());
+  if (to) params.set("to", dayStart(to, 1).toISOString());
   const chart = $("usage-chart");
   const tbody = /** @type {HTMLElement} */ (document.querySelector("#usage-table tbody"));
   try {
@@ -196,8 +206,9 @@ export function initKeys() {
       out.textContent = /** @type {Error} */ (err).message;
     }
   });
-  const today = new Date().toISOString().slice(0, 10);
+  // The last seven days, today included, as this browser's calendar has them.
+  const now = new Date();
   const usage = /** @type {HTMLFormElement} */ ($("usage-form"));
-  /** @type {HTMLInputElement} */ (usage.elements.namedItem("from")).value = new Date(Date.now() - 6 * 86_400_000).toISOString().slice(0, 10);
-  /** @type {HTMLInputElement} */ (usage.elements.namedItem("to")).value = today;
+  /** @type {HTMLInputElement} */ (usage.elements.namedItem("from")).value = localDay(new Date(now.getFullYear(), now.getMonth(), now.getDate() - 6));
+  /** @type {HTMLInputElement} */ (usage.elements.namedItem("to")).value = localDay(now);
 }

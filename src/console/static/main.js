@@ -35,19 +35,33 @@ function route() {
   if ((screen === "chat" || screen === "compare") && document.body.dataset.ready) void loadModels();
 }
 
+/** How long after a model list that failed it is asked for again (a server restarting, say). */
+const RETRY_MS = 5000;
+/** Whether the last model list failed: then a timer, and the window's focus, ask again. */
+let listFailed = false;
+let retry = 0;
+
 /**
  * Fills every picker from /v1/models (chat models only) and the serving endpoints, keeping the
  * choices made. Side by side also offers each endpoint's served entities.
  */
 async function loadModels() {
+  clearTimeout(retry);
   let models;
   try {
     models = (await listModels()).filter((m) => !m.embedding?.embedding_only);
     banner("");
+    listFailed = false;
   } catch (err) {
     const e = /** @type {Error} */ (err);
     const refused = apiKey.get() ? `The API key was refused (${e.message}): set another with the API key button.` : "This server needs an API key: set it with the API key button.";
-    banner(e instanceof ApiError && e.status === 401 ? refused : `Cannot list models: ${e.message}`);
+    const unauthorized = e instanceof ApiError && e.status === 401;
+    banner(unauthorized ? refused : `Cannot list models: ${e.message}`);
+    listFailed = true;
+    // A key refused waits for another (the dialog lists again); anything else is asked again soon,
+    // not before a rate limit's Retry-After.
+    clearTimeout(retry);
+    if (!unauthorized) retry = window.setTimeout(() => void loadModels(), Math.max(RETRY_MS, ((e instanceof ApiError && e.retryAfter) || 0) * 1000));
     return;
   }
   // The models are listed; endpoints that cannot be listed now leave the pickers with the models alone.
@@ -119,12 +133,14 @@ async function main() {
   const keysLink = /** @type {HTMLElement} */ (document.querySelector('nav a[data-screen="keys"]'));
   keysLink.id = "nav-keys";
   persistSettings();
-  initPlayground();
-  initCompare();
+  initPlayground({ reloadModels: loadModels });
+  initCompare({ reloadModels: loadModels });
   initOps();
   initKeys();
   initKeyDialog();
   window.addEventListener("hashchange", route);
+  // Back to the page after the list failed (a server restarted meanwhile, say): asked again.
+  window.addEventListener("focus", () => void (listFailed && loadModels()));
   $("model").addEventListener("change", () => showTargetFields(selectedTarget()));
   route();
   await loadModels();

@@ -3,6 +3,7 @@
 
 import { AnswerStream, AnswerView, el } from "./answer.js";
 import { showCode } from "./code.js";
+import { initComposer, setComposerBusy } from "./composer.js";
 import { Follower } from "./follow.js";
 import { jsonMode, requestBody, selectedTarget, SettingsError } from "./settings.js";
 import { streamTo, targetLabel } from "./targets.js";
@@ -33,6 +34,14 @@ let running;
 let streaming;
 /** Saves run one after another: an older snapshot never lands over a newer one. */
 let saving = Promise.resolve();
+/**
+ * Each conversation's `updatedAt` as this tab last read or wrote it in IndexedDB: a stored copy
+ * with another `updatedAt` was saved by another tab meanwhile (see store()).
+ * @type {WeakMap<Conversation, number>}
+ */
+const bases = new WeakMap();
+/** The conversations as last listed, by id (the list's buttons name theirs by id). @type {Map<string, Conversation>} */
+const listed = new Map();
 
 /** What a saved answer says when the page went away before it ended. */
 const CUT_OFF = "The page was left before this answer ended; this is what had arrived.";
@@ -210,13 +219,24 @@ async function generate() {
   await persist();
 }
 
-/** @param {boolean} busy */
+/** @type {import("./composer.js").Composer} */
+const composer = {
+  screen: $("screen-chat"),
+  form: /** @type {HTMLFormElement} */ ($("composer")),
+  prompt,
+  send: sendButton,
+  stop: stopButton,
+  onStop: () => running?.abort(),
+};
+
+/**
+ * Busy while an answer streams. The focus stays in the prompt (or wherever it is): the next message
+ * can be typed meanwhile, and Stop is a Tab away, or Escape.
+ * @param {boolean} busy
+ */
 function setBusy(busy) {
-  sendButton.disabled = busy;
-  stopButton.hidden = !busy;
+  setComposerBusy(composer, busy);
   messages.setAttribute("aria-busy", String(busy));
-  if (busy) stopButton.focus();
-  else if (document.activeElement === stopButton || document.activeElement === document.body) prompt.focus();
 }
 
 /**
@@ -224,16 +244,38 @@ function setBusy(busy) {
  * page goes before it ends, that is what it will be on coming back.
  */
 async function persist() {
-  if (conv.messages.length === 0) return;
-  const first = conv.messages.find((t) => t.role === "user");
-  conv.title = (first?.content ?? "Chat").slice(0, 60) || "Chat";
-  conv.updatedAt = Date.now();
-  const partial = streaming;
-  const copy = partial ? { ...conv, messages: conv.messages.map((t) => (t === partial ? { ...t, error: t.error ?? CUT_OFF } : t)) } : conv;
-  const saved = saving.then(() => saveConversation(copy));
+  const c = conv;
+  if (c.messages.length === 0) return;
+  const saved = saving.then(() => store(c));
   saving = saved.catch(() => {});
   await saved;
   await renderList();
+}
+
+/**
+ * Writes a conversation as it is when its turn to be saved comes. Should another tab have saved it
+ * since this tab read it (the same chat open in two tabs), neither overwrites the other: this tab's
+ * version becomes a new conversation, and the page says so.
+ * @param {Conversation} c
+ */
+async function store(c) {
+  const first = c.messages.find((t) => t.role === "user");
+  c.title = (first?.content ?? "Chat").slice(0, 60) || "Chat";
+  const base = bases.get(c);
+  // Later than the copy it replaces, even within one millisecond: each save is told apart.
+  c.updatedAt = Math.max(Date.now(), (base ?? 0) + 1);
+  const partial = streaming && c.messages.includes(streaming) ? streaming : undefined;
+  const copy = () => (partial ? { ...c, messages: c.messages.map((t) => (t === partial ? { ...t, error: t.error ?? CUT_OFF } : t)) } : c);
+  if (!(await saveConversation(copy(), base))) {
+    const fork = newConversation();
+    c.id = fork.id;
+    c.createdAt = fork.createdAt;
+    // Not the other tab's saved conversation on the server either: saving this one makes its own.
+    delete c.server;
+    await saveConversation(copy());
+    saveStatus("This chat was changed in another tab meanwhile: this tab's version is kept as a new conversation, beside the other.");
+  }
+  bases.set(c, c.updatedAt);
 }
 
 /** @param {string | Node} text @param {boolean} [error] */
@@ -269,6 +311,7 @@ async function openSaved(/** @type {string} */ id) {
     system.dispatchEvent(new Event("change", { bubbles: true }));
     render();
     await saveConversation(conv);
+    bases.set(conv, conv.updatedAt);
     await renderList();
     saveStatus(`Opened ${id}: ${conv.messages.length} turns.`);
   } catch (err) {
@@ -276,37 +319,105 @@ async function openSaved(/** @type {string} */ id) {
   }
 }
 
-async function renderList() {
+/**
+ * Lists the conversations, newest first. Called on every save (every 2 s while an answer streams),
+ * so the rows are updated in place, not drawn anew: a row keeps its buttons, and with them the
+ * keyboard focus and a click on its way. A row that moves takes its focus along.
+ */
+export async function renderList() {
   const list = $("conversation-list");
   const all = await listConversations();
-  list.replaceChildren(
-    ...all.map((c) => {
-      const open = el("button", { type: "button", class: "conv-open", text: c.title });
-      if (c.server) open.append(el("span", { class: "saved-badge", text: " · saved", title: c.server.id }));
-      if (c.id === conv.id) open.setAttribute("aria-current", "true");
-      open.addEventListener("click", () => {
-        if (running) return;
-        conv = c;
-        render();
-        void renderList();
-      });
-      const del = el("button", { type: "button", class: "ghost conv-delete", text: "×", "aria-label": `Delete ${c.title}` });
-      del.addEventListener("click", async () => {
-        await deleteConversation(c.id);
-        if (c.id === conv.id) {
-          conv = newConversation();
-          render();
-        }
-        await renderList();
-      });
-      return el("li", {}, [open, del]);
-    }),
-  );
+  listed.clear();
+  for (const c of all) listed.set(c.id, c);
+  /** @type {Map<string, HTMLElement>} */
+  const rows = new Map();
+  for (const li of /** @type {HTMLElement[]} */ ([...list.children])) rows.set(li.dataset.id ?? "", li);
+  let cursor = list.firstElementChild;
+  for (const c of all) {
+    const li = rows.get(c.id) ?? listRow(c.id);
+    fillRow(li, c);
+    if (li === cursor) {
+      cursor = cursor.nextElementSibling;
+      continue;
+    }
+    const focused = li.contains(document.activeElement) ? /** @type {HTMLElement} */ (document.activeElement) : undefined;
+    list.insertBefore(li, cursor);
+    focused?.focus();
+  }
+  // What is left after the rows placed is gone from the store.
+  while (cursor) {
+    const next = cursor.nextElementSibling;
+    cursor.remove();
+    cursor = next;
+  }
 }
 
-export function initPlayground() {
-  $("composer").addEventListener("submit", (e) => {
+/** A row of the list, its buttons acting on the conversation by id (as last listed). @param {string} id */
+function listRow(id) {
+  const open = el("button", { type: "button", class: "conv-open" });
+  open.addEventListener("click", () => {
+    const c = listed.get(id);
+    if (running || !c) return;
+    // The one open already stays as this tab has it: the list's copy may be a save behind.
+    if (id !== conv.id) {
+      conv = c;
+      bases.set(c, c.updatedAt);
+    }
+    render();
+    void renderList();
+  });
+  const del = el("button", { type: "button", class: "ghost conv-delete", text: "×" });
+  del.addEventListener("click", async () => {
+    const li = /** @type {HTMLElement} */ (del.parentElement);
+    // The focus, which goes with the row, goes to the row that takes its place (or New chat).
+    const near = /** @type {HTMLElement | null} */ (li.nextElementSibling ?? li.previousElementSibling);
+    await deleteConversation(id);
+    if (id === conv.id) {
+      conv = newConversation();
+      render();
+    }
+    await renderList();
+    if (document.activeElement === document.body || !document.activeElement)
+      /** @type {HTMLElement} */ ((near?.isConnected && near.querySelector(".conv-open")) || $("new-chat")).focus();
+  });
+  return el("li", { "data-id": id }, [open, del]);
+}
+
+/** Brings a row up to its conversation, changing only what differs. @param {HTMLElement} li @param {Conversation} c */
+function fillRow(li, c) {
+  const open = /** @type {HTMLElement} */ (li.querySelector(".conv-open"));
+  const del = /** @type {HTMLElement} */ (li.querySelector(".conv-delete"));
+  const saved = c.server?.id ?? "";
+  if (open.dataset.title !== c.title || open.dataset.saved !== saved) {
+    open.dataset.title = c.title;
+    open.dataset.saved = saved;
+    open.replaceChildren(c.title);
+    if (c.server) open.append(el("span", { class: "saved-badge", text: " · saved", title: c.server.id }));
+    del.setAttribute("aria-label", `Delete ${c.title}`);
+  }
+  if (c.id === conv.id) open.setAttribute("aria-current", "true");
+  else open.removeAttribute("aria-current");
+}
+
+/**
+ * @param {{ reloadModels: () => Promise<unknown> }} opts `reloadModels` fills the pickers again from
+ *   the server (Send asks for the list again when the picker is empty)
+ */
+export function initPlayground({ reloadModels }) {
+  /** Set while Send waits for the model list: a second Enter meanwhile sends nothing. */
+  let asking = false;
+  $("composer").addEventListener("submit", async (e) => {
     e.preventDefault();
+    if (!prompt.value.trim() || running || asking) return;
+    // No model to pick (the list failed as the page loaded, a server restarting): asked again now.
+    if (!selectedTarget().name) {
+      asking = true;
+      try {
+        await reloadModels();
+      } finally {
+        asking = false;
+      }
+    }
     const text = prompt.value.trim();
     if (!text || running) return;
     /** @type {Turn} */
@@ -317,13 +428,7 @@ export function initPlayground() {
     render();
     void generate();
   });
-  prompt.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-      e.preventDefault();
-      /** @type {HTMLFormElement} */ ($("composer")).requestSubmit();
-    }
-  });
-  stopButton.addEventListener("click", () => running?.abort());
+  initComposer(composer);
   // The last moment to keep what has arrived of an answer (the periodic save may be 2 s behind).
   window.addEventListener("pagehide", () => {
     if (streaming) void persist();

@@ -88,6 +88,8 @@ export function showTargetFields(target) {
  * @returns {Record<string, unknown>}
  */
 export function requestBody(turns, target = selectedTarget()) {
+  // An empty picker (the model list could not be had, or lists none) would send `"model": ""`.
+  if (!target.name) throw new SettingsError("No model to send to: the model list is empty or could not be loaded (see the note at the top of the page).");
   /** @type {Record<string, unknown>} */
   const body = { model: target.kind === "entity" ? target.endpoint : target.name, messages: wireMessages(turns) };
   const skip = isDatabricks(target) ? NOT_IN_DATABRICKS : [];
@@ -134,11 +136,22 @@ export function persistSettings() {
       else if (e.name !== "model") e.value = String(saved[e.name]);
     }
   }
+  const problem = /** @type {HTMLElement} */ (document.getElementById("settings-store-error"));
   f.addEventListener("change", () => {
     /** @type {Record<string, string | boolean>} */
     const out = {};
     for (const e of /** @type {HTMLInputElement[]} */ ([...f.elements])) if (e.name) out[e.name] = e.type === "checkbox" ? e.checked : e.value;
-    localStorage.setItem(SAVED, JSON.stringify(out));
+    // Local storage holds a few MB: a field larger than that (a long system prompt) cannot be kept.
+    // The page goes on with the settings as typed; the user is told they will not survive a reload.
+    try {
+      localStorage.setItem(SAVED, JSON.stringify(out));
+      problem.hidden = true;
+      problem.textContent = "";
+    } catch (err) {
+      const why = /** @type {Error} */ (err).name === "QuotaExceededError" ? "they are larger than this browser's storage holds" : /** @type {Error} */ (err).message;
+      problem.hidden = false;
+      problem.textContent = `These settings could not be kept in this browser (${why}): they apply on this page, but a reload brings back the ones kept before.`;
+    }
   });
   f.addEventListener("submit", (e) => e.preventDefault());
 }

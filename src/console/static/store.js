@@ -47,10 +47,30 @@ export async function listConversations() {
   return all.sort((a, b) => b.updatedAt - a.updatedAt);
 }
 
-/** @param {Conversation} conv */
-export async function saveConversation(conv) {
+/**
+ * Saves a conversation. With `base` (the `updatedAt` of the copy the caller read or last wrote), it
+ * is saved only if the stored copy is still that one, or gone: false when another tab has saved it
+ * since, and nothing is written. Checked and written in one transaction, which IndexedDB runs alone
+ * on the store, so two tabs cannot both pass the check.
+ * @param {Conversation} conv @param {number} [base]
+ * @returns {Promise<boolean>}
+ */
+export async function saveConversation(conv, base) {
   // Structured cloning keeps plain data only; the answer views hold none.
-  await run("readwrite", (s) => s.put(JSON.parse(JSON.stringify(conv))));
+  const data = JSON.parse(JSON.stringify(conv));
+  const store = (await db()).transaction(STORE, "readwrite").objectStore(STORE);
+  return new Promise((resolve, reject) => {
+    const get = store.get(conv.id);
+    get.onerror = () => reject(get.error);
+    get.onsuccess = () => {
+      /** @type {Conversation | undefined} */
+      const stored = get.result;
+      if (base !== undefined && stored && stored.updatedAt !== base) return resolve(false);
+      const put = store.put(data);
+      put.onerror = () => reject(put.error);
+      put.onsuccess = () => resolve(true);
+    };
+  });
 }
 
 /** @param {string} id */
