@@ -1,14 +1,15 @@
 /**
  * Embeddings throughput: 256 short inputs through POST /v1/embeddings (requests of 16 inputs, at
  * request concurrency 1 and 4) next to node-llama-cpp's own single-context loop over the same
- * inputs. Run by `npm run bench` after the generation benchmark, or alone:
- * `node --import tsx bench/embeddings.ts [--tiny]`.
+ * inputs; then a chat stream beside a request of long inputs (embeddingsBesideGeneration). Run by
+ * `npm run bench` after the generation benchmark, or alone:
+ * `node --import tsx bench/embeddings.ts [--tiny] [--beside-only]`.
  */
 import { availableParallelism } from "node:os";
 import { serverDefaultThreads } from "./threads.ts";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
-import { BENCH_SPEC, ensureFixtureModel, TINY_SPEC } from "../test/fixtures/models.ts";
+import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { startServerProcess } from "./server-process.ts";
 import { fmt } from "./stats.ts";
 
@@ -117,10 +118,111 @@ export async function embeddingsBenchmark(modelPath: string, threads = available
   console.log(`\ntarget: HTTP at 4 in flight ≥ 1.5× the single context (the pool of ${CONTEXTS} embeds inputs in parallel)`);
 }
 
+/** Tokens the chat is asked for beside the embeddings, and the long inputs' shape. */
+const BESIDE_TOKENS = Number(process.env.BENCH_BESIDE_TOKENS ?? 128);
+const BESIDE_INPUTS = Number(process.env.BENCH_BESIDE_INPUTS ?? 8);
+const BESIDE_WORDS = Number(process.env.BENCH_BESIDE_WORDS ?? 300);
+const BESIDE_CTX = 2048;
+
+/**
+ * Streams a chat of BESIDE_TOKENS tokens: its tokens per second from the request to its last token,
+ * and the longest wait for a token (the first one's, from the request, included).
+ */
+async function timedStream(url: string, nonce: number): Promise<{ rate: number; longestGapMs: number }> {
+  const sent = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      model: "bench",
+      messages: [{ role: "user", content: `Story ${nonce}: tell me a long one.` }],
+      max_tokens: BESIDE_TOKENS,
+      temperature: 0,
+      logit_bias: { [FIXTURE_TOKENS.endOfSequence]: -100, [FIXTURE_TOKENS.imEnd]: -100 },
+      stream: true,
+    }),
+  });
+  if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const times: number[] = [];
+  const decoder = new TextDecoder();
+  let pending = "";
+  for await (const bytes of res.body) {
+    pending += decoder.decode(bytes, { stream: true });
+    let at: number;
+    while ((at = pending.indexOf("\n\n")) !== -1) {
+      if (pending.slice(0, at).includes('"content":"')) times.push(performance.now());
+      pending = pending.slice(at + 2);
+    }
+  }
+  let longestGapMs = 0;
+  for (let i = 0; i < times.length; i++) longestGapMs = Math.max(longestGapMs, times[i] - (i === 0 ? sent : times[i - 1]));
+  return { rate: times.length / ((times.at(-1)! - sent) / 1000), longestGapMs };
+}
+
+/** BESIDE_INPUTS inputs of about BESIDE_WORDS words each, new text each round (no cache helps). */
+function longInputs(nonce: number): string[] {
+  return Array.from({ length: BESIDE_INPUTS }, (_, i) => Array.from({ length: BESIDE_WORDS }, (_, j) => `${SUBJECTS[(i + j + nonce) % 8]} ${j}`).join(" "));
+}
+
+async function timedEmbeddings(url: string, input: string[]): Promise<{ seconds: number; tokens: number }> {
+  const t0 = performance.now();
+  const tokens = await postEmbeddings(url, input);
+  return { seconds: (performance.now() - t0) / 1000, tokens };
+}
+
+/**
+ * A chat stream and one request of long embedding inputs on the same model, each alone and then at
+ * the same time (decode-share.ts: the embedding inputs take turns with generation). Per round: the
+ * stream's tokens/s beside the embeddings ÷ alone, its longest wait for a token, and the embedding
+ * request's time alone ÷ beside the stream.
+ */
+export async function embeddingsBesideGeneration(
+  modelPath: string,
+  threads = availableParallelism(),
+  rounds = Number(process.env.BENCH_ROUNDS ?? 3),
+  /** Another checkout (say, the commit before a change) measured in the same rounds, alternating. */
+  baseline = process.env.BENCH_EMBED_BASELINE,
+): Promise<void> {
+  console.log(
+    `\nEmbeddings beside generation: a ${BESIDE_TOKENS}-token chat stream and a request of ${BESIDE_INPUTS} inputs of ${BESIDE_WORDS} words ` +
+      `(new text each round), alone and at once; --threads ${threads}, ${rounds} rounds` +
+      (baseline ? `; the same rounds on a server from ${baseline}, alternating` : "") +
+      ":\n",
+  );
+  const args = ["--model", `bench=${modelPath}`, "--threads", String(threads), "--ctx-size", String(BESIDE_CTX), "--parallel", "1"];
+  const servers: Array<[string, Awaited<ReturnType<typeof startServerProcess>>]> = [["this checkout", await startServerProcess(args)]];
+  if (baseline) servers.push(["baseline", await startServerProcess(args, baseline)]);
+  console.log("| server | round | stream alone tok/s | beside tok/s | ÷ | longest wait alone / beside ms | embeddings alone s | beside s | alone ÷ beside | tokens embedded |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|");
+  try {
+    for (const [, server] of servers) {
+      await postEmbeddings(server.url, ["warm up"]);
+      await timedStream(server.url, -1);
+    }
+    for (let round = 0; round < rounds; round++) {
+      for (const [name, server] of servers) {
+        const streamAlone = await timedStream(server.url, round * 3);
+        const embedAlone = await timedEmbeddings(server.url, longInputs(round * 3));
+        const [stream, embed] = await Promise.all([timedStream(server.url, round * 3 + 1), timedEmbeddings(server.url, longInputs(round * 3 + 1))]);
+        console.log(
+          `| ${name} | ${round + 1} | ${fmt(streamAlone.rate)} | ${fmt(stream.rate)} | ${fmt(stream.rate / streamAlone.rate, 2)} | ` +
+            `${Math.round(streamAlone.longestGapMs)} / ${Math.round(stream.longestGapMs)} | ${fmt(embedAlone.seconds, 2)} | ${fmt(embed.seconds, 2)} | ` +
+            `${fmt(embedAlone.seconds / embed.seconds, 2)} | ${embed.tokens} |`,
+        );
+      }
+    }
+  } finally {
+    for (const [, server] of servers) await server.stop();
+  }
+  console.log("\ntarget: each side keeps at least 0.4 of its speed alone while they overlap (a fair share is half)");
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const spec = process.argv.includes("--tiny") ? TINY_SPEC : BENCH_SPEC;
   const modelPath = await ensureFixtureModel(spec, fileURLToPath(new URL("./.models/", import.meta.url)));
   console.log(`model: ${spec.name} (${modelPath}), ${availableParallelism()} cores`);
   // The server's default threads for the engine binary installed, as `npm run bench` uses.
-  await embeddingsBenchmark(modelPath, await serverDefaultThreads());
+  const threads = await serverDefaultThreads();
+  if (!process.argv.includes("--beside-only")) await embeddingsBenchmark(modelPath, threads);
+  await embeddingsBesideGeneration(modelPath, threads);
 }

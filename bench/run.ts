@@ -14,7 +14,7 @@ import { serverDefaultThreads } from "./threads.ts";
 import { buildEvaluateOptions } from "../src/engines/llama-cpp/sampling.ts";
 import { BENCH_SPEC, ensureFixtureModel, FIXTURE_TOKENS, TINY_SPEC } from "../test/fixtures/models.ts";
 import { constraintsBench } from "./constraints.ts";
-import { embeddingsBenchmark } from "./embeddings.ts";
+import { embeddingsBenchmark, embeddingsBesideGeneration } from "./embeddings.ts";
 import { llamaServerBench } from "./llama-server.ts";
 import { threadCpuBench } from "./thread-cpu.ts";
 import { metricsBench } from "./metrics.ts";
@@ -210,6 +210,7 @@ async function main() {
   await tenancyBench(modelPath, ROUNDS);
   await routerBench(modelPath, await serverDefaultThreads(cores), ROUNDS, MAX_TOKENS);
   await embeddingsBenchmark(modelPath, await serverDefaultThreads(cores));
+  await embeddingsBesideGeneration(modelPath, await serverDefaultThreads(cores));
 }
 
 await main();

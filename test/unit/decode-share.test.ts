@@ -58,24 +58,49 @@ const settle = async () => {
   for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
 };
 
-test("with no generation running, an embedding input is read a batch at a time, without waiting", async () => {
+test("with no generation running, an embedding input is read in pieces without waiting", async () => {
   const clock = manualClock();
   const share = new DecodeShare(clock);
   const { context, pieces, finish } = fakeContext(512);
   shareEmbeddingDecodes(context, true, share);
   const result = context._decodeTokens(input(1200));
-  await settle();
-  finish();
-  await settle();
-  finish();
-  await settle();
-  finish();
+  for (let i = 0; i < 5; i++) {
+    await settle();
+    finish();
+  }
   assert.deepEqual(await result, ["logit@1199"]);
   assert.deepEqual(pieces, [
-    { first: 0, length: 512 },
-    { first: 512, length: 512 },
-    { first: 1024, length: 176 },
+    { first: 0, length: EMBED_PIECE },
+    { first: EMBED_PIECE, length: EMBED_PIECE },
+    { first: 2 * EMBED_PIECE, length: EMBED_PIECE },
+    { first: 3 * EMBED_PIECE, length: EMBED_PIECE },
+    { first: 4 * EMBED_PIECE, length: 1200 - 4 * EMBED_PIECE },
   ]);
+});
+
+test("with no generation, two contexts read at once, unless one thread does every decode", async () => {
+  for (const oneDecoder of [false, true]) {
+    const clock = manualClock();
+    const share = new DecodeShare(clock);
+    share.oneDecoder = oneDecoder;
+    const a = fakeContext();
+    const b = fakeContext();
+    shareEmbeddingDecodes(a.context, true, share);
+    shareEmbeddingDecodes(b.context, true, share);
+    const ra = a.context._decodeTokens(input(100));
+    const rb = b.context._decodeTokens(input(100));
+    await settle();
+    assert.equal(a.pieces.length + b.pieces.length, oneDecoder ? 1 : 2, `oneDecoder ${oneDecoder}`);
+    // The first piece done wakes the other at once, without waiting for a poll.
+    a.finish();
+    b.finish();
+    await settle();
+    assert.equal(a.pieces.length + b.pieces.length, 2);
+    a.finish();
+    b.finish();
+    assert.deepEqual(await ra, ["logit@99"]);
+    assert.deepEqual(await rb, ["logit@99"]);
+  }
 });
 
 test("while generation runs, embedding pieces are cut small and give generation as long as they took", async () => {

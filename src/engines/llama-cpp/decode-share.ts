@@ -10,11 +10,13 @@ import { isSplittable, type DecodeItem } from "./decode-item.ts";
 // beside one request of eight 870-token inputs waited up to 6.1 s for a token, and beside 64 inputs
 // it did not finish its 64 tokens in 5 minutes (docs/benchmarks.md, "Embeddings beside generation").
 //
-// While generation runs, embedding inputs are therefore read in pieces of EMBED_PIECE tokens, one
-// piece at a time for the whole process, and after a piece that took t ms the next one waits until
-// t ms have passed: generation gets at least as much of the decoder as the embeddings do, and a
-// running stream waits at most one piece for a token. With no generation, inputs go a batch at a
-// time, both contexts at once, as fast as before.
+// Embedding inputs are therefore read in pieces of EMBED_PIECE tokens, and while generation runs,
+// one piece at a time for the whole process, and after a piece that took t ms the next one waits
+// until t ms have passed: generation gets at least as much of the decoder as the embeddings do, and
+// a running stream waits at most one piece for a token. With no generation, both contexts read at
+// once, except where one thread does every decode (the engine `npm ci` builds) and the second
+// context's piece would only queue there: then a new request's first decode would wait behind two
+// pieces (its first token came 1.7 s late behind two 512-token batches), so it is one at a time.
 //
 // Generation activity is what the batch gates report: a step let through and its return.
 
@@ -39,6 +41,11 @@ const realClock: Clock = {
 };
 
 export class DecodeShare {
+  /**
+   * Every decode of the process runs on one thread (the engine `npm ci` builds): embedding pieces
+   * go one at a time even with no generation, as more would only queue there. Set at engine load.
+   */
+  oneDecoder = false;
   private generationInFlight = 0;
   private lastGeneration = -Infinity;
   private embeddingInFlight = 0;
@@ -65,18 +72,22 @@ export class DecodeShare {
   }
 
   /**
-   * Waits until an embedding piece may go, and says how many tokens it may take (`whole` when no
-   * generation runs). Call `done` once the piece has been decoded.
+   * Waits until an embedding piece may go, and says how many of the `left` tokens it may take. Call
+   * `done` once the piece has been decoded.
    */
-  async embeddingTurn(whole: number): Promise<{ tokens: number; done: () => void }> {
+  async embeddingTurn(left: number): Promise<{ tokens: number; done: () => void }> {
     for (;;) {
-      if (!this.generating()) break;
+      if (!this.generating()) {
+        if (!this.oneDecoder || this.embeddingInFlight === 0) break;
+        await this.pause(POLL_MS);
+        continue;
+      }
       const now = this.clock.now();
       if (this.embeddingInFlight === 0 && now >= this.generationTurnUntil) break;
       const wait = this.embeddingInFlight > 0 ? POLL_MS : Math.min(POLL_MS, this.generationTurnUntil - now);
-      await this.clock.sleep(Math.max(1, wait));
+      await this.pause(Math.max(1, wait));
     }
-    const tokens = this.generating() ? Math.min(whole, EMBED_PIECE) : whole;
+    const tokens = Math.min(left, EMBED_PIECE);
     this.embeddingInFlight++;
     const started = this.clock.now();
     let settled = false;
@@ -89,8 +100,19 @@ export class DecodeShare {
         const ended = this.clock.now();
         // Generation's turn: as long as this piece held the decoder.
         this.generationTurnUntil = Math.max(this.generationTurnUntil, ended + (ended - started));
+        for (const wake of this.waiting.splice(0)) wake();
       },
     };
+  }
+
+  /** Pieces waiting for their turn, woken when a piece is done (else they look again after `ms`). */
+  private readonly waiting: Array<() => void> = [];
+
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      this.waiting.push(resolve);
+      void this.clock.sleep(ms).then(() => resolve());
+    });
   }
 }
 

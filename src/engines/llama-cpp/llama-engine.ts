@@ -11,6 +11,7 @@ import type { ChoiceRun, Engine, EngineChunk, EngineStats, PreparedGeneration, P
 import { embeddingTraits, LlamaEmbedder } from "./embedder.ts";
 import { defaultDecodeContexts, defaultThreads, engineBuild, getRuntime, type GpuChoice } from "./runtime.ts";
 import { BatchGate, sequenceIdOf } from "./batch-gate.ts";
+import { decodeShare } from "./decode-share.ts";
 import { generationFirstStrategy } from "./batch-strategy.ts";
 import { ConstraintPlanner, RELAXED_HEADER, relaxedHeader } from "./constraints.ts";
 import { xmlLayoutOfWrapper } from "./xml-tool-calls.ts";
@@ -186,6 +187,8 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
     // held to the lanes' budget, two 2-thread embedding contexts waited on each other's threads and
     // embedded at 0.6x of one context (measured, docs/benchmarks.md "Embeddings").
     const contextsSharing = build.decodeThread ? configuredLanes + (opts.embeddingContexts ?? 2) : configuredLanes;
+    // One thread decodes for the whole process: embedding pieces take it one at a time (decode-share.ts).
+    if (build.decodeThread) decodeShare.oneDecoder = true;
     const llama = await getRuntime({ gpu: opts.gpu, threads: threads * contextsSharing, log: opts.log });
     const cpuLanes = Math.min(opts.parallel, configuredLanes);
     const model = await llama.loadModel({ modelPath: opts.modelPath, ...(opts.signal ? { loadSignal: opts.signal } : {}) });
