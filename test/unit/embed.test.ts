@@ -46,24 +46,11 @@ test("embedding-contexts defaults to 2 and comes from flags and the environment"
 
 test("a one-input request is not held behind a large batch: each input takes its own turn at the slots (scripted embedder)", async () => {
   const { embed } = await import("../../src/core/embed.ts");
-  const { ModelRegistry } = await import("../../src/core/registry.ts");
-  const { ScriptedEngine } = await import("../helpers/scripted-engine.ts");
-  const embedder = {
-    info: { dimensions: 2, pooling: "mean" as const, poolingDeclared: true, maxInputTokens: 64, vocabularySize: 1000, slots: 2, embeddingOnly: false },
-    tokenize: async () => [1, 2],
-    // Each input costs 5 ms of a slot.
-    embed: async () => {
-      await new Promise((r) => setTimeout(r, 5));
-      return Float32Array.from([1, 0]);
-    },
-  };
-  class Embedding extends ScriptedEngine {
-    override readonly embeddings = embedder;
-  }
-  const registry = new ModelRegistry(64);
-  const engine = new Embedding({ id: "e" });
-  registry.register(engine.id);
-  registry.ready(engine);
+  // Each input costs 5 ms of a slot.
+  const { registry } = await scriptedEmbeddings(0, undefined, async () => {
+    await new Promise((r) => setTimeout(r, 5));
+    return Float32Array.from([1, 0]);
+  });
   const signal = new AbortController().signal;
   const order: string[] = [];
   const big = embed(registry, { model: "e", inputs: Array.from({ length: 200 }, () => ({ kind: "text" as const, text: "x" })) }, signal).then(() => order.push("big"));
@@ -76,8 +63,11 @@ test("a one-input request is not held behind a large batch: each input takes its
   assert.deepEqual(order, ["small", "big"]);
 });
 
-/** A registry serving one scripted embedding engine "e" whose tokenizer costs `tokenizeMs` of CPU per input. */
-async function scriptedEmbeddings(tokenizeMs: number, minimumTokens?: (text: string) => number) {
+/**
+ * A registry serving one scripted embedding engine "e" on two slots, whose tokenizer costs
+ * `tokenizeMs` of CPU per input (two tokens each) and whose `embed` may be given.
+ */
+async function scriptedEmbeddings(tokenizeMs: number, minimumTokens?: (text: string) => number, embed: () => Promise<Float32Array> = async () => Float32Array.from([1, 0])) {
   const { ModelRegistry } = await import("../../src/core/registry.ts");
   const { ScriptedEngine } = await import("../helpers/scripted-engine.ts");
   const calls = { tokenize: 0 };
@@ -90,7 +80,7 @@ async function scriptedEmbeddings(tokenizeMs: number, minimumTokens?: (text: str
       while (performance.now() < until);
       return [1, 2];
     },
-    embed: async () => Float32Array.from([1, 0]),
+    embed,
   };
   class Embedding extends ScriptedEngine {
     override readonly embeddings = embedder;
