@@ -8,17 +8,8 @@ import { DB_FILE, openSqliteStore } from "../store/sqlite-store.ts";
 import { TenancyStore } from "../store/tenancy-store.ts";
 import { keyModels, keyName, parseTime, usageQuery, usageReport } from "../tenancy/admin.ts";
 import { createManagedKey, keyToJson } from "../tenancy/keys.ts";
+import { KEYS_USAGE } from "./keys-usage.ts";
 
-export const KEYS_USAGE = `usage:
-  plinth keys create --name NAME [--models a,b] [--rpm N] [--tpm N] [--max-concurrency N]
-                     [--budget-tokens N] [--expires DATE]   prints the new key once
-  plinth keys list [--json]
-  plinth keys revoke KEY_ID
-  plinth usage [--from DATE] [--to DATE] [--group-by key|model|day] [--json]
-
-  --data-dir <dir> (or --config / PLINTH_DATA_DIR) picks the store, as for serve.
-  DATE: YYYY-MM-DD, an ISO 8601 time, or Unix seconds.
-`;
 
 /** Opens the store of the configured data directory (applying its migrations), runs `use`, closes it. */
 async function withStore<T>(flags: Record<string, unknown>, use: (store: TenancyStore) => T): Promise<T> {

@@ -1,12 +1,12 @@
 import { parseArgs } from "node:util";
+import { prepareDataDir } from "../config/data-dir.ts";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import { listCachedModels } from "../models/cache-list.ts";
 import { resolveModelPath } from "../models/download.ts";
 import { parseModelArg } from "../models/source.ts";
 import { onlyUsed, type Takes } from "./args.ts";
 import { createProgressBar } from "./progress-bar.ts";
-import { KEYS_USAGE, keysCommand, usageCommand } from "./keys.ts";
-import { serve } from "./serve.ts";
+import { KEYS_USAGE } from "./keys-usage.ts";
 import { SERVE_OPTIONS, USAGE } from "./serve-options.ts";
 
 /** What each command reads; serve reads every serve option, pull and models only where the cache is. */
@@ -23,6 +23,9 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(KEYS_USAGE);
       return 0;
     }
+    // Loaded only when used: the store and the server's whole module graph cost every other command
+    // (an argument mistake, --help, pull) a second or more of start-up.
+    const { keysCommand, usageCommand } = await import("./keys.ts");
     return argv[0] === "keys" ? keysCommand(argv.slice(1)) : usageCommand(argv.slice(1));
   }
   const { values, positionals } = parseArgs({
@@ -62,6 +65,9 @@ async function main(argv: string[]): Promise<number> {
   process.on("unhandledRejection", (reason) => {
     process.stderr.write(`plinth: internal error (the server keeps running): ${(reason as Error)?.stack ?? String(reason)}\n`);
   });
+  // A data directory that cannot serve is said before the server's modules load (a second and more).
+  prepareDataDir(config["data-dir"]);
+  const { serve } = await import("./serve.ts");
   const server = await serve(config);
   // SIGTERM/SIGINT: stop accepting, let running requests finish (up to --drain-timeout), end the
   // rest in each dialect's own form, close the store, exit 0. A second signal exits at once.
