@@ -15,6 +15,8 @@ type Mode = "ok" | "500" | "429" | "down" | "hello-stall";
 interface StandIn {
   url: string;
   mode: Mode;
+  /** What its model list says it runs at once. */
+  parallel: number;
   server: http.Server;
   /** Generation requests answered 200 (whatever came after). */
   served: number;
@@ -23,8 +25,8 @@ interface StandIn {
 const standIns: StandIn[] = [];
 const routers: TestServer[] = [];
 
-async function standIn(mode: Mode): Promise<StandIn> {
-  const me: StandIn = { url: "", mode, server: undefined as unknown as http.Server, served: 0 };
+async function standIn(mode: Mode, parallel = 4): Promise<StandIn> {
+  const me: StandIn = { url: "", mode, parallel, server: undefined as unknown as http.Server, served: 0 };
   const chunk = (delta: unknown, finish: string | null = null) =>
     `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
   me.server = http.createServer((req, res) => {
@@ -32,7 +34,7 @@ async function standIn(mode: Mode): Promise<StandIn> {
     req.on("end", () => {
       const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
         res.writeHead(status, { "content-type": "application/json", ...headers }).end(JSON.stringify(body));
-      if (req.url === "/v1/models") return json(200, { object: "list", data: [{ id: "m", object: "model", max_model_len: 4096, parallel: 4 }] });
+      if (req.url === "/v1/models") return json(200, { object: "list", data: [{ id: "m", object: "model", max_model_len: 4096, parallel: me.parallel }] });
       if (req.url === "/health") return me.mode === "down" ? json(503, { status: "down" }) : json(200, { status: "ok" });
       if (req.url !== "/v1/chat/completions") return void res.writeHead(404).end();
       if (me.mode === "500" || me.mode === "down") return json(500, { error: { message: "replica on fire", type: "server_error" } });
@@ -57,16 +59,21 @@ let limited: StandIn;
 let failing: StandIn;
 let stalled: StandIn;
 let watched: StandIn;
+/** Runs one request at once; its health checks fail while it is "down". */
+let single: StandIn;
 /** No active checks (only requests say how a replica does), --eject-after 3, --eject-time 5. */
 let passive: TestServer;
 /** Active checks every 0.2 s, and a long ejection: only a passing check can bring a replica back soon. */
 let active: TestServer;
+/** The same checks, in front of `single` under SpAk's model name. */
+let checked: TestServer;
 
 before(async () => {
   limited = await standIn("429");
   failing = await standIn("500");
   stalled = await standIn("hello-stall");
   watched = await standIn("ok");
+  single = await standIn("hello-stall", 1);
   passive = await startTestServer({
     upstream: [
       { name: "m429", url: [limited.url], model: "m", tokenize: false },
@@ -86,6 +93,13 @@ before(async () => {
     "eject-time": "30",
   });
   routers.push(active);
+  checked = await startTestServer({
+    upstream: [{ name: "SpAk-Aster-V1-MOE", url: [single.url], model: "m", tokenize: false }],
+    "health-interval": "0.2",
+    "eject-after": "2",
+    "eject-time": "30",
+  });
+  routers.push(checked);
 });
 after(async () => {
   for (const r of routers) await r.close();
@@ -155,4 +169,46 @@ test("an upstream that stalls after its first words is a failure, not a lack of 
   const openai = await ask(passive, "stalled");
   assert.equal(openai.status, 503, openai.text);
   assert.equal(openai.json.error.code, "upstream_unavailable");
+});
+
+test("a pool ejected by failed health checks is down, not overloaded: a request that waited for it is SpAk's 503, not an empty 200 with insufficient_system_resource", async () => {
+  const model = "SpAk-Aster-V1-MOE";
+  const { scheduler } = checked.registry.resolve(model);
+  const replica = replicaOf(checked, model);
+  for (const stream of [false, true]) {
+    single.mode = "hello-stall";
+    await waitFor(() => replica.state === "up", 5_000);
+    // A stream that holds the replica's one slot (its upstream says "Hello" and nothing more) …
+    const holder = new AbortController();
+    const held = await fetch(`${checked.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, messages: [{ role: "user", content: "hold" }], max_tokens: 50, stream: true }),
+      signal: holder.signal,
+    });
+    await held.body!.getReader().read();
+    // … a request that waits behind it in the model's queue …
+    const waiting = postJson(`${checked.url}/chat/completions`, {
+      model,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 5,
+      thinking: { type: "disabled" },
+      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    });
+    await waitFor(() => scheduler.queued === 1, 5_000);
+    // … the upstream goes down, its checks eject it, and the stream ahead leaves.
+    single.mode = "down";
+    await waitFor(() => replica.state === "ejected", 5_000);
+    holder.abort();
+    const res = await waiting;
+    // It was a 200 with content "" and finish_reason insufficient_system_resource, as if the upstream
+    // were busy; a single upstream that is down is a 503 upstream_unavailable in this dialect.
+    assert.equal(res.status, 503, res.text);
+    assert.equal(res.json.error.code, "upstream_unavailable", res.text);
+    assert.doesNotMatch(res.text, /insufficient_system_resource/);
+    assert.match(res.json.error.message, /failed its health check: \/health answered 503/);
+    // When to ask again: the next check, which may make the replica half-open (every 0.2 s).
+    assert.equal(res.headers.get("retry-after"), "1");
+  }
+  single.mode = "hello-stall";
 });

@@ -68,6 +68,18 @@ interface Opened {
 const COUNT_PAUSE_MS = 30_000;
 
 /**
+ * A replica's failed active check (its /health unreachable, silent or not 200): the replica is down,
+ * so it is never a status failure, which could read as a lack of capacity (a 503: a draining Plinth
+ * answers one there) or as the entry's mistake (a 401). It is what ejected the replica when the
+ * checks did, and what a request that finds the pool ejected is answered with (see `unavailable`).
+ */
+class HealthCheckFailure extends UpstreamFailure {
+  constructor(replica: Replica, what: string, kind: "connect" | "timeout" | "protocol" = "protocol") {
+    super(kind, `${replica.name} failed its health check: ${what}`);
+  }
+}
+
+/**
  * What a pool-wide failure looks like to the client: try again later. `tried` is what the last
  * replica this request tried answered; `gone`, when no replica was left to try, says when one may
  * take requests again and what ejected it, which stands for `tried` when the request found every
@@ -95,8 +107,10 @@ function unavailable(name: string, tried: UpstreamFailure | undefined, gone?: No
   // request cut short by it with insufficient_system_resource) only where the replicas said so. A
   // replica that broke its stream, answered garbage or a 500, could not be reached, or went silent
   // (a connect, first-token or idle timeout) failed: that is an error, not a lack of capacity, and
-  // SpAk had answered it as an empty 200 (a stalled stream's text dropped).
-  const capacity = !last || (last.kind === "status" && last.status === 503);
+  // SpAk had answered it as an empty 200 (a stalled stream's text dropped). So did replicas that
+  // failed their health checks (down, whatever their /health answered): a pool ejected by its
+  // checks counted as overloaded when no request had tried a replica since.
+  const capacity = last?.kind === "status" && last.status === 503;
   const err = new ApiError(503, `No replica of '${name}' could serve the request${last ? ` (last: ${last.message})` : ""}.`, {
     code: "upstream_unavailable",
     ...(capacity ? { reason: "overloaded" as const } : {}),
@@ -893,9 +907,10 @@ export class RemoteEngine implements Engine<RemotePrepared> {
             this.pool.recordHealthy(r);
             this.learnSlots(r);
           }
-          else if (r.state === "up") this.pool.recordFailure(r);
-        } catch {
-          if (r.state === "up") this.pool.recordFailure(r);
+          else if (r.state === "up") this.pool.recordFailure(r, new HealthCheckFailure(r, `/health answered ${res.status}`));
+        } catch (err) {
+          const kind = err instanceof UpstreamFailure && err.kind === "timeout" ? "timeout" : "connect";
+          if (r.state === "up") this.pool.recordFailure(r, new HealthCheckFailure(r, (err as Error).message, kind));
         }
       }),
     );
