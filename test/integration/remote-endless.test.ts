@@ -129,3 +129,21 @@ test("an upstream that sends only empty events after its first token is cut at t
     await waitFor(() => closed > before, 5_000);
   }
 });
+
+test("an answer cut here at the client's budget (the upstream's usage never comes) reports the prompt counted by the upstream's tokenizer", { timeout: 30_000 }, async () => {
+  // "hi" surely fits, so the router did not count it before sending it, and relied on the usage
+  // the upstream sends at its end, which a stream cut here never reaches: prompt_tokens was 0.
+  for (const stream of [false, true]) {
+    const before = closed;
+    const res = await postJson(`${r.url}/v1/chat/completions`, {
+      model: "counted",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 5,
+      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    });
+    assert.equal(res.status, 200, res.text);
+    const usage = stream ? JSON.parse(res.text.split("\n\n").filter((e) => e.includes('"usage":{')).at(-1)!.slice(6)).usage : res.json.usage;
+    assert.deepEqual([usage.prompt_tokens, usage.completion_tokens], [PROMPT_TOKENS, 5], res.text.slice(-400));
+    await waitFor(() => closed > before, 5_000);
+  }
+});

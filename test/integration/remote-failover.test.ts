@@ -4,7 +4,11 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
 import { faultyReplica, spawnUpstream, type FaultyReplica } from "../helpers/replicas.ts";
-import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
+import { NO_EOG, postJson, startTestServer, type TestServer, waitFor } from "../helpers/server.ts";
+import Database from "better-sqlite3";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 
 // Real upstreams (two in-process Plinth servers), faulty replicas in front of them (small HTTP
 // servers that break generation on demand), and a router per test configured with --upstream.
@@ -189,6 +193,60 @@ test("a stream cut after its first token ends in the dialect's mid-stream error 
     assert.equal(ok.headers.get("x-plinth-upstream"), a.url);
   }
   assert.ok(cut.hits.midstream > cutBefore, "the cutting replica was tried first and cut the answer");
+});
+
+test("an answer cut mid-stream is booked with its prompt, counted by the upstream's tokenizer, and the tokens the client got (SpAk, Konan, OpenAI; the ledger)", async () => {
+  const cut = await faulty("ok");
+  const dataDir = mkdtempSync(path.join(tmpdir(), "plinth-cut-usage-"));
+  cleanup.push(async () => rmSync(dataDir, { recursive: true, force: true }));
+  const r = await startTestServer({
+    upstream: [
+      { name: "r", url: [cut.url], model: "tiny" },
+      { name: "SpAk-Aster-V1-MOE", url: [cut.url], model: "tiny" },
+    ],
+    "health-interval": "0",
+    "eject-after": "100",
+    "data-dir": dataDir,
+  });
+  cleanup.push(() => r.close());
+  const messages = [{ role: "user", content: "Tell me about the river." }];
+  // What the upstream counts for this prompt when it finishes (the router does not count a prompt
+  // that surely fits: it takes the upstream's usage).
+  const whole = await postJson(`${r.url}/v1/chat/completions`, { model: "r", messages, max_tokens: 6 });
+  assert.equal(whole.status, 200, whole.text);
+  const prompt = whole.json.usage.prompt_tokens;
+  assert.ok(prompt > 0);
+  // Now the upstream sends "Hello" (one delta) and its connection drops: no usage ever comes.
+  cut.mode = "midstream";
+  const post = async (route: string, body: unknown, id: string) => {
+    const res = await fetch(`${r.url}${route}`, { method: "POST", headers: { "content-type": "application/json", "x-request-id": id }, body: JSON.stringify(body) });
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+    assert.match(text, /Hello/);
+    return text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)));
+  };
+  const spak = await post("/chat/completions", { model: "SpAk-Aster-V1-MOE", messages, max_tokens: 6, thinking: { type: "disabled" }, stream: true, stream_options: { include_usage: true } }, "cut-spak");
+  assert.equal(spak.at(-2).error.code, "upstream_error");
+  // It was prompt_tokens 0: the router had skipped the count and relied on the usage that never came.
+  assert.equal(spak.at(-1).usage.prompt_tokens, prompt, JSON.stringify(spak.at(-1)));
+  assert.equal(spak.at(-1).usage.completion_tokens, 1);
+  assert.equal(spak.at(-1).usage.prompt_cache_miss_tokens, prompt);
+  const konan = await post("/v3/chat/completions", { model: "r", messages, max_tokens: 6, stream: true }, "cut-konan");
+  assert.equal(konan.at(-1).choices[0].finish_reason, "error");
+  assert.equal(konan.at(-1).usage.prompt_tokens, prompt, JSON.stringify(konan.at(-1)));
+  assert.equal(konan.at(-1).usage.completion_tokens, 1);
+  const openai = await post("/v1/chat/completions", { model: "r", messages, max_tokens: 6, stream: true }, "cut-openai");
+  assert.equal(openai.at(-1).error.code, "upstream_error");
+  // The ledger books each with the same numbers the client was told.
+  const ids = ["cut-spak", "cut-konan", "cut-openai"];
+  const db = new Database(path.join(dataDir, "plinth.db"), { readonly: true });
+  try {
+    const rows = () => db.prepare(`SELECT request_id, prompt_tokens, completion_tokens FROM usage_ledger WHERE request_id IN (${ids.map(() => "?").join(",")})`).all(...ids) as any[];
+    await waitFor(() => rows().length === ids.length, 5_000);
+    for (const row of rows()) assert.deepEqual({ ...row }, { request_id: row.request_id, prompt_tokens: prompt, completion_tokens: 1 });
+  } finally {
+    db.close();
+  }
 });
 
 test("ejection after consecutive failures, re-admission through a half-open trial and through active health checks", async () => {

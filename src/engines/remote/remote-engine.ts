@@ -66,6 +66,8 @@ interface Opened {
 
 /** How long prompts go uncounted after the upstream's tokenizer failed on every replica. */
 const COUNT_PAUSE_MS = 30_000;
+/** The longest the prompt of an answer that came without the upstream's usage is counted for (see uncountedPrompt). */
+const USAGE_COUNT_MS = 2_000;
 
 /**
  * A replica's failed active check (its /health unreachable, silent or not 200): the replica is down,
@@ -721,11 +723,15 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         for await (const chunk of afterHead(head, chunks)) {
           if (pastBudget(chunk)) {
             lease.success();
+            yield* this.uncountedPrompt(prep, seed, reader, signal);
             yield* release(held, { kind: "end", reason: "length" });
             return;
           }
           // The core stops reading at the end chunk, so success is recorded before it is handed over.
-          if (chunk.kind === "end") lease.success();
+          if (chunk.kind === "end") {
+            lease.success();
+            yield* this.uncountedPrompt(prep, seed, reader, signal);
+          }
           if (held && chunk.kind !== "end") hold(chunk);
           else
             for (const c of release(held, chunk)) {
@@ -749,9 +755,15 @@ export class RemoteEngine implements Engine<RemotePrepared> {
           // mid-stream error elsewhere).
           for (const c of held ?? []) yield c;
           for (const c of failure.usage) yield c;
+          yield* this.uncountedPrompt(prep, seed, reader, signal);
           throw shortageMidAnswer(this.id);
         }
-        if (reader.sawOutput && !held) throw brokeMidStream(this.id, failure);
+        if (reader.sawOutput && !held) {
+          // The client has part of the answer and will be told its usage (and the ledger books it):
+          // the upstream's counts come at a stream's end, which this one never reached.
+          yield* this.uncountedPrompt(prep, seed, reader, signal);
+          throw brokeMidStream(this.id, failure);
+        }
         tried.add(lease.replica);
         last = failure;
         // Kept in case no other replica is left to try: then this one's answer is the answer.
@@ -764,6 +776,23 @@ export class RemoteEngine implements Engine<RemotePrepared> {
         lease.release();
       }
     }
+  }
+
+  /**
+   * The prompt's count for a first choice whose upstream sent none (its stream broke mid-answer, was
+   * cut at the budget here, or the upstream reports no usage), when `prepare` made none either (the
+   * prompt surely fit, so it was not counted): the client's usage and the ledger read the prompt as
+   * the upstream's count, else as `prepare`'s, which was 0 then. Counted by the upstream's
+   * tokenizer on any replica that answers within USAGE_COUNT_MS; none when it has no tokenizer or
+   * no replica can count (a lone replica that died), and then the prompt stays uncounted.
+   */
+  private async *uncountedPrompt(prep: RemotePrepared, seed: number, reader: ChunkReader, signal: AbortSignal): AsyncGenerator<EngineChunk> {
+    if (reader.totals.promptTokens !== undefined || prep.promptTokens > 0 || this.hasTokenize === false || Date.now() < this.countsPausedUntil || signal.aborted) return;
+    // Only the first choice's prompt stands for the request's (as the core reads it).
+    if (seed !== prep.request.sampling.seed >>> 0) return;
+    if (prep.request.prompt.kind === "chat" && hasImages(prep.request.prompt.messages)) return;
+    const counted = await this.countTokens(prep.request.prompt, undefined, prep.request, AbortSignal.any([signal, AbortSignal.timeout(USAGE_COUNT_MS)])).catch(() => undefined);
+    if (counted) yield { kind: "usage", promptTokens: counted.count };
   }
 
   /** One attempt on one replica: the response head, then the SSE chunks as engine chunks. */
