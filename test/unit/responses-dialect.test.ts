@@ -981,3 +981,61 @@ test("a run whose end can never be stored gives up after its time: the store's s
     await a.app.close();
   }
 });
+
+test("an item id no item route could address is a 400 naming it wherever an id is taken; the ids clients send are taken, and read and deleted alone", async () => {
+  script = [
+    { kind: "text", text: "ok", tokens: 1 },
+    { kind: "end", reason: "stop" },
+  ];
+  // Too long for a path segment once percent-encoded (the routes answer a longer one 414), steps
+  // of a path, whitespace and control characters: stored, such an item could never be addressed.
+  const unaddressable = ["msg_" + "a".repeat(600), "é".repeat(84), ".", "..", "a b", "a\u0000b", "a\tb", "\u00a0", "msg_1\n"];
+  const c = (await post({}, "/v1/conversations")).json();
+  for (const id of unaddressable) {
+    const shown = JSON.stringify(id).slice(0, 24);
+    const created = await post({ items: [{ type: "message", role: "user", content: "x", id }] }, "/v1/conversations");
+    assert.equal(created.statusCode, 400, `${shown}: ${created.body}`);
+    assert.equal(created.json().error.param, "items[0].id");
+    const added = await post({ items: [{ role: "user", content: "x" }, { type: "function_call", call_id: "c1", name: "f", arguments: "{}", id }] }, `/v1/conversations/${c.id}/items`);
+    assert.equal(added.statusCode, 400, `${shown}: ${added.body}`);
+    assert.equal(added.json().error.param, "items[1].id");
+    const turn = await post({
+      model: "m",
+      conversation: c.id,
+      input: [
+        { type: "function_call", call_id: "c1", name: "f", arguments: "{}" },
+        { type: "function_call_output", call_id: "c1", output: "x", id },
+      ],
+    });
+    assert.equal(turn.statusCode, 400, `${shown}: ${turn.body}`);
+    assert.equal(turn.json().error.param, "input[1].id");
+  }
+  // Nothing was stored.
+  assert.deepEqual((await s.app.inject({ method: "GET", url: `/v1/conversations/${c.id}/items` })).json().data, []);
+  // Real clients' ids: OpenAI's prefixes, the Agents SDK's placeholder, UUIDs, LangChain's run ids,
+  // and ids that only need percent-encoding (up to the segment's 500 characters).
+  const ids = [
+    "msg_abc",
+    "fc_1",
+    "rs_1",
+    "__fake_id__",
+    "0b0e9c1f-8ab5-4a3a-9d1c-7f9b0c7e2a11",
+    "run-0b0e9c1f-8ab5-4a3a-9d1c-7f9b0c7e2a11",
+    "lc_run--0b0e9c1f-8ab5-4a3a-9d1c-7f9b0c7e2a11",
+    "a/b?c#d%",
+    "...",
+    "msg_" + "a".repeat(496),
+    "é".repeat(83),
+  ];
+  const taken = await post({ items: ids.map((id) => ({ type: "message", role: "user", content: "x", id })) }, "/v1/conversations");
+  assert.equal(taken.statusCode, 200, taken.body);
+  for (const id of ids) {
+    const url = `/v1/conversations/${taken.json().id}/items/${encodeURIComponent(id)}`;
+    const got = await s.app.inject({ method: "GET", url });
+    assert.equal(got.statusCode, 200, `${id.slice(0, 24)}: ${got.body}`);
+    assert.equal(got.json().id, id);
+    assert.equal((await s.app.inject({ method: "DELETE", url })).statusCode, 200);
+  }
+  const turn = await post({ model: "m", input: [{ type: "message", role: "user", content: "x", id: "lc_run--1" }] });
+  assert.equal(turn.statusCode, 200, turn.body);
+});

@@ -10,6 +10,7 @@ import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
 import { once } from "../query-once.ts";
+import { MAX_PATH_SEGMENT } from "../../http/path-segments.ts";
 
 /**
  * Wire schema of POST /v1/responses (OpenAI's Responses API). The route refuses top-level fields it
@@ -81,6 +82,29 @@ const contentPart = byType({ input_text: inputText, output_text: outputText, ref
 const outputPart = byType({ input_text: inputText, output_text: outputText, input_image: inputImage, input_file: inputFile }, otherPart);
 const messageContent = z.union([z.string(), listOf(contentPart)]);
 
+/**
+ * Why an id a client gives an item could not be the `{item_id}` of a conversation's item routes;
+ * undefined when it can. Such an id is stored (with the response, in a conversation), and an item
+ * stored under one could never be read or deleted alone: a segment longer than the router takes
+ * (a 414), `.` and `..` (which URL resolution, in clients and proxies, takes as steps of the path,
+ * percent-encoded or not), and whitespace and control characters (stripped or refused on the way).
+ * (A lone surrogate, which no percent-encoding can write, is refused in any string of a body.)
+ */
+function unaddressableItemId(id: string): string | undefined {
+  if (id === "." || id === "..") return `'${id}' cannot be an item id: URLs read it as a step of the path`;
+  if (/[\s\p{Cc}]/u.test(id)) return "an item id cannot hold whitespace or control characters";
+  const encoded = encodeURIComponent(id).length;
+  if (encoded > MAX_PATH_SEGMENT)
+    return `an item id must fit in a URL path segment: this one is ${encoded} characters percent-encoded, and the item routes take at most ${MAX_PATH_SEGMENT}`;
+  return undefined;
+}
+
+/** A client-chosen item id, held to what the item routes can address (see unaddressableItemId). */
+const itemId = z.string().check((ctx) => {
+  const why = unaddressableItemId(ctx.value);
+  if (why) ctx.issues.push({ code: "custom", message: why, input: ctx.value });
+});
+
 /** An item's status as OpenAI's items carry it (an item sent back keeps the one it was given). */
 const itemStatus = z.enum(["in_progress", "completed", "incomplete"]);
 
@@ -96,7 +120,7 @@ const NOT_INPUT_PARTS = new Set(ASSISTANT_PARTS);
 const message = z
   .strictObject({
     type: z.literal("message").optional(),
-    id: z.string().optional(),
+    id: itemId.optional(),
     role: z.enum(["user", "assistant", "system", "developer"]),
     content: messageContent,
     status: itemStatus.optional(),
@@ -126,7 +150,7 @@ const callOrigin = {
 
 const functionCall = z.strictObject({
   type: z.literal("function_call"),
-  id: z.string().optional(),
+  id: itemId.optional(),
   call_id: z.string().min(1),
   name: z.string().min(1),
   arguments: z.string(),
@@ -136,7 +160,7 @@ const functionCall = z.strictObject({
 
 const functionCallOutput = z.strictObject({
   type: z.literal("function_call_output"),
-  id: z.string().nullish(),
+  id: itemId.nullish(),
   call_id: z.string().min(1),
   output: z.union([z.string(), listOf(outputPart)]),
   status: itemStatus.nullish(),
@@ -149,7 +173,7 @@ const functionCallOutput = z.strictObject({
 // them (see itemToWire) and the Databricks dialect's calls do: taken, so they can be sent back.
 const customToolCall = z.strictObject({
   type: z.literal("custom_tool_call"),
-  id: z.string().optional(),
+  id: itemId.optional(),
   call_id: z.string().min(1),
   name: z.string().min(1),
   input: z.string(),
@@ -159,7 +183,7 @@ const customToolCall = z.strictObject({
 
 const customToolCallOutput = z.strictObject({
   type: z.literal("custom_tool_call_output"),
-  id: z.string().optional(),
+  id: itemId.optional(),
   call_id: z.string().min(1),
   output: z.union([z.string(), listOf(outputPart)]),
   status: itemStatus.optional(),
@@ -168,7 +192,7 @@ const customToolCallOutput = z.strictObject({
 
 const reasoning = z.strictObject({
   type: z.literal("reasoning"),
-  id: z.string().optional(),
+  id: itemId.optional(),
   summary: listOf(z.strictObject({ type: z.literal("summary_text"), text: z.string() })).optional(),
   content: listOf(z.strictObject({ type: z.literal("reasoning_text"), text: z.string() })).nullish(),
   encrypted_content: z.string().nullish(),
