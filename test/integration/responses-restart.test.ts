@@ -68,11 +68,23 @@ test("a background response its killed server left running is failed at the next
     assert.equal(after.error?.code, "server_error");
     // A resumed stream ends, with the failure as its last event and no gap in the numbering.
     const resumed = await fetch(`${second.url}/v1/responses/${id}?stream=true`);
-    const events = sseEvents(await resumed.text()).map((e) => e.data as { type: string; sequence_number: number });
+    const events = sseEvents(await resumed.text()).map((e) => e.data as { type: string; sequence_number: number; delta?: string; response?: typeof after });
     assert.ok(events.length > 2, `${events.length} events`);
     assert.equal(events.at(-1)!.type, "response.failed");
     assert.equal(events.at(-2)!.type, "error");
     events.forEach((e, i) => assert.equal(e.sequence_number, events[0].sequence_number + i));
+    // The failed response keeps the output its stored events show (not the empty one of its start):
+    // the message with the text streamed so far, incomplete as a cut item is; the same in the
+    // replayed response.failed.
+    const streamed = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+    assert.ok(streamed.length > 0, "text deltas were stored");
+    assert.equal(after.output.length, 1, JSON.stringify(after.output));
+    const message = after.output[0] as { type: string; status: string; content: Array<{ type: string; text: string }> };
+    assert.equal(message.type, "message");
+    assert.equal(message.status, "incomplete");
+    assert.equal(message.content[0].type, "output_text");
+    assert.equal(message.content[0].text, streamed);
+    assert.deepEqual(events.at(-1)!.response!.output, after.output);
     // Resumed from the last event the live client received (which the killed server may never
     // have stored), or from past anything stored: the stream still ends with the failure, numbered
     // after where it was resumed from.

@@ -5,6 +5,8 @@ import { scriptedApp, sseEvents, type ScriptedApp } from "../helpers/scripted-ap
 import { fillStore } from "../helpers/test-store.ts";
 import { BackgroundRuns } from "../../src/dialects/responses/background.ts";
 import { failAbandonedRuns, type ResponsesDeps } from "../../src/dialects/responses/responses.ts";
+import { outputFromEvents, ResponseBuilder, type ResponseEvent } from "../../src/dialects/responses/to-wire.ts";
+import type { GenerationEvent } from "../../src/core/types.ts";
 
 // The Responses dialect over the SCRIPTED engine (no model) and a real SQLite store: refusals, the
 // event stream's shape for every kind of output item, and the non-streamed body as the drained
@@ -979,6 +981,56 @@ test("a run whose end can never be stored gives up after its time: the store's s
   } finally {
     warnings.stop();
     await a.app.close();
+  }
+});
+
+test("the output read back from a run's stream events, cut anywhere, is the output the run's own failure would have given", () => {
+  // Reasoning (summarised), text, a function call and a custom tool call, each opened, grown and
+  // closed: whatever prefix of the events the store holds, the items rebuilt from it (cut ones
+  // incomplete) equal what ResponseBuilder.fail makes of the same run at that point.
+  const run: GenerationEvent[] = [
+    { type: "part-start", choice: 0, part: "reasoning" },
+    { type: "reasoning", choice: 0, text: "hm" },
+    { type: "reasoning", choice: 0, text: "m." },
+    { type: "part-end", choice: 0, part: "reasoning" },
+    { type: "part-start", choice: 0, part: "text" },
+    { type: "text", choice: 0, text: "Let me " },
+    { type: "text", choice: 0, text: "check." },
+    { type: "part-end", choice: 0, part: "text" },
+    { type: "tool-call", choice: 0, index: 0, id: "call_1", name: "lookup" },
+    { type: "tool-call-arguments", choice: 0, index: 0, text: '{"q":' },
+    { type: "tool-call-arguments", choice: 0, index: 0, text: '"x"}' },
+    { type: "part-end", choice: 0, part: "tool-call", index: 0 },
+    { type: "tool-call", choice: 0, index: 1, id: "call_2", name: "sql" },
+    { type: "tool-call-arguments", choice: 0, index: 1, text: '{"input": "SELECT' },
+    { type: "tool-call-arguments", choice: 0, index: 1, text: ' 1"}' },
+    { type: "part-end", choice: 0, part: "tool-call", index: 1 },
+  ];
+  const failedAfter = (cut: number) => {
+    const events: ResponseEvent[] = [];
+    const builder = new ResponseBuilder(
+      { id: "resp_1", createdAt: 0, model: "m", echo: {} },
+      { logprobs: false, summary: true, customTools: new Set(["sql"]) },
+      (e) => events.push(e),
+    );
+    builder.start("in_progress");
+    for (const ev of run.slice(0, cut)) builder.push(ev);
+    const stored = [...events];
+    builder.fail("server_error", "stopped");
+    return { stored, output: builder.snapshot().output };
+  };
+  for (let cut = 0; cut <= run.length; cut++) {
+    const { stored, output } = failedAfter(cut);
+    assert.deepEqual(outputFromEvents(stored, true), output, `cut after ${cut} generation events`);
+    // Events are stored in batches, so the store may end inside the events that close an item (its
+    // text's done, a summary): until its output_item.done, the item reads as cut.
+    const closed = run[cut - 1];
+    if (cut === 0 || closed.type !== "part-end") continue;
+    // (Another run of the same events: its items have other ids.)
+    const withoutIds = (items: unknown) => (items as Array<Record<string, unknown>>).map(({ id: _, ...item }) => item);
+    const before = failedAfter(cut - 1);
+    for (let k = before.stored.length; k < stored.length; k++)
+      assert.deepEqual(withoutIds(outputFromEvents(stored.slice(0, k), true)), withoutIds(before.output), `cut inside the close of ${closed.part}, after ${stored[k - 1].type}`);
   }
 });
 

@@ -14,7 +14,7 @@ import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation }
 import type { JsonObject, ResponseRecord, Store, StoredEvent } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
-import { ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
+import { outputFromEvents, ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
 import { itemToWire, readInclude, responseWithInclude } from "./items.ts";
 import { EventWriter, isStoreUnavailable, STORE_RETRY, type StoreRetryPolicy, StoreTrouble, writeWithRetry } from "./store-writes.ts";
 
@@ -541,9 +541,9 @@ export async function cancelResponse(id: string, ns: string, deps: ResponsesDeps
  * Background responses that a stopped process left running (killed, or crashed: a graceful shutdown
  * ends its runs first) can never finish, and stayed `in_progress` for good, with a resumed stream
  * that never ended. Run once at start, before any request: each is marked failed, so polling,
- * resuming, cancelling and chaining all see it over. Its stream's `error` and `response.failed`
- * are not stored: they are made when a stream is read, numbered after what the client names (see
- * storedStreamEnding). One server per data directory: a second live server on the same store would
+ * resuming, cancelling and chaining all see it over, with the output its stored events show. Its
+ * stream's `error` and `response.failed` are not stored: they are made when a stream is read,
+ * numbered after what the client names (see storedStreamEnding). One server per data directory: a second live server on the same store would
  * take the first one's running responses for abandoned ones.
  */
 export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
@@ -554,7 +554,12 @@ export async function failAbandonedRuns(deps: ResponsesDeps): Promise<number> {
     const stored = await deps.store.responses.get(namespace, id);
     if (!stored) continue;
     const message = "The server stopped while this response was running, so it did not finish; create it again.";
-    const body = { ...stored.body, status: "failed", error: { code: "server_error", message }, incomplete_details: null };
+    // Its stored body is the one written at its start; a background run's stored events show the
+    // output it had made since, which the failed response keeps, as one failed in its run does.
+    const events = ((await deps.store.responseEvents.list(namespace, id)) ?? []).map((e) => e.event);
+    const summary = Boolean((stored.body.reasoning as { summary?: unknown } | null | undefined)?.summary);
+    const output = events.length > 0 ? outputFromEvents(events, summary) : stored.body.output;
+    const body = { ...stored.body, status: "failed", error: { code: "server_error", message }, incomplete_details: null, output };
     await deps.store.responses.update(namespace, id, { status: "failed", body });
     failed++;
   }

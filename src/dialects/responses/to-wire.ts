@@ -292,6 +292,55 @@ export class ResponseBuilder {
 }
 
 /**
+ * The output a response's stream events show, for a run that ended without its final object (its
+ * server was killed): each item as `output_item.done` left it, or, for one the run never finished,
+ * as `output_item.added` opened it with the parts and deltas after it (text, reasoning, call
+ * arguments, a custom tool's input), closed as the builder closes a cut item (see `fail`):
+ * `incomplete`, and its reasoning given as its summary where one was asked for. The deltas' log
+ * probabilities have not the bytes a part's carry: a cut message keeps none.
+ */
+export function outputFromEvents(events: ReadonlyArray<Record<string, unknown>>, summary: boolean): Array<Record<string, unknown>> {
+  const output: Item[] = [];
+  const open = new Set<number>();
+  for (const ev of events) {
+    const at = ev.output_index;
+    if (typeof at !== "number") continue;
+    if (ev.type === "response.output_item.added" || ev.type === "response.output_item.done") {
+      output[at] = structuredClone(ev.item) as Item;
+      if (ev.type === "response.output_item.added") open.add(at);
+      else open.delete(at);
+      continue;
+    }
+    // Only an open item grows; a finished one is whole in its `done` event.
+    const item = open.has(at) ? output[at] : undefined;
+    if (!item) continue;
+    const part = (item.content as Array<Record<string, unknown>> | undefined)?.[ev.content_index as number];
+    switch (ev.type) {
+      case "response.content_part.added":
+        if (Array.isArray(item.content)) item.content[ev.content_index as number] = structuredClone(ev.part);
+        break;
+      case "response.output_text.delta":
+      case "response.reasoning_text.delta":
+        if (part) part.text = `${part.text as string}${ev.delta as string}`;
+        break;
+      case "response.function_call_arguments.delta":
+        item.arguments = `${item.arguments as string}${ev.delta as string}`;
+        break;
+      case "response.custom_tool_call_input.delta":
+        item.input = `${item.input as string}${ev.delta as string}`;
+        break;
+    }
+  }
+  for (const at of open) {
+    const item = output[at];
+    if (item.type === "message" || item.type === "function_call") item.status = "incomplete";
+    const text = item.type === "reasoning" ? ((item.content as Array<{ text?: string }> | undefined)?.[0]?.text ?? "") : "";
+    if (summary && text) item.summary = [{ type: "summary_text", text }];
+  }
+  return output.filter((item) => item !== undefined);
+}
+
+/**
  * The response object's `error.code` is one of OpenAI's fixed set (clients with typed enums reject
  * others), so Plinth's own codes (`queue_timeout`, `server_shutting_down`, `internal_error`, …) read
  * `server_error` there; the `error` event, whose code is free text, and the message keep the detail.
