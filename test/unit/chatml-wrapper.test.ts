@@ -2,6 +2,7 @@ import assert from "../helpers/assert.ts";
 import { test } from "node:test";
 import { ChatMLChatWrapper, JinjaTemplateChatWrapper, LlamaText, SpecialToken } from "node-llama-cpp";
 import type { Message } from "../../src/core/types.ts";
+import { type ApiError, withWireParam } from "../../src/core/errors.ts";
 import { toChatHistory } from "../../src/engines/llama-cpp/chat-history.ts";
 import { FaithfulChatMLChatWrapper } from "../../src/engines/llama-cpp/chatml-wrapper.ts";
 import { CHATML_TEMPLATE } from "../fixtures/models.ts";
@@ -85,4 +86,24 @@ test("call arguments and tool results nested thousands deep stay text instead of
   const shallow = history(nested(20))[1];
   assert.ok(shallow.type === "model" && typeof shallow.response[0] === "object" && shallow.response[0].type === "functionCall");
   assert.equal(typeof shallow.response[0].params, "object");
+});
+
+test("a tool result that answers no earlier call is refused by its field alone, not by the canonical message's number", () => {
+  // Canonical positions are no request's own (a dialect puts instructions first, merges calls):
+  // the message says only what the dialect names the field.
+  const messages: Message[] = [
+    { role: "system", content: "be brief" },
+    { role: "user", content: "hi" },
+    { role: "tool", content: "x", toolCallId: "c9" },
+  ];
+  const err = (() => {
+    try {
+      toChatHistory(messages);
+    } catch (e) {
+      return e;
+    }
+  })();
+  const named = withWireParam(err, (field) => (field === "prompt.messages[2].toolCallId" ? "input[1].call_id" : null)) as ApiError;
+  assert.equal(named.param, "input[1].call_id");
+  assert.equal(named.message, "A tool result's call id (input[1].call_id) matches no earlier assistant tool call.");
 });

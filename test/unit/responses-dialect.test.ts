@@ -1091,3 +1091,43 @@ test("an item id no item route could address is a 400 naming it wherever an id i
   const turn = await post({ model: "m", input: [{ type: "message", role: "user", content: "x", id: "lc_run--1" }] });
   assert.equal(turn.statusCode, 200, turn.body);
 });
+
+test("a tool result that answers no earlier call is named by its own field: its input position, or the conversation's item whose call was deleted", async () => {
+  script = [
+    { kind: "text", text: "ok", tokens: 1 },
+    { kind: "end", reason: "stop" },
+  ];
+  // Instructions lead the prompt's messages; the refusal counts input items, not messages.
+  const stray = await post({ model: "m", instructions: "be brief", input: [{ role: "user", content: "hi" }, { type: "function_call_output", call_id: "c9", output: "x" }] });
+  assert.equal(stray.statusCode, 400, stray.body);
+  assert.equal(stray.json().error.param, "input[1].call_id");
+  assert.equal(stray.json().error.message, "input[1] is a tool result whose call_id 'c9' matches no earlier tool call.");
+  // Before its call is not after it.
+  const early = await post({
+    model: "m",
+    input: [
+      { type: "function_call_output", call_id: "c1", output: "x" },
+      { type: "function_call", call_id: "c1", name: "f", arguments: "{}" },
+    ],
+  });
+  assert.equal(early.statusCode, 400, early.body);
+  assert.equal(early.json().error.param, "input[0].call_id");
+  const c = (
+    await post(
+      {
+        items: [
+          { role: "user", content: "hi" },
+          { type: "function_call", call_id: "c1", name: "f", arguments: "{}", id: "fc_1" },
+          { type: "function_call_output", call_id: "c1", output: "ok", id: "fco_1" },
+        ],
+      },
+      "/v1/conversations",
+    )
+  ).json();
+  assert.equal((await post({ model: "m", conversation: c.id, input: "go" })).statusCode, 200);
+  assert.equal((await s.app.inject({ method: "DELETE", url: `/v1/conversations/${c.id}/items/fc_1` })).statusCode, 200);
+  const orphan = await post({ model: "m", conversation: c.id, input: "go on" });
+  assert.equal(orphan.statusCode, 400, orphan.body);
+  assert.equal(orphan.json().error.param, "conversation");
+  assert.equal(orphan.json().error.message, "The item 'fco_1' of the conversation is a tool result whose call_id 'c1' matches no earlier tool call: the item of its call is not there.");
+});

@@ -360,7 +360,11 @@ export function itemsToMessages(items: InputItem[], ownFrom = 0, origins: Array<
         // The template takes the tool's name from the call; an output that names another tool
         // answers a call it does not belong to.
         const called = callNames.get(o.call_id);
-        if (i >= ownFrom && o.name != null && called !== undefined && called !== o.name)
+        // A result answers a call made before it; one that answers none is refused here, by the
+        // item it is (the engine's refusal counted canonical messages, which no field of the
+        // request is numbered by, and a remote model's upstream got it as sent).
+        if (called === undefined) throw strayOutput(item, i, ownFrom, o.call_id, earlier);
+        if (i >= ownFrom && o.name != null && called !== o.name)
           throw badRequest(`input[${i - ownFrom}] names the tool '${o.name}', but its call ${o.call_id} is to '${called}'.`, `input[${i - ownFrom}].name`);
         const output = (at: string) => (typeof o.output === "string" ? o.output : flattenContent(o.output, at, IN_TOOL_OUTPUT));
         const content = i >= ownFrom ? output(`input[${i - ownFrom}].output`) : earlierContent(item, () => output(`item '${String((item as { id?: unknown }).id)}' output`), earlier);
@@ -413,9 +417,24 @@ function earlierContent<T>(item: { id?: unknown }, read: () => T, param: string)
     return read();
   } catch (err) {
     if (!(err instanceof ApiError) || err.status !== 400) throw err;
-    const from = param === "conversation" ? "the conversation" : param === "previous_response_id" ? "the response continued" : "this request's history";
-    throw badRequest(`The item '${String(item.id)}' of ${from} cannot be used: ${err.message}`, param, err.code);
+    throw badRequest(`The item '${String(item.id)}' of ${historyName(param)} cannot be used: ${err.message}`, param, err.code);
   }
+}
+
+/** What the field that brought in a request's earlier items holds, in words. */
+function historyName(param: string): string {
+  return param === "conversation" ? "the conversation" : param === "previous_response_id" ? "the response continued" : "this request's history";
+}
+
+/**
+ * A tool result whose call_id names no call before it: an item of this request's input, by its
+ * position, or one of the history it continues (whose call item was deleted from the conversation,
+ * say), by its id and the field that brought it in.
+ */
+function strayOutput(item: { id?: unknown }, i: number, ownFrom: number, callId: string, earlier: string): ApiError {
+  const what = `a tool result whose call_id '${callId}' matches no earlier tool call`;
+  if (i >= ownFrom) return badRequest(`input[${i - ownFrom}] is ${what}.`, `input[${i - ownFrom}].call_id`);
+  return badRequest(`The item '${String(item.id)}' of ${historyName(earlier)} is ${what}: the item of its call is not there.`, earlier);
 }
 
 /**

@@ -53,7 +53,9 @@ export function toChatHistory(messages: Message[], options: { rawResults?: boole
         const call = m.toolCallId ? openCalls.get(m.toolCallId) : undefined;
         if (!call) {
           throw invalidField(
-            `Message ${i} is a tool result whose {field} does not match any earlier assistant tool call.`,
+            // Named by the field alone: `i` counts canonical messages, which a dialect may number
+            // differently from its request (instructions first, calls merged into one turn).
+            `A tool result's call id ({field}) matches no earlier assistant tool call.`,
             `prompt.messages[${i}].toolCallId`,
           );
         }
