@@ -12,3 +12,16 @@ export function once<T extends z.ZodType>(schema: T) {
     })
     .pipe(schema);
 }
+
+/**
+ * A whole number in a query string (a page's `limit`): decimal digits, with a sign at most. Read with
+ * z.coerce.number(), it was whatever Number() makes of the text: `0x10` listed 16 items, `1e1` 10,
+ * ` 7` and `0b11` were taken, and an empty `limit=` read as 0, "too small".
+ */
+export function queryInt(min: number, max: number) {
+  return z
+    .string()
+    .regex(/^-?\d+$/, "must be an integer")
+    .transform(Number)
+    .pipe(z.number().min(min).max(max));
+}

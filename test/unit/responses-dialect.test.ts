@@ -1131,3 +1131,22 @@ test("a tool result that answers no earlier call is named by its own field: its 
   assert.equal(orphan.json().error.param, "conversation");
   assert.equal(orphan.json().error.message, "The item 'fco_1' of the conversation is a tool result whose call_id 'c1' matches no earlier tool call: the item of its call is not there.");
 });
+
+test("limit on the list routes is a plain decimal integer: what Number() would read otherwise is a 400 naming it", async () => {
+  script = [
+    { kind: "text", text: "ok", tokens: 1 },
+    { kind: "end", reason: "stop" },
+  ];
+  const r = (await post({ model: "m", input: "hi" })).json();
+  const c = (await post({ items: [{ role: "user", content: "hi" }] }, "/v1/conversations")).json();
+  for (const list of [`/v1/responses/${r.id}/input_items`, `/v1/conversations/${c.id}/items`, "/v1/chat/completions"]) {
+    for (const limit of ["0x10", "1e1", "%20%207", "0b11", "", "5.0", "+5", "Infinity"]) {
+      const got = await s.app.inject({ method: "GET", url: `${list}?limit=${limit}` });
+      assert.equal(got.statusCode, 400, `${list}?limit=${limit}: ${got.body}`);
+      assert.equal(got.json().error.param, "limit");
+      assert.equal(got.json().error.message, "Invalid 'limit': must be an integer.", `${list}?limit=${limit}`);
+    }
+    for (const [limit, status] of [["0", 400], ["101", 400], ["1", 200], ["100", 200], ["07", 200]] as const)
+      assert.equal((await s.app.inject({ method: "GET", url: `${list}?limit=${limit}` })).statusCode, status, `${list}?limit=${limit}`);
+  }
+});

@@ -7,7 +7,7 @@ import { requestKey } from "../../http/access.ts";
 import { type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { type ChatCompletionRecord, type JsonObject, type Metadata, type Store } from "../../store/store.ts";
 import { metadataSchema } from "./metadata.ts";
-import { once } from "../query-once.ts";
+import { once, queryInt } from "../query-once.ts";
 import { refuseUnknownFields } from "../unknown-fields.ts";
 import { readsNothing } from "../reads-nothing.ts";
 
@@ -53,7 +53,7 @@ function toWire(record: ChatCompletionRecord) {
 export const listChatCompletionsQuery = z.object({
   model: once(z.string().min(1)).optional(),
   after: once(z.string().min(1)).optional(),
-  limit: once(z.coerce.number().int().min(1).max(100)).optional(),
+  limit: once(queryInt(1, 100)).optional(),
   order: once(z.enum(["asc", "desc"])).optional(),
 });
 

@@ -9,7 +9,7 @@ import { metadataSchema } from "../openai/metadata.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
-import { once } from "../query-once.ts";
+import { once, queryInt } from "../query-once.ts";
 import { MAX_PATH_SEGMENT } from "../../http/path-segments.ts";
 
 /**
@@ -445,7 +445,7 @@ export type IncludeQuery = z.infer<typeof includeQuery>;
 /** A page of stored items: the cursor, and what to include in them. */
 export const listQuery = includeQuery.extend({
   after: once(z.string()).optional(),
-  limit: once(z.coerce.number().int().min(1).max(100)).optional(),
+  limit: once(queryInt(1, 100)).optional(),
   order: once(z.enum(["asc", "desc"])).optional(),
 });
 export type ListQuery = z.infer<typeof listQuery>;
