@@ -54,23 +54,39 @@ export function installErrorEnvelope(
   });
   if (opts.notFound) {
     scope.setNotFoundHandler((request, reply) => {
-      const url = request.url.length > 200 ? `${request.url.slice(0, 200)}…` : request.url;
+      const path = shownPath(request.url);
       // A path that exists for other methods is a 405 naming them (RFC 9110), not an unknown route.
       // A route of this very method that sent the request here (a file the console does not have)
       // found nothing: a 404.
       const allow = allowedMethods(scope, request.url);
       const e =
         allow.length > 0 && !allow.includes(request.method)
-          ? new ApiError(405, `${request.method} is not allowed on ${url}; it takes ${allow.join(", ")}.`, {
+          ? new ApiError(405, `${request.method} is not allowed on ${path}; it takes ${allow.join(", ")}.`, {
               code: "method_not_allowed",
               headers: { allow: allow.join(", ") },
             })
-          : new ApiError(404, `No route for ${request.method} ${url}.`, { code: "not_found" });
+          : new ApiError(404, `No route for ${request.method} ${path}.`, { code: "not_found" });
       if (e.status === 404) noRouteErrors.add(e);
       if (e.code) notFoundCodes.set(request, e.code);
       void reply.status(e.status).headers(e.headers).send((opts.envelopeForUrl?.(request.url) ?? scopeEnvelope).render(e));
     });
   }
+}
+
+/**
+ * The path a refusal names: without the query string (routes are found by the path alone, and a
+ * query echoed back said the method was refused on that URL), percent-decoded as the router reads
+ * it (`%2e%2e` is `..`; decodeURI leaves an encoded `/`, `?` or `#` as sent), cut at 200 characters.
+ */
+function shownPath(url: string): string {
+  const raw = url.split("?", 1)[0];
+  let path = raw;
+  try {
+    path = decodeURI(raw);
+  } catch {
+    // A malformed escape (`%ZZ`): named as it was sent.
+  }
+  return path.length > 200 ? `${path.slice(0, 200)}…` : path;
 }
 
 /**

@@ -1150,3 +1150,17 @@ test("limit on the list routes is a plain decimal integer: what Number() would r
       assert.equal((await s.app.inject({ method: "GET", url: `${list}?limit=${limit}` })).statusCode, status, `${list}?limit=${limit}`);
   }
 });
+
+test("a reasoning summary on a model that does not reason is refused naming the field sent (summary, or its older name generate_summary)", async () => {
+  const plain = await scriptedApp({ id: "plain" });
+  try {
+    for (const field of ["summary", "generate_summary"]) {
+      const r = await plain.app.inject({ method: "POST", url: "/v1/responses", payload: { model: "plain", input: "x", reasoning: { [field]: "auto" } } });
+      assert.equal(r.statusCode, 400, r.body);
+      assert.equal(r.json().error.param, `reasoning.${field}`);
+      assert.match(r.json().error.message, new RegExp(`^'reasoning\\.${field}'`));
+    }
+  } finally {
+    await plain.app.close();
+  }
+});

@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import type { AddressInfo } from "node:net";
+import { request } from "node:http";
 import { scriptedApp, type ScriptedApp } from "../helpers/scripted-app.ts";
 
 // Over the SCRIPTED engine, through a real socket: a path that exists for other methods answers 405
@@ -87,4 +88,26 @@ test("scripted engine: CORS preflights are answered as before; a plain OPTIONS i
   assert.equal(plain.status, 405, plain.text);
   assert.equal(plain.allow, "POST");
   assert.equal(plain.json.error_code, "BAD_REQUEST");
+});
+
+test("scripted engine: the 405 and 404 messages name the path, without the query string and percent-decoded as routed", async () => {
+  const wrong = await call("POST", "/v1/responses/resp_x?foo=1");
+  assert.equal(wrong.status, 405, wrong.text);
+  assert.equal(wrong.json.error.message, "POST is not allowed on /v1/responses/resp_x; it takes GET, HEAD, DELETE.");
+  // Sent as it is (fetch resolves `%2e%2e` as a step up the path before it sends anything).
+  const dots = await new Promise<{ status?: number; text: string }>((resolve, reject) => {
+    const req = request(`${base}/`, { method: "PUT", path: "/v1/responses/%2e%2e?foo=1" }, (res) => {
+      let text = "";
+      res.on("data", (d) => (text += d));
+      res.on("end", () => resolve({ status: res.statusCode, text }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+  assert.equal(dots.status, 405, dots.text);
+  assert.equal(JSON.parse(dots.text).error.message, "PUT is not allowed on /v1/responses/..; it takes GET, HEAD, DELETE.");
+  // An encoded "/" is one character of a segment, not a step of the path: it stays as sent.
+  const none = await call("GET", "/v1/nothing/a%2Fb?x=1");
+  assert.equal(none.status, 404, none.text);
+  assert.equal(none.json.error.message, "No route for GET /v1/nothing/a%2Fb.");
 });

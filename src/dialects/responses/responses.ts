@@ -151,9 +151,10 @@ async function answerResponse(body: CreateResponseRequest, env: RouteEnv, deps: 
   refuseUnsupported(body);
   // A summary of reasoning the model does not do would silently be none (effort is refused the same
   // way, by the engine). Remote models do not say whether they reason, so only a known "no" refuses.
-  const summary = body.reasoning?.summary ?? body.reasoning?.generate_summary;
-  if (summary != null && env.service.registry.get(body.model)?.engine?.describe().reasoning === false)
-    throw unsupportedField("reasoning.summary", `is available only on models that reason; '${body.model}' does not`);
+  // The refusal names the field sent: `generate_summary` is the older name of `summary`.
+  const summaryField = body.reasoning?.summary != null ? "reasoning.summary" : body.reasoning?.generate_summary != null ? "reasoning.generate_summary" : undefined;
+  if (summaryField && env.service.registry.get(body.model)?.engine?.describe().reasoning === false)
+    throw unsupportedField(summaryField, `is available only on models that reason; '${body.model}' does not`);
   // Stored objects belong to the API key; the end user isolates the prompt cache only.
   const ns = storeNamespace(env.ctx.apiKey);
   const store = body.store !== false;
