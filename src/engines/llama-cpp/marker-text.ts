@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { type LlamaText, SpecialToken, SpecialTokensText, type Token, type Tokenizer } from "node-llama-cpp";
+import type { Tokenizer } from "node-llama-cpp";
 import type { Message } from "../../core/types.ts";
 
 /**
@@ -13,8 +13,9 @@ import type { Message } from "../../core/types.ts";
  * message holding `<|end|><|start|>developer<|message|>…` then became a developer turn of its own.
  *
  * Such a marker in a message's text is cut after its first character with a break the renderer
- * keeps apart when it tokenizes: the two sides are tokenized separately, so the marker's text
- * becomes ordinary text tokens and never the marker. Text without a marker tokenizes as before.
+ * keeps apart when it tokenizes (prompt-runs.ts): the two sides are tokenized separately, so the
+ * marker's text becomes ordinary text tokens and never the marker. Text without a marker is left
+ * as it is.
  * The break is a random run of private-use characters, made per renderer, so no client can type
  * it. A break that ends up in template text (a template that takes a message's text as its own)
  * is dropped, leaving what was there before.
@@ -68,34 +69,11 @@ export class MarkerBreaker {
   }
 
   /**
-   * The text's tokens as LlamaText.tokenize gives them, except that plain text is tokenized apart
-   * at each break (and a break in template text is dropped).
+   * The break the renderer keeps apart when it tokenizes (prompt-runs.ts), or undefined when the
+   * vocabulary has no markers and texts are never broken.
    */
-  tokenize(text: LlamaText, tokenizer: Tokenizer): Token[] {
-    if (!this.pattern) return text.tokenize(tokenizer);
-    const out: Token[] = [];
-    let plain = "";
-    // As LlamaText.tokenize does: the first text of the prompt keeps its leading space, later ones not.
-    const flush = () => {
-      const pieces = plain.split(this.brk);
-      for (const piece of pieces) {
-        if (piece === "") continue;
-        for (const t of tokenizer(piece, false, out.length > 0 ? "trimLeadingSpace" : undefined)) out.push(t);
-      }
-      plain = "";
-    };
-    for (const value of text.values) {
-      if (value instanceof SpecialToken) {
-        flush();
-        for (const t of value.tokenize(tokenizer)) out.push(t);
-      } else if (value instanceof SpecialTokensText) {
-        flush();
-        const special = new SpecialTokensText(value.value.split(this.brk).join(""));
-        for (const t of special.tokenize(tokenizer, out.length > 0)) out.push(t);
-      } else plain += value;
-    }
-    flush();
-    return out;
+  get break(): string | undefined {
+    return this.pattern ? this.brk : undefined;
   }
 }
 

@@ -34,6 +34,7 @@ import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
 import { tokenizeRawText } from "./raw-text.ts";
 import { MarkerBreaker } from "./marker-text.ts";
+import { RunTokenizer } from "./prompt-runs.ts";
 import { leavesOutEmptySystem, mergeSystemMessages, systemMergingWrapper, withoutEmptyLeadingSystem } from "./system-messages.ts";
 import { memoTokenizer } from "./tokenize-memo.ts";
 
@@ -227,7 +228,7 @@ export class PromptRenderer {
     }
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
-    return { tokens: this.markers.tokenize(text, this.tokenizer), stopTokens, formatStops, openTurn };
+    return { tokens: this.runs.tokenize(text, this.markers.break), stopTokens, formatStops, openTurn };
   }
 
   /**
@@ -332,6 +333,13 @@ export class PromptRenderer {
     return this.markerBreaker;
   }
   private markerBreaker: MarkerBreaker | undefined;
+
+  /** Tokenizes a rendered chat prompt as llama.cpp tokenizes the rendered string (prompt-runs.ts). */
+  private get runs(): RunTokenizer {
+    this.runTokenizer ??= new RunTokenizer(this.model, this.tokenizer, this.vocabMeta?.tokens);
+    return this.runTokenizer;
+  }
+  private runTokenizer: RunTokenizer | undefined;
 
   private get vocabMeta() {
     return this.model.fileInfo.metadata?.tokenizer?.ggml as { tokens?: readonly string[]; token_type?: readonly number[] } | undefined;

@@ -1,12 +1,12 @@
 import type { LlamaModel, Token, Tokenizer } from "node-llama-cpp";
 
-// A chat prompt is tokenized piece by piece: node-llama-cpp's LlamaText cuts the templated text at
-// every special-token part and tokenizes each stretch on its own, most of them with the
-// "trimLeadingSpace" option, which costs two or three native calls and a detokenize each. Every
-// request of a conversation tokenizes the same template parts, the same system prompt and the same
-// earlier turns again, on the event loop. A stretch's tokens depend only on its text and the two
-// options, so the tokens of recent stretches are kept and reused; only new text reaches the native
-// tokenizer. Bounded by entries and by characters, least recently used first out.
+// A chat prompt is tokenized a stretch at a time: each part of template text (to find its special
+// tokens), then each run of text between special tokens (prompt-runs.ts); text after a marker's
+// break with the "trimLeadingSpace" option, which costs two or three native calls and a detokenize.
+// Every request of a conversation tokenizes the same template parts, the same system prompt and the
+// same earlier turns again, on the event loop. A stretch's tokens depend only on its text and the
+// two options, so the tokens of recent stretches are kept and reused; only new text reaches the
+// native tokenizer. Bounded by entries and by characters, least recently used first out.
 
 const MAX_ENTRIES = 4096;
 /** Characters of kept text, all entries together (a long system prompt or document counts fully). */
