@@ -20,6 +20,12 @@ export interface PreparedGeneration {
   /** Stop strings the prompt format itself needs (e.g. a template's next-turn marker). */
   formatStops: string[];
   /**
+   * Text the prompt format writes between an answer and its end-of-turn token (Llama 2's " " before
+   * `</s>`): cut from an answer that ends at such a token right after it (see `turnEnded`), and
+   * ordinary text anywhere else.
+   */
+  formatEndings?: string[];
+  /**
    * Headers for the client's response (e.g. which upstream replica served), shared by reference
    * with the request context, so an engine may still add to them while a JSON answer is collected.
    */
@@ -82,7 +88,12 @@ export type EngineChunk =
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }
   /** `content_filter`: a remote engine's upstream withheld output under its policy (a local model never does). */
-  | { kind: "end"; reason: "stop" | "length" | "tool_calls" | "content_filter" };
+  | {
+      kind: "end";
+      reason: "stop" | "length" | "tool_calls" | "content_filter";
+      /** The generation ended at an end-of-turn token (not at its budget, nor by a sampler with nothing left to say). */
+      turnEnded?: boolean;
+    };
 
 /**
  * A model that can generate. An engine knows no dialect: it receives canonical requests and yields

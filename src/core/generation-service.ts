@@ -515,9 +515,10 @@ class BatchRun {
     this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     try {
-      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev));
+      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev), prep.formatEndings);
       const sampling = { ...req.sampling, seed: choiceSeed(req.sampling.seed, seedOffset) };
       let reason: FinishReason = "stop";
+      let turnEnded = false;
       for await (const chunk of engine.generate(prep, { sampling, maxTokens, slot, waitedMs }, signal)) {
         // A reader slower than the engine (a client reading slowly, or not at all) holds the engine
         // here, so the events between them stay a bounded buffer (see event-weight.ts) instead of
@@ -537,6 +538,7 @@ class BatchRun {
         switch (chunk.kind) {
           case "end":
             reason = chunk.reason;
+            turnEnded = chunk.turnEnded === true && chunk.reason === "stop";
             break;
           case "cached":
             // The prompt is counted once per request, so is its cached part: the first choice's.
@@ -581,7 +583,7 @@ class BatchRun {
         }
         break;
       }
-      answer.finish();
+      answer.finish(turnEnded);
       signal.throwIfAborted();
       this.emit({ type: "finish", choice, reason });
       return counts;

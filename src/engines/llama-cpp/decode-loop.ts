@@ -111,10 +111,11 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver)) return decoder.push(t);
     return decoder.flush() + marker;
   };
-  function* finish(reason: "stop" | "length", lastTokens: number): Generator<EngineChunk> {
+  /** `turnEnded`: at an end-of-turn token (the last of `lastTokens`). */
+  function* finish(reason: "stop" | "length", lastTokens: number, turnEnded = false): Generator<EngineChunk> {
     // No token follows, so what the router asks for now has nothing left to act on.
     yield* router.push(decoder.flush(), lastTokens);
-    yield* router.finish(reason);
+    yield* router.finish(reason, turnEnded);
   }
 
   // The prompt's state is handed on (onPromptEvaluated: saved for other requests to reuse) once,
@@ -157,7 +158,7 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
         generated.push(t);
         if (!forced && ends(t)) {
           // The end-of-turn token is counted but is not content, so it has no logprob entry.
-          yield* finish("stop", 1);
+          yield* finish("stop", 1, true);
           return;
         }
         if (generated.length >= setup.maxTokens) {

@@ -276,7 +276,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       throw invalidField("Tools and response formats need a chat prompt.", req.tools ? "tools" : "responseFormat");
     this.bound.check(req.prompt, this.contextSize, req.tools);
     const { constraints, rendered, reasoning, tokens } = await this.promptFor(req, options.signal);
-    const { stopTokens, formatStops } = rendered;
+    const { stopTokens, formatStops, formatEndings } = rendered;
     if (tokens.length === 0) throw invalidField("The prompt is empty.", "prompt");
     for (const id of req.sampling.logitBias.keys()) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
@@ -288,6 +288,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       tokens,
       stopTokens,
       formatStops,
+      formatEndings,
       ignoreEos: req.ignoreEos,
       promptTokens: tokens.length,
       contextSize: this.contextSize,

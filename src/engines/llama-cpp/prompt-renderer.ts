@@ -51,6 +51,8 @@ export interface RenderedPrompt {
   stopTokens: Set<Token>;
   /** Text stops the format needs (checked by the core like a request's stop strings). */
   formatStops: string[];
+  /** Text the format writes right before an end-of-turn token, not the answer's when it ends there (see splitTriggers). */
+  formatEndings?: string[];
   /** Set when a chat prompt's open turn is the template's own generation prompt (open-turn.ts). */
   openTurn?: OpenTurn;
 }
@@ -210,7 +212,7 @@ export class PromptRenderer {
     if (wrapper instanceof JinjaTemplateChatWrapper || this.harmony) this.refuseControlText(req);
     const { state, wrapper: renderedBy } = this.renderChat(wrapper, prompt.messages, thinkingSwitch(req), functions);
     wrapper = renderedBy;
-    const { stopTokens, formatStops } = this.splitTriggers(state.stopGenerationTriggers);
+    const { stopTokens, formatStops, formatEndings } = this.splitTriggers(state.stopGenerationTriggers);
     if (this.harmony) formatStops.push(...this.harmony.answerStops);
     // A client's prefill is continued as written; otherwise the open turn is the template's own.
     const turns = prefilled(prompt) || wrapper !== this.wrapper ? undefined : this.openTurns;
@@ -228,7 +230,7 @@ export class PromptRenderer {
     }
     const text = this.withBosAsTheModelWants(opened, wrapper);
     if (beforeTokenize) beforeTokenize(textBytes(text));
-    return { tokens: this.runs.tokenize(text, this.markers.break), stopTokens, formatStops, openTurn };
+    return { tokens: this.runs.tokenize(text, this.markers.break), stopTokens, formatStops, formatEndings, openTurn };
   }
 
   /**
@@ -566,21 +568,84 @@ export class PromptRenderer {
       throw invalidField(`{field} is token ${t}, which is outside the vocabulary (0..${this.vocabSize - 1}).`, field);
   }
 
-  /** A template's stop triggers are either single special tokens or plain text; each needs its own check. */
-  private splitTriggers(triggers: readonly LlamaText[]): { stopTokens: Set<Token>; formatStops: string[] } {
+  /**
+   * What a template's stop triggers (node-llama-cpp's, read off the text after an assistant turn)
+   * ask for. A trigger is a sequence, matched whole:
+   *  - one token, given as special (`<|im_end|>`): a stop token;
+   *  - up to an end-of-turn token (`</s>`, `<|eot_id|>`): the generation ends at that token anyway,
+   *    and whatever follows it in the trigger is never reached (Zephyr's `</s>` + "\n"). Text
+   *    before it is the template's turn ending (Llama 2's " " + `</s>`, Apriel's "\n" + `<|end|>`):
+   *    cut from an answer that ends at the token right after it, and ordinary text anywhere else;
+   *  - anything else: a text stop of its whole text, special tokens spelled out, so that it matches
+   *    only where the whole sequence is written. Its text parts alone never become a stop (Llama 2's
+   *    " " ended every answer at its first space).
+   */
+  private splitTriggers(triggers: readonly LlamaText[]): { stopTokens: Set<Token>; formatStops: string[]; formatEndings: string[] } {
     const stopTokens = new Set<Token>();
     const formatStops: string[] = [];
+    const formatEndings: string[] = [];
     for (const trigger of triggers) {
-      const special = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
-      const tokens = trigger.tokenize(this.tokenizer);
-      if (special && tokens.length === 1) {
+      const only = trigger.values.length === 1 && (trigger.values[0] instanceof SpecialToken || trigger.values[0] instanceof SpecialTokensText);
+      const tokens = only ? trigger.tokenize(this.tokenizer) : [];
+      if (tokens.length === 1) {
         stopTokens.add(tokens[0]);
         continue;
       }
-      const text = trigger.values.map((v) => (typeof v === "string" ? v : v instanceof SpecialTokensText ? v.value : "")).join("");
-      if (text) formatStops.push(text);
+      const parts = this.triggerParts(trigger);
+      const end = parts.findIndex((p) => typeof p !== "string" && this.model.isEogToken(p));
+      if (end >= 0) {
+        stopTokens.add(parts[end] as Token);
+        const before = parts.slice(0, end);
+        // Text with a control token in it (which adds no text to an answer) cannot be told in the answer.
+        const text = before.every((p) => typeof p === "string") ? before.join("") : "";
+        if (text && !formatEndings.includes(text)) formatEndings.push(text);
+        continue;
+      }
+      const text = parts.map((p) => (typeof p === "string" ? p : this.model.detokenize([p], true))).join("");
+      if (text && !formatStops.includes(text)) formatStops.push(text);
     }
-    return { stopTokens, formatStops };
+    return { stopTokens, formatStops, formatEndings };
+  }
+
+  /**
+   * A trigger as runs of text and the special tokens between them (control and end-of-generation
+   * tokens, which add no text to an answer), each text as the template wrote it.
+   */
+  private triggerParts(trigger: LlamaText): Array<string | Token> {
+    const parts: Array<string | Token> = [];
+    const text = (t: string) => {
+      if (!t) return;
+      if (typeof parts.at(-1) === "string") parts[parts.length - 1] += t;
+      else parts.push(t);
+    };
+    for (const value of trigger.values) {
+      if (typeof value === "string") {
+        text(value);
+        continue;
+      }
+      const tokens = LlamaText(value).tokenize(this.tokenizer);
+      if (value instanceof SpecialTokensText) {
+        // The text between the special tokens is cut out of the value, as written (a tokenizer's
+        // round trip could add or drop a space).
+        let rest = value.value;
+        for (const token of tokens) {
+          if (!this.model.isSpecialToken(token)) continue;
+          const spelled = this.model.detokenize([token], true);
+          const at = spelled ? rest.indexOf(spelled) : -1;
+          if (at < 0) continue;
+          text(rest.slice(0, at));
+          parts.push(token);
+          rest = rest.slice(at + spelled.length);
+        }
+        text(rest);
+      } else {
+        for (const token of tokens) {
+          if (this.model.isSpecialToken(token)) parts.push(token);
+          else text(this.model.detokenize([token], false));
+        }
+      }
+    }
+    return parts;
   }
 }
 

@@ -207,8 +207,9 @@ export class TextRouter {
   /**
    * Generation is over: releases whatever was held back as a possible marker, reports the thinking
    * count and ends. The actions returned are only for completeness; no token follows them.
+   * `turnEnded`: the generation ended at an end-of-turn token.
    */
-  *finish(reason: "stop" | "length"): Generator<EngineChunk, RouterAction[]> {
+  *finish(reason: "stop" | "length", turnEnded = false): Generator<EngineChunk, RouterAction[]> {
     const actions: RouterAction[] = [];
     if (this.splitter) {
       const rest = this.splitter.flush();
@@ -225,7 +226,7 @@ export class TextRouter {
       if (held) yield { kind: "text", text: held, tokens: 0 };
     }
     yield { kind: "usage", reasoningTokens: this.thoughtTokens };
-    yield { kind: "end", reason: reason === "stop" && this.called ? "tool_calls" : reason };
+    yield { kind: "end", reason: reason === "stop" && this.called ? "tool_calls" : reason, ...(turnEnded && reason === "stop" ? { turnEnded } : {}) };
     return actions;
   }
 
