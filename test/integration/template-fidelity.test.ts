@@ -13,6 +13,7 @@ import {
   GIGACHAT_3_TEMPLATE,
   GLM_4_6_TEMPLATE,
   KIMI_K2_TEMPLATE,
+  LLAMA_2_CHAT_TEMPLATE,
   MISTRAL_SMALL_3_2_TEMPLATE,
   QWEN3_CODER_TEMPLATE,
 } from "../fixtures/real-templates.ts";
@@ -157,4 +158,21 @@ test("Gemma 4: a template that trims each message's text gets it trimmed (a user
   const text = prompt(messages);
   assert.ok(text.includes("<|turn>user\nHello<turn|>\n<|turn>model\nok<turn|>\n<|turn>user\nnext<turn|>\n<|turn>model\n"), JSON.stringify(text));
   assert.ok(text.includes("\nsys<turn|>"), JSON.stringify(text));
+});
+
+test("Llama 2: content.strip() is applied as the template applies it, to the first user text together with the system message before it", async () => {
+  const prompt = await promptFor("plinth-llama-2-fidelity", LLAMA_2_CHAT_TEMPLATE);
+  // Its probe with a system message showed the user's leading blanks kept (stripped with the
+  // <<SYS>> block in front of them), so user texts were never trimmed, even with no system message.
+  assert.equal(prompt([{ role: "user", content: "  spaced  out \n " }]), "[INST] spaced  out [/INST]");
+  // Hugging Face's rendering of the same messages (BOS and EOS are the fixture's).
+  assert.equal(
+    prompt([
+      { role: "system", content: " sys " },
+      { role: "user", content: "  spaced  out \n " },
+      { role: "assistant", content: " ok \n" },
+      { role: "user", content: "\n again \n" },
+    ]),
+    "[INST] <<SYS>>\n sys \n<</SYS>>\n\n  spaced  out [/INST] ok <|im_end|><|startoftext|>[INST] again [/INST]",
+  );
 });

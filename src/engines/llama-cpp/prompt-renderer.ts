@@ -22,7 +22,7 @@ import { ApiError, invalidField } from "../../core/errors.ts";
 import type { GenerationRequest, Message, PromptInput } from "../../core/types.ts";
 import { toChatHistory } from "./chat-history.ts";
 import { InlineReasoningCut } from "./inline-reasoning.ts";
-import { trimmedRoles, withTrimmedTexts } from "./message-trim.ts";
+import { MessageTrim } from "./message-trim.ts";
 import { wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { Gemma4Thinking } from "./gemma4-thinking.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
@@ -93,8 +93,8 @@ export class PromptRenderer {
   private readonly leavesOutEmptySystem: boolean = false;
   /** How the template cuts reasoning out of earlier answers' text, done before rendering (inline-reasoning.ts). */
   private readonly inlineReasoning: InlineReasoningCut | undefined;
-  /** The roles whose text the template trims, trimmed before rendering (message-trim.ts). */
-  private readonly trimmed: ReadonlySet<string> = new Set();
+  /** How the template trims message texts, done before rendering (message-trim.ts). */
+  private readonly trimmed: MessageTrim | undefined;
   /** Set for Gemma 4's templates: their thinking section and generation prompts (gemma4-thinking.ts). */
   private readonly gemma4: Gemma4Thinking | undefined;
 
@@ -182,7 +182,7 @@ export class PromptRenderer {
     this.harmony = HarmonyLayout.of(wrapper, model, today);
     if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.leavesOutEmptySystem = leavesOutEmptySystem(wrapper);
     this.inlineReasoning = wrapper instanceof JinjaTemplateChatWrapper && !this.harmony ? InlineReasoningCut.of(this.template) : undefined;
-    if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.trimmed = trimmedRoles(this.template);
+    if (wrapper instanceof JinjaTemplateChatWrapper && !this.harmony) this.trimmed = MessageTrim.of(this.template);
   }
 
   /**
@@ -241,7 +241,7 @@ export class PromptRenderer {
    */
   private renderChat(wrapper: ChatWrapper, messages: Message[], thinking: ThinkingSwitch, functions: ChatModelFunctions | undefined) {
     if (this.inlineReasoning) messages = this.inlineReasoning.apply(messages);
-    messages = this.markers.breakMessages(withTrimmedTexts(messages, this.trimmed));
+    messages = this.markers.breakMessages(this.trimmed?.apply(messages) ?? messages);
     let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
     if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
     if (this.leavesOutEmptySystem) history = withoutEmptyLeadingSystem(history);
