@@ -1,6 +1,6 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
-import { byteTokenId } from "../fixtures/models.ts";
+import { byteTokenId, FIXTURE_TOKENS } from "../fixtures/models.ts";
 import { NO_EOG, postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 // Token texts on the three fixture tokenizers: the default one (SentencePiece pieces, no space
@@ -295,6 +295,27 @@ for (const model of MODELS) {
     for (const line of (await streamed.text()).split("\n"))
       if (line.startsWith("data: {")) tokens.push(...(JSON.parse(line.slice(6)).choices[0]?.logprobs?.tokens ?? []));
     assert.deepEqual(tokens, logprobs.tokens);
+  });
+}
+
+for (const model of ["tiny", "spm"] as const) {
+  test(`${model}: a typed <unk> is the unknown token, echoed and listed as its text as control tokens are`, async () => {
+    // <unk> (token type unknown, not control) spelled "": the listed tokens no longer spelled the
+    // echo, the space spm's tokenizer adds after it came out as text, and its top_logprobs key was "".
+    const prompt = "a<unk>b c";
+    const r = await postJson(`${s.url}/v1/completions`, { model, prompt, echo: true, logprobs: 1, max_tokens: 1, seed: 3, logit_bias: NO_EOG });
+    assert.equal(r.status, 200, r.text);
+    const { text, logprobs } = r.json.choices[0];
+    assert.ok(text.startsWith(prompt), JSON.stringify(text));
+    assertLegacy(logprobs, text, `${model} <unk> echo`);
+    const at = logprobs.tokens.indexOf("<unk>");
+    assert.ok(at > 0, JSON.stringify(logprobs.tokens));
+    assert.ok("<unk>" in logprobs.top_logprobs[at], JSON.stringify(logprobs.top_logprobs[at]));
+    // Sampled in an answer, it is named as control tokens are: its text, no bytes, no content.
+    const c = await postJson(`${s.url}/v1/chat/completions`, { model, messages, max_tokens: 1, logprobs: true, top_logprobs: 1, logit_bias: { [FIXTURE_TOKENS.unk]: 100 } });
+    assert.equal(c.status, 200, c.text);
+    const [entry] = c.json.choices[0].logprobs.content;
+    assert.deepEqual([entry.token, entry.bytes, c.json.choices[0].message.content], ["<unk>", null, ""]);
   });
 }
 

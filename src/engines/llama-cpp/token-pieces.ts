@@ -32,7 +32,7 @@ const LOOKBACK_TOKENS = 64;
  *
  *  - A token's bytes come from its vocabulary piece: SentencePiece's `▁` is a space and `<0xNN>` is
  *    the byte NN; byte-level BPE maps each code point of the piece back to its byte. Control tokens
- *    have no bytes. Anything else is rendered by llama.cpp.
+ *    and the unknown token have no bytes. Anything else is rendered by llama.cpp.
  *  - A vocabulary that puts a space in front of the text it tokenizes (SentencePiece with
  *    add_space_prefix, as Llama 2 and Mistral have) loses it again on the first token of the text,
  *    but only there: a token after the prompt keeps its space (" Flor"), a prompt's first word does
@@ -180,10 +180,11 @@ export class TokenPieces {
 
   /**
    * A control token's name as the vocabulary spells it (`<|im_end|>`), for reports that must tell
-   * such tokens apart although they add no text; undefined for any other token.
+   * such tokens apart although they add no text; undefined for any other token. The unknown token
+   * (`<unk>`) is one too: llama.cpp spells it as it spells control tokens, as nothing in plain text.
    */
   special(token: number): string | undefined {
-    if (this.bytesOf(token).length > 0 || !this.model.getTokenAttributes(token as Token).control) return undefined;
+    if (this.bytesOf(token).length > 0 || !addsNoText(this.model.getTokenAttributes(token as Token))) return undefined;
     return this.vocab?.[token] ?? this.model.detokenize([token as Token], true);
   }
 
@@ -200,7 +201,7 @@ export class TokenPieces {
   private computeBytes(token: number): number[] {
     const raw = this.vocab?.[token];
     const attributes = this.model.getTokenAttributes(token as Token);
-    if (attributes.control) return [];
+    if (addsNoText(attributes)) return [];
     if (raw !== undefined) {
       // SentencePiece byte-fallback pieces are spelled <0xNN>.
       const byte = attributes.byte ? /^<0x([0-9A-Fa-f]{2})>$/.exec(raw) : null;
@@ -227,6 +228,11 @@ export class TokenPieces {
     // No word piece to try: llama.cpp's default for SentencePiece is to add (and so strip) the space.
     return declared === undefined ? true : Boolean(declared);
   }
+}
+
+/** Control and unknown tokens: llama.cpp writes nothing for them in plain text, their name with special tokens shown. */
+function addsNoText(attributes: { control: boolean; unknown: boolean }): boolean {
+  return attributes.control || attributes.unknown;
 }
 
 /**
