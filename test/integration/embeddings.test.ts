@@ -103,6 +103,29 @@ test("usage counts the tokens embedded, including the ones the model adds", asyn
   assertClose(floatVectors(bert)[0], floatVectors(bert)[1]);
 });
 
+test("a text opening with typed special-token text gets the model's own begin token too, counted alike everywhere", async () => {
+  // "<s>hi" is BOS, then the typed <s> read as BOS, then the text, as llama.cpp's tokenizer (and
+  // llama-server's /embeddings) reads it, /tokenize and a completions prompt count it: embeddings
+  // took the typed <s> for the one to add, and counted one token less.
+  for (const [model, text, begin] of [
+    ["tiny", "<s>hi there", FIXTURE_TOKENS.bos],
+    ["bert", "[CLS] hello world", BERT_TOKENS.cls],
+  ] as const) {
+    const content = await contentTokens(model, text);
+    assert.equal(content[0], begin, JSON.stringify(content));
+    const tokenized = await s.http.post("/tokenize", { model, prompt: text });
+    const r = await s.http.embed({ model, input: text });
+    assert.equal(r.usage.prompt_tokens, content.length + (model === "bert" ? 2 : 1), model);
+    assert.equal(r.usage.prompt_tokens, tokenized.json.count, model);
+    // The same tokens given as ids embed the same.
+    const ids = await s.http.embed({ model, input: [tokenized.json.tokens] });
+    assert.equal(ids.usage.prompt_tokens, r.usage.prompt_tokens);
+    assertClose(floatVectors(ids)[0], floatVectors(r)[0]);
+  }
+  const completion = await s.http.complete({ model: "tiny", prompt: "<s>hi there", max_tokens: 1 });
+  assert.equal(completion.usage!.prompt_tokens, (await contentTokens("tiny", "<s>hi there")).length + 1);
+});
+
 test("dimensions keeps a renormalised prefix of the full vector (Matryoshka)", async () => {
   const [full] = floatVectors(await s.http.embed({ model: "tiny", input: "a red star in the night sky" }));
   for (const k of [1, 8, 32, DIMS]) {

@@ -89,12 +89,16 @@ export class LlamaEmbedder implements Embedder {
     // A text of nothing but what the tokenizer skips (WordPiece drops whitespace) is still embedded,
     // as its begin and end tokens alone, as BERT's own tokenizer and OpenAI embed " ".
     if (tokens.length === 0 && input.kind !== "text") return [];
-    // The begin/end tokens LlamaEmbeddingContext adds when they are missing, added here already so
-    // that the count (for the length limit and for usage) is the count actually embedded.
+    // The begin/end tokens the vocabulary takes, added here already so that the count (for the
+    // length limit and for usage) is the count actually embedded. A text gets them whatever it
+    // holds, as llama.cpp's tokenizer adds them (llama-server's /embeddings): a text that opens with
+    // typed "<s>" is BOS twice, as /tokenize and a completions prompt count it. Given token ids get
+    // them where they lack them, as LlamaEmbeddingContext adds them (it adds none where they are).
     const first = beginToken(this.model);
     const last = endToken(this.model);
-    if (first != null && tokens[0] !== first) tokens.unshift(first);
-    if (last != null && tokens.at(-1) !== last) tokens.push(last);
+    const text = input.kind === "text";
+    if (first != null && (text || tokens[0] !== first)) tokens.unshift(first);
+    if (last != null && (text || tokens.at(-1) !== last)) tokens.push(last);
     return tokens;
   }
 
