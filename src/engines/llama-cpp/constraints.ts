@@ -20,7 +20,7 @@ import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost
 import { type CompileControl, REQUEST_COMPILE_MS } from "../../grammar/schema-compiler.ts";
 import { patternGrammar, schemaGrammar } from "../../grammar/schema-grammar.ts";
 import type { ToolPlan } from "./decode-loop.ts";
-import type { ToolCallFormat } from "./tool-call-parser.ts";
+import { callOpening, type ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
 import { callIndexOf, takesOneCall } from "./tool-layouts.ts";
 import { GEMMA4_QUOTE, Gemma4ArgumentsReader } from "./gemma4-tool-calls.ts";
@@ -125,7 +125,7 @@ export class ConstraintPlanner {
     // control token that opens it is the marker by itself: sampling it is the model's decision to
     // call, and the call grammar then writes the rest of the opening (Granite's "[" after its
     // <|tool_call|>), which the model, unconstrained until then, might not.
-    const opening = this.format.sectionPrefix + this.format.prefix;
+    const opening = callOpening(this.format);
     const cut = opening.slice(1).search(/[\n{]/);
     const leadingMarker = [...this.markerTokens.keys()].find((m) => opening.startsWith(m));
     this.trigger = leadingMarker ?? (cut === -1 ? opening : opening.slice(0, cut + 1));
@@ -434,3 +434,4 @@ async function propertyGrammar(toolSchema: { $defs?: unknown; definitions?: unkn
 function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
+

@@ -2,7 +2,7 @@ import { ReasoningSplitter, type SplitSpan } from "../../core/reasoning-splitter
 import { StopMatcher } from "../../core/stop-matcher.ts";
 import type { TokenLogprob } from "../../core/types.ts";
 import type { EngineChunk } from "../../core/engine.ts";
-import { type ToolCallFormat, ToolCallParser } from "./tool-call-parser.ts";
+import { callOpening, type ToolCallFormat, ToolCallParser } from "./tool-call-parser.ts";
 
 // The text half of the decode loop. Everything here works on the text of generated tokens and never
 // on tokens themselves, so it needs no model: it can be driven from a unit test with plain strings.
@@ -279,7 +279,7 @@ export class TextRouter {
       const before = text.slice(0, fromThisToken);
       const inSequence = Math.max(0, heldBefore - emit.length);
       const format = this.setup.tools!.format;
-      const opening = format.sectionPrefix + format.prefix;
+      const opening = callOpening(format);
       this.openCall({ kind: "replace", before, inSequence, text: before + opening.slice(inSequence) }, actions);
     }
   }

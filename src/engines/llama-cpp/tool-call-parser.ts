@@ -163,3 +163,14 @@ function withoutIndex(name: string, index: CallIndex | undefined): string {
   const head = name.slice(0, name.length - digits.length);
   return head.endsWith(index.separator) ? head.slice(0, head.length - index.separator.length) : name;
 }
+
+/**
+ * The text that opens a call, as the model writes it in an answer: without the blank space a
+ * template writes before it (Qwen 3's layout opens with "\n<tool_call>"). A model writes the marker
+ * first when it calls at once, and the newlines after a closed thinking section are not the
+ * answer's, so a trigger that began with the newline was never seen and the call stayed text.
+ */
+export function callOpening(format: Pick<ToolCallFormat, "sectionPrefix" | "prefix">): string {
+  const opening = format.sectionPrefix + format.prefix;
+  return opening.trimStart() || opening;
+}
