@@ -7,7 +7,7 @@ import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { CHATML_TEMPLATE, ensureFixtureModel, type FixtureSpec, SPM_SPEC } from "../fixtures/models.ts";
-import { LLAMA_2_CHAT_TEMPLATE, PHI_3_5_TEMPLATE, ZEPHYR_TEMPLATE } from "../fixtures/real-templates.ts";
+import { LLAMA_2_CHAT_TEMPLATE, LLAMA_3_1_TEMPLATE, PHI_3_5_TEMPLATE, ZEPHYR_TEMPLATE } from "../fixtures/real-templates.ts";
 import { postJson, startTestServer, type TestServer } from "../helpers/server.ts";
 
 // A chat prompt is tokenized as llama.cpp tokenizes the rendered prompt (prompt-runs.ts): cut at
@@ -107,6 +107,24 @@ test("Phi 3's real vocabulary, whose special tokens strip the whitespace after t
   try {
     // `<|user|>\nHi`: the newline goes with the token's rstrip, and "Hi" gets the space prefix (▁Hi).
     for (const messages of CONVERSATIONS) assert.deepEqual(render(messages), llamaCppTokens(model, PHI_3_5_TEMPLATE, messages), JSON.stringify(messages));
+  } finally {
+    await model.dispose();
+  }
+});
+
+test("Llama 3.1's real vocabulary keeps its template's tool layout (its space before the arguments' `{` is one token with it)", { skip: noVocab("ggml-vocab-llama-bpe.gguf") }, async () => {
+  const model = await llama.loadModel({ modelPath: VOCABS + "ggml-vocab-llama-bpe.gguf", vocabOnly: true });
+  try {
+    (model.fileInfo.metadata.tokenizer as { chat_template?: string }).chat_template = LLAMA_3_1_TEMPLATE;
+    const renderer = new PromptRenderer(model, { id: "llama-3.1", vocabSize: model.fileInfo.metadata.tokenizer.ggml.tokens.length });
+    const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+    const req = { prompt: { kind: "chat", messages: [{ role: "user", content: "Weather in Paris?" }] } } as GenerationRequest;
+    const text = model.detokenize(renderer.render(req, functions).tokens, true);
+    // The template's own layout: the tools in the user turn, a call as {"name": …, "parameters": …}
+    // (it was node-llama-cpp's generic one: "||call: getSomeInfo(…)" described in the system turn).
+    assert.match(text, /Environment: ipython/);
+    assert.match(text, /"parameters": dict/);
+    assert.doesNotMatch(text, /\|\|call:/);
   } finally {
     await model.dispose();
   }

@@ -760,7 +760,13 @@ function mendCutMarkers(pieces: Pieces, markers: readonly string[]): Pieces | un
   return mended ? out : undefined;
 }
 
-/** Whether every boundary between the pieces falls between two tokens of their joined text. */
+/**
+ * Whether every boundary between two of the layout's own pieces falls between two tokens of their
+ * joined text. Only those can cut a marker; where a piece meets the name or the arguments, the
+ * tokenizer merging across is ordinary text: on Llama 3's real vocabulary the space that ends
+ * `", "parameters": ` is one token with the arguments' `{` (`Ġ{`), and judging that boundary threw
+ * away the layout node-llama-cpp had read right, for the generic `||call:` one.
+ */
 function tokenAligned(pieces: Pieces, tokenizer: Tokenizer): boolean {
   const parts = PIECES.map((k) => pieces[k]);
   const whole = parts.join("");
@@ -771,8 +777,14 @@ function tokenAligned(pieces: Pieces, tokenizer: Tokenizer): boolean {
     ends.add(at);
   }
   if (at !== whole.length) return true; // the text does not read back piece by piece: nothing to judge by
+  const placeholder = (k: (typeof PIECES)[number]) => k === "name" || k === "arguments";
+  const present = PIECES.filter((k) => pieces[k] !== "");
   let boundary = 0;
-  return parts.every((p) => ends.has((boundary += p.length)));
+  return present.every((k, i) => {
+    boundary += pieces[k].length;
+    const next = present[i + 1];
+    return next === undefined || placeholder(k) || placeholder(next) || ends.has(boundary);
+  });
 }
 
 /**
