@@ -228,6 +228,40 @@ async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, patter
   return seen;
 }
 
+test("a resumed background stream with include: the reasoning it replays is sealed where asked, as a retrieve's is", async () => {
+  const bg = (await s.client.responses.create({
+    model: "think",
+    input: "Think first",
+    reasoning: { effort: "low" },
+    background: true,
+    max_output_tokens: 12,
+    temperature: 0,
+    logit_bias: { ...NO_EOG, [EXTRA_TOKENS.thinkClose]: -100 },
+  } as never)) as any;
+  for (let i = 0; i < 100 && !["completed", "incomplete"].includes((await s.client.responses.retrieve(bg.id)).status!); i++) await new Promise((r) => setTimeout(r, 100));
+  const events = async (query: string) => {
+    const res = await fetch(`${s.url}/v1/responses/${bg.id}?stream=true${query}`);
+    assert.equal(res.status, 200, query);
+    return (await res.text()).split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)));
+  };
+  const reasoningDone = (evs: any[]) => evs.find((e) => e.type === "response.output_item.done" && e.item.type === "reasoning")?.item;
+  const ending = (evs: any[]) => evs.at(-1).response.output.find((o: any) => o.type === "reasoning");
+  const plain = await events("");
+  assert.ok(reasoningDone(plain), JSON.stringify(plain.map((e) => e.type)));
+  assert.equal("encrypted_content" in reasoningDone(plain), false);
+  assert.equal("encrypted_content" in ending(plain), false);
+  for (const query of ["&include=reasoning.encrypted_content", "&include[]=reasoning.encrypted_content&include[]=message.output_text.logprobs"]) {
+    const sealed = await events(query);
+    assert.equal(sealed.length, plain.length, query);
+    assert.match(reasoningDone(sealed).encrypted_content, /^plinth-v1:/, query);
+    // Sealed again for each read (a fresh nonce), as a retrieve with include does.
+    assert.match(ending(sealed).encrypted_content, /^plinth-v1:/, query);
+  }
+  const bad = await call("GET", `/responses/${bg.id}?stream=true&include=file_search_call.results`);
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, "include");
+});
+
 test("a stored response is there while it runs: read as in_progress, not continued yet, and a DELETE stops it for good", async () => {
   const res = await fetch(`${s.url}/v1/responses`, {
     method: "POST",

@@ -80,3 +80,20 @@ export function responseWithInclude(body: Item, include: ItemInclude): Item {
   });
   return { ...body, output };
 }
+
+/**
+ * A replayed stream event as a resumed stream with `include` asks for it: the finished reasoning
+ * item an `output_item.done` carries, and the response object of the ending events, get what
+ * responseWithInclude gives a retrieve. An item just added has no text to seal yet.
+ */
+export function eventWithInclude<E extends { type: string }>(event: E, include: ItemInclude): E {
+  if (!include.seal) return event;
+  const ev = event as unknown as Item;
+  if (ev.type === "response.output_item.done" && (ev.item as Item | undefined)?.type === "reasoning") {
+    const item = { ...(ev.item as Item) };
+    sealReasoning(item, include.seal);
+    return { ...ev, item } as unknown as E;
+  }
+  if (ev.response && typeof ev.response === "object") return { ...ev, response: responseWithInclude(ev.response as Item, include) } as unknown as E;
+  return event;
+}

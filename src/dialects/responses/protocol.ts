@@ -407,8 +407,8 @@ const includeParam = z.union([z.string(), listOf(z.string())]).optional();
 
 /**
  * GET /v1/responses/{id}: `stream=true` resumes a background stream after `starting_after`.
- * `include_obfuscation` pads the delta events as on create; `include` adds to the stored response
- * (not to a resumed stream, whose events were written as they were); anything else is refused.
+ * `include_obfuscation` pads the delta events as on create; `include` adds to the stored response,
+ * or to the items and responses a resumed stream replays; anything else is refused.
  */
 export const retrieveQuery = z.strictObject({
   // What to add to the stored response (see responseWithInclude): the openai SDK's retrieve sends it.

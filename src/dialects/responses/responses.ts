@@ -15,7 +15,7 @@ import type { JsonObject, ResponseRecord, Store, StoredEvent } from "../../store
 import type { Sealer } from "./sealer.ts";
 import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
 import { outputFromEvents, ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
-import { itemToWire, readInclude, responseWithInclude } from "./items.ts";
+import { eventWithInclude, type ItemInclude, itemToWire, readInclude, responseWithInclude } from "./items.ts";
 import { EventWriter, isStoreUnavailable, STORE_RETRY, type StoreRetryPolicy, StoreTrouble, writeWithRetry } from "./store-writes.ts";
 
 export interface ResponsesDeps {
@@ -406,17 +406,18 @@ async function storeEnd(run: Run, id: string, write: () => Promise<void>, deps: 
  * Streams a background response's events after `after`: a run of this process from its own record
  * and then live until it ends; a finished one from the store (written whole before the run ends).
  */
-async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: string, after: number): Promise<void> {
+async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: string, after: number, include?: ItemInclude): Promise<void> {
+  const send = (ev: { type: string }) => sse.event(ev.type, include ? eventWithInclude(ev, include) : ev);
   const run = deps.runs.get(id);
   if (!run) {
     for (const { event } of (await deps.store.responseEvents.list(ns, id, after)) ?? []) {
-      await sse.event(event.type as string, event);
+      await send(event as { type: string });
       if (sse.closed) return;
     }
     const stored = await deps.store.responses.get(ns, id);
     const ending = stored ? storedStreamEnding(stored, await deps.store.responseEvents.last(ns, id), after) : [];
     for (const event of ending) {
-      await sse.event(event.type, event);
+      await send(event);
       if (sse.closed) return;
     }
     return;
@@ -429,7 +430,7 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
   });
   try {
     for (const ev of earlier) {
-      await sse.event(ev.type, ev);
+      await send(ev);
       if (sse.closed) return;
     }
     for (;;) {
@@ -437,12 +438,12 @@ async function replay(sse: SseWriter, deps: ResponsesDeps, ns: string, id: strin
       const ev = live.shift()!;
       if (ev === null) {
         const closing = run.closing();
-        if (closing) await sse.event(closing.type, closing);
+        if (closing) await send(closing);
         return;
       }
       // Asked to start past where the run was when the stream joined: later events up to there too.
       if (ev.sequence_number <= after) continue;
-      await sse.event(ev.type, ev);
+      await send(ev);
       if (sse.closed) return;
     }
   } finally {
@@ -496,16 +497,15 @@ export async function retrieveResponse(
     if (query.starting_after !== undefined) throw badRequest("starting_after applies to a stream: it needs stream=true.", "starting_after");
     return { kind: "json", body: responseWithInclude(stored.body, include) };
   }
-  // A resumed stream replays the events as they were written.
-  if (query.include !== undefined || query["include[]"] !== undefined)
-    throw badRequest("include applies to a retrieve of the response object, not to a resumed stream (stream=true).", "include");
+  // A resumed stream replays the events as they were written, with what `include` adds to a retrieve
+  // added to the items and response objects they carry.
   if (!stored.background) throw badRequest("Only background responses can be streamed again; this one was not created with background: true.", "stream");
   // Decimal digits only: Number() reads "" as 0 and "0x10" as 16, which would start the stream
   // somewhere the client never asked for.
   if (query.starting_after !== undefined && !/^(-1|\d{1,15})$/.test(query.starting_after))
     throw badRequest("starting_after must be a sequence number.", "starting_after");
   const after = query.starting_after === undefined ? -1 : Number(query.starting_after);
-  const result: RouteResult = { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after), errorEvent: () => ({ data: null }) };
+  const result: RouteResult = { kind: "sse", write: (sse) => replay(sse, deps, ns, id, after, include), errorEvent: () => ({ data: null }) };
   return query.include_obfuscation === "true" ? withObfuscation(result) : result;
 }
 
