@@ -73,12 +73,12 @@ export async function sendResult(reply: FastifyReply, signal: AbortSignal, resul
 export function postRoute<T>(
   scope: FastifyInstance,
   path: string,
-  parse: (raw: unknown) => T,
+  parse: (raw: unknown, request: FastifyRequest) => T,
   handler: (body: T, env: RouteEnv) => Promise<RouteResult>,
   opts: { service: GenerationService; dialect: string },
 ): void {
   scope.post(path, async (request, reply) => {
-    const body = parse(request.body);
+    const body = parse(request.body, request);
     const env = routeEnv(request, reply, opts.service, opts.dialect);
     return sendResult(reply, env.signal, await handler(body, env));
   });

@@ -13,6 +13,7 @@ import { embeddingsRequest } from "./embeddings-protocol.ts";
 import { OPENAI_ENVELOPE } from "./errors.ts";
 import { getModel, listModels } from "./models.ts";
 import { registerStoredChatRoutes } from "./stored-chat.ts";
+import { withDefaultModel } from "./default-model.ts";
 import { detokenize, detokenizeRequest, tokenize, tokenizeRequest } from "./tokenize.ts";
 import { wildcardValue } from "../../http/path-segments.ts";
 import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
@@ -74,10 +75,10 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: true });
   const opts = { service, dialect: "openai" };
   const storage = store ? { store } : undefined;
-  postRoute(scope, "/chat/completions", parseChat, (body, env) => chatCompletion(body, env, OPENAI_CHAT_CODEC, storage), opts);
+  postRoute(scope, "/chat/completions", (raw, req) => parseChat(withDefaultModel(raw, req, service, "generate")), (body, env) => chatCompletion(body, env, OPENAI_CHAT_CODEC, storage), opts);
   if (storage) registerStoredChatRoutes(scope, service, storage);
-  postRoute(scope, "/completions", parseCompletion, textCompletion, opts);
-  postRoute(scope, "/embeddings", parseEmbeddings, createEmbeddings, opts);
+  postRoute(scope, "/completions", (raw, req) => parseCompletion(withDefaultModel(raw, req, service, "generate")), textCompletion, opts);
+  postRoute(scope, "/embeddings", (raw, req) => parseEmbeddings(withDefaultModel(raw, req, service, "embed")), createEmbeddings, opts);
   scope.get("/models", async (request) => listModels(service, requestContext(request, "openai")));
   // A wildcard: model ids may hold "/" (`Qwen/Qwen2.5-7B-Instruct`), sent encoded or not.
   scope.get<{ Params: { "*": string } }>("/models/*", async (request) =>
@@ -89,6 +90,6 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
 export async function tokenizerPlugin(scope: FastifyInstance, { service }: OpenAIPluginOptions): Promise<void> {
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: false });
   const opts = { service, dialect: "openai" };
-  postRoute(scope, "/tokenize", (b) => tokenizeRequest.parse(b), tokenize, opts);
-  postRoute(scope, "/detokenize", (b) => detokenizeRequest.parse(b), detokenize, opts);
+  postRoute(scope, "/tokenize", (raw, req) => tokenizeRequest.parse(withDefaultModel(raw, req, service, "tokenize")), tokenize, opts);
+  postRoute(scope, "/detokenize", (raw, req) => detokenizeRequest.parse(withDefaultModel(raw, req, service, "tokenize")), detokenize, opts);
 }

@@ -3,6 +3,7 @@ import type { GenerationService } from "../../core/generation-service.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { requestKey } from "../../http/access.ts";
 import { installErrorEnvelope } from "../../http/error-envelope.ts";
+import { withDefaultModel } from "../openai/default-model.ts";
 import { postRoute, type RouteResult, routeEnv, sendResult } from "../../http/respond.ts";
 import { openAIErrorBody } from "../openai/errors.ts";
 import { ApiError } from "../../core/errors.ts";
@@ -98,13 +99,15 @@ export async function responsesPlugin(scope: FastifyInstance, { service, deps }:
   type Id = { Params: { id: string } };
   type Item = { Params: { id: string; item_id: string } };
 
-  postRoute(scope, "/responses", strictTopLevel(createResponseRequest, RESPONSES_HINTS), (body, env) => createResponse(body, env, deps), opts);
+  const parseCreate = strictTopLevel(createResponseRequest, RESPONSES_HINTS);
+  const parseCount = strictTopLevel(inputTokensRequest, INPUT_TOKENS_HINTS);
+  postRoute(scope, "/responses", (raw, req) => parseCreate(withDefaultModel(raw, req, service, "generate")), (body, env) => createResponse(body, env, deps), opts);
   // OpenAI's context compaction has a route of its own; without this one the path read as a
   // response id, and the client was told to GET or DELETE a response that does not exist.
   scope.post("/responses/compact", async () => {
     throw new ApiError(404, "POST /v1/responses/compact (context compaction) is not offered by this server.", { code: "not_found" });
   });
-  postRoute(scope, "/responses/input_tokens", strictTopLevel(inputTokensRequest, INPUT_TOKENS_HINTS), (body, env) => countInputTokens(body, env, deps), opts);
+  postRoute(scope, "/responses/input_tokens", (raw, req) => parseCount(withDefaultModel(raw, req, service, "generate")), (body, env) => countInputTokens(body, env, deps), opts);
   scope.get<Id>("/responses/:id", async (request, reply) => {
     const q = retrieveQuery.parse(request.query ?? {});
     return send(reply, request, await retrieveResponse(request.params.id, q, queryNamespace(request), deps));
