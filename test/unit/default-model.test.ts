@@ -20,6 +20,7 @@ describe("one model served: a body without model is for it", () => {
     ["/v1/chat/completions", { ...chat, model: null }],
     ["/v1/completions", { prompt: "hi", max_tokens: 2 }],
     ["/v1/responses", { input: "hi", max_output_tokens: 2 }],
+    ["/invocations", chat],
   ] as const) {
     test(`${url} ${"model" in body ? "with model null" : "without model"}`, async () => {
       const r = await s.app.inject({ method: "POST", url, payload: body });

@@ -7,6 +7,7 @@ import { OPENAI_CHAT_CODEC } from "./chat-codec.ts";
 import { textCompletion } from "./completions.ts";
 import { createEmbeddings } from "./embeddings.ts";
 import { OPENAI_ENVELOPE } from "./errors.ts";
+import { type ModelUse, withDefaultModel } from "./default-model.ts";
 import { type OpenAIPluginOptions, parseChat, parseCompletion, parseEmbeddings } from "./plugin.ts";
 
 /**
@@ -21,12 +22,14 @@ export async function invocationsPlugin(scope: FastifyInstance, { service, store
   postRoute(
     scope,
     "/invocations",
-    (raw) => raw,
-    (raw, env) => {
+    (raw, request) => ({ raw, request }),
+    ({ raw, request }, env) => {
       const body = raw !== null && typeof raw === "object" && !Array.isArray(raw) ? (raw as Record<string, unknown>) : undefined;
-      if (body && "messages" in body) return chatCompletion(parseChat(body), env, OPENAI_CHAT_CODEC, storage);
-      if (body && "prompt" in body) return textCompletion(parseCompletion(body), env);
-      if (body && "input" in body) return createEmbeddings(parseEmbeddings(body), env);
+      // A SageMaker container serves one model, and its clients often leave model out.
+      const named = (use: ModelUse) => withDefaultModel(body, request, service, use);
+      if (body && "messages" in body) return chatCompletion(parseChat(named("generate")), env, OPENAI_CHAT_CODEC, storage);
+      if (body && "prompt" in body) return textCompletion(parseCompletion(named("generate")), env);
+      if (body && "input" in body) return createEmbeddings(parseEmbeddings(named("embed")), env);
       throw badRequest(
         "POST /invocations takes an OpenAI request: a chat completion (with 'messages'), a completion (with 'prompt') or embeddings (with 'input').",
         null,
