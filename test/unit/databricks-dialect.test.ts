@@ -195,3 +195,20 @@ test("unloading a model whose load never ends aborts it and goes on within a sec
   assert.equal(disposed, 1);
   assert.equal(registry.has("deaf"), false);
 });
+
+test("scripted engine: on /invocations a body with `input` is a Responses request, whatever else it holds (`prompt` is a Responses field too)", async () => {
+  const { app } = await scriptedApp();
+  // Responses documents `prompt` (a stored prompt template, an object); such a body was taken for a
+  // completions request and refused as "'prompt': expected a string or an array".
+  const r = await post(app, "/serving-endpoints/scripted/invocations", { model: "scripted", input: "hi", prompt: { id: "pmpt_1" } });
+  assert.equal(r.statusCode, 400, r.body);
+  assert.match(r.json().message, /stored prompt templates are not supported/, r.body);
+  // The same as on the OpenAI-client path.
+  const viaPath = await post(app, "/serving-endpoints/responses", { model: "scripted", input: "hi", prompt: { id: "pmpt_1" } });
+  assert.equal(viaPath.json().message, r.json().message);
+  // A completions body is still one.
+  const completion = await post(app, "/serving-endpoints/scripted/invocations", { prompt: "hi", max_tokens: 1 });
+  assert.equal(completion.statusCode, 200, completion.body);
+  assert.equal(completion.json().object, "text_completion");
+  await app.close();
+});

@@ -99,8 +99,10 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
     if (target === undefined && typeof raw.model === "string" && raw.model !== name && endpoints.get(name).live?.models.has(raw.model)) target = raw.model;
     const routed = await endpoints.route(name, target, caller);
     const embeddingModel = endpoints.taskOf(routed.model) === "llm/v1/embeddings";
+    // `input` before `prompt`: a Responses body may hold both (`prompt` is its stored-template
+    // reference), while a completions body never holds `input`.
     const task: Task | undefined =
-      "messages" in raw ? "chat" : "prompt" in raw ? "completions" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : undefined;
+      "messages" in raw ? "chat" : "input" in raw ? (embeddingModel ? "embeddings" : "responses") : "prompt" in raw ? "completions" : undefined;
     if (!task) throw badRequest("The body needs 'messages' (chat), 'prompt' (completions) or 'input' (embeddings, or responses on a generative model).");
     if (typeof raw.model === "string" && raw.model !== routed.endpoint.name) {
       if (entity !== undefined && raw.model !== entity)
