@@ -212,3 +212,29 @@ test("scripted engine: on /invocations a body with `input` is a Responses reques
   assert.equal(completion.json().object, "text_completion");
   await app.close();
 });
+
+test("scripted engine: the control plane refuses a query key, and a body field where only the path is read, by name", async () => {
+  const { app } = await scriptedApp();
+  const call = (method: "GET" | "POST" | "PUT" | "DELETE", url: string, payload?: object) => app.inject({ method, url, ...(payload ? { payload } : {}) });
+  const refused = (r: Awaited<ReturnType<typeof call>>, name: string) => {
+    assert.equal(r.statusCode, 400, r.body);
+    assert.equal(r.json().error_code, "INVALID_PARAMETER_VALUE", r.body);
+    assert.ok(r.json().message.includes(`'${name}'`), r.body);
+  };
+  // Before, each of these answered as if the key had not been sent (a DELETE deleted).
+  refused(await call("GET", "/api/2.0/serving-endpoints?page_token=x"), "page_token");
+  refused(await call("GET", "/api/2.0/serving-endpoints/scripted?view=full"), "view");
+  refused(await call("POST", "/api/2.0/serving-endpoints?dry_run=true", { name: "e1", config: { served_entities: [{ entity_name: "scripted" }] } }), "dry_run");
+  assert.equal((await call("GET", "/api/2.0/serving-endpoints/e1")).statusCode, 404);
+  const created = await call("POST", "/api/2.0/serving-endpoints", { name: "e1", config: { served_entities: [{ entity_name: "scripted" }] } });
+  assert.equal(created.statusCode, 200, created.body);
+  refused(await call("PUT", "/api/2.0/serving-endpoints/e1/config?force=true", { served_entities: [{ entity_name: "scripted" }] }), "force");
+  refused(await call("DELETE", "/api/2.0/serving-endpoints/e1?force=true"), "force");
+  refused(await call("DELETE", "/api/2.0/serving-endpoints/e1", { name: "other" }), "name");
+  assert.equal((await call("GET", "/api/2.0/serving-endpoints/e1")).statusCode, 200, "still there");
+  assert.equal((await call("DELETE", "/api/2.0/serving-endpoints/e1")).statusCode, 200);
+  // The model admin likewise.
+  refused(await call("GET", "/api/2.0/plinth/models?all=1"), "all");
+  refused(await call("DELETE", "/api/2.0/plinth/models/nope", { force: true }), "force");
+  await app.close();
+});

@@ -138,6 +138,17 @@ async function dataPlane(scope: FastifyInstance, { service, endpoints, sealer }:
 
 }
 
+/**
+ * The control plane's routes read no query string, and those that act on their path alone (list,
+ * get, delete) no body: a key there is a 400 naming it, as on every route that reads nothing,
+ * rather than be dropped (`DELETE …/{name}` with `{"name": "other"}` deleted the path's endpoint).
+ */
+const NOTHING = z.strictObject({});
+function readsOnly(request: FastifyRequest, what: "path" | "body"): void {
+  NOTHING.parse(request.query ?? {});
+  if (what === "path") NOTHING.parse(request.body ?? {});
+}
+
 async function controlPlane(scope: FastifyInstance, { service, endpoints }: DatabricksPluginOptions): Promise<void> {
   installErrorEnvelope(scope, DATABRICKS_ENVELOPE, { notFound: true });
   const view = (name: string) => endpointView(endpoints.get(name), endpoints, service.registry);
@@ -148,26 +159,33 @@ async function controlPlane(scope: FastifyInstance, { service, endpoints }: Data
     return endpoints.mayQuery(name, (m) => service.mayUse(ctx, m));
   };
   scope.post("/", async (request) => {
+    readsOnly(request, "body");
     const ep = await endpoints.create(createEndpointRequest.parse(request.body));
     return view(ep.name);
   });
-  scope.get("/", async (request) => ({
-    endpoints: endpoints
-      .list()
-      .filter((ep) => visible(request, ep.name))
-      .map((ep) => endpointView(ep, endpoints, service.registry)),
-  }));
+  scope.get("/", async (request) => {
+    readsOnly(request, "path");
+    return {
+      endpoints: endpoints
+        .list()
+        .filter((ep) => visible(request, ep.name))
+        .map((ep) => endpointView(ep, endpoints, service.registry)),
+    };
+  });
   scope.get<{ Params: { name: string } }>("/:name", async (request) => {
+    readsOnly(request, "path");
     // Asked before the lookup: a limited key gets its 403 for a name no endpoint has too, as the
     // data plane answers it, so a 404 does not tell it which endpoints exist.
     if (!visible(request, request.params.name)) throw endpointRefused(request.params.name);
     return view(request.params.name);
   });
   scope.put<{ Params: { name: string } }>("/:name/config", async (request) => {
+    readsOnly(request, "body");
     await endpoints.updateConfig(request.params.name, endpointConfig.parse(request.body));
     return view(request.params.name);
   });
   scope.delete<{ Params: { name: string } }>("/:name", async (request) => {
+    readsOnly(request, "path");
     await endpoints.delete(request.params.name);
     return {};
   });
@@ -193,10 +211,12 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
     return { name: m.id, status: m.status, ...(m.error ? { error: m.error } : {}) };
   };
   scope.get("/", async (request) => {
+    readsOnly(request, "path");
     const ctx = requestContext(request, "databricks");
     return { models: service.registry.list().filter((m) => service.mayUse(ctx, m.id)).map((m) => modelView(m.id)) };
   });
   scope.post("/", async (request) => {
+    readsOnly(request, "body");
     const body = z.strictObject({ source: z.string().min(1), name: modelName.optional() }).parse(request.body);
     // The model becomes a pay-per-token endpoint of its name; /serving-endpoints/{name} could then
     // mean either, so the name of a provisioned endpoint is taken, as a second endpoint's would be.
@@ -207,6 +227,7 @@ async function modelAdmin(scope: FastifyInstance, { service, endpoints, loader }
     return modelView(id);
   });
   scope.delete<{ Params: { name: string } }>("/:name", async (request) => {
+    readsOnly(request, "path");
     const id = request.params.name;
     const users = endpoints.usersOf(id);
     if (users.length > 0)
