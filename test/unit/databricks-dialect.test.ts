@@ -238,3 +238,14 @@ test("scripted engine: the control plane refuses a query key, and a body field w
   refused(await call("DELETE", "/api/2.0/plinth/models/nope", { force: true }), "force");
   await app.close();
 });
+
+test("001-84 scripted engine: cache_control on an item inside a document's content source is refused by name, as on a message's own items", async () => {
+  const { app } = await scriptedApp();
+  const doc = (item: object) => ({ messages: [{ role: "user", content: [{ type: "document", source: { type: "content", content: [item] } }, { type: "text", text: "q" }] }], max_tokens: 1 });
+  const r = await post(app, "/serving-endpoints/scripted/invocations", doc({ type: "text", text: "doc", cache_control: "ephemeral" }));
+  assert.equal(r.statusCode, 400, r.body);
+  assert.ok(r.json().message.includes("messages[0].content[0].source.content[0].cache_control"), r.body);
+  const plain = await post(app, "/serving-endpoints/scripted/invocations", doc({ type: "text", text: "doc" }));
+  assert.equal(plain.statusCode, 200, plain.body);
+  await app.close();
+});

@@ -96,6 +96,13 @@ function itemsToText(items: ContentItem[], i: number, role: string): Array<strin
             throw badRequest(`${at}.source.media_type must be text/plain for a text source.`, `${at}.source.media_type`);
           text = s.data;
         } else if (s.type === "content") {
+          // The items of a content source are TextContent and ImageContent, whose cache_control is
+          // refused as it is on a message's own items (it was dropped here without a word).
+          if (Array.isArray(s.content))
+            s.content.forEach((c, k) => {
+              if (c.cache_control !== undefined)
+                throw unsupportedField(`${at}.source.content[${k}].cache_control`, "is accepted only by Databricks-hosted Claude models; this server caches prompts by itself");
+            });
           if (typeof s.content === "string") text = s.content;
           else if (Array.isArray(s.content) && s.content.every((c) => c.type === "text")) text = s.content.map((c) => (c as { text: string }).text).join("\n");
           else if (s.content === undefined) throw badRequest(`${at}.source.content is required for a content source.`, `${at}.source.content`);
