@@ -249,3 +249,14 @@ test("001-84 scripted engine: cache_control on an item inside a document's conte
   assert.equal(plain.statusCode, 200, plain.body);
   await app.close();
 });
+
+test("scripted engine: an empty entity_version is refused by name, not turned into an entity named '<model>-'", async () => {
+  const { app } = await scriptedApp();
+  const r = await post(app, "/api/2.0/serving-endpoints", { name: "v0", config: { served_entities: [{ entity_name: "scripted", entity_version: "" }] } });
+  assert.equal(r.statusCode, 400, r.body);
+  assert.ok(r.json().message.includes("config.served_entities[0].entity_version"), r.body);
+  const named = await post(app, "/api/2.0/serving-endpoints", { name: "v1", config: { served_entities: [{ entity_name: "scripted", entity_version: "3" }] } });
+  assert.equal(named.statusCode, 200, named.body);
+  assert.equal((named.json().pending_config ?? named.json().config).served_entities[0].name, "scripted-3");
+  await app.close();
+});

@@ -25,7 +25,8 @@ const entityName = z
 export const servedEntity = z.strictObject({
   name: entityName.optional(),
   entity_name: z.string().min(1),
-  entity_version: z.union([z.string(), z.int()]).nullish(),
+  // An empty version named the entity `<model>-`, a trailing dash standing for nothing.
+  entity_version: z.union([z.string().min(1, "entity_version is a non-empty string (or null)"), z.int()]).nullish(),
   workload_size: z.enum(["Small", "Medium", "Large"]).nullish(),
   workload_type: z.string().nullish(),
   scale_to_zero_enabled: z.boolean().nullish(),
