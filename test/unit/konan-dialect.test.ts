@@ -509,3 +509,37 @@ test("GET /v3/models lists the served models (the model list API); unknown /v3 r
   assert.equal(unknown.status, 404);
   assert.equal(unknown.json.error.param, "model");
 });
+
+test("a key Konan's reference does not list is a 400 naming it, with what Konan takes instead where there is one", async () => {
+  const typo = await rejects({ ...ok, temprature: 0.5 }, "temprature");
+  assert.equal(typo.json.error.code, "unknown_field");
+  assert.match(typo.json.error.message, /temperature/);
+  const other = await rejects({ ...ok, reasoning_effort: "high" }, "reasoning_effort");
+  assert.match(other.json.error.message, /'reasoning'/);
+  await rejects({ ...ok, frobnicate: true }, "frobnicate");
+});
+
+test("OpenAI fields Konan's chat route can run are run: presence_penalty, logit_bias, tool_choice, parallel_tool_calls", async () => {
+  const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } }];
+  await accepts({ ...ok, presence_penalty: 0.7, logit_bias: { "5": -100 }, tools, tool_choice: "none", parallel_tool_calls: false });
+  const req = lastRequest() as Obj;
+  assert.equal(req.sampling.presencePenalty, 0.7);
+  assert.equal(req.sampling.logitBias.get(5), -100);
+  assert.equal(req.toolChoice, "none");
+  await accepts({ ...ok, tools, tool_choice: { type: "function", function: { name: "lookup" } } });
+  assert.deepEqual((lastRequest() as Obj).toolChoice, { name: "lookup" });
+  await rejects({ ...ok, tools, tool_choice: { type: "function", function: { name: "other" } } }, "tool_choice");
+  await rejects({ ...ok, presence_penalty: 3 }, "presence_penalty");
+});
+
+test("n, logprobs and top_logprobs take only what Konan's answer can carry; stream_options is taken (usage always ends the stream)", async () => {
+  await accepts({ ...ok, n: 1, logprobs: false, top_logprobs: 0 });
+  assert.match((await rejects({ ...ok, n: 2 }, "n")).json.error.message, /one choice/);
+  await rejects({ ...ok, logprobs: true }, "logprobs");
+  await rejects({ ...ok, top_logprobs: 3 }, "top_logprobs");
+  const streamed = await post({ ...ok, stream: true, stream_options: { include_usage: true } });
+  assert.equal(streamed.status, 200, streamed.body);
+  const chunks = sseData(streamed.body).filter((d) => d !== "[DONE]") as Obj[];
+  assert.ok(chunks.at(-1)!.usage?.total_tokens > 0, streamed.body);
+  await rejects({ ...ok, stream: true, stream_options: { include_usag: true } }, "stream_options.include_usag");
+});

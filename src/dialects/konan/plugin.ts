@@ -8,7 +8,7 @@ import { chatCompletion } from "../openai/chat.ts";
 import { OPENAI_ENVELOPE } from "../openai/errors.ts";
 import { getModel, listModels } from "../openai/models.ts";
 import { konanCodec } from "./codec.ts";
-import { type KonanChatRequest, konanChatRequest } from "./protocol.ts";
+import { type KonanChatRequest, parseKonanChat } from "./protocol.ts";
 import { konanToOpenAI } from "./to-openai.ts";
 import { wildcardValue } from "../../http/path-segments.ts";
 
@@ -38,7 +38,7 @@ export async function konanChatCompletion(body: KonanChatRequest, env: RouteEnv,
  */
 export async function konanPlugin(scope: FastifyInstance, { service, store }: KonanPluginOptions): Promise<void> {
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: true });
-  postRoute(scope, "/chat/completions", (b) => konanChatRequest.parse(b), (body, env) => konanChatCompletion(body, env, store), {
+  postRoute(scope, "/chat/completions", parseKonanChat, (body, env) => konanChatCompletion(body, env, store), {
     service,
     dialect: "konan",
   });

@@ -1,17 +1,18 @@
 import { z } from "zod";
 import { badRequest } from "../../core/errors.ts";
-import { messageList, openAiResponseFormat } from "../openai/chat-protocol.ts";
+import { messageList, openAiResponseFormat, toolChoice } from "../openai/chat-protocol.ts";
 import { metadataSchema } from "../openai/metadata.ts";
-import { seedSchema } from "../openai/sampling-fields.ts";
+import { logitBiasSchema, seedSchema } from "../openai/sampling-fields.ts";
 import { boundedStop } from "../stop-field.ts";
 import { sdkMessageEchoes } from "../sdk-echo-fields.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
+import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
 
 /**
  * Wire schema of Konan's POST /v3/chat/completions: the fields its reference documents, with its
- * ranges. Fields it does not document (n, logprobs, presence_penalty, tool_choice, …) are dropped,
- * as the OpenAI schema drops unknown fields; `max_tokens` is the exception (see below).
+ * ranges, and the OpenAI fields its chat route can run as OpenAI's does (see parseKonanChat).
+ * Any other key is a 400 naming it: a field taken and not acted on would change nothing without a word.
  */
 
 // A message holds its role and string content, nothing else: a `name` or an assistant's `tool_calls`
@@ -63,6 +64,17 @@ export const konanChatRequest = z.object({
   ).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   user: z.string().nullish(),
+  // OpenAI's, not in Konan's reference: run as OpenAI's chat route runs them.
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  logit_bias: logitBiasSchema().nullish(),
+  tool_choice: toolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  // OpenAI's, with only the value Konan's answer can carry: one choice, no logprobs.
+  n: z.int().nullish().refine((v) => v == null || v === 1, "Konan's answer has one choice, so n may only be 1 (/v1/chat/completions takes more)"),
+  logprobs: z.boolean().nullish().refine((v) => v !== true, "Konan's answer has no logprobs (/v1/chat/completions gives them)"),
+  top_logprobs: z.int().min(0).max(20).nullish().refine((v) => !v, "Konan's answer has no logprobs (/v1/chat/completions gives them)"),
+  // Konan's streams always end with usage on their last chunk, so `include_usage` is met either way.
+  stream_options: z.strictObject({ include_usage: z.boolean().optional() }).nullish(),
 });
 export type KonanChatRequest = z.infer<typeof konanChatRequest>;
 
@@ -73,3 +85,14 @@ export function konanCompletionCap(body: Pick<KonanChatRequest, "max_completion_
     throw badRequest("max_tokens and max_completion_tokens set different caps; send max_completion_tokens alone.", "max_tokens");
   return cap ?? alias ?? null;
 }
+
+/** Fields of other APIs sent to Konan, and what it takes instead. */
+const KONAN_HINTS: FieldHints = {
+  reasoning_effort: "Konan takes 'reasoning': {\"effort\": …} or {\"budget_tokens\": …}.",
+  max_output_tokens: "Konan takes 'max_completion_tokens'.",
+  input: "Konan takes 'messages'.",
+  prompt: "Konan takes 'messages'.",
+};
+
+/** The body as Konan reads it: an unknown top-level key is a 400 naming it. */
+export const parseKonanChat = strictTopLevel(konanChatRequest, KONAN_HINTS);

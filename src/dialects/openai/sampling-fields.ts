@@ -14,7 +14,7 @@ const TOKEN_ID = /^(?:0|[1-9]\d{0,9})$/;
  * token id → bias from -100 to 100. Checked in one plain loop that stops at the first bad entry: a
  * map of a vocabulary's size is legitimate, and zod's record costs seconds at that size.
  */
-function logitBiasSchema() {
+export function logitBiasSchema() {
   return jsonObject().check((ctx) => {
     const map = ctx.value;
     if (typeof map !== "object" || map === null) return;
