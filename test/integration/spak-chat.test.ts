@@ -264,9 +264,8 @@ test("003-43 top_logprobs N gives at most N alternatives per position", async ()
 });
 
 test("003-46 a sampled token outside the 20 most likely reports -9999.0; one inside, its own value", async () => {
-  // The dialect has no seed (an unlisted field, ignored), so one answer at temperature 2 may sample
-  // only inside or only outside the top 20 (it happened in CI); answers are drawn until both showed,
-  // every entry of each checked.
+  // Unseeded, one answer at temperature 2 may sample only inside or only outside the top 20 (it
+  // happened in CI); answers are drawn until both showed, every entry of each checked.
   type Entry = { token: string; logprob: number; bytes: number[] | null; top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }> };
   const key = (e: { token: string; bytes: number[] | null }) => `${e.token}|${(e.bytes ?? []).join(",")}`;
   let outside = 0;

@@ -417,6 +417,31 @@ describe("rendering", () => {
     assert.equal(anon, undefined);
   });
 
+  test("OpenAI's user is the isolation namespace too, as user_id is; user_id wins when both are sent", async () => {
+    await post({ ...ok, user_id: "alice" });
+    const alice = engine.prepared.at(-1)!.isolationKey;
+    await post({ ...ok, user: "alice" });
+    assert.equal(engine.prepared.at(-1)!.isolationKey, alice);
+    await post({ ...ok, user: "bob", user_id: "alice" });
+    assert.equal(engine.prepared.at(-1)!.isolationKey, alice);
+  });
+
+  test("a key the document does not list is a 400 naming it; OpenAI's seed, logit_bias and n of 1 are run", async () => {
+    const r = await post({ ...ok, temprature: 1 });
+    assert.equal(r.status, 400, r.body);
+    assert.equal(r.json.error.param, "temprature");
+    assert.equal(r.json.error.code, "unknown_field");
+    assert.match(r.json.error.message, /temperature/);
+    const hinted = await post({ ...ok, reasoning: { effort: "high" } });
+    assert.equal(hinted.json.error.param, "reasoning");
+    assert.match(hinted.json.error.message, /'thinking'/);
+    const req = await canonical({ seed: 42, logit_bias: { "7": 5 }, n: 1 });
+    assert.equal(req.sampling.seed, 42);
+    assert.equal(req.sampling.logitBias.get(7), 5);
+    await refused({ n: 2 }, "n");
+    await refused({ seed: 1.5 }, "seed");
+  });
+
   test("003-52 the response has id, choices, created (seconds), model, system_fingerprint and object", async () => {
     const r = (await post(ok)).json;
     assert.match(r.id, /^chatcmpl-/);

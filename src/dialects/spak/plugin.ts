@@ -5,7 +5,7 @@ import { routeEnv, sendResult, requestContext } from "../../http/respond.ts";
 import { getModel, listModels } from "../openai/models.ts";
 import { spakChatCompletion } from "./chat.ts";
 import { SPAK_ENVELOPE } from "./errors.ts";
-import { SPAK_MODEL, spakChatRequest } from "./protocol.ts";
+import { parseSpakChat, SPAK_MODEL } from "./protocol.ts";
 import { modelNotFound } from "../../core/errors.ts";
 
 export interface SpakPluginOptions {
@@ -19,7 +19,7 @@ export interface SpakPluginOptions {
 export async function spakPlugin(scope: FastifyInstance, { service }: SpakPluginOptions): Promise<void> {
   installErrorEnvelope(scope, SPAK_ENVELOPE, { notFound: false });
   scope.post("/chat/completions", async (request, reply) => {
-    const body = spakChatRequest.parse(request.body);
+    const body = parseSpakChat(request.body);
     const env = routeEnv(request, reply, service, "spak");
     return sendResult(reply, env.signal, await spakChatCompletion(body, env, { userAgent: request.headers["user-agent"] }));
   });

@@ -1,10 +1,14 @@
 import { z } from "zod";
 import { functionTools, messageList, toolChoice } from "../openai/chat-protocol.ts";
 import { listOf } from "../list-of.ts";
+import { logitBiasSchema, seedSchema } from "../openai/sampling-fields.ts";
+import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
 
 /**
  * Wire schema of SpAk-Aster's POST /chat/completions (DeepSeek style). Limits the document states are
- * enforced here (a 400 naming the field); fields it does not list are dropped, as DeepSeek does.
+ * enforced here (a 400 naming the field). Of the fields it does not list, OpenAI's that this route can
+ * run are run (`seed`, `logit_bias`, `user`, `n` of 1); any other key is a 400 naming it
+ * (parseSpakChat): a field taken and not acted on would change nothing without a word.
  */
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() });
@@ -66,5 +70,21 @@ export const spakChatRequest = z.object({
   /** Deprecated by the vendor: accepted, whatever the value, and without effect. */
   frequency_penalty: z.unknown().optional(),
   presence_penalty: z.unknown().optional(),
+  // OpenAI's, not in the document: run as OpenAI's chat route runs them.
+  seed: seedSchema().nullish(),
+  logit_bias: logitBiasSchema().nullish(),
+  /** OpenAI's end-user id: the prompt cache's isolation, as user_id is (which wins when both are sent). */
+  user: z.string().nullish(),
+  n: z.int().nullish().refine((v) => v == null || v === 1, "This API answers one choice, so n may only be 1"),
 });
 export type SpakChatRequest = z.infer<typeof spakChatRequest>;
+
+/** Fields of other APIs sent here, and what this one takes instead. */
+const SPAK_HINTS: FieldHints = {
+  reasoning: "This API takes 'thinking': {\"type\": \"enabled\" | \"disabled\"} and 'reasoning_effort'.",
+  max_output_tokens: "This API takes 'max_tokens'.",
+  enable_thinking: "This API takes 'thinking': {\"type\": \"enabled\" | \"disabled\"}.",
+};
+
+/** The body as this API reads it: an unknown top-level key is a 400 naming it. */
+export const parseSpakChat = strictTopLevel(spakChatRequest, SPAK_HINTS);

@@ -78,7 +78,7 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     model: body.model,
     prompt: { kind: "chat", messages },
     // frequency_penalty and presence_penalty are deprecated by the vendor and have no effect.
-    sampling: toSamplingParams({ temperature: body.temperature, top_p: body.top_p }, SPAK_SAMPLING_DEFAULTS),
+    sampling: toSamplingParams({ temperature: body.temperature, top_p: body.top_p, seed: body.seed, logit_bias: body.logit_bias }, SPAK_SAMPLING_DEFAULTS),
     maxTokens: completionCap(body),
     stop: normaliseStop(body.stop),
     n: 1,
@@ -93,7 +93,8 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
       ? { reasoning: thinking ? { enabled: true, budgetTokens: THINKING_BUDGET[effort], effort: "high" as const, budgetFromEffort: true } : { enabled: false } }
       : {}),
   };
-  return { request, namespace: body.user_id ? isolationKey(body.user_id, null) : undefined, thinking, effort };
+  const user = body.user_id ?? body.user;
+  return { request, namespace: user ? isolationKey(user, null) : undefined, thinking, effort };
 }
 
 function tools(body: SpakChatRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
