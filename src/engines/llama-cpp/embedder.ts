@@ -156,11 +156,17 @@ export class LlamaEmbedder implements Embedder {
   }
 }
 
-/** As node-llama-cpp's resolveBeginningTokenToPrepend (mirroring llama.cpp's tokenizer rules). */
+/**
+ * The begin token llama.cpp's tokenizer adds with its special tokens (llama_tokenize's add_special,
+ * as llama-server's /embeddings tokenizes): WordPiece always its [CLS]; RWKV none; every other
+ * vocabulary, Unigram included, the BOS token where the model asks for it (add_bos_token, or the
+ * vocabulary type's default). node-llama-cpp's resolveBeginningTokenToPrepend never gives a Unigram
+ * vocabulary one, which llama.cpp has since changed: nomic-embed-text-v2-moe sets add_bos_token and is
+ * fed `<s> … </s>`.
+ */
 function beginToken(model: LlamaModel): Token | null {
   switch (model.vocabularyType) {
     case LlamaVocabularyType.rwkv:
-    case LlamaVocabularyType.ugm:
       return null;
     case LlamaVocabularyType.wpm:
       return model.tokens.bos;
@@ -169,15 +175,13 @@ function beginToken(model: LlamaModel): Token | null {
   }
 }
 
-/** As node-llama-cpp's resolveEndTokenToAppend. */
+/** The end token llama.cpp's tokenizer adds: WordPiece its [SEP], RWKV none, others EOS where the model asks for it. */
 function endToken(model: LlamaModel): Token | null {
   switch (model.vocabularyType) {
     case LlamaVocabularyType.rwkv:
       return null;
     case LlamaVocabularyType.wpm:
       return model.tokens.sep;
-    case LlamaVocabularyType.ugm:
-      return model.tokens.eos;
     default:
       return model.tokens.shouldAppendEosToken ? model.tokens.eos : null;
   }
