@@ -27,8 +27,8 @@ const LOOKBACK_TOKENS = 64;
  * How the tokens of a model spell text, the same way for generated text and for log probability
  * reports, so that the reported tokens always spell the content exactly.
  *
- * The rules (for SentencePiece "llama" and byte-level BPE "gpt2" vocabularies, whose pieces say
- * exactly which bytes a token stands for):
+ * The rules (for SentencePiece "llama", Gemma 4's "gemma4" (BPE over SentencePiece-style pieces) and
+ * byte-level BPE "gpt2" vocabularies, whose pieces say exactly which bytes a token stands for):
  *
  *  - A token's bytes come from its vocabulary piece: SentencePiece's `▁` is a space and `<0xNN>` is
  *    the byte NN; byte-level BPE maps each code point of the piece back to its byte. Control tokens
@@ -74,6 +74,11 @@ export class TokenPieces {
    */
   readonly wordPiece: boolean;
 
+  /**
+   * Pieces spelled SentencePiece's way, `▁` for a space and `<0xNN>` for a byte: SentencePiece
+   * ("llama") and Gemma 4's BPE ("gemma4", which llama.cpp reads with the same escapes).
+   */
+  private readonly spaceMarker: boolean;
   private readonly raw = new Map<number, number[]>();
   private readonly startCache = new Map<number, Piece>();
   private readonly vocab: readonly string[] | undefined;
@@ -86,9 +91,10 @@ export class TokenPieces {
     const ggml = model.fileInfo.metadata.tokenizer?.ggml;
     this.vocab = ggml?.tokens as readonly string[] | undefined;
     this.family = ggml?.model as string | undefined;
-    this.exact = this.vocab !== undefined && (this.family === "llama" || this.family === "gpt2");
-    this.stripsLeadingSpace = this.exact && this.family === "llama" && this.detectLeadingSpaceStrip(ggml?.add_space_prefix);
-    this.readsMarkerAsSpace = this.exact && this.family === "llama";
+    this.spaceMarker = this.family === "llama" || this.family === "gemma4";
+    this.exact = this.vocab !== undefined && (this.spaceMarker || this.family === "gpt2");
+    this.stripsLeadingSpace = this.exact && this.spaceMarker && this.detectLeadingSpaceStrip(ggml?.add_space_prefix);
+    this.readsMarkerAsSpace = this.exact && this.spaceMarker;
     this.wordPiece = this.family === "bert";
     if (!TokenPieces.shared.has(model)) TokenPieces.shared.set(model, this);
   }
@@ -206,7 +212,7 @@ export class TokenPieces {
       // SentencePiece byte-fallback pieces are spelled <0xNN>.
       const byte = attributes.byte ? /^<0x([0-9A-Fa-f]{2})>$/.exec(raw) : null;
       if (byte) return [parseInt(byte[1], 16)];
-      if (this.family === "llama" && attributes.normal) return [...Buffer.from(raw.replaceAll(SPACE_MARKER, " "), "utf8")];
+      if (this.spaceMarker && attributes.normal) return [...Buffer.from(raw.replaceAll(SPACE_MARKER, " "), "utf8")];
       // Byte-level BPE spells every byte as one printable code point.
       if (this.family === "gpt2" && attributes.normal) {
         const bytes = [...raw].map((ch) => UNICODE_TO_BYTE.get(ch));
