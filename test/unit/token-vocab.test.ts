@@ -65,3 +65,15 @@ test("Gemma 4's vocabulary (BPE over ▁ pieces and <0xNN> byte tokens): text em
   assert.equal(asked.listed.join(""), question);
   assert.equal(asked.emitted.join(""), question);
 });
+
+test("a Unigram vocabulary (nomic-embed-text-v2-moe's, ▁ pieces): each listed token keeps its space, as the text emitted for it does", { skip: noVocab("ggml-vocab-nomic-bert-moe.gguf") }, async () => {
+  const model = await load("ggml-vocab-nomic-bert-moe.gguf");
+  const tokens = Array.from(model.tokenize("keeping qol тендер phái", false));
+  const { emitted, listed } = both(model, tokens);
+  assert.deepEqual(listed, emitted);
+  // The text's first word loses the space the tokenizer put before it (add_space_prefix), later ones keep theirs.
+  assert.equal(listed.join(""), "keeping qol тендер phái");
+  // Continuing a text (an answer after its prompt), the first word keeps its space too.
+  const pieces = TokenPieces.of(model);
+  assert.equal(pieces.after(pieces.stateAfterTokens(Array.from(model.tokenize("Hi", false))), tokens[0]).text, " keeping");
+});

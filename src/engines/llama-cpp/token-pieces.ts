@@ -27,8 +27,8 @@ const LOOKBACK_TOKENS = 64;
  * How the tokens of a model spell text, the same way for generated text and for log probability
  * reports, so that the reported tokens always spell the content exactly.
  *
- * The rules (for SentencePiece "llama", Gemma 4's "gemma4" (BPE over SentencePiece-style pieces) and
- * byte-level BPE "gpt2" vocabularies, whose pieces say exactly which bytes a token stands for):
+ * The rules (for SentencePiece "llama", Unigram "t5", Gemma 4's "gemma4" (BPE over SentencePiece-style
+ * pieces) and byte-level BPE "gpt2" vocabularies, whose pieces say exactly which bytes a token stands for):
  *
  *  - A token's bytes come from its vocabulary piece: SentencePiece's `▁` is a space and `<0xNN>` is
  *    the byte NN; byte-level BPE maps each code point of the piece back to its byte. Control tokens
@@ -45,7 +45,7 @@ const LOOKBACK_TOKENS = 64;
  *  - No clean-up of spaces: BPE tokenizers whose detokenizer "cleans" " ." into "." (GPT-2's) are
  *    spelled as the tokens say, as llama.cpp's server and OpenAI spell them.
  *
- * Other vocabularies (WordPiece, Unigram, ...) fall back to llama.cpp's detokenizer (see `exact`).
+ * Other vocabularies (WordPiece, RWKV, ...) fall back to llama.cpp's detokenizer (see `exact`).
  */
 export class TokenPieces {
   private static readonly shared = new WeakMap<LlamaModel, TokenPieces>();
@@ -76,7 +76,8 @@ export class TokenPieces {
 
   /**
    * Pieces spelled SentencePiece's way, `▁` for a space and `<0xNN>` for a byte: SentencePiece
-   * ("llama") and Gemma 4's BPE ("gemma4", which llama.cpp reads with the same escapes).
+   * ("llama"), Unigram ("t5") and Gemma 4's BPE ("gemma4"), which llama.cpp all read with the same
+   * escapes. (llama.cpp's detokenizer, asked for one token, drops a Unigram piece's leading space.)
    */
   private readonly spaceMarker: boolean;
   private readonly raw = new Map<number, number[]>();
@@ -91,7 +92,7 @@ export class TokenPieces {
     const ggml = model.fileInfo.metadata.tokenizer?.ggml;
     this.vocab = ggml?.tokens as readonly string[] | undefined;
     this.family = ggml?.model as string | undefined;
-    this.spaceMarker = this.family === "llama" || this.family === "gemma4";
+    this.spaceMarker = this.family === "llama" || this.family === "gemma4" || this.family === "t5";
     this.exact = this.vocab !== undefined && (this.spaceMarker || this.family === "gpt2");
     this.stripsLeadingSpace = this.exact && this.spaceMarker && this.detectLeadingSpaceStrip(ggml?.add_space_prefix);
     this.readsMarkerAsSpace = this.exact && this.spaceMarker;
