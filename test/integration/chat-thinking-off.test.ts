@@ -105,8 +105,12 @@ for (const [model, shape] of [
   ["think", "a template whose switch closes the section"],
 ] as const) {
   test(`thinking off, ${shape}: a <think> the model writes is answer text, nothing is reasoning`, async () => {
+    const plain = await ask(model, {});
     for (const off of OFFS) {
       const r = await ask(model, off);
+      // The prompt ends with the section closed: by the template's switch, or by Plinth for a model
+      // whose template writes a section into its every turn (Kimi's), though it has no switch.
+      assert.ok(r.usage!.prompt_tokens > plain.usage!.prompt_tokens, JSON.stringify({ off, plain: plain.usage, off_: r.usage }));
       const m = r.choices[0].message;
       assert.equal(m.reasoning_content, undefined, JSON.stringify({ off, m }));
       assert.equal(m.content, "<think>".repeat(6), JSON.stringify(off));

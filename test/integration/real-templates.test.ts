@@ -50,6 +50,10 @@ test("Granite 3.3: no thinking section unless asked for; a prefill is continued 
   const prefill = prompt(PREFILL);
   assert.ok(prefill.endsWith("<|start_of_role|>assistant<|end_of_role|>Sure, here"), prefill);
   assert.ok(prompt(HI, { reasoning: { enabled: true } } as Partial<GenerationRequest>).endsWith("<|end_of_role|><think>"));
+  // Turned off, the prompt is the template's: it never writes a thinking section into a turn, so
+  // there is none to close (it was `<think></think>\n\n`, text the model never saw in training).
+  const off = prompt(HI, { reasoning: { enabled: false } } as Partial<GenerationRequest>);
+  assert.equal(off, single);
 });
 
 test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {

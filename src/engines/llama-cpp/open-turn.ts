@@ -29,6 +29,13 @@ export interface OpenTurn {
   /** The model thinks when the switch is left alone (its template opens the section, or has a switch that is not off by default). */
   thinksByDefault: boolean;
   /**
+   * The template writes a thinking section into the model's own turns (its reasoning, or an empty
+   * closed section as Kimi K2 Thinking's does): a model trained to open one on its own, which a
+   * request turning thinking off has closed for it. Granite 3.3's writes none (its markers are only
+   * words of a system prompt it adds when asked), so there is nothing to close.
+   */
+  writesSection: boolean;
+  /**
    * Set on a turn the template leaves unwritten (an answer after tool results) when the template
    * reads the thinking switch itself (its generation prompt turned off is not the one turned on):
    * what it writes there, nothing, is what it wants for either setting.
@@ -50,6 +57,7 @@ export class OpenTurns {
     private readonly markers: { open: string; close: string } | undefined,
     /** After tool results, per switch: what node-llama-cpp writes there, and the template's generation prompt. */
     private readonly afterResults: Partial<Record<ThinkingSwitch, { rendered: string; prompt: string }>>,
+    private readonly writesSection: boolean,
   ) {}
 
   /**
@@ -94,7 +102,13 @@ export class OpenTurns {
         }
       }
       if (prompts.default === undefined) return undefined;
-      return new OpenTurns(rendered, prompts, markers, probeAfterResults(wrapper, jinja, switchFor, markers !== undefined));
+      return new OpenTurns(
+        rendered,
+        prompts,
+        markers,
+        probeAfterResults(wrapper, jinja, switchFor, markers !== undefined),
+        markers !== undefined && writesSectionInTurns(wrapper, jinja, markers, switchFor("default")),
+      );
     } catch {
       return undefined;
     }
@@ -114,7 +128,7 @@ export class OpenTurns {
     if (!found) return undefined;
     const { rendered, prompt } = found;
     values[last] = new SpecialTokensText(tail.value.slice(0, tail.value.length - rendered.length) + prompt);
-    return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault } };
+    return { text: LlamaText(values.slice(0, last + 1)), openTurn: { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault, writesSection: this.writesSection } };
   }
 
   /**
@@ -206,12 +220,12 @@ export class OpenTurns {
    */
   unwritten(): OpenTurn {
     const switched = this.prompts.off !== undefined && this.prompts.on !== undefined && this.prompts.off !== this.prompts.on;
-    return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault, ...(switched ? { templateSwitched: true } : {}) };
+    return { text: "", thinking: "none", thinksByDefault: this.thinksByDefault, writesSection: this.writesSection, ...(switched ? { templateSwitched: true } : {}) };
   }
 
   /** A generation prompt the template writes where node-llama-cpp's open turn was not found (see OpenTurn.final). */
   written(prompt: string): OpenTurn {
-    return { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault, final: true };
+    return { text: prompt, thinking: this.thinkingIn(prompt), thinksByDefault: this.thinksByDefault, writesSection: this.writesSection, final: true };
   }
 
   private get thinksByDefault(): boolean {
@@ -304,6 +318,44 @@ function probeAfterResults(
     }
   }
   return found;
+}
+
+/**
+ * Whether the template writes a thinking section into an assistant turn: a probe conversation with
+ * an answer (with `reasoning_content`, or without), as the last message or followed by a user's,
+ * shows the opening marker after the probe message. (Not reasoning inside the answer's text, which
+ * every template writes back as it is.)
+ */
+function writesSectionInTurns(
+  wrapper: JinjaTemplateChatWrapper,
+  jinja: { render(params: object): string },
+  markers: { open: string; close: string },
+  enable: boolean | undefined,
+): boolean {
+  const answers = [
+    { role: "assistant", content: "Plinth answer probe", reasoning_content: "Plinth reasoning probe" },
+    { role: "assistant", content: "Plinth answer probe" },
+  ];
+  for (const answer of answers) {
+    for (const last of [false, true]) {
+      try {
+        const messages = [{ role: "user", content: PROBE }, answer, ...(last ? [] : [{ role: "user", content: RESULT_PROBE }])];
+        const text = jinja.render({
+          ...(wrapper.additionalRenderParameters ? structuredClone(wrapper.additionalRenderParameters) : {}),
+          messages,
+          bos_token: TOKEN_STAND_IN,
+          eos_token: TOKEN_STAND_IN,
+          eot_token: TOKEN_STAND_IN,
+          add_generation_prompt: false,
+          ...(enable === undefined ? {} : { enable_thinking: enable }),
+        });
+        if (after(text, PROBE)?.includes(markers.open)) return true;
+      } catch {
+        // A conversation this template refuses tells nothing.
+      }
+    }
+  }
+  return false;
 }
 
 /** Message text no template treats specially, to find where the message ends in a rendering. */

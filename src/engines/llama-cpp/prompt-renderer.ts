@@ -546,6 +546,10 @@ export class PromptRenderer {
       // DeepSeek V3.1's template, turned off, writes nothing after tool results, as llama-server
       // renders it; an empty section there was text the model never saw.
       if (turn.templateSwitched) return { promptSuffix: [], ...shut };
+      // A model that does not think unless asked, whose template never writes a section into its
+      // turns (Granite 3.3's, whose markers are only words of the system prompt it adds when asked):
+      // the template's generation prompt is the whole prompt, as llama.cpp's server renders it.
+      if (!turn.thinksByDefault && !turn.writesSection) return { promptSuffix: [], ...shut };
       return { promptSuffix: closed, ...shut };
     }
     if (turn.thinking === "opened") return { promptSuffix: [], startsInside: true, closedInPrompt: false };
