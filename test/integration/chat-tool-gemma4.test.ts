@@ -24,12 +24,19 @@ import { streamedCalls, toolCallChecker } from "../helpers/tool-calls.ts";
 const MARKERS = ["<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>', "<|channel>", "<channel|>", "<|think|>"];
 const GEMMA4_SPEC: FixtureSpec = { ...TINY_SPEC, name: "plinth-gemma-4", seed: 4401, chatTemplate: GEMMA_4_TEMPLATE, controlTokens: MARKERS };
 const INTERLEAVED_SPEC: FixtureSpec = { ...TINY_SPEC, name: "plinth-gemma-4-interleaved", seed: 4402, chatTemplate: GEMMA_4_INTERLEAVED_TEMPLATE, controlTokens: MARKERS };
+// Gemma 4's own vocabulary (llama.cpp's ggml-vocab-gemma-4.gguf) types the call, response, quote and
+// channel markers as user-defined tokens, which detokenize to their text; only the turn, tool and
+// think markers are control tokens. The same fixture with those types (same ids).
+const USER_DEFINED = ["<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>', "<|channel>", "<channel|>"];
+const REAL_TYPES_SPEC: FixtureSpec = { ...GEMMA4_SPEC, name: "plinth-gemma-4-real-types", userDefinedTokens: USER_DEFINED };
 
 let server: TestServer;
 /** The fixture's ids of the markers, by text. */
 const ids: Record<string, number> = {};
 before(async () => {
-  server = await startTestServer({ model: [`gemma=${await ensureFixtureModel(GEMMA4_SPEC)}`, `gemma-il=${await ensureFixtureModel(INTERLEAVED_SPEC)}`] });
+  server = await startTestServer({
+    model: [`gemma=${await ensureFixtureModel(GEMMA4_SPEC)}`, `gemma-il=${await ensureFixtureModel(INTERLEAVED_SPEC)}`, `gemma-ud=${await ensureFixtureModel(REAL_TYPES_SPEC)}`],
+  });
   const { tokens } = await server.http.tokenize({ model: "gemma", prompt: MARKERS.join(""), add_special_tokens: false });
   assert.equal(tokens.length, MARKERS.length);
   MARKERS.forEach((m, i) => (ids[m] = tokens[i]));
@@ -128,6 +135,44 @@ test("gemma 4: in auto mode, the model's writing <|tool_call> starts a call held
   assert.equal(stream.finish, "tool_calls");
   for (const m of MARKUP) assert.ok(!stream.content.includes(m), stream.content);
   assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+});
+
+test("gemma 4, markers typed as its own vocabulary types them: the model's writing <|tool_call> starts a call, as llama-server's trigger word", async () => {
+  const udIds = (await server.http.tokenize({ model: "gemma-ud", prompt: MARKERS.join(""), add_special_tokens: false })).tokens;
+  assert.deepEqual(udIds, MARKERS.map((m) => ids[m]));
+  for (const seed of [3, 5]) {
+    const body = ask({ model: "gemma-ud", parallel_tool_calls: false, logit_bias: { [ids["<|tool_call>"]]: 100, [ids['<|"|>']]: 8 }, temperature: 1, seed });
+    const c = (await server.http.chat(body)).choices[0];
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
+    checkCalls(c.message.tool_calls, c.message.content);
+    const stream = await streamed(body);
+    assert.equal(stream.finish, "tool_calls");
+    for (const m of MARKUP) assert.ok(!stream.content.includes(m), stream.content);
+    assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+  }
+  // Forced calls are written and read the same as with control-token markers.
+  const forced = ask({ model: "gemma-ud", tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed: 2, logit_bias: { [ids['<|"|>']]: 8 } });
+  const f = (await server.http.chat(forced)).choices[0];
+  assert.equal(f.finish_reason, "tool_calls", JSON.stringify(f));
+  checkCalls(f.message.tool_calls, f.message.content);
+});
+
+test("gemma 4, markers typed as its own vocabulary types them: a stray channel marker is nothing, as a control token's is", async () => {
+  const answer = async (model: string, marker: string, thinking: Partial<ChatBody>) => {
+    const body = { model, messages: [SYSTEM, QUESTION], max_tokens: 4, temperature: 0, logit_bias: { [ids[marker]]: 100 }, ...thinking } as ChatBody;
+    const c = (await server.http.chat(body)).choices[0];
+    const stream = await streamed(body);
+    assert.equal(stream.content, c.message.content ?? "");
+    assert.equal(stream.reasoning, c.message.reasoning_content ?? "");
+    assert.equal(c.finish_reason, "length");
+    return { content: c.message.content, reasoning: c.message.reasoning_content };
+  };
+  for (const marker of ["<|channel>", "<channel|>"]) {
+    // In an answer whose section the prompt closed, the marker is nothing (it showed as its text).
+    for (const model of ["gemma", "gemma-ud"]) assert.deepEqual(await answer(model, marker, OFF), { content: "", reasoning: undefined }, `${model} ${marker}`);
+    // With thinking on the markers are read as the control tokens are.
+    assert.deepEqual(await answer("gemma-ud", marker, {}), await answer("gemma", marker, {}), marker);
+  }
 });
 
 test("gemma 4: several calls in one turn are each read and valid", async () => {

@@ -127,9 +127,19 @@ export class ConstraintPlanner {
     // <|tool_call|>), which the model, unconstrained until then, might not.
     const opening = callOpening(this.format);
     const cut = opening.slice(1).search(/[\n{]/);
-    const leadingMarker = [...this.markerTokens.keys()].find((m) => opening.startsWith(m));
+    // Gemma 4's own vocabulary types `<|tool_call>` as a user-defined token, not a control one: it
+    // still opens a call by itself, as llama.cpp's server's trigger word for the family is that token.
+    const leadingMarker = [...this.markerTokens.keys()].find((m) => opening.startsWith(m)) ?? (notation === "gemma4" ? this.leadingToken(opening) : undefined);
     this.trigger = leadingMarker ?? (cut === -1 ? opening : opening.slice(0, cut + 1));
     this.markers = new Map([...this.markerTokens].map(([text, token]) => [token, text]));
+  }
+
+  /** The text of the one token `text` opens with, where that token is a user-defined one. */
+  private leadingToken(text: string): string | undefined {
+    const first = this.tokenize(text)[0];
+    if (first === undefined || !this.model.getTokenAttributes(first).userDefined) return undefined;
+    const spelled = this.model.detokenize([first], true);
+    return spelled && text.startsWith(spelled) && spelled.length < text.length ? spelled : undefined;
   }
 
   /**

@@ -84,6 +84,12 @@ export interface LoopSetup {
    * its answer with a lone `<channel|>`) decodes to nothing rather than showing its text there.
    */
   thoughtMarkers?: ReadonlySet<Token>;
+  /**
+   * Markers the vocabulary types as user-defined tokens, which decode to their text where a control
+   * token decodes to nothing (Gemma 4's own vocabulary types `<|channel>` and `<channel|>` so):
+   * wherever they are not read as their text (above), they are nothing, as a control token is.
+   */
+  silentMarkers?: ReadonlySet<Token>;
   /** Put into the sequence when a thinking section closes, before the answer (gpt-oss's next message header). */
   answerOpening?: Token[];
   /** A header the model may write at the start of its answer, which is not part of the answer. */
@@ -108,7 +114,8 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
-    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver)) return decoder.push(t);
+    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver))
+      return setup.silentMarkers?.has(t) ? decoder.flush() : decoder.push(t);
     return decoder.flush() + marker;
   };
   /** `turnEnded`: at an end-of-turn token (the last of `lastTokens`). */

@@ -446,6 +446,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       markers: this.markersFor(prepared),
       thoughtMarkers: prepared.reasoning && !prepared.reasoning.closedInPrompt ? new Set(this.renderer.thinkingMarkers.keys()) : undefined,
       callMarkers: prepared.tools ? this.constraints.innerMarkers : undefined,
+      silentMarkers: this.renderer.silentMarkers,
       answerOpening: prepared.answerOpening,
       answerHeader: prepared.answerHeader,
       grammar,

@@ -442,20 +442,37 @@ export class PromptRenderer {
   get thinkingMarkers(): ReadonlyMap<Token, string> {
     if (this.thinkingMarkersOnce) return this.thinkingMarkersOnce;
     const markers = new Map<Token, string>();
+    const silent = new Set<Token>();
     const thought = this.thought;
     for (const part of [thought?.prefix, thought?.suffix]) {
       const text = plainText(part);
       if (!text) continue;
       for (const token of LlamaText(new SpecialTokensText(text)).tokenize(this.tokenizer)) {
-        if (!this.model.isSpecialToken(token) || this.model.isEogToken(token) || !this.model.getTokenAttributes(token).control) continue;
+        if (this.model.isEogToken(token)) continue;
+        const attributes = this.model.getTokenAttributes(token);
+        // Gemma 4's own vocabulary types its channel markers as user-defined tokens, which decode to
+        // their text: they are the same markers, and nothing where they are not read (silentMarkers).
+        // (Not so for <think>-style tags, which models write as text.)
+        const userDefined = !!this.gemma4 && attributes.userDefined;
+        if (!(this.model.isSpecialToken(token) && attributes.control) && !userDefined) continue;
         const spelled = this.model.detokenize([token], true);
-        if (spelled && text.includes(spelled)) markers.set(token, spelled);
+        if (!spelled || !text.includes(spelled)) continue;
+        markers.set(token, spelled);
+        if (userDefined) silent.add(token);
       }
     }
     this.thinkingMarkersOnce = markers;
+    this.silentMarkersOnce = silent;
     return markers;
   }
   private thinkingMarkersOnce: ReadonlyMap<Token, string> | undefined;
+
+  /** Of `thinkingMarkers`, those the vocabulary types as user-defined tokens (see LoopSetup.silentMarkers); undefined when none. */
+  get silentMarkers(): ReadonlySet<Token> | undefined {
+    if (!this.silentMarkersOnce) void this.thinkingMarkers;
+    return this.silentMarkersOnce!.size ? this.silentMarkersOnce : undefined;
+  }
+  private silentMarkersOnce: Set<Token> | undefined;
 
   /**
    * For chat prompts on a model whose template has a thinking section: the tokens that open it
