@@ -3,7 +3,7 @@ import { test } from "node:test";
 import type { Message } from "../../src/core/types.ts";
 import { MessageTrim } from "../../src/engines/llama-cpp/message-trim.ts";
 import { CHATML_TEMPLATE } from "../fixtures/models.ts";
-import { GEMMA_2_TEMPLATE, GLM_4_6_TEMPLATE, LLAMA_2_CHAT_TEMPLATE } from "../fixtures/real-templates.ts";
+import { COMMAND_R_PLUS_TOOL_USE_TEMPLATE, GEMMA_2_TEMPLATE, GLM_4_6_TEMPLATE, LLAMA_2_CHAT_TEMPLATE } from "../fixtures/real-templates.ts";
 
 // Which ends of each message's text a template trims, found by rendering the conversation's shape
 // with probe texts (message-trim.ts); the texts are trimmed before rendering as the template would.
@@ -21,6 +21,13 @@ test("Llama 2: every text is stripped, except the first user text after a system
   // text its end, an answer both).
   const calling: Message = { role: "assistant", content: " b ", toolCalls: [{ id: "c", name: "f", arguments: "{}" }] };
   assert.deepEqual(texts(trim, [msg("user", " a "), calling]), [" a", "b"]);
+});
+
+test("Command R+ (tool_use template, which needs `tools` to render at all): user, system and assistant texts are trimmed", () => {
+  const trim = MessageTrim.of(COMMAND_R_PLUS_TOOL_USE_TEMPLATE);
+  assert.deepEqual(texts(trim, [msg("user", "  naïve \n\n  indented\tTab  ")]), ["naïve \n\n  indented\tTab"]);
+  // The first system message is the preamble's text, written as it is; later ones are trimmed.
+  assert.deepEqual(texts(trim, [msg("system", " s "), msg("user", " a "), msg("assistant", " b "), msg("user", " c ")]), [" s ", "a", "b", "c"]);
 });
 
 test("templates trimming whole roles keep doing so; a template refusing a probe shape falls back to the roles", () => {

@@ -91,12 +91,20 @@ export class MessageTrim {
    */
   private probe(roles: readonly string[]): Array<Ends | undefined> | null {
     const bare = roles.map((role, i) => `PLINTH_TRIM_PROBE_${i}_${role.toUpperCase()}`);
+    const messages = roles.map((role, i) => ({ role, content: `${LEAD}${bare[i]}${TRAIL}` }));
+    const render = (extra: object) => this.template.render({ messages, add_generation_prompt: true, bos_token: "", eos_token: "", ...extra });
     let output: string;
     try {
-      const messages = roles.map((role, i) => ({ role, content: `${LEAD}${bare[i]}${TRAIL}` }));
-      output = this.template.render({ messages, add_generation_prompt: true, bos_token: "", eos_token: "" });
+      output = render({});
     } catch {
-      return null;
+      // A template that loops over `tools` without asking whether there are any (Command R+'s
+      // tool_use one) refuses a conversation without them; the engine renders it with an empty
+      // list then (ownTemplateWrapper), and so is it probed.
+      try {
+        output = render({ tools: [] });
+      } catch {
+        return null;
+      }
     }
     return bare.map((text) => endsIn(output, text));
   }
