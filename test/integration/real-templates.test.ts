@@ -88,6 +88,22 @@ test("Phi 3.5: an empty system message is left out, as the template leaves it ou
   assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "<|system|>\nS<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
 });
 
+test("a Mistral Nemo fine-tune under a name of its own keeps the Mistral layout of its template, not Llama 2's", async () => {
+  // node-llama-cpp cannot run the template and picks a family wrapper by the model's name, else by
+  // `[INST]` in the template: Llama 2's (`<s>[INST] <<SYS>>…`), which no Mistral template writes.
+  const { renderer, prompt } = await rendererFor("plinth-nemo-finetune", MISTRAL_NEMO_TEMPLATE);
+  assert.equal(renderer.wrapper.constructor.name, "FaithfulMistralChatWrapper");
+  assert.equal(prompt(HI), "[INST]Hi[/INST]");
+  assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "[INST]S\n\nHi[/INST]");
+  // Everything as on the model named Mistral: the same wrapper's rendering.
+  const { prompt: named } = await rendererFor("plinth-real-mistral-nemo", MISTRAL_NEMO_TEMPLATE);
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  for (const messages of [[...HI, { role: "assistant", content: "Yo" }, { role: "user", content: "More" }], [{ role: "system", content: "" }, ...HI]] as Message[][]) {
+    assert.equal(prompt(messages), named(messages));
+    assert.equal(prompt(messages, {}, functions), named(messages, {}, functions));
+  }
+});
+
 test("Mistral Nemo: an empty system message is still written before the last user message", async () => {
   const { prompt } = await rendererFor("plinth-real-mistral-nemo", MISTRAL_NEMO_TEMPLATE);
   assert.equal(prompt([{ role: "system", content: "" }, ...HI]), "[INST]\n\nHi[/INST]");

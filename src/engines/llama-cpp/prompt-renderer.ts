@@ -7,6 +7,7 @@ import {
   ChatMLChatWrapper,
   HarmonyChatWrapper,
   JinjaTemplateChatWrapper,
+  Llama2ChatWrapper,
   type JinjaTemplateChatWrapperOptions,
   type LlamaModel,
   LlamaText,
@@ -171,6 +172,11 @@ export class PromptRenderer {
       if (!own && jinjaFailure) console.error(...jinjaFailure);
     } else if (jinjaFailure) console.error(...jinjaFailure);
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
+    // node-llama-cpp picks the family by the model's name, else by `[INST]` in the template, for
+    // which it takes Llama 2's (`<s>[INST] <<SYS>>…`): a Mistral Nemo fine-tune under a name of its
+    // own got Llama 2's layout for a template that writes Mistral's. A template with `[INST]` and no
+    // `<<SYS>>` block is Mistral's.
+    if (type === "auto" && wrapper.constructor === Llama2ChatWrapper && writesMistralLayout(this.template)) wrapper = new FaithfulMistralChatWrapper();
     if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper();
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
@@ -714,6 +720,11 @@ function holdingJinjaFailure<T>(hold: boolean, resolve: () => T): { value: T; he
   } finally {
     console.error = print;
   }
+}
+
+/** Whether a template writes Mistral's `[INST]` turns (Llama 2's write theirs with a `<<SYS>>` block). */
+function writesMistralLayout(template: string | undefined): boolean {
+  return !!template && template.includes("[INST]") && template.includes("[/INST]") && !template.includes("<<SYS>>");
 }
 
 function prefersOwnTemplate(wrapper: ChatWrapper): boolean {
