@@ -173,6 +173,14 @@ test("gemma 4, markers typed as its own vocabulary types them: a stray channel m
     // With thinking on the markers are read as the control tokens are.
     assert.deepEqual(await answer("gemma-ud", marker, {}), await answer("gemma", marker, {}), marker);
   }
+  // Its logprob entries are a control token's too: named, no bytes (the bytes spell the content, "").
+  const entries = async (model: string) => {
+    const body = { model, messages: [SYSTEM, QUESTION], max_tokens: 3, temperature: 0, logprobs: true, logit_bias: { [ids["<|channel>"]]: 100 }, ...OFF } as ChatBody;
+    const c = (await server.http.chat(body)).choices[0];
+    return c.logprobs!.content!.map((e) => [e.token, e.bytes]);
+  };
+  assert.deepEqual(await entries("gemma-ud"), await entries("gemma"));
+  assert.deepEqual(await entries("gemma-ud"), [["<|channel>", null], ["<|channel>", null], ["<|channel>", null]]);
 });
 
 test("gemma 4: several calls in one turn are each read and valid", async () => {

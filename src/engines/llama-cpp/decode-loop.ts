@@ -112,12 +112,20 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   const router = new TextRouter({ reasoning, tools, answerHeader: setup.answerHeader });
   const edits = new SequenceEdits(setup);
   const ends = (t: Token) => !setup.ignoreEos && !setup.markers?.has(t) && (model.isEogToken(t) || setup.stopTokens.has(t));
+  /** Set by textOf for a token it read as nothing though it spells text (a silent marker). */
+  let silenced = false;
   const textOf = (t: Token) => {
     const marker = setup.markers?.get(t);
-    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver))
-      return setup.silentMarkers?.has(t) ? decoder.flush() : decoder.push(t);
+    silenced = false;
+    if (marker === undefined || (setup.callMarkers?.has(t) && !router.inCall) || (setup.thoughtMarkers?.has(t) && router.thoughtOver)) {
+      if (!setup.silentMarkers?.has(t)) return decoder.push(t);
+      silenced = true;
+      return decoder.flush();
+    }
     return decoder.flush() + marker;
   };
+  /** A silenced marker's logprob entry is a control token's: named, no text, no bytes (so the bytes spell the text). */
+  const entryOf = (logprob: TokenLogprob | undefined) => (silenced && logprob ? asControlEntry(logprob) : logprob);
   /** `turnEnded`: at an end-of-turn token (the last of `lastTokens`). */
   function* finish(reason: "stop" | "length", lastTokens: number, turnEnded = false): Generator<EngineChunk> {
     // No token follows, so what the router asks for now has nothing left to act on.
@@ -173,11 +181,13 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
           // logprob entry spells what the text ends with.
           const text = textOf(t);
           const rest = decoder.flush();
-          yield* router.push(text + rest, 1, rest && logprob ? withFlushed(logprob, rest) : logprob, forced);
+          const entry = entryOf(logprob);
+          yield* router.push(text + rest, 1, rest && entry ? withFlushed(entry, rest) : entry, forced);
           yield* finish("length", 0);
           return;
         }
-        edits.apply(yield* router.push(textOf(t), 1, logprob, forced));
+        const text = textOf(t);
+        edits.apply(yield* router.push(text, 1, entryOf(logprob), forced));
       }
       let replacement = forced ? tokens : undefined;
       const edit = edits.take();
@@ -205,6 +215,13 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
     await handOnPrompt();
     await steps.return(undefined);
   }
+}
+
+/** `entry` (and its own line among the alternatives) as a control token's: its text as its name, no text, no bytes. */
+function asControlEntry(entry: TokenLogprob): TokenLogprob {
+  const same = (t: TokenLogprob["top"][number]) => t.logprob === entry.logprob && t.token === entry.token && t.special === entry.special;
+  const named = { token: "", bytes: [], special: entry.special ?? entry.token };
+  return { ...entry, ...named, top: entry.top.map((t) => (same(t) ? { ...t, ...named } : t)) };
 }
 
 /**
