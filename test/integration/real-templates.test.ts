@@ -9,6 +9,7 @@ import {
   DEEPSEEK_R1_DISTILL_TEMPLATE,
   GEMMA_2_TEMPLATE,
   GRANITE_3_3_TEMPLATE,
+  LFM2_5_TEMPLATE,
   MISTRAL_NEMO_TEMPLATE,
   PHI_3_5_TEMPLATE,
 } from "../fixtures/real-templates.ts";
@@ -54,6 +55,13 @@ test("Granite 3.3: no thinking section unless asked for; a prefill is continued 
   // there is none to close (it was `<think></think>\n\n`, text the model never saw in training).
   const off = prompt(HI, { reasoning: { enabled: false } } as Partial<GenerationRequest>);
   assert.equal(off, single);
+});
+
+test("LFM 2.5: no switch, but it writes reasoning into answers and cuts it out of their text: a thinking model, whose section thinking off closes", async () => {
+  const { prompt } = await rendererFor("plinth-real-lfm2.5", LFM2_5_TEMPLATE);
+  assert.ok(prompt(HI).endsWith("<|im_start|>assistant\n"), prompt(HI));
+  const off = prompt(HI, { reasoning: { enabled: false } } as Partial<GenerationRequest>);
+  assert.ok(off.endsWith("<|im_start|>assistant\n<think></think>\n\n"), off);
 });
 
 test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {

@@ -321,10 +321,12 @@ function probeAfterResults(
 }
 
 /**
- * Whether the template writes a thinking section into an assistant turn: a probe conversation with
- * an answer (with `reasoning_content`, or without), as the last message or followed by a user's,
- * shows the opening marker after the probe message. (Not reasoning inside the answer's text, which
- * every template writes back as it is.)
+ * Whether the template writes a thinking section into an assistant turn, or cuts one out of an
+ * answer's text: either way a model trained to think on its own. Probe conversations with an answer
+ * as the last message or followed by a user's: one whose reasoning is given as a field
+ * (`reasoning_content`, LFM 2.5's `thinking`) or not at all shows the opening marker after the probe
+ * message (Kimi K2 Thinking's empty `<think></think>`); one whose text holds a section loses the
+ * section's text (DeepSeek R1's, Qwen 3's, LFM 2.5's cut at `</think>`). Granite 3.3's does neither.
  */
 function writesSectionInTurns(
   wrapper: JinjaTemplateChatWrapper,
@@ -332,11 +334,14 @@ function writesSectionInTurns(
   markers: { open: string; close: string },
   enable: boolean | undefined,
 ): boolean {
+  const REASONING = "Plinth reasoning probe 5c1e";
+  const ANSWER = "Plinth answer probe";
   const answers = [
-    { role: "assistant", content: "Plinth answer probe", reasoning_content: "Plinth reasoning probe" },
-    { role: "assistant", content: "Plinth answer probe" },
+    { answer: { role: "assistant", content: ANSWER, reasoning_content: REASONING, thinking: REASONING }, shows: (text: string) => text.includes(markers.open) },
+    { answer: { role: "assistant", content: ANSWER }, shows: (text: string) => text.includes(markers.open) },
+    { answer: { role: "assistant", content: `${markers.open}${REASONING}${markers.close}${ANSWER}` }, shows: (text: string) => text.includes(ANSWER) && !text.includes(REASONING) },
   ];
-  for (const answer of answers) {
+  for (const { answer, shows } of answers) {
     for (const last of [false, true]) {
       try {
         const messages = [{ role: "user", content: PROBE }, answer, ...(last ? [] : [{ role: "user", content: RESULT_PROBE }])];
@@ -349,7 +354,8 @@ function writesSectionInTurns(
           add_generation_prompt: false,
           ...(enable === undefined ? {} : { enable_thinking: enable }),
         });
-        if (after(text, PROBE)?.includes(markers.open)) return true;
+        const rest = after(text, PROBE);
+        if (rest !== undefined && shows(rest)) return true;
       } catch {
         // A conversation this template refuses tells nothing.
       }
