@@ -1,5 +1,7 @@
 import assert from "../helpers/assert.ts";
+import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { JinjaTemplateChatWrapper } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
 import type { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
@@ -62,6 +64,17 @@ test("LFM 2.5: no switch, but it writes reasoning into answers and cuts it out o
   assert.ok(prompt(HI).endsWith("<|im_start|>assistant\n"), prompt(HI));
   const off = prompt(HI, { reasoning: { enabled: false } } as Partial<GenerationRequest>);
   assert.ok(off.endsWith("<|im_start|>assistant\n<think></think>\n\n"), off);
+});
+
+const TEMPLATES = fileURLToPath(new URL("../../node_modules/node-llama-cpp/llama/llama.cpp/models/templates/", import.meta.url));
+const MINISTRAL_REASONING = "mistralai-Ministral-3-14B-Reasoning-2512.jinja";
+const noTemplate = (file: string) => (existsSync(TEMPLATES + file) ? false : `llama.cpp's templates/${file} is not in node_modules`);
+
+test("Ministral 3 Reasoning: no switch, reasoning written from `thinking` content blocks: thinking off closes its section", { skip: noTemplate(MINISTRAL_REASONING) }, async () => {
+  const { prompt } = await rendererFor("plinth-real-ministral-3-reasoning", readFileSync(TEMPLATES + MINISTRAL_REASONING, "utf8"));
+  assert.ok(prompt(HI).endsWith("[INST]Hi[/INST]"), prompt(HI));
+  const off = prompt(HI, { reasoning: { enabled: false } } as Partial<GenerationRequest>);
+  assert.ok(off.endsWith("[INST]Hi[/INST][THINK][/THINK]\n\n"), off);
 });
 
 test("Gemma 2: its own template, with the system message merged into the next one as llama.cpp merges it", async () => {

@@ -324,7 +324,8 @@ function probeAfterResults(
  * Whether the template writes a thinking section into an assistant turn, or cuts one out of an
  * answer's text: either way a model trained to think on its own. Probe conversations with an answer
  * as the last message or followed by a user's: one whose reasoning is given as a field
- * (`reasoning_content`, LFM 2.5's `thinking`) or not at all shows the opening marker after the probe
+ * (`reasoning_content`, LFM 2.5's `thinking`, a `thinking` content block as Ministral 3 Reasoning's
+ * takes it) or not at all shows the opening marker after the probe
  * message (Kimi K2 Thinking's empty `<think></think>`); one whose text holds a section loses the
  * section's text (DeepSeek R1's, Qwen 3's, LFM 2.5's cut at `</think>`). Granite 3.3's does neither.
  */
@@ -339,6 +340,11 @@ function writesSectionInTurns(
   const answers = [
     { answer: { role: "assistant", content: ANSWER, reasoning_content: REASONING, thinking: REASONING }, shows: (text: string) => text.includes(markers.open) },
     { answer: { role: "assistant", content: ANSWER }, shows: (text: string) => text.includes(markers.open) },
+    // (Mistral's reasoning models take it as a content block.)
+    {
+      answer: { role: "assistant", content: [{ type: "thinking", thinking: REASONING }, { type: "text", text: ANSWER }] },
+      shows: (text: string) => text.includes(markers.open),
+    },
     { answer: { role: "assistant", content: `${markers.open}${REASONING}${markers.close}${ANSWER}` }, shows: (text: string) => text.includes(ANSWER) && !text.includes(REASONING) },
   ];
   for (const { answer, shows } of answers) {
