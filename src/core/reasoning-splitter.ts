@@ -39,6 +39,12 @@ export class ReasoningSplitter {
     close: string | string[],
     /** The prompt already opened the section (templates that prefill "<think>"). */
     startsInside = false,
+    /**
+     * Marker texts that are never answer text while a section may still open (Gemma 4's
+     * `<|channel>` and `<channel|>`, which llama.cpp's parser reads content up to): an empty channel
+     * or a lone closing marker before the answer is dropped, in no span, and the section may still open.
+     */
+    private readonly stray: readonly string[] = [],
   ) {
     this.inside = startsInside;
     this.closers = (Array.isArray(close) ? close : [close]).filter((c) => c !== "");
@@ -67,6 +73,25 @@ export class ReasoningSplitter {
       if (length > 0) spans.push({ part, start: this.base, end: this.base + length });
       this.base += length;
     };
+    /** Answer text before the section was settled: its stray markers dropped (in no span); the rest, kept. */
+    const answer = (text: string): string => {
+      if (!this.stray.length) {
+        take("content", text.length);
+        return text;
+      }
+      let kept = "";
+      let rest = text;
+      while (rest) {
+        const { at, marker } = earliest(rest, [...this.stray]);
+        const piece = at === -1 ? rest : rest.slice(0, at);
+        take("content", piece.length);
+        kept += piece;
+        if (at === -1) break;
+        this.base += marker.length;
+        rest = rest.slice(at + marker.length);
+      }
+      return kept;
+    };
     const dropNewlines = () => {
       const newlines = /^\n*/.exec(this.pending)![0].length;
       this.pending = this.pending.slice(newlines);
@@ -90,10 +115,14 @@ export class ReasoningSplitter {
       const markers = this.inside ? this.closers : [this.open];
       const { at, marker } = earliest(this.pending, markers);
       if (at !== -1) {
-        const before = this.pending.slice(0, at);
-        if (this.inside) reasoning += before;
-        else content += before;
-        take(this.inside ? "reasoning" : "content", at);
+        let before = this.pending.slice(0, at);
+        if (this.inside) {
+          reasoning += before;
+          take("reasoning", at);
+        } else {
+          before = answer(before);
+          content += before;
+        }
         this.pending = this.pending.slice(at + marker.length);
         this.base += marker.length;
         if (this.inside) {
@@ -118,11 +147,15 @@ export class ReasoningSplitter {
         continue;
       }
       const hold = Math.max(...markers.map((m) => partialSuffix(this.pending, m)));
-      const ready = this.pending.slice(0, this.pending.length - hold);
+      let ready = this.pending.slice(0, this.pending.length - hold);
       this.pending = this.pending.slice(this.pending.length - hold);
-      if (this.inside) reasoning += ready;
-      else content += ready;
-      take(this.inside ? "reasoning" : "content", ready.length);
+      if (this.inside) {
+        reasoning += ready;
+        take("reasoning", ready.length);
+      } else {
+        ready = answer(ready);
+        content += ready;
+      }
       if (!this.inside && ready.trim() !== "") this.done = true;
       break;
     }
@@ -132,6 +165,24 @@ export class ReasoningSplitter {
   flush(): SplitResult {
     const rest = this.pending;
     const part = this.inside ? "reasoning" : "content";
+    // Held text that could still have opened the section: its stray markers are dropped as in push.
+    if (!this.inside && !this.done && this.stray.length && rest) {
+      const spans: SplitSpan[] = [];
+      let kept = "";
+      let left = rest;
+      while (left) {
+        const { at, marker } = earliest(left, [...this.stray]);
+        const piece = at === -1 ? left : left.slice(0, at);
+        if (piece) spans.push({ part, start: this.base, end: this.base + piece.length });
+        this.base += piece.length;
+        kept += piece;
+        if (at === -1) break;
+        this.base += marker.length;
+        left = left.slice(at + marker.length);
+      }
+      this.pending = "";
+      return { reasoning: "", content: kept, spans };
+    }
     const spans: SplitSpan[] = rest ? [{ part, start: this.base, end: this.base + rest.length }] : [];
     this.base += rest.length;
     this.pending = "";

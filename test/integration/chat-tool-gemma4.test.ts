@@ -170,8 +170,9 @@ test("gemma 4, markers typed as its own vocabulary types them: a stray channel m
   for (const marker of ["<|channel>", "<channel|>"]) {
     // In an answer whose section the prompt closed, the marker is nothing (it showed as its text).
     for (const model of ["gemma", "gemma-ud"]) assert.deepEqual(await answer(model, marker, OFF), { content: "", reasoning: undefined }, `${model} ${marker}`);
-    // With thinking on the markers are read as the control tokens are.
-    assert.deepEqual(await answer("gemma-ud", marker, {}), await answer("gemma", marker, {}), marker);
+    // With thinking on, an empty channel or a lone closing marker before the answer is nothing too
+    // (llama.cpp's parser reads the answer up to them), whichever way the markers are typed.
+    for (const model of ["gemma", "gemma-ud"]) assert.deepEqual(await answer(model, marker, {}), { content: "", reasoning: undefined }, `${model} ${marker} on`);
   }
   // Its logprob entries are a control token's too: named, no bytes (the bytes spell the content, "").
   const entries = async (model: string) => {

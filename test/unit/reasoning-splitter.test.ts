@@ -68,3 +68,21 @@ test("Gemma 4's section: the channel's name line is layout, the thought is reaso
   t.push("<|chan");
   assert.equal(t.settled, false);
 });
+
+test("Gemma 4's stray markers: an empty channel or a lone closing marker before the answer is nothing, and a section may still follow", () => {
+  const run = (pieces: string[]) => {
+    const s = new ReasoningSplitter("<|channel>thought", ["<channel|>"], false, ["<|channel>", "<channel|>"]);
+    const parts = [...pieces.map((p) => s.push(p)), s.flush()];
+    const spans = parts.flatMap((p) => p.spans);
+    return { reasoning: parts.map((p) => p.reasoning).join(""), content: parts.map((p) => p.content).join(""), spans };
+  };
+  assert.deepEqual(run(["<|channel>", "<|channel>", "<|channel>"]), { reasoning: "", content: "", spans: [] });
+  assert.equal(run(["<channel|>", "Hi"]).content, "Hi");
+  // The kept text's span is where it is in the input, past the dropped marker.
+  assert.deepEqual(run(["<channel|>", "Hi"]).spans, [{ part: "content", start: 10, end: 12 }]);
+  const late = run(["<|channel>", "<|channel>", "thought", "\n", "plan", "<channel|>", "Answer"]);
+  assert.deepEqual([late.reasoning, late.content], ["plan", "Answer"]);
+  // Without stray markers they are answer text, as before.
+  const plain = new ReasoningSplitter("<|channel>thought", ["<channel|>"]);
+  assert.equal([plain.push("<channel|>"), plain.push("Hi"), plain.flush()].map((p) => p.content).join(""), "<channel|>Hi");
+});

@@ -26,6 +26,8 @@ export interface ReasoningPlan {
   closedInPrompt?: boolean;
   /** Thinking tokens allowed before the section is closed by force. */
   budget?: number;
+  /** Marker texts dropped, not answer text, before the section can open (ReasoningSplitter's `stray`). */
+  stray?: string[];
   /** Tokens that close the section (the template's closing marker and layout). */
   closeTokens: Token[];
 }

@@ -534,6 +534,9 @@ export class PromptRenderer {
         closedInPrompt,
         budget: req.reasoning?.budgetTokens,
         closeTokens: LlamaText([suffix, layout]).tokenize(this.tokenizer),
+        // Gemma 4's channel markers are never answer text (llama.cpp's parser reads the answer up to
+        // them): an empty channel or a lone closing marker before the answer is nothing.
+        ...(this.gemma4 ? { stray: [...new Set(this.thinkingMarkers.values())] } : {}),
       },
     };
   }

@@ -21,6 +21,8 @@ export interface RouterReasoning {
   startsInside: boolean;
   /** The prompt already closed the section: nothing generated is thinking. */
   closedInPrompt?: boolean;
+  /** Marker texts dropped, not answer text, before the section can open (ReasoningSplitter's `stray`). */
+  stray?: string[];
   /** Thinking tokens allowed before the section must be closed by force. */
   budget?: number;
 }
@@ -96,7 +98,7 @@ export class TextRouter {
     // A section the prompt closed is over before generation starts: the model's turn is all answer,
     // even when it writes an opening marker first (a thinking model told not to think often does;
     // Kimi K2 Thinking's and RWKV World's fixtures did at their first token).
-    this.splitter = reasoning && !reasoning.closedInPrompt ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside) : null;
+    this.splitter = reasoning && !reasoning.closedInPrompt ? new ReasoningSplitter(reasoning.open, reasoning.close, reasoning.startsInside, reasoning.stray) : null;
     this.trigger = tools && !tools.forced ? new StopMatcher([tools.trigger]) : null;
     this.header = setup.answerHeader ? new HeaderFilter(setup.answerHeader) : null;
   }
