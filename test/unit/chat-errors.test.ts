@@ -29,7 +29,6 @@ const post = (payload: unknown, headers: Record<string, string> = {}) =>
 const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["malformed JSON", "{\"model\": \"tiny\", ", 400, null, "invalid_json"],
   ["body is not an object", "[1,2]", 400, null],
-  ["missing model", { messages: ok.messages }, 400, "model"],
   ["unknown model", { ...ok, model: "no-such-model" }, 404, "model", "model_not_found"],
   ["missing messages", { model: "tiny" }, 400, "messages"],
   ["empty messages", { ...ok, messages: [] }, 400, "messages"],
