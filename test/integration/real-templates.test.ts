@@ -2,8 +2,10 @@ import assert from "../helpers/assert.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { Template } from "@huggingface/jinja";
 import { JinjaTemplateChatWrapper } from "node-llama-cpp";
 import type { GenerationRequest, Message } from "../../src/core/types.ts";
+import { nemoCallId } from "../../src/engines/llama-cpp/mistral-wrapper.ts";
 import type { PromptRenderer } from "../../src/engines/llama-cpp/prompt-renderer.ts";
 import { BPE_SPEC } from "../fixtures/models.ts";
 import { templateRenderers } from "../helpers/template-renderers.ts";
@@ -31,7 +33,7 @@ async function rendererFor(name: string, chatTemplate: string) {
     const suffix = renderer.planReasoning(req, false, rendered.openTurn)?.promptSuffix ?? [];
     return model.detokenize([...rendered.tokens, ...suffix], true).replace(/^<\|startoftext\|>/, "");
   };
-  return { renderer, prompt };
+  return { model, renderer, prompt };
 }
 
 const HI: Message[] = [{ role: "user", content: "Hi" }];
@@ -130,4 +132,61 @@ test("Mistral Nemo: an empty system message is still written before the last use
   assert.equal(prompt([{ role: "system", content: "" }, ...HI]), "[INST]\n\nHi[/INST]");
   assert.equal(prompt([{ role: "system", content: "S" }, ...HI]), "[INST]S\n\nHi[/INST]");
   assert.equal(prompt(HI), "[INST]Hi[/INST]");
+});
+
+test("Mistral Nemo: a tool round trip is written as its template writes it, with call ids of its shape", async () => {
+  const { model, renderer, prompt } = await rendererFor("plinth-real-mistral-nemo", MISTRAL_NEMO_TEMPLATE);
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: functions.get_weather.params } }];
+  const call = (id: string, city: string) => ({ id, name: "get_weather", arguments: JSON.stringify({ city }) });
+  const conversations: Message[][] = [
+    // OpenAI's ids, a call with text beside it (the template leaves it out), a result that is not JSON.
+    [
+      { role: "user", content: "Weather in Paris and Oslo?" },
+      { role: "assistant", content: "Checking both.", toolCalls: [call("call_abc123XYZdefGHI", "Paris"), call("call_2", "Oslo")] },
+      { role: "tool", toolCallId: "call_abc123XYZdefGHI", content: '{"temp": 20, "sky": "clear"}' },
+      { role: "tool", toolCallId: "call_2", content: "rain" },
+    ],
+    // Ids the model wrote itself (9 letters or digits) are kept; two rounds, an answer, a new question.
+    [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "Paris?" },
+      { role: "assistant", content: "", toolCalls: [call("abc123def", "Paris")] },
+      { role: "tool", toolCallId: "abc123def", content: "sunny" },
+      { role: "assistant", content: "Now Oslo.", toolCalls: [call("call_9", "Oslo")] },
+      { role: "tool", toolCallId: "call_9", content: "rain" },
+      { role: "assistant", content: "Sunny, then rain." },
+      { role: "user", content: "Thanks" },
+    ],
+  ];
+  const jinja = new Template(MISTRAL_NEMO_TEMPLATE);
+  for (const messages of conversations) {
+    const taken = new Set<string>();
+    const ids = new Map<string, string>();
+    for (const m of messages)
+      for (const c of m.toolCalls ?? []) {
+        const id = nemoCallId(c.id, taken);
+        assert.match(id, /^[A-Za-z0-9]{9}$/);
+        taken.add(id);
+        ids.set(c.id, id);
+      }
+    assert.equal(ids.get("abc123def") ?? "abc123def", "abc123def");
+    assert.equal(new Set(ids.values()).size, ids.size);
+    const expected = jinja.render({
+      bos_token: "",
+      eos_token: model.tokens.eosString,
+      tools,
+      messages: messages.map((m) => ({
+        role: m.role,
+        content: m.content,
+        ...(m.toolCalls ? { tool_calls: m.toolCalls.map((c) => ({ id: ids.get(c.id), type: "function", function: { name: c.name, arguments: JSON.parse(c.arguments) } })) } : {}),
+        ...(m.toolCallId ? { tool_call_id: ids.get(m.toolCallId) } : {}),
+      })),
+    });
+    assert.equal(prompt(messages, {}, functions), expected);
+    // Token for token as llama.cpp tokenizes the template's text, and the same ids every time it is sent.
+    const tokens = renderer.render({ prompt: { kind: "chat", messages } } as GenerationRequest, functions).tokens;
+    assert.deepEqual([...tokens], [...(model.tokens.shouldPrependBosToken && model.tokens.bos != null ? [model.tokens.bos] : []), ...model.tokenize(expected, true)], "tokens");
+    assert.equal(prompt(messages, {}, functions), expected);
+  }
 });

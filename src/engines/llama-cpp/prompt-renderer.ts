@@ -29,7 +29,7 @@ import { Gemma4Thinking } from "./gemma4-thinking.ts";
 import { prepareToolRendering } from "./tool-layouts.ts";
 import { renderJinjaLikePython } from "./jinja-python.ts";
 import { FaithfulChatMLChatWrapper } from "./chatml-wrapper.ts";
-import { FaithfulMistralChatWrapper } from "./mistral-wrapper.ts";
+import { FaithfulMistralChatWrapper, writesNemoCallIds } from "./mistral-wrapper.ts";
 import type { ReasoningPlan } from "./decode-loop.ts";
 import { HarmonyLayout, usesHarmonyLayout } from "./harmony.ts";
 import { type OpenTurn, OpenTurns, type ThinkingSwitch } from "./open-turn.ts";
@@ -176,8 +176,8 @@ export class PromptRenderer {
     // which it takes Llama 2's (`<s>[INST] <<SYS>>…`): a Mistral Nemo fine-tune under a name of its
     // own got Llama 2's layout for a template that writes Mistral's. A template with `[INST]` and no
     // `<<SYS>>` block is Mistral's.
-    if (type === "auto" && wrapper.constructor === Llama2ChatWrapper && writesMistralLayout(this.template)) wrapper = new FaithfulMistralChatWrapper();
-    if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper();
+    if (type === "auto" && wrapper.constructor === Llama2ChatWrapper && writesMistralLayout(this.template)) wrapper = new FaithfulMistralChatWrapper({ callIds: writesNemoCallIds(this.template) });
+    if (wrapper.constructor === MistralChatWrapper) wrapper = new FaithfulMistralChatWrapper({ callIds: writesNemoCallIds(this.template) });
     // Tools, calls and results go to the template as it expects them (tool-layouts.ts): a family's
     // call layout where node-llama-cpp could not read one, kept only if an answered call renders.
     if (wrapper instanceof JinjaTemplateChatWrapper && this.template)
@@ -702,6 +702,8 @@ function textBytes(text: LlamaText): number {
  * toChatHistory).
  */
 function handsResultsOver(wrapper: ChatWrapper): boolean {
+  // (As does Mistral Nemo's layout, which writes the client's text as it is: mistral-wrapper.ts.)
+  if (wrapper instanceof FaithfulMistralChatWrapper) return wrapper.callIds;
   return wrapper instanceof JinjaTemplateChatWrapper && wrapper.usingJinjaFunctionCallTemplate;
 }
 
