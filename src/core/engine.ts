@@ -75,7 +75,7 @@ export type EngineChunk =
    * reports usage at the end); `logprobs` has one entry per token when requested.
    */
   | { kind: "text"; text: string; tokens: number; logprobs?: TokenLogprob[]; channel?: "reasoning" }
-  | { kind: "tool-call"; index: number; name: string }
+  | { kind: "tool-call"; index: number; name: string; /** The id the model wrote into the call (Mistral Nemo's), if any. */ id?: string }
   | { kind: "tool-call-arguments"; index: number; text: string; tokens: number }
   /**
    * Authoritative counts for this choice so far, replacing what the core summed from chunks: an

@@ -561,7 +561,7 @@ class BatchRun {
             this.emit({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
             continue;
           case "tool-call":
-            this.emit({ type: "tool-call", choice, index: chunk.index, id: newId("call_"), name: chunk.name });
+            this.emit({ type: "tool-call", choice, index: chunk.index, id: chunk.id ?? newId("call_"), name: chunk.name });
             continue;
           case "tool-call-arguments":
             counts.completionTokens += chunk.tokens;

@@ -37,6 +37,8 @@ export interface CallGrammarParts {
   /** Closes the group of calls (may be empty). */
   sectionSuffix: string;
   index?: CallIndex;
+  /** An id after the arguments: `prefix` and 9 letters or digits, before the suffix (Mistral Nemo's). */
+  callId?: { prefix: string };
 }
 
 /**
@@ -60,7 +62,8 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
         : index.at === "beforeName"
           ? `call-index ${spell(index.separator + t.name + parts.paramsPrefix)}`
           : `${spell(t.name + index.separator)} call-index ${spell(parts.paramsPrefix)}`;
-    return `${named} t${i}-root${parts.suffix ? ` ${spell(parts.suffix)}` : ""}`;
+    const id = parts.callId ? ` ${spell(parts.callId.prefix)} call-id` : "";
+    return `${named} t${i}-root${id}${parts.suffix ? ` ${spell(parts.suffix)}` : ""}`;
   });
   const call = `call ::= ${alternatives.map((a) => `( ${a} )`).join(" | ")}`;
   const more = parallel ? ` ( ${spell(parts.betweenCalls + parts.prefix)} call )*` : "";
@@ -68,7 +71,8 @@ export function toolCallGrammar(tools: Array<{ name: string; argsGbnf: string }>
   const root = `root ::= call${more}${close}`;
   // A counter as llama.cpp's server lets the model write one (digits), bounded so it cannot run on.
   const index = parts.index ? ["call-index ::= [0-9]{1,9}"] : [];
-  return [root, call, ...index, ...rules].join("\n");
+  const id = parts.callId ? ["call-id ::= [A-Za-z0-9]{9}"] : [];
+  return [root, call, ...index, ...id, ...rules].join("\n");
 }
 
 /** A content grammar that also lets the model start a tool call (the engine then switches grammars). */

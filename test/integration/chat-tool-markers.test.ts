@@ -208,3 +208,21 @@ test("mistral: with a response format in auto mode, the answer's grammar lets th
   assert.equal(plain.message.tool_calls, undefined);
   assert.ok((plain.message.content ?? "").trimStart().startsWith("{"), plain.message.content ?? "");
 });
+
+test("nemo: a call's id is the one the model wrote (9 letters or digits, as llama.cpp's grammar has it), streamed the same, and written back as it is", async () => {
+  const named = ask("nemo", { tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 0 });
+  const whole = (await server.http.chat(named)).choices[0];
+  const calls = whole.message.tool_calls!;
+  for (const c of calls) assert.match(c.id, /^[A-Za-z0-9]{9}$/);
+  assert.equal(new Set(calls.map((c) => c.id)).size, calls.length);
+  const stream = await streamed(named);
+  assert.deepEqual(stream.calls.map((c) => c.id), calls.map((c) => c.id));
+  // The next turn shows the model its call as it wrote it, id and all, and the result by that id.
+  const history = [...named.messages, { role: "assistant" as const, content: null, tool_calls: calls }, ...calls.map((c) => ({ role: "tool" as const, tool_call_id: c.id, content: "12:00" }))];
+  const prompt = await server.http.tokenize({ model: "nemo", messages: history, tools: named.tools, return_token_strs: true } as never);
+  const text = (prompt as unknown as { token_strs: string[] }).token_strs.join("");
+  for (const c of calls) {
+    assert.ok(text.includes(`"id": "${c.id}"}`) || text.includes(`"id":▁"${c.id}"}`) || text.includes(`"id":Ġ"${c.id}"}`), text);
+    assert.ok(text.includes(c.id + '"}[/TOOL_RESULTS]'), text);
+  }
+});

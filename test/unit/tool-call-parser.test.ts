@@ -43,3 +43,32 @@ test("Llama 3.1: <function=name>{...}</function>", () => {
   const r = parse(LLAMA31, 'search>{"q": "a \\"quoted\\" word"}</function>', 1);
   assert.deepEqual(r.calls, [{ name: "search", args: '{"q": "a \\"quoted\\" word"}' }]);
 });
+
+test("Mistral Nemo: the id written after the arguments is the call's, given with its name; a call cut short before it comes out without one", () => {
+  const NEMO: ToolCallFormat = { ...MISTRAL, suffix: '"}', callId: { prefix: ', "id": "' } };
+  const text = 'get_weather", "arguments": {"city": "Paris"}, "id": "abc123XYZ"}, {"name": "get_time", "arguments": {}, "id": "abc123XYZ"}]';
+  for (const piece of [1, 3, 200]) {
+    const p = new ToolCallParser(NEMO);
+    const events: ToolCallEvent[] = [];
+    for (let i = 0; i < text.length; i += piece) events.push(...p.push(text.slice(i, i + piece)));
+    assert.deepEqual(
+      events.filter((e) => e.type !== "arguments"),
+      [
+        { type: "name", index: 0, name: "get_weather", id: "abc123XYZ" },
+        { type: "done", index: 0 },
+        // The same id again would leave the client two calls it cannot tell apart: left to Plinth.
+        { type: "name", index: 1, name: "get_time" },
+        { type: "done", index: 1 },
+      ],
+    );
+    assert.equal(events.filter((e) => e.type === "arguments" && e.index === 0).map((e) => (e as { text: string }).text).join(""), '{"city": "Paris"}');
+    assert.deepEqual(p.push(""), []);
+  }
+  const cut = new ToolCallParser(NEMO);
+  assert.deepEqual(cut.push('get_time", "arguments": {"zone": "U'), []);
+  assert.equal(cut.callCount, 1);
+  assert.deepEqual(cut.flush(), [
+    { type: "name", index: 0, name: "get_time" },
+    { type: "arguments", index: 0, text: '{"zone": "U' },
+  ]);
+});

@@ -26,6 +26,7 @@ import { callIndexOf, takesOneCall } from "./tool-layouts.ts";
 import { GEMMA4_QUOTE, Gemma4ArgumentsReader } from "./gemma4-tool-calls.ts";
 import { gemma4ArgumentsGrammar } from "../../grammar/gemma4-arguments.ts";
 import { PythonArgumentsReader } from "./python-tool-calls.ts";
+import { FaithfulMistralChatWrapper } from "./mistral-wrapper.ts";
 import { type PythonArgumentGrammar, pythonArgumentsGrammar, pythonLiterals, writableKeyword } from "../../grammar/python-arguments.ts";
 
 /** A call notation of its own, for the arguments of templates that write neither JSON nor XML parameters. */
@@ -110,6 +111,9 @@ export class ConstraintPlanner {
       sectionSuffix: parallel ? this.literal(parallel.sectionSuffix) : "",
       // A counter next to the name (Kimi K2's), which the wrapper's settings cannot hold.
       ...(callIndexOf(wrapper) ? { index: callIndexOf(wrapper) } : {}),
+      // Mistral Nemo's calls end with an id of 9 letters or digits, as llama.cpp's grammar has the
+      // model write one; it becomes the call's id, which the template writes back as it is.
+      ...(wrapper instanceof FaithfulMistralChatWrapper && wrapper.callIds ? { suffix: '"}', callId: { prefix: ', "id": "' } } : {}),
     };
     this.severalCalls = (format === undefined || xml !== undefined) && !takesOneCall(wrapper);
     if (notation === "gemma4") {

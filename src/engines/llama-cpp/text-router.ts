@@ -227,6 +227,12 @@ export class TextRouter {
       const held = this.trigger.flush();
       if (held) yield { kind: "text", text: held, tokens: 0 };
     }
+    if (this.parser) {
+      for (const ev of this.parser.flush()) {
+        if (ev.type === "name") yield { kind: "tool-call", index: ev.index, name: ev.name };
+        else if (ev.type === "arguments") yield { kind: "tool-call-arguments", index: ev.index, text: ev.text, tokens: 0 };
+      }
+    }
     yield { kind: "usage", reasoningTokens: this.thoughtTokens };
     yield { kind: "end", reason: reason === "stop" && this.called ? "tool_calls" : reason, ...(turnEnded && reason === "stop" ? { turnEnded } : {}) };
     return actions;
@@ -290,7 +296,7 @@ export class TextRouter {
   private *callText(parser: ToolCallParser, text: string, tokens: number): Generator<EngineChunk> {
     let counted = false;
     for (const ev of parser.push(text)) {
-      if (ev.type === "name") yield { kind: "tool-call", index: ev.index, name: ev.name };
+      if (ev.type === "name") yield { kind: "tool-call", index: ev.index, name: ev.name, ...(ev.id ? { id: ev.id } : {}) };
       else if (ev.type === "arguments") {
         yield { kind: "tool-call-arguments", index: ev.index, text: ev.text, tokens: counted ? 0 : tokens };
         counted = true;

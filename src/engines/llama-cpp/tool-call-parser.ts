@@ -29,6 +29,12 @@ export interface ToolCallFormat {
    * each call turns the arguments, from there, into the text of a JSON object.
    */
   encoded?: { nameEnd: string; reader(): ArgumentsReader };
+  /**
+   * An id the model writes after the arguments (Mistral Nemo's `, "id": "` and 9 letters or digits,
+   * before the suffix `"}`): read and given to the call, whose name and arguments are held back
+   * until then (a streamed call's id comes with its name).
+   */
+  callId?: { prefix: string };
 }
 
 /** Reads a call's arguments from generated text: the JSON read, how much text was used, whether they ended. */
@@ -37,7 +43,7 @@ export interface ArgumentsReader {
 }
 
 export type ToolCallEvent =
-  | { type: "name"; index: number; name: string }
+  | { type: "name"; index: number; name: string; id?: string }
   | { type: "arguments"; index: number; text: string }
   | { type: "done"; index: number };
 
@@ -48,7 +54,10 @@ export type ToolCallEvent =
  * possibly another call.
  */
 export class ToolCallParser {
-  private state: "name" | "args" | "suffix" | "between" | "closed" = "name";
+  private state: "name" | "args" | "id" | "suffix" | "between" | "closed" = "name";
+  /** A call held back until its id is read (see ToolCallFormat.callId). */
+  private held: { index: number; name: string; args: string } | null = null;
+  private readonly ids = new Set<string>();
   private buffer = "";
   private index = 0;
   private depth = 0;
@@ -77,7 +86,8 @@ export class ToolCallParser {
         const at = encoded ? this.buffer.indexOf(encoded.nameEnd) : xml && this.format.paramsPrefix === "" ? this.buffer.indexOf("<") : this.buffer.indexOf(this.format.paramsPrefix);
         if (at === -1) break;
         const name = withoutIndex(this.buffer.slice(0, at).trim(), this.format.index);
-        events.push({ type: "name", index: this.index, name });
+        if (this.format.callId) this.held = { index: this.index, name, args: "" };
+        else events.push({ type: "name", index: this.index, name });
         this.named++;
         this.buffer = this.buffer.slice(at + this.format.paramsPrefix.length);
         this.state = "args";
@@ -89,11 +99,11 @@ export class ToolCallParser {
       }
       if (this.state === "args" && this.reader) {
         const { json, used, done } = this.reader.read(this.buffer);
-        if (json) events.push({ type: "arguments", index: this.index, text: json });
+        if (json) this.argumentsText(events, json);
         this.buffer = this.buffer.slice(used);
         if (!done) break;
         this.reader = null;
-        this.state = "suffix";
+        this.state = this.format.callId ? "id" : "suffix";
         continue;
       }
       if (this.state === "args") {
@@ -120,9 +130,21 @@ export class ToolCallParser {
         const args = this.buffer.slice(0, take);
         // Whitespace before the object opens is layout, not arguments.
         const visible = this.started || end !== -1 ? args : args.trimStart();
-        if (visible) events.push({ type: "arguments", index: this.index, text: this.started ? args : visible });
+        if (visible) this.argumentsText(events, this.started ? args : visible);
         this.buffer = this.buffer.slice(take);
         if (end === -1) break;
+        this.state = this.format.callId ? "id" : "suffix";
+        continue;
+      }
+      if (this.state === "id") {
+        const prefix = this.format.callId!.prefix;
+        if (this.buffer.length < prefix.length + 9) break;
+        const id = this.buffer.slice(prefix.length, prefix.length + 9);
+        this.buffer = this.buffer.slice(prefix.length + 9);
+        // An id the model wrote twice in one turn would leave the client two calls it cannot tell apart.
+        const fresh = /^[A-Za-z0-9]{9}$/.test(id) && !this.ids.has(id);
+        if (fresh) this.ids.add(id);
+        this.release(events, fresh ? id : undefined);
         this.state = "suffix";
         continue;
       }
@@ -149,6 +171,26 @@ export class ToolCallParser {
       break;
     }
     return events;
+  }
+
+  /** Generation is over: a call still held back for its id (cut short) is given without one. */
+  flush(): ToolCallEvent[] {
+    const events: ToolCallEvent[] = [];
+    this.release(events, undefined);
+    return events;
+  }
+
+  private argumentsText(events: ToolCallEvent[], text: string): void {
+    if (this.held) this.held.args += text;
+    else events.push({ type: "arguments", index: this.index, text });
+  }
+
+  private release(events: ToolCallEvent[], id: string | undefined): void {
+    const held = this.held;
+    if (!held) return;
+    this.held = null;
+    events.push({ type: "name", index: held.index, name: held.name, ...(id ? { id } : {}) });
+    if (held.args) events.push({ type: "arguments", index: held.index, text: held.args });
   }
 }
 
