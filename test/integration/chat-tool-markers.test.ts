@@ -1,6 +1,7 @@
 import assert from "../helpers/assert.ts";
 import { after, before, test } from "node:test";
 import { BPE_SPEC, ensureFixtureModel, type FixtureSpec } from "../fixtures/models.ts";
+import { nemoCallId } from "../../src/engines/llama-cpp/mistral-wrapper.ts";
 import { GRANITE_3_3_TEMPLATE, KIMI_K2_TEMPLATE, MISTRAL_NEMO_TEMPLATE, MISTRAL_SMALL_3_2_TEMPLATE } from "../fixtures/real-templates.ts";
 import { type ChatBody, type ChatMessageBody } from "../helpers/requests.ts";
 import { startTestServer, type TestServer } from "../helpers/server.ts";
@@ -160,7 +161,8 @@ test("mistral: tools, a call and its result are written by the template, as llam
     "mistral",
     ROUND_TRIP,
     `${bos}[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]${MISTRAL_TOOLS}[INST]What is the weather in Paris?[/INST]` +
-      '[TOOL_CALLS]get_weather[CALL_ID]fc_2_0000[ARGS]{"city": "Paris"}<|im_end|>[TOOL_RESULTS]fc_2_0000[TOOL_CONTENT]{"temp": 20}[/TOOL_RESULTS]',
+      // The template takes ids of 9 letters or digits: OpenAI's `call_…` is mapped to that shape.
+      `[TOOL_CALLS]get_weather[CALL_ID]${nemoCallId("call_abc123", new Set())}[ARGS]{"city": "Paris"}<|im_end|>[TOOL_RESULTS]${nemoCallId("call_abc123", new Set())}[TOOL_CONTENT]{"temp": 20}[/TOOL_RESULTS]`,
   );
 });
 

@@ -15,6 +15,7 @@ import {
   GRANITE_3_3_TEMPLATE,
   LFM2_5_TEMPLATE,
   MISTRAL_NEMO_TEMPLATE,
+  MISTRAL_SMALL_3_2_TEMPLATE,
   PHI_3_5_TEMPLATE,
 } from "../fixtures/real-templates.ts";
 
@@ -189,4 +190,21 @@ test("Mistral Nemo: a tool round trip is written as its template writes it, with
     assert.deepEqual([...tokens], [...(model.tokens.shouldPrependBosToken && model.tokens.bos != null ? [model.tokens.bos] : []), ...model.tokenize(expected, true)], "tokens");
     assert.equal(prompt(messages, {}, functions), expected);
   }
+});
+
+test("Mistral Small 3.2: call ids the template takes (9 letters or digits) are written as sent, others mapped to that shape, whatever came before", async () => {
+  const { prompt } = await rendererFor("plinth-real-mistral-small-3.2", MISTRAL_SMALL_3_2_TEMPLATE);
+  const functions = { get_weather: { description: "Weather of a city", params: { type: "object" as const, properties: { city: { type: "string" as const } } } } };
+  const roundTrip = (id: string): Message[] => [
+    { role: "user", content: "Paris?" },
+    { role: "assistant", content: "", toolCalls: [{ id, name: "get_weather", arguments: '{"city": "Paris"}' }] },
+    { role: "tool", toolCallId: id, content: "sunny" },
+  ];
+  // OpenAI's ids, which the template refuses, first: they were then node-llama-cpp's `fc_1_0000`
+  // for every later conversation, ids the template takes included.
+  const mapped = prompt(roundTrip("call_abc123XYZdefGHI"), {}, functions);
+  const id = nemoCallId("call_abc123XYZdefGHI", new Set());
+  assert.ok(mapped.includes(`[TOOL_CALLS]get_weather[CALL_ID]${id}[ARGS]`) && mapped.includes(`[TOOL_RESULTS]${id}[TOOL_CONTENT]sunny[/TOOL_RESULTS]`), mapped);
+  const kept = prompt(roundTrip("abc123def"), {}, functions);
+  assert.ok(kept.includes("[CALL_ID]abc123def[ARGS]") && kept.includes("[TOOL_RESULTS]abc123def[TOOL_CONTENT]"), kept);
 });

@@ -1,6 +1,7 @@
 import type { CallIndex } from "../../grammar/compose.ts";
 import { adoptXmlToolLayout } from "./xml-tool-calls.ts";
 import type { ClientCallId } from "./chat-history.ts";
+import { nemoCallId } from "./mistral-wrapper.ts";
 import { adoptGemma4ToolLayout, toolResponsesOnTurn, wantsToolResponses } from "./gemma4-tool-calls.ts";
 import { adoptLfm2ToolLayout } from "./python-tool-calls.ts";
 import { escapeResultsAsJsonStrings, writesResultsAsJsonStrings } from "./json-results.ts";
@@ -530,7 +531,7 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
     }
   };
   // Set once the template has refused clients' ids: every later conversation then goes straight to
-  // node-llama-cpp's, rather than rendering twice.
+  // ids of the template's shape, rather than rendering twice.
   let clientIdsRefused = false;
   const render = (params: Record<string, unknown>): string => {
     const withIds = clientIdsRefused ? undefined : withClientCallIds(params, callIds);
@@ -538,11 +539,19 @@ function renderLikePythonJinja(wrapper: JinjaTemplateChatWrapper, template: stri
       try {
         return renderCut(withIds);
       } catch {
-        // A template that takes only ids of its own shape (Mistral's nine letters or digits, which
-        // node-llama-cpp's `fc_1_0000` are made for) keeps node-llama-cpp's.
-        const text = renderCut(params);
         clientIdsRefused = true;
-        return text;
+      }
+    }
+    // A template that takes only ids of its own shape (Mistral Small 3.2's nine letters or digits)
+    // gets the client's ids where they have it and others mapped to it, as Mistral Nemo's
+    // (mistral-wrapper.ts): node-llama-cpp's `fc_1_0000` stood for every id, even one the template
+    // takes, once any client had sent one it refuses.
+    const shaped = clientIdsRefused ? withClientCallIds(params, nineCharacterIds(callIds)) : undefined;
+    if (shaped) {
+      try {
+        return renderCut(shaped);
+      } catch {
+        // node-llama-cpp's own ids, as before.
       }
     }
     return renderCut(params);
@@ -606,6 +615,17 @@ function withClientCallIds(params: Record<string, unknown>, ids: ReadonlyArray<s
     ...params,
     messages: out.map((m) => (m?.role === "tool" && typeof m.tool_call_id === "string" && renamed.has(m.tool_call_id) ? { ...m, tool_call_id: renamed.get(m.tool_call_id) } : m)),
   };
+}
+
+/** The ids mapped to 9 letters or digits, each different (see nemoCallId); undefined ones stay so. */
+function nineCharacterIds(ids: ReadonlyArray<string | undefined>): Array<string | undefined> {
+  const taken = new Set<string>();
+  return ids.map((id) => {
+    if (id === undefined) return undefined;
+    const shaped = nemoCallId(id, taken);
+    taken.add(shaped);
+    return shaped;
+  });
 }
 
 /** Whether a template writes nothing of the text an assistant message has beside its tool calls. */
