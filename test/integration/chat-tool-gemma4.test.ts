@@ -126,8 +126,8 @@ test("gemma 4: a string is streamed as it comes, with no marker in the arguments
   for (const m of MARKUP) assert.ok(!stream.calls[0].arguments.includes(m), stream.calls[0].arguments);
 });
 
-test("gemma 4: in auto mode, the model's writing <|tool_call> starts a call held to the schema", async () => {
-  const body = ask({ parallel_tool_calls: false, logit_bias: { [ids["<|tool_call>"]]: 100, [ids['<|"|>']]: 8 }, temperature: 1, seed: 3 });
+/** A call the model opens in auto mode: valid, no markup in the text, streamed as answered whole. */
+async function autoCallRead(body: ChatBody): Promise<void> {
   const c = (await server.http.chat(body)).choices[0];
   assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
   checkCalls(c.message.tool_calls, c.message.content);
@@ -135,21 +135,17 @@ test("gemma 4: in auto mode, the model's writing <|tool_call> starts a call held
   assert.equal(stream.finish, "tool_calls");
   for (const m of MARKUP) assert.ok(!stream.content.includes(m), stream.content);
   assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
+}
+
+test("gemma 4: in auto mode, the model's writing <|tool_call> starts a call held to the schema", async () => {
+  await autoCallRead(ask({ parallel_tool_calls: false, logit_bias: { [ids["<|tool_call>"]]: 100, [ids['<|"|>']]: 8 }, temperature: 1, seed: 3 }));
 });
 
 test("gemma 4, markers typed as its own vocabulary types them: the model's writing <|tool_call> starts a call, as llama-server's trigger word", async () => {
   const udIds = (await server.http.tokenize({ model: "gemma-ud", prompt: MARKERS.join(""), add_special_tokens: false })).tokens;
   assert.deepEqual(udIds, MARKERS.map((m) => ids[m]));
-  for (const seed of [3, 5]) {
-    const body = ask({ model: "gemma-ud", parallel_tool_calls: false, logit_bias: { [ids["<|tool_call>"]]: 100, [ids['<|"|>']]: 8 }, temperature: 1, seed });
-    const c = (await server.http.chat(body)).choices[0];
-    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
-    checkCalls(c.message.tool_calls, c.message.content);
-    const stream = await streamed(body);
-    assert.equal(stream.finish, "tool_calls");
-    for (const m of MARKUP) assert.ok(!stream.content.includes(m), stream.content);
-    assert.deepEqual(stream.calls.map((x) => [x.name, x.arguments]), c.message.tool_calls!.map((x) => [x.function.name, x.function.arguments]));
-  }
+  for (const seed of [3, 5])
+    await autoCallRead(ask({ model: "gemma-ud", parallel_tool_calls: false, logit_bias: { [ids["<|tool_call>"]]: 100, [ids['<|"|>']]: 8 }, temperature: 1, seed }));
   // Forced calls are written and read the same as with control-token markers.
   const forced = ask({ model: "gemma-ud", tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed: 2, logit_bias: { [ids['<|"|>']]: 8 } });
   const f = (await server.http.chat(forced)).choices[0];
