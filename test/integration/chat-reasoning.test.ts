@@ -245,10 +245,16 @@ test("llama-server's reasoning_budget_tokens and thinking_budget_tokens are the 
   // -1 is llama-server's "no budget": the whole answer may be thinking, as with no field at all.
   const unlimited = await ask({ logit_bias: LONG, reasoning_budget_tokens: -1 } as Partial<ChatBody>);
   assert.equal(unlimited.usage!.completion_tokens_details.reasoning_tokens, 40);
+  // vLLM's thinking_token_budget takes -1 for the same (it validates it to None), on completions too.
+  const vllmUnlimited = await ask({ logit_bias: LONG, thinking_token_budget: -1 } as Partial<ChatBody>);
+  assert.equal(vllmUnlimited.usage!.completion_tokens_details.reasoning_tokens, 40);
+  const unlimitedCompletion = await s.http.post("/v1/completions", { model: "think", prompt: "x", max_tokens: 3, thinking_token_budget: -1 });
+  assert.equal(unlimitedCompletion.status, 200, unlimitedCompletion.text);
 
   const refused: Array<[Record<string, unknown>, string]> = [
     [{ reasoning_budget_tokens: 0 }, "reasoning_budget_tokens"],
     [{ reasoning_budget_tokens: -2 }, "reasoning_budget_tokens"],
+    [{ thinking_token_budget: -2 }, "thinking_token_budget"],
     [{ reasoning_budget_tokens: 8, thinking_budget_tokens: 9 }, "thinking_budget_tokens"],
     [{ thinking_token_budget: 8, reasoning_budget_tokens: 9 }, "reasoning_budget_tokens"],
     [{ reasoning_budget_tokens: 8, reasoning: { budget_tokens: 9 } }, "reasoning_budget_tokens"],

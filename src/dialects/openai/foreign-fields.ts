@@ -368,8 +368,8 @@ export const foreignFieldsSchema = {
   ignore_eos: z.boolean().nullish(),
   n_predict: z.int().min(-1).nullish(),
   repeat_penalty: z.number().gt(0).max(10).nullish(),
-  // vLLM's thinking budget: the same budget as `reasoning: {budget_tokens}`.
-  thinking_token_budget: z.int().min(1).nullish(),
+  // vLLM's thinking budget: the same budget as `reasoning: {budget_tokens}`; -1 is its "no budget".
+  thinking_token_budget: z.int().min(-1).nullish(),
   // llama-server's names for it (the second an alias of the first); -1 is its "no budget".
   reasoning_budget_tokens: z.int().min(-1).nullish(),
   thinking_budget_tokens: z.int().min(-1).nullish(),
@@ -439,8 +439,8 @@ export function foreignFields(
 
 /**
  * The thinking budget under vLLM's name or llama-server's two (`thinking_budget_tokens` is what its
- * chat route reads when `reasoning_budget_tokens` is absent), with the field it came in. llama-server's
- * -1 is no budget, as if absent. Its 0 ends the thinking before it starts; that is not taken here,
+ * chat route reads when `reasoning_budget_tokens` is absent), with the field it came in. -1 is no
+ * budget in both servers (vLLM reads it as None), as if absent. Its 0 ends the thinking before it starts; that is not taken here,
  * where turning thinking off is a switch of the template's, not a budget.
  */
 function thinkingBudget(body: Record<string, unknown>): [string, number | undefined] {
