@@ -88,6 +88,26 @@ test("call arguments and tool results nested thousands deep stay text instead of
   assert.equal(typeof shallow.response[0].params, "object");
 });
 
+test("a call sent back with empty arguments is a call without arguments, rendered as `{}`, not as empty text", () => {
+  // Clients send "" for a function that takes no arguments (vLLM's no-args tool test sends both);
+  // kept as text, a template wrote `"arguments": }`.
+  const functions = { get_time: { description: "The time now", params: { type: "object", properties: {} } } } as const;
+  const rendered = (args: string) => {
+    const chatHistory = toChatHistory([
+      { role: "user", content: "What time is it?" },
+      { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "get_time", arguments: args }] },
+      { role: "tool", toolCallId: "c1", content: "noon" },
+    ]);
+    const call = chatHistory[1];
+    assert.ok(call.type === "model" && typeof call.response[0] === "object" && call.response[0].type === "functionCall");
+    assert.deepEqual(call.response[0].params, {}, JSON.stringify(args));
+    return text(new FaithfulChatMLChatWrapper().generateContextState({ chatHistory, availableFunctions: functions }).contextText);
+  };
+  assert.ok(rendered("{}").includes("get_time"), rendered("{}"));
+  assert.equal(rendered(""), rendered("{}"));
+  assert.equal(rendered(" \n"), rendered("{}"));
+});
+
 test("a tool result that answers no earlier call is refused by its field alone, not by the canonical message's number", () => {
   // Canonical positions are no request's own (a dialect puts instructions first, merges calls):
   // the message says only what the dialect names the field.

@@ -38,8 +38,10 @@ export function toChatHistory(messages: Message[], options: { rawResults?: boole
             plinthCallId: call.id,
             name: call.name,
             // Arguments are a string on the wire, and not always JSON (a call cut short by a token
-            // budget, a model's slip) yet still part of the conversation: kept as text then.
-            params: parseOrKeep(call.arguments),
+            // budget, a model's slip) yet still part of the conversation: kept as text then. An
+            // empty string is a call without arguments (clients send it for a function that takes
+            // none, and vLLM renders it as `{}`): as text, templates wrote `"arguments": }`.
+            params: call.arguments.trim() === "" ? {} : parseOrKeep(call.arguments),
             result: undefined,
             startsNewChunk: k === 0,
           };
