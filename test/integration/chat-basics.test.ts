@@ -20,6 +20,9 @@ test("health and model listing", async () => {
   assert.equal(list.data[0].object, "model");
   const one = await s.client.models.retrieve("tiny");
   assert.equal(one.id, "tiny");
+  // vLLM's and SGLang's model cards carry `root`, which their clients and tests read.
+  assert.equal((one as unknown as { root: string }).root, "tiny");
+  assert.equal((list.data[0] as unknown as { root: string }).root, "tiny");
   const missing = await fetch(`${s.url}/v1/models/nope`);
   assert.equal(missing.status, 404);
   assert.equal((await missing.json()).error.code, "model_not_found");

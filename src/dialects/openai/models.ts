@@ -11,6 +11,10 @@ export function modelToWire(m: ServedModel) {
     object: "model" as const,
     created: d?.created ?? 0,
     owned_by: d?.ownedBy ?? "plinth",
+    // vLLM's and SGLang's model cards name the model a served name stands for in `root` (SGLang's
+    // own tests read it back equal to the id). The name it is served under here: a file path would
+    // show callers the server's disk.
+    root: m.id,
     // Extensions, as vLLM and llama-server report them: what a client needs to size its prompts.
     max_model_len: d?.contextSize ?? null,
     // Requests the model runs at once: a router in front of this server sends it no more than that
