@@ -596,6 +596,23 @@ test("completed_at is set only on a completed response (null when incomplete)", 
   assert.equal(typeof done.completed_at, "number");
 });
 
+test("the response repeats presence_penalty and frequency_penalty (0 unless sent), which Open Responses' ResponseResource requires", async () => {
+  script = [
+    { kind: "text", text: "abc", tokens: 3 },
+    { kind: "end", reason: "stop" },
+  ];
+  const plain = (await post({ model: "m", input: "go", store: false })).json();
+  assert.equal(plain.presence_penalty, 0);
+  assert.equal(plain.frequency_penalty, 0);
+  const sent = await post({ model: "m", input: "go", presence_penalty: 0.5, frequency_penalty: -1, stream: true });
+  const events = sseEvents(sent.body).map((x) => x.data as any);
+  assert.ok(events.filter((x) => x.response).length >= 3);
+  for (const e of events.filter((x) => x.response)) {
+    assert.equal(e.response.presence_penalty, 0.5, e.type);
+    assert.equal(e.response.frequency_penalty, -1, e.type);
+  }
+});
+
 test("a call cut short by max_output_tokens is an incomplete item in an incomplete response", async () => {
   script = [
     { kind: "tool-call", index: 0, name: "lookup" },

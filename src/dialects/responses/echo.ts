@@ -15,6 +15,9 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
     max_tool_calls: body.max_tool_calls ?? null,
     temperature: body.temperature ?? 1,
     top_p: body.top_p ?? 1,
+    // Open Responses' ResponseResource requires both; the sampler's values (0 when not sent).
+    presence_penalty: body.presence_penalty ?? 0,
+    frequency_penalty: body.frequency_penalty ?? 0,
     top_logprobs: body.top_logprobs ?? 0,
     max_output_tokens: body.max_output_tokens ?? null,
     previous_response_id: body.previous_response_id ?? null,
