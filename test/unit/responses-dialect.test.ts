@@ -660,8 +660,12 @@ test("text.format json_schema is strict only when asked (the reference's default
     assert.equal(r.statusCode, 200, r.body);
     const rf = s.engine.prepared.at(-1)!.responseFormat;
     strictness.push(rf?.type === "json_schema" ? rf.strict : undefined);
+    // The response repeats the format as applied: its strictness, and a description (null unsent).
+    assert.deepEqual(r.json().text.format, { type: "json_schema", description: null, name: "x", schema, strict: strict === true });
   }
   assert.deepEqual(strictness, [false, false, false, true]);
+  const described = { type: "json_schema", name: "x", description: "an a", schema, strict: true };
+  assert.deepEqual((await post({ model: "m", input: "hi", text: { format: described } })).json().text.format, described);
 });
 
 // Input items as the outside probe sent them: a key OpenAI's schema does not give an item or part was

@@ -23,7 +23,7 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
     previous_response_id: body.previous_response_id ?? null,
     conversation: conversationId ? { id: conversationId } : null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: body.reasoning?.summary ?? body.reasoning?.generate_summary ?? null },
-    text: { format: body.text?.format ?? { type: "text" }, verbosity: body.text?.verbosity ?? "medium" },
+    text: { format: echoFormat(body.text?.format), verbosity: body.text?.verbosity ?? "medium" },
     truncation: body.truncation ?? "disabled",
     metadata: body.metadata ?? {},
     store: body.store ?? true,
@@ -35,4 +35,18 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
     prompt_cache_key: body.prompt_cache_key ?? null,
     prompt_cache_retention: body.prompt_cache_retention === "in-memory" ? "in_memory" : (body.prompt_cache_retention ?? null),
   };
+}
+
+type TextFormat = NonNullable<NonNullable<CreateResponseRequest["text"]>["format"]>;
+
+/**
+ * The output format as it was applied: a JSON schema's `description` (null when not sent) and its
+ * strictness (strict only when `strict: true` was sent), as OpenAI's response repeats them and
+ * Open Responses' JsonSchemaResponseFormat requires them.
+ */
+function echoFormat(format: TextFormat | null | undefined): Record<string, unknown> {
+  if (format == null) return { type: "text" };
+  if (format.type !== "json_schema") return format;
+  const { type, ...rest } = format;
+  return { type, description: null, ...rest, strict: format.strict === true };
 }
