@@ -96,6 +96,10 @@ const refusals: Array<[string, Record<string, unknown>, number, string | null]> 
   ["tool_choice required without tools", { tool_choice: "required" }, 400, "tool_choice"],
   ["an unknown conversation", { conversation: "conv_nope" }, 404, "conversation"],
   ["an unknown item reference", { input: [{ type: "item_reference", id: "msg_nope" }] }, 404, "input[0].id"],
+  // OpenAI's ItemReference leaves its type out or null: an untyped item that is only an id is one.
+  ["an unknown item reference without its type", { input: [{ id: "msg_nope" }] }, 404, "input[0].id"],
+  ["an unknown item reference whose type is null", { input: [{ type: null, id: "msg_nope" }] }, 404, "input[0].id"],
+  ["an untyped item with an id and a role is a message, not a reference", { input: [{ id: "msg_x", role: "robot", content: "x" }] }, 400, "input[0].role"],
   ["tool_choice naming no tool", { tools: TOOLS, tool_choice: { type: "function", name: "other" } }, 400, "tool_choice"],
   // A choice of the wrong type would force a call of the other kind (JSON arguments or free text).
   ["tool_choice of a function naming a custom tool", { tools: TOOLS, tool_choice: { type: "function", name: "sql" } }, 400, "tool_choice.type"],
@@ -532,6 +536,11 @@ test("conversations: an item already in the conversation is refused before gener
   // Referring to it is fine: it is in the prompt where it stands, and not added again.
   const r = await post({ model: "m", conversation: c.id, input: [{ type: "item_reference", id: first.id }, { role: "user", content: "x" }] });
   assert.equal(r.statusCode, 200, r.body);
+  // As OpenAI's ItemReference allows, without its type or with a null one.
+  for (const ref of [{ id: first.id }, { type: null, id: first.id }]) {
+    const untyped = await post({ model: "m", store: false, input: [ref, { role: "user", content: "x" }] });
+    assert.equal(untyped.statusCode, 200, untyped.body);
+  }
   const after = await itemsOf();
   assert.deepEqual(
     after.map((i: { type: string; role?: string }) => i.role ?? i.type),

@@ -211,14 +211,30 @@ const itemTypes = {
   item_reference: itemReference,
 };
 
+// OpenAI's ItemReference may leave its type out or send it null (`type?: "item_reference" | null`),
+// as Open Responses' ItemReferenceParam does: an untyped item that is nothing but an id is one.
+const untypedReference = z
+  .strictObject({ type: z.null().optional(), id: z.string().min(1) })
+  .transform((r) => ({ type: "item_reference" as const, id: r.id }));
+const untypedMessage = z
+  .object({ type: z.enum(Object.keys(itemTypes) as [keyof typeof itemTypes, ...Array<keyof typeof itemTypes>]).optional() })
+  .loose()
+  .pipe(message);
+const isBareId = (value: unknown): boolean =>
+  typeof value === "object" && value !== null && !Array.isArray(value) && "id" in value && !("role" in value) && !("content" in value) &&
+  ((value as { type?: unknown }).type ?? null) === null;
+
 // Told apart by type, so that an item's refusal names its own field (`input[0].role`); an item
-// without a type is a message, and an unknown type is refused with the list of known ones.
+// without a type is a message (or a reference, when it is only an id), and an unknown type is
+// refused with the list of known ones.
 export const inputItem = byType(
   itemTypes,
-  z
-    .object({ type: z.enum(Object.keys(itemTypes) as [keyof typeof itemTypes, ...Array<keyof typeof itemTypes>]).optional() })
-    .loose()
-    .pipe(message),
+  z.unknown().transform((value, ctx): z.output<typeof untypedReference> | z.output<typeof untypedMessage> => {
+    const parsed = (isBareId(value) ? untypedReference : untypedMessage).safeParse(value);
+    if (parsed.success) return parsed.data;
+    for (const issue of parsed.error.issues) ctx.addIssue({ ...issue } as Parameters<typeof ctx.addIssue>[0]);
+    return z.NEVER;
+  }),
 );
 export type InputItem = z.infer<typeof inputItem>;
 
