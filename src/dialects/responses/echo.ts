@@ -40,13 +40,13 @@ export function echoSettings(body: CreateResponseRequest, conversationId: string
 type TextFormat = NonNullable<NonNullable<CreateResponseRequest["text"]>["format"]>;
 
 /**
- * The output format as it was applied: a JSON schema's `description` (null when not sent) and its
- * strictness (strict only when `strict: true` was sent), as OpenAI's response repeats them and
- * Open Responses' JsonSchemaResponseFormat requires them.
+ * The output format as it was applied: a JSON schema's strictness (strict only when `strict: true`
+ * was sent), as OpenAI's response repeats it. `description` only when one was sent: OpenAI's
+ * published schema types it as a string, so a null would fail a client that validates against it.
  */
 function echoFormat(format: TextFormat | null | undefined): Record<string, unknown> {
   if (format == null) return { type: "text" };
   if (format.type !== "json_schema") return format;
-  const { type, ...rest } = format;
-  return { type, description: null, ...rest, strict: format.strict === true };
+  const { type, description, ...rest } = format;
+  return { type, ...(description != null ? { description } : {}), ...rest, strict: format.strict === true };
 }
