@@ -212,6 +212,25 @@ test("scripted engine: an assistant turn's refusal (a refusal part, or the refus
   assert.equal(user.statusCode, 400, user.body);
 });
 
+test("a named tool_choice without its type is a function's, as vLLM and TGI read it (@huggingface/inference's typed choice writes no type)", async () => {
+  const tools = ["f", "g"].map((name) => ({ type: "function", function: { name, parameters: { type: "object", properties: {} } } }));
+  const r = await post({ ...ok, tools, tool_choice: { function: { name: "g" } } });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.deepEqual(s.engine.prepared.at(-1)!.toolChoice, { name: "g" });
+  // It is still checked as a named choice: a tool that is not there, a key of its own, no name.
+  const missing = await post({ ...ok, tools, tool_choice: { function: { name: "h" } } });
+  assert.equal(missing.statusCode, 400, missing.body);
+  assert.equal(missing.json().error.param, "tool_choice");
+  const extra = await post({ ...ok, tools, tool_choice: { function: { name: "g" }, x: 1 } });
+  assert.equal(extra.statusCode, 400, extra.body);
+  const nameless = await post({ ...ok, tools, tool_choice: { function: {} } });
+  assert.equal(nameless.statusCode, 400, nameless.body);
+  assert.equal(nameless.json().error.param, "tool_choice.function.name");
+  // An object with neither type nor function is still refused naming its type.
+  const typeless = await post({ ...ok, tools, tool_choice: { name: "g" } });
+  assert.equal(typeless.statusCode, 400, typeless.body);
+});
+
 test("/tokenize answers vLLM's whole shape: token_strs is there as null when not asked for", async () => {
   const r = await s.app.inject({ method: "POST", url: "/tokenize", payload: { model: "tiny", prompt: "hi" } });
   assert.equal(r.statusCode, 200, r.body);

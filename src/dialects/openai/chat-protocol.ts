@@ -151,8 +151,16 @@ const allowedToolsChoice = z.strictObject({
   }),
 });
 
-/** Chat Completions' tool_choice: a mode, one named function or custom tool, or allowed_tools (told apart by `type`). */
-const chatToolChoice = z.union([z.enum(["none", "auto", "required"]), z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice, allowedToolsChoice])]);
+/**
+ * Chat Completions' tool_choice: a mode, one named function or custom tool, or allowed_tools (told
+ * apart by `type`). A named choice without `type` (`{"function": {"name": …}}`) is a function's, as
+ * vLLM (whose `type` defaults to "function") and text-generation-inference read it, and as
+ * @huggingface/inference's typed tool_choice (TGI's schema) writes it.
+ */
+const chatToolChoice = z.preprocess(
+  (v) => (v !== null && typeof v === "object" && !Array.isArray(v) && !("type" in v) && "function" in v ? { type: "function", ...v } : v),
+  z.union([z.enum(["none", "auto", "required"]), z.discriminatedUnion("type", [namedToolChoice, namedCustomChoice, allowedToolsChoice])]),
+);
 
 /**
  * A `messages` list of `message`: one at least, MAX_MESSAGES at most. Every dialect built on chat
