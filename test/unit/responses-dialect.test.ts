@@ -203,6 +203,17 @@ test("OpenAI's tool loading and reasoning fields at their defaults are accepted"
   assert.equal(r.statusCode, 200, r.body);
 });
 
+test("client_metadata (the Codex CLI's thread and turn ids) is accepted and not echoed; a value that is not a string is a 400 naming it", async () => {
+  script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const client_metadata = { thread_id: "t1", turn_id: "u1", "x-codex-turn-metadata": '{"session_id":"t1"}' };
+  const r = await post({ model: "m", input: "hi", store: false, client_metadata });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.equal(r.json().client_metadata, undefined);
+  const bad = await post({ model: "m", input: "hi", store: false, client_metadata: { n: 1 } });
+  assert.equal(bad.statusCode, 400, bad.body);
+  assert.equal(bad.json().error.param, "client_metadata.n");
+});
+
 test("a function's output_schema is told to the model with its description, and echoed", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
   const output_schema = { type: "object", properties: { celsius: { type: "number" } } };

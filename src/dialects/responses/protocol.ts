@@ -337,6 +337,9 @@ export const createResponseRequest = z.object({
   user: z.string().nullish(),
   safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),
+  // Labels of the client's own (the Codex CLI sends its thread and turn ids here on every turn):
+  // nothing the answer depends on, so accepted as string pairs and neither stored nor echoed.
+  client_metadata: z.record(z.string(), z.string()).nullish(),
   // vLLM's: requests share cached prompt state only under one salt (as on chat and completions).
   cache_salt: z.string().nullish(),
   ...serviceFieldsSchema,
