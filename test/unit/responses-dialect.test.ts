@@ -214,6 +214,15 @@ test("client_metadata (the Codex CLI's thread and turn ids) is accepted and not 
   assert.equal(bad.json().error.param, "client_metadata.n");
 });
 
+test("a tool namespace (the Codex CLI's sub-agent tools) is refused as one, not as an unknown tool type", async () => {
+  const tools = [{ type: "namespace", name: "multi_agent_v1", description: "Sub-agents", tools: [{ type: "function", name: "close_agent", parameters: { type: "object", properties: {} } }] }];
+  const r = await post({ model: "m", input: "hi", store: false, tools });
+  assert.equal(r.statusCode, 400, r.body);
+  assert.equal(r.json().error.param, "tools[0].type");
+  assert.match(r.json().error.message, /no tool namespaces/);
+  assert.doesNotMatch(r.json().error.message, /not a tool type this server knows/);
+});
+
 test("a function's output_schema is told to the model with its description, and echoed", async () => {
   script = [{ kind: "text", text: "ok", tokens: 1 }, { kind: "end", reason: "stop" }];
   const output_schema = { type: "object", properties: { celsius: { type: "number" } } };

@@ -250,6 +250,10 @@ function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, 
   const seen = new Map<string, string>();
   (body.tools ?? []).forEach((t, i) => {
     if (t.type !== "function" && t.type !== "custom") {
+      // OpenAI's tool namespace (the Codex CLI sends its sub-agent tools in one) is a type this server
+      // knows but cannot honour: said so, with what to send instead, rather than called unknown.
+      if (t.type === "namespace")
+        throw unsupportedField(`tools[${i}].type`, "'namespace' (a group of tools) is not supported: this server has no tool namespaces; offer its tools as top-level function tools");
       throw unsupportedField(`tools[${i}].type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
     }
     const def = t as { type: "function" | "custom"; name: string; description?: string | null; defer_loading?: boolean | null; allowed_callers?: string[] | null };
