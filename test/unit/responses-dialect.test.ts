@@ -214,13 +214,49 @@ test("client_metadata (the Codex CLI's thread and turn ids) is accepted and not 
   assert.equal(bad.json().error.param, "client_metadata.n");
 });
 
-test("a tool namespace (the Codex CLI's sub-agent tools) is refused as one, not as an unknown tool type", async () => {
-  const tools = [{ type: "namespace", name: "multi_agent_v1", description: "Sub-agents", tools: [{ type: "function", name: "close_agent", parameters: { type: "object", properties: {} } }] }];
-  const r = await post({ model: "m", input: "hi", store: false, tools });
-  assert.equal(r.statusCode, 400, r.body);
-  assert.equal(r.json().error.param, "tools[0].type");
-  assert.match(r.json().error.message, /no tool namespaces/);
-  assert.doesNotMatch(r.json().error.message, /not a tool type this server knows/);
+test("a namespace's tools are offered as top-level ones; a call of one names its namespace, and goes back as input", async () => {
+  // As the Codex CLI sends its sub-agent tools and each MCP server's tools.
+  const tools = [
+    { type: "function", name: "exec_command", parameters: { type: "object", properties: {} } },
+    {
+      type: "namespace",
+      name: "mcp__demo",
+      description: "Tools in the mcp__demo namespace.",
+      tools: [
+        { type: "function", name: "get_weather", strict: false, parameters: { type: "object", properties: { city: { type: "string" } } } },
+        { type: "custom", name: "patch", description: "Free text" },
+      ],
+    },
+  ];
+  script = [
+    { kind: "tool-call", index: 0, name: "get_weather" },
+    { kind: "tool-call-arguments", index: 0, text: '{"city":"Paris"}', tokens: 3 },
+    { kind: "tool-call", index: 1, name: "patch" },
+    { kind: "tool-call-arguments", index: 1, text: '{"input":"x"}', tokens: 2 },
+    { kind: "end", reason: "tool_calls" },
+  ];
+  const streamed = await post({ model: "m", input: "weather?", store: false, tools, stream: true });
+  assert.equal(streamed.statusCode, 200, streamed.body);
+  const added = sseEvents(streamed.body).filter((e) => e.event === "response.output_item.added").map((e) => (e.data as { item: Record<string, unknown> }).item);
+  assert.deepEqual(added.map((i) => [i.type, i.name, i.namespace]), [["function_call", "get_weather", "mcp__demo"], ["custom_tool_call", "patch", "mcp__demo"]]);
+  const r = await post({ model: "m", input: "weather?", store: false, tools });
+  assert.equal(r.statusCode, 200, r.body);
+  const calls = r.json().output.filter((i: { type: string }) => i.type.endsWith("_call"));
+  assert.deepEqual(calls.map((i: Record<string, unknown>) => [i.type, i.name, i.namespace]), [["function_call", "get_weather", "mcp__demo"], ["custom_tool_call", "patch", "mcp__demo"]]);
+  assert.equal(calls[1].input, "x");
+  assert.equal(r.json().tools[1].type, "namespace");
+  // The calls and their outputs go back as the next input, namespace and all.
+  script = [{ kind: "text", text: "sunny", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const outputs = calls.map((c: { type: string; call_id: string }) => ({ type: c.type === "function_call" ? "function_call_output" : "custom_tool_call_output", call_id: c.call_id, output: "ok" }));
+  const next = await post({ model: "m", input: [{ role: "user", content: "weather?" }, ...calls, ...outputs], store: false, tools });
+  assert.equal(next.statusCode, 200, next.body);
+  // A name two tools share (in a namespace or not) and a built-in tool in a namespace are named where they are.
+  const clash = await post({ model: "m", input: "x", tools: [tools[0], { ...tools[1], tools: [{ type: "function", name: "exec_command" }] }] });
+  assert.deepEqual([clash.statusCode, clash.json().error.param], [400, "tools[1].tools[0].name"], clash.body);
+  const builtIn = await post({ model: "m", input: "x", tools: [{ type: "namespace", name: "n", tools: [{ type: "web_search" }] }] });
+  assert.deepEqual([builtIn.statusCode, builtIn.json().error.param], [400, "tools[0].tools[0].type"], builtIn.body);
+  const empty = await post({ model: "m", input: "x", tools: [{ type: "namespace", name: "n", tools: [] }] });
+  assert.equal(empty.statusCode, 400, empty.body);
 });
 
 test("a function's output_schema is told to the model with its description, and echoed", async () => {
@@ -860,8 +896,6 @@ test("OpenAI's item fields that Plinth cannot honour are refused by name; an out
   const output = { type: "function_call_output", call_id: "c1", output: "ok" };
   const body = (input: unknown[]) => ({ model: "m", max_output_tokens: 1, store: false, tools: TOOLS, input });
   const refused: Array<[unknown[], string]> = [
-    [[user, { ...call, namespace: "crm" }, output], "input[1].namespace"],
-    [[user, call, { ...output, namespace: "crm" }], "input[2].namespace"],
     [[user, { ...call, caller: { type: "program", caller_id: "p1" } }, output], "input[1].caller"],
     [[user, call, { ...output, caller: { type: "program", caller_id: "p1" } }], "input[2].caller"],
   ];
@@ -870,14 +904,15 @@ test("OpenAI's item fields that Plinth cannot honour are refused by name; an out
     assert.equal(r.statusCode, 400, r.body);
     assert.deepEqual([r.json().error.param, r.json().error.code], [param, "unsupported_parameter"], r.body);
   }
-  const conv = await post({ items: [{ ...call, namespace: "crm" }] }, "/v1/conversations");
-  assert.equal(conv.json().error?.param, "items[0].namespace", conv.body);
   const misnamed = await post(body([user, call, { ...output, name: "sql" }]));
   assert.equal(misnamed.statusCode, 400, misnamed.body);
   assert.equal(misnamed.json().error.param, "input[2].name");
-  // A direct caller, no namespace and the call's own name are what every call here has.
+  // A direct caller and the call's own name are what every call here has; a namespace, as a call of
+  // a namespaced tool names it, is taken.
   const ok = await post(body([user, { ...call, caller: { type: "direct" }, namespace: null }, { ...output, name: "lookup", caller: { type: "direct" }, id: null }]));
   assert.equal(ok.statusCode, 200, ok.body);
+  const namespaced = await post(body([user, { ...call, namespace: "crm" }, { ...output, namespace: "crm" }]));
+  assert.equal(namespaced.statusCode, 200, namespaced.body);
 });
 
 test("input_tokens takes OpenAI's TokenCountsBody only: a create's other fields are a 400 naming them", async () => {

@@ -6,7 +6,7 @@ import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import type { CreateResponseRequest, InputItem } from "../responses/protocol.ts";
 import { respondWithBuilder, startWithTruncation } from "../responses/run.ts";
 import type { Sealer } from "../responses/sealer.ts";
-import { responseToCanonical } from "../responses/to-canonical.ts";
+import { flatTools, responseToCanonical, toolNamespaces } from "../responses/to-canonical.ts";
 import { ResponseBuilder, type ResponseEvent } from "../responses/to-wire.ts";
 import { modelReasons, reasoningAccepted } from "./chat.ts";
 import { formatObject, functionObject, jsonSchemaObject } from "./chat-protocol.ts";
@@ -307,7 +307,8 @@ export async function databricksResponses(body: DatabricksResponsesRequest, env:
         logprobs: include.has("message.output_text.logprobs"),
         encrypt: include.has("reasoning.encrypted_content") ? (t) => sealer.seal(t) : undefined,
         summary: false,
-        customTools: new Set((openai.tools ?? []).filter((t) => t.type === "custom").map((t) => (t as { name: string }).name)),
+        customTools: new Set(flatTools(openai.tools).filter(({ tool }) => tool.type === "custom").map(({ tool }) => (tool as { name: string }).name)),
+        namespaces: toolNamespaces(openai.tools),
         maxToolCalls: body.max_tool_calls ?? undefined,
         customCallStatus: true,
       },

@@ -275,9 +275,21 @@ const customTool = z.strictObject({
 /** Built-in tools are recognised so the refusal can name the type. */
 const otherTool = z.object({ type: z.string() }).loose();
 
+/**
+ * OpenAI's group of tools under one name (the Codex CLI sends each MCP server's tools, and its
+ * sub-agent tools, in one): its tools are offered to the model as top-level ones, and a call of one
+ * names the namespace beside the tool (see toolsToCanonical and the response's call items).
+ */
+const namespaceTool = z.strictObject({
+  type: z.literal("namespace"),
+  name: z.string().regex(/^[a-zA-Z0-9_.-]{1,64}$/, "namespace names are 1 to 64 letters, digits, '_', '.' or '-'"),
+  description: z.string().nullish(),
+  tools: listOf(byType({ function: functionTool, custom: customTool }, otherTool), { min: 1, max: 128 }),
+});
+
 // Told apart by type: a malformed function or custom tool is refused with its own field named, and
 // cannot pass as a built-in one (it would have reached the model without its name checked).
-export const tool = byType({ function: functionTool, custom: customTool }, otherTool);
+export const tool = byType({ function: functionTool, custom: customTool, namespace: namespaceTool }, otherTool);
 
 const toolChoice = byType(
   {

@@ -13,7 +13,7 @@ import { withObfuscation } from "./obfuscation.ts";
 import { drive, measureWithTruncation, respondWithBuilder, startWithTruncation } from "./run.ts";
 import type { JsonObject, ResponseRecord, Store, StoredEvent } from "../../store/store.ts";
 import type { Sealer } from "./sealer.ts";
-import { refuseUnsupported, responseToCanonical } from "./to-canonical.ts";
+import { flatTools, refuseUnsupported, responseToCanonical, toolNamespaces } from "./to-canonical.ts";
 import { outputFromEvents, ResponseBuilder, type ResponseEvent } from "./to-wire.ts";
 import { eventWithInclude, type ItemInclude, itemToWire, readInclude, responseWithInclude } from "./items.ts";
 import { EventWriter, isStoreUnavailable, STORE_RETRY, type StoreRetryPolicy, StoreTrouble, writeWithRetry } from "./store-writes.ts";
@@ -187,7 +187,8 @@ async function answerTurn(body: CreateResponseRequest, env: RouteEnv, deps: Resp
         logprobs: include.has("message.output_text.logprobs"),
         encrypt: include.has("reasoning.encrypted_content") ? (text) => deps.sealer.seal(text) : undefined,
         summary: Boolean(body.reasoning?.summary ?? body.reasoning?.generate_summary),
-        customTools: new Set((body.tools ?? []).filter((t) => t.type === "custom").map((t) => (t as { name: string }).name)),
+        customTools: new Set(flatTools(body.tools).filter(({ tool }) => tool.type === "custom").map(({ tool }) => (tool as { name: string }).name)),
+        namespaces: toolNamespaces(body.tools),
         maxToolCalls: body.max_tool_calls ?? undefined,
       },
       emit,

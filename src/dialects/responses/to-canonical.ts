@@ -244,25 +244,40 @@ function reasoningControl(
   };
 }
 
+type RequestTool = NonNullable<CreateResponseRequest["tools"]>[number];
+
+/**
+ * A request's tools as the model is offered them: a namespace's tools in its place, each with the
+ * path it was sent at (`tools[2].tools[0]`) and the namespace it belongs to.
+ */
+export function flatTools(tools: CreateResponseRequest["tools"]): Array<{ tool: RequestTool; at: string; namespace?: string }> {
+  return (tools ?? []).flatMap((t, i) =>
+    t.type === "namespace"
+      ? (t as { name: string; tools: RequestTool[] }).tools.map((inner, j) => ({ tool: inner, at: `tools[${i}].tools[${j}]`, namespace: (t as { name: string }).name }))
+      : [{ tool: t, at: `tools[${i}]` }],
+  );
+}
+
+/** The namespace of each tool that is in one, by the tool's name: a call of it names the namespace. */
+export function toolNamespaces(tools: CreateResponseRequest["tools"]): Map<string, string> {
+  return new Map(flatTools(tools).flatMap(({ tool, namespace }) => (namespace ? [[(tool as { name: string }).name, namespace] as const] : [])));
+}
+
 function toolsToCanonical(body: CreateResponseRequest): Pick<GenerationRequest, "tools" | "toolChoice" | "parallelToolCalls"> {
   const tools: ToolDefinition[] = [];
   // Each tool's type by name: a choice names a tool of one type.
   const seen = new Map<string, string>();
-  (body.tools ?? []).forEach((t, i) => {
+  flatTools(body.tools).forEach(({ tool: t, at }) => {
     if (t.type !== "function" && t.type !== "custom") {
-      // OpenAI's tool namespace (the Codex CLI sends its sub-agent tools in one) is a type this server
-      // knows but cannot honour: said so, with what to send instead, rather than called unknown.
-      if (t.type === "namespace")
-        throw unsupportedField(`tools[${i}].type`, "'namespace' (a group of tools) is not supported: this server has no tool namespaces; offer its tools as top-level function tools");
-      throw unsupportedField(`tools[${i}].type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
+      throw unsupportedField(`${at}.type`, BUILT_IN_TOOLS.has(t.type) ? `'${t.type}' is a built-in tool this server cannot run` : `'${t.type}' is not a tool type this server knows`);
     }
     const def = t as { type: "function" | "custom"; name: string; description?: string | null; defer_loading?: boolean | null; allowed_callers?: string[] | null };
     // Every tool is offered up front, to the model itself: no tool search loads one later, and no
     // program calls one.
-    if (def.defer_loading) throw unsupportedField(`tools[${i}].defer_loading`, "is not supported: this server has no tool search, every tool is offered up front");
+    if (def.defer_loading) throw unsupportedField(`${at}.defer_loading`, "is not supported: this server has no tool search, every tool is offered up front");
     if (def.allowed_callers?.some((c) => c !== "direct"))
-      throw unsupportedField(`tools[${i}].allowed_callers`, "can only be ['direct']: this server has no programmatic tool calling");
-    if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `tools[${i}].name`);
+      throw unsupportedField(`${at}.allowed_callers`, "can only be ['direct']: this server has no programmatic tool calling");
+    if (seen.has(def.name)) throw badRequest(`Two tools are named '${def.name}'.`, `${at}.name`);
     seen.set(def.name, t.type);
     if (t.type === "function") {
       const f = t as { parameters?: Record<string, unknown> | null; strict?: boolean | null; output_schema?: Record<string, unknown> | null };
@@ -446,8 +461,9 @@ function strayOutput(item: { id?: unknown }, i: number, ownFrom: number, callId:
  * tools (no such tools here) or made by a program (no programmatic calling here).
  */
 function refuseItemFields(item: object, at: string): void {
-  const { namespace, caller } = item as { namespace?: unknown; caller?: { type?: unknown } | null };
-  if (namespace != null) throw unsupportedField(`${at}.namespace`, "is not supported: this server has no tool namespaces, a call names its tool alone");
+  // A call's `namespace` (its tool's, as the response named it) is taken: the model knows the tool by
+  // its own name, as it was offered.
+  const { caller } = item as { caller?: { type?: unknown } | null };
   if (caller != null && caller.type !== "direct")
     throw unsupportedField(`${at}.caller`, "can only be {\"type\": \"direct\"}: this server has no programmatic tool calling");
 }

@@ -22,6 +22,8 @@ export interface BuilderOptions {
   summary: boolean;
   /** Names of tools whose input is free text (custom tools). */
   customTools: ReadonlySet<string>;
+  /** The namespace of each tool offered in one, by tool name: its call items name it. */
+  namespaces?: ReadonlyMap<string, string>;
   /** Calls past this many are ignored, as OpenAI documents for max_tool_calls. */
   maxToolCalls?: number;
   /**
@@ -225,9 +227,11 @@ export class ResponseBuilder {
     }
     this.calls++;
     const custom = this.opts.customTools.has(name);
+    const namespace = this.opts.namespaces?.get(name);
+    const ns = namespace !== undefined ? { namespace } : {};
     const item: Item = custom
-      ? { id: newId("ctc_"), type: "custom_tool_call", ...(this.opts.customCallStatus ? { status: "in_progress" } : {}), call_id: callId, name, input: "" }
-      : { id: newId("fc_"), type: "function_call", status: "in_progress", call_id: callId, name, arguments: "" };
+      ? { id: newId("ctc_"), type: "custom_tool_call", ...(this.opts.customCallStatus ? { status: "in_progress" } : {}), call_id: callId, name, ...ns, input: "" }
+      : { id: newId("fc_"), type: "function_call", status: "in_progress", call_id: callId, name, ...ns, arguments: "" };
     const open: OpenItem = { index: this.output.length, item, text: "", logprobs: [], input: custom ? new JsonStringStream() : undefined };
     this.output.push(item);
     this.open.set(`call:${index}`, open);
