@@ -268,15 +268,19 @@ test("interrupted download fails, then resumes with a Range request", async () =
     return true;
   });
   assert.equal(fs.existsSync(target), false);
-  assert.equal(fs.statSync(`${target}.part`).size, cut);
+  // What reached the disk: all `cut` bytes, or fewer on a loaded machine, where fetch's stream drops
+  // the chunks it had queued but not yet handed over when the connection breaks. Either way the
+  // resume starts at what the .part holds.
+  const kept = fs.statSync(`${target}.part`).size;
+  assert.ok(kept > 0 && kept <= cut, `kept ${kept} bytes`);
 
   const events: Array<{ received: number; total?: number }> = [];
   const got = await resolveModelPath(SRC, { cacheDir, endpoint, progress: (p) => events.push(p) });
   assert.equal(seen.length, 2);
   assert.equal(seen[0].range, undefined);
-  assert.equal(seen[1].range, `bytes=${cut}-`);
+  assert.equal(seen[1].range, `bytes=${kept}-`);
   assert.ok(fs.readFileSync(got).equals(DATA));
-  assert.ok(events[0].received > cut, "progress counts the bytes already on disk");
+  assert.ok(events[0].received > kept, "progress counts the bytes already on disk");
   assert.equal(events.at(-1)?.received, SIZE);
   assert.equal(events.at(-1)?.total, SIZE);
 });
