@@ -25,9 +25,11 @@ test("a long backlog is read in linear time (taking items does not copy the rest
     assert.ok(ordered);
     return performance.now() - started;
   };
+  // The best of three each: on a loaded machine a single run can take a pause the other did not.
+  const best = async (n: number) => Math.min(await read(n), await read(n), await read(n));
   await read(10_000);
-  const small = await read(50_000);
-  const large = await read(200_000);
+  const small = await best(50_000);
+  const large = await best(200_000);
   assert.ok(large < small * 8 + 100, `50,000 items: ${small.toFixed(0)} ms; 200,000: ${large.toFixed(0)} ms`);
 });
 
