@@ -332,6 +332,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     samplers: "edkypmxt", dynatemp_range: 0, dynatemp_exponent: 1, typical_p: 1, xtc_probability: 0, xtc_threshold: 0.1,
     repeat_last_n: 64, repeat_penalty: 1, dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: -1,
     timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5, adaptive_target: -1, adaptive_decay: 0.9,
+    backend_sampling: false,
   };
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...webUi })).status, 200);
   // The later fields at the values that describe what is done here anyway.
@@ -393,6 +394,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ return_progress: true, stream: true }, "return_progress"],
     [{ timings_per_token: 42 }, "timings_per_token"],
     [{ verbose: true }, "verbose"],
+    [{ backend_sampling: "on" }, "backend_sampling"],
     [{ repeat_penalty: 1.2, repeat_last_n: 128 }, "repeat_last_n"],
     [{ n_predict: 4, max_tokens: 3 }, "n_predict"],
     [{ repeat_penalty: 1.1, repetition_penalty: 1.2 }, "repeat_penalty"],

@@ -81,6 +81,7 @@ export const FOREIGN_FIELDS = [
   "lora",
   "t_max_predict_ms",
   "samplers",
+  "backend_sampling",
   "id_slot",
   "n_keep",
   "n_indent",
@@ -231,6 +232,9 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     t_max_predict_ms: [atMost(0), "is not supported; bound the answer with max_tokens"],
     // Accepted as they are: they change nothing about the answer here.
     samplers: [isStrings, "must be a string or a list of strings"],
+    // Where llama-server runs its samplers (on the accelerator or the CPU), not what they give; its web
+    // UI sends it on every request.
+    backend_sampling: [(v) => v == null || typeof v === "boolean", "must be a boolean"],
     id_slot: [isInt, "must be an integer"],
     n_keep: [isInt, "must be an integer"],
     n_indent: [is(0), "is not supported"],
