@@ -17,8 +17,9 @@ import type { Message } from "../../core/types.ts";
  * marker's text becomes ordinary text tokens and never the marker. Text without a marker is left
  * as it is.
  * The break is a random run of private-use characters, made per renderer, so no client can type
- * it. A break that ends up in template text (a template that takes a message's text as its own)
- * is dropped, leaving what was there before.
+ * it. A break that ends up in template text (a template that takes a message's text as its own,
+ * or an earlier tool call's arguments, which templates write as their own text: see
+ * prompt-renderer.ts) cuts the special-token parsing there too, so the broken text stays text.
  */
 export class MarkerBreaker {
   /** Marker texts, longest first, as one pattern; undefined when the vocabulary has none. */
@@ -68,12 +69,17 @@ export class MarkerBreaker {
     });
   }
 
+  /** The text with each match of `pattern` (a global pattern) broken after its first character. */
+  breakMatches(text: string, pattern: RegExp): string {
+    return text.replace(pattern, (m) => m.slice(0, 1) + this.brk + m.slice(1));
+  }
+
   /**
-   * The break the renderer keeps apart when it tokenizes (prompt-runs.ts), or undefined when the
-   * vocabulary has no markers and texts are never broken.
+   * The break the renderer keeps apart when it tokenizes (prompt-runs.ts), in message text and in
+   * template text alike. Texts hold it only where this breaker put it.
    */
-  get break(): string | undefined {
-    return this.pattern ? this.brk : undefined;
+  get break(): string {
+    return this.brk;
   }
 }
 

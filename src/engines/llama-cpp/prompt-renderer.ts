@@ -249,6 +249,7 @@ export class PromptRenderer {
     if (this.inlineReasoning) messages = this.inlineReasoning.apply(messages);
     messages = this.markers.breakMessages(this.trimmed?.apply(messages) ?? messages);
     let history = toChatHistory(messages, { rawResults: handsResultsOver(wrapper) });
+    if (wrapper instanceof JinjaTemplateChatWrapper || this.harmony) history = this.breakCallArguments(history);
     if (wrapper !== this.wrapper) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
     if (this.leavesOutEmptySystem) history = withoutEmptyLeadingSystem(history);
     if (!this.mergesSystem) return { state: this.withThinkingSwitch(wrapper, thinking, () => renderTemplate(wrapper, history, functions)), wrapper };
@@ -302,7 +303,10 @@ export class PromptRenderer {
    * node-llama-cpp keeps message contents apart from the template's own text, so a "<|im_end|>" a
    * user types stays text; but tool definitions and earlier tool calls go into the template with
    * it, and come out as control tokens. A tool description (from any MCP server) could then close
-   * the turn and open a system turn of its own. Such text is refused, naming where it is.
+   * the turn and open a system turn of its own. Such text in tools and call names is refused,
+   * naming where it is. Call arguments are not refused but broken (breakCallArguments): they are
+   * what the model wrote, and its call grammar lets a string hold a marker's text (an agent
+   * editing a chat template), so refusing them refused the conversation's next turn.
    */
   private refuseControlText(req: GenerationRequest): void {
     const control = this.controlText;
@@ -320,7 +324,6 @@ export class PromptRenderer {
     req.prompt.messages.forEach((m, i) =>
       (m.toolCalls ?? []).forEach((call, k) => {
         look(call.name, `prompt.messages[${i}].toolCalls[${k}].name`);
-        look(call.arguments, `prompt.messages[${i}].toolCalls[${k}].arguments`);
       }),
     );
     // An earlier Gemma 4 template writes a result that is JSON as a value too (toolResponsesOnTurn).
@@ -328,6 +331,31 @@ export class PromptRenderer {
       req.prompt.messages.forEach((m, i) => {
         if (m.role === "tool" && typeof m.content === "string" && /^\s*[[{]/.test(m.content)) look(m.content, `prompt.messages[${i}].content`);
       });
+  }
+
+  /**
+   * Earlier calls' arguments with every control token's and marker's text broken after its first
+   * character (MarkerBreaker's break, which the run tokenizer cuts at in template text too), in the
+   * values the template writes out: string values and keys of parsed JSON, or the text kept as it
+   * was sent. The model then reads such text as the ordinary text tokens it wrote it with. The
+   * history's items are this render's own, changed in place.
+   */
+  private breakCallArguments(history: ChatHistoryItem[]): ChatHistoryItem[] {
+    const control = this.controlText;
+    if (!control) return history;
+    const pattern = new RegExp(control.source, "g");
+    const text = (t: string) => this.markers.breakMatches(t, pattern);
+    const value = (v: unknown): unknown => {
+      if (typeof v === "string") return text(v);
+      if (Array.isArray(v)) return v.map(value);
+      if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [text(k), value(x)]));
+      return v;
+    };
+    for (const item of history) {
+      if (item.type !== "model") continue;
+      for (const part of item.response) if (typeof part === "object" && part.type === "functionCall") part.params = value(part.params);
+    }
+    return history;
   }
 
   /**

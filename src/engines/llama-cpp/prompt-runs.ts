@@ -38,8 +38,9 @@ export class RunTokenizer {
   ) {}
 
   /**
-   * The text's tokens. `brk` (a MarkerBreaker's break) cuts message text where a marker was
-   * broken; in template text it is dropped.
+   * The text's tokens. `brk` (a MarkerBreaker's break) cuts the text where a marker was broken:
+   * the two sides are tokenized apart, and in template text neither side is read for a special
+   * token the break went through.
    */
   tokenize(text: LlamaText, brk?: string): Token[] {
     const out: Token[] = [];
@@ -76,7 +77,14 @@ export class RunTokenizer {
     };
     for (const value of text.values) {
       if (value instanceof SpecialToken) for (const t of value.tokenize(this.tokenizer)) special(t);
-      else if (value instanceof SpecialTokensText) this.templateText(brk ? value.value.split(brk).join("") : value.value, add, special);
+      else if (value instanceof SpecialTokensText) {
+        const pieces = brk ? value.value.split(brk) : [value.value];
+        pieces.forEach((piece, k) => {
+          // The break goes into the run, where flush cuts at it as it does in a message's text.
+          if (k > 0) add(brk!);
+          this.templateText(piece, add, special);
+        });
+      }
       else add(value);
     }
     flush();
