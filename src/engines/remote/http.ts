@@ -2,6 +2,7 @@ import http from "node:http";
 import https from "node:https";
 import { pipeline, type Readable } from "node:stream";
 import zlib from "node:zlib";
+import { TimeSlice } from "./time-slice.ts";
 
 /**
  * A small HTTP client for upstream calls: keep-alive sockets per replica, a deadline for the
@@ -339,27 +340,61 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
   // The time limits run from the last event with data, not from the last read: an upstream that
   // drips bytes without ever completing an event is stalled all the same.
   let lastEvent = performance.now();
-  const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  const body = res.body as Readable;
+  const iterator = (body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  // One timer for the whole stream rather than a timer, a promise and a race per read (a read is a
+  // token on a live stream: that was a tenth of the router's time per token). While a read is
+  // awaited it watches the deadline and, when it passes, destroys the body with the failure, which
+  // ends the awaited read with it; between reads (the caller still busy with an event) it only
+  // re-arms.
+  const stalled = (first: boolean) =>
+    first
+      ? new UpstreamFailure("timeout", `no data from the upstream within ${timeouts.firstMs} ms`)
+      : new UpstreamFailure("timeout", `the upstream stream stalled for ${timeouts.idleMs} ms`);
+  let deadline = Infinity;
+  let waiting = false;
+  let failure: UpstreamFailure | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let timerAt = Infinity;
+  const arm = () => {
+    clearTimeout(timer);
+    timerAt = deadline;
+    timer = setTimeout(watch, Math.max(0, deadline - performance.now()));
+  };
+  const watch = () => {
+    timer = undefined;
+    timerAt = Infinity;
+    if (!waiting) return;
+    if (deadline > performance.now()) {
+      arm();
+      return;
+    }
+    failure = stalled(!timeouts.started());
+    body.destroy(failure);
+  };
   try {
     for (;;) {
       const first = !timeouts.started();
       const ms = first ? timeouts.firstMs : timeouts.idleMs;
-      const stalled = () => new UpstreamFailure("timeout", first ? `no data from the upstream within ${ms} ms` : `the upstream stream stalled for ${ms} ms`);
-      const left = lastEvent + ms - performance.now();
-      if (left <= 0) throw stalled();
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(stalled()), left);
-      });
+      deadline = lastEvent + ms;
+      if (deadline <= performance.now()) throw stalled(first);
+      // A read with nothing buffered resolves from a socket event: the thread has been back to the
+      // event loop, which restarts the remote streams' time slice.
+      const fromLoop = body.readableLength === 0;
+      waiting = true;
+      // The timer may fire early (the deadline moved on since it was set; it then re-arms), never late.
+      if (timer === undefined || deadline < timerAt) arm();
       let step: IteratorResult<Buffer>;
       try {
-        step = await Promise.race([iterator.next(), timeout]);
+        step = await iterator.next();
       } catch (err) {
+        if (failure) throw failure;
         if (err instanceof UpstreamFailure) throw err;
         throw new UpstreamFailure("connect", `the upstream connection broke: ${(err as Error).message}`);
       } finally {
-        clearTimeout(timer);
+        waiting = false;
       }
+      if (fromLoop) TimeSlice.wokeFromLoop();
       if (step.done) break;
       const text = lines.normalize(decoder.decode(step.value, { stream: true }));
       if (text === "") continue;
@@ -396,6 +431,7 @@ export async function* sseData(res: UpstreamResponse, timeouts: { firstMs: numbe
     if (pieces.join("").trim() !== "") throw new UpstreamFailure("protocol", "the upstream stream ended inside an event");
     throw new UpstreamFailure("protocol", "the upstream stream ended without [DONE]");
   } finally {
+    clearTimeout(timer);
     // A stream read to its [DONE] is left to end by itself (only the body's last chunk is still
     // to come), so its keep-alive socket goes back to the agent for the next request; destroying
     // it would make every request pay a new connection to the upstream before it is sent.
