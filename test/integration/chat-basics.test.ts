@@ -362,6 +362,14 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const continued = await post("/v1/chat/completions", { messages: prefill, max_tokens: 2, continue_final_message: true, add_generation_prompt: false });
   assert.equal(continued.status, 200, continued.text);
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, continue_final_message: false, add_generation_prompt: true })).status, 200);
+  // llama-server's "no grammar" is an empty string (its web UI sends it so); a grammar is refused.
+  for (const [path, body] of [["/v1/chat/completions", { messages: user("Hi") }], ["/v1/completions", { prompt: "Hi" }]] as const) {
+    const noGrammar = await post(path, { ...body, max_tokens: 2, grammar: "" });
+    assert.equal(noGrammar.status, 200, `${path}: ${noGrammar.text}`);
+    const grammar = await post(path, { ...body, max_tokens: 2, grammar: 'root ::= "a"' });
+    assert.equal(grammar.status, 400, grammar.text);
+    assert.equal(grammar.json.error.param, "grammar");
+  }
   // The same table on completions, where a prompt is used as sent and its text returned unparsed.
   const completionNeutral = { reasoning_format: "none", include_reasoning: true, min_keep: 1, n_cache_reuse: 0, return_tokens: false };
   assert.equal((await post("/v1/completions", { prompt: "Hi", max_tokens: 2, ...completionNeutral })).status, 200);

@@ -2,6 +2,7 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
 import { foreignFields } from "./foreign-fields.ts";
+import { noGrammar } from "./structured-fields.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** Structured-output fields (OpenAI's and other servers'): the grammar is applied to chat answers only. */
@@ -20,7 +21,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
   // vLLM's usage on every chunk; as on chat, only the final usage chunk is sent here.
   if (body.stream_options?.continuous_usage_stats) throw unsupportedField("stream_options.continuous_usage_stats");
   for (const field of CHAT_ONLY) {
-    if (body[field] != null) throw unsupportedField(field, "constrains answers to chat requests only here; send it to /v1/chat/completions");
+    if (field === "grammar" ? !noGrammar(body.grammar) : body[field] != null) throw unsupportedField(field, "constrains answers to chat requests only here; send it to /v1/chat/completions");
   }
 
   const prompts = toPrompts(body.prompt);

@@ -62,7 +62,7 @@ export interface RequestedFormat {
  */
 export function structuredFormat(body: StructuredFields, fromResponseFormat?: RequestedFormat): RequestedFormat | undefined {
   if (body.guided_grammar != null) throw foreignGrammar("guided_grammar");
-  if (body.grammar != null) throw foreignGrammar("grammar");
+  if (!noGrammar(body.grammar)) throw foreignGrammar("grammar");
   if (body.ebnf != null) throw foreignGrammar("ebnf");
   if (body.guided_whitespace_pattern != null) throw unsupportedField("guided_whitespace_pattern", "is not supported: JSON answers follow the grammar's own whitespace");
   const so = body.structured_outputs;
@@ -113,6 +113,14 @@ function choiceFormat(choices: string[]): AnswerFormat {
 
 function escapeRegex(text: string): string {
   return text.replace(/[\\^$.|?*+()[\]{}]/g, "\\$&");
+}
+
+/**
+ * llama-server's `grammar` asks for nothing when absent, null or empty: its parser applies a grammar
+ * only when the string is not empty, and its web UI sends `""` for "no grammar".
+ */
+export function noGrammar(value: unknown): boolean {
+  return value == null || value === "";
 }
 
 function foreignGrammar(param: string) {
