@@ -299,7 +299,7 @@ test("logit_bias reaches end-of-sequence: +100 ends at once, a +100 token repeat
 
 test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and repeat_penalty are honoured; the rest at their neutral values only", async () => {
   const END = { [FIXTURE_TOKENS.eos]: 100 };
-  const post = (path: "/v1/chat/completions" | "/v1/completions", body: Record<string, unknown>) => s.http.post(path, { model: "tiny", ...body } as never) as Promise<any>;
+  const post = (path: "/v1/chat/completions" | "/v1/completions" | "/tokenize", body: Record<string, unknown>) => s.http.post(path, { model: "tiny", ...body } as never) as Promise<any>;
   // The end-of-turn token is all the model wants; ignore_eos runs to the budget regardless.
   const ended = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 12, logit_bias: END });
   assert.equal(ended.json.choices[0].finish_reason, "stop");
@@ -362,6 +362,27 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   const continued = await post("/v1/chat/completions", { messages: prefill, max_tokens: 2, continue_final_message: true, add_generation_prompt: false });
   assert.equal(continued.status, 200, continued.text);
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, continue_final_message: false, add_generation_prompt: true })).status, 200);
+  // llama-server's -1 for max_tokens (its n_predict's alias): no limit but the context, as when the
+  // field is left out (a completion's default of 16 included); 0 and below -1 are still refused. A
+  // prompt that leaves 64 tokens of the context keeps the run short.
+  const sized = (await post("/tokenize", { messages: user("word ".repeat(1000)) })).json;
+  const nearEnd = user("word ".repeat(sized.max_model_len - 64 - (sized.count - 1000)));
+  for (const budget of ["max_tokens", "max_completion_tokens"]) {
+    const unbounded = await post("/v1/chat/completions", { messages: nearEnd, [budget]: -1, logit_bias: NO_EOG });
+    assert.equal(unbounded.status, 200, unbounded.text);
+    assert.equal(unbounded.json.choices[0].finish_reason, "length", unbounded.text);
+    assert.equal(unbounded.json.usage.total_tokens, sized.max_model_len, unbounded.text);
+    for (const bad of [0, -2]) {
+      const refusedBudget = await post("/v1/chat/completions", { messages: user("Hi"), [budget]: bad });
+      assert.equal(refusedBudget.status, 400, refusedBudget.text);
+      assert.equal(refusedBudget.json.error.param, budget);
+    }
+  }
+  const nearEndIds = Array.from({ length: sized.max_model_len - 64 }, () => byteTokenId(0x61));
+  const longCompletion = await post("/v1/completions", { prompt: nearEndIds, max_tokens: -1, logit_bias: NO_EOG });
+  assert.equal(longCompletion.status, 200, longCompletion.text);
+  assert.equal(longCompletion.json.usage.completion_tokens, 64, longCompletion.text);
+  assert.equal((await post("/v1/completions", { prompt: "Hi", max_tokens: -2 })).status, 400);
   // llama-server's "no grammar" is an empty string (its web UI sends it so); a grammar is refused.
   for (const [path, body] of [["/v1/chat/completions", { messages: user("Hi") }], ["/v1/completions", { prompt: "Hi" }]] as const) {
     const noGrammar = await post(path, { ...body, max_tokens: 2, grammar: "" });

@@ -294,7 +294,7 @@ const invalid: Array<[string, Record<string, unknown>, string, string?]> = [
   ["best_of different from n", { prompt: "x", best_of: 3 }, "best_of"],
   ["best_of streamed (OpenAI: results cannot be streamed)", { prompt: "x", best_of: 2, n: 2, stream: true }, "best_of"],
   ["suffix on a model without FIM tokens", { prompt: "x", suffix: "y" }, "suffix"],
-  ["negative max_tokens", { prompt: "x", max_tokens: -1 }, "max_tokens"],
+  ["negative max_tokens", { prompt: "x", max_tokens: -2 }, "max_tokens"],
   ["prompt longer than the context", { prompt: "word ".repeat(700) }, "prompt", "context_length_exceeded"],
   ["max_tokens that cannot fit", { prompt: "x", max_tokens: 600 }, "max_tokens", "context_length_exceeded"],
   ["stream_options without stream", { prompt: "x", stream_options: { include_usage: true } }, "stream_options"],

@@ -105,7 +105,7 @@ test("one log line per request with its facts and no prompt text", async () => {
   assert.equal(typeof line.ttft_ms, "number");
   assert.equal(typeof line.duration_ms, "number");
 
-  const bad = await post({ model: "tiny", messages: [{ role: "user", content: SECRET_PROMPT }], max_tokens: -1 }, { "x-request-id": "log-400" });
+  const bad = await post({ model: "tiny", messages: [{ role: "user", content: SECRET_PROMPT }], max_tokens: -3 }, { "x-request-id": "log-400" });
   await bad.text();
   const badLine = await logOf("log-400");
   assert.equal(badLine.status, 400);

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { metadataSchema } from "./metadata.ts";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
 import { serviceFieldsSchema } from "./service-fields.ts";
-import { foreignFieldsSchema, openRouterUsage } from "./foreign-fields.ts";
+import { budgetSchema, foreignFieldsSchema, openRouterUsage } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
@@ -181,8 +181,8 @@ export const chatCompletionRequest = z.object({
   // OpenRouter's usage accounting switch: `include: true` puts usage into a stream's last chunk, as
   // stream_options.include_usage does (an answer in one piece always has it).
   usage: openRouterUsage,
-  max_tokens: z.int().min(1).nullish(),
-  max_completion_tokens: z.int().min(1).nullish(),
+  max_tokens: budgetSchema(1).nullish(),
+  max_completion_tokens: budgetSchema(1).nullish(),
   ...samplingFieldsSchema,
   ...serviceFieldsSchema,
   ...structuredFieldsSchema,

@@ -4,7 +4,7 @@ import type { ContentPart, FreeTextInput, GenerationRequest, Message, ToolChoice
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protocol.ts";
 import { promptCacheBreakpoint } from "./chat-protocol.ts";
 import { refuseServiceFields, refuseVerbosity } from "./service-fields.ts";
-import { foreignFields } from "./foreign-fields.ts";
+import { budgetOrNone, foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
@@ -52,7 +52,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     model: body.model,
     prompt: { kind: "chat", messages },
     sampling: { ...toSamplingParams(body, defaults), ...(foreign.repetitionPenalty !== undefined ? { repetitionPenalty: foreign.repetitionPenalty } : {}) },
-    maxTokens: budget ?? foreign.maxTokens,
+    maxTokens: budgetOrNone(budget) ?? foreign.maxTokens,
     ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,

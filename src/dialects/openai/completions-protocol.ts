@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { samplingFieldsSchema } from "./sampling-fields.ts";
-import { foreignFieldsSchema, openRouterUsage } from "./foreign-fields.ts";
+import { budgetSchema, foreignFieldsSchema, openRouterUsage } from "./foreign-fields.ts";
 import { structuredFieldsSchema } from "./structured-fields.ts";
 import { listOf } from "../list-of.ts";
 
@@ -17,7 +17,7 @@ export const completionRequest = z.object({
     listOf(tokenIds, { min: 1, max: 2048 }),
   ]),
   suffix: z.string().nullish(),
-  max_tokens: z.int().min(0).nullish(),
+  max_tokens: budgetSchema(0).nullish(),
   ...samplingFieldsSchema,
   best_of: z.int().min(1).nullish(),
   echo: z.boolean().nullish(),

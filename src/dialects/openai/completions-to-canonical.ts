@@ -35,7 +35,8 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     model: body.model,
     prompt: body.suffix != null && prompt.kind === "text" ? { kind: "infill", prefix: prompt.text, suffix: body.suffix } : prompt,
     sampling,
-    maxTokens: body.max_tokens ?? (foreign.noLimit ? undefined : (foreign.maxTokens ?? 16)),
+    // max_tokens: -1 is llama-server's "no limit", as n_predict: -1 is.
+    maxTokens: body.max_tokens === -1 ? undefined : (body.max_tokens ?? (foreign.noLimit ? undefined : (foreign.maxTokens ?? 16))),
     ...(body.max_tokens == null && !foreign.noLimit && foreign.maxTokens === undefined ? { maxTokensDefaulted: true } : {}),
     ...(foreign.ignoreEos ? { ignoreEos: true } : {}),
     stop: normaliseStop(body.stop),

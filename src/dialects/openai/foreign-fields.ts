@@ -367,6 +367,19 @@ const anyValue = z.unknown().optional();
 /** OpenRouter's `usage: { include }` on chat and completions: a strict object, so a misspelt key is named. */
 export const openRouterUsage = z.strictObject({ include: z.boolean().optional() }).nullish();
 
+/**
+ * An answer's token budget (`max_tokens`, `max_completion_tokens`): at least `min`, or -1, which
+ * llama-server (whose `n_predict` both are aliases of) reads as no limit but the context, the same
+ * as leaving the field out. Its web UI sends -1 when no limit is set.
+ */
+export const budgetSchema = (min: number) =>
+  z.int().refine((v) => v >= min || v === -1, {
+    error: (issue) => `is ${String(issue.input)}; it must be at least ${min}, or -1 (no limit: up to the end of the context, as llama-server reads it).`,
+  });
+
+/** A budget as the request asked it: -1 (no limit) is the same as none. */
+export const budgetOrNone = (budget: number | null | undefined): number | undefined => (budget == null || budget === -1 ? undefined : budget);
+
 export const foreignFieldsSchema = {
   ...(Object.fromEntries(FOREIGN_FIELDS.map((k) => [k, anyValue])) as { [K in ForeignField]: typeof anyValue }),
   ignore_eos: z.boolean().nullish(),
