@@ -63,6 +63,7 @@ export const FOREIGN_FIELDS = [
   "mirostat_tau",
   "mirostat_eta",
   "typical_p",
+  "typ_p",
   "tfs_z",
   "dynatemp_range",
   "dynatemp_exponent",
@@ -212,6 +213,8 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     mirostat_tau: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
     mirostat_eta: [whenOff(body, "mirostat", is(0)), "applies to mirostat sampling, which is not done here"],
     typical_p: [is(1), "is not supported: no typical sampling here"],
+    // The name llama-server's web UI sends typical_p under (and its sampler's name in `samplers`).
+    typ_p: [is(1), "is not supported: no typical sampling here"],
     tfs_z: [is(1), "is not supported: no tail-free sampling here"],
     dynatemp_range: [is(0), "is not supported: no dynamic temperature here"],
     dynatemp_exponent: [whenOff(body, "dynatemp_range", is(0)), "applies to dynamic temperature, which is not done here"],
@@ -265,7 +268,10 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     reasoning_format: templated
       ? [oneOf("auto", "deepseek"), "is supported only as 'deepseek' or 'auto': thinking is returned in reasoning_content, never in content"]
       : [oneOf("none"), "applies to chat answers; a completion's text is returned unparsed ('none')"],
-    reasoning_control: [isNull, "is not supported; turn thinking off with reasoning_effort: 'none' or chat_template_kwargs.enable_thinking"],
+    // llama-server arms a sampler that its control endpoint can later tell to end the thinking; until
+    // told, it changes nothing. Its web UI sends `true` on every request. Plinth has no such endpoint
+    // (end a stream by disconnecting), so the answer is what it would be without the switch.
+    reasoning_control: [(v) => v == null || typeof v === "boolean", "must be a boolean"],
     // llama-server sets it from the template, over whatever the request says; so does Plinth.
     thinking_forced_open: [(v) => v == null || typeof v === "boolean", "must be a boolean"],
     parse_tool_calls: [templated ? is(true) : isNull, templated ? "is not supported: calls are always read out of the answer when tools are offered" : "applies to chat answers with tools"],
