@@ -23,6 +23,8 @@ export type RouteResult =
       write: (sse: SseWriter) => Promise<void>;
       /** The final event for an error after the stream began, in the dialect's shape. */
       errorEvent: (err: unknown) => SseErrorEvent;
+      /** A comment line goes out after this long without an event (llama-server's sse_ping_interval). */
+      pingMs?: number;
     };
 
 /** The route environment of an HTTP request. */
@@ -62,7 +64,7 @@ export async function sendResult(reply: FastifyReply, signal: AbortSignal, resul
     if (result.status) void reply.status(result.status);
     return result.body;
   }
-  await respondWithSse(reply, signal, result.write, result.errorEvent, { ...engineHeaders, ...result.headers }, String(reply.request.id));
+  await respondWithSse(reply, signal, result.write, result.errorEvent, { ...engineHeaders, ...result.headers }, String(reply.request.id), result.pingMs);
   return reply;
 }
 

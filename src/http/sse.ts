@@ -16,10 +16,35 @@ const SEND_TIMEOUT_MS = 30_000;
  * Otherwise a few clients that never read could hold every sequence for as long as they like.
  */
 export class SseWriter {
+  /** Pings on a silent stream (see keepAlive): their interval and the one waiting. */
+  private ping?: { ms: number; timer?: NodeJS.Timeout };
+  /** A write waits for the socket to drain: a ping would only queue behind it. */
+  private waiting = false;
+
   constructor(
     private readonly res: ServerResponse,
     private readonly sendTimeoutMs = SEND_TIMEOUT_MS,
   ) {}
+
+  /**
+   * llama-server's `sse_ping_interval`: after `ms` with nothing written, an SSE comment line (`:`,
+   * which clients skip) goes out, and again each `ms` the stream stays silent, so that clients and
+   * proxies that drop a quiet connection (a long prompt, a queue) keep it.
+   */
+  keepAlive(ms: number): void {
+    this.ping = { ms };
+    this.armPing();
+  }
+
+  private armPing(): void {
+    if (!this.ping) return;
+    clearTimeout(this.ping.timer);
+    if (this.closed) return;
+    this.ping.timer = setTimeout(() => {
+      if (!this.waiting) void this.write(":\n\n");
+      else this.armPing();
+    }, this.ping.ms);
+  }
 
   open(headers: Record<string, string> = {}): void {
     // No `connection` header: Node answers the client's own (HTTP/1.1 keeps the connection unless
@@ -45,12 +70,16 @@ export class SseWriter {
   }
 
   end(): void {
+    clearTimeout(this.ping?.timer);
+    this.ping = undefined;
     if (!this.closed) this.res.end();
   }
 
   private write(chunk: string): Promise<void> {
     if (this.closed) return Promise.resolve();
+    this.armPing();
     if (this.res.write(chunk)) return Promise.resolve();
+    this.waiting = true;
     return new Promise((resolve) => {
       // The drain comes once the socket has taken what waited in Node's buffer (about an event
       // past its high-water mark), so a client that reads, however slowly, meets it long before this.
@@ -59,6 +88,7 @@ export class SseWriter {
         clearTimeout(stalled);
         this.res.off("drain", done);
         this.res.off("close", done);
+        this.waiting = false;
         resolve();
       };
       this.res.on("drain", done);
@@ -86,10 +116,13 @@ export async function respondWithSse(
   errorEvent: (err: unknown) => SseErrorEvent,
   headers: Record<string, string> = {},
   requestId?: string,
+  /** Ping a stream silent for this long (SseWriter.keepAlive). */
+  pingMs?: number,
 ): Promise<void> {
   reply.hijack();
   const sse = new SseWriter(reply.raw, reply.server?.sendTimeoutMs);
   sse.open(headers);
+  if (pingMs !== undefined) sse.keepAlive(pingMs);
   try {
     await write(sse);
   } catch (err) {

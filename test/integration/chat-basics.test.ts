@@ -447,7 +447,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ return_tokens: true }, "return_tokens"],
     [{ min_keep: 5 }, "min_keep"],
     [{ n_cache_reuse: 256 }, "n_cache_reuse"],
-    [{ sse_ping_interval: 5, stream: true }, "sse_ping_interval"],
+    [{ sse_ping_interval: 2.5, stream: true }, "sse_ping_interval"],
     // SGLang's, asking for what is not done here.
     [{ stop_regex: "[a-z]" }, "stop_regex"],
     [{ no_stop_trim: true }, "no_stop_trim"],

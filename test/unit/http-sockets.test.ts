@@ -389,3 +389,59 @@ describe("idle keep-alive connections at the connection limit", () => {
     }
   });
 });
+
+describe("llama-server's sse_ping_interval", () => {
+  test("a stream silent for that many seconds gets a comment line, as llama-server's; none without the field, none when not streamed", async () => {
+    const registry = new ModelRegistry(8);
+    // Each chunk comes 1.5 s after the one before: past a 1 s interval, one ping in each gap.
+    const engine = new ScriptedEngine({
+      id: "tiny",
+      slots: 4,
+      delayMs: 1500,
+      script: () => [
+        { kind: "text", text: "a", tokens: 1 },
+        { kind: "text", text: "b", tokens: 1 },
+        { kind: "end", reason: "stop" },
+      ],
+    });
+    registry.register(engine.id);
+    registry.ready(engine);
+    const { store, sealer, dispose } = testStore();
+    const app = buildApp(new GenerationService(registry), { bodyLimit: BODY_LIMIT, store, sealer });
+    app.addHook("onClose", dispose);
+    const url = await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      const post = async (path: string, body: Record<string, unknown>) => {
+        const r = await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", ...body }) });
+        return { status: r.status, text: await r.text() };
+      };
+      const pings = (text: string) => text.split("\n\n").filter((e) => e === ":").length;
+      const [chat, completion, silent, whole] = await Promise.all([
+        post("/v1/chat/completions", { ...ok, stream: true, sse_ping_interval: 1 }),
+        post("/v1/completions", { prompt: "hi", max_tokens: 2, stream: true, sse_ping_interval: 1 }),
+        post("/v1/chat/completions", { ...ok, stream: true, sse_ping_interval: -1 }),
+        post("/v1/chat/completions", { ...ok, sse_ping_interval: 1 }),
+      ]);
+      for (const r of [chat, completion]) {
+        assert.equal(r.status, 200, r.text);
+        // Two gaps after the stream's head (before "b" and before the end): a ping in each (one may
+        // be lost to a timer late on a loaded machine, never more than one a gap).
+        assert.ok(pings(r.text) >= 1 && pings(r.text) <= 2, r.text);
+        // A ping is a comment of its own between events, never inside one.
+        assert.doesNotMatch(r.text, /[^\n]\n:\n|:\n\n(?!data: |:\n)/);
+        assert.match(r.text, /data: \[DONE\]\n\n$/);
+      }
+      assert.equal(silent.status, 200, silent.text);
+      assert.equal(pings(silent.text), 0, silent.text);
+      assert.equal(whole.status, 200, whole.text);
+      assert.equal(JSON.parse(whole.text).choices[0].message.content, "ab");
+      for (const bad of [1.5, -2, "1"]) {
+        const r = await post("/v1/chat/completions", { ...ok, stream: true, sse_ping_interval: bad });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(JSON.parse(r.text).error.param, "sse_ping_interval");
+      }
+    } finally {
+      await app.close();
+    }
+  });
+});

@@ -9,6 +9,7 @@ import type { ChatCompletionRequest } from "./chat-protocol.ts";
 import { chatToCanonical, customToolNames } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
+import { pingIntervalMs } from "./foreign-fields.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
 import { chatFieldNames } from "./field-names.ts";
 import { storeNamespace } from "../../core/context.ts";
@@ -84,6 +85,7 @@ export async function chatCompletion(
           }
         },
     errorEvent: (err) => openAIErrorEvent(err, names),
+    pingMs: pingIntervalMs(body),
   };
   return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;
 }

@@ -6,6 +6,7 @@ import type { CompletionRequest } from "./completions-protocol.ts";
 import { completionToCanonical } from "./completions-to-canonical.ts";
 import { renderCompletion, streamCompletion } from "./completions-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
+import { pingIntervalMs } from "./foreign-fields.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
 import { completionFieldNames } from "./field-names.ts";
 
@@ -31,6 +32,7 @@ export async function textCompletion(body: CompletionRequest, env: RouteEnv): Pr
     kind: "sse",
     write: (sse) => streamCompletion(sse, meta, events, logprobs, (body.stream_options?.include_usage === true || body.usage?.include === true)),
     errorEvent: (err) => openAIErrorEvent(err, names),
+    pingMs: pingIntervalMs(body),
   };
   return body.stream_options?.include_obfuscation === true ? withChunkObfuscation(streamed) : streamed;
 }

@@ -280,7 +280,12 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     // Every sampler keeps one token at least anyway.
     min_keep: [atMost(1), "is not supported: truncation samplers keep what their own threshold keeps"],
     n_cache_reuse: [is(0), "is not supported: cached prefixes are reused as they stand, never shifted into place"],
-    sse_ping_interval: [atMost(0), "is not supported: no keep-alive events are sent on a stream"],
+    // Seconds of silence after which a chat or completions stream gets a comment line (`:`); 0 and
+    // -1 send none. A Responses stream (replayed from storage too) sends none.
+    sse_ping_interval:
+      kind === "responses"
+        ? [atMost(0), "is not supported on the Responses API: no keep-alive events are sent on its streams"]
+        : [(v) => v == null || (Number.isInteger(v) && (v as number) >= -1 && (v as number) <= 2_147_483), "must be an integer number of seconds, at least -1 (0 or -1: no pings)"],
     // SGLang (its structured-output `regex` and `ebnf` are read with the others of their kind)
     stop_regex: [isEmpty, "is not supported; stop on text with stop"],
     no_stop_trim: [is(false), "is not supported: the answer ends before the stop string"],
@@ -458,6 +463,12 @@ export function foreignFields(
     ...(thinking != null ? { thinkingBudget: thinking, thinkingBudgetParam: thinkingParam } : {}),
     ...(kind === "chat" && (body.include_reasoning === false || excluded) ? { dropReasoning: true } : {}),
   };
+}
+
+/** llama-server's `sse_ping_interval` on a stream, in milliseconds; undefined where no pings are asked. */
+export function pingIntervalMs(body: { stream?: boolean | null; sse_ping_interval?: unknown }): number | undefined {
+  const seconds = body.sse_ping_interval;
+  return body.stream === true && typeof seconds === "number" && seconds > 0 ? seconds * 1000 : undefined;
 }
 
 /**
