@@ -501,3 +501,44 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     assert.equal(r.json.error.param, param, r.text);
   }
 });
+
+test("a chat request exactly as llama-server's web UI builds it (its settings synced from llama-server's defaults) is taken, but for the two reports Plinth cannot give", async () => {
+  // tools/ui chat.service.ts sendMessage with getApiOptions' settings, as the UI fills them from
+  // llama-server's /props (its sampler defaults; max_tokens -1 is "no limit"); a user's typ_p: 1 too.
+  const webUi = (stream: boolean) => ({
+    model: "tiny",
+    messages: [{ role: "user", content: "Hi" }],
+    ...(stream ? { return_progress: true, sse_ping_interval: 1 } : {}),
+    stream,
+    reasoning_format: "auto",
+    reasoning_control: true,
+    temperature: 0.8, max_tokens: -1, dynatemp_range: 0, dynatemp_exponent: 1, top_k: 40, top_p: 0.95, min_p: 0.05,
+    xtc_probability: 0, xtc_threshold: 0.1, typ_p: 1, repeat_last_n: 64, repeat_penalty: 1, presence_penalty: 0, frequency_penalty: 0,
+    dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: 64,
+    samplers: ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"],
+    backend_sampling: false, timings_per_token: true,
+    // The UI's "custom" JSON setting, merged in as it is: "no grammar", and an end-of-turn token the
+    // model takes at once, so that an answer without a limit ends here in a moment.
+    grammar: "",
+    logit_bias: { [FIXTURE_TOKENS.eos]: 100 },
+  });
+  const post = (body: Record<string, unknown>) => s.http.post("/v1/chat/completions", body as never) as Promise<any>;
+  // The UI asks for per-token timings (every request) and prompt progress (every stream): Plinth's
+  // answers carry neither, so those two are refused by name; everything else in the body is taken.
+  for (const stream of [false, true]) {
+    const { timings_per_token, return_progress, ...rest } = webUi(stream) as Record<string, unknown>;
+    const taken = await post(rest);
+    assert.equal(taken.status, 200, `stream ${stream}: ${taken.text}`);
+    if (stream) assert.match(taken.text, /data: \[DONE\]/);
+    else assert.equal(taken.json.object, "chat.completion");
+    const asked = await post(webUi(stream));
+    assert.equal(asked.status, 400, asked.text);
+    assert.equal(asked.json.error.param, "timings_per_token");
+    if (stream) {
+      const progress = await post({ ...rest, return_progress });
+      assert.equal(progress.status, 400, progress.text);
+      assert.equal(progress.json.error.param, "return_progress");
+    }
+    assert.equal(timings_per_token, true);
+  }
+});
