@@ -332,7 +332,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     samplers: "edkypmxt", dynatemp_range: 0, dynatemp_exponent: 1, typical_p: 1, xtc_probability: 0, xtc_threshold: 0.1,
     repeat_last_n: 64, repeat_penalty: 1, dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: -1,
     timings_per_token: false, cache_prompt: true, mirostat: 0, mirostat_tau: 5, adaptive_target: -1, adaptive_decay: 0.9,
-    backend_sampling: false, typ_p: 1, reasoning_control: true,
+    backend_sampling: false, typ_p: 1, reasoning_control: true, n_discard: 0, grammar_lazy: false, preserved_tokens: [], grammar_triggers: [],
   };
   assert.equal((await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...webUi })).status, 200);
   // The later fields at the values that describe what is done here anyway.
@@ -441,6 +441,10 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ reasoning_format: "deepseek-legacy" }, "reasoning_format"],
     [{ reasoning_control: "off" }, "reasoning_control"],
     [{ typ_p: 0.5 }, "typ_p"],
+    [{ grammar_lazy: true }, "grammar_lazy"],
+    [{ grammar_triggers: [{ type: 0, value: "<tool_call>" }] }, "grammar_triggers"],
+    [{ preserved_tokens: ["<tool_call>"] }, "preserved_tokens"],
+    [{ n_discard: -1 }, "n_discard"],
     [{ thinking_forced_open: "yes" }, "thinking_forced_open"],
     [{ parse_tool_calls: false }, "parse_tool_calls"],
     [{ response_fields: ["content"] }, "response_fields"],

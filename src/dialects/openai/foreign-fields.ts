@@ -85,6 +85,10 @@ export const FOREIGN_FIELDS = [
   "backend_sampling",
   "id_slot",
   "n_keep",
+  "n_discard",
+  "grammar_lazy",
+  "preserved_tokens",
+  "grammar_triggers",
   "n_indent",
   "timings_per_token",
   "return_progress",
@@ -240,6 +244,12 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     backend_sampling: [(v) => v == null || typeof v === "boolean", "must be a boolean"],
     id_slot: [isInt, "must be an integer"],
     n_keep: [isInt, "must be an integer"],
+    // What a context shift discards; no context is shifted here (a prompt past it is a 400).
+    n_discard: [isCount, "must be an integer of at least 0"],
+    // llama-server's lazy grammars, set from a template's tool-call format; at their defaults they ask for nothing.
+    grammar_lazy: [is(false), "is not supported: grammars here apply from the answer's first token"],
+    preserved_tokens: [isEmpty, "is not supported: a template's special tokens are read as the template's tool format says"],
+    grammar_triggers: [isEmpty, "is not supported: grammars here apply from the answer's first token"],
     n_indent: [is(0), "is not supported"],
     timings_per_token: [is(false), "is not supported: no timings are reported per token"],
     return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
