@@ -352,6 +352,9 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   };
   const sglangTaken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...sglang });
   assert.equal(sglangTaken.status, 200, sglangTaken.text);
+  // This model has no thinking section: there is nothing to separate, so false is what happens anyway.
+  const unseparated = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, separate_reasoning: false });
+  assert.equal(unseparated.status, 200, unseparated.text);
   // text-generation-inference's and Ollama's, at the values that say what is done here.
   const others = { do_sample: true, watermark: false, decoder_input_details: false, details: false, top_n_tokens: 0, truncate: null, keep_alive: "5m", options: {}, raw: false, images: [] };
   const othersTaken = await post("/v1/chat/completions", { messages: user("Hi"), max_tokens: 2, ...others });
@@ -396,7 +399,6 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   assert.equal((await post("/v1/completions", { prompt: "Hi", max_tokens: 2, ...completionNeutral })).status, 200);
   const completionRefused: Array<[Record<string, unknown>, string]> = [
     [{ stop_regex: ["x"] }, "stop_regex"],
-    [{ separate_reasoning: false }, "separate_reasoning"],
     [{ reasoning_format: "deepseek" }, "reasoning_format"],
     [{ thinking_token_budget: 8 }, "thinking_token_budget"],
     [{ include_reasoning: false }, "include_reasoning"],
@@ -455,7 +457,6 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     // SGLang's, asking for what is not done here.
     [{ stop_regex: "[a-z]" }, "stop_regex"],
     [{ no_stop_trim: true }, "no_stop_trim"],
-    [{ separate_reasoning: false }, "separate_reasoning"],
     [{ stream_reasoning: false, stream: true }, "stream_reasoning"],
     [{ lora_path: "my-adapter" }, "lora_path"],
     [{ session_params: { id: "s1" } }, "session_params"],

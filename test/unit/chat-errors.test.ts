@@ -287,3 +287,35 @@ test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe 
     }
   }
 });
+
+test("separate_reasoning: false is taken on a model with no thinking section (nothing to separate) and refused on one that thinks", async () => {
+  const routes = [
+    ["/v1/chat/completions", ok],
+    ["/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 2, store: false }],
+  ] as const;
+  for (const [url, body] of routes) {
+    const plain = await s.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: false } });
+    assert.equal(plain.statusCode, 200, `${url}: ${plain.body}`);
+    const wrongType = await s.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: "no" } });
+    assert.equal(wrongType.statusCode, 400, `${url}: ${wrongType.body}`);
+    assert.equal(wrongType.json().error.param, "separate_reasoning");
+  }
+  const completion = await s.app.inject({ method: "POST", url: "/v1/completions", payload: { model: "tiny", prompt: "hi", max_tokens: 2, separate_reasoning: false } });
+  assert.equal(completion.statusCode, 200, `a completion's text is never separated: ${completion.body}`);
+  const thinker = await scriptedApp({ id: "tiny", contextSize: 256, reasoning: true });
+  try {
+    for (const [url, body] of routes) {
+      const r = await thinker.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: false } });
+      assert.equal(r.statusCode, 400, `${url}: ${r.body}`);
+      assert.equal(r.json().error.param, "separate_reasoning");
+      const taken = await thinker.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: true } });
+      assert.equal(taken.statusCode, 200, `${url}: ${taken.body}`);
+      // Thinking turned off: nothing to separate on this request either.
+      const off = url === "/v1/responses" ? { reasoning: { effort: "none" } } : { reasoning_effort: "none" };
+      const unthought = await thinker.app.inject({ method: "POST", url, payload: { ...body, ...off, separate_reasoning: false } });
+      assert.equal(unthought.statusCode, 200, `${url}: ${unthought.body}`);
+    }
+  } finally {
+    await thinker.app.close();
+  }
+});

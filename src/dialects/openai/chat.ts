@@ -9,7 +9,7 @@ import type { ChatCompletionRequest } from "./chat-protocol.ts";
 import { chatToCanonical, customToolNames } from "./chat-to-canonical.ts";
 import { renderChatCompletion, streamChatCompletion } from "./chat-to-wire.ts";
 import { openAIErrorEvent } from "./errors.ts";
-import { pingIntervalMs } from "./foreign-fields.ts";
+import { pingIntervalMs, refuseInlineReasoning } from "./foreign-fields.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
 import { chatFieldNames } from "./field-names.ts";
 import { storeNamespace } from "../../core/context.ts";
@@ -28,6 +28,7 @@ export async function chatCompletion(
 ): Promise<RouteResult> {
   if (body.store === true && !storage) throw unsupportedField("store", "needs a store, and this server was started without one");
   const { request, namespace, reasoningParam, formatParam, budgetParam, dropReasoning } = chatToCanonical(body, codec.samplingDefaults);
+  refuseInlineReasoning(body, env.service.registry.get(body.model), request.reasoning);
   const names = chatFieldNames(body, reasoningParam, formatParam, budgetParam);
   const ctx = { ...env.ctx, namespace };
   const started = await env.service.start(ctx, request, env.signal).catch((err) => {

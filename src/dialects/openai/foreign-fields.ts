@@ -1,5 +1,7 @@
 import { z } from "zod";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
+import { asksNoThinking } from "../../core/reasoning-control.ts";
+import type { GenerationRequest } from "../../core/types.ts";
 
 /**
  * Sampling and generation fields of vLLM's, llama-server's, SGLang's, text-generation-inference's and
@@ -20,6 +22,7 @@ type Neutral = (value: unknown) => boolean;
 
 const isNull: Neutral = (v) => v == null;
 const is = (neutral: unknown): Neutral => (v) => v == null || v === neutral;
+const isBoolean: Neutral = (v) => v == null || typeof v === "boolean";
 const isEmpty: Neutral = (v) => v == null || (Array.isArray(v) && v.length === 0);
 const atMost = (limit: number): Neutral => (v) => v == null || (typeof v === "number" && v <= limit);
 const isEmptyObject: Neutral = (v) => v == null || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0);
@@ -299,10 +302,10 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     // SGLang (its structured-output `regex` and `ebnf` are read with the others of their kind)
     stop_regex: [isEmpty, "is not supported; stop on text with stop"],
     no_stop_trim: [is(false), "is not supported: the answer ends before the stop string"],
-    separate_reasoning: [
-      is(true),
-      templated ? "is supported only as true: thinking is returned in reasoning_content, never in content" : "applies to chat answers; a completion's text is returned as generated",
-    ],
+    // false (thinking left in the content) is read against the model once it is known: a model
+    // with no thinking section has nothing to separate, so false is what happens anyway
+    // (refuseInlineReasoning). A completion's text is never separated, whatever the value.
+    separate_reasoning: [isBoolean, "must be a boolean"],
     stream_reasoning: [is(true), templated ? "is supported only as true: thinking streams as it is generated" : "applies to chat answers; a completion's text is returned as generated"],
     lora_path: [isEmpty, "is not supported: no LoRA adapters here"],
     session_id: [isNull, "is not supported: no sessions here; send the whole conversation (its prefix comes from the prompt cache)"],
@@ -479,6 +482,22 @@ export function foreignFields(
 export function pingIntervalMs(body: { stream?: boolean | null; sse_ping_interval?: unknown }): number | undefined {
   const seconds = body.sse_ping_interval;
   return body.stream === true && typeof seconds === "number" && seconds > 0 ? seconds * 1000 : undefined;
+}
+
+/**
+ * SGLang's `separate_reasoning: false` on a chat or Responses request asks for the thinking inside
+ * the content. Here thinking always goes to its own field, so that is refused on a model that
+ * thinks (or may: its engine not loaded, so not known); on a model with no thinking section, or a
+ * request that turns thinking off, there is nothing to separate, and the answer is what false asks
+ * for. An unknown model is left to its 404.
+ */
+export function refuseInlineReasoning(
+  body: Record<string, unknown>,
+  model: { engine?: { describe(): { reasoning?: boolean } } } | undefined,
+  reasoning: GenerationRequest["reasoning"],
+): void {
+  if (body.separate_reasoning !== false || model === undefined || asksNoThinking(reasoning) || model.engine?.describe().reasoning === false) return;
+  throw unsupportedField("separate_reasoning", "is supported only as true on a model that thinks: its thinking is returned apart from the answer, never in it");
 }
 
 /**

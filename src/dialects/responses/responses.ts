@@ -4,6 +4,7 @@ import type { RouteEnv, RouteResult } from "../../http/respond.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { MAX_MESSAGES } from "../openai/chat-protocol.ts";
 import { isolationKey } from "../openai/sampling-fields.ts";
+import { refuseInlineReasoning } from "../openai/foreign-fields.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type BackgroundRuns, type Run, TERMINAL } from "./background.ts";
 import type { ConversationClaims } from "./claims.ts";
@@ -175,6 +176,7 @@ async function answerTurn(body: CreateResponseRequest, env: RouteEnv, deps: Resp
   const userNs = responsesNamespace(body);
   const input = await resolveInput(body, ns, deps);
   const { request, fieldName } = responseToCanonical(body, input.all as InputItem[], input.all.length - input.added.length);
+  refuseInlineReasoning(body, env.service.registry.get(body.model), request.reasoning);
   const ctx = { ...env.ctx, namespace: userNs || undefined };
   const include = new Set(body.include ?? []);
   // One response, however many builders are made of it (a stored one's opening is stored first).
