@@ -23,9 +23,17 @@ export async function schemaGrammar(schema: unknown, strict: boolean, field: str
       throw invalidField(`{field} cannot be enforced in time: compiling this request's schemas took longer than the ${REQUEST_COMPILE_MS} ms one request may use.`, together);
     }
     if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
-    if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+    if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field, parametersCode(field));
     throw err;
   }
+}
+
+/**
+ * OpenAI's code for a function's `parameters` it will not take ("Invalid schema for function …"):
+ * `invalid_function_parameters`. A response format's schema has none there.
+ */
+export function parametersCode(field: string): string | null {
+  return /^tools\[\d+\]\.parameters$/.test(field) ? "invalid_function_parameters" : null;
 }
 
 /** An answer the regex matches in full, bounded as a custom tool's regex is (custom-tool-grammar.ts). */

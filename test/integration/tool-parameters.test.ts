@@ -140,3 +140,21 @@ describe("on the tiny fixture: a typeless schema's calls have arguments that are
     });
   }
 });
+
+describe("on the tiny fixture: a parameters schema that is no valid JSON Schema", () => {
+  const s = useTestServer();
+  test("is a 400 naming the tool's parameters, code invalid_function_parameters (OpenAI's code for it)", async () => {
+    for (const parameters of [
+      { type: "object", properties: { n: { type: "int" } } },
+      { type: "object", properties: { n: { type: "integer", minimum: "a" } } },
+    ]) {
+      for (const d of DIALECTS.slice(0, 2)) {
+        const res = await fetch(`${s.url}${d.url}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(d.body(parameters)) });
+        const json = (await res.json()) as any;
+        assert.equal(res.status, 400, `${d.name}: ${JSON.stringify(json)}`);
+        assert.equal(json.error.param, d.param, JSON.stringify(json));
+        assert.equal(json.error.code, "invalid_function_parameters", JSON.stringify(json));
+      }
+    }
+  });
+});

@@ -18,7 +18,7 @@ import { literal } from "../../grammar/gbnf.ts";
 import { JSON_OBJECT_GBNF, SchemaLimitError, UnsupportedSchemaError } from "../../grammar/json-schema-to-gbnf.ts";
 import { DEFAULT_MAX_LOAD_COST, estimateLoadCost } from "../../grammar/load-cost.ts";
 import { type CompileControl, REQUEST_COMPILE_MS } from "../../grammar/schema-compiler.ts";
-import { patternGrammar, schemaGrammar } from "../../grammar/schema-grammar.ts";
+import { parametersCode, patternGrammar, schemaGrammar } from "../../grammar/schema-grammar.ts";
 import type { ToolPlan } from "./decode-loop.ts";
 import { callOpening, type ToolCallFormat } from "./tool-call-parser.ts";
 import type { XmlToolLayout } from "./xml-tool-calls.ts";
@@ -274,7 +274,7 @@ export class ConstraintPlanner {
     // finds the arguments' end by their braces). The dialects refuse schemas of other types; one
     // that came some other way is refused here, by its field, rather than compiled.
     const why = notAnObjectSchema(tool.parameters);
-    if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, `tools[${i}].parameters`);
+    if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, `tools[${i}].parameters`, "invalid_function_parameters");
     const { gbnf, loadCost, relaxed } = await schemaGrammar(asObjectSchema(tool.parameters), tool.strict, `tools[${i}].parameters`, control, "tools");
     return { argsGbnf: gbnf, loadCost, relaxed: relaxed.map((r) => r.path) };
   }
@@ -298,7 +298,7 @@ export class ConstraintPlanner {
         return g.gbnf;
       } catch (err) {
         if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
-        if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+        if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field, parametersCode(field));
         throw err;
       }
     };
@@ -340,14 +340,14 @@ export class ConstraintPlanner {
       schema = { type: "object", properties: { input: { type: "string" } }, required: ["input"] };
     } else {
       const why = notAnObjectSchema(tool.parameters);
-      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field);
+      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field, parametersCode(field));
     }
     let compiled: { gbnf: string; relaxed: Array<{ path: string }> };
     try {
       compiled = gemma4ArgumentsGrammar(schema ?? {}, { quote: this.spell(this.quote), quoteText: this.quote, strict: tool.strict });
     } catch (err) {
       if (err instanceof SchemaLimitError) throw invalidField(`{field} is too large to enforce: ${err.message}`, field);
-      if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field);
+      if (err instanceof UnsupportedSchemaError) throw invalidField(`{field} cannot be enforced: ${err.message}`, field, parametersCode(field));
       throw err;
     }
     const loadCost = estimateLoadCost(compiled.gbnf);
@@ -369,7 +369,7 @@ export class ConstraintPlanner {
       schema = { properties: { input: { type: "string" } }, required: ["input"] };
     } else {
       const why = notAnObjectSchema(tool.parameters);
-      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field);
+      if (why) throw invalidField(`{field} must be a JSON Schema of type "object": ${why}.`, field, parametersCode(field));
     }
     const properties = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
     const required = new Set(Array.isArray(schema.required) ? schema.required : []);
