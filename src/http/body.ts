@@ -5,6 +5,7 @@ import zlib from "node:zlib";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError } from "../core/errors.ts";
 import { JsonShapeGuard } from "./json-shape.ts";
+import { refuseSeedBeyondInt64 } from "./seed-literal.ts";
 import { formatPath } from "../core/field-path.ts";
 import { droppedProtoPath, PROTO_BELOW, PROTO_HOLDERS } from "./proto-keys.ts";
 
@@ -139,6 +140,8 @@ function parseJsonBody(_request: FastifyRequest, body: string | Buffer, done: (e
       if (where !== undefined)
         return done(new ApiError(400, `${where || "The body"} contains an unpaired UTF-16 surrogate escape, which is no character.`, { param: where || null, code: "invalid_value" }));
     }
+    const seedError = refuseSeedBeyondInt64(text, parsed);
+    if (seedError) return done(seedError);
     done(null, parsed);
   } catch (err) {
     const message =

@@ -236,15 +236,16 @@ test("the same seed reproduces a temperature-1 sample; another seed does not", a
 });
 
 test("every seed reproduces, at the edges of its range too", async () => {
-  // 2^32 − 1 is llama.cpp's "random seed" value: reduced onto it, a seed sampled at random. 2^63 − 1
-  // (read as 2^63) and 2^64's multiples once all reduced onto 0. n: 2 gives the second choice seed + 1.
+  // 2^32 − 1 is llama.cpp's "random seed" value: reduced onto it, a seed sampled at random. int64's
+  // largest values and 2^64's multiples once all reduced onto 0. n: 2 gives the second choice seed + 1.
+  // 2^63 − 1024 is the largest double within int64 (JavaScript writes 2^63 − 1 as 2^63, past it).
   const ask = (seed: number) =>
     s.http.chat({ model: s.model, messages: user("Randomness"), max_tokens: 16, temperature: 1.5, seed, n: 2, logit_bias: NO_EOG });
   const texts = async (seed: number) => (await ask(seed)).choices.map((c) => c.message.content);
-  const seeds = [2 ** 32 - 1, 2 ** 32 - 2, -1, 2 ** 63 - 1, -(2 ** 63), 0];
+  const seeds = [2 ** 32 - 1, 2 ** 32 - 2, -1, 2 ** 63 - 1024, -(2 ** 63), 0];
   const runs = await Promise.all(seeds.flatMap((seed) => [texts(seed), texts(seed)]));
   for (let i = 0; i < seeds.length; i++) assert.deepEqual(runs[2 * i], runs[2 * i + 1], `seed ${seeds[i]} did not reproduce`);
-  // 2^63 − 1 and −2^63 are seeds of their own, not 0's.
+  // 2^63 − 1024 and −2^63 are seeds of their own, not 0's.
   assert.notDeepEqual(runs[6], runs[10]);
   assert.notDeepEqual(runs[8], runs[10]);
 });

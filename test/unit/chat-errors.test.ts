@@ -253,7 +253,7 @@ test("tokenizer and completions routes name their own fields", async () => {
   assert.equal(batch.json().error.code, "context_length_exceeded");
 });
 
-test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe integers); past int64 or a fraction is a 400", async () => {
+test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe integers); past int64, as written, or a fraction is a 400", async () => {
   const seedSeen = () => s.engine.prepared.at(-1)!.sampling.seed;
   const json = { "content-type": "application/json" };
   for (const [url, body] of [
@@ -271,6 +271,19 @@ test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe 
     const low = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed("-9223372036854775808") });
     assert.equal(low.statusCode, 200, `${url}: ${low.body}`);
     assert.ok(Object.is(seedSeen(), samplerSeed(-(2 ** 63))) && !Object.is(seedSeen(), -0), "-2^63 is a seed of its own, not -0");
+    // int64's largest arrives as the double 2^63, as 2^63 itself does: the number as written tells them apart.
+    for (const top of ["9223372036854775807", "9.223372036854775807e18", "9223372036854775807.0", "-9223372036854776000", "-9.223372036854776e18"]) {
+      const r = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed(top) });
+      assert.equal(r.statusCode, 200, `${url} seed ${top}: ${r.body}`);
+      assert.equal(seedSeen(), samplerSeed(top.startsWith("-") ? -(2 ** 63) : 2 ** 63));
+    }
+    for (const past of ["9223372036854775808", "9223372036854776000", "-9223372036854775809", "9223372036854775807.5", "18446744073709551616", "1e400"]) {
+      const r = await s.app.inject({ method: "POST", url, headers: json, payload: withSeed(past) });
+      assert.equal(r.statusCode, 400, `${url} seed ${past}: ${r.body}`);
+      assert.equal(r.json().error.param, "seed");
+      assert.equal(r.json().error.code, "invalid_value");
+      assert.ok(r.json().error.message.includes(past), r.body);
+    }
     const odd = await s.app.inject({ method: "POST", url, payload: { ...body, seed: 2 ** 53 + 2 } });
     assert.equal(odd.statusCode, 200, `${url}: ${odd.body}`);
     assert.equal(seedSeen(), samplerSeed(2 ** 53 + 2));

@@ -41,7 +41,8 @@ export function logitBiasSchema() {
  * A seed as OpenAI defines it: any 64-bit integer. The body is read with JSON.parse, so a seed past
  * 2^53 arrives as the nearest double, which is still an integer; zod's int() refuses those as
  * unsafe, and a client drawing 63-bit seeds had a valid request refused. int64's bounds are taken as
- * doubles (2^63 stands for int64's largest value, which JSON.parse rounds up to it).
+ * doubles (2^63 stands for int64's largest value, which JSON.parse rounds up to it); a number written
+ * past int64 that rounds to ±2^63 is refused as the body is parsed (http/seed-literal.ts).
  */
 export function seedSchema() {
   return z
