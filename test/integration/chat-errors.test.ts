@@ -22,8 +22,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["tool message without a matching call", { ...ok, messages: [{ role: "tool", content: "r", tool_call_id: "call_1" }] }, 400, "messages[0].tool_call_id"],
   // Tool-call arguments that are not JSON are accepted (kept as their text): chat-tools.test.ts.
   ["logit_bias token outside the vocabulary", { ...ok, logit_bias: { "999999": 5 } }, 400, "logit_bias"],
-  ["reasoning control on a model without a thinking section", { ...ok, reasoning_effort: "high" }, 400, "reasoning_effort"],
-  ["reasoning object on a model without a thinking section", { ...ok, reasoning: { budget_tokens: 5 } }, 400, "reasoning"],
+  ["reasoning control on a model without a thinking section", { ...ok, reasoning_effort: "high" }, 400, "reasoning_effort", "unsupported_parameter"],
+  ["reasoning object on a model without a thinking section", { ...ok, reasoning: { budget_tokens: 5 } }, 400, "reasoning", "unsupported_parameter"],
   ["prompt longer than the context", { ...ok, messages: [{ role: "user", content: "word ".repeat(400) }] }, 400, "messages", "context_length_exceeded"],
   ["one message that could never fit by itself", { ...ok, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "x".repeat(60_000) }] }, 400, "messages[1].content", "context_length_exceeded"],
   ["max_tokens that cannot fit", { ...ok, max_tokens: 250 }, 400, "max_tokens", "context_length_exceeded"],

@@ -1250,3 +1250,10 @@ test("a reasoning summary on a model that does not reason is refused naming the 
     await plain.app.close();
   }
 });
+
+test("an input image's unknown detail is a 400 naming it, code invalid_value (OpenAI's for a value outside an enum)", async () => {
+  const r = await post({ model: "m", input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png", detail: "ultra" }] }] });
+  assert.equal(r.statusCode, 400, r.body);
+  assert.equal(r.json().error.param, "input[0].content[0].detail", r.body);
+  assert.equal(r.json().error.code, "invalid_value", r.body);
+});

@@ -326,6 +326,7 @@ function textOf(part: { type: string; text?: unknown }, i: number, j: number): s
         ? `messages[${i}].content[${j}].text is required: a text part carries its text as a string.`
         : `messages[${i}].content[${j}].text must be a string.`,
       `messages[${i}].content[${j}].text`,
+      part.text === undefined ? "missing_required_parameter" : "invalid_type",
     );
   const breakpoint = (part as { prompt_cache_breakpoint?: unknown }).prompt_cache_breakpoint;
   if (part.type === "text" && breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
@@ -359,6 +360,6 @@ function imagePart(part: Record<string, unknown>, at: string): ContentPart {
   for (const key of Object.keys(image)) if (key !== "url" && key !== "detail") throw unsupportedField(`${at}.image_url.${key}`, "is not a field of image_url");
   if (typeof image.url !== "string" || image.url === "") throw badRequest(`${at}.image_url.url must be a non-empty string (an https: or data: URL).`, `${at}.image_url.url`);
   if (image.detail !== undefined && !DETAILS.includes(image.detail as string))
-    throw badRequest(`${at}.image_url.detail must be one of ${DETAILS.join(", ")}.`, `${at}.image_url.detail`);
+    throw badRequest(`${at}.image_url.detail must be one of ${DETAILS.join(", ")}.`, `${at}.image_url.detail`, "invalid_value");
   return { type: "image", url: image.url, ...(image.detail !== undefined ? { detail: image.detail as "auto" | "low" | "high" } : {}) };
 }

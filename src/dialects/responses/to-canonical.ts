@@ -497,7 +497,7 @@ function inputImage(part: Record<string, unknown>, at: string): ContentPart {
   if (part.file_id != null) throw unsupportedField(`${at}.file_id`, "needs a Files API, which this server does not have; send image_url");
   if (typeof part.image_url !== "string" || part.image_url === "")
     throw badRequest(`${at}.image_url must be a non-empty string (an https: or data: URL).`, `${at}.image_url`);
-  if (part.detail != null && !DETAILS.includes(part.detail as string)) throw badRequest(`${at}.detail must be one of ${DETAILS.join(", ")}.`, `${at}.detail`);
+  if (part.detail != null && !DETAILS.includes(part.detail as string)) throw badRequest(`${at}.detail must be one of ${DETAILS.join(", ")}.`, `${at}.detail`, "invalid_value");
   return { type: "image", url: part.image_url, ...(part.detail != null ? { detail: part.detail as "auto" | "low" | "high" } : {}) };
 }
 

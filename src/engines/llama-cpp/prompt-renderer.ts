@@ -522,6 +522,8 @@ export class PromptRenderer {
         throw invalidField(
           `The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`,
           "reasoning",
+          // OpenAI's code for a reasoning field sent to a model that does not reason.
+          "unsupported_parameter",
         );
       return undefined;
     }

@@ -255,7 +255,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
     // A Plinth upstream said the model does not think: refused here in the words a local model uses,
     // not passed up to come back as the upstream's refusal.
     if (this.info.reasoning === false && request.reasoning !== undefined && request.prompt.kind === "chat")
-      throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning");
+      throw invalidField(`The model '${this.id}' has no thinking section in its chat template, so reasoning cannot be controlled.`, "reasoning", "unsupported_parameter");
     // Checked now so that a schema or pattern a local model refuses as wrong (or too large) is the
     // same 400 before anything is sent (see schema-check.ts).
     await refuseInvalidSchemas(request, this.info.flavor === "llama-server", options.signal);
