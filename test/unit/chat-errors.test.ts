@@ -43,6 +43,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
     "unsupported_content",
   ],
   ["image part with an unknown detail", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png", detail: "ultra" } }] }] }, 400, "messages[0].content[0].image_url.detail", "invalid_value"],
+  ["a service tier that is none of OpenAI's", { ...ok, service_tier: "gold" }, 400, "service_tier", "invalid_value"],
+  ["one of OpenAI's service tiers this server does not offer", { ...ok, service_tier: "flex" }, 400, "service_tier", "unsupported_parameter"],
   ["text part without its text", { ...ok, messages: [{ role: "user", content: [{ type: "text" }] }] }, 400, "messages[0].content[0].text", "missing_required_parameter"],
   ["text part whose text is not a string", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: 5 }] }] }, 400, "messages[0].content[0].text", "invalid_type"],
   ["a cache breakpoint of another mode on a text part", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", prompt_cache_breakpoint: { mode: "implicit" } }] }] }, 400, "messages[0].content[0].prompt_cache_breakpoint"],

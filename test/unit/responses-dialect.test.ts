@@ -1257,3 +1257,12 @@ test("an input image's unknown detail is a 400 naming it, code invalid_value (Op
   assert.equal(r.json().error.param, "input[0].content[0].detail", r.body);
   assert.equal(r.json().error.code, "invalid_value", r.body);
 });
+
+test("a refused service_tier carries a code: invalid_value for no tier of OpenAI's, unsupported_parameter for one not offered here", async () => {
+  for (const [tier, code] of [["gold", "invalid_value"], ["priority", "unsupported_parameter"]]) {
+    const r = await post({ model: "m", input: "hi", service_tier: tier });
+    assert.equal(r.statusCode, 400, r.body);
+    assert.equal(r.json().error.param, "service_tier", r.body);
+    assert.equal(r.json().error.code, code, r.body);
+  }
+});

@@ -3,7 +3,7 @@ import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, FreeTextInput, GenerationRequest, Message, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protocol.ts";
 import { promptCacheBreakpoint } from "./chat-protocol.ts";
-import { refuseServiceFields, refuseVerbosity } from "./service-fields.ts";
+import { refuseServiceFields, refuseVerbosity, serviceTierCode } from "./service-fields.ts";
 import { budgetOrNone, foreignFields } from "./foreign-fields.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
@@ -257,7 +257,7 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
   if (body.modalities && body.modalities.some((m) => m !== "text"))
     throw unsupportedField("modalities", "only text output is supported");
   if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
-    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
+    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier", serviceTierCode(body.service_tier));
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
   if (body.stream_options?.continuous_usage_stats)

@@ -12,7 +12,7 @@ const CHAT_ONLY = ["response_format", "guided_json", "guided_regex", "guided_cho
 export function completionToCanonical(body: CompletionRequest): { batch: GenerationRequest[]; namespace?: string } {
   const n = body.n ?? 1;
   if (body.best_of != null && body.best_of !== n)
-    throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of");
+    throw badRequest("best_of is not supported (it was removed from vLLM too); it may only equal n.", "best_of", "unsupported_parameter");
   // As OpenAI: best_of's candidates are chosen from once all are done, so they cannot be streamed.
   if (body.best_of != null && body.best_of > 1 && body.stream)
     throw badRequest("best_of cannot be streamed; send stream: false, or n instead of best_of.", "best_of");

@@ -38,3 +38,12 @@ export function refuseVerbosity(value: unknown, field: string): void {
   const shown = typeof value === "string" ? `'${value}'` : JSON.stringify(value);
   throw unsupportedField(field, `cannot be ${shown}: answers here have the model's own length; only 'medium' (the default) is offered`);
 }
+
+/**
+ * The code of a refused `service_tier`: one of OpenAI's own tiers (flex, scale, priority) is a value
+ * this server does not offer, as `verbosity: "low"` is (`unsupported_parameter`); any other is no
+ * tier at all (`invalid_value`, OpenAI's code for a value outside its choices).
+ */
+export function serviceTierCode(tier: string): string {
+  return ["flex", "scale", "priority"].includes(tier) ? "unsupported_parameter" : "invalid_value";
+}

@@ -5,7 +5,7 @@ import type { ContentPart, GenerationRequest, Message, ToolCall, ToolChoice, Too
 import { enableThinking } from "../openai/chat-to-canonical.ts";
 import { foreignFields } from "../openai/foreign-fields.ts";
 import { isolationKey, normaliseStop } from "../openai/sampling-fields.ts";
-import { refuseServiceFields, refuseVerbosity } from "../openai/service-fields.ts";
+import { refuseServiceFields, refuseVerbosity, serviceTierCode } from "../openai/service-fields.ts";
 import { type RequestedFormat, structuredFormat } from "../openai/structured-fields.ts";
 import { type CreateResponseRequest, INCLUDABLE, type InputItem } from "./protocol.ts";
 
@@ -166,7 +166,7 @@ export function refuseUnsupported(body: CreateResponseRequest): void {
   if (body.top_logprobs && !body.include?.includes("message.output_text.logprobs"))
     throw badRequest("top_logprobs needs include: [\"message.output_text.logprobs\"].", "top_logprobs");
   if (body.service_tier != null && !["auto", "default"].includes(body.service_tier))
-    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier");
+    throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier", serviceTierCode(body.service_tier));
   for (const inc of body.include ?? []) {
     if (!INCLUDABLE.includes(inc)) throw unsupportedField("include", `'${inc}' cannot be included by this server (it offers ${INCLUDABLE.join(" and ")})`);
   }

@@ -210,7 +210,7 @@ export class PromptRenderer {
       // Prefix-suffix-middle order, as llama.cpp's own infill endpoint builds it.
       const { prefix, suffix, middle } = this.model.tokens.infill;
       if (prefix == null || suffix == null || middle == null)
-        throw invalidField("This model has no fill-in-the-middle tokens, so '{field}' cannot be used.", "prompt.suffix");
+        throw invalidField("This model has no fill-in-the-middle tokens, so '{field}' cannot be used.", "prompt.suffix", "unsupported_parameter");
       const tokens = [...bos, prefix, ...this.model.tokenize(prompt.prefix, false), suffix, ...this.model.tokenize(prompt.suffix, false), middle];
       return { tokens, stopTokens: new Set(), formatStops: [] };
     }

@@ -869,7 +869,7 @@ export class RemoteEngine implements Engine<RemotePrepared> {
   async tokenize(prompt: PromptInput, addSpecial: boolean, extras?: PromptExtras, responseHeaders?: Record<string, string>): Promise<number[]> {
     const served = nameServer(responseHeaders);
     if (prompt.kind === "tokens") return prompt.tokens;
-    if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix");
+    if (prompt.kind === "infill") throw invalidField("{field} (fill-in-the-middle) is not supported by remote upstreams.", "prompt.suffix", "unsupported_parameter");
     if (this.llamaServer) {
       // A chat prompt's special tokens are the template's to place (the dialects pass false for
       // it): llama-server renders it by /apply-template and tokenizes that text with its special
