@@ -10,7 +10,7 @@ import { newId } from "./ids.ts";
 import { PartTracker } from "./part-tracker.ts";
 import type { ModelRegistry } from "./registry.ts";
 import { AnswerFilter } from "./answer-filter.ts";
-import type { FinishReason, GenerationEvent, GenerationRequest, PromptInput, TokenLogprob, Usage } from "./types.ts";
+import type { FinishReason, GenerationEvent, GenerationRequest, PromptInput, RunningUsage, TokenLogprob, Usage } from "./types.ts";
 
 export interface StartedGeneration {
   /** Prompt tokens per request of the batch. */
@@ -514,8 +514,18 @@ class BatchRun {
     this.started = true;
     this.onStarted();
     const counts: ChoiceCounts = { completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
+    // vLLM's continuous usage stats: each event of the choice carries its counts when it was sent
+    // (a text the stop-string check held back counts the tokens generated meanwhile too). Off, as
+    // nearly always, events go out as they are, nothing added per token.
+    const request = Math.floor(choice / req.n);
+    const emit: (ev: GenerationEvent) => void = req.runningUsage
+      ? (ev) => {
+          (ev as { running?: RunningUsage }).running = { promptTokens: this.reportedPrompt.get(request) ?? prep.promptTokens, completionTokens: counts.completionTokens };
+          this.emit(ev);
+        }
+      : (ev) => this.emit(ev);
     try {
-      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], (ev) => this.emit(ev), prep.formatEndings);
+      const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], emit, prep.formatEndings);
       const sampling = { ...req.sampling, seed: choiceSeed(req.sampling.seed, seedOffset) };
       let reason: FinishReason = "stop";
       let turnEnded = false;
@@ -558,15 +568,15 @@ class BatchRun {
             if (chunk.promptTokens !== undefined && seedOffset === 0) this.reportedPrompt.set(Math.floor(choice / req.n), chunk.promptTokens);
             continue;
           case "prompt":
-            this.emit({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+            emit({ type: "prompt", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
             continue;
           case "tool-call":
-            this.emit({ type: "tool-call", choice, index: chunk.index, id: chunk.id ?? newId("call_"), name: chunk.name });
+            emit({ type: "tool-call", choice, index: chunk.index, id: chunk.id ?? newId("call_"), name: chunk.name });
             continue;
           case "tool-call-arguments":
             counts.completionTokens += chunk.tokens;
             this.generatedTokens += chunk.tokens;
-            if (chunk.text) this.emit({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
+            if (chunk.text) emit({ type: "tool-call-arguments", choice, index: chunk.index, text: chunk.text });
             continue;
           case "text":
             counts.completionTokens += chunk.tokens;
@@ -574,7 +584,7 @@ class BatchRun {
             if (chunk.channel === "reasoning") {
               this.reasoningTokens += chunk.tokens;
               // Thinking is reported as it comes: stop strings apply to the answer only.
-              if (chunk.text || chunk.logprobs) this.emit({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
+              if (chunk.text || chunk.logprobs) emit({ type: "reasoning", choice, text: chunk.text, ...withLogprobs(chunk.logprobs) });
               continue;
             }
             if (!answer.push(chunk.text, chunk.logprobs)) continue;
@@ -585,7 +595,7 @@ class BatchRun {
       }
       answer.finish(turnEnded);
       signal.throwIfAborted();
-      this.emit({ type: "finish", choice, reason });
+      emit({ type: "finish", choice, reason });
       return counts;
     } finally {
       release();

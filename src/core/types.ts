@@ -152,6 +152,20 @@ export interface GenerationRequest {
    * prompt tokens' log probabilities (the first token has none).
    */
   echo?: boolean;
+  /**
+   * Every event of a choice's answer carries `running`: the choice's token counts when it was sent
+   * (vLLM's `stream_options.continuous_usage_stats`). Off, events carry nothing more.
+   */
+  runningUsage?: boolean;
+}
+
+/**
+ * A choice's counts when one of its events was sent (see `GenerationRequest.runningUsage`): its
+ * request's prompt and the tokens the choice has generated so far, the event's own included.
+ */
+export interface RunningUsage {
+  promptTokens: number;
+  completionTokens: number;
 }
 
 /** One token's log probability, and the most likely alternatives at its position. */
@@ -203,16 +217,16 @@ export type GenerationEvent =
       /** The token budget ran out inside this part (a call cut short has unusable arguments). */
       incomplete?: boolean;
     }
-  | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
   /** A tool call begins: its position among this choice's calls, a fresh id and the function name. */
-  | { type: "tool-call"; choice: number; index: number; id: string; name: string }
+  | { type: "tool-call"; choice: number; index: number; id: string; name: string; running?: RunningUsage }
   /** More of a tool call's arguments (JSON text; the pieces concatenate to the whole object). */
-  | { type: "tool-call-arguments"; choice: number; index: number; text: string }
+  | { type: "tool-call-arguments"; choice: number; index: number; text: string; running?: RunningUsage }
   /** Thinking, kept apart from the answer. */
-  | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[] }
+  | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
   /** The prompt itself, for echo; sent before the choice's first text. */
-  | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[] }
-  | { type: "finish"; choice: number; reason: FinishReason }
+  | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
+  | { type: "finish"; choice: number; reason: FinishReason; running?: RunningUsage }
   | { type: "usage"; usage: Usage };
 
 export interface ModelDescription {

@@ -151,6 +151,32 @@ test("OpenRouter's usage.include streams the usage chunk as include_usage does, 
   }
 });
 
+test("vLLM's continuous_usage_stats: every chunk carries its choice's usage, one more completion token per generated token; the usage chunk still ends the stream", async () => {
+  // logprobs list each chunk's tokens, so each step of completion_tokens can be checked against them.
+  const body = { model: s.model, messages: user("Tell me a story é 世界"), max_tokens: 12, n: 2, logprobs: true, logit_bias: NO_EOG, stream: true };
+  const { chunks } = await streamedChunks(`${s.url}/v1/chat/completions`, { ...body, stream_options: { include_usage: true, continuous_usage_stats: true } });
+  const final = chunks.at(-1)!;
+  assert.deepEqual(final.choices, []);
+  assert.equal(final.usage.completion_tokens, 24);
+  for (const index of [0, 1]) {
+    const mine = chunks.slice(0, -1).filter((c) => c.choices[0].index === index);
+    assert.equal(mine[0].choices[0].delta.role, "assistant");
+    assert.deepEqual(mine[0].usage, { prompt_tokens: final.usage.prompt_tokens, completion_tokens: 0, total_tokens: final.usage.prompt_tokens });
+    let before = 0;
+    for (const c of mine.slice(1)) {
+      assert.equal(c.usage.prompt_tokens, final.usage.prompt_tokens, JSON.stringify(c));
+      assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+      assert.equal(c.usage.completion_tokens - before, c.choices[0].logprobs?.content.length ?? 0, JSON.stringify(c));
+      before = c.usage.completion_tokens;
+    }
+    assert.equal(mine.at(-1)!.choices[0].finish_reason, "length");
+    assert.equal(before, 12, `choice ${index}`);
+  }
+  // As vLLM: without include_usage the option has no effect (no usage anywhere).
+  const alone = await streamedChunks(`${s.url}/v1/chat/completions`, { ...body, n: 1, stream_options: { continuous_usage_stats: true } });
+  assert.ok(alone.chunks.every((c) => !("usage" in c)));
+});
+
 test("stream_options.include_obfuscation pads every chunk (the usage chunk too) to a multiple of 32 bytes; without it nothing is added", async () => {
   const body = { model: s.model, messages: user("Say something long é"), max_tokens: 8, logit_bias: NO_EOG, stream: true, stream_options: { include_usage: true, include_obfuscation: true } };
   const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, body);

@@ -276,6 +276,34 @@ test("streaming: text_completion chunks, [DONE], text equal to the non-streamed 
   assert.equal(usage!.completion_tokens, whole.usage!.completion_tokens);
 });
 
+test("vLLM's continuous_usage_stats: each chunk carries its choice's own prompt and completion tokens so far, one more per token; the usage chunk sums them", async () => {
+  const body = { model: "tiny", prompt: ["A long road", "Once"], n: 2, max_tokens: 10, logprobs: 0, logit_bias: NO_EOG, stream: true };
+  const { chunks } = await streamedChunks(`${s.url}/v1/completions`, { ...body, stream_options: { include_usage: true, continuous_usage_stats: true } });
+  const final = chunks.at(-1)!;
+  assert.deepEqual(final.choices, []);
+  assert.equal(final.usage.completion_tokens, 40);
+  const prompts: number[] = [];
+  for (const index of [0, 1, 2, 3]) {
+    const mine = chunks.slice(0, -1).filter((c) => c.choices[0].index === index);
+    let before = 0;
+    for (const c of mine) {
+      assert.equal(c.usage.prompt_tokens, mine[0].usage.prompt_tokens, JSON.stringify(c));
+      assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+      assert.equal(c.usage.completion_tokens - before, c.choices[0].logprobs?.tokens.length ?? 0, JSON.stringify(c));
+      before = c.usage.completion_tokens;
+    }
+    assert.equal(mine.at(-1)!.choices[0].finish_reason, "length");
+    assert.equal(before, 10);
+    prompts.push(mine[0].usage.prompt_tokens);
+  }
+  assert.equal(prompts[0], prompts[1]);
+  assert.equal(prompts[2], prompts[3]);
+  assert.equal(final.usage.prompt_tokens, prompts[0] + prompts[2]);
+  // As vLLM: without include_usage the option has no effect.
+  const alone = await streamedChunks(`${s.url}/v1/completions`, { ...body, stream_options: { continuous_usage_stats: true } });
+  assert.ok(alone.chunks.every((c) => !("usage" in c)));
+});
+
 test("stop strings apply to completions too", async () => {
   const free = await complete({ prompt: "Write", max_tokens: 30, temperature: 0, logit_bias: NO_EOG });
   const text = free.choices[0].text;
@@ -298,8 +326,7 @@ const invalid: Array<[string, Record<string, unknown>, string, string?]> = [
   ["prompt longer than the context", { prompt: "word ".repeat(700) }, "prompt", "context_length_exceeded"],
   ["max_tokens that cannot fit", { prompt: "x", max_tokens: 600 }, "max_tokens", "context_length_exceeded"],
   ["stream_options without stream", { prompt: "x", stream_options: { include_usage: true } }, "stream_options"],
-  // Usage on every chunk is not sent, on chat nor here.
-  ["vLLM's continuous usage stats", { prompt: "x", stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }, "stream_options.continuous_usage_stats"],
+  ["vLLM's continuous usage stats without stream", { prompt: "x", stream_options: { include_usage: true, continuous_usage_stats: true } }, "stream_options"],
 ];
 for (const [name, body, param, code] of invalid) {
   test(`completions: ${name} → 400 naming ${param}`, async () => {

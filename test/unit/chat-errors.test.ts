@@ -69,6 +69,9 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["too many stop strings", { ...ok, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, 400, "stop"],
   ["max_tokens and max_completion_tokens that disagree", { ...ok, max_tokens: 5, max_completion_tokens: 2 }, 400, "max_tokens"],
   ["stream_options without stream", { ...ok, stream_options: { include_usage: true } }, 400, "stream_options"],
+  // vLLM's continuous usage stats are streamed usage: not without a stream, as every stream_options.
+  ["continuous_usage_stats without stream", { ...ok, stream_options: { include_usage: true, continuous_usage_stats: true } }, 400, "stream_options"],
+  ["continuous_usage_stats that is not a boolean", { ...ok, stream: true, stream_options: { include_usage: true, continuous_usage_stats: "yes" } }, 400, "stream_options.continuous_usage_stats"],
   ["tools that are not a list", { ...ok, tools: { type: "function" } }, 400, "tools"],
   ["response_format json_schema without its schema object", { ...ok, response_format: { type: "json_schema" } }, 400, "response_format.json_schema"],
   ["response_format of an unknown type", { ...ok, response_format: { type: "yaml" } }, 400, "response_format.type"],

@@ -153,6 +153,79 @@ test("chat SSE: role first, deltas, finish, usage on request, [DONE]; streamed e
   await app.close();
 });
 
+test("runningUsage: each event of a choice carries its prompt and the tokens generated so far; off, events carry nothing", async () => {
+  const { service, app } = await scriptedApp({ script: () => answerWithEverything });
+  const counted = await drain((await service.start(ctx, request({ runningUsage: true }), new AbortController().signal)).events);
+  const prompt = (counted.at(-1) as Extract<GenerationEvent, { type: "usage" }>).usage.promptTokens;
+  const running = counted.filter((e) => "running" in e).map((e) => [e.type, (e as { running: { promptTokens: number; completionTokens: number } }).running.completionTokens]);
+  assert.deepEqual(running, [["reasoning", 2], ["text", 3], ["tool-call", 3], ["tool-call-arguments", 4], ["tool-call", 4], ["tool-call-arguments", 7], ["finish", 7]]);
+  assert.ok(counted.every((e) => !("running" in e) || (e as { running: { promptTokens: number } }).running.promptTokens === prompt));
+  // The hot path when off (nearly every request): no event gets the field.
+  const plain = await drain((await service.start(ctx, request(), new AbortController().signal)).events);
+  assert.ok(plain.every((e) => !("running" in e)), JSON.stringify(plain));
+  await app.close();
+});
+
+test("continuous_usage_stats (vLLM): with include_usage every chat chunk carries its choice's usage so far, the final usage chunk still comes; without include_usage nothing", async () => {
+  const { app } = await scriptedApp({ script: () => answerWithEverything });
+  const payload = { model: "scripted", messages: [{ role: "user", content: "hi" }], n: 2, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
+  const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload });
+  assert.equal(r.statusCode, 200, r.body);
+  const data = (sseData(r.body) as any[]).slice(0, -1);
+  const final = data.at(-1);
+  assert.deepEqual(final.choices, []);
+  assert.equal(final.usage.completion_tokens, 14);
+  const prompt = final.usage.prompt_tokens;
+  // Per choice, as vLLM counts with n > 1: the request's prompt, that choice's completion tokens.
+  for (const index of [0, 1]) {
+    const mine = data.slice(0, -1).filter((c) => c.choices[0].index === index);
+    assert.deepEqual(mine.map((c) => c.usage.completion_tokens), [0, 2, 3, 3, 4, 4, 7, 7], `choice ${index}`);
+    for (const c of mine) assert.deepEqual(c.usage, { prompt_tokens: prompt, completion_tokens: c.usage.completion_tokens, total_tokens: prompt + c.usage.completion_tokens });
+    assert.equal(mine.at(-1).choices[0].finish_reason, "tool_calls");
+  }
+  // As in vLLM, continuous stats ride on include_usage: alone they change nothing.
+  for (const stream_options of [{ continuous_usage_stats: true }, { include_usage: false, continuous_usage_stats: true }]) {
+    const off = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...payload, stream_options } });
+    assert.equal(off.statusCode, 200, off.body);
+    assert.ok((sseData(off.body) as any[]).slice(0, -1).every((c) => !("usage" in c)), off.body);
+  }
+  // continuous_usage_stats: false is include_usage alone: usage null until the usage chunk.
+  const plain = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...payload, stream_options: { include_usage: true, continuous_usage_stats: false } } });
+  assert.ok((sseData(plain.body) as any[]).slice(0, -2).every((c) => c.usage === null), plain.body);
+  await app.close();
+});
+
+test("continuous_usage_stats on completions: each choice's chunks carry its own prompt's tokens and its completion tokens so far", async () => {
+  const { app } = await scriptedApp({
+    script: (req) => [
+      ...(req.echo ? [{ kind: "prompt", text: (req.prompt as { text: string }).text } as EngineChunk] : []),
+      { kind: "text", text: "x", tokens: 1 },
+      { kind: "text", text: "yz", tokens: 2 },
+      { kind: "end", reason: "length" },
+    ],
+  });
+  const payload = { model: "scripted", prompt: ["ab", "cdef"], n: 2, echo: true, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
+  const r = await app.inject({ method: "POST", url: "/v1/completions", payload });
+  assert.equal(r.statusCode, 200, r.body);
+  const data = (sseData(r.body) as any[]).slice(0, -1);
+  const final = data.at(-1);
+  assert.deepEqual(final.choices, []);
+  assert.equal(final.usage.completion_tokens, 12);
+  const prompts: number[] = [];
+  for (const index of [0, 1, 2, 3]) {
+    const mine = data.slice(0, -1).filter((c) => c.choices[0].index === index);
+    // The echoed prompt (nothing generated yet), the two texts, the finish.
+    assert.deepEqual(mine.map((c) => c.usage.completion_tokens), [0, 1, 3, 3], `choice ${index}`);
+    assert.ok(mine.every((c) => c.usage.prompt_tokens === mine[0].usage.prompt_tokens && c.usage.total_tokens === c.usage.prompt_tokens + c.usage.completion_tokens));
+    prompts.push(mine[0].usage.prompt_tokens);
+  }
+  assert.equal(prompts[0], prompts[1]);
+  assert.equal(prompts[2], prompts[3]);
+  assert.equal(prompts[2] - prompts[0], 2, "each choice counts its own prompt");
+  assert.equal(final.usage.prompt_tokens, prompts[0] + prompts[2]);
+  await app.close();
+});
+
 test("an engine failure after the stream began is a final event in the error envelope, then the stream ends", async () => {
   const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "par", tokens: 1 }, new Error("engine broke")] });
   const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { model: "scripted", messages: [{ role: "user", content: "hi" }], stream: true } });

@@ -5,6 +5,7 @@ import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protoc
 import { promptCacheBreakpoint } from "./chat-protocol.ts";
 import { refuseServiceFields, refuseVerbosity, serviceTierCode } from "./service-fields.ts";
 import { budgetOrNone, foreignFields } from "./foreign-fields.ts";
+import { streamUsage } from "./stream-usage.ts";
 import { type RequestedFormat, structuredFormat } from "./structured-fields.ts";
 import { refuseUnansweredToolCalls } from "./tool-answers.ts";
 import { isolationKey, normaliseStop, OPENAI_SAMPLING_DEFAULTS, type SamplingDefaults, toSamplingParams } from "./sampling-fields.ts";
@@ -57,6 +58,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     stop: normaliseStop(body.stop),
     n: body.n ?? 1,
     wholeAnswer: body.stream !== true,
+    ...(streamUsage(body).continuous ? { runningUsage: true } : {}),
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,
@@ -260,8 +262,6 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
     throw badRequest(`service_tier '${body.service_tier}' is not offered; use 'auto' or 'default'.`, "service_tier", serviceTierCode(body.service_tier));
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
-  if (body.stream_options?.continuous_usage_stats)
-    throw unsupportedField("stream_options.continuous_usage_stats");
   refuseServiceFields(body);
 }
 

@@ -1,5 +1,5 @@
 import { collectGeneration } from "../../core/collect.ts";
-import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "../../core/types.ts";
+import type { FinishReason, GenerationEvent, RunningUsage, TokenLogprob, Usage } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { JsonStringStream } from "../../core/json-string-stream.ts";
 import { logprobTokenName, nullableBytes } from "../../core/logprob-token.ts";
@@ -83,6 +83,16 @@ export interface StreamShape {
   usageOnFinishChunk?: boolean;
   /** Reshapes each chunk before it is sent. */
   chunkToWire?: (chunk: Record<string, unknown>) => unknown;
+  /**
+   * vLLM's continuous usage stats, with the prompt's tokens: every chunk of a choice carries its usage
+   * so far (the events' `running` counts; the role chunk, before any, the prompt alone).
+   */
+  runningPrompt?: number;
+}
+
+/** A chunk's usage under vLLM's continuous usage stats: the choice's prompt and completion tokens so far. */
+export function runningUsageToWire(u: RunningUsage) {
+  return { prompt_tokens: u.promptTokens, completion_tokens: u.completionTokens, total_tokens: u.promptTokens + u.completionTokens };
 }
 
 /**
@@ -100,7 +110,7 @@ export async function streamChatCompletion(
   const send = (c: Record<string, unknown>) => sse.data(shape.chunkToWire ? shape.chunkToWire(c) : c);
   /** usageOnFinishChunk: the last finish chunk, held back until the usage it will carry is known. */
   let held: Record<string, unknown> | undefined;
-  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
+  const chunk = (choices: unknown[], extra?: Record<string, unknown>) => ({
     id: meta.id,
     object: "chat.completion.chunk",
     created: meta.created,
@@ -131,37 +141,40 @@ export async function streamChatCompletion(
   const answered = new Array<boolean>(meta.n).fill(false);
   /** Custom tool calls by choice and index: their input text decoded as it arrives. */
   const customInputs = new Map<string, JsonStringStream>();
-  for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: null, refusal: null })]));
+  // vLLM's continuous usage stats: a choice's chunks carry its usage so far (nothing when off).
+  const roleUsage = shape.runningPrompt === undefined ? undefined : { usage: runningUsageToWire({ promptTokens: shape.runningPrompt, completionTokens: 0 }) };
+  const at = (ev: { running?: RunningUsage }) => (ev.running ? { usage: runningUsageToWire(ev.running) } : undefined);
+  for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: null, refusal: null })], roleUsage));
   for await (const ev of events) {
     if (sse.closed) return;
     if (ev.type === "text") {
       if (ev.text !== "") answered[ev.choice] = true;
-      await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))]));
+      await send(chunk([delta(ev.choice, { content: ev.text }, null, chunkLogprobs(ev.logprobs, "content"))], at(ev)));
     } else if (ev.type === "tool-call") {
       answered[ev.choice] = true;
       if (meta.customTools?.has(ev.name)) {
         // A custom tool's input streams as its raw text, decoded from the JSON string it travels in.
         customInputs.set(`${ev.choice}:${ev.index}`, new JsonStringStream());
-        await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "custom", custom: { name: ev.name, input: "" } }] })]));
+        await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "custom", custom: { name: ev.name, input: "" } }] })], at(ev)));
       } else {
         await send(
-          chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })]),
+          chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, id: ev.id, type: "function", function: { name: ev.name, arguments: "" } }] })], at(ev)),
         );
       }
     } else if (ev.type === "tool-call-arguments") {
       const input = customInputs.get(`${ev.choice}:${ev.index}`);
       if (input) {
         const text = input.push(ev.text);
-        if (text) await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, custom: { input: text } }] })]));
-      } else await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })]));
+        if (text) await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, custom: { input: text } }] })], at(ev)));
+      } else await send(chunk([delta(ev.choice, { tool_calls: [{ index: ev.index, function: { arguments: ev.text } }] })], at(ev)));
     } else if (ev.type === "reasoning") {
       await send(
-        chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))]),
+        chunk([delta(ev.choice, { reasoning_content: ev.text, reasoning: ev.text }, null, chunkLogprobs(ev.logprobs, "reasoning_content"))], at(ev)),
       );
     } else if (ev.type === "finish") {
       // An answer with neither text nor calls (an immediate stop, thinking only) is "" when not
       // streamed: its last delta says so, and an accumulated message is "" too, not null.
-      const last = chunk([delta(ev.choice, answered[ev.choice] ? {} : { content: "" }, ev.reason)]);
+      const last = chunk([delta(ev.choice, answered[ev.choice] ? {} : { content: "" }, ev.reason)], at(ev));
       if (shape.usageOnFinishChunk) {
         if (held) await send(held);
         held = last;

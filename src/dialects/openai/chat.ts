@@ -12,6 +12,7 @@ import { openAIErrorEvent } from "./errors.ts";
 import { pingIntervalMs, refuseInlineReasoning } from "./foreign-fields.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
 import { chatFieldNames } from "./field-names.ts";
+import { streamUsage } from "./stream-usage.ts";
 import { storeNamespace } from "../../core/context.ts";
 import { type ChatStorage, storeChatCompletion } from "./stored-chat.ts";
 
@@ -66,8 +67,10 @@ export async function chatCompletion(
   const other = await codec.respond?.({ body, env, meta, events, names, spent: started.spent });
   if (other) return other;
   if (!body.stream) return { kind: "json", body: await render(events) };
-  const includeUsage = codec.streamUsage === "always" || body.stream_options?.include_usage === true || body.usage?.include === true;
-  const shape = { usageOnFinishChunk: codec.usageOnFinishChunk, chunkToWire: codec.chunkToWire };
+  const usage = streamUsage(body);
+  const includeUsage = codec.streamUsage === "always" || usage.final;
+  // vLLM's continuous usage stats: the role chunks, sent before any event, carry the prompt alone.
+  const shape = { usageOnFinishChunk: codec.usageOnFinishChunk, chunkToWire: codec.chunkToWire, ...(usage.continuous ? { runningPrompt: started.promptTokens[0] } : {}) };
   const streamError = codec.streamError;
   const streamed: RouteResult = {
     kind: "sse",

@@ -3,6 +3,7 @@ import type { GenerationRequest, PromptInput } from "../../core/types.ts";
 import type { CompletionRequest } from "./completions-protocol.ts";
 import { foreignFields } from "./foreign-fields.ts";
 import { noGrammar } from "./structured-fields.ts";
+import { streamUsage } from "./stream-usage.ts";
 import { isolationKey, normaliseStop, toSamplingParams } from "./sampling-fields.ts";
 
 /** Structured-output fields (OpenAI's and other servers'): the grammar is applied to chat answers only. */
@@ -18,8 +19,6 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     throw badRequest("best_of cannot be streamed; send stream: false, or n instead of best_of.", "best_of");
   if (body.stream_options != null && !body.stream)
     throw badRequest("stream_options is only allowed when stream is true.", "stream_options");
-  // vLLM's usage on every chunk; as on chat, only the final usage chunk is sent here.
-  if (body.stream_options?.continuous_usage_stats) throw unsupportedField("stream_options.continuous_usage_stats");
   for (const field of CHAT_ONLY) {
     if (field === "grammar" ? !noGrammar(body.grammar) : body[field] != null) throw unsupportedField(field, "constrains answers to chat requests only here; send it to /v1/chat/completions");
   }
@@ -30,6 +29,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
       throw badRequest("'suffix' needs text prompts; token-id prompts cannot be split around it.", "suffix");
   }
   const foreign = foreignFields(body, "completion", body.max_tokens, body.repetition_penalty);
+  const { continuous } = streamUsage(body);
   const sampling = { ...toSamplingParams(body), ...(foreign.repetitionPenalty !== undefined ? { repetitionPenalty: foreign.repetitionPenalty } : {}) };
   const batch = prompts.map((prompt): GenerationRequest => ({
     model: body.model,
@@ -45,6 +45,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     logprobs: body.logprobs ?? undefined,
     echo: body.echo === true,
     wholeAnswer: body.stream !== true,
+    ...(continuous ? { runningUsage: true } : {}),
   }));
   return { batch, namespace: isolationKey(body.user, body.cache_salt) };
 }

@@ -1,7 +1,7 @@
 import { collectGeneration } from "../../core/collect.ts";
-import type { GenerationEvent, TokenLogprob } from "../../core/types.ts";
+import type { GenerationEvent, RunningUsage, TokenLogprob } from "../../core/types.ts";
 import type { SseWriter } from "../../http/sse.ts";
-import { type CompletionMeta, usageToWire } from "./chat-to-wire.ts";
+import { type CompletionMeta, runningUsageToWire, usageToWire } from "./chat-to-wire.ts";
 
 /** The legacy logprobs object: parallel arrays, alternatives as token → logprob maps. */
 interface LegacyLogprobs {
@@ -147,7 +147,7 @@ export async function streamCompletion(
   includeUsage: boolean,
 ): Promise<void> {
   const builders = Array.from({ length: meta.n }, () => new LegacyLogprobBuilder(logprobs ?? 0));
-  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
+  const chunk = (choices: unknown[], extra?: Record<string, unknown>) => ({
     id: meta.id,
     object: "text_completion",
     created: meta.created,
@@ -157,16 +157,19 @@ export async function streamCompletion(
     ...(includeUsage ? { usage: null } : {}),
     ...extra,
   });
+  // vLLM's continuous usage stats (the request's runningUsage): a choice's chunks carry its usage so
+  // far, its own prompt's tokens and its completion tokens; events carry no counts otherwise.
+  const at = (ev: { running?: RunningUsage }) => (ev.running ? { usage: runningUsageToWire(ev.running) } : undefined);
   for await (const ev of events) {
     if (sse.closed) return;
     if (ev.type === "prompt" || ev.type === "text") {
       let wireLp: LegacyLogprobs | null = null;
       if (logprobs !== undefined) wireLp = ev.logprobs ? builders[ev.choice].build(ev.logprobs) : empty();
-      await sse.data(chunk([{ index: ev.choice, text: ev.text, logprobs: wireLp, finish_reason: null }]));
+      await sse.data(chunk([{ index: ev.choice, text: ev.text, logprobs: wireLp, finish_reason: null }], at(ev)));
     } else if (ev.type === "finish") {
       // No token in it, so no log probabilities: null, as on chat's finish chunk (a client that keeps each
       // chunk's logprobs, as the AI SDK does, ended with an empty list).
-      await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: ev.reason }]));
+      await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: ev.reason }], at(ev)));
     } else if (ev.type === "usage" && includeUsage) {
       await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
     }

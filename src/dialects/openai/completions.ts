@@ -9,6 +9,7 @@ import { openAIErrorEvent } from "./errors.ts";
 import { pingIntervalMs } from "./foreign-fields.ts";
 import { withChunkObfuscation } from "./obfuscation.ts";
 import { completionFieldNames } from "./field-names.ts";
+import { streamUsage } from "./stream-usage.ts";
 
 /** POST …/completions: a batch of prompts, admitted together, rendered as text_completion. */
 export async function textCompletion(body: CompletionRequest, env: RouteEnv): Promise<RouteResult> {
@@ -30,7 +31,7 @@ export async function textCompletion(body: CompletionRequest, env: RouteEnv): Pr
   const events = await afterFirstEvent(started.events).catch((err) => Promise.reject(withWireParam(err, names)));
   const streamed: RouteResult = {
     kind: "sse",
-    write: (sse) => streamCompletion(sse, meta, events, logprobs, (body.stream_options?.include_usage === true || body.usage?.include === true)),
+    write: (sse) => streamCompletion(sse, meta, events, logprobs, streamUsage(body).final),
     errorEvent: (err) => openAIErrorEvent(err, names),
     pingMs: pingIntervalMs(body),
   };
