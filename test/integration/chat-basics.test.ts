@@ -484,7 +484,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     // SGLang's, asking for what is not done here.
     [{ stop_regex: "[a-z]" }, "stop_regex"],
     [{ no_stop_trim: true }, "no_stop_trim"],
-    [{ stream_reasoning: false, stream: true }, "stream_reasoning"],
+    [{ stream_reasoning: "no", stream: true }, "stream_reasoning"],
     [{ lora_path: "my-adapter" }, "lora_path"],
     [{ session_params: { id: "s1" } }, "session_params"],
     [{ custom_logit_processor: "x" }, "custom_logit_processor"],

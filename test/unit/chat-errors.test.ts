@@ -308,7 +308,7 @@ test("a 64-bit seed is taken (OpenAI's seed is an int64, past JavaScript's safe 
   }
 });
 
-test("separate_reasoning: false is taken on a model with no thinking section (nothing to separate) and refused on one that thinks", async () => {
+test("separate_reasoning / stream_reasoning: false are taken on a model with no thinking section (nothing to separate) and refused on one that thinks", async () => {
   const routes = [
     ["/v1/chat/completions", ok],
     ["/v1/responses", { model: "tiny", input: "hi", max_output_tokens: 2, store: false }],
@@ -320,6 +320,11 @@ test("separate_reasoning: false is taken on a model with no thinking section (no
     assert.equal(wrongType.statusCode, 400, `${url}: ${wrongType.body}`);
     assert.equal(wrongType.json().error.param, "separate_reasoning");
   }
+  // SGLang's stream_reasoning: false, on a model with no thinking to hold back, streamed or not.
+  for (const stream of [true, false]) {
+    const r = await s.app.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...ok, stream, stream_reasoning: false } });
+    assert.equal(r.statusCode, 200, `stream ${stream}: ${r.body}`);
+  }
   const completion = await s.app.inject({ method: "POST", url: "/v1/completions", payload: { model: "tiny", prompt: "hi", max_tokens: 2, separate_reasoning: false } });
   assert.equal(completion.statusCode, 200, `a completion's text is never separated: ${completion.body}`);
   const thinker = await scriptedApp({ id: "tiny", contextSize: 256, reasoning: true });
@@ -328,6 +333,13 @@ test("separate_reasoning: false is taken on a model with no thinking section (no
       const r = await thinker.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: false } });
       assert.equal(r.statusCode, 400, `${url}: ${r.body}`);
       assert.equal(r.json().error.param, "separate_reasoning");
+      if (url === "/v1/chat/completions") {
+        const held = await thinker.app.inject({ method: "POST", url, payload: { ...body, stream: true, stream_reasoning: false } });
+        assert.equal(held.statusCode, 400, `${url}: ${held.body}`);
+        assert.equal(held.json().error.param, "stream_reasoning");
+        const whole = await thinker.app.inject({ method: "POST", url, payload: { ...body, stream_reasoning: false } });
+        assert.equal(whole.statusCode, 200, `not streamed, nothing is held back: ${whole.body}`);
+      }
       const taken = await thinker.app.inject({ method: "POST", url, payload: { ...body, separate_reasoning: true } });
       assert.equal(taken.statusCode, 200, `${url}: ${taken.body}`);
       // Thinking turned off: nothing to separate on this request either.

@@ -306,7 +306,9 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     // with no thinking section has nothing to separate, so false is what happens anyway
     // (refuseInlineReasoning). A completion's text is never separated, whatever the value.
     separate_reasoning: [isBoolean, "must be a boolean"],
-    stream_reasoning: [is(true), templated ? "is supported only as true: thinking streams as it is generated" : "applies to chat answers; a completion's text is returned as generated"],
+    // false (thinking sent in one piece once it ends) is read with the model, as separate_reasoning
+    // is: without thinking, or without a stream, there is nothing to hold back (refuseInlineReasoning).
+    stream_reasoning: [isBoolean, "must be a boolean"],
     lora_path: [isEmpty, "is not supported: no LoRA adapters here"],
     session_id: [isNull, "is not supported: no sessions here; send the whole conversation (its prefix comes from the prompt cache)"],
     session_params: [isNull, "is not supported: no sessions here; send the whole conversation (its prefix comes from the prompt cache)"],
@@ -489,15 +491,21 @@ export function pingIntervalMs(body: { stream?: boolean | null; sse_ping_interva
  * the content. Here thinking always goes to its own field, so that is refused on a model that
  * thinks (or may: its engine not loaded, so not known); on a model with no thinking section, or a
  * request that turns thinking off, there is nothing to separate, and the answer is what false asks
- * for. An unknown model is left to its 404.
+ * for. An unknown model is left to its 404. Its `stream_reasoning: false` (a stream's thinking sent
+ * in one piece at its end) is read the same way, and changes nothing on a request not streamed.
  */
 export function refuseInlineReasoning(
   body: Record<string, unknown>,
   model: { engine?: { describe(): { reasoning?: boolean } } } | undefined,
   reasoning: GenerationRequest["reasoning"],
 ): void {
-  if (body.separate_reasoning !== false || model === undefined || asksNoThinking(reasoning) || model.engine?.describe().reasoning === false) return;
-  throw unsupportedField("separate_reasoning", "is supported only as true on a model that thinks: its thinking is returned apart from the answer, never in it");
+  if (model === undefined || asksNoThinking(reasoning) || model.engine?.describe().reasoning === false) return;
+  if (body.separate_reasoning === false)
+    throw unsupportedField("separate_reasoning", "is supported only as true on a model that thinks: its thinking is returned apart from the answer, never in it");
+  // SGLang's stream_reasoning: false holds a stream's thinking back until it ends; only a stream of a
+  // model that thinks has any to hold.
+  if (body.stream_reasoning === false && body.stream === true)
+    throw unsupportedField("stream_reasoning", "is supported only as true on a stream of a model that thinks: thinking streams as it is generated");
 }
 
 /**
