@@ -56,6 +56,16 @@ export interface GenerationFacts {
 const now = () => performance.now();
 
 /**
+ * How often the event-loop lag histogram (`plinth_nodejs_eventloop_lag_*`) takes a sample. prom-client's
+ * default, 10 ms, is a timer that wakes the thread 100 times a second whether or not anything runs:
+ * two `epoll_pwait` calls per wake, about one extra turn of the event loop per streamed token (and
+ * on a machine whose cores the decode threads fill, a decode thread put off each time). Ten samples
+ * a second still give a 15 s scrape 150 of them; a stall shorter than this is seen only when a
+ * sample falls inside it.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 100;
+
+/**
  * Plinth's Prometheus metrics, in a registry of their own: vLLM's names where the meaning matches
  * (so vLLM dashboards and alerts work unchanged), Plinth's own under `plinth_`. Generation is observed
  * through the service's hooks; HTTP requests through an onResponse hook; queue depth and model state
@@ -101,7 +111,9 @@ export class PlinthMetrics {
 
   constructor(models: ModelRegistry, opts: { defaultMetrics?: boolean; store?: { sizeBytes(): number } } = {}) {
     const registers = [this.registry];
-    if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: "plinth_" });
+    if (opts.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry, prefix: "plinth_", eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+    }
 
     new Gauge({
       name: "vllm:num_requests_running",
