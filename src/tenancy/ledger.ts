@@ -14,7 +14,9 @@ const MAX_PENDING = 50_000;
  */
 export class LedgerWriter {
   private rows: UsageRow[] = [];
-  private readonly timer: NodeJS.Timeout;
+  /** Due while rows wait: armed by the first row of a batch, so an idle ledger sets no timer at all. */
+  private timer: NodeJS.Timeout | undefined;
+  private readonly intervalMs: number;
   private readonly pruner: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -24,8 +26,7 @@ export class LedgerWriter {
   ) {
     this.batchSize = opts.batchSize ?? 512;
     this.keepsRows = opts.keepRows ?? true;
-    this.timer = setInterval(() => this.flush(), opts.intervalMs ?? 200);
-    this.timer.unref();
+    this.intervalMs = opts.intervalMs ?? 200;
     const retention = opts.retentionMs ?? 0;
     if (retention > 0 && this.keepsRows) {
       const prune = () => {
@@ -51,6 +52,17 @@ export class LedgerWriter {
     if (!this.keepsRows && (row.keyId === null || row.promptTokens + row.completionTokens === 0)) return;
     this.rows.push(row);
     if (this.rows.length >= this.batchSize) this.flush();
+    else this.arm();
+  }
+
+  // A timer only while rows wait (an interval woke the thread five times a second on an idle server).
+  private arm(): void {
+    if (this.timer || this.closed) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.flush();
+    }, this.intervalMs);
+    this.timer.unref();
   }
 
   /** Commits what is waiting now. */
@@ -68,6 +80,7 @@ export class LedgerWriter {
       if (!this.failing) process.emitWarning(`usage ledger write failed (rows are kept and written again): ${(err as Error).message}`);
       this.failing = true;
       this.rows = [...batch, ...this.rows].slice(-MAX_PENDING);
+      this.arm();
     }
   }
 
@@ -78,7 +91,7 @@ export class LedgerWriter {
     if (this.closed) return;
     this.flush();
     this.closed = true;
-    clearInterval(this.timer);
+    clearTimeout(this.timer);
     if (this.pruner) clearInterval(this.pruner);
   }
 }

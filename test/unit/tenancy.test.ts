@@ -266,6 +266,45 @@ test("the ledger writer keeps rows its store refuses (a full disk) and writes th
   assert.match(ours[0], /database or disk is full/);
 });
 
+test("the ledger writer flushes a batch on its own after the interval, retries a refused one the same way, and sets no timer while idle", async () => {
+  const written: string[] = [];
+  let full = false;
+  const store = {
+    insertUsage: (rows: Array<{ requestId: string }>) => {
+      if (full) throw Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" });
+      written.push(...rows.map((r) => r.requestId));
+    },
+  } as unknown as TenancyStore;
+  const ledger = new LedgerWriter(store, { intervalMs: 20 });
+  // Whether the writer holds a timer (an unref'd one is not among process.getActiveResourcesInfo()).
+  const timers = () => ((ledger as unknown as { timer?: NodeJS.Timeout }).timer ? 1 : 0);
+  const idle = 0;
+  const listener = () => {};
+  process.on("warning", listener);
+  try {
+    assert.equal(timers(), idle, "no timer before the first row");
+    const row = (n: number) => ({ at: n, requestId: `req_${n}`, keyId: null, namespace: null, dialect: "openai", method: "POST", endpoint: "/v1/chat/completions", model: "m",
+      promptTokens: 1, cachedTokens: 0, completionTokens: 1, reasoningTokens: 0, status: 200, ttftMs: null, durationMs: 1 });
+    ledger.write(row(0));
+    ledger.write(row(1));
+    await new Promise((r) => setTimeout(r, 80));
+    assert.deepEqual(written, ["req_0", "req_1"]);
+    assert.equal(timers(), idle, "no timer once the batch is written");
+    full = true;
+    ledger.write(row(2));
+    await new Promise((r) => setTimeout(r, 80));
+    assert.deepEqual(written, ["req_0", "req_1"]);
+    full = false;
+    await new Promise((r) => setTimeout(r, 80));
+    assert.deepEqual(written, ["req_0", "req_1", "req_2"], "a refused batch is written again by the timer");
+    assert.equal(timers(), idle);
+  } finally {
+    ledger.close();
+    await new Promise((r) => setImmediate(r));
+    process.off("warning", listener);
+  }
+});
+
 test("the key joins the isolation namespace; without a key it is unchanged", () => {
   assert.equal(keyedNamespace(undefined, "u"), "u");
   assert.equal(keyedNamespace(undefined, undefined), undefined);
