@@ -89,3 +89,27 @@ test("an answer with no text and no call (an immediate stop) is \"\" streamed as
   assert.deepEqual(last.choices[0].delta, { content: "" });
   assert.equal(last.choices[0].finish_reason, "stop");
 });
+
+test("a tool conversation that sends back each assistant message as the SDK hands it over (create, parse, the stream helper) goes on", async () => {
+  const body = { model: "think", ...ask, tools, tool_choice: "required" as const, reasoning_effort: "none" as const, max_tokens: 100 };
+  const handedOver: Array<[string, OpenAI.Chat.ChatCompletionMessage]> = [
+    ["create()", (await s.client.chat.completions.create(body)).choices[0].message],
+    // parse() adds `parsed: null` to the message and `parsed_arguments` to each strict tool's call.
+    ["parse()", (await s.client.chat.completions.parse(body)).choices[0].message],
+    // The stream helper builds the message from the chunks, with `parsed_arguments` too.
+    ["stream()", (await s.client.chat.completions.stream({ ...body, stream: true }).finalChatCompletion()).choices[0].message],
+  ];
+  for (const [how, message] of handedOver) {
+    assert.ok(message.tool_calls!.length > 0, how);
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [...ask.messages, message];
+    // The function's name on the result, as LangChain and LlamaIndex send it.
+    for (const c of message.tool_calls!) messages.push({ role: "tool", tool_call_id: c.id, content: '{"temp": 21}', name: functionOf(c).name } as OpenAI.Chat.ChatCompletionToolMessageParam);
+    const next = await s.client.chat.completions.create({ ...body, messages, tool_choice: "none", max_tokens: 8 });
+    assert.equal(next.choices[0].message.role, "assistant", how);
+  }
+  // A thinking answer's reasoning_content and reasoning go back with it.
+  const thought = (await s.client.chat.completions.create({ model: "think", ...ask, max_tokens: 16 })).choices[0].message as OpenAI.Chat.ChatCompletionMessage & { reasoning_content?: string };
+  assert.equal(typeof thought.reasoning_content, "string");
+  const again = await s.client.chat.completions.create({ model: "think", messages: [...ask.messages, thought, { role: "user", content: "And in Rome?" }], max_tokens: 4 });
+  assert.equal(again.choices[0].message.role, "assistant");
+});

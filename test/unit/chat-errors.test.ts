@@ -351,3 +351,73 @@ test("separate_reasoning / stream_reasoning: false are taken on a model with no 
     await thinker.app.close();
   }
 });
+
+test("an unknown key in a message, a text or refusal part, a tool call or its function is a 400 naming it (it was dropped without a word)", async () => {
+  const call = { id: "c1", type: "function", function: { name: "f", arguments: "{}" } };
+  const turn = (assistant: object, tool: object = { role: "tool", tool_call_id: "c1", content: "r" }) => [{ role: "user", content: "hi" }, { role: "assistant", content: null, tool_calls: [call], ...assistant }, tool];
+  const cases: Array<[unknown[], string]> = [
+    [[{ role: "user", content: "hi", foo: 1 }], "messages[0].foo"],
+    [[{ role: "system", content: "s", foo: 1 }, { role: "user", content: "hi" }], "messages[0].foo"],
+    [[{ role: "developer", content: "s", temperature: 0 }, { role: "user", content: "hi" }], "messages[0].temperature"],
+    [[{ role: "user", content: [{ type: "text", text: "hi", bar: 2 }] }], "messages[0].content[0].bar"],
+    [[{ role: "system", content: [{ type: "text", text: "s", cache_control: { type: "ephemeral" } }] }, { role: "user", content: "hi" }], "messages[0].content[0].cache_control"],
+    [[{ role: "user", content: "x" }, { role: "assistant", content: [{ type: "refusal", refusal: "no", bar: 2 }] }, { role: "user", content: "y" }], "messages[1].content[0].bar"],
+    [turn({ thinking: "x" }), "messages[1].thinking"],
+    [turn({ tool_calls: [{ ...call, foo: 1 }] }), "messages[1].tool_calls[0].foo"],
+    [turn({ tool_calls: [{ ...call, function: { ...call.function, foo: 1 } }] }), "messages[1].tool_calls[0].function.foo"],
+    [turn({ tool_calls: [{ id: "c1", type: "custom", custom: { name: "g", input: "x", foo: 1 } }] }), "messages[1].tool_calls[0].custom.foo"],
+    [turn({}, { role: "tool", tool_call_id: "c1", content: "r", foo: 1 }), "messages[2].foo"],
+    [turn({}, { role: "tool", tool_call_id: "c1", content: [{ type: "text", text: "r", foo: 1 }] }), "messages[2].content[0].foo"],
+  ];
+  for (const [messages, param] of cases) {
+    const r = await post({ ...ok, messages });
+    assert.equal(r.statusCode, 400, `${param}: ${r.body}`);
+    const e = r.json().error;
+    assert.equal(e.param, param, r.body);
+    assert.equal(e.code, "unknown_field", r.body);
+    assert.equal(e.type, "invalid_request_error");
+    assert.ok(e.message.includes(param.split(".").at(-1)!), `the message names the key: ${e.message}`);
+  }
+});
+
+test("what clients send back from an answer is taken: reasoning, annotations, the SDK's additions, a call's index, nulls, a tool message's name", async () => {
+  const call = { id: "c1", type: "function", function: { name: "f", arguments: "{}" } };
+  const echoed = [
+    { role: "user", content: "hi", name: null },
+    // As Plinth answers (reasoning_content and reasoning), as OpenAI answers (annotations, the nulls),
+    // as the openai SDK's parse() and stream helpers hand it back (parsed, parsed_arguments), as a
+    // client that built it from the chunks keeps it (index).
+    {
+      role: "assistant",
+      content: null,
+      refusal: null,
+      audio: null,
+      function_call: null,
+      annotations: [],
+      reasoning_content: "thought",
+      reasoning: "thought",
+      parsed: null,
+      name: null,
+      tool_calls: [{ ...call, index: 0, function: { ...call.function, parsed_arguments: {} } }],
+    },
+    // LangChain and LlamaIndex name the called function on the result.
+    { role: "tool", tool_call_id: "c1", content: "r", name: "f" },
+    { role: "assistant", content: "done", tool_calls: null, reasoning_content: null, reasoning: null, annotations: [{ type: "url_citation", url_citation: { url: "https://x", title: "x", start_index: 0, end_index: 1 } }] },
+    { role: "assistant", content: [{ type: "text", text: "and", prompt_cache_breakpoint: null }], tool_calls: [] },
+    { role: "user", content: [{ type: "text", text: "more" }] },
+  ];
+  const r = await post({ ...ok, messages: echoed });
+  assert.equal(r.statusCode, 200, r.body);
+  const seen = (s.engine.prepared.at(-1)!.prompt as unknown as { messages: Array<Record<string, unknown>> }).messages;
+  assert.deepEqual(
+    seen.map((m) => m.role),
+    ["user", "assistant", "tool", "assistant", "assistant", "user"],
+  );
+  assert.equal(seen[0].name, undefined, "a null name is no name");
+  assert.deepEqual(seen[1].toolCalls, [{ id: "c1", name: "f", arguments: "{}" }]);
+  assert.equal(seen[2].name, undefined, "a tool message's name is not used");
+  // Keys of another type than they are sent back with are still refused.
+  const bad = await post({ ...ok, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "a", annotations: "x" }, { role: "user", content: "b" }] });
+  assert.equal(bad.statusCode, 400, bad.body);
+  assert.equal(bad.json().error.param, "messages[1].annotations");
+});

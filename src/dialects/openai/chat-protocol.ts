@@ -7,12 +7,16 @@ import { structuredFieldsSchema } from "./structured-fields.ts";
 import { jsonObject } from "../json-object.ts";
 import { functionParameters } from "../function-parameters.ts";
 import { listOf } from "../list-of.ts";
+import { byType } from "../zod-by-type.ts";
+import { sdkFunctionEchoes, sdkMessageEchoes } from "../sdk-echo-fields.ts";
 
 /**
  * Wire schema of POST /v1/chat/completions. The route refuses top-level fields this schema does not
  * declare (unknown-fields.ts), so every field OpenAI defines is declared, those Plinth cannot honour
- * too, so that the route can refuse them by name with a reason. Inside messages unknown keys are
- * dropped (clients send back what they were given, with fields of their own added).
+ * too, so that the route can refuse them by name with a reason. Messages, their text and refusal
+ * parts and an assistant's tool calls are strict too, as OpenAI's API answers: a key none of them
+ * defines (`messages[0].foo`) is a 400 naming it, not dropped. What they take besides OpenAI's own
+ * keys is what clients send back from an answer (see the assistant message).
  */
 
 /**
@@ -21,38 +25,63 @@ import { listOf } from "../list-of.ts";
  * (that up to a breakpoint included) without being told where they end.
  */
 export const promptCacheBreakpoint = z.strictObject({ mode: z.literal("explicit") });
-const textPart = z.object({ type: z.literal("text"), text: z.string(), prompt_cache_breakpoint: promptCacheBreakpoint.nullish() });
-/** Non-text parts are recognised so they can be refused with a clear message. */
+// A text part's `text` and breakpoint, and a refusal part's `refusal`, are checked where they are
+// read (chat-to-canonical.ts), with their own messages and codes; here only their keys are.
+const textPart = z.strictObject({ type: z.literal("text"), text: z.unknown().optional(), prompt_cache_breakpoint: z.unknown().optional() });
+const refusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.unknown().optional() });
+/** Other parts are recognised so they can be refused (or, images, checked) with a clear message. */
 const otherPart = z.object({ type: z.string() }).loose();
-const contentParts = listOf(z.union([textPart, otherPart]), { min: 1 });
+const contentParts = listOf(byType({ text: textPart, refusal: refusalPart }, otherPart), { min: 1 });
 const content = z.union([z.string(), contentParts]);
 
-const functionCall = z.object({
+/** A participant's name. */
+const participantName = z.string();
+
+// `index` is the position a call had in a streamed answer's chunks: clients that build the message
+// from the chunks keep it and send it back. It changes nothing here.
+const functionCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal("function"),
-  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.string(), ...sdkFunctionEchoes }),
+  index: z.int().min(0).nullish(),
 });
 /** A call of a custom tool: its input is the free text the model wrote. */
-const customCall = z.object({
+const customCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal("custom"),
-  custom: z.object({ name: z.string().min(1), input: z.string() }),
+  custom: z.strictObject({ name: z.string().min(1), input: z.string() }),
+  index: z.int().min(0).nullish(),
 });
 const toolCall = z.discriminatedUnion("type", [functionCall, customCall]);
 
-const systemMessage = z.object({ role: z.enum(["system", "developer"]), content, name: z.string().optional() });
-const userMessage = z.object({ role: z.literal("user"), content, name: z.string().optional() });
-const assistantMessage = z.object({
+const systemMessage = z.strictObject({ role: z.enum(["system", "developer"]), content, name: participantName.nullish() });
+const userMessage = z.strictObject({ role: z.literal("user"), content, name: participantName.nullish() });
+/**
+ * An assistant turn: OpenAI's keys (`function_call` and `audio` are refused by name when not null),
+ * and what clients send back from an answer they were given: `reasoning_content` and `reasoning`
+ * (Plinth's answers carry both, as vLLM's, SGLang's and DeepSeek's do), `annotations` (OpenAI's
+ * answers carry them), what the openai SDK's helpers add (`parsed`, a call's
+ * `function.parsed_arguments`) and a call's `index`. None of them is read: earlier thinking is not
+ * shown to the model again, and the others copy what the message holds.
+ */
+const assistantMessage = z.strictObject({
   role: z.literal("assistant"),
   content: content.nullish(),
-  name: z.string().optional(),
+  name: participantName.nullish(),
   refusal: z.string().nullish(),
-  tool_calls: listOf(toolCall).optional(),
+  tool_calls: listOf(toolCall).nullish(),
   function_call: z.unknown().optional(),
   audio: z.unknown().optional(),
   reasoning_content: z.string().nullish(),
+  reasoning: z.string().nullish(),
+  annotations: listOf(z.unknown()).nullish(),
+  parsed: sdkMessageEchoes.parsed,
 });
-const toolMessage = z.object({ role: z.literal("tool"), content, tool_call_id: z.string().min(1) });
+/**
+ * A tool result. `name` (the called function's, which LangChain and LlamaIndex send) is taken and
+ * not used: the call id already says which call the result answers.
+ */
+const toolMessage = z.strictObject({ role: z.literal("tool"), content, tool_call_id: z.string().min(1), name: participantName.nullish() });
 const functionMessage = z.object({ role: z.literal("function") }).loose();
 
 export const chatMessage = z.discriminatedUnion("role", [

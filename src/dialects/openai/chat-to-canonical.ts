@@ -269,16 +269,16 @@ export function toMessage(m: ChatMessage, i: number): Message {
   switch (m.role) {
     case "system":
     case "developer":
-      return { role: "system", content: flatten(m.content, i), name: m.name };
+      return { role: "system", content: flatten(m.content, i), name: m.name ?? undefined };
     case "user":
-      return { role: "user", ...userContent(m.content, i), name: m.name };
+      return { role: "user", ...userContent(m.content, i), name: m.name ?? undefined };
     case "assistant":
       if (m.function_call != null) throw unsupportedField(`messages[${i}].function_call`, "is deprecated; send tool_calls instead");
       if (m.audio != null) throw unsupportedField(`messages[${i}].audio`, "is not supported by this server");
       return {
         role: "assistant",
         content: assistantText(m.content, m.refusal, i),
-        name: m.name,
+        name: m.name ?? undefined,
         // A custom tool's input travels as the one string argument the engine writes it in.
         toolCalls: m.tool_calls?.map((c) =>
           c.type === "function" ? { id: c.id, name: c.function.name, arguments: c.function.arguments } : { id: c.id, name: c.custom.name, arguments: JSON.stringify({ input: c.custom.input }) },
