@@ -421,3 +421,31 @@ test("what clients send back from an answer is taken: reasoning, annotations, th
   assert.equal(bad.statusCode, 400, bad.body);
   assert.equal(bad.json().error.param, "messages[1].annotations");
 });
+
+test("a message's name is held to OpenAI's pattern (no whitespace, none of < | \\ / >, not empty) on every role, and on /tokenize", async () => {
+  const on = (name: unknown) => [
+    { role: "system", content: "s", name },
+    { role: "developer", content: "d", name },
+    { role: "user", content: "hi", name },
+    { role: "assistant", content: null, name, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+    { role: "tool", tool_call_id: "c1", content: "r", name },
+  ];
+  for (const good of ["alice", "Bob_2", "jean-luc.picard", "名前", "a:b@c"]) {
+    const r = await post({ ...ok, messages: on(good) });
+    assert.equal(r.statusCode, 200, `${JSON.stringify(good)}: ${r.body}`);
+  }
+  for (const bad of ["", "a b", "tab\there", "line\nbreak", "ideographic\u3000space", "a<b", "a>b", "a|b", "a\\b", "a/b", "<|im_start|>"]) {
+    for (let i = 0; i < 5; i++) {
+      const messages = on("fine");
+      messages[i].name = bad;
+      const r = await post({ ...ok, messages });
+      assert.equal(r.statusCode, 400, `${JSON.stringify(bad)} on ${messages[i].role}: ${r.body}`);
+      assert.equal(r.json().error.param, `messages[${i}].name`);
+      assert.equal(r.json().error.code, "invalid_value");
+      assert.match(r.json().error.message, /name/);
+    }
+  }
+  const tokenize = await s.app.inject({ method: "POST", url: "/tokenize", payload: { model: "tiny", messages: [{ role: "user", content: "hi", name: "a b" }] } });
+  assert.equal(tokenize.statusCode, 400, tokenize.body);
+  assert.equal(tokenize.json().error.param, "messages[0].name");
+});

@@ -34,8 +34,15 @@ const otherPart = z.object({ type: z.string() }).loose();
 const contentParts = listOf(byType({ text: textPart, refusal: refusalPart }, otherPart), { min: 1 });
 const content = z.union([z.string(), contentParts]);
 
-/** A participant's name. */
-const participantName = z.string();
+/**
+ * A participant's name, held to OpenAI's pattern for it: not empty, no whitespace and none of
+ * `<`, `|`, `\`, `/`, `>`. OpenAI refuses any other with a 400 naming `messages[i].name`, and an
+ * upstream engine the name is passed on to (an OpenAI-compatible server) may too, after the
+ * request was admitted; here it is refused where it is read.
+ */
+const participantName = z
+  .string()
+  .regex(/^[^\s<|\\/>]+$/, "a name must be a non-empty string matching the pattern '^[^\\s<|\\\\/>]+$': no whitespace and none of < | \\ / >");
 
 // `index` is the position a call had in a streamed answer's chunks: clients that build the message
 // from the chunks keep it and send it back. It changes nothing here.
