@@ -143,6 +143,47 @@ describe("validation", () => {
     await refused({ messages: [{ role: "tool", content: "x" }] }, "messages[0].tool_call_id");
   });
 
+  test("an unknown key in a message, a text part, a tool call or its function is a 400 naming it (it was dropped without a word)", async () => {
+    const call = { id: "c1", type: "function", function: { name: "w", arguments: "{}" } };
+    const loop = (assistant: Body, tool: Body = { role: "tool", tool_call_id: "c1", content: "sunny" }) => [{ role: "user", content: "weather?" }, { role: "assistant", content: null, tool_calls: [call], ...assistant }, tool];
+    const cases: Array<[unknown[], string]> = [
+      [[{ role: "user", content: "hi", foo: 1 }], "messages[0].foo"],
+      [[{ role: "system", content: "x", foo: 1 }, { role: "user", content: "hi" }], "messages[0].foo"],
+      [[{ role: "user", content: [{ type: "text", text: "hi", bar: 2 }] }], "messages[0].content[0].bar"],
+      [loop({ reasoning: "x" }), "messages[1].reasoning"],
+      [loop({ tool_calls: [{ ...call, foo: 1 }] }), "messages[1].tool_calls[0].foo"],
+      [loop({ tool_calls: [{ ...call, function: { ...call.function, foo: 1 } }] }), "messages[1].tool_calls[0].function.foo"],
+      [loop({}, { role: "tool", tool_call_id: "c1", content: "sunny", foo: 1 }), "messages[2].foo"],
+    ];
+    for (const [messages, param] of cases) {
+      const r = await post({ ...ok, messages });
+      assert.equal(r.status, 400, `${param}: ${r.body}`);
+      assert.equal(r.json.error.param, param, r.body);
+      assert.equal(r.json.error.code, "unknown_field", r.body);
+    }
+  });
+
+  test("what clients send back from an answer is taken: the SDK's additions, a call's index, nulls, a tool message's name, DeepSeek's prefix", async () => {
+    const call = { id: "c1", type: "function", function: { name: "w", arguments: "{}", parsed_arguments: {} }, index: 0 };
+    const r = await canonical({
+      messages: [
+        { role: "user", content: "weather?", name: null },
+        { role: "assistant", content: null, reasoning_content: "look it up", refusal: null, parsed: null, name: null, tool_calls: [call] },
+        { role: "tool", tool_call_id: "c1", content: "sunny", name: "w" },
+        { role: "assistant", content: "Sunny.", tool_calls: null, reasoning_content: null },
+        { role: "user", content: "And tomorrow?" },
+        { role: "assistant", content: "Tomorrow it will be", prefix: true },
+      ],
+    });
+    assert.ok(r.prompt.kind === "chat");
+    assert.equal(r.prompt.messages.length, 6);
+    assert.equal(r.prompt.messages[2].name, undefined, "a tool message's name is not used");
+    assert.equal(r.prompt.messages[5].content, "Tomorrow it will be");
+    // Only the last message is a prefix to continue; a refusal with text is not something this API answers.
+    await refused({ messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "a", prefix: true }, { role: "user", content: "b" }] }, "messages[1].prefix");
+    await refused({ messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "a", refusal: "no" }, { role: "user", content: "b" }] }, "messages[1].refusal");
+  });
+
   test("003-11 thinking.type other than enabled/disabled is rejected", () => refused({ thinking: { type: "auto" } }, "thinking.type"));
 
   test("003-22 response_format json_schema is rejected (text or json_object only)", async () => {

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { functionTools, messageList, toolChoice } from "../openai/chat-protocol.ts";
 import { listOf } from "../list-of.ts";
+import { sdkFunctionEchoes, sdkMessageEchoes } from "../sdk-echo-fields.ts";
 import { logitBiasSchema, seedSchema } from "../openai/sampling-fields.ts";
 import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
 
@@ -11,31 +12,45 @@ import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
  * (parseSpakChat): a field taken and not acted on would change nothing without a word.
  */
 
-const textPart = z.object({ type: z.literal("text"), text: z.string() });
+// Messages, their text parts and tool calls are strict, as the body is: a key none of them defines
+// is a 400 naming it (`messages[0].foo`) rather than dropped. Taken besides the document's keys:
+// what clients send back from an answer (the openai SDK's `refusal: null` and `parsed`, a call's
+// `function.parsed_arguments` and `index`), a tool message's `name` (LangChain, LlamaIndex; the call
+// id already says which call it answers) and DeepSeek's `prefix` (below). None of them is read.
+const textPart = z.strictObject({ type: z.literal("text"), text: z.string() });
 /** Only the system message's schema is printed: `content` is a string. */
-const systemMessage = z.object({ role: z.literal("system"), content: z.string(), name: z.string().optional() });
-const userMessage = z.object({
+const systemMessage = z.strictObject({ role: z.literal("system"), content: z.string(), name: z.string().nullish() });
+const userMessage = z.strictObject({
   role: z.literal("user"),
   content: z.union([z.string(), listOf(textPart, { min: 1 })]),
-  name: z.string().optional(),
+  name: z.string().nullish(),
 });
-const toolCall = z.object({
+const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal("function"),
-  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.string(), ...sdkFunctionEchoes }),
+  index: z.int().min(0).nullish(),
 });
-const assistantMessage = z.object({
+const assistantMessage = z.strictObject({
   role: z.literal("assistant"),
   content: z.union([z.string(), listOf(textPart)]).nullish(),
-  name: z.string().optional(),
+  name: z.string().nullish(),
   /** Earlier thinking, sent back by clients that echo whole messages; not shown to the model again. */
   reasoning_content: z.string().nullish(),
-  tool_calls: listOf(toolCall).optional(),
+  tool_calls: listOf(toolCall).nullish(),
+  /**
+   * DeepSeek's chat prefix completion: the last message, an assistant's, is the start of the answer
+   * to continue. Plinth continues a trailing assistant message anyway, so `true` there is taken;
+   * on an earlier message it is a 400 (spak/to-canonical.ts).
+   */
+  prefix: z.boolean().nullish(),
+  ...sdkMessageEchoes,
 });
-const toolMessage = z.object({
+const toolMessage = z.strictObject({
   role: z.literal("tool"),
   content: z.union([z.string(), listOf(textPart, { min: 1 })]),
   tool_call_id: z.string().min(1),
+  name: z.string().nullish(),
 });
 
 export const spakMessage = z.discriminatedUnion("role", [systemMessage, userMessage, assistantMessage, toolMessage]);

@@ -72,6 +72,10 @@ export function spakToCanonical(body: SpakChatRequest, facts: RequestFacts): Can
     throw badRequest("top_logprobs needs logprobs set to true.", "top_logprobs");
   const thinking = (body.thinking?.type ?? "enabled") === "enabled";
   const effort = effectiveEffort(body, facts.userAgent);
+  body.messages.forEach((m, i) => {
+    if (m.role === "assistant" && m.prefix === true && i !== body.messages.length - 1)
+      throw badRequest(`messages[${i}].prefix: only the last message, an assistant's, is a prefix to continue.`, `messages[${i}].prefix`);
+  });
   const messages = body.messages.map(toMessage);
   refuseUnansweredToolCalls(messages);
   const request: GenerationRequest = {
@@ -129,14 +133,14 @@ function tools(body: SpakChatRequest): Pick<GenerationRequest, "tools" | "toolCh
 function toMessage(m: SpakMessage): Message {
   switch (m.role) {
     case "system":
-      return { role: "system", content: m.content, name: m.name };
+      return { role: "system", content: m.content, name: m.name ?? undefined };
     case "user":
-      return { role: "user", content: flatten(m.content), name: m.name };
+      return { role: "user", content: flatten(m.content), name: m.name ?? undefined };
     case "assistant":
       return {
         role: "assistant",
         content: m.content == null ? "" : flatten(m.content),
-        name: m.name,
+        name: m.name ?? undefined,
         toolCalls: m.tool_calls?.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
       };
     case "tool":
