@@ -48,6 +48,8 @@ const cases: Array<[string, unknown, number, string | null, string?]> = [
   ["text part without its text", { ...ok, messages: [{ role: "user", content: [{ type: "text" }] }] }, 400, "messages[0].content[0].text", "missing_required_parameter"],
   ["text part whose text is not a string", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: 5 }] }] }, 400, "messages[0].content[0].text", "invalid_type"],
   ["a cache breakpoint of another mode on a text part", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", prompt_cache_breakpoint: { mode: "implicit" } }] }] }, 400, "messages[0].content[0].prompt_cache_breakpoint"],
+  ["Anthropic's cache marker of another type on a text part", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", cache_control: { type: "persistent" } }] }] }, 400, "messages[0].content[0].cache_control"],
+  ["Anthropic's cache marker with a ttl it does not define", { ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", cache_control: { type: "ephemeral", ttl: "2d" } }] }] }, 400, "messages[0].content[0].cache_control"],
   ["a cache breakpoint that is not an object on an image part", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png" }, prompt_cache_breakpoint: true }] }] }, 400, "messages[0].content[0].prompt_cache_breakpoint"],
   ["image part with an unknown field", { ...ok, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x/y.png", size: 3 } }] }] }, 400, "messages[0].content[0].image_url.size"],
   ["image part in a system message", { ...ok, messages: [{ role: "system", content: [{ type: "image_url", image_url: { url: "http://x/y.png" } }] }, ok.messages[0]] }, 400, "messages[0].content[0]"],
@@ -146,6 +148,13 @@ test("a message without its role says the role is required", async () => {
 test("OpenAI's explicit cache breakpoint on a text part is taken (every prefix the cache sees can be reused)", async () => {
   const r = await post({ ...ok, messages: [{ role: "user", content: [{ type: "text", text: "hi", prompt_cache_breakpoint: { mode: "explicit" } }] }] });
   assert.equal(r.statusCode, 200, r.body);
+});
+
+test("Anthropic's cache marker on a text part, as gateways' clients send it, is taken like OpenAI's breakpoint", async () => {
+  for (const cache_control of [{ type: "ephemeral" }, { type: "ephemeral", ttl: "1h" }, null]) {
+    const r = await post({ ...ok, messages: [{ role: "system", content: [{ type: "text", text: "be brief", cache_control }] }, { role: "user", content: "hi" }] });
+    assert.equal(r.statusCode, 200, r.body);
+  }
 });
 
 test("an unknown top-level field is a 400 naming it, as OpenAI answers; fields of other endpoints and misspellings say what to send", async () => {
@@ -360,7 +369,7 @@ test("an unknown key in a message, a text or refusal part, a tool call or its fu
     [[{ role: "system", content: "s", foo: 1 }, { role: "user", content: "hi" }], "messages[0].foo"],
     [[{ role: "developer", content: "s", temperature: 0 }, { role: "user", content: "hi" }], "messages[0].temperature"],
     [[{ role: "user", content: [{ type: "text", text: "hi", bar: 2 }] }], "messages[0].content[0].bar"],
-    [[{ role: "system", content: [{ type: "text", text: "s", cache_control: { type: "ephemeral" } }] }, { role: "user", content: "hi" }], "messages[0].content[0].cache_control"],
+    [[{ role: "system", content: [{ type: "text", text: "s", cache_point: { type: "default" } }] }, { role: "user", content: "hi" }], "messages[0].content[0].cache_point"],
     [[{ role: "user", content: "x" }, { role: "assistant", content: [{ type: "refusal", refusal: "no", bar: 2 }] }, { role: "user", content: "y" }], "messages[1].content[0].bar"],
     [turn({ thinking: "x" }), "messages[1].thinking"],
     [turn({ tool_calls: [{ ...call, foo: 1 }] }), "messages[1].tool_calls[0].foo"],

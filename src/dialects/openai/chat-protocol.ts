@@ -27,7 +27,18 @@ import { sdkFunctionEchoes, sdkMessageEchoes } from "../sdk-echo-fields.ts";
 export const promptCacheBreakpoint = z.strictObject({ mode: z.literal("explicit") });
 // A text part's `text` and breakpoint, and a refusal part's `refusal`, are checked where they are
 // read (chat-to-canonical.ts), with their own messages and codes; here only their keys are.
-const textPart = z.strictObject({ type: z.literal("text"), text: z.unknown().optional(), prompt_cache_breakpoint: z.unknown().optional() });
+const textPart = z.strictObject({
+  type: z.literal("text"),
+  text: z.unknown().optional(),
+  prompt_cache_breakpoint: z.unknown().optional(),
+  cache_control: z.unknown().optional(),
+});
+/**
+ * Anthropic's cache marker on a text part, which clients of OpenAI-compatible gateways (LiteLLM,
+ * OpenRouter) send in chat bodies: `{type: "ephemeral", ttl?: "5m" | "1h"}`. Taken like OpenAI's
+ * breakpoint: the prompt cache reuses the longest prefix it has seen without being told.
+ */
+export const cacheControl = z.strictObject({ type: z.literal("ephemeral"), ttl: z.enum(["5m", "1h"]).optional() });
 const refusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.unknown().optional() });
 /** Other parts are recognised so they can be refused (or, images, checked) with a clear message. */
 const otherPart = z.object({ type: z.string() }).loose();

@@ -2,7 +2,7 @@ import { withParts } from "../../core/content-parts.ts";
 import { badRequest, unsupportedField } from "../../core/errors.ts";
 import type { ContentPart, FreeTextInput, GenerationRequest, Message, ToolChoice, ToolDefinition } from "../../core/types.ts";
 import type { ChatCompletionRequest, ChatMessage, ChatTool } from "./chat-protocol.ts";
-import { promptCacheBreakpoint } from "./chat-protocol.ts";
+import { cacheControl, promptCacheBreakpoint } from "./chat-protocol.ts";
 import { refuseServiceFields, refuseVerbosity, serviceTierCode } from "./service-fields.ts";
 import { budgetOrNone, foreignFields } from "./foreign-fields.ts";
 import { streamUsage } from "./stream-usage.ts";
@@ -331,6 +331,9 @@ function textOf(part: { type: string; text?: unknown }, i: number, j: number): s
   const breakpoint = (part as { prompt_cache_breakpoint?: unknown }).prompt_cache_breakpoint;
   if (part.type === "text" && breakpoint != null && !promptCacheBreakpoint.safeParse(breakpoint).success)
     throw badRequest(`messages[${i}].content[${j}].prompt_cache_breakpoint must be {"mode": "explicit"}.`, `messages[${i}].content[${j}].prompt_cache_breakpoint`, "invalid_value");
+  const control = (part as { cache_control?: unknown }).cache_control;
+  if (part.type === "text" && control != null && !cacheControl.safeParse(control).success)
+    throw badRequest(`messages[${i}].content[${j}].cache_control must be {"type": "ephemeral"}, with an optional ttl of "5m" or "1h".`, `messages[${i}].content[${j}].cache_control`, "invalid_value");
   if (part.type === "image_url") throw badRequest(`messages[${i}].content[${j}] is an image; images belong in user messages.`, `messages[${i}].content[${j}]`);
   if (part.type !== "text")
     throw badRequest(`messages[${i}].content[${j}] has type '${part.type}'; only text and image_url parts are supported by this server.`, `messages[${i}].content[${j}].type`);
