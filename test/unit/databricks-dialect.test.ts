@@ -100,6 +100,9 @@ test("scripted engine: no request field is silently dropped; a model that names 
   assert.equal(named.statusCode, 200, named.body);
   const messages = (engine.prepared.at(-1)!.prompt as { messages: Array<{ name?: string }> }).messages;
   assert.deepEqual(messages.map((m) => m.name), ["bo", "al", undefined]);
+  // Null optional keys, as clients that send a message back as they got it write them, are absent keys.
+  const nulls = await post(app, "/serving-endpoints/scripted/invocations", { messages: [{ role: "user", content: "hi", name: null }, { role: "assistant", content: "yo", tool_calls: null, name: null }, { role: "user", content: "x" }] });
+  assert.equal(nulls.statusCode, 200, nulls.body);
   const other = await post(app, "/serving-endpoints/scripted/invocations", { model: "elsewhere", messages: [{ role: "user", content: "hi" }] });
   assert.equal(other.statusCode, 400);
   assert.ok(other.json().message.includes("model"));

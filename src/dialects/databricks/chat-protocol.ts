@@ -70,12 +70,12 @@ const toolCall = z.strictObject({
 export const chatMessage = z.strictObject({
   role: z.enum(["system", "user", "assistant", "tool"]),
   content: z.union([z.string(), listOf(contentItem, { min: 1 })]).nullish(),
-  tool_calls: listOf(toolCall, { min: 1 }).optional(),
+  tool_calls: listOf(toolCall, { min: 1 }).nullish(),
   tool_call_id: z.string().nullish(),
   // Not in the reference's ChatMessage, but OpenAI clients and agent frameworks send it: a
   // participant's name for system, user and assistant messages; on a tool message it repeats the
   // called function, which the call id already names, and is not used.
-  name: z.string().optional(),
+  name: z.string().nullish(),
   ...sdkMessageEchoes,
 });
 export type DatabricksChatMessage = z.infer<typeof chatMessage>;
