@@ -1,4 +1,5 @@
 import type { ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import { quoteRequestId } from "../core/errors.ts";
 import { toApiError } from "./to-api-error.ts";
 
@@ -78,7 +79,35 @@ export class SseWriter {
   private write(chunk: string): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.armPing();
+    const socket = this.framedSocket();
+    if (socket) {
+      if (socket.write(`${Buffer.byteLength(chunk).toString(16)}\r\n${chunk}\r\n`)) return Promise.resolve();
+      return this.drained(socket);
+    }
     if (this.res.write(chunk)) return Promise.resolve();
+    return this.drained(this.res);
+  }
+
+  /**
+   * The socket to write an event to as one ready-framed chunk, when that is the same as what
+   * `res.write` would send. `res.write` of a chunked body corks the socket, queues the size line, the
+   * data and the line end as three writes and uncorks them on the next tick into one `writev`: about
+   * 60 µs more CPU per event on the 2-core VM than one `write` of the framed chunk, paid for every
+   * token of every stream (twice through a router in front of a Plinth). Taken only once Node has
+   * sent the head (the first event goes through `res.write`), while the response is the socket's
+   * current one (a pipelined response waits in Node's queue with no socket) and nothing of it waits
+   * in Node's own buffer; otherwise, and for a body that is not chunked (an HTTP/1.0 client), the
+   * event goes through `res.write`.
+   */
+  private framedSocket(): Socket | undefined {
+    const res = this.res as ServerResponse & { chunkedEncoding?: boolean; outputSize?: number; _headerSent?: boolean };
+    const socket = res.socket as (Socket & { _httpMessage?: unknown }) | null;
+    if (!socket || socket.destroyed || socket._httpMessage !== res) return undefined;
+    if (res.chunkedEncoding !== true || res._headerSent !== true || res.outputSize !== 0) return undefined;
+    return socket;
+  }
+
+  private drained(target: ServerResponse | Socket): Promise<void> {
     this.waiting = true;
     return new Promise((resolve) => {
       // The drain comes once the socket has taken what waited in Node's buffer (about an event
@@ -86,12 +115,14 @@ export class SseWriter {
       const stalled = setTimeout(() => this.res.destroy(), this.sendTimeoutMs);
       const done = () => {
         clearTimeout(stalled);
-        this.res.off("drain", done);
+        target.off("drain", done);
+        target.off("close", done);
         this.res.off("close", done);
         this.waiting = false;
         resolve();
       };
-      this.res.on("drain", done);
+      target.on("drain", done);
+      target.on("close", done);
       this.res.on("close", done);
     });
   }
