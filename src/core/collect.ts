@@ -1,4 +1,4 @@
-import type { FinishReason, GenerationEvent, TokenLogprob, Usage } from "./types.ts";
+import type { FinishReason, GenerationEvent, Timings, TokenLogprob, Usage } from "./types.ts";
 
 export interface CollectedToolCall {
   id: string;
@@ -22,6 +22,8 @@ export interface CollectedChoice {
 export interface CollectedGeneration {
   choices: CollectedChoice[];
   usage?: Usage;
+  /** The first choice's timings, when the request asked for them (see GenerationRequest.timings). */
+  timings?: Timings;
 }
 
 /**
@@ -37,9 +39,11 @@ export async function collectGeneration(events: AsyncIterable<GenerationEvent>, 
     finishReason: "stop",
   }));
   let usage: Usage | undefined;
+  let timings: Timings | undefined;
   for await (const ev of events) {
     if (ev.type === "usage") {
       usage = ev.usage;
+      timings = ev.timings;
       continue;
     }
     const c = out[ev.choice];
@@ -68,7 +72,7 @@ export async function collectGeneration(events: AsyncIterable<GenerationEvent>, 
         break;
     }
   }
-  return { choices: out, usage };
+  return { choices: out, usage, ...(timings ? { timings } : {}) };
 }
 
 /**

@@ -87,6 +87,12 @@ export type EngineChunk =
   | { kind: "prompt"; text: string; logprobs?: TokenLogprob[] }
   /** Prompt tokens reused from an earlier request instead of evaluated; sent before any text. */
   | { kind: "cached"; tokens: number }
+  /**
+   * The prompt (what was not cached) is evaluated now: sent once, as soon as it is, before the
+   * chunks of the first generated token. Engines that cannot tell (a remote upstream) leave it out;
+   * the core then takes the first output as the end of the prompt's evaluation.
+   */
+  | { kind: "evaluated" }
   /** `content_filter`: a remote engine's upstream withheld output under its policy (a local model never does). */
   | {
       kind: "end";

@@ -10,7 +10,7 @@ import { newId } from "./ids.ts";
 import { PartTracker } from "./part-tracker.ts";
 import type { ModelRegistry } from "./registry.ts";
 import { AnswerFilter } from "./answer-filter.ts";
-import type { FinishReason, GenerationEvent, GenerationRequest, PromptInput, RunningUsage, TokenLogprob, Usage } from "./types.ts";
+import type { FinishReason, GenerationEvent, GenerationRequest, PromptInput, Timings, TokenLogprob, Usage } from "./types.ts";
 
 export interface StartedGeneration {
   /** Prompt tokens per request of the batch. */
@@ -160,11 +160,14 @@ export class GenerationService {
     // it waits in this fair queue, not in the engine's own (a remote pool's, first come first served,
     // where one user's burst held everyone else's requests behind it).
     const firstSlots: Array<{ slot: number; release: () => void } | undefined> = [];
+    /** When each request's first choice began to run upstream (an engine that opens it here). */
+    const openedAt: Array<number | undefined> = [];
     if (engine.open) {
       let r = 0;
       try {
         for (; r < reqs.length; r++) {
           firstSlots[r] = scheduler.tryAcquire(fairnessKey(ctx), ctx.internalId);
+          if (firstSlots[r] !== undefined) openedAt[r] = performance.now();
           await engine.open(prepared[r].prep, signal, firstSlots[r] === undefined);
           // The engine may have finished the prompt count beside the opening.
           prepared[r].maxTokens = checkContext(reqs[r], prepared[r].prep);
@@ -200,7 +203,7 @@ export class GenerationService {
       };
     };
     reqs.forEach((req, r) => {
-      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j, j === 0 ? firstSlots[r] : undefined);
+      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j, j === 0 ? firstSlots[r] : undefined, j === 0 ? openedAt[r] : undefined);
     });
     this.active.add(run);
     this.unread().add(run.channel);
@@ -215,7 +218,7 @@ export class GenerationService {
           cachedTokens: counts.cachedTokens,
           reasoningTokens: counts.reasoningTokens,
         };
-        run.emit({ type: "usage", usage });
+        run.emit({ type: "usage", usage, ...(run.firstTimings ? { timings: run.firstTimings } : {}) });
         run.channel.close();
         ticket?.(usage.totalTokens);
         this.notify("finished", ctx, { usage } satisfies Outcome);
@@ -442,6 +445,8 @@ class BatchRun {
   cachedTokens = 0;
   /** Whether any choice got its slot, so the prompt was (at least partly) evaluated. */
   started = false;
+  /** The first choice's timings once it has finished (when the request asked for them). */
+  firstTimings?: Timings;
   private readonly abort = new AbortController();
   private readonly parts = new PartTracker();
   private readonly running: Array<Promise<ChoiceCounts>> = [];
@@ -478,8 +483,17 @@ class BatchRun {
   }
 
   /** `held`: the slot the choice already took (see startBatch), else it waits for one in its turn. */
-  choice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number, held?: { slot: number; release: () => void }): void {
-    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset, held);
+  choice(
+    req: GenerationRequest,
+    prep: PreparedGeneration,
+    maxTokens: number,
+    choice: number,
+    seedOffset: number,
+    held?: { slot: number; release: () => void },
+    /** When the engine began to run it (its `open`), for its timings. */
+    openedAt?: number,
+  ): void {
+    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset, held, openedAt);
     done.catch((err) => this.abort.abort(err));
     this.running.push(done);
   }
@@ -499,7 +513,15 @@ class BatchRun {
     return total;
   }
 
-  private async runChoice(req: GenerationRequest, prep: PreparedGeneration, maxTokens: number, choice: number, seedOffset: number, held?: { slot: number; release: () => void }) {
+  private async runChoice(
+    req: GenerationRequest,
+    prep: PreparedGeneration,
+    maxTokens: number,
+    choice: number,
+    seedOffset: number,
+    held?: { slot: number; release: () => void },
+    openedAt?: number,
+  ) {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
@@ -518,12 +540,37 @@ class BatchRun {
     // (a text the stop-string check held back counts the tokens generated meanwhile too). Off, as
     // nearly always, events go out as they are, nothing added per token.
     const request = Math.floor(choice / req.n);
-    const emit: (ev: GenerationEvent) => void = req.runningUsage
-      ? (ev) => {
-          (ev as { running?: RunningUsage }).running = { promptTokens: this.reportedPrompt.get(request) ?? prep.promptTokens, completionTokens: counts.completionTokens };
-          this.emit(ev);
-        }
-      : (ev) => this.emit(ev);
+    const promptOf = () => this.reportedPrompt.get(request) ?? prep.promptTokens;
+    // llama-server's timings: when the prompt's evaluation began (the cached prefix known, else the
+    // engine's `open` or the slot taken) and ended (the engine says so, else the first output), and
+    // the choice's own cached count (the usage counts the first choice's only).
+    const clock = { start: openedAt ?? performance.now(), evaluated: undefined as number | undefined, cached: 0 };
+    const timingsNow = (): Timings => {
+      // Nothing is counted for a stage before it has run (llama-server's counts grow the same way).
+      if (clock.evaluated === undefined) return { cachedTokens: clock.cached, promptTokens: 0, promptMs: 0, generatedTokens: counts.completionTokens, generationMs: 0 };
+      const generated = counts.completionTokens;
+      return {
+        cachedTokens: clock.cached,
+        promptTokens: Math.max(0, promptOf() - clock.cached),
+        promptMs: clock.evaluated - clock.start,
+        generatedTokens: generated,
+        generationMs: generated > 0 ? performance.now() - clock.evaluated : 0,
+      };
+    };
+    const evaluated = () => {
+      if (clock.evaluated !== undefined) return;
+      clock.evaluated = performance.now();
+    };
+    const emit: (ev: GenerationEvent) => void =
+      req.runningUsage || req.timings
+        ? (ev) => {
+            if (ev.type === "usage" || ev.type === "part-start" || ev.type === "part-end") return this.emit(ev);
+            if (ev.type !== "prompt" && ev.type !== "finish") evaluated();
+            if (req.runningUsage) ev.running = { promptTokens: promptOf(), completionTokens: counts.completionTokens };
+            if (req.timings) ev.timings = timingsNow();
+            this.emit(ev);
+          }
+        : (ev) => this.emit(ev);
     try {
       const answer = new AnswerFilter(choice, [...req.stop, ...prep.formatStops], emit, prep.formatEndings);
       const sampling = { ...req.sampling, seed: choiceSeed(req.sampling.seed, seedOffset) };
@@ -550,7 +597,16 @@ class BatchRun {
             reason = chunk.reason;
             turnEnded = chunk.turnEnded === true && chunk.reason === "stop";
             break;
+          case "evaluated":
+            if (clock.evaluated !== undefined) continue;
+            evaluated();
+            continue;
           case "cached":
+            if (clock.evaluated === undefined) {
+              clock.cached = chunk.tokens;
+              // The prompt's evaluation begins from its cached prefix.
+              clock.start = performance.now();
+            } else clock.cached += chunk.tokens;
             // The prompt is counted once per request, so is its cached part: the first choice's.
             if (seedOffset === 0) {
               counts.cachedTokens += chunk.tokens;
@@ -596,6 +652,7 @@ class BatchRun {
       answer.finish(turnEnded);
       signal.throwIfAborted();
       emit({ type: "finish", choice, reason });
+      if (req.timings && choice === 0) this.firstTimings = timingsNow();
       return counts;
     } finally {
       release();

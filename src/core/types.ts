@@ -157,6 +157,29 @@ export interface GenerationRequest {
    * (vLLM's `stream_options.continuous_usage_stats`). Off, events carry nothing more.
    */
   runningUsage?: boolean;
+  /**
+   * Every event of a choice's answer carries `timings`: how long its prompt and generation have
+   * taken so far (llama-server's `timings_per_token`); the final `usage` event carries the first
+   * choice's. Off, no event carries them.
+   */
+  timings?: boolean;
+}
+
+/**
+ * A choice's times so far (see `GenerationRequest.timings`). The prompt's evaluation runs from when
+ * the choice's cached prefix is known (or it got its slot) to when the engine says the prompt is
+ * evaluated (or, where it cannot say, its first output); the generation from then on. Both are 0
+ * until they have begun.
+ */
+export interface Timings {
+  /** Prompt tokens reused from the cache, not evaluated (0 where the engine tells it only at the end). */
+  cachedTokens: number;
+  /** Prompt tokens evaluated (the prompt less its cached part). */
+  promptTokens: number;
+  promptMs: number;
+  /** Tokens generated so far, and the milliseconds since the prompt was evaluated. */
+  generatedTokens: number;
+  generationMs: number;
 }
 
 /**
@@ -217,17 +240,18 @@ export type GenerationEvent =
       /** The token budget ran out inside this part (a call cut short has unusable arguments). */
       incomplete?: boolean;
     }
-  | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
+  | { type: "text"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage; timings?: Timings }
   /** A tool call begins: its position among this choice's calls, a fresh id and the function name. */
-  | { type: "tool-call"; choice: number; index: number; id: string; name: string; running?: RunningUsage }
+  | { type: "tool-call"; choice: number; index: number; id: string; name: string; running?: RunningUsage; timings?: Timings }
   /** More of a tool call's arguments (JSON text; the pieces concatenate to the whole object). */
-  | { type: "tool-call-arguments"; choice: number; index: number; text: string; running?: RunningUsage }
+  | { type: "tool-call-arguments"; choice: number; index: number; text: string; running?: RunningUsage; timings?: Timings }
   /** Thinking, kept apart from the answer. */
-  | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
+  | { type: "reasoning"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage; timings?: Timings }
   /** The prompt itself, for echo; sent before the choice's first text. */
-  | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage }
-  | { type: "finish"; choice: number; reason: FinishReason; running?: RunningUsage }
-  | { type: "usage"; usage: Usage };
+  | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage; timings?: Timings }
+  | { type: "finish"; choice: number; reason: FinishReason; running?: RunningUsage; timings?: Timings }
+  /** `timings`: the first choice's, when the request asked for them. */
+  | { type: "usage"; usage: Usage; timings?: Timings };
 
 export interface ModelDescription {
   id: string;

@@ -448,7 +448,8 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ stop_token_ids: [5] }, "stop_token_ids"],
     [{ include_stop_str_in_output: true }, "include_stop_str_in_output"],
     [{ chat_template: "{{ messages }}" }, "chat_template"],
-    // No progress chunks or per-token timings are sent: asking for them (or sending a non-boolean) is refused.
+    // No progress chunks are sent: asking for them is refused. Per-token timings are a switch:
+    // anything but a boolean is refused.
     [{ return_progress: true, stream: true }, "return_progress"],
     [{ timings_per_token: 42 }, "timings_per_token"],
     [{ verbose: true }, "verbose"],
@@ -534,7 +535,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   }
 });
 
-test("a chat request exactly as llama-server's web UI builds it (its settings synced from llama-server's defaults) is taken, but for the two reports Plinth cannot give", async () => {
+test("a chat request exactly as llama-server's web UI builds it (its settings synced from llama-server's defaults) is taken, with the timings it asks for, but for the prompt progress Plinth cannot report", async () => {
   // tools/ui chat.service.ts sendMessage with getApiOptions' settings, as the UI fills them from
   // llama-server's /props (its sampler defaults; max_tokens -1 is "no limit"); a user's typ_p: 1 too.
   const webUi = (stream: boolean) => ({
@@ -549,28 +550,31 @@ test("a chat request exactly as llama-server's web UI builds it (its settings sy
     dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: 64,
     samplers: ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"],
     backend_sampling: false, timings_per_token: true,
-    // The UI's "custom" JSON setting, merged in as it is: "no grammar", and an end-of-turn token the
-    // model takes at once, so that an answer without a limit ends here in a moment.
+    // The UI's "custom" JSON setting, merged in as it is: "no grammar", and no end-of-turn token, so
+    // that every answer (its budget set below) has the same length.
     grammar: "",
-    logit_bias: { [FIXTURE_TOKENS.eos]: 100 },
+    logit_bias: NO_EOG,
   });
   const post = (body: Record<string, unknown>) => s.http.post("/v1/chat/completions", body as never) as Promise<any>;
-  // The UI asks for per-token timings (every request) and prompt progress (every stream): Plinth's
-  // answers carry neither, so those two are refused by name; everything else in the body is taken.
-  for (const stream of [false, true]) {
-    const { timings_per_token, return_progress, ...rest } = webUi(stream) as Record<string, unknown>;
-    const taken = await post(rest);
-    assert.equal(taken.status, 200, `stream ${stream}: ${taken.text}`);
-    if (stream) assert.match(taken.text, /data: \[DONE\]/);
-    else assert.equal(taken.json.object, "chat.completion");
-    const asked = await post(webUi(stream));
-    assert.equal(asked.status, 400, asked.text);
-    assert.equal(asked.json.error.param, "timings_per_token");
-    if (stream) {
-      const progress = await post({ ...rest, return_progress });
-      assert.equal(progress.status, 400, progress.text);
-      assert.equal(progress.json.error.param, "return_progress");
-    }
-    assert.equal(timings_per_token, true);
-  }
+  const timingKeys = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"];
+  // The answer carries llama-server's timings, which the UI reads (speed, tokens).
+  const whole = await post({ ...webUi(false), max_tokens: 4 });
+  assert.equal(whole.status, 200, whole.text);
+  assert.equal(whole.json.object, "chat.completion");
+  assert.deepEqual(Object.keys(whole.json.timings), timingKeys);
+  assert.equal(whole.json.timings.predicted_n, whole.json.usage.completion_tokens);
+  assert.equal(whole.json.timings.prompt_n + whole.json.timings.cache_n, whole.json.usage.prompt_tokens);
+  assert.ok(whole.json.timings.prompt_ms > 0 && whole.json.timings.predicted_ms > 0, whole.text);
+  // Streamed: timings on every chunk after the role chunk. The UI's return_progress asks for
+  // prompt-progress chunks, which are not sent: a 400 naming it.
+  const { return_progress, ...streaming } = webUi(true) as Record<string, unknown>;
+  const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, { ...streaming, max_tokens: 4, cache_prompt: false });
+  const streamed = { text: raw.join("\n") };
+  assert.ok(chunks.slice(1).every((c) => c.timings && Object.keys(c.timings).join() === timingKeys.join()), streamed.text);
+  const last = chunks.at(-1)!.timings;
+  assert.equal(last.predicted_n, 4);
+  assert.equal(last.cache_n, 0, "cache_prompt: false reuses nothing");
+  const progress = await post({ ...streaming, return_progress, max_tokens: 4 });
+  assert.equal(progress.status, 400, progress.text);
+  assert.equal(progress.json.error.param, "return_progress");
 });

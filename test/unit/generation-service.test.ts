@@ -226,6 +226,71 @@ test("continuous_usage_stats on completions: each choice's chunks carry its own 
   await app.close();
 });
 
+test("timings: each event of a choice carries its prompt and generation times so far, the usage the first choice's; off, nothing", async () => {
+  // The engine says when its prompt is evaluated; the tokens it reports are what timings count.
+  const script: EngineChunk[] = [
+    { kind: "cached", tokens: 3 },
+    { kind: "evaluated" },
+    { kind: "text", text: "a", tokens: 1 },
+    { kind: "text", text: "b", tokens: 2 },
+    { kind: "end", reason: "length" },
+  ];
+  const { service, app } = await scriptedApp({ script: () => script });
+  const timed = await drain((await service.start(ctx, request({ timings: true }), new AbortController().signal)).events);
+  const usage = timed.at(-1) as Extract<GenerationEvent, { type: "usage" }>;
+  const stamped = timed.filter((e) => "timings" in e && e.type !== "usage") as Array<GenerationEvent & { timings: import("../../src/core/types.ts").Timings }>;
+  assert.deepEqual(stamped.map((e) => [e.type, e.timings.generatedTokens]), [["text", 1], ["text", 3], ["finish", 3]]);
+  for (const e of stamped) {
+    assert.equal(e.timings.cachedTokens, 3);
+    assert.equal(e.timings.promptTokens, usage.usage.promptTokens - 3);
+    assert.ok(e.timings.promptMs >= 0 && e.timings.generationMs >= 0);
+  }
+  assert.deepEqual(usage.timings?.generatedTokens, 3);
+  assert.equal(usage.timings?.cachedTokens, 3);
+  // Off, no event gets the field.
+  const plain = await drain((await service.start(ctx, request(), new AbortController().signal)).events);
+  assert.ok(plain.every((e) => !("timings" in e)), JSON.stringify(plain));
+  await app.close();
+});
+
+test("timings_per_token (llama-server): timings on every chunk and the answer; unasked, none", async () => {
+  const script: EngineChunk[] = [{ kind: "cached", tokens: 1 }, { kind: "evaluated" }, { kind: "text", text: "x", tokens: 1 }, { kind: "text", text: "yz", tokens: 2 }, { kind: "end", reason: "length" }];
+  const { app } = await scriptedApp({ script: () => script });
+  const keys = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"];
+  for (const url of ["/v1/chat/completions", "/v1/completions"]) {
+    const input = url === "/v1/completions" ? { prompt: "hi" } : { messages: [{ role: "user", content: "hi" }] };
+    const payload = { model: "scripted", ...input, max_tokens: 3, stream: true, stream_options: { include_usage: true }, timings_per_token: true };
+    const r = await app.inject({ method: "POST", url, payload });
+    assert.equal(r.statusCode, 200, r.body);
+    const data = (sseData(r.body) as any[]).slice(0, -1);
+    const total = data.at(-1).usage.prompt_tokens;
+    // Every chunk after the role chunk carries timings; the last ones the whole answer's.
+    const timed = data.filter((c) => c.timings);
+    assert.ok(timed.length >= data.length - (url === "/v1/completions" ? 0 : 1), r.body);
+    for (const c of timed) assert.deepEqual(Object.keys(c.timings), keys);
+    const last = data.at(-1).timings;
+    assert.equal(last.predicted_n, 3);
+    assert.equal(last.cache_n, 1);
+    assert.equal(last.prompt_n, total - 1);
+    assert.ok(last.predicted_per_token_ms === 0 || Math.abs(last.predicted_per_token_ms - last.predicted_ms / 2) < 1e-9, "the first token comes with the prompt");
+    // Not streamed: the answer carries the timings.
+    const whole = await app.inject({ method: "POST", url, payload: { ...payload, stream: false, stream_options: undefined } });
+    assert.equal(whole.statusCode, 200, whole.body);
+    assert.deepEqual(Object.keys(whole.json().timings), keys);
+    assert.equal(whole.json().timings.predicted_n, 3);
+    // Unasked (false too), as OpenAI clients expect: no timings anywhere.
+    for (const off of [{}, { timings_per_token: false }]) {
+      const { timings_per_token: _t, ...rest } = payload;
+      const plain = await app.inject({ method: "POST", url, payload: { ...rest, ...off } });
+      assert.equal(plain.statusCode, 200, plain.body);
+      assert.ok(!plain.body.includes("timings"), plain.body);
+      const json = await app.inject({ method: "POST", url, payload: { ...rest, ...off, stream: false, stream_options: undefined } });
+      assert.ok(!("timings" in json.json()), json.body);
+    }
+  }
+  await app.close();
+});
+
 test("an engine failure after the stream began is a final event in the error envelope, then the stream ends", async () => {
   const { app } = await scriptedApp({ script: () => [{ kind: "text", text: "par", tokens: 1 }, new Error("engine broke")] });
   const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { model: "scripted", messages: [{ role: "user", content: "hi" }], stream: true } });

@@ -59,6 +59,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     n: body.n ?? 1,
     wholeAnswer: body.stream !== true,
     ...(streamUsage(body).continuous ? { runningUsage: true } : {}),
+    ...(foreign.timings ? { timings: true } : {}),
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,

@@ -1,5 +1,6 @@
 import { collectGeneration } from "../../core/collect.ts";
-import type { FinishReason, GenerationEvent, RunningUsage, TokenLogprob, Usage } from "../../core/types.ts";
+import type { FinishReason, GenerationEvent, RunningUsage, Timings, TokenLogprob, Usage } from "../../core/types.ts";
+import { chunkTimings, timingsToWire } from "./timings.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { JsonStringStream } from "../../core/json-string-stream.ts";
 import { logprobTokenName, nullableBytes } from "../../core/logprob-token.ts";
@@ -43,7 +44,7 @@ export function logprobToWire(e: TokenLogprob) {
 
 /** The whole answer as one chat.completion object: the drained events, in OpenAI's field names. */
 export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, withLogprobs = false) {
-  const { choices, usage } = await collectGeneration(events, meta.n);
+  const { choices, usage, timings } = await collectGeneration(events, meta.n);
   return {
     id: meta.id,
     object: "chat.completion" as const,
@@ -74,6 +75,8 @@ export async function renderChatCompletion(meta: CompletionMeta, events: AsyncIt
       finish_reason: c.finishReason,
     })),
     usage: usage ? usageToWire(usage) : undefined,
+    // llama-server's timings_per_token: the (first) choice's timings, only when asked for.
+    ...(timings ? { timings: timingsToWire(timings) } : {}),
   };
 }
 
@@ -143,7 +146,9 @@ export async function streamChatCompletion(
   const customInputs = new Map<string, JsonStringStream>();
   // vLLM's continuous usage stats: a choice's chunks carry its usage so far (nothing when off).
   const roleUsage = shape.runningPrompt === undefined ? undefined : { usage: runningUsageToWire({ promptTokens: shape.runningPrompt, completionTokens: 0 }) };
-  const at = (ev: { running?: RunningUsage }) => (ev.running ? { usage: runningUsageToWire(ev.running) } : undefined);
+  // llama-server's timings_per_token: every chunk of a choice carries its timings so far.
+  const at = (ev: { running?: RunningUsage; timings?: Timings }) =>
+    ev.running || ev.timings ? { ...(ev.running ? { usage: runningUsageToWire(ev.running) } : {}), ...chunkTimings(ev) } : undefined;
   for (let i = 0; i < meta.n; i++) await send(chunk([delta(i, { role: "assistant", content: null, refusal: null })], roleUsage));
   for await (const ev of events) {
     if (sse.closed) return;
@@ -183,7 +188,7 @@ export async function streamChatCompletion(
       await send({ ...held, usage: usageToWire(ev.usage) });
       held = undefined;
     } else if (ev.type === "usage" && includeUsage) {
-      await send(chunk([], { usage: usageToWire(ev.usage) }));
+      await send(chunk([], { usage: usageToWire(ev.usage), ...chunkTimings(ev) }));
     }
   }
   if (held) await send(held);

@@ -46,6 +46,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     echo: body.echo === true,
     wholeAnswer: body.stream !== true,
     ...(continuous ? { runningUsage: true } : {}),
+    ...(foreign.timings ? { timings: true } : {}),
   }));
   return { batch, namespace: isolationKey(body.user, body.cache_salt) };
 }

@@ -1,5 +1,6 @@
 import { collectGeneration } from "../../core/collect.ts";
-import type { GenerationEvent, RunningUsage, TokenLogprob } from "../../core/types.ts";
+import type { GenerationEvent, RunningUsage, Timings, TokenLogprob } from "../../core/types.ts";
+import { chunkTimings, timingsToWire } from "./timings.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { type CompletionMeta, runningUsageToWire, usageToWire } from "./chat-to-wire.ts";
 
@@ -119,7 +120,7 @@ const empty = (): LegacyLogprobs => ({ tokens: [], token_logprobs: [], top_logpr
 
 /** The whole answer as one text_completion object (echoed prompts lead their choice's text). */
 export async function renderCompletion(meta: CompletionMeta, events: AsyncIterable<GenerationEvent>, logprobs: number | undefined) {
-  const { choices, usage } = await collectGeneration(events, meta.n);
+  const { choices, usage, timings } = await collectGeneration(events, meta.n);
   return {
     id: meta.id,
     object: "text_completion" as const,
@@ -136,6 +137,8 @@ export async function renderCompletion(meta: CompletionMeta, events: AsyncIterab
       };
     }),
     usage: usage ? usageToWire(usage) : undefined,
+    // llama-server's timings_per_token: the first choice's timings, only when asked for.
+    ...(timings ? { timings: timingsToWire(timings) } : {}),
   };
 }
 
@@ -159,7 +162,9 @@ export async function streamCompletion(
   });
   // vLLM's continuous usage stats (the request's runningUsage): a choice's chunks carry its usage so
   // far, its own prompt's tokens and its completion tokens; events carry no counts otherwise.
-  const at = (ev: { running?: RunningUsage }) => (ev.running ? { usage: runningUsageToWire(ev.running) } : undefined);
+  // llama-server's timings_per_token: every chunk of a choice carries its timings so far.
+  const at = (ev: { running?: RunningUsage; timings?: Timings }) =>
+    ev.running || ev.timings ? { ...(ev.running ? { usage: runningUsageToWire(ev.running) } : {}), ...chunkTimings(ev) } : undefined;
   for await (const ev of events) {
     if (sse.closed) return;
     if (ev.type === "prompt" || ev.type === "text") {
@@ -171,7 +176,7 @@ export async function streamCompletion(
       // chunk's logprobs, as the AI SDK does, ended with an empty list).
       await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: ev.reason }], at(ev)));
     } else if (ev.type === "usage" && includeUsage) {
-      await sse.data(chunk([], { usage: usageToWire(ev.usage) }));
+      await sse.data(chunk([], { usage: usageToWire(ev.usage), ...chunkTimings(ev) }));
     }
   }
   await sse.data("[DONE]");

@@ -254,7 +254,8 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     preserved_tokens: [isEmpty, "is not supported: a template's special tokens are read as the template's tool format says"],
     grammar_triggers: [isEmpty, "is not supported: grammars here apply from the answer's first token"],
     n_indent: [is(0), "is not supported"],
-    timings_per_token: [is(false), "is not supported: no timings are reported per token"],
+    // Honoured on chat and completions (see `ForeignSettings.timings`).
+    timings_per_token: kind === "responses" ? [is(false), "is not supported on the Responses API: its events carry no timings"] : [isBoolean, "must be a boolean"],
     return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
     verbose: [is(false), "is not supported: answers carry no __verbose debug field (POST /tokenize with the messages shows the rendered prompt's tokens)"],
     priority: [isInt, "must be an integer"],
@@ -431,6 +432,8 @@ export interface ForeignSettings {
   thinkingBudgetParam?: string;
   /** vLLM's `include_reasoning: false`: the thinking is generated and counted, but not returned. */
   dropReasoning?: boolean;
+  /** llama-server's `timings_per_token: true`: `timings` on every chunk and on the answer. */
+  timings?: boolean;
 }
 
 /**
@@ -477,6 +480,7 @@ export function foreignFields(
     ...(repeat != null ? { repetitionPenalty: repeat } : {}),
     ...(thinking != null ? { thinkingBudget: thinking, thinkingBudgetParam: thinkingParam } : {}),
     ...(kind === "chat" && (body.include_reasoning === false || excluded) ? { dropReasoning: true } : {}),
+    ...(kind !== "responses" && body.timings_per_token === true ? { timings: true } : {}),
   };
 }
 

@@ -149,6 +149,8 @@ export async function* decodeLoop(setup: LoopSetup): AsyncGenerator<EngineChunk>
   edits.apply(router.start());
   try {
     let step = await steps.next(undefined);
+    // The first step evaluated the prompt (its last batch gave the first token's logits).
+    if (!step.done && !signal.aborted) yield { kind: "evaluated" };
     while (!step.done) {
       sampled = true;
       if (signal.aborted) return;

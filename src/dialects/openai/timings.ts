@@ -1,0 +1,28 @@
+import type { Timings } from "../../core/types.ts";
+
+/**
+ * llama-server's `timings` object (its slot statistics), from a choice's canonical timings: the
+ * cached and evaluated prompt tokens and the time the evaluation took, the tokens generated and the
+ * time since. As llama-server counts, the first generated token comes with the prompt's evaluation
+ * (from its last batch's logits), so the per-token generation rates divide by one token less; a
+ * rate whose divisor is still 0 is 0.
+ */
+export function timingsToWire(t: Timings) {
+  const steps = Math.max(0, t.generatedTokens - 1);
+  return {
+    cache_n: t.cachedTokens,
+    prompt_n: t.promptTokens,
+    prompt_ms: t.promptMs,
+    prompt_per_token_ms: t.promptTokens > 0 ? t.promptMs / t.promptTokens : 0,
+    prompt_per_second: t.promptMs > 0 ? (1e3 / t.promptMs) * t.promptTokens : 0,
+    predicted_n: t.generatedTokens,
+    predicted_ms: t.generationMs,
+    predicted_per_token_ms: steps > 0 ? t.generationMs / steps : 0,
+    predicted_per_second: t.generationMs > 0 ? (1e3 / t.generationMs) * steps : 0,
+  };
+}
+
+/** A chunk's `timings` when its event carries them (llama-server's `timings_per_token`), else nothing. */
+export function chunkTimings(ev: { timings?: Timings }): { timings?: ReturnType<typeof timingsToWire> } {
+  return ev.timings ? { timings: timingsToWire(ev.timings) } : {};
+}
