@@ -557,6 +557,12 @@ class BatchRun {
         generationMs: generated > 0 ? performance.now() - clock.evaluated : 0,
       };
     };
+    const progress = (processed: number) => {
+      if (!req.promptProgress) return;
+      const ev: GenerationEvent = { type: "progress", choice, total: promptOf(), cached: clock.cached, processed, ms: (clock.evaluated ?? performance.now()) - clock.start };
+      if (req.timings) ev.timings = timingsNow();
+      this.emit(ev);
+    };
     const evaluated = () => {
       if (clock.evaluated !== undefined) return;
       clock.evaluated = performance.now();
@@ -564,7 +570,7 @@ class BatchRun {
     const emit: (ev: GenerationEvent) => void =
       req.runningUsage || req.timings
         ? (ev) => {
-            if (ev.type === "usage" || ev.type === "part-start" || ev.type === "part-end") return this.emit(ev);
+            if (ev.type === "usage" || ev.type === "part-start" || ev.type === "part-end" || ev.type === "progress") return this.emit(ev);
             if (ev.type !== "prompt" && ev.type !== "finish") evaluated();
             if (req.runningUsage) ev.running = { promptTokens: promptOf(), completionTokens: counts.completionTokens };
             if (req.timings) ev.timings = timingsNow();
@@ -600,12 +606,14 @@ class BatchRun {
           case "evaluated":
             if (clock.evaluated !== undefined) continue;
             evaluated();
+            progress(promptOf());
             continue;
           case "cached":
             if (clock.evaluated === undefined) {
               clock.cached = chunk.tokens;
-              // The prompt's evaluation begins from its cached prefix.
               clock.start = performance.now();
+              // The prompt's evaluation begins from its cached prefix (llama-server's first progress).
+              progress(chunk.tokens);
             } else clock.cached += chunk.tokens;
             // The prompt is counted once per request, so is its cached part: the first choice's.
             if (seedOffset === 0) {

@@ -163,6 +163,11 @@ export interface GenerationRequest {
    * choice's. Off, no event carries them.
    */
   timings?: boolean;
+  /**
+   * Each choice reports its prompt's evaluation with `progress` events before its first output
+   * (llama-server's `return_progress`), where the engine tells when its prompt is evaluated.
+   */
+  promptProgress?: boolean;
 }
 
 /**
@@ -250,6 +255,11 @@ export type GenerationEvent =
   /** The prompt itself, for echo; sent before the choice's first text. */
   | { type: "prompt"; choice: number; text: string; logprobs?: TokenLogprob[]; running?: RunningUsage; timings?: Timings }
   | { type: "finish"; choice: number; reason: FinishReason; running?: RunningUsage; timings?: Timings }
+  /**
+   * The choice's prompt evaluation (see `GenerationRequest.promptProgress`): of its `total` tokens,
+   * `cached` came from the cache and `processed` are in its sequence now, `ms` after it began.
+   */
+  | { type: "progress"; choice: number; total: number; cached: number; processed: number; ms: number; timings?: Timings }
   /** `timings`: the first choice's, when the request asked for them. */
   | { type: "usage"; usage: Usage; timings?: Timings };
 

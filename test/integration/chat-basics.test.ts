@@ -448,9 +448,8 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
     [{ stop_token_ids: [5] }, "stop_token_ids"],
     [{ include_stop_str_in_output: true }, "include_stop_str_in_output"],
     [{ chat_template: "{{ messages }}" }, "chat_template"],
-    // No progress chunks are sent: asking for them is refused. Per-token timings are a switch:
-    // anything but a boolean is refused.
-    [{ return_progress: true, stream: true }, "return_progress"],
+    // Progress chunks and per-token timings are switches: anything but a boolean is refused.
+    [{ return_progress: "yes", stream: true }, "return_progress"],
     [{ timings_per_token: 42 }, "timings_per_token"],
     [{ verbose: true }, "verbose"],
     [{ backend_sampling: "on" }, "backend_sampling"],
@@ -535,7 +534,7 @@ test("vLLM's and llama-server's generation fields: ignore_eos, n_predict and rep
   }
 });
 
-test("a chat request exactly as llama-server's web UI builds it (its settings synced from llama-server's defaults) is taken, with the timings it asks for, but for the prompt progress Plinth cannot report", async () => {
+test("a chat request exactly as llama-server's web UI builds it (its settings synced from llama-server's defaults) is taken, with the timings and prompt progress it asks for", async () => {
   // tools/ui chat.service.ts sendMessage with getApiOptions' settings, as the UI fills them from
   // llama-server's /props (its sampler defaults; max_tokens -1 is "no limit"); a user's typ_p: 1 too.
   const webUi = (stream: boolean) => ({
@@ -565,16 +564,19 @@ test("a chat request exactly as llama-server's web UI builds it (its settings sy
   assert.equal(whole.json.timings.predicted_n, whole.json.usage.completion_tokens);
   assert.equal(whole.json.timings.prompt_n + whole.json.timings.cache_n, whole.json.usage.prompt_tokens);
   assert.ok(whole.json.timings.prompt_ms > 0 && whole.json.timings.predicted_ms > 0, whole.text);
-  // Streamed: timings on every chunk after the role chunk. The UI's return_progress asks for
-  // prompt-progress chunks, which are not sent: a 400 naming it.
-  const { return_progress, ...streaming } = webUi(true) as Record<string, unknown>;
-  const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, { ...streaming, max_tokens: 4, cache_prompt: false });
+  // Streamed: prompt progress (the cached prefix, then the whole prompt) before the first token, and
+  // timings on every chunk after the role chunk.
+  const { chunks, raw } = await streamedChunks(`${s.url}/v1/chat/completions`, { ...webUi(true), max_tokens: 4, cache_prompt: false });
   const streamed = { text: raw.join("\n") };
+  const progress = chunks.filter((c) => c.prompt_progress);
+  assert.ok(progress.length >= 1, streamed.text);
+  const firstText = chunks.findIndex((c) => c.choices?.[0]?.delta?.content);
+  assert.ok(chunks.indexOf(progress.at(-1)!) < firstText, streamed.text);
+  const done = progress.at(-1)!.prompt_progress;
+  assert.equal(done.processed, done.total);
+  assert.equal(done.cache, 0, "cache_prompt: false reuses nothing");
   assert.ok(chunks.slice(1).every((c) => c.timings && Object.keys(c.timings).join() === timingKeys.join()), streamed.text);
   const last = chunks.at(-1)!.timings;
   assert.equal(last.predicted_n, 4);
-  assert.equal(last.cache_n, 0, "cache_prompt: false reuses nothing");
-  const progress = await post({ ...streaming, return_progress, max_tokens: 4 });
-  assert.equal(progress.status, 400, progress.text);
-  assert.equal(progress.json.error.param, "return_progress");
+  assert.equal(last.prompt_n, done.total);
 });

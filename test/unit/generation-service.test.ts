@@ -247,23 +247,43 @@ test("timings: each event of a choice carries its prompt and generation times so
   }
   assert.deepEqual(usage.timings?.generatedTokens, 3);
   assert.equal(usage.timings?.cachedTokens, 3);
-  // Off, no event gets the field.
+  // No progress events unless asked for; off, no event gets either field.
+  assert.ok(timed.every((e) => e.type !== "progress"));
   const plain = await drain((await service.start(ctx, request(), new AbortController().signal)).events);
-  assert.ok(plain.every((e) => !("timings" in e)), JSON.stringify(plain));
+  assert.ok(plain.every((e) => !("timings" in e) && e.type !== "progress"), JSON.stringify(plain));
   await app.close();
 });
 
-test("timings_per_token (llama-server): timings on every chunk and the answer; unasked, none", async () => {
+test("promptProgress: the cached prefix, then the evaluated prompt, before the first output; none from an engine that cannot tell", async () => {
+  const told: EngineChunk[] = [{ kind: "cached", tokens: 2 }, { kind: "evaluated" }, { kind: "text", text: "a", tokens: 1 }, { kind: "end", reason: "stop" }];
+  const { service, app } = await scriptedApp({ script: (req) => (req.cachePrompt === false ? told.filter((c) => c.kind !== "evaluated" && c.kind !== "cached") : told) });
+  const events = await drain((await service.start(ctx, request({ promptProgress: true }), new AbortController().signal)).events);
+  const total = (events.at(-1) as Extract<GenerationEvent, { type: "usage" }>).usage.promptTokens;
+  const progress = events.filter((e) => e.type === "progress") as Array<Extract<GenerationEvent, { type: "progress" }>>;
+  assert.deepEqual(progress.map((p) => [p.total, p.cached, p.processed]), [[total, 2, 2], [total, 2, total]]);
+  assert.ok(events.findIndex((e) => e.type === "progress" && e.processed === total) < events.findIndex((e) => e.type === "text"));
+  assert.ok(progress[1].ms >= progress[0].ms);
+  // An engine that never says when its prompt is evaluated (a remote upstream) gets no progress.
+  const silent = await drain((await service.start(ctx, request({ promptProgress: true, cachePrompt: false }), new AbortController().signal)).events);
+  assert.ok(silent.every((e) => e.type !== "progress"), JSON.stringify(silent));
+  await app.close();
+});
+
+test("timings_per_token and return_progress (llama-server): timings on every chunk and the answer, prompt_progress chunks before the first token; unasked, neither", async () => {
   const script: EngineChunk[] = [{ kind: "cached", tokens: 1 }, { kind: "evaluated" }, { kind: "text", text: "x", tokens: 1 }, { kind: "text", text: "yz", tokens: 2 }, { kind: "end", reason: "length" }];
   const { app } = await scriptedApp({ script: () => script });
   const keys = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"];
   for (const url of ["/v1/chat/completions", "/v1/completions"]) {
     const input = url === "/v1/completions" ? { prompt: "hi" } : { messages: [{ role: "user", content: "hi" }] };
-    const payload = { model: "scripted", ...input, max_tokens: 3, stream: true, stream_options: { include_usage: true }, timings_per_token: true };
+    const payload = { model: "scripted", ...input, max_tokens: 3, stream: true, stream_options: { include_usage: true }, timings_per_token: true, return_progress: true };
     const r = await app.inject({ method: "POST", url, payload });
     assert.equal(r.statusCode, 200, r.body);
     const data = (sseData(r.body) as any[]).slice(0, -1);
+    const progress = data.filter((c) => c.prompt_progress);
+    assert.equal(progress.length, 2, r.body);
     const total = data.at(-1).usage.prompt_tokens;
+    assert.deepEqual(progress.map((c) => [c.prompt_progress.total, c.prompt_progress.cache, c.prompt_progress.processed]), [[total, 1, 1], [total, 1, total]]);
+    assert.ok(Number.isInteger(progress[1].prompt_progress.time_ms));
     // Every chunk after the role chunk carries timings; the last ones the whole answer's.
     const timed = data.filter((c) => c.timings);
     assert.ok(timed.length >= data.length - (url === "/v1/completions" ? 0 : 1), r.body);
@@ -273,17 +293,17 @@ test("timings_per_token (llama-server): timings on every chunk and the answer; u
     assert.equal(last.cache_n, 1);
     assert.equal(last.prompt_n, total - 1);
     assert.ok(last.predicted_per_token_ms === 0 || Math.abs(last.predicted_per_token_ms - last.predicted_ms / 2) < 1e-9, "the first token comes with the prompt");
-    // Not streamed: the answer carries the timings.
+    // Not streamed: the answer carries the timings; progress has nothing to go in.
     const whole = await app.inject({ method: "POST", url, payload: { ...payload, stream: false, stream_options: undefined } });
     assert.equal(whole.statusCode, 200, whole.body);
     assert.deepEqual(Object.keys(whole.json().timings), keys);
     assert.equal(whole.json().timings.predicted_n, 3);
-    // Unasked (false too), as OpenAI clients expect: no timings anywhere.
-    for (const off of [{}, { timings_per_token: false }]) {
-      const { timings_per_token: _t, ...rest } = payload;
+    // Unasked (false too), as OpenAI clients expect: no timings anywhere, no progress chunks.
+    for (const off of [{}, { timings_per_token: false, return_progress: false }]) {
+      const { timings_per_token: _t, return_progress: _p, ...rest } = payload;
       const plain = await app.inject({ method: "POST", url, payload: { ...rest, ...off } });
       assert.equal(plain.statusCode, 200, plain.body);
-      assert.ok(!plain.body.includes("timings"), plain.body);
+      assert.ok(!plain.body.includes("timings") && !plain.body.includes("prompt_progress"), plain.body);
       const json = await app.inject({ method: "POST", url, payload: { ...rest, ...off, stream: false, stream_options: undefined } });
       assert.ok(!("timings" in json.json()), json.body);
     }

@@ -60,6 +60,7 @@ export function chatToCanonical(body: ChatCompletionRequest, defaults: SamplingD
     wholeAnswer: body.stream !== true,
     ...(streamUsage(body).continuous ? { runningUsage: true } : {}),
     ...(foreign.timings ? { timings: true } : {}),
+    ...(foreign.promptProgress ? { promptProgress: true } : {}),
     cachePrompt: body.cache_prompt ?? true,
     cacheKey: body.prompt_cache_key ?? undefined,
     logprobs: body.logprobs ? (body.top_logprobs ?? 0) : undefined,

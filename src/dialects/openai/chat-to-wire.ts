@@ -1,6 +1,6 @@
 import { collectGeneration } from "../../core/collect.ts";
 import type { FinishReason, GenerationEvent, RunningUsage, Timings, TokenLogprob, Usage } from "../../core/types.ts";
-import { chunkTimings, timingsToWire } from "./timings.ts";
+import { chunkTimings, progressToWire, timingsToWire } from "./timings.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { JsonStringStream } from "../../core/json-string-stream.ts";
 import { logprobTokenName, nullableBytes } from "../../core/logprob-token.ts";
@@ -184,6 +184,9 @@ export async function streamChatCompletion(
         if (held) await send(held);
         held = last;
       } else await send(last);
+    } else if (ev.type === "progress") {
+      // llama-server's return_progress: the prompt's evaluation, before the choice's first output.
+      await send(chunk([delta(ev.choice, {})], { prompt_progress: progressToWire(ev), ...chunkTimings(ev) }));
     } else if (ev.type === "usage" && shape.usageOnFinishChunk && held) {
       await send({ ...held, usage: usageToWire(ev.usage) });
       held = undefined;

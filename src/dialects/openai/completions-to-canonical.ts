@@ -47,6 +47,7 @@ export function completionToCanonical(body: CompletionRequest): { batch: Generat
     wholeAnswer: body.stream !== true,
     ...(continuous ? { runningUsage: true } : {}),
     ...(foreign.timings ? { timings: true } : {}),
+    ...(foreign.promptProgress ? { promptProgress: true } : {}),
   }));
   return { batch, namespace: isolationKey(body.user, body.cache_salt) };
 }

@@ -1,6 +1,6 @@
 import { collectGeneration } from "../../core/collect.ts";
 import type { GenerationEvent, RunningUsage, Timings, TokenLogprob } from "../../core/types.ts";
-import { chunkTimings, timingsToWire } from "./timings.ts";
+import { chunkTimings, progressToWire, timingsToWire } from "./timings.ts";
 import type { SseWriter } from "../../http/sse.ts";
 import { type CompletionMeta, runningUsageToWire, usageToWire } from "./chat-to-wire.ts";
 
@@ -175,6 +175,9 @@ export async function streamCompletion(
       // No token in it, so no log probabilities: null, as on chat's finish chunk (a client that keeps each
       // chunk's logprobs, as the AI SDK does, ended with an empty list).
       await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: ev.reason }], at(ev)));
+    } else if (ev.type === "progress") {
+      // llama-server's return_progress: the prompt's evaluation, before the choice's first text.
+      await sse.data(chunk([{ index: ev.choice, text: "", logprobs: null, finish_reason: null }], { prompt_progress: progressToWire(ev), ...chunkTimings(ev) }));
     } else if (ev.type === "usage" && includeUsage) {
       await sse.data(chunk([], { usage: usageToWire(ev.usage), ...chunkTimings(ev) }));
     }

@@ -254,9 +254,9 @@ function neutralValues(body: Record<string, unknown>, kind: ForeignKind): Record
     preserved_tokens: [isEmpty, "is not supported: a template's special tokens are read as the template's tool format says"],
     grammar_triggers: [isEmpty, "is not supported: grammars here apply from the answer's first token"],
     n_indent: [is(0), "is not supported"],
-    // Honoured on chat and completions (see `ForeignSettings.timings`).
+    // Honoured on chat and completions (see `ForeignSettings.timings` and `promptProgress`).
     timings_per_token: kind === "responses" ? [is(false), "is not supported on the Responses API: its events carry no timings"] : [isBoolean, "must be a boolean"],
-    return_progress: [is(false), "is not supported: no prompt-progress chunks are sent"],
+    return_progress: kind === "responses" ? [is(false), "is not supported on the Responses API: its stream sends no prompt-progress events"] : [isBoolean, "must be a boolean"],
     verbose: [is(false), "is not supported: answers carry no __verbose debug field (POST /tokenize with the messages shows the rendered prompt's tokens)"],
     priority: [isInt, "must be an integer"],
     request_id: [isString, "must be a string"],
@@ -434,6 +434,8 @@ export interface ForeignSettings {
   dropReasoning?: boolean;
   /** llama-server's `timings_per_token: true`: `timings` on every chunk and on the answer. */
   timings?: boolean;
+  /** llama-server's `return_progress: true` on a stream: prompt-progress chunks before the first output. */
+  promptProgress?: boolean;
 }
 
 /**
@@ -481,6 +483,8 @@ export function foreignFields(
     ...(thinking != null ? { thinkingBudget: thinking, thinkingBudgetParam: thinkingParam } : {}),
     ...(kind === "chat" && (body.include_reasoning === false || excluded) ? { dropReasoning: true } : {}),
     ...(kind !== "responses" && body.timings_per_token === true ? { timings: true } : {}),
+    // Without a stream there is no chunk to report progress in: llama-server then sends none either.
+    ...(kind !== "responses" && body.return_progress === true && body.stream === true ? { promptProgress: true } : {}),
   };
 }
 

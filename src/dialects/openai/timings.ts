@@ -1,4 +1,4 @@
-import type { Timings } from "../../core/types.ts";
+import type { GenerationEvent, Timings } from "../../core/types.ts";
 
 /**
  * llama-server's `timings` object (its slot statistics), from a choice's canonical timings: the
@@ -25,4 +25,9 @@ export function timingsToWire(t: Timings) {
 /** A chunk's `timings` when its event carries them (llama-server's `timings_per_token`), else nothing. */
 export function chunkTimings(ev: { timings?: Timings }): { timings?: ReturnType<typeof timingsToWire> } {
   return ev.timings ? { timings: timingsToWire(ev.timings) } : {};
+}
+
+/** llama-server's `prompt_progress` of a progress event: whole milliseconds, as it reports them. */
+export function progressToWire(ev: Extract<GenerationEvent, { type: "progress" }>) {
+  return { total: ev.total, cache: ev.cached, processed: ev.processed, time_ms: Math.floor(ev.ms) };
 }
