@@ -283,4 +283,10 @@ export interface ModelDescription {
    * setup, different when either changes. Dialects that report a system fingerprint derive it here.
    */
   fingerprint?: string;
+  /**
+   * The chat template's text that renders this model's chat prompts (the model file's Jinja
+   * template), where the engine renders with it; undefined otherwise (a built-in prompt format, an
+   * upstream's model).
+   */
+  chatTemplate?: string;
 }

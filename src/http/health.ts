@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply } from "fastify";
 import type { ModelRegistry } from "../core/registry.ts";
 
 /** Plinth's own version, from its package.json. */
-const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
+export const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 /**
  * GET /health: 200 once every model is loaded; 503 with each model's state while loading or failed.

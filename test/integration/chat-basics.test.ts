@@ -580,3 +580,30 @@ test("a chat request exactly as llama-server's web UI builds it (its settings sy
   assert.equal(last.predicted_n, 4);
   assert.equal(last.prompt_n, done.total);
 });
+
+test("GET /props (llama-server's server properties): the model's context, slots, template and sampler defaults, which a request may send back as they are", async () => {
+  const props = await fetch(`${s.url}/props`);
+  assert.equal(props.status, 200);
+  const p = (await props.json()) as any;
+  const listed = ((await (await fetch(`${s.url}/v1/models/tiny`)).json()) as any);
+  assert.equal(p.default_generation_settings.n_ctx, listed.max_model_len);
+  assert.equal(p.total_slots, listed.parallel);
+  // The served name, never the file's path on the server's disk.
+  assert.equal(p.model_path, "tiny");
+  assert.deepEqual(p.modalities, { vision: false, audio: false, video: false });
+  // The model file's own template, which renders its chat prompts.
+  const { getLlama } = await import("node-llama-cpp");
+  const model = await (await getLlama({ gpu: false, logLevel: LlamaLogLevel.error })).loadModel({ modelPath: s.modelPath });
+  assert.equal(p.chat_template, model.fileInfo.metadata.tokenizer.chat_template);
+  await model.dispose();
+  assert.match(p.build_info, /^plinth-/);
+  // llama-server's web UI copies these defaults into every request: each is taken as it is (the
+  // budget set, both its names, for a short answer).
+  const r = await s.http.post("/v1/chat/completions", { model: "tiny", messages: user("Hi"), ...p.default_generation_settings.params, max_tokens: 3, n_predict: 3 } as never);
+  assert.equal(r.status, 200, r.text);
+  // ?model= picks the model (llama-server's router takes it so); one not served is a 404 in the envelope.
+  assert.equal(((await (await fetch(`${s.url}/props?model=tiny&autoload=false`)).json()) as any).model_path, "tiny");
+  const missing = await fetch(`${s.url}/props?model=nope`);
+  assert.equal(missing.status, 404);
+  assert.equal(((await missing.json()) as any).error.code, "model_not_found");
+});

@@ -126,6 +126,7 @@ const DIALECT_ROUTES: Array<[string, string, unknown]> = [
   ["POST", "/tokenize", { model: "tiny", prompt: "hello" }],
   ["POST", "/invocations", { model: "tiny", prompt: "Once", max_tokens: 2 }],
   ["GET", "/v1/models", undefined],
+  ["GET", "/props?model=tiny", undefined],
 ];
 
 describe("authentication", () => {
@@ -471,6 +472,23 @@ describe("model lists and isolation", () => {
     assert.equal((await call("GET", "/api/2.0/serving-endpoints/no-such-endpoint", undefined, bearer(STATIC_KEY))).status, 404);
     assert.deepEqual((await call("GET", "/api/2.0/plinth/models", undefined, bearer(allowed.key))).json.models.map((m: Obj) => m.name), ["tiny"]);
     assert.equal((await call("POST", "/v1/chat/completions", chatBody(), bearer(allowed.key))).status, 200);
+    // llama-server's GET /props reads the same way: ?model= another model (served or not) is a 403
+    // for a limited key, an unknown one a 404 for a key that may use them all.
+    for (const model of ["tiny", "no-such-model"]) {
+      const props = await call("GET", `/props?model=${model}`, undefined, bearer(k.key));
+      assert.equal(props.status, 403, props.text);
+      assert.equal(props.json.error.code, "model_not_allowed");
+    }
+    const unknownProps = await call("GET", "/props?model=no-such-model", undefined, bearer(STATIC_KEY));
+    assert.equal(unknownProps.status, 404, unknownProps.text);
+    assert.equal(unknownProps.json.error.code, "model_not_found");
+    assert.equal(unknownProps.json.error.param, "model");
+    // Without ?model=, the one model the key may generate with; with several, llama-server's router answer.
+    const own = await call("GET", "/props", undefined, bearer(allowed.key));
+    assert.equal(own.status, 200, own.text);
+    assert.equal(own.json.model_path, "tiny");
+    assert.equal((await call("GET", "/props", undefined, bearer(STATIC_KEY))).json.role, "router");
+    assert.equal((await call("GET", "/props?model=tiny", undefined, bearer(STATIC_KEY))).json.model_path, "tiny");
   });
 
   test("Databricks: a limited key gets 403 for any other endpoint, served or not, before its task or entities are checked", async () => {

@@ -6,6 +6,8 @@ import type { ModelSettings } from "../../src/core/engine-factory.ts";
 import { remoteFactory, UpstreamNotReady } from "../../src/engines/remote/factory.ts";
 import type { RemoteEngine } from "../../src/engines/remote/remote-engine.ts";
 import type { RemoteSource } from "../../src/engines/remote/source.ts";
+import { isLlamaServerModel } from "../../src/engines/remote/llama-server.ts";
+import { modelToWire } from "../../src/dialects/openai/models.ts";
 
 // Discovery against an upstream whose model list is hostile: its ids become parts of log lines and
 // load errors (which the server prints and answers with), its numbers the model's context.
@@ -137,6 +139,20 @@ test("each replica's slot count is what it reports: a Plinth's model list `paral
   // Configured slots win: nothing is asked.
   ({ engine } = await discover([url], 2_000, false));
   assert.equal(engine!.pool.replicas[0].slots, 4);
+});
+
+test("a Plinth upstream, which answers llama-server's /props too, is still read as a Plinth: its model list's entry, never /props", async () => {
+  // The entry exactly as a Plinth lists a model it runs in process.
+  const served = { id: "r", status: "ready" as const, engine: { describe: () => ({ id: "r", created: 1, ownedBy: "plinth", contextSize: 4096, parallel: 3, reasoning: false }) } };
+  list = { object: "list", data: [modelToWire(served as never)] };
+  assert.equal(isLlamaServerModel((list as { data: unknown[] }).data[0]), false);
+  // What its /props says (another slot count, no vision) must change nothing here.
+  props = { total_slots: 9, modalities: { vision: false, audio: false, video: false }, default_generation_settings: { n_ctx: 4096, params: {} }, model_path: "r" };
+  const { engine, error } = await discover([url], 2_000, true);
+  assert.equal(error, undefined);
+  assert.equal((engine as unknown as { info: { flavor?: string } }).info.flavor, "openai");
+  assert.equal(engine!.pool.replicas[0].slots, 3, "slots from the model list's parallel, not /props' total_slots");
+  assert.equal(engine!.describe().contextSize, 4096);
 });
 
 test("a reported slot count that is not a whole number from 1 up is not believed; a huge one is capped", async () => {

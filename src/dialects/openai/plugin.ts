@@ -15,6 +15,7 @@ import { getModel, listModels } from "./models.ts";
 import { registerStoredChatRoutes } from "./stored-chat.ts";
 import { withDefaultModel } from "./default-model.ts";
 import { detokenize, detokenizeRequest, tokenize, tokenizeRequest } from "./tokenize.ts";
+import { serverProps } from "./props.ts";
 import { wildcardValue } from "../../http/path-segments.ts";
 import { type FieldHints, strictTopLevel } from "../unknown-fields.ts";
 
@@ -86,10 +87,12 @@ export async function openAIPlugin(scope: FastifyInstance, { service, store }: O
   );
 }
 
-/** vLLM's tokenizer endpoints, at the root as vLLM serves them, in OpenAI's error envelope. */
+/** vLLM's tokenizer endpoints and llama-server's GET /props, at the root as those servers serve them, in OpenAI's error envelope. */
 export async function tokenizerPlugin(scope: FastifyInstance, { service }: OpenAIPluginOptions): Promise<void> {
   installErrorEnvelope(scope, OPENAI_ENVELOPE, { notFound: false });
   const opts = { service, dialect: "openai" };
   postRoute(scope, "/tokenize", (raw, req) => tokenizeRequest.parse(withDefaultModel(raw, req, service, "tokenize")), tokenize, opts);
   postRoute(scope, "/detokenize", (raw, req) => detokenizeRequest.parse(withDefaultModel(raw, req, service, "tokenize")), detokenize, opts);
+  // llama-server's server properties, read by its web UI and its clients at startup.
+  scope.get<{ Querystring: Record<string, unknown> }>("/props", async (request) => serverProps(service, request));
 }

@@ -263,6 +263,7 @@ export class LlamaCppEngine implements Engine<LlamaPrepared> {
       parallel: this.slots,
       reasoning: this.contexts.length > 0 && this.renderer.thought !== undefined,
       fingerprint: this.fingerprint,
+      ...(this.contexts.length > 0 && this.renderer.templateText !== undefined ? { chatTemplate: this.renderer.templateText } : {}),
     };
   }
 

@@ -84,6 +84,14 @@ export class PromptRenderer {
   private readonly vocabSize: number;
   /** The model's Jinja chat template, if it has one. */
   private readonly template: string | undefined;
+
+  /** The model file's template renders chat prompts: run as Jinja, or by the ChatML wrapper that writes exactly what it writes. */
+  private templateRenders = false;
+
+  /** The model file's template when it is what renders chat prompts (not a built-in format that differs). */
+  get templateText(): string | undefined {
+    return this.templateRenders || this.wrapper instanceof JinjaTemplateChatWrapper ? this.template : undefined;
+  }
   /** The model's tokenizer, remembering recent template parts and messages (tokenize-memo.ts). */
   private readonly tokenizer: Tokenizer;
   /** Set when the template refuses a system role: system messages are merged into the next (system-messages.ts). */
@@ -167,8 +175,10 @@ export class PromptRenderer {
         !/\btools\b/.test(this.template ?? "") &&
         rendersAlike(new FaithfulChatMLChatWrapper(), own) &&
         OpenTurns.probe(own, thinkingMarkers(own, this.template))?.agrees === true;
-      if (own && wrapper.constructor === ChatMLChatWrapper) wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
-      else wrapper = own ?? wrapper;
+      if (own && wrapper.constructor === ChatMLChatWrapper) {
+        wrapper = plainChatML ? new FaithfulChatMLChatWrapper() : own;
+        this.templateRenders = plainChatML;
+      } else wrapper = own ?? wrapper;
       if (!own && jinjaFailure) console.error(...jinjaFailure);
     } else if (jinjaFailure) console.error(...jinjaFailure);
     if (wrapper.constructor === ChatMLChatWrapper) wrapper = new FaithfulChatMLChatWrapper();
