@@ -308,6 +308,17 @@ test("timings_per_token and return_progress (llama-server): timings on every chu
       assert.ok(!("timings" in json.json()), json.body);
     }
   }
+  // A stored chat completion is kept in OpenAI's shape: the run's timings are the answer's, not the record's.
+  const chat = { model: "scripted", messages: [{ role: "user", content: "hi" }], max_tokens: 3, timings_per_token: true, store: true };
+  for (const stream of [false, true]) {
+    const r = await app.inject({ method: "POST", url: "/v1/chat/completions", payload: { ...chat, stream } });
+    assert.equal(r.statusCode, 200, r.body);
+    const id = stream ? (sseData(r.body)[0] as { id: string }).id : r.json().id;
+    if (!stream) assert.ok("timings" in r.json());
+    const kept = await app.inject({ method: "GET", url: `/v1/chat/completions/${id}` });
+    assert.equal(kept.statusCode, 200, kept.body);
+    assert.ok(!("timings" in kept.json()), kept.body);
+  }
   await app.close();
 });
 

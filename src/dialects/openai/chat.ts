@@ -56,7 +56,9 @@ export async function chatCompletion(
       ? keepWhenDone(answered, async (all) => {
           // Kept in OpenAI's shape whatever the dialect answered in: stored completions are read
           // back through OpenAI's /v1/chat/completions routes.
-          const completion = (await renderChatCompletion(meta, replay(all), withLogprobs)) as Parameters<typeof storeChatCompletion>[2];
+          // llama-server's timings (timings_per_token) describe this one run, not the completion kept.
+          const { timings: _timings, ...rendered } = await renderChatCompletion(meta, replay(all), withLogprobs);
+          const completion = rendered as Parameters<typeof storeChatCompletion>[2];
           const messages = body.messages.map((m) => ({ ...m }) as Record<string, unknown>);
           await storeChatCompletion(storage, storeNamespace(env.ctx.apiKey), completion, messages, body.metadata);
         })
