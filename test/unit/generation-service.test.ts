@@ -293,6 +293,8 @@ test("timings_per_token and return_progress (llama-server): timings on every chu
     assert.equal(last.cache_n, 1);
     assert.equal(last.prompt_n, total - 1);
     assert.ok(last.predicted_per_token_ms === 0 || Math.abs(last.predicted_per_token_ms - last.predicted_ms / 2) < 1e-9, "the first token comes with the prompt");
+    // Whole microseconds, as llama-server reports them.
+    for (const ms of [last.prompt_ms, last.predicted_ms]) assert.ok(Math.abs(ms * 1000 - Math.round(ms * 1000)) < 1e-6, String(ms));
     // Not streamed: the answer carries the timings; progress has nothing to go in.
     const whole = await app.inject({ method: "POST", url, payload: { ...payload, stream: false, stream_options: undefined } });
     assert.equal(whole.statusCode, 200, whole.body);

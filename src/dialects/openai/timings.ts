@@ -9,18 +9,23 @@ import type { GenerationEvent, Timings } from "../../core/types.ts";
  */
 export function timingsToWire(t: Timings) {
   const steps = Math.max(0, t.generatedTokens - 1);
+  // Whole microseconds, as llama-server measures them.
+  const promptMs = microseconds(t.promptMs);
+  const generationMs = microseconds(t.generationMs);
   return {
     cache_n: t.cachedTokens,
     prompt_n: t.promptTokens,
-    prompt_ms: t.promptMs,
-    prompt_per_token_ms: t.promptTokens > 0 ? t.promptMs / t.promptTokens : 0,
-    prompt_per_second: t.promptMs > 0 ? (1e3 / t.promptMs) * t.promptTokens : 0,
+    prompt_ms: promptMs,
+    prompt_per_token_ms: t.promptTokens > 0 ? promptMs / t.promptTokens : 0,
+    prompt_per_second: promptMs > 0 ? (1e3 / promptMs) * t.promptTokens : 0,
     predicted_n: t.generatedTokens,
-    predicted_ms: t.generationMs,
-    predicted_per_token_ms: steps > 0 ? t.generationMs / steps : 0,
-    predicted_per_second: t.generationMs > 0 ? (1e3 / t.generationMs) * steps : 0,
+    predicted_ms: generationMs,
+    predicted_per_token_ms: steps > 0 ? generationMs / steps : 0,
+    predicted_per_second: generationMs > 0 ? (1e3 / generationMs) * steps : 0,
   };
 }
+
+const microseconds = (ms: number) => Math.round(ms * 1000) / 1000;
 
 /** A chunk's `timings` when its event carries them (llama-server's `timings_per_token`), else nothing. */
 export function chunkTimings(ev: { timings?: Timings }): { timings?: ReturnType<typeof timingsToWire> } {
