@@ -1,5 +1,5 @@
-import type { ServerResponse } from "node:http";
-import type { Socket } from "node:net";
+import { ServerResponse } from "node:http";
+import { Socket as NetSocket, type Socket } from "node:net";
 import { quoteRequestId } from "../core/errors.ts";
 import { toApiError } from "./to-api-error.ts";
 
@@ -96,13 +96,16 @@ export class SseWriter {
    * token of every stream (twice through a router in front of a Plinth). Taken only once Node has
    * sent the head (the first event goes through `res.write`), while the response is the socket's
    * current one (a pipelined response waits in Node's queue with no socket) and nothing of it waits
-   * in Node's own buffer; otherwise, and for a body that is not chunked (an HTTP/1.0 client), the
-   * event goes through `res.write`.
+   * in Node's own buffer; otherwise, for a body that is not chunked (an HTTP/1.0 client) and for a
+   * response that is not on a real socket, the event goes through `res.write`.
    */
   private framedSocket(): Socket | undefined {
     const res = this.res as ServerResponse & { chunkedEncoding?: boolean; outputSize?: number; _headerSent?: boolean };
+    // A response whose write is not Node's own (light-my-request's inject() captures what is
+    // written through it; an instrumentation may wrap it) keeps every event going through it.
+    if (res.write !== ServerResponse.prototype.write) return undefined;
     const socket = res.socket as (Socket & { _httpMessage?: unknown }) | null;
-    if (!socket || socket.destroyed || socket._httpMessage !== res) return undefined;
+    if (!(socket instanceof NetSocket) || socket.destroyed || socket._httpMessage !== res) return undefined;
     if (res.chunkedEncoding !== true || res._headerSent !== true || res.outputSize !== 0) return undefined;
     return socket;
   }
