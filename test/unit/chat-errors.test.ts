@@ -431,6 +431,22 @@ test("what clients send back from an answer is taken: reasoning, annotations, th
   assert.equal(bad.json().error.param, "messages[1].annotations");
 });
 
+test("DeepSeek's and Mistral's prefix: true on the last message, an assistant's, is taken (it is continued anyway); elsewhere it is a 400", async () => {
+  const r = await post({ ...ok, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "Sure,", prefix: true }] });
+  assert.equal(r.statusCode, 200, r.body);
+  const seen = (s.engine.prepared.at(-1)!.prompt as unknown as { messages: Array<Record<string, unknown>> }).messages;
+  assert.deepEqual(seen.at(-1), { role: "assistant", content: "Sure,", name: undefined, toolCalls: undefined });
+  const off = await post({ ...ok, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "a", prefix: false }, { role: "user", content: "b" }] });
+  assert.equal(off.statusCode, 200, off.body);
+  const early = await post({ ...ok, messages: [{ role: "user", content: "hi" }, { role: "assistant", content: "a", prefix: true }, { role: "user", content: "b" }] });
+  assert.equal(early.statusCode, 400, early.body);
+  assert.equal(early.json().error.param, "messages[1].prefix");
+  const user = await post({ ...ok, messages: [{ role: "user", content: "hi", prefix: true }] });
+  assert.equal(user.statusCode, 400, user.body);
+  assert.equal(user.json().error.param, "messages[0].prefix");
+  assert.equal(user.json().error.code, "unknown_field");
+});
+
 test("a message's name is held to OpenAI's pattern (no whitespace, none of < | \\ / >, not empty) on every role, and on /tokenize", async () => {
   const on = (name: unknown) => [
     { role: "system", content: "s", name },

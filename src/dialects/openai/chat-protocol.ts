@@ -94,6 +94,12 @@ const assistantMessage = z.strictObject({
   reasoning: z.string().nullish(),
   annotations: listOf(z.unknown()).nullish(),
   parsed: sdkMessageEchoes.parsed,
+  /**
+   * DeepSeek's chat prefix completion (and Mistral's `prefix`): the last message, an assistant's,
+   * is the start of the answer to continue. Plinth continues a trailing assistant message anyway,
+   * so `true` there is taken; on an earlier message it is a 400 (chat-to-canonical.ts).
+   */
+  prefix: z.boolean().nullish(),
 });
 /**
  * A tool result. `name` (the called function's, which LangChain and LlamaIndex send) is taken and

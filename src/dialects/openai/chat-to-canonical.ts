@@ -267,7 +267,7 @@ function refuseUnsupported(body: ChatCompletionRequest): void {
   refuseServiceFields(body);
 }
 
-export function toMessage(m: ChatMessage, i: number): Message {
+export function toMessage(m: ChatMessage, i: number, all: readonly ChatMessage[]): Message {
   switch (m.role) {
     case "system":
     case "developer":
@@ -277,6 +277,8 @@ export function toMessage(m: ChatMessage, i: number): Message {
     case "assistant":
       if (m.function_call != null) throw unsupportedField(`messages[${i}].function_call`, "is deprecated; send tool_calls instead");
       if (m.audio != null) throw unsupportedField(`messages[${i}].audio`, "is not supported by this server");
+      if (m.prefix === true && i !== all.length - 1)
+        throw badRequest(`messages[${i}].prefix: only the last message, an assistant's, is a prefix to continue.`, `messages[${i}].prefix`);
       return {
         role: "assistant",
         content: assistantText(m.content, m.refusal, i),
