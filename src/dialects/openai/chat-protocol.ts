@@ -72,8 +72,28 @@ const customCall = z.strictObject({
 });
 const toolCall = z.discriminatedUnion("type", [functionCall, customCall]);
 
-const systemMessage = z.strictObject({ role: z.enum(["system", "developer"]), content, name: participantName.nullish() });
-const userMessage = z.strictObject({ role: z.literal("user"), content, name: participantName.nullish() });
+/**
+ * Keys that one role defines, taken as `null` on the others: a client that writes every message from
+ * one class (a Java record, a struct) sends the keys a message does not use as null, which says
+ * nothing. Any other value there is still a 400 naming it.
+ */
+const nullOnly = z.null().optional();
+const otherRolesNulls = {
+  tool_calls: nullOnly,
+  tool_call_id: nullOnly,
+  refusal: nullOnly,
+  function_call: nullOnly,
+  audio: nullOnly,
+  reasoning_content: nullOnly,
+  reasoning: nullOnly,
+  annotations: nullOnly,
+  prefix: nullOnly,
+};
+// A tool message has its own tool_call_id; the others, null, as on a system or user message.
+const { tool_call_id: _toolsOwn, ...toolNulls } = otherRolesNulls;
+
+const systemMessage = z.strictObject({ role: z.enum(["system", "developer"]), content, name: participantName.nullish(), ...otherRolesNulls });
+const userMessage = z.strictObject({ role: z.literal("user"), content, name: participantName.nullish(), ...otherRolesNulls });
 /**
  * An assistant turn: OpenAI's keys (`function_call` and `audio` are refused by name when not null),
  * and what clients send back from an answer they were given: `reasoning_content` and `reasoning`
@@ -83,6 +103,7 @@ const userMessage = z.strictObject({ role: z.literal("user"), content, name: par
  * shown to the model again, and the others copy what the message holds.
  */
 const assistantMessage = z.strictObject({
+  tool_call_id: nullOnly,
   role: z.literal("assistant"),
   content: content.nullish(),
   name: participantName.nullish(),
@@ -105,7 +126,7 @@ const assistantMessage = z.strictObject({
  * A tool result. `name` (the called function's, which LangChain and LlamaIndex send) is taken and
  * not used: the call id already says which call the result answers.
  */
-const toolMessage = z.strictObject({ role: z.literal("tool"), content, tool_call_id: z.string().min(1), name: participantName.nullish() });
+const toolMessage = z.strictObject({ ...toolNulls, role: z.literal("tool"), content, tool_call_id: z.string().min(1), name: participantName.nullish() });
 const functionMessage = z.object({ role: z.literal("function") }).loose();
 
 export const chatMessage = z.discriminatedUnion("role", [
