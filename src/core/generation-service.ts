@@ -203,7 +203,10 @@ export class GenerationService {
       };
     };
     reqs.forEach((req, r) => {
-      for (let j = 0; j < req.n; j++) run.choice(req, prepared[r].prep, prepared[r].maxTokens, r * req.n + j, j, j === 0 ? firstSlots[r] : undefined, j === 0 ? openedAt[r] : undefined);
+      for (let j = 0; j < req.n; j++) {
+        const first = j === 0;
+        run.choice({ req, prep: prepared[r].prep, maxTokens: prepared[r].maxTokens, choice: r * req.n + j, seedOffset: j, held: first ? firstSlots[r] : undefined, openedAt: first ? openedAt[r] : undefined });
+      }
     });
     this.active.add(run);
     this.unread().add(run.channel);
@@ -428,6 +431,21 @@ function inBatch(err: unknown, r: number): unknown {
   return new ApiError(err.status, err.message, { ...err, field: `batch[${r}].${err.field}`, reason: err.reason ?? undefined });
 }
 
+/** One choice of a request, as the batch runs it. */
+interface ChoiceJob {
+  req: GenerationRequest;
+  prep: PreparedGeneration;
+  maxTokens: number;
+  /** Its index over the whole batch (request × n + its own). */
+  choice: number;
+  /** Its index within its request: the seed's offset, and 0 for the choice that counts the prompt. */
+  seedOffset: number;
+  /** The slot the choice already took (see startBatch), else it waits for one in its turn. */
+  held?: { slot: number; release: () => void };
+  /** When the engine began to run it (its `open`), for its timings. */
+  openedAt?: number;
+}
+
 /**
  * The choices of one request running together. They share one abort: the client going away, or any
  * choice failing, stops every sibling at its next token (a failed request has no partial answer).
@@ -482,18 +500,8 @@ class BatchRun {
     }
   }
 
-  /** `held`: the slot the choice already took (see startBatch), else it waits for one in its turn. */
-  choice(
-    req: GenerationRequest,
-    prep: PreparedGeneration,
-    maxTokens: number,
-    choice: number,
-    seedOffset: number,
-    held?: { slot: number; release: () => void },
-    /** When the engine began to run it (its `open`), for its timings. */
-    openedAt?: number,
-  ): void {
-    const done = this.runChoice(req, prep, maxTokens, choice, seedOffset, held, openedAt);
+  choice(job: ChoiceJob): void {
+    const done = this.runChoice(job);
     done.catch((err) => this.abort.abort(err));
     this.running.push(done);
   }
@@ -513,15 +521,7 @@ class BatchRun {
     return total;
   }
 
-  private async runChoice(
-    req: GenerationRequest,
-    prep: PreparedGeneration,
-    maxTokens: number,
-    choice: number,
-    seedOffset: number,
-    held?: { slot: number; release: () => void },
-    openedAt?: number,
-  ) {
+  private async runChoice({ req, prep, maxTokens, choice, seedOffset, held, openedAt }: ChoiceJob) {
     const signal = this.abort.signal;
     const engine = this.engine;
     const choose = engine.pickSlot ? (free: readonly number[]) => engine.pickSlot!(prep, free) : undefined;
